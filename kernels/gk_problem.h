@@ -1,0 +1,47 @@
+/*
+ * gk_problem.h - one batched GEMM problem as the kernels see it.
+ *
+ * C = alpha * op(A) * op(B) + beta * C for `batch` problems stored back to
+ * back, row-major, densely packed: op(A) is m x k (A stored k x m when
+ * trans_a), op(B) is k x n (B stored n x k when trans_b), C is m x n. f16 and
+ * bf16 accumulate in f32. When beta == 0, C is not read (NaN in C does not
+ * propagate), as in BLAS.
+ *
+ * Shared by the CPU path (host pointers) and the GPU kernels (device
+ * pointers). Pure C; no CUDA types.
+ */
+#ifndef GK_PROBLEM_H
+#define GK_PROBLEM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GK_F32 = 0, GK_F64 = 1, GK_F16 = 2, GK_BF16 = 3 } gk_dtype;
+
+typedef struct {
+  gk_dtype dtype;
+  bool fast;            /* precision "fast": f32 may use TF32 tensor cores */
+  bool trans_a, trans_b;
+  int64_t m, n, k, batch;
+  double alpha, beta;
+  const void *a, *b;    /* inputs */
+  void *c;              /* in/out */
+} gk_problem;
+
+size_t gk_dtype_size(gk_dtype dtype);
+const char *gk_dtype_name(gk_dtype dtype);
+
+/* Elements of one matrix of each operand (rows * cols). */
+int64_t gk_problem_a_elems(const gk_problem *p);
+int64_t gk_problem_b_elems(const gk_problem *p);
+int64_t gk_problem_c_elems(const gk_problem *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GK_PROBLEM_H */

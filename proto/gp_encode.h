@@ -1,0 +1,66 @@
+/*
+ * gp_encode.h - encoders for every message either side of protocol v1 sends.
+ *
+ * Messages are msgpack-RPC arrays packed with msgpack-c into a caller-owned
+ * msgpack_sbuffer (appended; the buffer is not cleared). Large payloads are
+ * never copied into the buffer: the *_head encoders stop right after a bin
+ * header, and the caller sends the payload bytes from its own memory (writev),
+ * followed by gp_encode_bin_header() for the next payload.
+ *
+ * All functions return 0 or a negative gp_code (GP_E_RESOURCE_EXHAUSTED when
+ * the buffer cannot grow, GP_E_INVALID_ARGUMENT for a payload over 4 GiB).
+ */
+#ifndef GP_ENCODE_H
+#define GP_ENCODE_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gp_types.h"
+
+/* Most bytes a bin header takes (0xc6 + 32-bit length). */
+#define GP_BIN_HEADER_MAX 5
+
+/* Writes the shortest msgpack bin header for len bytes into out; returns its size (2, 3 or 5).
+ * len must be <= UINT32_MAX. */
+size_t gp_encode_bin_header(uint8_t out[GP_BIN_HEADER_MAX], uint64_t len);
+
+/* ---- client -> daemon -------------------------------------------------- */
+
+/* [0, msgid, method, []] for ping, info and stats (or any method name). */
+int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method);
+
+/* [2, method, []] */
+int gp_encode_notification(msgpack_sbuffer *out, const char *method);
+
+/* The start of a gemm request: [0, msgid, "gemm", [hdr, <bin header of a>
+ * The params array has 4 elements when with_c, else 3. Header keys equal to
+ * their defaults are still written (explicit is easier to read in a capture);
+ * timeout_ms only when has_timeout. The caller then sends a's bytes, the bin
+ * header of b, b's bytes, and when with_c the bin header of c and c's bytes. */
+int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
+                                bool with_c);
+
+/* Packs the header map alone (used by the request encoder and by tests). */
+int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr);
+
+/* ---- daemon -> client -------------------------------------------------- */
+
+/* [1, msgid, {"code": NAME, "message": message}, nil] */
+int gp_encode_error_response(msgpack_sbuffer *out, uint32_t msgid, int code, const char *message);
+
+/* [1, msgid, nil, "pong"] */
+int gp_encode_pong_response(msgpack_sbuffer *out, uint32_t msgid);
+
+/* Packs [1, msgid, nil, and leaves the result to the caller (one object: info and stats maps). */
+int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid);
+
+/* The start of a gemm reply: [1, msgid, nil, [out_hdr, <bin header of c_bytes>
+ * The caller then sends the c_bytes of C. out_hdr is the map
+ * {m, n, dtype, batch, device, kernel, timings: {queue_us, transfer_in_us,
+ *  compute_us, transfer_out_us}}. */
+int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
+                                 const gp_gemm_result_hdr *rh, uint64_t c_bytes);
+
+#endif /* GP_ENCODE_H */

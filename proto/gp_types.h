@@ -1,0 +1,124 @@
+/*
+ * gp_types.h - the values wire protocol v1 carries: dtypes, methods, the gemm
+ * request header, the gemm reply header, and the limits every untrusted length
+ * is checked against. Pure C11; no I/O.
+ */
+#ifndef GP_TYPES_H
+#define GP_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gp_error.h"
+
+#define GP_PROTOCOL_VERSION 1
+
+typedef enum {
+  GP_DTYPE_F32 = 0,
+  GP_DTYPE_F64 = 1,
+  GP_DTYPE_F16 = 2,
+  GP_DTYPE_BF16 = 3,
+} gp_dtype;
+#define GP_DTYPE_COUNT 4
+
+/* Bytes per element (4, 8, 2, 2). */
+size_t gp_dtype_size(gp_dtype dtype);
+/* Wire name: "f32", "f64", "f16", "bf16". */
+const char *gp_dtype_name(gp_dtype dtype);
+/* Parses a wire name of len bytes; 0 on success, GP_E_INVALID_ARGUMENT otherwise. */
+int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out);
+
+typedef enum {
+  GP_PRECISION_EXACT = 0, /* f32 runs in f32 (SIMT) */
+  GP_PRECISION_FAST = 1,  /* f32 may run on TF32 tensor cores */
+} gp_precision;
+const char *gp_precision_name(gp_precision p);
+int gp_precision_from_name(const char *name, size_t len, gp_precision *out);
+
+typedef enum {
+  GP_METHOD_UNKNOWN = 0,
+  GP_METHOD_GEMM,
+  GP_METHOD_PING,
+  GP_METHOD_INFO,
+  GP_METHOD_STATS,
+} gp_method;
+/* "gemm", "ping", "info", "stats"; NULL for GP_METHOD_UNKNOWN. */
+const char *gp_method_name(gp_method m);
+gp_method gp_method_from_name(const char *name, size_t len);
+
+typedef enum { GP_OPERAND_A = 0, GP_OPERAND_B = 1, GP_OPERAND_C = 2 } gp_operand;
+/* "a", "b", "c" */
+const char *gp_operand_name(gp_operand op);
+
+/*
+ * The gemm request header: C = alpha * op(A) * op(B) + beta * C, `batch`
+ * problems back to back, row-major. op(A) is m x k (A stored k x m when
+ * trans_a), op(B) is k x n (B stored n x k when trans_b), C is m x n.
+ */
+typedef struct {
+  uint64_t m, n, k;         /* required, >= 1 */
+  gp_dtype dtype;           /* required */
+  bool trans_a, trans_b;    /* default false */
+  double alpha, beta;       /* default 1.0, 0.0 */
+  uint64_t batch;           /* default 1 */
+  gp_precision precision;   /* default exact */
+  bool has_timeout;         /* timeout_ms was sent */
+  uint64_t timeout_ms;      /* reply DEADLINE_EXCEEDED if not started within this */
+} gp_gemm_hdr;
+
+/* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
+void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
+
+/* Rows and columns of an operand as stored (after the transpose flags). */
+void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
+
+/* Bytes of one operand for all batches: batch * rows * cols * dtype size.
+ * Returns false (and leaves *bytes alone) when that overflows uint64_t. */
+bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes);
+
+/* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double). */
+double gp_gemm_flops(const gp_gemm_hdr *hdr);
+
+/* Where a gemm ran and how long each stage took; sent as the first element of the result. */
+#define GP_NAME_MAX 64
+typedef struct {
+  uint64_t m, n, batch;
+  gp_dtype dtype;
+  char device[GP_NAME_MAX];  /* "cpu", or "cuda:N" */
+  char kernel[GP_NAME_MAX];  /* e.g. "openblas", "tiled16", "cublas" */
+  uint64_t queue_us;         /* admitted -> started */
+  uint64_t transfer_in_us;   /* payload landed -> inputs on the device (0 on the CPU) */
+  uint64_t compute_us;
+  uint64_t transfer_out_us;  /* result back in host memory (0 on the CPU) */
+} gp_gemm_result_hdr;
+
+/*
+ * Limits that every untrusted length is checked against before memory is
+ * reserved. The daemon fills them from its config; the client from its own
+ * defaults. All are inclusive maxima.
+ */
+typedef struct {
+  uint64_t max_message_bytes;   /* one whole message, payloads included */
+  uint32_t max_header_bytes;    /* one message less its streamed bin payloads */
+  uint32_t max_depth;           /* nesting of arrays and maps */
+  uint32_t max_items;           /* elements of one array, or pairs of one map */
+  uint32_t max_string_bytes;    /* one str or non-payload bin */
+  uint64_t max_dim;             /* m, n and k each */
+  uint64_t max_batch;
+  uint64_t max_work;            /* m * n * k * batch */
+  uint64_t max_operand_bytes;   /* one of a, b, c; at most UINT32_MAX (msgpack bin32) */
+} gp_limits;
+
+/* Defaults: message 3 GiB + 64 KiB, header 64 KiB, depth 8, items 4096, string 4 KiB,
+ * dim 65536, batch 65536, work 2^46, operand 1 GiB. */
+void gp_limits_default(gp_limits *limits);
+
+/* Semantic checks of a parsed header against limits: dims >= 1, dims, batch and work within
+ * limits (overflow-safe), every operand within max_operand_bytes and the whole message within
+ * max_message_bytes, has_c required when beta != 0, alpha and beta finite. On failure fills err
+ * with GP_E_INVALID_ARGUMENT (or GP_E_RESOURCE_EXHAUSTED for a size over a limit) naming the
+ * field, and returns the code. */
+int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits, gp_error *err);
+
+#endif /* GP_TYPES_H */
