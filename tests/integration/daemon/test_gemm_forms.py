@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Every GEMM form of protocol v1 through the real daemon (cpu backend), each element checked
+against a float64 reference: odd sizes, all four transposes, alpha and beta (with c), batch,
+the four dtypes, and one large-ish f32 case; plus the fields of out_hdr."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gemmd_harness as h  # noqa: E402
+
+DTYPES = ("f32", "f64", "f16", "bf16")
+ODD_SIZES = ((1, 1, 1), (7, 7, 7), (1, 7, 3), (7, 1, 3), (3, 7, 1), (33, 17, 65),
+             (127, 129, 63))
+TRANSPOSES = ((False, False), (True, False), (False, True), (True, True))
+
+
+def with_daemon(fn):
+    def run(ctx):
+        with ctx.daemon() as d, d.connect() as client:
+            fn(ctx, d, client)
+    run.__name__ = fn.__name__
+    return run
+
+
+@with_daemon
+def test_odd_sizes_every_dtype(ctx, d, client):
+    for dtype in DTYPES:
+        for m, n, k in ODD_SIZES:
+            h.check_gemm(client, ctx.rng, m, n, k, dtype)
+
+
+@with_daemon
+def test_transposes_every_dtype(ctx, d, client):
+    for dtype in DTYPES:
+        for trans_a, trans_b in TRANSPOSES:
+            h.check_gemm(client, ctx.rng, 33, 17, 65, dtype, trans_a, trans_b)
+            h.check_gemm(client, ctx.rng, 1, 7, 3, dtype, trans_a, trans_b)
+
+
+@with_daemon
+def test_alpha_beta(ctx, d, client):
+    for dtype in DTYPES:
+        # beta 0: c full of NaN is sent and must be ignored
+        h.check_gemm(client, ctx.rng, 17, 33, 9, dtype, alpha=0.5)
+        h.check_gemm(client, ctx.rng, 17, 33, 9, dtype, alpha=-1.25, beta=0.75)
+        h.check_gemm(client, ctx.rng, 17, 33, 9, dtype, True, True, alpha=2.0, beta=-1.0)
+        # alpha 0: the result is beta * c
+        h.check_gemm(client, ctx.rng, 7, 5, 3, dtype, alpha=0.0, beta=1.0)
+        # beta 0 without any c sent at all
+        h.check_gemm(client, ctx.rng, 7, 5, 3, dtype, alpha=3.0, poison_c=False)
+
+
+@with_daemon
+def test_batch(ctx, d, client):
+    for dtype in DTYPES:
+        for trans_a, trans_b in TRANSPOSES:
+            h.check_gemm(client, ctx.rng, 7, 9, 5, dtype, trans_a, trans_b, batch=3)
+        h.check_gemm(client, ctx.rng, 13, 11, 17, dtype, alpha=0.75, beta=0.5, batch=3)
+        h.check_gemm(client, ctx.rng, 1, 1, 1, dtype, batch=5)
+        h.check_gemm(client, ctx.rng, 13, 11, 17, dtype, batch=1)  # explicit default
+
+
+@with_daemon
+def test_header_options(ctx, d, client):
+    # precision "fast" may only change the kernel on a GPU; the cpu backend stays exact
+    h.check_gemm(client, ctx.rng, 33, 17, 65, "f32", extra={"precision": "fast"})
+    h.check_gemm(client, ctx.rng, 33, 17, 65, "f64", extra={"precision": "exact"})
+    # a generous timeout_ms is no reason to fail
+    h.check_gemm(client, ctx.rng, 33, 17, 65, "f32", extra={"timeout_ms": 60000})
+
+
+@with_daemon
+def test_out_hdr(ctx, d, client):
+    out_hdr = h.check_gemm(client, ctx.rng, 5, 3, 4, "bf16", batch=2)
+    if out_hdr.get("device") != "cpu":
+        raise AssertionError("cpu backend: out_hdr device %r, expected 'cpu'" %
+                             out_hdr.get("device"))
+    for dtype in DTYPES:
+        out_hdr = h.check_gemm(client, ctx.rng, 2, 3, 4, dtype)
+        assert out_hdr["dtype"] == dtype
+
+
+@with_daemon
+def test_large_f32(ctx, d, client):
+    m, n, k = (300, 200, 250) if ctx.quick else (1000, 800, 1200)
+    h.check_gemm(client, ctx.rng, m, n, k, "f32", alpha=0.5, beta=2.0)
+
+
+if __name__ == "__main__":
+    sys.exit(h.main([test_odd_sizes_every_dtype, test_transposes_every_dtype, test_alpha_beta,
+                     test_batch, test_header_options, test_out_hdr, test_large_f32]))
