@@ -1,0 +1,224 @@
+/*
+ * gp_encode.c - msgpack-RPC messages of protocol v1, packed with msgpack-c.
+ *
+ * Each encoder packs into a caller-owned sbuffer. msgpack-c's pack functions
+ * return the sbuffer write callback's result (-1 when realloc fails); every
+ * one is checked and becomes GP_E_RESOURCE_EXHAUSTED.
+ */
+#include "gp_encode.h"
+
+#include <string.h>
+
+#define GP__MSG_REQUEST 0
+#define GP__MSG_RESPONSE 1
+#define GP__MSG_NOTIFICATION 2
+
+/* Evaluates a msgpack-c pack call and returns from the caller when it failed. */
+#define PACK(call)                      \
+  do {                                  \
+    if ((call) != 0)                    \
+      return GP_E_RESOURCE_EXHAUSTED;   \
+  } while (0)
+
+size_t gp_encode_bin_header(uint8_t out[GP_BIN_HEADER_MAX], uint64_t len) {
+  if (len <= UINT8_MAX) {
+    out[0] = 0xc4;
+    out[1] = (uint8_t)len;
+    return 2;
+  }
+  if (len <= UINT16_MAX) {
+    out[0] = 0xc5;
+    out[1] = (uint8_t)(len >> 8);
+    out[2] = (uint8_t)len;
+    return 3;
+  }
+  out[0] = 0xc6;
+  out[1] = (uint8_t)(len >> 24);
+  out[2] = (uint8_t)(len >> 16);
+  out[3] = (uint8_t)(len >> 8);
+  out[4] = (uint8_t)len;
+  return 5;
+}
+
+static int pack_cstr(msgpack_packer *pk, const char *s) {
+  size_t len = strlen(s);
+  PACK(msgpack_pack_str(pk, len));
+  PACK(msgpack_pack_str_body(pk, s, len));
+  return GP_OK;
+}
+
+/* A str key followed by nothing: the caller packs the value. */
+#define PACK_KEY(pk, key) PACK(pack_cstr((pk), (key)))
+
+static int pack_bin_header(msgpack_packer *pk, uint64_t len) {
+  if (len > UINT32_MAX)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(msgpack_pack_bin(pk, (size_t)len));
+  return GP_OK;
+}
+
+static int pack_bool(msgpack_packer *pk, bool value) {
+  return value ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+}
+
+static int pack_request_head(msgpack_packer *pk, uint32_t msgid, const char *method) {
+  PACK(msgpack_pack_array(pk, 4));
+  PACK(msgpack_pack_uint8(pk, GP__MSG_REQUEST));
+  PACK(msgpack_pack_uint32(pk, msgid));
+  PACK(pack_cstr(pk, method));
+  return GP_OK;
+}
+
+int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (method == NULL)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(pack_request_head(&pk, msgid, method));
+  PACK(msgpack_pack_array(&pk, 0));
+  return GP_OK;
+}
+
+int gp_encode_notification(msgpack_sbuffer *out, const char *method) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (method == NULL)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(msgpack_pack_array(&pk, 3));
+  PACK(msgpack_pack_uint8(&pk, GP__MSG_NOTIFICATION));
+  PACK(pack_cstr(&pk, method));
+  PACK(msgpack_pack_array(&pk, 0));
+  return GP_OK;
+}
+
+int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
+  if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(msgpack_pack_map(pk, hdr->has_timeout ? 11 : 10));
+  PACK_KEY(pk, "m");
+  PACK(msgpack_pack_uint64(pk, hdr->m));
+  PACK_KEY(pk, "n");
+  PACK(msgpack_pack_uint64(pk, hdr->n));
+  PACK_KEY(pk, "k");
+  PACK(msgpack_pack_uint64(pk, hdr->k));
+  PACK_KEY(pk, "dtype");
+  PACK(pack_cstr(pk, gp_dtype_name(hdr->dtype)));
+  PACK_KEY(pk, "trans_a");
+  PACK(pack_bool(pk, hdr->trans_a));
+  PACK_KEY(pk, "trans_b");
+  PACK(pack_bool(pk, hdr->trans_b));
+  PACK_KEY(pk, "alpha");
+  PACK(msgpack_pack_double(pk, hdr->alpha));
+  PACK_KEY(pk, "beta");
+  PACK(msgpack_pack_double(pk, hdr->beta));
+  PACK_KEY(pk, "batch");
+  PACK(msgpack_pack_uint64(pk, hdr->batch));
+  PACK_KEY(pk, "precision");
+  PACK(pack_cstr(pk, gp_precision_name(hdr->precision)));
+  if (hdr->has_timeout) {
+    PACK_KEY(pk, "timeout_ms");
+    PACK(msgpack_pack_uint64(pk, hdr->timeout_ms));
+  }
+  return GP_OK;
+}
+
+int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
+                                bool with_c) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  uint64_t a_bytes;
+  if (!gp_gemm_operand_bytes(hdr, GP_OPERAND_A, &a_bytes) || a_bytes > UINT32_MAX)
+    return GP_E_INVALID_ARGUMENT;
+  int rc;
+  if ((rc = pack_request_head(&pk, msgid, "gemm")) != GP_OK)
+    return rc;
+  PACK(msgpack_pack_array(&pk, with_c ? 4 : 3));
+  if ((rc = gp_pack_gemm_hdr(&pk, hdr)) != GP_OK)
+    return rc;
+  return pack_bin_header(&pk, a_bytes);
+}
+
+int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid) {
+  PACK(msgpack_pack_array(pk, 4));
+  PACK(msgpack_pack_uint8(pk, GP__MSG_RESPONSE));
+  PACK(msgpack_pack_uint32(pk, msgid));
+  PACK(msgpack_pack_nil(pk));
+  return GP_OK;
+}
+
+int gp_encode_error_response(msgpack_sbuffer *out, uint32_t msgid, int code, const char *message) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (code == GP_OK)
+    return GP_E_INVALID_ARGUMENT; /* an error reply always carries an error */
+  PACK(msgpack_pack_array(&pk, 4));
+  PACK(msgpack_pack_uint8(&pk, GP__MSG_RESPONSE));
+  PACK(msgpack_pack_uint32(&pk, msgid));
+  PACK(msgpack_pack_map(&pk, 2));
+  PACK_KEY(&pk, "code");
+  PACK(pack_cstr(&pk, gp_code_name(code)));
+  PACK_KEY(&pk, "message");
+  PACK(pack_cstr(&pk, message != NULL ? message : gp_strerror(code)));
+  PACK(msgpack_pack_nil(&pk));
+  return GP_OK;
+}
+
+int gp_encode_pong_response(msgpack_sbuffer *out, uint32_t msgid) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  PACK(gp_pack_response_head(&pk, msgid));
+  PACK(pack_cstr(&pk, "pong"));
+  return GP_OK;
+}
+
+static int pack_timings(msgpack_packer *pk, const gp_gemm_result_hdr *rh) {
+  PACK(msgpack_pack_map(pk, 4));
+  PACK_KEY(pk, "queue_us");
+  PACK(msgpack_pack_uint64(pk, rh->queue_us));
+  PACK_KEY(pk, "transfer_in_us");
+  PACK(msgpack_pack_uint64(pk, rh->transfer_in_us));
+  PACK_KEY(pk, "compute_us");
+  PACK(msgpack_pack_uint64(pk, rh->compute_us));
+  PACK_KEY(pk, "transfer_out_us");
+  PACK(msgpack_pack_uint64(pk, rh->transfer_out_us));
+  return GP_OK;
+}
+
+/* Length of a fixed-size name field, which may lack its NUL when full. */
+static size_t bounded_len(const char name[GP_NAME_MAX]) {
+  const char *end = memchr(name, '\0', GP_NAME_MAX);
+  return end != NULL ? (size_t)(end - name) : GP_NAME_MAX;
+}
+
+static int pack_name(msgpack_packer *pk, const char name[GP_NAME_MAX]) {
+  size_t len = bounded_len(name);
+  PACK(msgpack_pack_str(pk, len));
+  PACK(msgpack_pack_str_body(pk, name, len));
+  return GP_OK;
+}
+
+int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
+                                 const gp_gemm_result_hdr *rh, uint64_t c_bytes) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (c_bytes > UINT32_MAX || (unsigned)rh->dtype >= GP_DTYPE_COUNT)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(gp_pack_response_head(&pk, msgid));
+  PACK(msgpack_pack_array(&pk, 2));
+  PACK(msgpack_pack_map(&pk, 7));
+  PACK_KEY(&pk, "m");
+  PACK(msgpack_pack_uint64(&pk, rh->m));
+  PACK_KEY(&pk, "n");
+  PACK(msgpack_pack_uint64(&pk, rh->n));
+  PACK_KEY(&pk, "dtype");
+  PACK(pack_cstr(&pk, gp_dtype_name(rh->dtype)));
+  PACK_KEY(&pk, "batch");
+  PACK(msgpack_pack_uint64(&pk, rh->batch));
+  PACK_KEY(&pk, "device");
+  PACK(pack_name(&pk, rh->device));
+  PACK_KEY(&pk, "kernel");
+  PACK(pack_name(&pk, rh->kernel));
+  PACK_KEY(&pk, "timings");
+  PACK(pack_timings(&pk, rh));
+  return pack_bin_header(&pk, c_bytes);
+}

@@ -1,0 +1,222 @@
+/*
+ * gp_types.c - dtypes, methods, the gemm header's defaults, shapes and
+ * sizes, the default limits and the semantic checks of a header.
+ */
+#include "gp_types.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool name_equals(const char *name, size_t len, const char *want) {
+  size_t want_len = strlen(want);
+  return name != NULL && len == want_len && memcmp(name, want, len) == 0;
+}
+
+static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16"};
+static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2};
+
+size_t gp_dtype_size(gp_dtype dtype) {
+  if ((unsigned)dtype >= GP_DTYPE_COUNT)
+    return 0;
+  return dtype_sizes[dtype];
+}
+
+const char *gp_dtype_name(gp_dtype dtype) {
+  if ((unsigned)dtype >= GP_DTYPE_COUNT)
+    return "?";
+  return dtype_names[dtype];
+}
+
+int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out) {
+  for (unsigned i = 0; i < GP_DTYPE_COUNT; i++) {
+    if (name_equals(name, len, dtype_names[i])) {
+      *out = (gp_dtype)i;
+      return GP_OK;
+    }
+  }
+  return GP_E_INVALID_ARGUMENT;
+}
+
+const char *gp_precision_name(gp_precision p) {
+  return p == GP_PRECISION_FAST ? "fast" : "exact";
+}
+
+int gp_precision_from_name(const char *name, size_t len, gp_precision *out) {
+  if (name_equals(name, len, "exact")) {
+    *out = GP_PRECISION_EXACT;
+    return GP_OK;
+  }
+  if (name_equals(name, len, "fast")) {
+    *out = GP_PRECISION_FAST;
+    return GP_OK;
+  }
+  return GP_E_INVALID_ARGUMENT;
+}
+
+const char *gp_method_name(gp_method m) {
+  switch (m) {
+  case GP_METHOD_GEMM:
+    return "gemm";
+  case GP_METHOD_PING:
+    return "ping";
+  case GP_METHOD_INFO:
+    return "info";
+  case GP_METHOD_STATS:
+    return "stats";
+  default:
+    return NULL;
+  }
+}
+
+gp_method gp_method_from_name(const char *name, size_t len) {
+  for (gp_method m = GP_METHOD_GEMM; m <= GP_METHOD_STATS; m++) {
+    if (name_equals(name, len, gp_method_name(m)))
+      return m;
+  }
+  return GP_METHOD_UNKNOWN;
+}
+
+const char *gp_operand_name(gp_operand op) {
+  switch (op) {
+  case GP_OPERAND_A:
+    return "a";
+  case GP_OPERAND_B:
+    return "b";
+  case GP_OPERAND_C:
+    return "c";
+  default:
+    return "?";
+  }
+}
+
+void gp_gemm_hdr_init(gp_gemm_hdr *hdr) {
+  memset(hdr, 0, sizeof *hdr);
+  hdr->dtype = GP_DTYPE_F32;
+  hdr->trans_a = false;
+  hdr->trans_b = false;
+  hdr->alpha = 1.0;
+  hdr->beta = 0.0;
+  hdr->batch = 1;
+  hdr->precision = GP_PRECISION_EXACT;
+  hdr->has_timeout = false;
+  hdr->timeout_ms = 0;
+}
+
+void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols) {
+  switch (op) {
+  case GP_OPERAND_A: /* op(A) is m x k; A itself k x m when transposed */
+    *rows = hdr->trans_a ? hdr->k : hdr->m;
+    *cols = hdr->trans_a ? hdr->m : hdr->k;
+    break;
+  case GP_OPERAND_B: /* op(B) is k x n; B itself n x k when transposed */
+    *rows = hdr->trans_b ? hdr->n : hdr->k;
+    *cols = hdr->trans_b ? hdr->k : hdr->n;
+    break;
+  default:
+    *rows = hdr->m;
+    *cols = hdr->n;
+    break;
+  }
+}
+
+/* *out = a * b; false on overflow. */
+static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  if (a != 0 && b > UINT64_MAX / a)
+    return false;
+  *out = a * b;
+  return true;
+}
+
+bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes) {
+  uint64_t rows, cols, n;
+  gp_gemm_operand_shape(hdr, op, &rows, &cols);
+  if (!mul_u64(rows, cols, &n) || !mul_u64(n, hdr->batch, &n) ||
+      !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
+    return false;
+  *bytes = n;
+  return true;
+}
+
+double gp_gemm_flops(const gp_gemm_hdr *hdr) {
+  return 2.0 * (double)hdr->m * (double)hdr->n * (double)hdr->k * (double)hdr->batch;
+}
+
+void gp_limits_default(gp_limits *limits) {
+  memset(limits, 0, sizeof *limits);
+  limits->max_operand_bytes = UINT64_C(1) << 30;
+  limits->max_header_bytes = 64 * 1024;
+  limits->max_message_bytes = 3 * limits->max_operand_bytes + limits->max_header_bytes;
+  limits->max_depth = 8;
+  limits->max_items = 4096;
+  limits->max_string_bytes = 4096;
+  limits->max_dim = 65536;
+  limits->max_batch = 65536;
+  limits->max_work = UINT64_C(1) << 46;
+}
+
+static int check_dim(const char *name, uint64_t value, uint64_t max, gp_error *err) {
+  if (value < 1)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s must be >= 1", name);
+  if (value > max)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: %llu is over the limit %llu", name,
+                        (unsigned long long)value, (unsigned long long)max);
+  return GP_OK;
+}
+
+static int check_work(const gp_gemm_hdr *hdr, const gp_limits *limits, gp_error *err) {
+  uint64_t work;
+  if (!mul_u64(hdr->m, hdr->n, &work) || !mul_u64(work, hdr->k, &work) ||
+      !mul_u64(work, hdr->batch, &work) || work > limits->max_work)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                        "m*n*k*batch: %llux%llux%llux%llu is over the limit %llu",
+                        (unsigned long long)hdr->m, (unsigned long long)hdr->n,
+                        (unsigned long long)hdr->k, (unsigned long long)hdr->batch,
+                        (unsigned long long)limits->max_work);
+  return GP_OK;
+}
+
+/* Every operand within max_operand_bytes (and bin32), their sum within max_message_bytes. */
+static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
+                          gp_error *err) {
+  uint64_t max_operand = limits->max_operand_bytes;
+  if (max_operand > UINT32_MAX)
+    max_operand = UINT32_MAX; /* a msgpack bin holds at most 2^32-1 bytes */
+  uint64_t total = 0;
+  for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++) {
+    if (op == GP_OPERAND_C && !has_c)
+      break;
+    uint64_t bytes;
+    if (!gp_gemm_operand_bytes(hdr, op, &bytes) || bytes > max_operand)
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: over the limit of %llu bytes",
+                          gp_operand_name(op), (unsigned long long)max_operand);
+    total += bytes; /* cannot wrap: three values <= 2^32 each */
+  }
+  if (total > limits->max_message_bytes)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                        "message: %llu payload bytes are over the limit %llu",
+                        (unsigned long long)total, (unsigned long long)limits->max_message_bytes);
+  return GP_OK;
+}
+
+int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
+                         gp_error *err) {
+  int rc;
+  if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "dtype: unknown");
+  if ((rc = check_dim("m", hdr->m, limits->max_dim, err)) != GP_OK ||
+      (rc = check_dim("n", hdr->n, limits->max_dim, err)) != GP_OK ||
+      (rc = check_dim("k", hdr->k, limits->max_dim, err)) != GP_OK ||
+      (rc = check_dim("batch", hdr->batch, limits->max_batch, err)) != GP_OK)
+    return rc;
+  if (!isfinite(hdr->alpha))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "alpha must be finite");
+  if (!isfinite(hdr->beta))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta must be finite");
+  if (hdr->beta != 0.0 && !has_c)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
+  if ((rc = check_work(hdr, limits, err)) != GP_OK ||
+      (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)
+    return rc;
+  gp_error_clear(err);
+  return GP_OK;
+}
