@@ -10,6 +10,25 @@
  * the given stream; errors are returned as cudaError_t values (0 = success)
  * from the launch itself; faults inside a kernel surface at the next
  * synchronising call on that stream, as with any CUDA work.
+ *
+ * Adding a kernel (kernels/NN_name.cu):
+ *   - define it with C linkage and an explicit `extern` (a namespace-scope
+ *     const is internal in C++ otherwise):
+ *       extern "C" const gk_kernel gk_kernel_NAME = {"NAME", "one line", supports, launch};
+ *   - add two lines to kernels/fast.cmake:
+ *       list(APPEND GK_GPU_SOURCES NN_name.cu)
+ *       list(APPEND GK_FAST_KERNELS gk_kernel_NAME)
+ *   The registry lists the fast kernels in the order of GK_FAST_KERNELS, then
+ *   tiled16, then cublas. Code is built for sm_90a and compute_80 PTX: guard
+ *   Hopper-only instructions with `#if __CUDA_ARCH__ >= 900` and let
+ *   supports() refuse cc < 90.
+ *
+ * Changes to this header since the skeleton (all additive):
+ *   - gk_gpu_ctx_device(), gk_gpu_ctx_props(), gk_gpu_ctx_cublas() accessors
+ *     for kernels that need the SM count, shared-memory limits or cuBLAS;
+ *   - gk_kernel_tiled16 and gk_kernel_cublas declared here;
+ *   - gk_problem_check() (the shape/pointer checks every launch path does);
+ *   - the auto rule spelled out: cuBLAS is never picked by "auto".
  */
 #ifndef GK_GPU_H
 #define GK_GPU_H
@@ -35,21 +54,40 @@ typedef struct {
   cudaError_t (*launch)(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream);
 } gk_kernel;
 
-/* Creates the context for `device` (makes it current on the calling thread). */
+/* The two kernels this file's owner keeps; the fast ones are reached through gk_kernels(). */
+extern const gk_kernel gk_kernel_tiled16; /* the seeds' 16x16 shared-memory tiled kernel: every problem */
+extern const gk_kernel gk_kernel_cublas;  /* cuBLAS, the reference; only when named */
+
+/* Creates the context for `device` (makes it current on the calling thread). cudaSuccess and
+ * *out set, or the error (cudaErrorInvalidDevice, cudaErrorMemoryAllocation, ...) and *out NULL. */
 cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out);
+/* Frees the context (and its cuBLAS handle, which waits for that handle's work). NULL is a no-op. */
 void gk_gpu_ctx_destroy(gk_gpu_ctx *ctx);
 int gk_gpu_ctx_cc(const gk_gpu_ctx *ctx);
+int gk_gpu_ctx_device(const gk_gpu_ctx *ctx);
+/* Properties read once at creation (multiProcessorCount, sharedMemPerBlockOptin, l2CacheSize...). */
+const struct cudaDeviceProp *gk_gpu_ctx_props(const gk_gpu_ctx *ctx);
+/* The context's cuBLAS handle (cublasHandle_t), created on first use; NULL when cuBLAS cannot
+ * be initialised. Same thread rules as the context. */
+struct cublasContext *gk_gpu_ctx_cublas(gk_gpu_ctx *ctx);
 
-/* The registry: every kernel, in order of preference within a dtype. */
+/* Shape and pointer checks shared by every launch path: m, n, k, batch >= 1, dtype known,
+ * a, b, c non-NULL, alpha and beta finite. cudaSuccess or cudaErrorInvalidValue. */
+cudaError_t gk_problem_check(const gk_problem *p);
+
+/* The registry: every kernel, in order of preference within a dtype (fast kernels in the order
+ * they were registered, then tiled16, then cublas). Static storage; never NULL. */
 const gk_kernel *const *gk_kernels(size_t *count);
+/* The kernel of that name, or NULL. */
 const gk_kernel *gk_kernel_by_name(const char *name);
 
-/* Picks the kernel for p: `preference` is "auto" (fastest that supports p), or a kernel name
- * (used when it supports p, else auto). Never NULL for a valid problem: the tiled kernel
- * supports everything. */
+/* Picks the kernel for p: `preference` is "auto" (or NULL: the first registered kernel, cuBLAS
+ * excepted, whose supports() accepts p), or a kernel name (used when it supports p, else auto).
+ * Never NULL for a valid problem: the tiled kernel supports everything. */
 const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference);
 
-/* Select and launch in one call; *used (may be NULL) gets the kernel chosen. */
+/* Checks p, selects and launches in one call; *used (may be NULL) gets the kernel chosen
+ * (NULL when p failed its checks). */
 cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                         cudaStream_t stream, const gk_kernel **used);
 

@@ -1,0 +1,191 @@
+/*
+ * 01_tiled.cu - "tiled16": the seeds' classic shared-memory tiled kernel.
+ *
+ * The idea (as the seeds teach it). A naive kernel has each thread read a
+ * whole row of A and a whole column of B from global memory to make one
+ * output: every element of A is read n times and every element of B m times,
+ * about 0.25 FLOP per byte, so the kernel waits on memory. Tiling shares the
+ * reads: a block of TILE x TILE threads owns a TILE x TILE tile of C (one
+ * output per thread). It walks along k one TILE-wide step at a time; in each
+ * step every thread copies ONE element of A's tile and ONE of B's tile into
+ * shared memory, the block waits at a barrier, then every thread does TILE
+ * multiply-adds out of shared memory, and the block waits again before the
+ * tiles are overwritten. Each global element is now read n/TILE (or m/TILE)
+ * times instead of n (m) times: TILE times less traffic.
+ *
+ * What this version adds to the seeds' code, so that it serves every request:
+ *   - any m, n, k: loads outside the matrix write 0 into the tile (0 adds
+ *     nothing to a dot product), and only threads inside C store;
+ *   - transposes: the loads index the stored layout, and a transposed operand
+ *     is read along its stored rows (coalesced) and written into the tile
+ *     transposed; the tile rows are padded by one element so that the
+ *     transposed write does not hit one shared-memory bank TILE times;
+ *   - alpha and beta (beta == 0: C is never read, so NaN there stays out);
+ *   - batch: grid.z walks the batch, in chunks of 65535 (grid.z's limit), and
+ *     grid.y walks row tiles in chunks of 65535 likewise;
+ *   - f32, f64, f16, bf16: f16 and bf16 are converted to f32 as they are
+ *     loaded and accumulate in f32; f64 accumulates in f64.
+ *
+ * Measured: see bench/RESULTS.md, "## Baseline: tiled16" (the seeds' kernel
+ * is documented at 8.1 TFLOP/s at 4096^3 f32 on an H200, 16% of cuBLAS).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "gk_gpu.h"
+
+namespace {
+
+constexpr int kTile = 16;
+constexpr unsigned kGridLimitYZ = 65535; /* gridDim.y and gridDim.z maxima */
+
+/* Accumulator type per storage type: f64 keeps f64, everything else f32. */
+template <typename T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
+template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 v)
+{
+  return __bfloat162float(v);
+}
+
+template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v)
+{
+  return __float2bfloat16_rn(v);
+}
+
+struct TiledArgs {
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  int64_t row_tile0; /* first row tile of this launch (grid.y chunking) */
+  int64_t batch0;    /* first batch index of this launch (grid.z chunking) */
+};
+
+template <typename T, int TILE>
+__global__ void __launch_bounds__(TILE *TILE)
+    tiled_gemm(TiledArgs args, typename Acc<T>::type alpha, typename Acc<T>::type beta,
+               const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ c)
+{
+  using AccT = typename Acc<T>::type;
+  static_assert(TILE >= 1, "TILE is the side of the square tile and of the thread block");
+  static_assert(TILE * TILE <= 1024,
+                "one thread per output of a TILE x TILE tile: CUDA caps a block at 1024 threads");
+  static_assert((TILE * TILE) % 32 == 0,
+                "the block should be whole warps (TILE*TILE a multiple of 32), else lanes idle");
+  static_assert(2 * TILE * (TILE + 1) * sizeof(AccT) <= 48 * 1024,
+                "two padded TILE x (TILE+1) tiles must fit the 48 KiB of static shared memory");
+
+  /* +1 column: the transposed loads write down a column; without the pad every thread of a
+   * warp would hit the same bank. */
+  __shared__ AccT tile_a[TILE][TILE + 1];
+  __shared__ AccT tile_b[TILE][TILE + 1];
+
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t m = args.m, n = args.n, k = args.k;
+  const int64_t row0 = (args.row_tile0 + blockIdx.y) * TILE; /* this block's first C row */
+  const int64_t col0 = (int64_t)blockIdx.x * TILE;           /* and first C column */
+  const int64_t z = args.batch0 + blockIdx.z;
+  a += z * m * k;
+  b += z * k * n;
+  c += z * m * n;
+
+  AccT sum = 0;
+  for (int64_t k0 = 0; k0 < k; k0 += TILE) {
+    /* A's tile holds op(A)[row0 + i][k0 + l] at tile_a[i][l]. */
+    if (!args.trans_a) { /* A stored m x k: thread (ty, tx) reads row row0+ty, column k0+tx */
+      const int64_t i = row0 + ty, l = k0 + tx;
+      tile_a[ty][tx] = (i < m && l < k) ? to_acc(a[i * k + l]) : AccT(0);
+    } else { /* A stored k x m: read stored row k0+ty along its columns row0+tx */
+      const int64_t l = k0 + ty, i = row0 + tx;
+      tile_a[tx][ty] = (i < m && l < k) ? to_acc(a[l * m + i]) : AccT(0);
+    }
+    /* B's tile holds op(B)[k0 + l][col0 + j] at tile_b[l][j]. */
+    if (!args.trans_b) { /* B stored k x n */
+      const int64_t l = k0 + ty, j = col0 + tx;
+      tile_b[ty][tx] = (l < k && j < n) ? to_acc(b[l * n + j]) : AccT(0);
+    } else { /* B stored n x k: read stored row col0+ty along its columns k0+tx */
+      const int64_t j = col0 + ty, l = k0 + tx;
+      tile_b[tx][ty] = (l < k && j < n) ? to_acc(b[j * k + l]) : AccT(0);
+    }
+    __syncthreads(); /* both tiles complete before anyone reads them */
+
+#pragma unroll
+    for (int l = 0; l < TILE; l++)
+      sum += tile_a[ty][l] * tile_b[l][tx];
+    __syncthreads(); /* everyone done reading before the next step overwrites the tiles */
+  }
+
+  const int64_t i = row0 + ty, j = col0 + tx;
+  if (i < m && j < n) {
+    AccT out = alpha * sum;
+    if (beta != AccT(0)) /* beta == 0: C is not read, as in BLAS */
+      out += beta * to_acc(c[i * n + j]);
+    c[i * n + j] = from_acc<T>(out);
+  }
+}
+
+/* Enqueues the whole problem: grid.x covers column tiles; grid.y row tiles and grid.z the batch,
+ * each in chunks no larger than their 65535 limit. */
+template <typename T>
+cudaError_t launch_typed(const gk_problem *p, cudaStream_t stream)
+{
+  using AccT = typename Acc<T>::type;
+  const int64_t col_tiles = (p->n + kTile - 1) / kTile;
+  const int64_t row_tiles = (p->m + kTile - 1) / kTile;
+  if (col_tiles > INT32_MAX) /* gridDim.x limit, 2^31 - 1 */
+    return cudaErrorInvalidValue;
+  const dim3 block(kTile, kTile);
+  const T *a = static_cast<const T *>(p->a);
+  const T *b = static_cast<const T *>(p->b);
+  T *c = static_cast<T *>(p->c);
+
+  for (int64_t z0 = 0; z0 < p->batch; z0 += kGridLimitYZ) {
+    const int64_t zn = p->batch - z0 < kGridLimitYZ ? p->batch - z0 : kGridLimitYZ;
+    for (int64_t y0 = 0; y0 < row_tiles; y0 += kGridLimitYZ) {
+      const int64_t yn = row_tiles - y0 < kGridLimitYZ ? row_tiles - y0 : kGridLimitYZ;
+      const TiledArgs args = {p->m, p->n, p->k, p->trans_a, p->trans_b, y0, z0};
+      const dim3 grid((unsigned)col_tiles, (unsigned)yn, (unsigned)zn);
+      tiled_gemm<T, kTile><<<grid, block, 0, stream>>>(args, (AccT)p->alpha, (AccT)p->beta, a, b, c);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess)
+        return err;
+    }
+  }
+  return cudaSuccess;
+}
+
+bool tiled_supports(const gk_problem *p, int cc)
+{
+  (void)cc; /* plain CUDA C: runs on every device the build targets */
+  /* Every shape, transpose, batch and dtype: the selector's last resort. Pointers are not
+   * looked at (a caller may select before it allocates); the launch checks them. */
+  return p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16;
+}
+
+cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream)
+{
+  (void)ctx;
+  const cudaError_t err = gk_problem_check(p);
+  if (err != cudaSuccess)
+    return err;
+  switch (p->dtype) {
+  case GK_F32: return launch_typed<float>(p, stream);
+  case GK_F64: return launch_typed<double>(p, stream);
+  case GK_F16: return launch_typed<__half>(p, stream);
+  case GK_BF16: return launch_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+} // namespace
+
+extern "C" const gk_kernel gk_kernel_tiled16 = {
+    "tiled16",
+    "the seeds' 16x16 shared-memory tiled kernel: every dtype, shape, transpose and batch",
+    tiled_supports,
+    tiled_launch,
+};
