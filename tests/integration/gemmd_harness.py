@@ -843,7 +843,8 @@ def main(tests, argv=None):
             traceback.print_exc(file=sys.stdout)
             for daemon in _ALL_DAEMONS[first:]:
                 daemon.kill()
-                print(daemon.log_tail(), flush=True)
+                if daemon.log_path not in str(exc):  # not already in the message
+                    print(daemon.log_tail(), flush=True)
             if isinstance(exc, KeyboardInterrupt):
                 break
         else:
