@@ -1,0 +1,652 @@
+/*
+ * test_gpu_kernels.c - every registered GPU kernel, every dtype it supports,
+ * against a float64 CPU reference and against cuBLAS.
+ *
+ *   test_gpu_kernels [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] [--registry]
+ *                    [--probe]
+ *
+ * Default: the full matrix (sizes 1 to 2048^3, plus 8192^3 f32 and bf16
+ * against cuBLAS only), all four transpose combinations, plain and with
+ * alpha/beta/C/batch 3. Inputs are fresh random numbers (the seed is printed
+ * first; --seed repeats a run). Outputs are poisoned with NaN when beta == 0,
+ * so an element a kernel never writes fails the check.
+ *   --quick     small shapes only, no cuBLAS: the compute-sanitizer mode.
+ *   --kernel    test only that kernel (cuBLAS still gives the comparison).
+ *   --bench     times every kernel at --size (default 4096) per dtype with CUDA
+ *               events (median of 10 after 2 warm-ups) beside cuBLAS.
+ *   --registry  checks the registry and selector; needs no GPU.
+ *   --probe     only says whether a CUDA device is there (exit 0 or 77).
+ * Exit: 0 all passed, 1 a failure, 77 no CUDA device (ctest SKIP_RETURN_CODE).
+ */
+#include <cblas.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gk_gpu.h"
+
+#define SKIP_CODE 77
+#define REF64_MAX_WORK (1200LL * 1000 * 1200 * 3) /* m*n*k*batch up to which the CPU reference runs */
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rng_next(void) /* splitmix64 */
+{
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1). */
+static double rng_uniform(void) { return (double)(rng_next() >> 11) * 0x1.0p-52 - 1.0; }
+
+static float f16_to_f32(uint16_t h)
+{
+  const unsigned exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0)
+    v = ldexpf((float)mant, -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = ldexpf((float)(mant | 0x400), (int)exp - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/* Round to nearest even, subnormals included. */
+static uint16_t f32_to_f16(float f)
+{
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u)
+    return sign | (absx > 0x7f800000u ? 0x7e00 : 0x7c00);
+  if (absx >= 0x477ff000u) /* >= 65520: rounds to infinity */
+    return sign | 0x7c00;
+  if (absx < 0x38800000u) { /* below 2^-14: a subnormal half, in units of 2^-24 */
+    float v;
+    memcpy(&v, &absx, sizeof(v));
+    return sign | (uint16_t)lrintf(v * 16777216.0f);
+  }
+  const uint32_t rounded = absx + 0xfffu + ((absx >> 13) & 1u);
+  return sign | (uint16_t)((rounded - (112u << 23)) >> 13);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+  const uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fc0;
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static size_t dtype_size(gk_dtype t) { return t == GK_F64 ? 8 : t == GK_F32 ? 4 : 2; }
+
+static const char *dtype_label(gk_dtype t, bool fast)
+{
+  switch (t) {
+  case GK_F32: return fast ? "f32fast" : "f32";
+  case GK_F64: return "f64";
+  case GK_F16: return "f16";
+  case GK_BF16: return "bf16";
+  }
+  return "?";
+}
+
+static double load(const void *buf, gk_dtype t, int64_t i)
+{
+  switch (t) {
+  case GK_F32: return ((const float *)buf)[i];
+  case GK_F64: return ((const double *)buf)[i];
+  case GK_F16: return f16_to_f32(((const uint16_t *)buf)[i]);
+  case GK_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+  }
+  return NAN;
+}
+
+static void fill_random(void *buf, gk_dtype t, int64_t count)
+{
+  for (int64_t i = 0; i < count; i++) {
+    const double v = rng_uniform();
+    switch (t) {
+    case GK_F32: ((float *)buf)[i] = (float)v; break;
+    case GK_F64: ((double *)buf)[i] = v; break;
+    case GK_F16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
+    case GK_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    }
+  }
+}
+
+static void *xmalloc(size_t bytes)
+{
+  void *p = malloc(bytes ? bytes : 1);
+  if (p == NULL) {
+    fprintf(stderr, "FATAL: out of host memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+#define CUDA_OR_DIE(call)                                                                          \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    if (err_ != cudaSuccess) {                                                                     \
+      fprintf(stderr, "FATAL: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* ---- one case ------------------------------------------------------------------------------ */
+
+typedef struct {
+  gk_dtype dtype;
+  bool fast;
+  int64_t m, n, k, batch;
+  bool trans_a, trans_b;
+  double alpha, beta;
+  bool ref64;     /* compare against the float64 CPU reference */
+  bool vs_cublas; /* compare against cuBLAS */
+} test_case;
+
+typedef struct {
+  gk_gpu_ctx *ctx;
+  cudaStream_t stream;
+  const char *only_kernel; /* --kernel, or NULL */
+  bool use_cublas;
+  int cases, failures;
+} test_env;
+
+static double tolerance(const test_case *tc)
+{
+  switch (tc->dtype) {
+  case GK_F64: return 1e-12;
+  case GK_F32: return tc->fast ? 5e-3 : 1e-5 * fmax(1.0, sqrt((double)tc->k / 1024.0));
+  case GK_F16: return 5e-3;
+  case GK_BF16: return 2e-2;
+  }
+  return 0;
+}
+
+/* Elements of out that are NaN or infinite: a kernel must write every element, finitely. */
+static int64_t count_nonfinite(const void *out, gk_dtype t, int64_t count)
+{
+  int64_t bad = 0;
+  for (int64_t i = 0; i < count; i++)
+    bad += !isfinite(load(out, t, i));
+  return bad;
+}
+
+/* ||out - ref|| / ||ref|| over count elements, non-finite outputs left out (they fail on their
+ * own). ref is either float64 (ref64) or a buffer of the same dtype (ref_t). */
+static double rel_error(const void *out, gk_dtype t, const double *ref64, const void *ref_t,
+                        int64_t count)
+{
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double o = load(out, t, i);
+    const double r = ref64 ? ref64[i] : load(ref_t, t, i);
+    if (!isfinite(o))
+      continue;
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* C64 = alpha op(A) op(B) + beta C64 in float64, through OpenBLAS on upcast inputs. */
+static double *reference64(const test_case *tc, const void *a, const void *b, const void *c0)
+{
+  const int64_t ae = tc->m * tc->k, be = tc->k * tc->n, ce = tc->m * tc->n;
+  double *a64 = xmalloc((size_t)(ae * tc->batch) * sizeof(double));
+  double *b64 = xmalloc((size_t)(be * tc->batch) * sizeof(double));
+  double *c64 = xmalloc((size_t)(ce * tc->batch) * sizeof(double));
+  for (int64_t i = 0; i < ae * tc->batch; i++)
+    a64[i] = load(a, tc->dtype, i);
+  for (int64_t i = 0; i < be * tc->batch; i++)
+    b64[i] = load(b, tc->dtype, i);
+  for (int64_t i = 0; i < ce * tc->batch; i++)
+    c64[i] = c0 ? load(c0, tc->dtype, i) : 0.0;
+  for (int64_t z = 0; z < tc->batch; z++)
+    cblas_dgemm(CblasRowMajor, tc->trans_a ? CblasTrans : CblasNoTrans,
+                tc->trans_b ? CblasTrans : CblasNoTrans, (int)tc->m, (int)tc->n, (int)tc->k,
+                tc->alpha, a64 + z * ae, (int)(tc->trans_a ? tc->m : tc->k), b64 + z * be,
+                (int)(tc->trans_b ? tc->k : tc->n), tc->beta, c64 + z * ce, (int)tc->n);
+  free(a64);
+  free(b64);
+  return c64;
+}
+
+/* Runs one kernel into d_c (poisoned or reset to C0 first) and brings the result back to out.
+ * Returns the launch or execution error. */
+static cudaError_t run_kernel(test_env *env, const gk_kernel *kernel, const gk_problem *p,
+                              const void *d_c0, size_t c_bytes, void *out)
+{
+  if (p->beta != 0.0)
+    CUDA_OR_DIE(cudaMemcpyAsync(p->c, d_c0, c_bytes, cudaMemcpyDeviceToDevice, env->stream));
+  else /* all-ones bytes are NaN in every dtype: an unwritten element cannot pass */
+    CUDA_OR_DIE(cudaMemsetAsync(p->c, 0xFF, c_bytes, env->stream));
+  cudaError_t err = kernel->launch(env->ctx, p, env->stream);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(env->stream);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
+  return err;
+}
+
+static void print_result(test_env *env, const test_case *tc, const char *kernel, double err64,
+                         double errcb, int64_t bad, const char *failure)
+{
+  const double tol = tolerance(tc);
+  const bool ok = failure == NULL && bad == 0 && !(err64 > tol) && !(errcb > tol);
+  char e64[32] = "-", ecb[32] = "-";
+  if (err64 >= 0)
+    snprintf(e64, sizeof(e64), "%.2e", err64);
+  if (errcb >= 0)
+    snprintf(ecb, sizeof(ecb), "%.2e", errcb);
+  printf("%-14s %-7s %5lldx%-5lldx%-5lld b%-2lld %s%s a=%-5g b=%-5g  vs_f64 %-9s vs_cublas %-9s tol %.0e "
+         "%s%s%s\n",
+         kernel, dtype_label(tc->dtype, tc->fast), (long long)tc->m, (long long)tc->n,
+         (long long)tc->k, (long long)tc->batch, tc->trans_a ? "T" : "N", tc->trans_b ? "T" : "N",
+         tc->alpha, tc->beta, e64, ecb, tol, ok ? "PASS" : "FAIL", failure ? ": " : "",
+         failure ? failure : "");
+  if (bad > 0)
+    printf("    %lld non-finite outputs\n", (long long)bad);
+  env->cases++;
+  if (!ok)
+    env->failures++;
+  fflush(stdout);
+}
+
+static void run_case(test_env *env, const test_case *tc)
+{
+  const size_t es = dtype_size(tc->dtype);
+  const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
+  const int64_t c_elems = tc->m * tc->n * tc->batch;
+  const size_t a_bytes = (size_t)a_elems * es, b_bytes = (size_t)b_elems * es;
+  const size_t c_bytes = (size_t)c_elems * es;
+
+  void *a = xmalloc(a_bytes), *b = xmalloc(b_bytes), *c0 = NULL;
+  fill_random(a, tc->dtype, a_elems);
+  fill_random(b, tc->dtype, b_elems);
+  if (tc->beta != 0.0) {
+    c0 = xmalloc(c_bytes);
+    fill_random(c0, tc->dtype, c_elems);
+  }
+  double *ref = tc->ref64 ? reference64(tc, a, b, c0) : NULL;
+
+  void *d_a, *d_b, *d_c, *d_c0 = NULL;
+  CUDA_OR_DIE(cudaMalloc(&d_a, a_bytes));
+  CUDA_OR_DIE(cudaMalloc(&d_b, b_bytes));
+  CUDA_OR_DIE(cudaMalloc(&d_c, c_bytes));
+  CUDA_OR_DIE(cudaMemcpy(d_a, a, a_bytes, cudaMemcpyHostToDevice));
+  CUDA_OR_DIE(cudaMemcpy(d_b, b, b_bytes, cudaMemcpyHostToDevice));
+  if (c0 != NULL) {
+    CUDA_OR_DIE(cudaMalloc(&d_c0, c_bytes));
+    CUDA_OR_DIE(cudaMemcpy(d_c0, c0, c_bytes, cudaMemcpyHostToDevice));
+  }
+  const gk_problem p = {tc->dtype, tc->fast, tc->trans_a, tc->trans_b, tc->m, tc->n, tc->k,
+                        tc->batch, tc->alpha, tc->beta, d_a, d_b, d_c};
+  const int cc = gk_gpu_ctx_cc(env->ctx);
+  void *out = xmalloc(c_bytes);
+
+  /* cuBLAS first: its output is the second reference. */
+  void *cb = NULL;
+  if (tc->vs_cublas && env->use_cublas && gk_kernel_cublas.supports(&p, cc)) {
+    cb = xmalloc(c_bytes);
+    const cudaError_t err = run_kernel(env, &gk_kernel_cublas, &p, d_c0, c_bytes, cb);
+    if (err != cudaSuccess) {
+      print_result(env, tc, "cublas", -1, -1, 0, cudaGetErrorString(err));
+      free(cb);
+      cb = NULL;
+    } else if (env->only_kernel == NULL || strcmp(env->only_kernel, "cublas") == 0) {
+      const double e64 = ref ? rel_error(cb, tc->dtype, ref, NULL, c_elems) : -1;
+      print_result(env, tc, "cublas", e64, -1, count_nonfinite(cb, tc->dtype, c_elems), NULL);
+    }
+  }
+
+  size_t count;
+  const gk_kernel *const *kernels = gk_kernels(&count);
+  for (size_t i = 0; i < count; i++) {
+    const gk_kernel *kernel = kernels[i];
+    if (kernel == &gk_kernel_cublas || !kernel->supports(&p, cc))
+      continue;
+    if (env->only_kernel != NULL && strcmp(env->only_kernel, kernel->name) != 0)
+      continue;
+    const cudaError_t err = run_kernel(env, kernel, &p, d_c0, c_bytes, out);
+    if (err != cudaSuccess) {
+      print_result(env, tc, kernel->name, -1, -1, 0, cudaGetErrorString(err));
+      if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        fprintf(stderr, "FATAL: sticky device error after %s; stopping\n", kernel->name);
+        exit(1);
+      }
+      continue;
+    }
+    const double e64 = ref ? rel_error(out, tc->dtype, ref, NULL, c_elems) : -1;
+    const double ecb = cb ? rel_error(out, tc->dtype, NULL, cb, c_elems) : -1;
+    print_result(env, tc, kernel->name, e64, ecb, count_nonfinite(out, tc->dtype, c_elems), NULL);
+  }
+
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+  if (d_c0)
+    CUDA_OR_DIE(cudaFree(d_c0));
+  free(a);
+  free(b);
+  free(c0);
+  free(ref);
+  free(out);
+  free(cb);
+}
+
+/* ---- the case matrix ----------------------------------------------------------------------- */
+
+typedef struct {
+  gk_dtype dtype;
+  bool fast;
+} dtype_mode;
+
+static const dtype_mode all_modes[] = {
+    {GK_F32, false}, {GK_F32, true}, {GK_F64, false}, {GK_F16, false}, {GK_BF16, false}};
+#define MODE_COUNT (sizeof(all_modes) / sizeof(all_modes[0]))
+
+static void run_matrix(test_env *env, bool quick)
+{
+  static const int64_t small[][3] = {{1, 1, 1}, {7, 7, 7}, {1, 1000, 3}, {33, 17, 65}, {127, 129, 63}};
+  static const int64_t quick_shapes[][3] = {{1, 1, 1}, {7, 7, 7}, {33, 17, 65}, {40, 35, 33}};
+  for (size_t mi = 0; mi < MODE_COUNT; mi++) {
+    const dtype_mode mode = all_modes[mi];
+    const size_t nshapes = quick ? sizeof(quick_shapes) / sizeof(quick_shapes[0])
+                                 : sizeof(small) / sizeof(small[0]);
+    for (size_t s = 0; s < nshapes; s++) {
+      const int64_t *shape = quick ? quick_shapes[s] : small[s];
+      for (int t = 0; t < 4; t++) {
+        for (int variant = 0; variant < 2; variant++) {
+          test_case tc = {mode.dtype, mode.fast, shape[0], shape[1], shape[2], 1, t & 1, (t >> 1) & 1,
+                          1.0, 0.0, true, !quick};
+          if (variant == 1) { /* alpha, beta with C, a batch */
+            tc.alpha = -0.75;
+            tc.beta = 1.5;
+            tc.batch = 3;
+          }
+          run_case(env, &tc);
+        }
+      }
+    }
+    if (quick)
+      continue;
+    /* The seeds' example shape: every transpose, then alpha/beta/batch. */
+    for (int t = 0; t < 5; t++) {
+      test_case tc = {mode.dtype, mode.fast, 1000, 800, 1200, 1, t & 1, (t >> 1) & 1,
+                      1.0, 0.0, true, true};
+      if (t == 4) {
+        tc.trans_a = tc.trans_b = false;
+        tc.alpha = 0.5;
+        tc.beta = -2.0;
+        tc.batch = 3;
+      }
+      run_case(env, &tc);
+    }
+    /* 2048^3: against cuBLAS only (a float64 reference would cost 17 GFLOP on the host). */
+    for (int t = 0; t < 2; t++) {
+      const test_case tc = {mode.dtype, mode.fast, 2048, 2048, 2048, 1, t, t, 1.0, 0.0, false, true};
+      run_case(env, &tc);
+    }
+  }
+  if (!quick) { /* one 8192^3 per dtype for f32 and bf16, against cuBLAS only */
+    const gk_dtype big[] = {GK_F32, GK_BF16};
+    for (int i = 0; i < 2; i++) {
+      const test_case tc = {big[i], false, 8192, 8192, 8192, 1, false, false, 1.0, 0.0, false, true};
+      run_case(env, &tc);
+    }
+  }
+}
+
+/* ---- the registry (no GPU needed) ---------------------------------------------------------- */
+
+static int check_registry(void)
+{
+  int failures = 0;
+#define EXPECT(cond)                                                                               \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      printf("FAIL: registry: %s\n", #cond);                                                       \
+      failures++;                                                                                  \
+    }                                                                                              \
+  } while (0)
+  size_t count = 0;
+  const gk_kernel *const *kernels = gk_kernels(&count);
+  EXPECT(kernels != NULL && count >= 2);
+  for (size_t i = 0; i < count; i++) {
+    EXPECT(kernels[i]->name != NULL && kernels[i]->description != NULL);
+    EXPECT(kernels[i]->supports != NULL && kernels[i]->launch != NULL);
+    EXPECT(gk_kernel_by_name(kernels[i]->name) == kernels[i]); /* names are unique */
+    printf("registered: %-14s %s\n", kernels[i]->name, kernels[i]->description);
+  }
+  EXPECT(gk_kernel_by_name("tiled16") == &gk_kernel_tiled16);
+  EXPECT(gk_kernel_by_name("cublas") == &gk_kernel_cublas);
+  EXPECT(gk_kernel_by_name("no-such-kernel") == NULL);
+  EXPECT(gk_kernel_by_name(NULL) == NULL);
+
+  const int ccs[] = {80, 90};
+  for (size_t mi = 0; mi < MODE_COUNT; mi++) {
+    for (int c = 0; c < 2; c++) {
+      gk_problem p = {all_modes[mi].dtype, all_modes[mi].fast, false, true, 33, 17, 65, 2, 1.0, 0.0,
+                      NULL, NULL, NULL};
+      const gk_kernel *chosen = gk_select(&p, ccs[c], "auto");
+      EXPECT(chosen != NULL && chosen != &gk_kernel_cublas); /* auto never picks the reference */
+      EXPECT(gk_select(&p, ccs[c], NULL) == chosen);
+      EXPECT(gk_select(&p, ccs[c], "cublas") == &gk_kernel_cublas);
+      EXPECT(gk_select(&p, ccs[c], "tiled16") == &gk_kernel_tiled16);
+      EXPECT(gk_select(&p, ccs[c], "no-such-kernel") == chosen);
+      printf("auto for %-7s cc %d: %s\n", dtype_label(p.dtype, p.fast), ccs[c],
+             chosen ? chosen->name : "(none)");
+    }
+  }
+  /* Malformed problems are refused before anything is launched. */
+  int dummy;
+  gk_problem bad = {GK_F32, false, false, false, 0, 4, 4, 1, 1.0, 0.0, &dummy, &dummy, &dummy};
+  EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue);
+  bad.m = 4;
+  EXPECT(gk_problem_check(&bad) == cudaSuccess);
+  bad.alpha = NAN;
+  EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue);
+  bad.alpha = 1.0;
+  bad.m = bad.n = bad.k = INT64_C(1) << 31;
+  EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue); /* m*k*8 overflows int64 */
+  bad.m = bad.n = bad.k = 4;
+  bad.c = NULL;
+  EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue);
+  const gk_kernel *used = &gk_kernel_cublas;
+  EXPECT(gk_gpu_gemm(NULL, &bad, "auto", NULL, &used) == cudaErrorInvalidValue && used == NULL);
+#undef EXPECT
+  printf("registry: %s\n", failures ? "FAIL" : "PASS");
+  return failures;
+}
+
+/* ---- --bench: TFLOP/s per kernel beside cuBLAS --------------------------------------------- */
+
+static int cmp_float(const void *x, const void *y)
+{
+  const float a = *(const float *)x, b = *(const float *)y;
+  return (a > b) - (a < b);
+}
+
+/* Median milliseconds of `reps` timed launches after two warm-ups; -1 on error. */
+static double time_kernel(test_env *env, const gk_kernel *kernel, const gk_problem *p)
+{
+  enum { reps = 10 };
+  float ms[reps];
+  cudaEvent_t start, stop;
+  CUDA_OR_DIE(cudaEventCreate(&start));
+  CUDA_OR_DIE(cudaEventCreate(&stop));
+  double median = -1;
+  for (int i = 0; i < 2; i++)
+    if (kernel->launch(env->ctx, p, env->stream) != cudaSuccess)
+      goto out;
+  for (int i = 0; i < reps; i++) {
+    CUDA_OR_DIE(cudaEventRecord(start, env->stream));
+    if (kernel->launch(env->ctx, p, env->stream) != cudaSuccess)
+      goto out;
+    CUDA_OR_DIE(cudaEventRecord(stop, env->stream));
+    CUDA_OR_DIE(cudaEventSynchronize(stop));
+    CUDA_OR_DIE(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  qsort(ms, reps, sizeof(ms[0]), cmp_float);
+  median = (ms[reps / 2 - 1] + ms[reps / 2]) / 2.0;
+out:
+  CUDA_OR_DIE(cudaStreamSynchronize(env->stream));
+  CUDA_OR_DIE(cudaEventDestroy(start));
+  CUDA_OR_DIE(cudaEventDestroy(stop));
+  return median;
+}
+
+static void run_bench(test_env *env, int64_t size)
+{
+  const int cc = gk_gpu_ctx_cc(env->ctx);
+  const double flops = 2.0 * (double)size * (double)size * (double)size;
+  printf("\nbench: %lld^3, median of 10 (CUDA events), on %s\n", (long long)size,
+         gk_gpu_ctx_props(env->ctx)->name);
+  printf("%-14s %-7s %10s %10s %8s %10s\n", "kernel", "dtype", "ms", "TFLOP/s", "vs_cublas",
+         "rel_err");
+  for (size_t mi = 0; mi < MODE_COUNT; mi++) {
+    const dtype_mode mode = all_modes[mi];
+    const size_t es = dtype_size(mode.dtype);
+    const int64_t elems = size * size;
+    const size_t bytes = (size_t)elems * es;
+    void *h = xmalloc(bytes), *d_a, *d_b, *d_c, *d_ref;
+    CUDA_OR_DIE(cudaMalloc(&d_a, bytes));
+    CUDA_OR_DIE(cudaMalloc(&d_b, bytes));
+    CUDA_OR_DIE(cudaMalloc(&d_c, bytes));
+    CUDA_OR_DIE(cudaMalloc(&d_ref, bytes));
+    fill_random(h, mode.dtype, elems);
+    CUDA_OR_DIE(cudaMemcpy(d_a, h, bytes, cudaMemcpyHostToDevice));
+    fill_random(h, mode.dtype, elems);
+    CUDA_OR_DIE(cudaMemcpy(d_b, h, bytes, cudaMemcpyHostToDevice));
+    gk_problem p = {mode.dtype, mode.fast, false, false, size, size, size, 1, 1.0, 0.0,
+                    d_a, d_b, d_ref};
+    void *ref = xmalloc(bytes);
+    const double cublas_ms = time_kernel(env, &gk_kernel_cublas, &p);
+    CUDA_OR_DIE(cudaMemcpy(ref, d_ref, bytes, cudaMemcpyDeviceToHost));
+    printf("%-14s %-7s %10.3f %10.2f %8s %10s\n", "cublas", dtype_label(mode.dtype, mode.fast),
+           cublas_ms, flops / cublas_ms / 1e9, "1.00", "-");
+    p.c = d_c;
+    size_t count;
+    const gk_kernel *const *kernels = gk_kernels(&count);
+    for (size_t i = 0; i < count; i++) {
+      const gk_kernel *kernel = kernels[i];
+      if (kernel == &gk_kernel_cublas || !kernel->supports(&p, cc))
+        continue;
+      if (env->only_kernel != NULL && strcmp(env->only_kernel, kernel->name) != 0)
+        continue;
+      CUDA_OR_DIE(cudaMemset(d_c, 0xFF, bytes));
+      const double ms = time_kernel(env, kernel, &p);
+      CUDA_OR_DIE(cudaMemcpy(h, d_c, bytes, cudaMemcpyDeviceToHost));
+      const double err = rel_error(h, mode.dtype, NULL, ref, elems);
+      const int64_t bad = count_nonfinite(h, mode.dtype, elems);
+      printf("%-14s %-7s %10.3f %10.2f %8.2f %10.2e%s\n", kernel->name,
+             dtype_label(mode.dtype, mode.fast), ms, flops / ms / 1e9, cublas_ms / ms, err,
+             bad ? " NON-FINITE" : "");
+    }
+    free(h);
+    free(ref);
+    CUDA_OR_DIE(cudaFree(d_a));
+    CUDA_OR_DIE(cudaFree(d_b));
+    CUDA_OR_DIE(cudaFree(d_c));
+    CUDA_OR_DIE(cudaFree(d_ref));
+    fflush(stdout);
+  }
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  bool quick = false, bench = false, registry_only = false, probe_only = false;
+  int64_t bench_size = 4096;
+  uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+  const char *only_kernel = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (strcmp(argv[i], "--bench") == 0)
+      bench = true;
+    else if (strcmp(argv[i], "--registry") == 0)
+      registry_only = true;
+    else if (strcmp(argv[i], "--probe") == 0)
+      probe_only = true;
+    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 0);
+    else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
+      bench_size = strtoll(argv[++i], NULL, 0);
+    else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc)
+      only_kernel = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] "
+                      "[--registry] [--probe]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (bench_size < 1 || bench_size > 65536) {
+    fprintf(stderr, "--size: 1 to 65536\n");
+    return 2;
+  }
+  if (only_kernel != NULL && gk_kernel_by_name(only_kernel) == NULL) {
+    fprintf(stderr, "--kernel: no kernel named %s\n", only_kernel);
+    return 2;
+  }
+
+  if (!probe_only && check_registry() != 0)
+    return 1;
+  if (registry_only)
+    return 0;
+
+  int devices = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&devices);
+  if (probe != cudaSuccess || devices == 0) {
+    printf("SKIP: no CUDA device found (%s)\n",
+           probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
+    return SKIP_CODE;
+  }
+  if (probe_only)
+    return 0;
+
+  test_env env = {0};
+  env.only_kernel = only_kernel;
+  env.use_cublas = !quick; /* the sanitizer runs look at our kernels, not at cuBLAS */
+  CUDA_OR_DIE(gk_gpu_ctx_create(0, &env.ctx));
+  CUDA_OR_DIE(cudaStreamCreateWithFlags(&env.stream, cudaStreamNonBlocking));
+  const struct cudaDeviceProp *props = gk_gpu_ctx_props(env.ctx);
+  printf("device 0: %s, cc %d, %d SMs; seed %llu (--seed to repeat)\n", props->name,
+         gk_gpu_ctx_cc(env.ctx), props->multiProcessorCount, (unsigned long long)seed);
+  rng_state = seed;
+
+  if (bench)
+    run_bench(&env, bench_size);
+  else
+    run_matrix(&env, quick);
+
+  CUDA_OR_DIE(cudaStreamDestroy(env.stream));
+  gk_gpu_ctx_destroy(env.ctx);
+  if (!bench)
+    printf("\n%d cases, %d failed: %s\n", env.cases, env.failures, env.failures ? "FAIL" : "PASS");
+  return env.failures ? 1 : 0;
+}
