@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""The man pages render cleanly and say what the programs do (issue 7).
+
+  - gemmd(8), gemmctl(1) and gemmd.yaml(5) render with `man --warnings -l` (or groff -ww)
+    without a single warning, when man or groff is installed;
+  - every option of DESIGN.md's command-line contract is documented in its page;
+  - every option the built programs list in --help is documented (so the pages cannot fall
+    behind the code), when the program has --help;
+  - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name.
+
+Run: test_man_pages.py --source DIR --gemmd PATH [--gemmctl PATH]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+PAGES = {"gemmd": "daemon/gemmd.8", "gemmctl": "client/gemmctl.1",
+         "gemmd.yaml": "systemd/gemmd.yaml.5"}
+
+# DESIGN.md, "Command-line contract".
+CONTRACT = {
+    "gemmd": ["--config", "--listen", "--backend", "--log-level", "--check-config",
+              "auto", "gpu", "cpu"],
+    "gemmctl": ["--connect", "--json", "ping", "info", "stats", "gemm", "bench", "verify",
+                "--a", "--b", "--c", "--alpha", "--beta", "--trans-a", "--trans-b",
+                "--precision", "--out", "exact", "fast", "--m", "--n", "--k", "--dtype",
+                "--requests", "--concurrency", "GEMMD_ADDRESS", "unix:/run/gemmd/gemmd.sock"],
+}
+ENVIRONMENT = {"gemmd": ["NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC", "SIGTERM", "SIGHUP",
+                         "EXIT STATUS", "FILES", "ENVIRONMENT", "SIGNALS"],
+               "gemmctl": ["EXIT STATUS", "ENVIRONMENT"]}
+
+
+def plain(roff):
+    """The words of a roff page: escapes for '-' undone, font changes and requests dropped."""
+    text = roff.replace("\\-", "-").replace("\\(mu", "x")
+    text = re.sub(r"\\f[BIRP]", "", text)
+    text = re.sub(r'^\.\\".*$', "", text, flags=re.M)  # comments
+    text = re.sub(r"^\.[A-Za-z]+ ?", "", text, flags=re.M)  # requests and macros
+    return text.replace('"', " ")
+
+
+def render_warnings(page):
+    """Warnings from rendering page; None when no renderer is installed."""
+    if shutil.which("man"):
+        cmd = ["man", "--warnings", "-E", "UTF-8", "-l", page]
+    elif shutil.which("groff"):
+        cmd = ["groff", "-man", "-ww", "-z", "-Tutf8", page]
+    else:
+        return None
+    env = dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="80", LC_ALL="C.UTF-8")
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                          timeout=60)
+    problems = proc.stderr.decode("utf-8", "replace").strip()
+    if proc.returncode != 0:
+        problems = ("exit %d\n" % proc.returncode) + problems
+    if proc.stdout.strip() == b"" and cmd[0] == "man":
+        problems += "\n(rendered nothing)"
+    return problems
+
+
+def help_options(binary):
+    """The --long options a program's --help lists, or None when it has no --help."""
+    if not binary or not os.access(binary, os.X_OK):
+        return None
+    try:
+        proc = subprocess.run([binary, "--help"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0 or "--" not in text:
+        return None
+    return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text)))
+
+
+def yaml_keys(path):
+    """Dotted names of the mapping keys of a block-style YAML file (comments ignored)."""
+    keys, stack = [], []  # stack: (indent, key)
+    with open(path) as f:
+        for line in f:
+            stripped = line.split(" #", 1)[0].rstrip() if not line.lstrip().startswith("#") \
+                else ""
+            m = re.match(r"^( *)([A-Za-z_][A-Za-z0-9_]*):(\s|$)", stripped)
+            if not m:
+                continue
+            indent = len(m.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, m.group(2)))
+            keys.append(".".join(k for _, k in stack))
+    return keys
+
+
+def documented(word, text):
+    return re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(word), text) is not None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--source", required=True)
+    parser.add_argument("--gemmd")
+    parser.add_argument("--gemmctl")
+    args = parser.parse_args()
+
+    failures, notes = [], []
+    texts = {}
+    for name, rel in PAGES.items():
+        path = os.path.join(args.source, rel)
+        if not os.path.exists(path):
+            failures.append("%s: missing" % rel)
+            continue
+        with open(path) as f:
+            texts[name] = plain(f.read())
+        problems = render_warnings(path)
+        if problems is None:
+            notes.append("no man or groff here: rendering of %s not checked" % rel)
+        elif problems:
+            failures.append("%s renders with warnings:\n    %s" % (rel,
+                                                                  problems.replace("\n", "\n    ")))
+        else:
+            print("ok: %s renders without warnings" % rel)
+
+    for name, words in list(CONTRACT.items()) + list(ENVIRONMENT.items()):
+        if name not in texts:
+            continue
+        lacking = [w for w in words if not documented(w, texts[name])]
+        if lacking:
+            failures.append("%s lacks: %s" % (PAGES[name], " ".join(lacking)))
+        else:
+            print("ok: %s documents its %d contract words" % (PAGES[name], len(words)))
+
+    for name, binary in (("gemmd", args.gemmd), ("gemmctl", args.gemmctl)):
+        options = help_options(binary)
+        if options is None:
+            notes.append("%s: no --help to compare the page with" % name)
+            continue
+        lacking = [o for o in options if o not in ("--help", "--version") and
+                   not documented(o, texts.get(name, ""))]
+        if lacking:
+            failures.append("%s --help lists options %s lacks: %s" %
+                            (name, PAGES[name], " ".join(lacking)))
+        else:
+            print("ok: every option of %s --help is in %s" % (name, PAGES[name]))
+
+    config = os.path.join(args.source, "config", "gemmd.yaml")
+    if os.path.exists(config) and "gemmd.yaml" in texts:
+        keys = yaml_keys(config)
+        lacking = [k for k in keys if not documented(k, texts["gemmd.yaml"])]
+        if lacking:
+            failures.append("gemmd.yaml(5) lacks config keys: %s" % " ".join(lacking))
+        else:
+            print("ok: gemmd.yaml(5) documents all %d keys of config/gemmd.yaml" % len(keys))
+    else:
+        notes.append("no config/gemmd.yaml: config keys not compared")
+
+    for note in notes:
+        print("note: " + note)
+    for failure in failures:
+        print("FAIL: " + failure)
+    print("FAILED" if failures else "PASS")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

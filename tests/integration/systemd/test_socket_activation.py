@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""gemmd under socket activation (issue 7): it adopts the sockets it is handed (LISTEN_FDS).
+
+systemd-socket-activate plays systemd: it binds the listening sockets, waits for the first
+client, then execs gemmd with LISTEN_FDS/LISTEN_PID set (the same process, so LISTEN_PID is
+gemmd's pid), exactly what gemmd.socket does. The tests check that
+  - gemmd serves ping and GEMMs (checked against a float64 reference) on the handed socket,
+    including the connection that triggered the activation;
+  - it does so when its config lists the same path as a listen address (what the installed
+    gemmd.yaml and gemmd.socket do: both name /run/gemmd/gemmd.sock);
+  - it adopts every socket handed over (a Unix and a TCP one at once);
+  - it exits 0 on SIGTERM and leaves the socket file in place: it belongs to systemd, which
+    keeps listening on it across daemon restarts.
+
+Run: test_socket_activation.py --gemmd PATH (PYTHONPATH must hold tests/integration).
+"""
+
+import os
+import shutil
+import sys
+
+import gemmd_harness as h
+
+ACTIVATE = shutil.which("systemd-socket-activate")
+# systemd-socket-activate hands its child only LISTEN_*, PATH, HOME, TERM and what -E names:
+# pass the sanitizer settings through so that an ASan build behaves as it does elsewhere.
+PASS_ENV = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "GEMMD_TEST_SEED", "LANG")
+
+
+class ActivatedDaemon(h.Daemon):
+    """A Daemon whose listening sockets systemd-socket-activate binds and hands over."""
+
+    def __init__(self, gemmd, extra_listen=(), **kwargs):
+        self.extra_listen = list(extra_listen)  # further -l addresses
+        super().__init__(gemmd, **kwargs)
+
+    def command(self):
+        cmd = [ACTIVATE, "-l", self.unix_path]
+        for addr in self.extra_listen:
+            cmd += ["-l", addr]
+        for name in PASS_ENV:
+            if name in os.environ:
+                cmd += ["-E", name]
+        return cmd + super().command()
+
+
+def need_activate():
+    if not ACTIVATE:
+        raise h.Skip("systemd-socket-activate is not installed")
+
+
+def serve_checks(ctx, client):
+    assert client.call("ping") == "pong", "ping on the handed socket"
+    h.check_gemm(client, ctx.rng, 7, 5, 3, "f32")
+    h.check_gemm(client, ctx.rng, 1, 9, 13, "f64", trans_a=True, alpha=-0.5, beta=2.0)
+    h.check_gemm(client, ctx.rng, 17, 3, 1, "f32", trans_b=True, alpha=1.5, beta=0.0)
+
+
+def stop_and_check_socket_kept(daemon):
+    daemon.stop()  # SIGTERM; asserts exit 0 and a log free of sanitizer reports
+    assert os.path.exists(daemon.unix_path), \
+        "gemmd removed %s, which systemd handed it: the socket unit would be cut off from " \
+        "its clients" % daemon.unix_path
+
+
+def test_handed_unix_socket(ctx):
+    """Config lists the very path systemd bound: gemmd must adopt it, not bind it again."""
+    need_activate()
+    daemon = ActivatedDaemon(ctx.gemmd)
+    daemon.start(wait=False)
+    # The first connection is what makes systemd-socket-activate exec gemmd; it must be
+    # served too (it waits in the socket's backlog meanwhile).
+    daemon.wait_listening()  # the path exists as soon as the activator has bound it
+    with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
+        serve_checks(ctx, client)
+    assert daemon.running(), "gemmd exited after serving\n" + daemon.log_tail()
+    stop_and_check_socket_kept(daemon)
+
+
+def test_handed_socket_not_in_config(ctx):
+    """The config lists a different Unix path: gemmd serves on both, the handed one first."""
+    need_activate()
+    daemon = ActivatedDaemon(ctx.gemmd)
+    own_path = os.path.join(daemon.dir, "own.sock")
+    daemon.write_config({"listen": ["unix:" + own_path]})
+    daemon.start(wait=False)
+    daemon.wait_listening()
+    with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
+        serve_checks(ctx, client)
+    daemon.wait_listening(path=own_path)
+    with h.Client("unix:" + own_path, timeout=30.0 * daemon.scale) as client:
+        assert client.call("ping") == "pong", "ping on the configured socket"
+    stop_and_check_socket_kept(daemon)
+
+
+def test_two_handed_sockets(ctx):
+    """LISTEN_FDS=2: a Unix socket and a TCP one, both adopted."""
+    need_activate()
+    port = h.free_tcp_port()
+    daemon = ActivatedDaemon(ctx.gemmd, extra_listen=["127.0.0.1:%d" % port])
+    daemon.start(wait=False)
+    daemon.wait_listening()
+    with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
+        serve_checks(ctx, client)
+    with h.Client("tcp:127.0.0.1:%d" % port, timeout=30.0 * daemon.scale) as client:
+        assert client.call("ping") == "pong", "ping on the handed TCP socket"
+        h.check_gemm(client, ctx.rng, 5, 11, 7, "f32", trans_a=True, trans_b=True, alpha=0.75,
+                     beta=-1.25)
+    stop_and_check_socket_kept(daemon)
+
+
+if __name__ == "__main__":
+    sys.exit(h.main([test_handed_unix_socket, test_handed_socket_not_in_config,
+                     test_two_handed_sockets]))
