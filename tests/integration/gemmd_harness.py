@@ -54,6 +54,11 @@ Numbers
       with beta == 0 and poison_c it sends c full of NaN, which must not leak into the result.
 
 Running a test script
+  wait_until(predicate, timeout, what) -> the first truthy value of predicate(), polled; raises
+      AssertionError("timed out waiting for WHAT") after timeout seconds.
+  send_in_background(client, data) -> started Thread that sendall()s data (so that a test can
+      read replies while a long pipeline is still being written); .error holds its exception.
+  dig(mapping, "a.b.c", default=None) -> nested value of a reply map.
   run_threads(target, count, *args)  target(i, *args) in count threads; re-raises a failure.
   main(tests, argv=None)   tests: list of functions f(ctx); ctx has .gemmd, .rng, .quick.
       Runs each, prints PASS/FAIL/SKIP lines and the logs of the daemons of a failed test.
@@ -508,6 +513,9 @@ def ref_gemm(a, b, c, alpha, beta, trans_a=False, trans_b=False):
     return out
 
 
+SUBNORMAL_SPACING = {"f64": 5e-324, "f32": 2.0**-149, "f16": 2.0**-24, "bf16": 2.0**-133}
+
+
 def tolerance(dtype, k):
     """Relative tolerance of one element against sum |alpha a_il b_lj| + |beta c_ij|."""
     if dtype == "f64":
@@ -538,7 +546,8 @@ def assert_close(out, a, b, c, alpha, beta, trans_a, trans_b, dtype, what=""):
     k = (a.shape[-2] if trans_a else a.shape[-1])
     tol = tolerance(dtype, k)
     err = np.abs(out - ref)
-    limit = tol * scale + 1e-30
+    # plus the spacing of the output type's subnormals: a tiny f16 result is rounded absolutely
+    limit = tol * scale + SUBNORMAL_SPACING[dtype]
     over = err > limit
     if over.any():
         ratio = err / limit
@@ -883,3 +892,43 @@ def run_threads(target, count, *args):
         i, exc, text = errors[0]
         raise AssertionError("thread %d of %d failed (%d failed in all): %s\n%s" %
                              (i, count, len(errors), exc, text))
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(0.02)
+
+
+def send_in_background(client, data):
+    # A dup of the socket with its own long timeout: the reader's settimeout() calls must not
+    # cut this sendall short (both stay in timeout mode, so the fd stays non-blocking).
+    sock = client.sock.dup()
+    sock.settimeout(600)
+
+    def body():
+        try:
+            sock.sendall(data)
+        except BaseException as exc:  # noqa: kept for the caller
+            thread.error = exc
+        finally:
+            sock.close()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.error = None
+    thread.start()
+    return thread
+
+
+def dig(mapping, path, default=None):
+    value = mapping
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
