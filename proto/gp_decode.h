@@ -14,12 +14,19 @@
  * Usage:
  *
  *   gp_decoder *d = gp_decoder_new(GP_ROLE_SERVER, &limits);
- *   while (len > 0) {
+ *   for (;;) {                   // until NEED_MORE, even once len is 0
  *     gp_event ev;
  *     size_t used = gp_decoder_feed(d, data, len, &ev);
  *     data += used; len -= used;
- *     switch (ev.type) { ... }   // GP_EV_NEED_MORE means `used == len` was everything
+ *     if (ev.type == GP_EV_NEED_MORE) break;   // all len bytes were consumed
+ *     if (ev.type == GP_EV_FATAL) { close; break; }
+ *     switch (ev.type) { ... }
  *   }
+ *
+ * Keep calling until NEED_MORE: one piece of input can complete several
+ * events (the last PAYLOAD and MESSAGE_END; a ping's REQUEST and its
+ * MESSAGE_END), and the later ones come from calls that consume 0 bytes, also
+ * after all input is used up (call with len 0).
  *
  * Events of one message, in order:
  *   SERVER role: REQUEST, then for gemm its PAYLOAD events (a, then b, then c),

@@ -156,7 +156,7 @@ void gp_limits_default(gp_limits *limits) {
 
 static int check_dim(const char *name, uint64_t value, uint64_t max, gp_error *err) {
   if (value < 1)
-    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s must be >= 1", name);
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s: must be >= 1", name);
   if (value > max)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: %llu is over the limit %llu", name,
                         (unsigned long long)value, (unsigned long long)max);
@@ -209,9 +209,9 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
       (rc = check_dim("batch", hdr->batch, limits->max_batch, err)) != GP_OK)
     return rc;
   if (!isfinite(hdr->alpha))
-    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "alpha must be finite");
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "alpha: must be finite");
   if (!isfinite(hdr->beta))
-    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta must be finite");
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta: must be finite");
   if (hdr->beta != 0.0 && !has_c)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||

@@ -1,0 +1,168 @@
+/*
+ * gp_decode_internal.h - internal: the decoder's state, shared by the engine
+ * (gp_decode.c: bytes, tokens, nesting, limits, events) and the two grammars
+ * (gp_decode_server.c: requests and notifications; gp_decode_client.c:
+ * responses).
+ *
+ * The engine walks the msgpack structure with a stack of frames, one per open
+ * array or map, each tagged with a kind that says what its elements mean. For
+ * every token it asks the role's grammar what to do (gp__grammar.on_value),
+ * hands collected strings back to it (on_string), and tells it when a
+ * container closes (on_close). The grammar emits events and rejects; the
+ * engine enforces every framing limit before anything is read or reserved.
+ */
+#ifndef GP_DECODE_INTERNAL_H
+#define GP_DECODE_INTERNAL_H
+
+#include "gp_decode.h"
+#include "gp_token.h"
+
+/* Nesting is capped here whatever max_depth says: the stack is a fixed array. */
+#define GP__DEPTH_CAP 64
+/* Strings the grammar reads (keys, method and dtype names, error messages) are
+ * kept up to this many bytes; longer ones are still bounded by
+ * max_string_bytes and compared by their full length, so they never match. */
+#define GP__STR_CAP 256
+/* Events one step can produce (e.g. PAYLOAD then MESSAGE_END). */
+#define GP__QUEUE_CAP 4
+
+typedef enum {
+  GP__K_ENVELOPE,    /* [type, msgid, method, params] or [type, method, params] */
+  GP__K_SKIP,        /* contents ignored */
+  GP__K_PARAMS_SKIP, /* params ignored; bins directly inside are payloads (not header bytes) */
+  GP__K_PARAMS_GEMM, /* [hdr, a, b(, c)] */
+  GP__K_HDR,         /* the gemm header map */
+  GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
+  GP__K_OUT_HDR,     /* client: the gemm reply header map */
+  GP__K_TIMINGS,     /* client: out_hdr.timings */
+  GP__K_ERROR,       /* client: the error map */
+} gp__kind;
+
+typedef struct {
+  gp__kind kind;
+  uint64_t remaining; /* elements still to come (a map counts keys and values) */
+  uint32_t index;     /* elements seen so far; in a map even = key, odd = value */
+  uint32_t count;     /* elements declared (pairs for a map) */
+} gp__frame;
+
+typedef enum {
+  GP__BODY_NONE,
+  GP__BODY_COLLECT,      /* str/bin body the grammar wants: kept in d->str, then on_string */
+  GP__BODY_SKIP,         /* ignored body; counts as header bytes, bounded by max_string_bytes */
+  GP__BODY_PAYLOAD,      /* streamed out as PAYLOAD events */
+  GP__BODY_PAYLOAD_SKIP, /* a payload-position bin dropped (rejected message) */
+} gp__body;
+
+/* What to do with the token just read: the kind of a new frame (ARRAY, MAP) or the handling
+ * of a body (STR, BIN, EXT). */
+typedef struct {
+  gp__kind kind;
+  gp__body body;
+} gp__action;
+
+typedef enum { GP__MSG_REQUEST = 0, GP__MSG_RESPONSE = 1, GP__MSG_NOTIFICATION = 2 } gp__msg_type;
+
+struct gp_decoder {
+  gp_role role;
+  gp_limits limits;      /* of the current message */
+  gp_limits next_limits; /* from gp_decoder_set_limits; applied when a message starts */
+
+  gp__tokenizer tz;
+  gp__token tok; /* the last token read; valid while its body is consumed */
+
+  gp__body body;
+  uint64_t body_left;
+  uint64_t body_offset;
+  gp_operand body_operand;
+  char str[GP__STR_CAP]; /* collected body (not NUL-terminated) */
+  size_t str_len;        /* its full length; bytes past GP__STR_CAP are dropped */
+
+  gp__frame stack[GP__DEPTH_CAP];
+  uint32_t depth;
+
+  /* the message being decoded */
+  bool in_message;
+  uint64_t msg_bytes;
+  uint64_t hdr_bytes;
+  gp__msg_type msg_type;
+  uint32_t msgid;
+  bool has_msgid;
+  gp_method method;
+  bool silent; /* rejected or skipped: no more events for this message */
+  int cur_key; /* the map key whose value comes next; -1 when ignored */
+
+  /* server: the gemm request */
+  gp_gemm_hdr gemm;
+  bool has_c;
+  uint32_t keys_seen; /* bit per header key */
+  uint64_t operand_bytes[3];
+
+  /* client: the response */
+  gp_error resp_err; /* code != 0 when the error field was not nil */
+  bool result_first_map;
+  gp_gemm_result_hdr rh;
+  uint32_t rh_seen;
+  gp_error rh_err; /* first problem found in out_hdr */
+
+  /* client: the capture of a generic result, unpacked with msgpack-c once complete */
+  bool capturing;
+  bool capture_failed;
+  uint8_t *cap;
+  size_t cap_len;
+  size_t cap_alloc;
+  msgpack_unpacked unpacked;
+
+  gp_event queue[GP__QUEUE_CAP];
+  unsigned q_head;
+  unsigned q_len;
+
+  bool fatal;
+  gp_error fatal_err;
+};
+
+/* ---- engine services for the grammars (gp_decode.c) ---- */
+
+/* Queues an event of this type with msgid, has_msgid and method filled; the caller fills the
+ * rest. Never NULL: on overflow (a bug) the decoder turns fatal and a scratch event is given. */
+gp_event *gp__emit(gp_decoder *d, gp_event_type type);
+
+/* Emits REJECT with err and makes the rest of the message silent. */
+void gp__reject(gp_decoder *d, const gp_error *err);
+void gp__rejectf(gp_decoder *d, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Turns the decoder fatal (FATAL now and on every later call). */
+void gp__fatalf(gp_decoder *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* How an ignored token is skipped: containers become SKIP frames; bins directly inside a params
+ * array are payloads (not header bytes); every other body is skipped as header bytes. */
+gp__action gp__skip_action(gp__kind parent, const gp__token *tok);
+
+/* The frame whose element is being read; NULL at the top level. */
+static inline gp__frame *gp__parent(gp_decoder *d) {
+  return d->depth > 0 ? &d->stack[d->depth - 1] : NULL;
+}
+
+/* Writes a printable, truncated copy of s (len bytes) into out for an error message. */
+void gp__printable(char *out, size_t out_size, const char *s, size_t len);
+
+/* The token's type in words ("an integer", "a map"), for error messages. */
+const char *gp__tok_words(const gp__token *tok);
+
+/* ---- the grammars ---- */
+
+typedef struct {
+  /* A token header was read (tok->type any). Returns the frame kind / body handling. May emit,
+   * reject or fatal. Not called while the message is silent. */
+  gp__action (*on_value)(gp_decoder *d, const gp__token *tok);
+  /* A COLLECT body is complete: d->str / d->str_len. */
+  void (*on_string)(gp_decoder *d);
+  /* A container closed (already popped); d->depth is its parent's. Called even when silent,
+   * so that the grammar sees the message end. */
+  void (*on_close)(gp_decoder *d, const gp__frame *closed);
+} gp__grammar;
+
+extern const gp__grammar gp__server_grammar;
+extern const gp__grammar gp__client_grammar;
+
+#endif /* GP_DECODE_INTERNAL_H */

@@ -1,0 +1,326 @@
+/*
+ * gp_decode_server.c - the server role's grammar: requests
+ * [0, msgid, method, params] and notifications [2, method, params], and the
+ * gemm header map inside a gemm request's params.
+ */
+#include "gp_decode_internal.h"
+#include "gp_encode.h"
+
+#include <string.h>
+
+static const gp__action COLLECT = {GP__K_SKIP, GP__BODY_COLLECT};
+static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
+
+/* The header keys; the bit of key i in keys_seen is 1 << i. */
+enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
+       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_COUNT };
+static const char *const hdr_keys[KEY_COUNT] = {
+    "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
+    "timeout_ms"};
+
+static int hdr_key_of(const char *s, size_t len) {
+  for (int i = 0; i < KEY_COUNT; i++) {
+    if (strlen(hdr_keys[i]) == len && memcmp(hdr_keys[i], s, len) == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* Element index of the method and of the params within the envelope. */
+static uint32_t method_index(const gp_decoder *d) {
+  return d->msg_type == GP__MSG_REQUEST ? 2 : 1;
+}
+
+/* Rejects a value of the wrong type: "<field>: must be <expected>, got <what it was>". */
+static gp__action reject_type(gp_decoder *d, gp__kind parent, const gp__token *tok,
+                              const char *field, const char *expected) {
+  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: must be %s, got %s", field, expected,
+              gp__tok_words(tok));
+  return gp__skip_action(parent, tok);
+}
+
+/* ---- envelope ---- */
+
+static gp__action envelope_start(gp_decoder *d, const gp__token *tok) {
+  if (tok->len != 4 && tok->len != 3)
+    gp__fatalf(d, "envelope: a request has 4 elements and a notification 3, got %u", tok->len);
+  return (gp__action){GP__K_ENVELOPE, GP__BODY_NONE};
+}
+
+static void read_type(gp_decoder *d, uint32_t count, const gp__token *tok) {
+  if (tok->type == GP__TOK_INT && !tok->neg && tok->u == GP__MSG_REQUEST && count == 4) {
+    d->msg_type = GP__MSG_REQUEST;
+    return;
+  }
+  if (tok->type == GP__TOK_INT && !tok->neg && tok->u == GP__MSG_NOTIFICATION && count == 3) {
+    d->msg_type = GP__MSG_NOTIFICATION;
+    return;
+  }
+  if (tok->type == GP__TOK_INT && !tok->neg)
+    gp__fatalf(d, "envelope: type %llu with %u elements is neither a request nor a notification",
+               (unsigned long long)tok->u, count);
+  else
+    gp__fatalf(d, "envelope: the type field must be an integer, got %s", gp__tok_words(tok));
+}
+
+static void read_msgid(gp_decoder *d, const gp__token *tok) {
+  if (tok->type != GP__TOK_INT || tok->neg || tok->u > UINT32_MAX) {
+    gp__fatalf(d, "msgid: must be a uint32, got %s", gp__tok_words(tok));
+    return;
+  }
+  d->msgid = (uint32_t)tok->u;
+  d->has_msgid = true;
+}
+
+static gp__action read_method(gp_decoder *d, const gp__token *tok) {
+  if (tok->type == GP__TOK_STR || tok->type == GP__TOK_BIN)
+    return COLLECT;
+  if (d->msg_type == GP__MSG_REQUEST)
+    return reject_type(d, GP__K_ENVELOPE, tok, "method", "a str or bin");
+  d->method = GP_METHOD_UNKNOWN; /* a notification: ignored */
+  return gp__skip_action(GP__K_ENVELOPE, tok);
+}
+
+static gp__action read_params(gp_decoder *d, const gp__token *tok) {
+  if (d->msg_type == GP__MSG_NOTIFICATION) /* never answered, so never parsed */
+    return gp__skip_action(GP__K_ENVELOPE, tok);
+  if (d->method == GP_METHOD_GEMM) {
+    if (tok->type == GP__TOK_ARRAY && (tok->len == 3 || tok->len == 4)) {
+      d->has_c = tok->len == 4;
+      return (gp__action){GP__K_PARAMS_GEMM, GP__BODY_NONE};
+    }
+    if (tok->type == GP__TOK_ARRAY)
+      gp__rejectf(d, GP_E_INVALID_ARGUMENT,
+                  "params: gemm takes [hdr, a, b] or [hdr, a, b, c], got %u elements", tok->len);
+    else
+      gp__rejectf(d, GP_E_INVALID_ARGUMENT,
+                  "params: gemm takes [hdr, a, b] or [hdr, a, b, c], got %s", gp__tok_words(tok));
+    return gp__skip_action(GP__K_ENVELOPE, tok);
+  }
+  if (tok->type == GP__TOK_ARRAY && tok->len == 0)
+    return (gp__action){GP__K_SKIP, GP__BODY_NONE};
+  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: %s takes [], got %s%s",
+              gp_method_name(d->method),
+              tok->type == GP__TOK_ARRAY ? "an array of " : gp__tok_words(tok),
+              tok->type == GP__TOK_ARRAY ? "elements" : "");
+  return gp__skip_action(GP__K_ENVELOPE, tok);
+}
+
+static gp__action envelope_element(gp_decoder *d, const gp__frame *f, const gp__token *tok) {
+  if (f->index == 0) {
+    read_type(d, f->count, tok);
+    return NOTHING;
+  }
+  if (d->msg_type == GP__MSG_REQUEST && f->index == 1) {
+    read_msgid(d, tok);
+    return NOTHING;
+  }
+  if (f->index == method_index(d))
+    return read_method(d, tok);
+  return read_params(d, tok);
+}
+
+static void method_read(gp_decoder *d) {
+  d->method = d->str_len <= GP__STR_CAP ? gp_method_from_name(d->str, d->str_len)
+                                         : GP_METHOD_UNKNOWN;
+  if (d->method != GP_METHOD_UNKNOWN || d->msg_type != GP__MSG_REQUEST)
+    return;
+  char name[64];
+  gp__printable(name, sizeof name, d->str, d->str_len);
+  gp__rejectf(d, GP_E_UNIMPLEMENTED, "method \"%s\" is not implemented", name);
+}
+
+/* ---- gemm params: [hdr, a, b(, c)] ---- */
+
+static gp__action gemm_param(gp_decoder *d, const gp__frame *f, const gp__token *tok) {
+  if (f->index == 0) {
+    if (tok->type == GP__TOK_MAP)
+      return (gp__action){GP__K_HDR, GP__BODY_NONE};
+    return reject_type(d, GP__K_PARAMS_GEMM, tok, "hdr", "a map");
+  }
+  gp_operand op = (gp_operand)(f->index - 1);
+  if (tok->type != GP__TOK_BIN)
+    return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op), "a bin");
+  if (tok->len != d->operand_bytes[op]) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: expected %llu bytes, got %u", gp_operand_name(op),
+                (unsigned long long)d->operand_bytes[op], tok->len);
+    return (gp__action){GP__K_SKIP, GP__BODY_PAYLOAD_SKIP};
+  }
+  d->body_operand = op;
+  return (gp__action){GP__K_SKIP, GP__BODY_PAYLOAD};
+}
+
+/* ---- the gemm header map ---- */
+
+static gp__action hdr_key(gp_decoder *d, const gp__token *tok) {
+  if (tok->type == GP__TOK_STR)
+    return COLLECT;
+  return reject_type(d, GP__K_HDR, tok, "hdr: a key", "a str");
+}
+
+static gp__action hdr_uint(gp_decoder *d, const gp__token *tok, uint64_t *out) {
+  const char *key = hdr_keys[d->cur_key];
+  if (tok->type != GP__TOK_INT)
+    return reject_type(d, GP__K_HDR, tok, key, "an integer");
+  if (tok->neg) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: must be >= %d, got %lld", key,
+                d->cur_key == KEY_TIMEOUT_MS ? 0 : 1, (long long)tok->i);
+    return NOTHING;
+  }
+  *out = tok->u;
+  return NOTHING;
+}
+
+static gp__action hdr_bool(gp_decoder *d, const gp__token *tok, bool *out) {
+  if (tok->type != GP__TOK_BOOL)
+    return reject_type(d, GP__K_HDR, tok, hdr_keys[d->cur_key], "a bool");
+  *out = tok->b;
+  return NOTHING;
+}
+
+static gp__action hdr_number(gp_decoder *d, const gp__token *tok, double *out) {
+  if (tok->type == GP__TOK_FLOAT)
+    *out = tok->f;
+  else if (tok->type == GP__TOK_INT)
+    *out = tok->neg ? (double)tok->i : (double)tok->u;
+  else
+    return reject_type(d, GP__K_HDR, tok, hdr_keys[d->cur_key], "a number");
+  return NOTHING;
+}
+
+static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
+  gp_gemm_hdr *h = &d->gemm;
+  switch (d->cur_key) {
+  case KEY_M: return hdr_uint(d, tok, &h->m);
+  case KEY_N: return hdr_uint(d, tok, &h->n);
+  case KEY_K: return hdr_uint(d, tok, &h->k);
+  case KEY_BATCH: return hdr_uint(d, tok, &h->batch);
+  case KEY_TIMEOUT_MS:
+    h->has_timeout = true;
+    return hdr_uint(d, tok, &h->timeout_ms);
+  case KEY_TRANS_A: return hdr_bool(d, tok, &h->trans_a);
+  case KEY_TRANS_B: return hdr_bool(d, tok, &h->trans_b);
+  case KEY_ALPHA: return hdr_number(d, tok, &h->alpha);
+  case KEY_BETA: return hdr_number(d, tok, &h->beta);
+  default: /* dtype, precision */
+    if (tok->type == GP__TOK_STR)
+      return COLLECT;
+    return reject_type(d, GP__K_HDR, tok, hdr_keys[d->cur_key], "a str");
+  }
+}
+
+static void hdr_key_read(gp_decoder *d) {
+  char name[64];
+  int key = d->str_len <= GP__STR_CAP ? hdr_key_of(d->str, d->str_len) : -1;
+  if (key < 0) {
+    gp__printable(name, sizeof name, d->str, d->str_len);
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "hdr: unknown key \"%s\"", name);
+    return;
+  }
+  if (d->keys_seen & (1u << key)) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "hdr: duplicate key \"%s\"", hdr_keys[key]);
+    return;
+  }
+  d->keys_seen |= 1u << key;
+  d->cur_key = key;
+}
+
+static void hdr_string_read(gp_decoder *d) {
+  char value[64];
+  size_t len = d->str_len <= GP__STR_CAP ? d->str_len : 0;
+  if (d->cur_key == KEY_DTYPE && len > 0 && gp_dtype_from_name(d->str, len, &d->gemm.dtype) == 0)
+    return;
+  if (d->cur_key == KEY_PRECISION && len > 0 &&
+      gp_precision_from_name(d->str, len, &d->gemm.precision) == 0)
+    return;
+  gp__printable(value, sizeof value, d->str, d->str_len);
+  if (d->cur_key == KEY_DTYPE)
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "dtype: \"%s\" is not one of f32, f64, f16, bf16",
+                value);
+  else
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "precision: \"%s\" is not one of exact, fast", value);
+}
+
+/* The header map closed: required keys, semantic checks, then the REQUEST event. */
+static void hdr_done(gp_decoder *d) {
+  static const int required[] = {KEY_M, KEY_N, KEY_K, KEY_DTYPE};
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+    if (!(d->keys_seen & (1u << required[i]))) {
+      gp__rejectf(d, GP_E_INVALID_ARGUMENT, "hdr: missing %s", hdr_keys[required[i]]);
+      return;
+    }
+  }
+  gp_error err;
+  if (gp_gemm_hdr_validate(&d->gemm, d->has_c, &d->limits, &err) != GP_OK) {
+    gp__reject(d, &err);
+    return;
+  }
+  uint64_t total = d->msg_bytes;
+  for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++) {
+    if (op == GP_OPERAND_C && !d->has_c)
+      break;
+    gp_gemm_operand_bytes(&d->gemm, op, &d->operand_bytes[op]); /* cannot overflow: validated */
+    total += GP_BIN_HEADER_MAX + d->operand_bytes[op];
+  }
+  if (total > d->limits.max_message_bytes) {
+    gp__rejectf(d, GP_E_RESOURCE_EXHAUSTED, "message: %llu bytes are over max_message_bytes (%llu)",
+                (unsigned long long)total, (unsigned long long)d->limits.max_message_bytes);
+    return;
+  }
+  gp_event *ev = gp__emit(d, GP_EV_REQUEST);
+  ev->gemm = d->gemm;
+  ev->has_c = d->has_c;
+}
+
+/* ---- the grammar ---- */
+
+static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
+  gp__frame *f = gp__parent(d);
+  if (f == NULL)
+    return envelope_start(d, tok);
+  switch (f->kind) {
+  case GP__K_ENVELOPE:
+    return envelope_element(d, f, tok);
+  case GP__K_PARAMS_GEMM:
+    return gemm_param(d, f, tok);
+  case GP__K_HDR:
+    return (f->index % 2 == 0) ? hdr_key(d, tok) : hdr_value(d, tok);
+  default:
+    return gp__skip_action(f->kind, tok);
+  }
+}
+
+static void server_on_string(gp_decoder *d) {
+  gp__frame *f = gp__parent(d);
+  if (f == NULL)
+    return;
+  if (f->kind == GP__K_ENVELOPE)
+    method_read(d);
+  else if (f->kind == GP__K_HDR && f->index % 2 == 0)
+    hdr_key_read(d);
+  else if (f->kind == GP__K_HDR)
+    hdr_string_read(d);
+}
+
+static void server_on_close(gp_decoder *d, const gp__frame *closed) {
+  if (d->silent)
+    return;
+  if (closed->kind == GP__K_HDR) {
+    hdr_done(d);
+    return;
+  }
+  if (closed->kind != GP__K_ENVELOPE)
+    return;
+  if (d->msg_type == GP__MSG_NOTIFICATION) {
+    gp__emit(d, GP_EV_NOTIFICATION);
+  } else if (d->method != GP_METHOD_GEMM) {
+    gp__emit(d, GP_EV_REQUEST); /* ping, info, stats: complete with their [] */
+  }
+  gp__emit(d, GP_EV_MESSAGE_END);
+}
+
+const gp__grammar gp__server_grammar = {
+    .on_value = server_on_value,
+    .on_string = server_on_string,
+    .on_close = server_on_close,
+};
