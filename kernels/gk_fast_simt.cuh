@@ -1,0 +1,293 @@
+/*
+ * gk_fast_simt.cuh - the register-tiled SIMT GEMM shared by 02_simt_f32.cu and 03_simt_f64.cu.
+ *
+ * Tiling (BM x BN block tile, BK deep; every thread owns an 8x8 tile of C):
+ *
+ *   block  BM x BN, (BM/8)*(BN/8) threads, warps laid out (BM/64) x (BN/32)
+ *   warp   64 x 32: lane (lm, ln) = (lane/4, lane%4) owns four 4x4 sub-tiles of C at rows
+ *          {lm*4, 32 + lm*4} and columns {ln*4, 16 + ln*4} of the warp tile.
+ *
+ * Each k step a thread reads two 4-vectors of A and two of B from shared memory (16-byte LDS for
+ * f32) and does 64 FMAs: 8 FMAs per shared-memory load instead of the seeds' 1/2. A is stored
+ * transposed in shared memory (As[k][m]) so the 8 A values a thread needs are contiguous too.
+ * Within a warp the A reads touch 8 consecutive 16-byte vectors and the B reads 4: no bank
+ * conflicts, and lanes with the same lm (ln) get a broadcast.
+ *
+ * Global -> shared: register-staged double buffering. The next k tile is loaded into registers
+ * (16-byte LDG when rows are 16-byte aligned, see VEC) while the current one is multiplied from
+ * shared memory, then stored into the other shared buffer: one __syncthreads per k tile.
+ * cp.async is not used here on purpose: it copies bytes unchanged, and A (and B^T) must be
+ * transposed on the way into shared memory; the registers do that for free.
+ * The transposed store pads each shared row by 4 elements: with pitch BM the two threads that
+ * share a row of A would hit the same bank.
+ *
+ * Edges: loads outside m/n/k are zero-filled, so the inner loop has no branch; the epilogue stores
+ * only what lies inside C. Transposes are template parameters: they change only which global
+ * dimension is contiguous, i.e. the load code, never the inner loop.
+ */
+#ifndef GK_FAST_SIMT_CUH
+#define GK_FAST_SIMT_CUH
+
+#include "gk_fast_common.cuh"
+
+template <typename T>
+struct gk__simt_args {
+  const T *a, *b;
+  T *c;
+  int m, n, k;
+  int64_t lda, ldb;
+  int64_t stride_a, stride_b, stride_c; /* elements between batch entries */
+  T alpha, beta;
+  bool beta_zero; /* C is not read (BLAS semantics: NaN in C does not propagate) */
+  bool c_vec;     /* C rows are 16-byte aligned for 4-vectors: n % 4 == 0, c aligned */
+};
+
+/* 4 consecutive elements: one 16-byte access for f32, two for f64. */
+template <typename T>
+struct gk__v4 {
+  T v[4];
+};
+template <typename T>
+__device__ __forceinline__ gk__v4<T> gk__ld4(const T *p) {
+  gk__v4<T> r;
+  if (sizeof(T) == 4) {
+    float4 f = *reinterpret_cast<const float4 *>(p);
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else {
+    double2 d0 = *reinterpret_cast<const double2 *>(p);
+    double2 d1 = *reinterpret_cast<const double2 *>(p + 2);
+    r.v[0] = d0.x, r.v[1] = d0.y, r.v[2] = d1.x, r.v[3] = d1.y;
+  }
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void gk__st4(T *p, const gk__v4<T> &r) {
+  if (sizeof(T) == 4) {
+    *reinterpret_cast<float4 *>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    *reinterpret_cast<double2 *>(p) = make_double2(r.v[0], r.v[1]);
+    *reinterpret_cast<double2 *>(p + 2) = make_double2(r.v[2], r.v[3]);
+  }
+}
+
+/*
+ * One operand's global -> register -> shared path. The stored tile is ROWS x COLS with COLS
+ * contiguous in global memory; TRANSPOSE_INTO_SMEM stores element (r, c) at smem[c][r] instead
+ * of smem[r][c]. Each thread moves PER_THREAD 4-vectors.
+ */
+template <typename T, int ROWS, int COLS, int PITCH, int NT, bool VEC, bool TRANSPOSE_INTO_SMEM>
+struct gk__simt_stage {
+  static constexpr int VECS_PER_ROW = COLS / 4;
+  static constexpr int PER_THREAD = ROWS * COLS / 4 / NT;
+  static_assert(COLS % 4 == 0, "a tile row is loaded as 4-vectors");
+  static_assert((ROWS * COLS / 4) % NT == 0, "every thread loads the same number of 4-vectors");
+
+  gk__v4<T> regs[PER_THREAD];
+
+  /* gtile: element (0,0) of the tile; rows_left/cols_left: valid extent from there. */
+  __device__ __forceinline__ void load(const T *gtile, int64_t ld, int rows_left, int cols_left,
+                                       int tid) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      int idx = tid + i * NT;
+      int row = idx / VECS_PER_ROW;
+      int col = (idx % VECS_PER_ROW) * 4;
+      const T *src = gtile + row * ld + col;
+      if (VEC) {
+        /* cols_left is a multiple of 4 here: the vector is wholly in or out */
+        if (row < rows_left && col < cols_left) {
+          regs[i] = gk__ld4(src);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) regs[i].v[e] = T(0);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          regs[i].v[e] = (row < rows_left && col + e < cols_left) ? src[e] : T(0);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(T *smem, int tid) const {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      int idx = tid + i * NT;
+      int row = idx / VECS_PER_ROW;
+      int col = (idx % VECS_PER_ROW) * 4;
+      if (TRANSPOSE_INTO_SMEM) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) smem[(col + e) * PITCH + row] = regs[i].v[e];
+      } else {
+        gk__st4(smem + row * PITCH + col, regs[i]);
+      }
+    }
+  }
+};
+
+/* MIN_BLOCKS: blocks per SM the register budget must allow (launch bounds). */
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool TA, bool TB, bool VEC>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
+    gk__simt_gemm(gk__simt_args<T> args) {
+  constexpr int NT = (BM / 8) * (BN / 8);
+  constexpr int PAD = 4;
+  constexpr int PA = BM + PAD, PB = BN + PAD;
+  static_assert(BM % 64 == 0 && BN % 32 == 0, "the block tile is a grid of 64x32 warp tiles");
+  static_assert(BK % 4 == 0, "k tiles are loaded as 4-vectors");
+
+  /* A tile: stored BM x BK (k contiguous, transposed into smem) or BK x BM when trans_a. */
+  using stage_a = gk__simt_stage<T, TA ? BK : BM, TA ? BM : BK, PA, NT, VEC, !TA>;
+  /* B tile: stored BK x BN (n contiguous) or BN x BK when trans_b (transposed into smem). */
+  using stage_b = gk__simt_stage<T, TB ? BN : BK, TB ? BK : BN, PB, NT, VEC, TB>;
+
+  __shared__ __align__(16) T as[2][BK * PA];
+  __shared__ __align__(16) T bs[2][BK * PB];
+
+  const int tid = threadIdx.x;
+  int tile_m, tile_n;
+  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int64_t z = blockIdx.z;
+  const T *a = args.a + z * args.stride_a;
+  const T *b = args.b + z * args.stride_b;
+  T *c = args.c + z * args.stride_c;
+
+  /* Each operand's tile origin and how it advances per k tile. */
+  const T *a_tile = TA ? a + m0 : a + (int64_t)m0 * args.lda;
+  const T *b_tile = TB ? b + (int64_t)n0 * args.ldb : b + n0;
+  const int64_t a_step = TA ? (int64_t)BK * args.lda : BK;
+  const int64_t b_step = TB ? BK : (int64_t)BK * args.ldb;
+  const int m_left = args.m - m0, n_left = args.n - n0;
+
+  stage_a ga;
+  stage_b gb;
+  auto load_k_tile = [&](int k0) {
+    int k_left = args.k - k0;
+    if (TA) ga.load(a_tile, args.lda, k_left, m_left, tid);
+    else    ga.load(a_tile, args.lda, m_left, k_left, tid);
+    if (TB) gb.load(b_tile, args.ldb, n_left, k_left, tid);
+    else    gb.load(b_tile, args.ldb, k_left, n_left, tid);
+    a_tile += a_step;
+    b_tile += b_step;
+  };
+
+  const int warp = tid / 32, lane = tid % 32;
+  const int wm = (warp / (BN / 32)) * 64, wn = (warp % (BN / 32)) * 32;
+  const int lm = lane / 4, ln = lane % 4;
+
+  T acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+
+  const int k_tiles = (args.k + BK - 1) / BK;
+  load_k_tile(0);
+  ga.store(as[0], tid);
+  gb.store(bs[0], tid);
+  __syncthreads();
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int cur = kt & 1;
+    if (kt + 1 < k_tiles) load_k_tile((kt + 1) * BK); /* in flight during the FMAs below */
+
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const T *arow = as[cur] + kk * PA + wm + lm * 4;
+      const T *brow = bs[cur] + kk * PB + wn + ln * 4;
+      gk__v4<T> a_lo = gk__ld4(arow), a_hi = gk__ld4(arow + 32);
+      gk__v4<T> b_lo = gk__ld4(brow), b_hi = gk__ld4(brow + 16);
+      T av[8] = {a_lo.v[0], a_lo.v[1], a_lo.v[2], a_lo.v[3],
+                 a_hi.v[0], a_hi.v[1], a_hi.v[2], a_hi.v[3]};
+      T bv[8] = {b_lo.v[0], b_lo.v[1], b_lo.v[2], b_lo.v[3],
+                 b_hi.v[0], b_hi.v[1], b_hi.v[2], b_hi.v[3]};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }
+
+    if (kt + 1 < k_tiles) {
+      ga.store(as[cur ^ 1], tid);
+      gb.store(bs[cur ^ 1], tid);
+    }
+    __syncthreads();
+  }
+
+  /* Epilogue: acc[i][j] is C(m0 + wm + (i/4)*32 + lm*4 + i%4, n0 + wn + (j/4)*16 + ln*4 + j%4). */
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = m0 + wm + (i / 4) * 32 + lm * 4 + (i % 4);
+    if (row >= args.m) continue;
+    T *crow = c + (int64_t)row * args.n;
+#pragma unroll
+    for (int jh = 0; jh < 2; ++jh) {
+      const int col = n0 + wn + jh * 16 + ln * 4;
+      gk__v4<T> out;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out.v[e] = args.alpha * acc[i][jh * 4 + e];
+      if (args.c_vec && col + 3 < args.n) {
+        if (!args.beta_zero) {
+          gk__v4<T> old = gk__ld4(crow + col);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out.v[e] = fma(args.beta, old.v[e], out.v[e]);
+        }
+        gk__st4(crow + col, out);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (col + e >= args.n) break;
+          T v = out.v[e];
+          if (!args.beta_zero) v = fma(args.beta, crow[col + e], v);
+          crow[col + e] = v;
+        }
+      }
+    }
+  }
+}
+
+/* Host side: builds the arguments, picks the instantiation, launches every batch chunk. */
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS>
+struct gk__simt_launcher {
+  template <bool TA, bool TB, bool VEC>
+  static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
+    gk__simt_args<T> args;
+    args.a = static_cast<const T *>(p->a);
+    args.b = static_cast<const T *>(p->b);
+    args.c = static_cast<T *>(p->c);
+    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
+    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
+    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
+    args.alpha = (T)p->alpha, args.beta = (T)p->beta;
+    args.beta_zero = p->beta == 0.0;
+    args.c_vec = gk__aligned(p->c, 16) && p->n % 4 == 0;
+    const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
+    if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+    return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
+      gk__simt_args<T> chunk = args;
+      chunk.a += first * args.stride_a;
+      chunk.b += first * args.stride_b;
+      chunk.c += first * args.stride_c;
+      dim3 grid((unsigned)tiles, 1, count);
+      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, TA, TB, VEC><<<grid, (BM / 8) * (BN / 8), 0, stream>>>(chunk);
+      return cudaGetLastError();
+    });
+  }
+
+  template <bool TA, bool TB>
+  static cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
+    /* 4-vectors of T must be 16-byte loads for f32; for f64 a 4-vector is two 16-byte loads,
+     * so 16-byte row alignment with ld % 4 == 0 covers both. */
+    bool vec = gk__rows_vectorizable(p, 4) && gk__rows_vectorizable(p, (int)(16 / sizeof(T)));
+    return vec ? run<TA, TB, true>(p, stream) : run<TA, TB, false>(p, stream);
+  }
+
+  static cudaError_t launch(const gk_problem *p, cudaStream_t stream) {
+    if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
+    if (p->trans_a)
+      return p->trans_b ? pick_vec<true, true>(p, stream) : pick_vec<true, false>(p, stream);
+    return p->trans_b ? pick_vec<false, true>(p, stream) : pick_vec<false, false>(p, stream);
+  }
+};
+
+#endif /* GK_FAST_SIMT_CUH */
