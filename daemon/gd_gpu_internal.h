@@ -1,0 +1,238 @@
+/*
+ * gd_gpu_internal.h - the GPU backend's shared state, between its files:
+ * gd_gpu_device.c (discovery, info), gd_gpu_staging.c (pinned buffers),
+ * gd_gpu_pool.c (device memory), gd_gpu_worker.c (the per-device thread that
+ * makes every CUDA call), gd_gpu_backend.c (the ops table, on the loop).
+ *
+ * Threads and who may call CUDA
+ * -----------------------------
+ * Three kinds of threads touch a device's state:
+ *   - the loop thread, through the ops (prepare, input_window, input, submit,
+ *     output_consumed, release, ...). It makes NO CUDA call at all: it
+ *     reserves pool bytes and staging buffers by bookkeeping, copies bytes
+ *     into pinned memory with memcpy (or lets the socket read land there), and
+ *     queues commands for the worker;
+ *   - the device's worker thread. It made the device current once and makes
+ *     every CUDA call for it: copies, events, the kernel, host funcs. It never
+ *     synchronises on a stream while the daemon runs (only at destroy), so a
+ *     command is handled in microseconds;
+ *   - CUDA's own callback thread, running our cudaLaunchHostFunc functions.
+ *     CUDA forbids CUDA calls there: they only queue a completion node for
+ *     the worker and signal it.
+ * Everything below that more than one of them touches is guarded by the
+ * device's mutex `mu`. Nobody holds `mu` across a CUDA call: a pageable copy
+ * or a stream query can wait for our own host funcs, which take `mu`.
+ *
+ * Commands are intrusive nodes embedded in the object they concern (a staging
+ * buffer, a job, a spill), so queueing never allocates and a completion can
+ * never be lost for want of memory.
+ */
+#ifndef GD_GPU_INTERNAL_H
+#define GD_GPU_INTERNAL_H
+
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gd_backend.h"
+#include "gd_backend_gpu.h"
+#include "gd_gpu_pool.h"
+#include "gk_gpu.h"
+
+typedef struct gd__gpu_backend gd__gpu_backend;
+typedef struct gd__gpu_dev gd__gpu_dev;
+typedef struct gd__gpu_job gd__gpu_job;
+typedef struct gd__gpu_buf gd__gpu_buf;
+typedef struct gd__gpu_cmd gd__gpu_cmd;
+
+typedef enum {
+  GD__CMD_COPY_IN,  /* loop: an input staging buffer is full: copy it to the device (buf) */
+  GD__CMD_SPILL_IN, /* loop: bytes that found no staging buffer: pageable copy (spill) */
+  GD__CMD_RUN,      /* loop: every input byte was queued: compute, then send C back (job) */
+  GD__CMD_DROP,     /* loop: the client left before RUN: free the job's device memory (job) */
+  GD__CMD_OUT_FREE, /* loop: an output chunk went out: its staging buffer is free (buf) */
+  GD__CMD_IN_DONE,  /* host func: a staging buffer's copy to the device finished (buf) */
+  GD__CMD_OUT_DONE, /* host func: a chunk of C reached its output staging buffer (buf) */
+} gd__gpu_cmd_type;
+
+struct gd__gpu_cmd {
+  gd__gpu_cmd_type type;
+  gd__gpu_cmd *next;
+  gd__gpu_job *job;
+  gd__gpu_buf *buf;
+};
+
+/* Bytes handed to input() while no staging buffer was free: kept in ordinary memory and
+ * copied (pageable) by the worker. The session is paused meanwhile, so at most one read's
+ * worth of bytes is ever spilled per job. */
+typedef struct gd__gpu_spill {
+  gd__gpu_cmd cmd;               /* GD__CMD_SPILL_IN; first member: the node is the spill */
+  struct gd__gpu_spill *next;    /* pending list of a job still waiting for device memory */
+  uint64_t dst;                  /* byte offset in the device pool */
+  size_t len;
+  uint8_t data[];
+} gd__gpu_spill;
+
+typedef enum {
+  GD__BUF_FREE,
+  GD__BUF_FILLING, /* input: a job's bytes are landing in it (loop) */
+  GD__BUF_BUSY,    /* input: copy queued or in flight; output: chunk copying or posted */
+} gd__gpu_buf_state;
+
+struct gd__gpu_buf {
+  gd__gpu_dev *dev;
+  bool is_out;
+  uint8_t *host; /* pinned, cap bytes */
+  size_t cap;
+  gd__gpu_buf_state state;
+  gd__gpu_job *job;   /* the job it belongs to while not free (holds a reference) */
+  uint64_t dst;       /* input: device pool offset of host[0]; output: offset within C */
+  size_t fill;        /* input: bytes landed; output: bytes of the chunk */
+  gp_operand operand; /* input: which operand */
+  uint64_t op_offset; /* input: offset of host[0] within the operand */
+  bool last;          /* output: the final chunk */
+  bool posted;        /* output: handed to the loop, waiting for output_consumed() */
+  cudaEvent_t ev_start, ev_end; /* timing of its copy (worker) */
+  gd__gpu_cmd cmd;    /* COPY_IN or OUT_FREE */
+  gd__gpu_cmd done;   /* IN_DONE or OUT_DONE */
+};
+
+struct gd__gpu_job {
+  gd__gpu_dev *dev;
+  gd_job *owner;          /* the scheduler's job; NULL after release() */
+  int refs;               /* loop (until release) + worker (from mem assignment to finish) +
+                             one per staging buffer holding it */
+  gd__gpu_job *prev, *next; /* the device's list of live jobs */
+  gd__gpu_job *wait_next;   /* the device's FIFO of jobs waiting for pool memory */
+
+  /* A copy of what the worker needs: the scheduler's gd_job is not touched off the loop. */
+  uint64_t id;
+  gp_gemm_hdr hdr;
+  bool has_c;
+  uint64_t bytes[3];      /* a, b, c as sent */
+  uint64_t c_bytes;       /* C as computed and returned */
+  uint64_t admitted_us, deadline_us;
+  uint64_t alloc_len;     /* pool bytes reserved for a, b, c */
+  double load;            /* its share of the device load estimate */
+
+  /* Loop side (under mu). */
+  bool mem_ready;         /* pool bytes assigned: dev_off valid */
+  bool waiting_mem, waiting_staging;
+  bool submitted, run_queued, dropped;
+  bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
+  bool retired;           /* its load was taken off the device */
+  uint64_t dev_off;       /* pool offset of the job's block */
+  uint64_t op_dev[3];     /* pool offsets of a, b, c */
+  uint64_t received;      /* payload bytes handed to input() */
+  gd__gpu_buf *cur;       /* the input staging buffer it is filling */
+  gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
+
+  /* Worker side. */
+  bool failed;            /* a FAILED event was posted (or would have been) */
+  bool started;           /* RUN handled */
+  bool mem_freed;
+  bool in_outq;           /* chunks of C still to be issued */
+  bool finished;          /* the worker let go of it */
+  int inflight_out;       /* chunks copying */
+  uint64_t out_next;      /* next byte of C to copy out */
+  bool first_chunk_posted;
+  double in_ms, first_out_ms;
+  uint64_t first_out_len;
+  cudaEvent_t ev_in, ev_c0, ev_c1;
+  bool events_made;
+  gd__gpu_job *out_next_job; /* worker's FIFO of jobs copying C out */
+  gp_gemm_result_hdr result;
+  gd__gpu_cmd run_cmd;
+};
+
+struct gd__gpu_dev {
+  gd__gpu_backend *be;
+  int ordinal;
+  gd_device_info info;
+
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  gd__gpu_cmd *q_head, *q_tail; /* worker's command FIFO */
+  bool stopping;
+  bool init_done;               /* the worker finished start-up (init_err says how) */
+  gp_error init_err;
+
+  bool in_service;              /* false after a sticky error: prepare() skips it */
+  bool dead;                    /* its CUDA context is unusable: the worker makes no more calls */
+
+  /* Worker-owned CUDA objects. */
+  gk_gpu_ctx *kctx;
+  cudaStream_t s_in, s_compute, s_out;
+  uint8_t *pool_base;           /* device pointer of the whole budget */
+  gd__gpu_job *outq_head, *outq_tail;
+
+  /* Under mu. */
+  gd__gpu_pool pool;
+  gd__gpu_buf *in_bufs, *out_bufs; /* staging_buffers of each */
+  uint32_t nbuf;
+  size_t staging_bytes;
+  gd__gpu_job *jobs;            /* every live job of this device */
+  gd__gpu_job *wait_head, *wait_tail; /* waiting for pool memory, FIFO */
+  double load;                  /* estimated seconds of queued work */
+  size_t active;                /* prepared and not finished by the worker */
+  int inflight_in;              /* staging copies in flight (for the watchdog) */
+
+  /* Stats, under mu. */
+  uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
+};
+
+struct gd__gpu_backend {
+  gd_backend base; /* first: the daemon sees a gd_backend */
+  gd_gpu_config cfg;
+  gd__gpu_dev *devs;
+  size_t ndev;
+};
+
+/* ---- gd_gpu_device.c ---- */
+/* Fills info from cudaGetDeviceProperties (any thread; no context is created). */
+int gd__gpu_device_describe(int ordinal, gd_device_info *info, gp_error *err);
+/* Resolves the configured device list into ordinals. 0, or an error naming the bad entry. */
+int gd__gpu_device_resolve(const gd_gpu_config *cfg, int *ordinals, size_t *count, gp_error *err);
+/* Budget of pool bytes for a device with free_bytes free. */
+uint64_t gd__gpu_device_budget(const gd_gpu_config *cfg, uint64_t free_bytes);
+/* True for errors after which the device's context cannot be used again. */
+bool gd__gpu_error_is_sticky(cudaError_t e);
+
+/* ---- gd_gpu_staging.c (worker thread at start / destroy) ---- */
+int gd__gpu_staging_create(gd__gpu_dev *dev, gp_error *err);
+void gd__gpu_staging_destroy(gd__gpu_dev *dev);
+/* Under mu: a free buffer of that direction, or NULL. */
+gd__gpu_buf *gd__gpu_staging_take(gd__gpu_dev *dev, bool out);
+bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out);
+
+/* ---- gd_gpu_worker.c ---- */
+/* Starts the worker and waits for its start-up (device, context, streams, pool, staging). */
+int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err);
+/* Stops it: finishes the work in flight (synchronising its streams), joins, frees. */
+void gd__gpu_worker_stop(gd__gpu_dev *dev);
+/* Under mu: appends a command and wakes the worker. */
+void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+
+/* ---- gd_gpu_backend.c (helpers the worker calls, under mu) ---- */
+/* Posts ev for job when the job is still attached to a session; returns true when posted. */
+bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev);
+/* Posts GD_EV_FAILED once (code, message) and marks the job failed. */
+void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* References on a job (under mu); unref frees it at zero. */
+void gd__gpu_job_ref(gd__gpu_job *job);
+void gd__gpu_job_unref(gd__gpu_job *job);
+/* Takes the job's load off its device, once. */
+void gd__gpu_job_retire(gd__gpu_job *job);
+/* Gives the job's pool bytes back and hands memory to the jobs waiting for it. */
+void gd__gpu_job_free_mem(gd__gpu_job *job);
+/* A staging buffer was freed: wake the sessions paused for one. */
+void gd__gpu_staging_freed(gd__gpu_dev *dev);
+/* A sticky error: out of service, every job of the device fails. */
+void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e);
+
+#endif /* GD_GPU_INTERNAL_H */

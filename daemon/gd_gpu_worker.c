@@ -1,0 +1,639 @@
+/*
+ * gd_gpu_worker.c - the thread that owns one GPU.
+ *
+ * It makes the device current once, creates the kernels' context, three
+ * streams (copy in, compute, copy out), the memory pool (one cudaMalloc of
+ * the whole budget) and the pinned staging, then serves its command queue:
+ *
+ *   COPY_IN   staging buffer -> device on the copy-in stream, timed by the
+ *             buffer's events; a host func queues IN_DONE when it lands.
+ *   SPILL_IN  the rare bytes that found no staging buffer: a pageable copy.
+ *   RUN       the compute stream waits for the job's input copies (an event
+ *             recorded on the copy-in stream after them: the queue is FIFO, so
+ *             every copy of the job was issued before its RUN), runs the
+ *             kernel, and the job joins the output FIFO.
+ *   OUT_*     C leaves the device in chunks of staging_bytes into the free
+ *             output buffers on the copy-out stream (which waits for the
+ *             kernel's event); each chunk's host func queues OUT_DONE and the
+ *             worker posts it to the loop, which writes it to the socket while
+ *             the next chunk copies; OUT_FREE gives the buffer back.
+ *
+ * The worker never waits on a stream while the daemon runs, so a command is
+ * handled in microseconds. A kernel fault shows up nowhere by itself (the
+ * host funcs after it never run), so while work is in flight the worker wakes
+ * every GD__WATCHDOG_MS and asks each stream for its status: an error there
+ * takes the device out of service. Only destroy synchronises.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gd_clock.h"
+#include "gd_gpu_internal.h"
+#include "gd_log.h"
+
+#define GD__WATCHDOG_MS 200
+
+/* ---- the queue ---------------------------------------------------------- */
+
+void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  cmd->next = NULL;
+  if (dev->q_tail)
+    dev->q_tail->next = cmd;
+  else
+    dev->q_head = cmd;
+  dev->q_tail = cmd;
+  pthread_cond_signal(&dev->cv);
+}
+
+/* The host func of every copy: runs on CUDA's callback thread, where no CUDA call is allowed.
+ * It only hands the completion node to the worker. */
+static void CUDART_CB host_func_done(void *arg) {
+  gd__gpu_cmd *cmd = arg;
+  gd__gpu_dev *dev = cmd->buf->dev;
+  pthread_mutex_lock(&dev->mu);
+  gd__gpu_worker_push(dev, cmd);
+  pthread_mutex_unlock(&dev->mu);
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* A CUDA call for job failed: the job gets INTERNAL; a sticky error kills the device. */
+static void job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
+  if (gd__gpu_error_is_sticky(e)) {
+    gd__gpu_dev_kill(dev, what, e);
+    return;
+  }
+  (void)cudaGetLastError(); /* a non-sticky error: clear it so the next call starts clean */
+  pthread_mutex_lock(&dev->mu);
+  if (job)
+    gd__gpu_fail(job, GP_E_INTERNAL, "cuda:%d: %s: %s", dev->ordinal, what, cudaGetErrorString(e));
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static bool dev_dead(gd__gpu_dev *dev) {
+  pthread_mutex_lock(&dev->mu);
+  bool dead = dev->dead;
+  pthread_mutex_unlock(&dev->mu);
+  return dead;
+}
+
+/* Under mu: a buffer goes back to the free set and lets go of its job. */
+static void buf_free_locked(gd__gpu_buf *buf) {
+  gd__gpu_job *job = buf->job;
+  buf->state = GD__BUF_FREE;
+  buf->job = NULL;
+  buf->fill = 0;
+  buf->posted = false;
+  gd__gpu_staging_freed(buf->dev);
+  if (job)
+    gd__gpu_job_unref(job);
+}
+
+/* The worker is done with a job: no device work of it remains queued or running. */
+static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
+  if (job->events_made && !dev_dead(dev)) {
+    (void)cudaEventDestroy(job->ev_in);
+    (void)cudaEventDestroy(job->ev_c0);
+    (void)cudaEventDestroy(job->ev_c1);
+  }
+  job->events_made = false;
+  pthread_mutex_lock(&dev->mu);
+  if (!job->finished) {
+    job->finished = true;
+    if (!job->failed && job->started)
+      dev->jobs_done++;
+    gd__gpu_job_free_mem(job);
+    gd__gpu_job_retire(job);
+    gd__gpu_job_unref(job); /* the worker's reference */
+  }
+  pthread_mutex_unlock(&dev->mu);
+}
+
+/* ---- input -------------------------------------------------------------- */
+
+static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
+  gd__gpu_job *job = buf->job;
+  pthread_mutex_lock(&dev->mu);
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  pthread_mutex_unlock(&dev->mu);
+  cudaError_t e = cudaSuccess;
+  bool queued = false;
+  const char *what = "copy in";
+  if (!skip) {
+    e = cudaEventRecord(buf->ev_start, dev->s_in);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(dev->pool_base + buf->dst, buf->host, buf->fill, cudaMemcpyHostToDevice,
+                          dev->s_in);
+    queued = e == cudaSuccess;
+    if (e == cudaSuccess)
+      e = cudaEventRecord(buf->ev_end, dev->s_in);
+    if (e == cudaSuccess) {
+      what = "cudaLaunchHostFunc";
+      e = cudaLaunchHostFunc(dev->s_in, host_func_done, &buf->done);
+    }
+    if (e == cudaSuccess)
+      return; /* IN_DONE frees the buffer */
+    job_cuda_error(dev, job, what, e);
+    /* The buffer must not be refilled while a copy may still read it. */
+    if (queued && !dev_dead(dev))
+      (void)cudaStreamSynchronize(dev->s_in);
+  }
+  pthread_mutex_lock(&dev->mu);
+  dev->inflight_in--;
+  buf_free_locked(buf);
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, buf->ev_start, buf->ev_end) != cudaSuccess) {
+    ms = 0.0f;
+    (void)cudaGetLastError();
+  }
+  pthread_mutex_lock(&dev->mu);
+  buf->job->in_ms += ms;
+  dev->bytes_h2d += buf->fill;
+  dev->inflight_in--;
+  buf_free_locked(buf);
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
+  gd__gpu_job *job = spill->cmd.job;
+  pthread_mutex_lock(&dev->mu);
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  pthread_mutex_unlock(&dev->mu);
+  if (!skip) {
+    /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
+    cudaError_t e = cudaMemcpyAsync(dev->pool_base + spill->dst, spill->data, spill->len,
+                                    cudaMemcpyHostToDevice, dev->s_in);
+    if (e != cudaSuccess)
+      job_cuda_error(dev, job, "copy in (pageable)", e);
+  }
+  pthread_mutex_lock(&dev->mu);
+  dev->bytes_h2d += spill->len;
+  gd__gpu_job_unref(job);
+  pthread_mutex_unlock(&dev->mu);
+  free(spill);
+}
+
+/* ---- compute ------------------------------------------------------------ */
+
+static cudaError_t job_events(gd__gpu_job *job) {
+  cudaError_t e = cudaEventCreate(&job->ev_in);
+  if (e != cudaSuccess)
+    return e;
+  e = cudaEventCreate(&job->ev_c0);
+  if (e != cudaSuccess) {
+    (void)cudaEventDestroy(job->ev_in);
+    return e;
+  }
+  e = cudaEventCreate(&job->ev_c1);
+  if (e != cudaSuccess) {
+    (void)cudaEventDestroy(job->ev_in);
+    (void)cudaEventDestroy(job->ev_c0);
+    return e;
+  }
+  job->events_made = true;
+  return cudaSuccess;
+}
+
+static void job_problem(const gd__gpu_dev *dev, const gd__gpu_job *job, gk_problem *p) {
+  memset(p, 0, sizeof(*p));
+  p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
+  p->fast = job->hdr.precision == GP_PRECISION_FAST;
+  p->trans_a = job->hdr.trans_a;
+  p->trans_b = job->hdr.trans_b;
+  p->m = (int64_t)job->hdr.m;
+  p->n = (int64_t)job->hdr.n;
+  p->k = (int64_t)job->hdr.k;
+  p->batch = (int64_t)job->hdr.batch;
+  p->alpha = job->hdr.alpha;
+  p->beta = job->hdr.beta;
+  p->a = dev->pool_base + job->op_dev[GP_OPERAND_A];
+  p->b = dev->pool_base + job->op_dev[GP_OPERAND_B];
+  p->c = dev->pool_base + job->op_dev[GP_OPERAND_C];
+}
+
+static void pump_out(gd__gpu_dev *dev);
+
+/* Launches the job; false when it failed (then it is finished by the caller). */
+static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
+  const char *what = "cudaEventCreate";
+  cudaError_t e = job_events(job);
+  if (e == cudaSuccess) {
+    what = "cudaEventRecord";
+    e = cudaEventRecord(job->ev_in, dev->s_in);
+  }
+  if (e == cudaSuccess) {
+    what = "cudaStreamWaitEvent";
+    e = cudaStreamWaitEvent(dev->s_compute, job->ev_in, 0);
+  }
+  if (e == cudaSuccess)
+    e = cudaEventRecord(job->ev_c0, dev->s_compute);
+  const gk_kernel *used = NULL;
+  if (e == cudaSuccess) {
+    gk_problem p;
+    job_problem(dev, job, &p);
+    what = "gemm launch";
+    e = gk_gpu_gemm(dev->kctx, &p, dev->be->cfg.kernel, dev->s_compute, &used);
+  }
+  if (e == cudaSuccess) {
+    what = "cudaEventRecord";
+    e = cudaEventRecord(job->ev_c1, dev->s_compute);
+  }
+  if (e != cudaSuccess) {
+    job_cuda_error(dev, job, what, e);
+    return false;
+  }
+  snprintf(job->result.device, sizeof(job->result.device), "cuda:%d", dev->ordinal);
+  snprintf(job->result.kernel, sizeof(job->result.kernel), "%s", used ? used->name : "?");
+  return true;
+}
+
+static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
+  uint64_t now = gd_now_us();
+  pthread_mutex_lock(&dev->mu);
+  bool skip = dev->dead || job->failed || !job->owner || dev->stopping;
+  if (!skip && job->deadline_us != 0 && now > job->deadline_us) {
+    gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
+                 (unsigned long long)job->hdr.timeout_ms);
+    skip = true;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  job->result.m = job->hdr.m;
+  job->result.n = job->hdr.n;
+  job->result.batch = job->hdr.batch;
+  job->result.dtype = job->hdr.dtype;
+  job->result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
+  if (skip || !run_launch(dev, job)) {
+    job_finish(dev, job);
+    return;
+  }
+  job->started = true;
+  job->in_outq = true;
+  job->out_next_job = NULL;
+  if (dev->outq_tail)
+    dev->outq_tail->out_next_job = job;
+  else
+    dev->outq_head = job;
+  dev->outq_tail = job;
+  pump_out(dev);
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+static void outq_pop(gd__gpu_dev *dev) {
+  gd__gpu_job *job = dev->outq_head;
+  dev->outq_head = job->out_next_job;
+  if (!dev->outq_head)
+    dev->outq_tail = NULL;
+  job->in_outq = false;
+  job->out_next_job = NULL;
+}
+
+/* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
+static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
+  pthread_mutex_lock(&dev->mu);
+  bool abandon = job->failed || !job->owner || dev->dead || dev->stopping;
+  gd__gpu_buf *buf = abandon ? NULL : gd__gpu_staging_take(dev, true);
+  if (buf) {
+    buf->state = GD__BUF_BUSY;
+    buf->job = job;
+    job->refs++;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  if (abandon) {
+    outq_pop(dev);
+    if (job->inflight_out == 0)
+      job_finish(dev, job);
+    return true;
+  }
+  if (!buf)
+    return false;
+  uint64_t off = job->out_next;
+  size_t n = buf->cap;
+  if (job->c_bytes - off < n)
+    n = (size_t)(job->c_bytes - off);
+  buf->dst = off;
+  buf->fill = n;
+  buf->last = off + n == job->c_bytes;
+  buf->posted = false;
+  const char *what = "cudaStreamWaitEvent";
+  cudaError_t e = cudaSuccess;
+  if (off == 0)
+    e = cudaStreamWaitEvent(dev->s_out, job->ev_c1, 0);
+  if (e == cudaSuccess)
+    e = cudaEventRecord(buf->ev_start, dev->s_out);
+  bool queued = false;
+  if (e == cudaSuccess) {
+    what = "copy out";
+    e = cudaMemcpyAsync(buf->host, dev->pool_base + job->op_dev[GP_OPERAND_C] + off, n,
+                        cudaMemcpyDeviceToHost, dev->s_out);
+    queued = e == cudaSuccess;
+  }
+  if (e == cudaSuccess)
+    e = cudaEventRecord(buf->ev_end, dev->s_out);
+  if (e == cudaSuccess) {
+    what = "cudaLaunchHostFunc";
+    e = cudaLaunchHostFunc(dev->s_out, host_func_done, &buf->done);
+  }
+  if (e == cudaSuccess) {
+    job->out_next += n;
+    job->inflight_out++;
+    if (buf->last)
+      outq_pop(dev);
+    return true;
+  }
+  job_cuda_error(dev, job, what, e);
+  if (queued && !dev_dead(dev))
+    (void)cudaStreamSynchronize(dev->s_out);
+  pthread_mutex_lock(&dev->mu);
+  buf_free_locked(buf);
+  pthread_mutex_unlock(&dev->mu);
+  return true; /* the next round sees the job failed and abandons it */
+}
+
+static void pump_out(gd__gpu_dev *dev) {
+  while (dev->outq_head && issue_chunk(dev, dev->outq_head)) {
+  }
+}
+
+static void first_chunk_timings(gd__gpu_dev *dev, gd__gpu_job *job, float chunk_ms) {
+  float compute_ms = 0.0f;
+  if (cudaEventElapsedTime(&compute_ms, job->ev_c0, job->ev_c1) != cudaSuccess) {
+    compute_ms = 0.0f;
+    (void)cudaGetLastError();
+  }
+  job->result.compute_us = (uint64_t)(compute_ms * 1000.0f);
+  job->result.transfer_in_us = (uint64_t)(job->in_ms * 1000.0);
+  /* The reply's header leaves with the first chunk, before later chunks are copied: the time
+   * of the whole copy out is extrapolated from the first chunk's rate. */
+  double per_byte = job->first_out_len ? chunk_ms / (double)job->first_out_len : 0.0;
+  job->result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
+  pthread_mutex_lock(&dev->mu);
+  dev->busy_us += job->result.compute_us;
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
+  gd__gpu_job *job = buf->job;
+  float ms = 0.0f;
+  if (cudaEventElapsedTime(&ms, buf->ev_start, buf->ev_end) != cudaSuccess) {
+    ms = 0.0f;
+    (void)cudaGetLastError();
+  }
+  job->inflight_out--;
+  if (buf->dst == 0) {
+    job->first_out_len = buf->fill;
+    first_chunk_timings(dev, job, ms);
+  }
+  pthread_mutex_lock(&dev->mu);
+  dev->bytes_d2h += buf->fill;
+  bool posted = false;
+  if (!job->failed && job->owner && !dev->stopping) {
+    if (buf->dst == 0)
+      job->owner->result = job->result;
+    gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
+                           .data = buf->host,
+                           .len = buf->fill,
+                           .offset = buf->dst,
+                           .last = buf->last};
+    buf->posted = true;
+    posted = gd__gpu_post(job, &ev);
+    if (!posted) {
+      buf->posted = false;
+      if (job->owner && !dev->stopping)
+        gd__gpu_fail(job, GP_E_INTERNAL, "cannot hand a chunk of the result to the loop");
+    }
+  }
+  gd__gpu_job_ref(job); /* keep it while we look at it below */
+  if (!posted)
+    buf_free_locked(buf);
+  pthread_mutex_unlock(&dev->mu);
+  if (!job->in_outq && job->inflight_out == 0)
+    job_finish(dev, job);
+  pthread_mutex_lock(&dev->mu);
+  gd__gpu_job_unref(job);
+  pthread_mutex_unlock(&dev->mu);
+  if (!posted)
+    pump_out(dev);
+}
+
+static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
+  pthread_mutex_lock(&dev->mu);
+  buf_free_locked(buf);
+  pthread_mutex_unlock(&dev->mu);
+  pump_out(dev);
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+static void handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  switch (cmd->type) {
+  case GD__CMD_COPY_IN:
+    handle_copy_in(dev, cmd->buf);
+    break;
+  case GD__CMD_SPILL_IN:
+    handle_spill(dev, (gd__gpu_spill *)cmd);
+    break;
+  case GD__CMD_RUN:
+    handle_run(dev, cmd->job);
+    break;
+  case GD__CMD_DROP:
+    job_finish(dev, cmd->job);
+    break;
+  case GD__CMD_OUT_FREE:
+    handle_out_free(dev, cmd->buf);
+    break;
+  case GD__CMD_IN_DONE:
+    handle_in_done(dev, cmd->buf);
+    break;
+  case GD__CMD_OUT_DONE:
+    handle_out_done(dev, cmd->buf);
+    break;
+  }
+}
+
+/* While work is in flight: a stream that reports an error (not "not ready") carries a fault
+ * that no host func will ever report. */
+static void watchdog(gd__gpu_dev *dev) {
+  cudaStream_t streams[3] = {dev->s_in, dev->s_compute, dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    cudaError_t e = cudaStreamQuery(streams[i]);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      gd__gpu_dev_kill(dev, "a queued copy or kernel", e);
+      return;
+    }
+  }
+}
+
+static bool dev_busy_locked(const gd__gpu_dev *dev) {
+  return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
+}
+
+static void timed_wait(gd__gpu_dev *dev) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
+  ts.tv_nsec += GD__WATCHDOG_MS * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
+}
+
+static void serve(gd__gpu_dev *dev) {
+  bool synced = false;
+  pthread_mutex_lock(&dev->mu);
+  for (;;) {
+    if (dev->q_head) {
+      gd__gpu_cmd *cmd = dev->q_head;
+      dev->q_head = cmd->next;
+      if (!dev->q_head)
+        dev->q_tail = NULL;
+      synced = false;
+      pthread_mutex_unlock(&dev->mu);
+      handle(dev, cmd);
+      pthread_mutex_lock(&dev->mu);
+      continue;
+    }
+    if (dev->stopping) {
+      if (synced || dev->dead)
+        break;
+      /* Destroy: let every copy land (its host func queues a completion) and serve those. */
+      pthread_mutex_unlock(&dev->mu);
+      (void)cudaStreamSynchronize(dev->s_in);
+      (void)cudaStreamSynchronize(dev->s_compute);
+      (void)cudaStreamSynchronize(dev->s_out);
+      pthread_mutex_lock(&dev->mu);
+      synced = true;
+      continue;
+    }
+    if (dev_busy_locked(dev)) {
+      timed_wait(dev);
+      if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
+        pthread_mutex_unlock(&dev->mu);
+        watchdog(dev);
+        pthread_mutex_lock(&dev->mu);
+      }
+    } else {
+      pthread_cond_wait(&dev->cv, &dev->mu);
+    }
+  }
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static int worker_init(gd__gpu_dev *dev, gp_error *err) {
+  cudaError_t e = cudaSetDevice(dev->ordinal);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaSetDevice: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: kernel context: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    e = cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+      return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaStreamCreate: %s", dev->ordinal,
+                          cudaGetErrorString(e));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaMemGetInfo: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  uint64_t budget = gd__gpu_device_budget(&dev->be->cfg, free_bytes);
+  budget &= ~(uint64_t)(GD_GPU_POOL_ALIGN - 1);
+  if (budget == 0)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
+                        dev->ordinal, free_bytes, total_bytes);
+  void *base = NULL;
+  e = cudaMalloc(&base, budget);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE,
+                        "cuda:%d: cannot reserve the memory budget of %llu bytes: %s",
+                        dev->ordinal, (unsigned long long)budget, cudaGetErrorString(e));
+  dev->pool_base = base;
+  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  int rc = gd__gpu_staging_create(dev, err);
+  if (rc != 0)
+    return rc;
+  gd_info("gpu: cuda:%d %s: %llu MiB pool, %u x %zu KiB staging each way, kernel %s",
+          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20), dev->nbuf,
+          dev->staging_bytes >> 10, dev->be->cfg.kernel);
+  return 0;
+}
+
+static void worker_fini(gd__gpu_dev *dev) {
+  bool dead = dev->dead;
+  /* After a sticky error every call fails; the process exits soon anyway. Free what we can. */
+  gd__gpu_staging_destroy(dev);
+  if (dev->pool_base && !dead)
+    (void)cudaFree(dev->pool_base);
+  dev->pool_base = NULL;
+  gd__gpu_pool_fini(&dev->pool);
+  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    if (*streams[i] && !dead)
+      (void)cudaStreamDestroy(*streams[i]);
+    *streams[i] = NULL;
+  }
+  if (dev->kctx && !dead)
+    gk_gpu_ctx_destroy(dev->kctx);
+  dev->kctx = NULL;
+}
+
+static void *worker_main(void *arg) {
+  gd__gpu_dev *dev = arg;
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = worker_init(dev, &err);
+  pthread_mutex_lock(&dev->mu);
+  dev->init_err = err;
+  dev->init_done = true;
+  if (rc != 0)
+    dev->dead = true;
+  pthread_cond_broadcast(&dev->cv);
+  pthread_mutex_unlock(&dev->mu);
+  if (rc == 0)
+    serve(dev);
+  worker_fini(dev);
+  return NULL;
+}
+
+int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err) {
+  int rc = pthread_create(&dev->thread, NULL, worker_main, dev);
+  if (rc != 0)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cannot start its worker: %s",
+                        dev->ordinal, strerror(rc));
+  dev->thread_started = true;
+  pthread_mutex_lock(&dev->mu);
+  while (!dev->init_done)
+    pthread_cond_wait(&dev->cv, &dev->mu);
+  gp_error init_err = dev->init_err;
+  pthread_mutex_unlock(&dev->mu);
+  if (init_err.code != 0) {
+    gd__gpu_worker_stop(dev);
+    if (err)
+      *err = init_err;
+    return init_err.code;
+  }
+  return 0;
+}
+
+void gd__gpu_worker_stop(gd__gpu_dev *dev) {
+  if (!dev->thread_started)
+    return;
+  pthread_mutex_lock(&dev->mu);
+  dev->stopping = true;
+  pthread_cond_broadcast(&dev->cv);
+  pthread_mutex_unlock(&dev->mu);
+  (void)pthread_join(dev->thread, NULL);
+  dev->thread_started = false;
+}
