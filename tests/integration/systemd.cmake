@@ -9,7 +9,8 @@ if(TARGET gemmd)
   # the built gemmd (verify insists that the binary exists).
   add_test(NAME systemd_units_verify
            COMMAND sh ${_sd_dir}/verify_units.sh ${PROJECT_BINARY_DIR}/systemd
-                   ${CMAKE_INSTALL_FULL_BINDIR}/gemmd $<TARGET_FILE:gemmd>)
+                   ${CMAKE_INSTALL_FULL_BINDIR}/gemmd $<TARGET_FILE:gemmd>
+                   ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)
 
   # The daemon started by systemd-socket-activate serves on the socket it was handed.
   add_test(NAME systemd_socket_activation
