@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""Every error the daemon can answer, each provoked through a real socket: INVALID_ARGUMENT,
+RESOURCE_EXHAUSTED (limits, memory budget, queue full), DEADLINE_EXCEEDED, UNIMPLEMENTED;
+notifications that are never answered; a FATAL framing error that closes only its own
+connection. After each error the same connection must keep working."""
+import os
+import sys
+import time
+
+import msgpack
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gemmd_harness as h  # noqa: E402
+
+
+def good_hdr(**over):
+    hdr = {"m": 3, "n": 4, "k": 5, "dtype": "f32"}
+    hdr.update(over)
+    return hdr
+
+
+def operands(hdr, size=4):
+    """Zero payloads of the right length for hdr (dims that are not ints count as 1)."""
+    def dim(key):
+        value = hdr.get(key, 1)
+        return value if isinstance(value, int) and 0 <= value < 1 << 20 else 1
+    m, n, k, batch = dim("m"), dim("n"), dim("k"), dim("batch")
+    return [b"\0" * (batch * m * k * size), b"\0" * (batch * k * n * size)]
+
+
+def expect_error(client, method, params, code, mentions=None, what=""):
+    """Sends one request; asserts an error reply with code whose message names `mentions`."""
+    try:
+        result = client.call(method, params)
+    except h.RpcError as exc:
+        if exc.code != code:
+            raise AssertionError("%s: got %s (%s), expected %s" % (what, exc.code, exc.message,
+                                                                  code))
+        if mentions and mentions not in exc.message:
+            raise AssertionError("%s: message %r does not name %r" % (what, exc.message,
+                                                                      mentions))
+        return exc
+    raise AssertionError("%s: answered %r, expected %s" % (what, h._short(result), code))
+
+
+def still_works(ctx, client):
+    assert client.call("ping") == "pong"
+    h.check_gemm(client, ctx.rng, 3, 2, 4, "f32")
+
+
+def test_invalid_argument(ctx):
+    with ctx.daemon() as d, d.connect() as client:
+        cases = [
+            ("unknown header key", [good_hdr(frobnicity=1)] + operands(good_hdr()),
+             "frobnicity"),
+            ("missing m", [{"n": 4, "k": 5, "dtype": "f32"}] + operands(good_hdr()), "m"),
+            ("missing dtype", [{"m": 3, "n": 4, "k": 5}] + operands(good_hdr()), "dtype"),
+            ("bad dtype", [good_hdr(dtype="f8")] + operands(good_hdr()), "dtype"),
+            ("dtype not a string", [good_hdr(dtype=4)] + operands(good_hdr()), "dtype"),
+            ("m = 0", [good_hdr(m=0)] + operands(good_hdr(m=0)), "m"),
+            ("k negative", [good_hdr(k=-1)] + operands(good_hdr()), "k"),
+            ("m a string", [good_hdr(m="3")] + operands(good_hdr()), "m"),
+            ("batch = 0", [good_hdr(batch=0)] + operands(good_hdr()), "batch"),
+            ("trans_a not a bool", [good_hdr(trans_a="yes")] + operands(good_hdr()), "trans_a"),
+            ("bad precision", [good_hdr(precision="sloppy")] + operands(good_hdr()),
+             "precision"),
+            ("alpha NaN", [good_hdr(alpha=float("nan"))] + operands(good_hdr()), "alpha"),
+            ("beta infinite", [good_hdr(beta=float("inf"))] + operands(good_hdr()) +
+             [b"\0" * 48], "beta"),
+            ("beta != 0 without c", [good_hdr(beta=0.5)] + operands(good_hdr()), None),
+            ("a one element short", [good_hdr(), b"\0" * (3 * 5 * 4 - 4), b"\0" * 80], None),
+            ("b one byte long", [good_hdr(), b"\0" * 60, b"\0" * 81], None),
+            ("c of the wrong length", [good_hdr(beta=1.0)] + operands(good_hdr()) +
+             [b"\0" * 44], None),
+            ("a as str", [good_hdr(), "x" * 60, b"\0" * 80], None),
+            ("hdr not a map", [[3, 4, 5]] + operands(good_hdr()), None),
+            ("two params", [good_hdr(), b"\0" * 60], None),
+            ("five params", [good_hdr(beta=1.0)] + operands(good_hdr()) + [b"\0" * 48] * 2,
+             None),
+        ]
+        for what, params, mentions in cases:
+            expect_error(client, "gemm", params, "INVALID_ARGUMENT", mentions, what)
+        # params that are not an array at all
+        for method, params in (("gemm", {"m": 1}), ("ping", "x"), ("stats", 7)):
+            msgid = client.next_msgid
+            client.next_msgid += 1
+            client.send_raw(msgpack.packb([0, msgid, method, params], use_bin_type=True))
+            reply = client.wait(msgid)
+            assert reply.error and reply.error["code"] == "INVALID_ARGUMENT", \
+                "%s with params %r: %r" % (method, params, reply)
+        # methods without params given some
+        expect_error(client, "ping", [1], "INVALID_ARGUMENT", None, "ping with params")
+        expect_error(client, "info", [{}], "INVALID_ARGUMENT", None, "info with params")
+        still_works(ctx, client)
+
+
+def test_resource_exhausted_limits(ctx):
+    config = {"limits": {"max_dim": 64, "max_batch": 4, "max_work": 100000}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        for what, hdr in (("m over max_dim", good_hdr(m=65)),
+                          ("n over max_dim", good_hdr(n=65)),
+                          ("k over max_dim", good_hdr(k=65)),
+                          ("batch over max_batch", good_hdr(batch=5)),
+                          ("m*n*k over max_work", good_hdr(m=50, n=50, k=50)),
+                          ("m huge", good_hdr(m=2**62))):
+            expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None, what)
+        h.check_gemm(client, ctx.rng, 64, 1, 64, "f32")  # at the limit is fine
+        still_works(ctx, client)
+
+
+def _stall_after_header(d, hdr):
+    """A connection that sent hdr and half of a: its job is admitted (admission happens at the
+    header, before payloads) and cannot complete. Returns (client, the bytes still unsent)."""
+    staller = d.connect()
+    a_bytes, b_bytes = operands(hdr, h.DTYPES[hdr["dtype"]])
+    packed = h.Client.pack_gemm(1, hdr, a_bytes, b_bytes)
+    a_start = packed.index(a_bytes)  # the payloads are zeros; the header holds no zero run
+    cut = a_start + len(a_bytes) // 2
+    staller.send_raw(packed[:cut])
+    return staller, packed[cut:]
+
+
+def _finish_stalled(staller, rest):
+    staller.send_raw(rest)
+    reply = staller.read_reply()
+    staller.close()
+    assert reply.msgid == 1 and reply.error is None, "the stalled job, completed: %r" % (
+        h._short(reply),)
+
+
+def test_memory_budget(ctx):
+    # a 200x200x200 f32 job holds a, b and c: 480 KB (plus any scratch): one fits in 768 KiB,
+    # two do not
+    with ctx.daemon(config={"queue": {"memory_budget": "768KiB"}}) as d, d.connect() as client:
+        hdr = good_hdr(m=600, n=600, k=600)  # 4.3 MB: never fits
+        expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None,
+                     "a request bigger than queue.memory_budget")
+        still_works(ctx, client)
+        hdr = good_hdr(m=200, n=200, k=200)
+        staller, rest = _stall_after_header(d, hdr)
+        time.sleep(0.2 * ctx.scale)
+        expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None,
+                     "a second job over what the first left of the budget")
+        still_works(ctx, client)  # a small one still fits
+        _finish_stalled(staller, rest)
+        # once answered, the budget is free again
+        a, b = h.random_operands(ctx.rng, 200, 200, 200, "f32")
+        _, out = client.gemm(hdr, a, b)
+        h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "after the budget freed")
+
+
+def test_queue_full(ctx):
+    config = {"queue": {"max_jobs": 2}, "cpu": {"threads": 1}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        hdr = good_hdr(m=64, n=64, k=64)
+        stallers = [_stall_after_header(d, hdr) for _ in range(2)]
+        time.sleep(0.2 * ctx.scale)
+        expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None,
+                     "a third job with queue.max_jobs 2 full")
+        assert client.call("ping") == "pong"  # pings are not jobs
+        for staller, rest in stallers:
+            _finish_stalled(staller, rest)
+        still_works(ctx, client)
+
+
+def test_deadline_exceeded(ctx):
+    config = {"cpu": {"threads": 1, "blas_threads": 1}}
+    big = 900 if ctx.quick else 1100
+    with ctx.daemon(config=config) as d, d.connect() as busy, d.connect() as client:
+        for timeout_ms in (1, 0):
+            a, b = h.random_operands(ctx.rng, big, big, big, "f64")
+            hdr = {"m": big, "n": big, "k": big, "dtype": "f64"}
+            busy_id = busy.send_gemm(hdr, a, b)
+            time.sleep(0.15 * ctx.scale)  # its payload lands and the only worker takes it
+            small = good_hdr(timeout_ms=timeout_ms)
+            expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
+                         "timeout_ms %d behind a %d^3 f64 job on one worker" % (timeout_ms, big))
+            _, out = busy.gemm_result(busy_id, hdr)
+            assert np.isfinite(out).all()
+        stats = client.call("stats")
+        n = h.dig(stats, "errors.DEADLINE_EXCEEDED")
+        assert n is None or n >= 2, "stats errors.DEADLINE_EXCEEDED = %r" % n
+        still_works(ctx, client)
+
+
+def test_unimplemented(ctx):
+    with ctx.daemon() as d, d.connect() as client:
+        expect_error(client, "frobnicate", [], "UNIMPLEMENTED", None, "unknown method")
+        expect_error(client, "", [], "UNIMPLEMENTED", None, "empty method name")
+        expect_error(client, b"frobnicate", [], "UNIMPLEMENTED", None, "unknown method as bin")
+        # a method name sent as bin works like the str
+        assert client.call(b"ping") == "pong"
+        a, b = h.random_operands(ctx.rng, 3, 4, 5, "f32")
+        hdr = good_hdr()
+        msgid = client.next_msgid
+        client.next_msgid += 1
+        client.send_raw(msgpack.packb([0, msgid, b"gemm", [hdr, h.to_wire(a, "f32"),
+                                                            h.to_wire(b, "f32")]],
+                                      use_bin_type=True))
+        _, out = client.gemm_result(msgid, hdr)
+        h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "gemm named by bin")
+        still_works(ctx, client)
+
+
+def test_notifications_unanswered(ctx):
+    with ctx.daemon() as d, d.connect() as client:
+        a, b = h.random_operands(ctx.rng, 3, 4, 5, "f32")
+        client.notify("ping")
+        client.notify("frobnicate", [1, 2])
+        client.notify(b"stats")
+        client.notify("gemm", [good_hdr(), h.to_wire(a, "f32"), h.to_wire(b, "f32")])
+        client.notify("gemm", [good_hdr(bogus=1)])
+        msgid = client.request("ping")
+        reply = client.read_reply()
+        assert reply == h.Reply(msgid, None, "pong"), "after notifications: %r" % (reply,)
+        assert not client.is_closed(0.3), "connection closed after notifications"
+        leftover = list(client.unpacker)
+        assert not leftover, "notifications were answered: %r" % h._short(leftover)
+        still_works(ctx, client)
+
+
+def test_fatal_closes_only_that_connection(ctx):
+    with ctx.daemon() as d, d.connect() as bystander:
+        assert bystander.call("ping") == "pong"
+        garbage = [
+            ("a never-used msgpack byte", b"\xc1" * 16),
+            ("not an array", msgpack.packb({"hello": "world"})),
+            ("an array that is no envelope", msgpack.packb([7, 1, "ping", []])),
+            ("a 4 GiB str header", b"\xdb\xff\xff\xff\xff" + b"x" * 16),
+            ("nesting deeper than max_depth", b"\x91" * 64),
+        ]
+        for what, data in garbage:
+            with d.connect() as victim:
+                victim.send_raw(data)
+                closed = victim.is_closed(5.0 * ctx.scale)
+                leftover = list(victim.unpacker)
+                for obj in leftover:  # an error reply before closing is fine; a result is not
+                    assert isinstance(obj, list) and obj[:1] == [1] and obj[2], \
+                        "%s: answered %r" % (what, h._short(obj))
+                if not closed:
+                    raise AssertionError("%s: the connection stayed open" % what)
+            assert bystander.call("ping") == "pong", "bystander after %s" % what
+        still_works(ctx, bystander)
+
+
+if __name__ == "__main__":
+    sys.exit(h.main([test_invalid_argument, test_resource_exhausted_limits, test_memory_budget,
+                     test_queue_full, test_deadline_exceeded, test_unimplemented,
+                     test_notifications_unanswered, test_fatal_closes_only_that_connection]))
