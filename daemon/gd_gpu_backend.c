@@ -34,7 +34,7 @@
 #include "gd_log.h"
 
 #define MIB (1024ull * 1024ull)
-#define GD__STAGING_MIN (64u * 1024u)
+#define GD__STAGING_MIN 4096u /* as the config parser allows */
 #define GD__STAGING_MAX (1024ull * MIB)
 #define GD__STAGING_BUFFERS_MAX 64u
 
@@ -754,7 +754,7 @@ static int check_config(const gd_gpu_config *cfg, gp_error *err) {
                         GD__STAGING_BUFFERS_MAX, cfg->staging_buffers);
   if (cfg->staging_bytes < GD__STAGING_MIN || cfg->staging_bytes > GD__STAGING_MAX)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
-                        "gpu.staging_bytes must be 64KiB..1GiB, not %llu",
+                        "gpu.staging_bytes must be 4KiB..1GiB, not %llu",
                         (unsigned long long)cfg->staging_bytes);
   if (cfg->memory_bytes == 0 && !(cfg->memory_fraction > 0.0 && cfg->memory_fraction <= 1.0))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "gpu.memory_fraction must be in (0, 1]");
