@@ -422,7 +422,7 @@ static void run_matrix(test_env *env, bool quick)
 
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
 
-static int check_registry(void)
+static int check_registry(bool verbose)
 {
   int failures = 0;
 #define EXPECT(cond)                                                                               \
@@ -439,7 +439,8 @@ static int check_registry(void)
     EXPECT(kernels[i]->name != NULL && kernels[i]->description != NULL);
     EXPECT(kernels[i]->supports != NULL && kernels[i]->launch != NULL);
     EXPECT(gk_kernel_by_name(kernels[i]->name) == kernels[i]); /* names are unique */
-    printf("registered: %-14s %s\n", kernels[i]->name, kernels[i]->description);
+    if (verbose)
+      printf("registered: %-14s %s\n", kernels[i]->name, kernels[i]->description);
   }
   EXPECT(gk_kernel_by_name("tiled16") == &gk_kernel_tiled16);
   EXPECT(gk_kernel_by_name("cublas") == &gk_kernel_cublas);
@@ -457,8 +458,9 @@ static int check_registry(void)
       EXPECT(gk_select(&p, ccs[c], "cublas") == &gk_kernel_cublas);
       EXPECT(gk_select(&p, ccs[c], "tiled16") == &gk_kernel_tiled16);
       EXPECT(gk_select(&p, ccs[c], "no-such-kernel") == chosen);
-      printf("auto for %-7s cc %d: %s\n", dtype_label(p.dtype, p.fast), ccs[c],
-             chosen ? chosen->name : "(none)");
+      if (verbose)
+        printf("auto for %-7s cc %d: %s\n", dtype_label(p.dtype, p.fast), ccs[c],
+               chosen ? chosen->name : "(none)");
     }
   }
   /* Malformed problems are refused before anything is launched. */
@@ -478,7 +480,8 @@ static int check_registry(void)
   const gk_kernel *used = &gk_kernel_cublas;
   EXPECT(gk_gpu_gemm(NULL, &bad, "auto", NULL, &used) == cudaErrorInvalidValue && used == NULL);
 #undef EXPECT
-  printf("registry: %s\n", failures ? "FAIL" : "PASS");
+  if (verbose || failures)
+    printf("registry: %s\n", failures ? "FAIL" : "PASS");
   return failures;
 }
 
@@ -614,7 +617,7 @@ int main(int argc, char **argv)
     return 2;
   }
 
-  if (!probe_only && check_registry() != 0)
+  if (!probe_only && check_registry(!bench) != 0)
     return 1;
   if (registry_only)
     return 0;

@@ -1,0 +1,158 @@
+#!/bin/bash
+# gpu-run.sh [all|tests|bench|e2e] - the one script for the GPU machine (default: all).
+#
+#   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's GPU tests)
+#   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
+#   e2e    build, then bench/e2e (the daemon end to end)
+#   all    all of the above
+#
+# Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
+# files in .deps/ (carry [".deps"]) are unpacked into /opt/deps (never into /) and pkg-config
+# and the loader are pointed there. If the whole tree does not configure or its GPU kernel test
+# does not build, the kernels-only project (tests/gpu/standalone) is built instead, so the
+# kernels can still be checked and timed; the summary says so.
+#
+# Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 8 files:
+# env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log summary.txt.
+# A short summary is printed last. Here (no GPU) it works too: the GPU tests skip.
+# Knobs: GPU_RUN_JOBS (16), GPU_RUN_TEST_TIMEOUT / GPU_RUN_BENCH_TIMEOUT (seconds per step,
+# 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
+set -uo pipefail
+mode=${1:-all}
+case $mode in all | tests | bench | e2e) ;; *)
+  echo "usage: $0 [all|tests|bench|e2e]" >&2
+  exit 2
+  ;;
+esac
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+OUT=${OUT:-$root/build-gpu/out}
+mkdir -p "$OUT"
+jobs=${GPU_RUN_JOBS:-16}
+test_timeout=${GPU_RUN_TEST_TIMEOUT:-420}
+bench_timeout=${GPU_RUN_BENCH_TIMEOUT:-240}
+summary=$OUT/summary.txt
+: >"$summary"
+start=$(date +%s)
+note() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo "$(($(date +%s) - start))s"; }
+
+commit=${GEMMD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if git rev-parse HEAD >/dev/null 2>&1 && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit+dirty"
+fi
+
+# ---- dependencies from .deps/ -------------------------------------------------------------
+# Only where the machine lacks them: on a machine with the packages installed, pointing
+# pkg-config at /opt/deps would hide the system's own libuv, libyaml and systemd.
+if ! pkg-config --exists msgpack openblas check 2>/dev/null && ls .deps/*.deb >/dev/null 2>&1; then
+  mkdir -p /opt/deps
+  for deb in .deps/*.deb; do
+    dpkg -x "$deb" /opt/deps || echo "gpu-run: could not unpack $deb" >&2
+  done
+  export PKG_CONFIG_LIBDIR=/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/deps/usr/share/pkgconfig:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=/opt/deps
+  export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  deps="from .deps ($(ls .deps/*.deb | wc -l) packages) in /opt/deps"
+else
+  deps="system"
+fi
+export PATH=$PATH:/usr/local/cuda/bin
+
+{
+  echo "== gpu-run.sh $mode, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
+  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+  nvcc --version 2>&1 || echo "nvcc: not found"
+  cmake --version | head -1
+  for module in libuv msgpack yaml-0.1 openblas libsystemd check; do
+    pkg-config --exists "$module" 2>/dev/null && echo "pkg-config $module: found" ||
+      echo "pkg-config $module: MISSING"
+  done
+} 2>&1 | tee "$OUT/env.log"
+gpu_name=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+note "gpu-run.sh $mode | commit $commit | device: ${gpu_name:-none} | deps: $deps"
+
+# ---- build ---------------------------------------------------------------------------------
+build=$root/build-gpu
+built=full
+{
+  echo "== configure the whole tree ($(elapsed))"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMD_BUILD_TESTS=ON \
+    -DGEMMD_BUILD_BENCH=ON &&
+    echo "== build, -j$jobs, keep going past failures ($(elapsed))" &&
+    cmake --build "$build" -j "$jobs" -- -k 0
+} >"$OUT/build.log" 2>&1
+full_rc=$?
+if [ ! -x "$build/tests/gpu/test_gpu_kernels" ]; then
+  built=standalone
+  build=$root/build-gpu-standalone
+  {
+    echo "== the whole tree did not give tests/gpu/test_gpu_kernels: kernels-only build ($(elapsed))"
+    cmake -S "$root/tests/gpu/standalone" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+      cmake --build "$build" -j "$jobs"
+  } >>"$OUT/build.log" 2>&1
+fi
+if [ ! -x "$build/tests/gpu/test_gpu_kernels" ]; then
+  note "build: FAILED (no test_gpu_kernels); last lines of build.log:"
+  tail -30 "$OUT/build.log" | tee -a "$summary"
+  exit 1
+fi
+if [ "$built" = full ]; then
+  [ $full_rc -eq 0 ] && note "build: whole tree OK ($(elapsed))" ||
+    note "build: whole tree built with FAILURES (rc $full_rc, see build.log); GPU kernel test built ($(elapsed))"
+else
+  note "build: whole tree FAILED (see build.log); kernels-only build OK ($(elapsed))"
+fi
+grep -E "error:|Error|FAILED:" "$OUT/build.log" | head -8 | tee -a "$summary"
+
+# ---- tests ---------------------------------------------------------------------------------
+if [ "$mode" = all ] || [ "$mode" = tests ]; then
+  echo "== ctest -L gpu ($(elapsed))"
+  timeout "$test_timeout" ctest --test-dir "$build" -L gpu --output-on-failure -j 3 \
+    --timeout "$test_timeout" 2>&1 | tee "$OUT/gpu-tests.log"
+  note "tests: ctest -L gpu rc ${PIPESTATUS[0]} ($(elapsed))"
+  grep -E "Test +#|tests passed|tests failed" "$OUT/gpu-tests.log" | tee -a "$summary"
+fi
+
+# A program run with a time limit, its output in $OUT/$log; a missing program is noted.
+run_step() {
+  local log=$1 label=$2
+  shift 2
+  echo "== $label ($(elapsed))"
+  timeout "$bench_timeout" "$@" 2>&1 | tee "$OUT/$log"
+  note "$label: rc ${PIPESTATUS[0]} ($(elapsed))"
+}
+
+# Executables the benchmark areas build under bench/ (names chosen by their owners).
+find_bench() {
+  find "$build/bench" -maxdepth 3 -type f -perm -u+x -name "$1" 2>/dev/null | sort | head -1
+}
+
+# ---- benchmarks ----------------------------------------------------------------------------
+if [ "$mode" = all ] || [ "$mode" = bench ]; then
+  run_step bench-baseline.log "bench: tiled16 and every kernel vs cuBLAS, 4096^3" \
+    "$build/tests/gpu/test_gpu_kernels" --bench --size 4096
+  bench_kernels=$(find_bench '*kernels*')
+  if [ -n "$bench_kernels" ]; then
+    run_step bench-kernels.log "bench: ${bench_kernels#"$root"/}" "$bench_kernels"
+  else
+    note "bench: no bench/kernels program in this build"
+  fi
+fi
+if [ "$mode" = all ] || [ "$mode" = e2e ]; then
+  bench_e2e=$(find_bench '*e2e*')
+  if [ -n "$bench_e2e" ]; then
+    run_step bench-e2e.log "bench: ${bench_e2e#"$root"/}" "$bench_e2e"
+  else
+    note "e2e: no bench/e2e program in this build"
+  fi
+fi
+
+# ---- summary, last -------------------------------------------------------------------------
+echo
+echo "================ summary ================"
+cat "$summary"
+for log in bench-baseline.log bench-kernels.log bench-e2e.log; do
+  [ -f "$OUT/$log" ] && { echo "--- $log (tail)"; tail -20 "$OUT/$log"; }
+done
+echo "total $(elapsed)"
