@@ -1,0 +1,266 @@
+/*
+ * gemmclient.h - libgemmclient, the C client of gemmd (wire protocol v1).
+ *
+ * One connection (gc_conn) carries any number of requests at once: each gets
+ * its own msgid, replies are matched by msgid in whatever order the daemon
+ * sends them. The blocking calls (gc_gemm, gc_ping, gc_info, gc_stats) are
+ * built on the asynchronous ones (gc_submit, gc_wait, gc_poll).
+ *
+ * Errors: every function that can fail returns 0 or a negative GC_E_* code.
+ * The code and a message saying what went wrong (the daemon's own message
+ * for an error reply) are kept in the connection: gc_last_error(conn).
+ * Local failures use the same codes as the daemon: a connection that cannot
+ * be made or is lost -> GC_E_UNAVAILABLE, a client-side timeout ->
+ * GC_E_DEADLINE_EXCEEDED, a reply that breaks the protocol -> GC_E_INTERNAL.
+ *
+ * Memory: matrices travel from and to the caller's buffers, with no copy in
+ * the library: requests go out with sendmsg() straight from a, b and c, and
+ * the reply's C is received straight into the caller's output buffer.
+ *
+ * Threads: a gc_conn is not thread-safe: use it from one thread at a time
+ * (any thread, serialised by the caller). Distinct connections are
+ * independent. gc_strerror, gc_code_name, gc_version and gc_gemm_opts_init
+ * are thread-safe. gc_last_error(NULL) is per thread.
+ *
+ * Signals: the library never raises SIGPIPE (it sends with MSG_NOSIGNAL) and
+ * retries calls interrupted by signals.
+ */
+#ifndef GEMMCLIENT_H
+#define GEMMCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemmclient_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GC_BUILDING_LIBRARY)
+#define GC_EXPORT __attribute__((visibility("default")))
+#else
+#define GC_EXPORT
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* The codes of protocol v1 (gRPC's names), the same values as the daemon's. */
+#define GC_OK 0
+#define GC_E_INVALID_ARGUMENT (-1)
+#define GC_E_RESOURCE_EXHAUSTED (-2)
+#define GC_E_UNAVAILABLE (-3)
+#define GC_E_DEADLINE_EXCEEDED (-4)
+#define GC_E_CANCELLED (-5)
+#define GC_E_UNAUTHENTICATED (-6)
+#define GC_E_NOT_FOUND (-7)
+#define GC_E_UNIMPLEMENTED (-8)
+#define GC_E_INTERNAL (-9)
+
+#define GC_ERROR_MESSAGE_MAX 256
+
+typedef struct {
+  int code;                            /* GC_OK or a GC_E_* value */
+  char message[GC_ERROR_MESSAGE_MAX];  /* NUL-terminated; "" when code is GC_OK */
+} gc_error;
+
+/* Short human message for a code ("deadline exceeded"). Never NULL. Thread-safe. */
+GC_EXPORT const char *gc_strerror(int code);
+
+/* Wire name of a code ("DEADLINE_EXCEEDED"; "OK" for 0; "UNKNOWN" otherwise). Thread-safe. */
+GC_EXPORT const char *gc_code_name(int code);
+
+/* ---- connections ------------------------------------------------------- */
+
+typedef struct gc_conn gc_conn;
+
+/* The address used when gc_connect gets NULL and GEMMD_ADDRESS is unset or empty. */
+#define GC_DEFAULT_ADDRESS "unix:/run/gemmd/gemmd.sock"
+
+/*
+ * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
+ * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT". NULL
+ * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
+ * after 10 seconds.
+ *
+ * Returns 0 and sets *out to a connection that the caller closes with
+ * gc_close(). On failure returns GC_E_INVALID_ARGUMENT (a malformed
+ * address), GC_E_UNAVAILABLE (nothing answers), GC_E_DEADLINE_EXCEEDED or
+ * GC_E_RESOURCE_EXHAUSTED, sets *out to NULL, and records the reason for
+ * this thread: gc_last_error(NULL).
+ */
+GC_EXPORT int gc_connect(const char *addr, gc_conn **out);
+
+/* Closes the connection and frees it. Requests still in flight are dropped: their buffers are
+ * no longer touched once gc_close returns. conn may be NULL. */
+GC_EXPORT void gc_close(gc_conn *conn);
+
+/*
+ * The last error of conn: the code and message of the call that last failed
+ * on it (a later successful call does not clear it). With conn == NULL: the
+ * last gc_connect failure of the calling thread. The pointer stays valid
+ * until the connection is closed (or, for NULL, for the thread's lifetime).
+ */
+GC_EXPORT const gc_error *gc_last_error(const gc_conn *conn);
+
+/* The socket, for callers that wait on it in their own event loop (POLLIN, and POLLOUT while
+ * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Do not read, write or close it. */
+GC_EXPORT int gc_fd(const gc_conn *conn);
+
+/* ---- gemm -------------------------------------------------------------- */
+
+typedef enum {
+  GC_DTYPE_F32 = 0,  /* float */
+  GC_DTYPE_F64 = 1,  /* double */
+  GC_DTYPE_F16 = 2,  /* IEEE binary16, as uint16_t bits */
+  GC_DTYPE_BF16 = 3, /* bfloat16, as uint16_t bits */
+} gc_dtype;
+
+typedef enum {
+  GC_PRECISION_EXACT = 0, /* f32 computed in f32 */
+  GC_PRECISION_FAST = 1,  /* f32 may use TF32 tensor cores */
+} gc_precision;
+
+/*
+ * What one gemm computes: C = alpha * op(A) * op(B) + beta * C for `batch`
+ * problems stored back to back, row-major. op(A) is m x k (A is stored k x m
+ * when trans_a), op(B) is k x n (B stored n x k when trans_b), C is m x n.
+ *
+ * Always fill it with gc_gemm_opts_init() first, then set fields: the
+ * struct may grow at its end in later minor versions; struct_size tells the
+ * library which fields your build of the header has.
+ */
+typedef struct {
+  size_t struct_size;     /* set by gc_gemm_opts_init; do not change */
+  uint64_t m, n, k;       /* >= 1; required */
+  gc_dtype dtype;         /* default GC_DTYPE_F32 */
+  int trans_a, trans_b;   /* default 0 */
+  double alpha, beta;     /* default 1.0, 0.0; beta != 0 needs c */
+  uint64_t batch;         /* default 1 */
+  gc_precision precision; /* default GC_PRECISION_EXACT */
+  /* Whole-call limit in milliseconds, < 0 for none (the default). The
+   * blocking gc_gemm gives up after it (GC_E_DEADLINE_EXCEEDED); it is also
+   * sent to the daemon as the request's timeout_ms, so the daemon does not
+   * start work the caller no longer waits for. */
+  int64_t timeout_ms;
+} gc_gemm_opts;
+
+GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
+#define gc_gemm_opts_init(opts) gc_gemm_opts_init_sized((opts), sizeof(gc_gemm_opts))
+
+/* Bytes of one operand ('a', 'b' or 'c'; 'c' is also the output) for all batches, or 0 when
+ * opts is malformed or the size overflows. */
+GC_EXPORT uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand);
+
+/* Where and how fast a gemm ran, as the daemon reports it. */
+typedef struct {
+  uint64_t m, n, batch;
+  gc_dtype dtype;
+  char device[64];          /* "cpu" or "cuda:N" */
+  char kernel[64];          /* e.g. "openblas" */
+  uint64_t queue_us, transfer_in_us, compute_us, transfer_out_us;
+} gc_gemm_result;
+
+/*
+ * Blocking gemm. a and b hold the operands (gc_gemm_operand_bytes bytes
+ * each), c the input C or NULL (required when beta != 0), out receives the
+ * result C (m x n x batch elements) and may be the same buffer as c.
+ * result, when not NULL, gets the daemon's report.
+ * Returns 0, the daemon's error code (details in gc_last_error), or a local
+ * code (see the top of this file). On any failure out may hold part of a
+ * result; on a timeout the library lets go of all four buffers before it
+ * returns.
+ */
+GC_EXPORT int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+                      const void *c, void *out, gc_gemm_result *result);
+
+/* ---- asynchronous requests -------------------------------------------- */
+
+/* A request in flight on one connection (its msgid). Never 0. */
+typedef uint32_t gc_req;
+
+/*
+ * Queues a gemm and returns at once with its id in *req; as much of it is
+ * sent as the socket takes without blocking, the rest by later gc_wait /
+ * gc_poll calls. a, b, c and out must stay valid and unchanged (out
+ * untouched) until the request completes (gc_wait returns for it or gc_poll
+ * reports it) or is cancelled. opts->timeout_ms is only sent to the daemon
+ * here; the client-side limit is the one given to gc_wait / gc_poll.
+ * Returns 0, GC_E_INVALID_ARGUMENT (bad opts: checked before anything is
+ * sent), GC_E_UNAVAILABLE (connection lost) or GC_E_RESOURCE_EXHAUSTED.
+ */
+GC_EXPORT int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+                        const void *c, void *out, gc_req *req);
+
+/*
+ * Drives the connection until request req completes or timeout_ms passes
+ * (< 0: no limit; 0: only what is ready now). On completion returns the
+ * request's result (0 or an error code, details in gc_last_error), fills
+ * *result when not NULL (gemm requests), and forgets req. When the time runs
+ * out first returns GC_E_DEADLINE_EXCEEDED and req stays in flight (wait
+ * again, or gc_cancel it). GC_E_NOT_FOUND when req is not in flight (already
+ * reported, cancelled, or never submitted).
+ */
+GC_EXPORT int gc_wait(gc_conn *conn, gc_req req, int timeout_ms, gc_gemm_result *result);
+
+/* One completed request, as gc_poll reports it. */
+typedef struct {
+  gc_req req;
+  gc_error error;          /* error.code 0 on success */
+  gc_gemm_result result;   /* gemm requests that succeeded */
+} gc_completion;
+
+/*
+ * Makes progress on every request (sends what the socket takes, receives what
+ * has arrived), waiting up to timeout_ms (0: not at all; < 0: no limit) for
+ * at least one completion, then reports up to max completed requests in
+ * done[] and forgets them. Returns how many (0 when none completed in time),
+ * or a negative code when the connection itself failed (every request in
+ * flight is then completed with that error and reported by later calls).
+ */
+GC_EXPORT int gc_poll(gc_conn *conn, int timeout_ms, gc_completion *done, size_t max);
+
+/* Requests submitted and not yet reported by gc_wait / gc_poll. */
+GC_EXPORT size_t gc_in_flight(const gc_conn *conn);
+
+/* Requests whose bytes are not all sent yet. */
+GC_EXPORT size_t gc_pending_sends(const gc_conn *conn);
+
+/*
+ * Gives up on req: from return on, the library no longer reads or writes its
+ * buffers. A request partly sent is completed on the wire with zero bytes
+ * (the stream stays in step) and its reply is read and thrown away.
+ * Returns 0, or GC_E_NOT_FOUND.
+ */
+GC_EXPORT int gc_cancel(gc_conn *conn, gc_req req);
+
+/* Bytes of req sent and to send, received and to receive (the gemm reply's C), for progress
+ * display. Returns 0, or GC_E_NOT_FOUND. Any pointer may be NULL. */
+GC_EXPORT int gc_progress(const gc_conn *conn, gc_req req, uint64_t *sent, uint64_t *send_total,
+                          uint64_t *received, uint64_t *receive_total);
+
+/* ---- ping, info, stats ------------------------------------------------- */
+
+/* Round trip; 0 when the daemon answered "pong". timeout_ms < 0: no limit. */
+GC_EXPORT int gc_ping(gc_conn *conn, int timeout_ms);
+
+/*
+ * The daemon's info / stats maps (DESIGN.md: version, backend, devices,
+ * limits / counters, queues, latencies) as one msgpack-encoded object in a
+ * buffer the caller frees with gc_free(); unpack it with msgpack-c
+ * (msgpack_unpack_next) or any msgpack library. On failure *buf is NULL.
+ */
+GC_EXPORT int gc_info(gc_conn *conn, int timeout_ms, void **buf, size_t *len);
+GC_EXPORT int gc_stats(gc_conn *conn, int timeout_ms, void **buf, size_t *len);
+GC_EXPORT void gc_free(void *buf);
+
+/* ---- version ----------------------------------------------------------- */
+
+/* GC_VERSION_NUM of the library actually loaded (compare with the header's to detect a
+ * mismatch between the header you built with and the library you run with). */
+GC_EXPORT unsigned gc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GEMMCLIENT_H */

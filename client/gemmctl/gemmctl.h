@@ -1,0 +1,70 @@
+/*
+ * gemmctl.h - what the files of gemmctl share: global options, exit codes,
+ * error reporting, argument parsing helpers, output and progress display.
+ */
+#ifndef GEMMCTL_H
+#define GEMMCTL_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gemmclient.h"
+
+/* Exit codes (documented in --help). */
+enum {
+  GCTL_EXIT_OK = 0,
+  GCTL_EXIT_SERVER = 1,  /* the daemon answered with an error, or verify failed */
+  GCTL_EXIT_USAGE = 2,   /* bad command line or input files (nothing was sent) */
+  GCTL_EXIT_CONNECT = 3, /* could not connect, or the connection was lost */
+  GCTL_EXIT_LOCAL = 4,   /* a local failure: output file not written, out of memory */
+};
+
+typedef struct {
+  const char *addr; /* --connect, or NULL for GEMMD_ADDRESS / the default */
+  bool json;        /* --json */
+} gctl_global;
+
+typedef int (*gctl_command_fn)(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_ping(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_info(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_stats(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_gemm(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_bench(const gctl_global *g, int argc, char **argv);
+int gctl_cmd_verify(const gctl_global *g, int argc, char **argv);
+
+/* Connects (printing the failure): GCTL_EXIT_OK or GCTL_EXIT_CONNECT. */
+int gctl_connect(const gctl_global *g, gc_conn **conn);
+/* Prints a failed call (on stderr, and as a JSON object on stdout with --json) and returns its
+ * exit code: GCTL_EXIT_CONNECT for a lost connection, GCTL_EXIT_SERVER otherwise. */
+int gctl_fail_call(const gctl_global *g, const char *what, const gc_error *err);
+/* Prints a usage or local error; returns code. */
+int gctl_fail(const gctl_global *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses an integer >= min; false (message printed) when it is not one. */
+bool gctl_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t *out);
+bool gctl_parse_double(const char *flag, const char *text, double *out);
+bool gctl_parse_dtype(const char *text, gc_dtype *out);
+const char *gctl_dtype_name(gc_dtype dtype);
+size_t gctl_dtype_size(gc_dtype dtype);
+int64_t gctl_now_us(void);
+
+/* output.c: msgpack objects as JSON or as indented text; JSON strings. */
+void gctl_json_string(FILE *f, const char *s, size_t len);
+void gctl_print_json(FILE *f, const msgpack_object *o);
+void gctl_print_text(FILE *f, const msgpack_object *o, int indent);
+
+/* progress.c: a bar on stderr for transfers, shown only when stderr is a terminal and the
+ * transfer has run for more than half a second. */
+typedef struct {
+  bool enabled, shown;
+  int64_t start_us;
+  const char *label;
+} gctl_progress;
+void gctl_progress_init(gctl_progress *p, const char *label);
+void gctl_progress_update(gctl_progress *p, uint64_t done, uint64_t total);
+void gctl_progress_end(gctl_progress *p);
+
+#endif /* GEMMCTL_H */

@@ -1,0 +1,77 @@
+/*
+ * gc_call.c - the small calls: ping, info and stats. Their results are kept
+ * as packed msgpack and handed to the caller as a buffer.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gc_internal.h"
+
+/* Sends method, waits for its reply; on success *packed (when not NULL) takes the result
+ * object's msgpack bytes (caller frees). */
+static int call(gc_conn *conn, gp_method method, int timeout_ms, msgpack_sbuffer *packed) {
+  if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
+  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
+  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  r->method = method;
+  int rc = gp_encode_request(&r->head, r->msgid, gp_method_name(method));
+  if (rc != 0) {
+    gc__request_release(r);
+    return gc__conn_failf(conn, rc, "encoding the %s request", gp_method_name(method));
+  }
+  r->iov[0].iov_base = r->head.data;
+  r->iov[0].iov_len = r->head.size;
+  r->iovcnt = 1;
+  r->send_total = r->head.size;
+  gc_req req = r->msgid;
+  rc = gc__request_start(conn, r);
+  if (rc != 0) return rc;
+  if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0) {
+    gc_cancel(conn, req);
+    return gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "no reply to %s within %d ms",
+                          gp_method_name(method), timeout_ms);
+  }
+  if (r->error.code == GC_OK && packed != NULL) {
+    *packed = r->packed;
+    msgpack_sbuffer_init(&r->packed);
+  }
+  return gc_wait(conn, req, 0, NULL);
+}
+
+int gc_ping(gc_conn *conn, int timeout_ms) {
+  msgpack_sbuffer packed;
+  msgpack_sbuffer_init(&packed);
+  int rc = call(conn, GP_METHOD_PING, timeout_ms, &packed);
+  static const char pong[] = "\xa4pong"; /* msgpack fixstr "pong" */
+  if (rc == 0 && (packed.size != sizeof pong - 1 || memcmp(packed.data, pong, packed.size) != 0))
+    rc = gc__conn_failf(conn, GC_E_INTERNAL, "ping answered with something other than \"pong\"");
+  msgpack_sbuffer_destroy(&packed);
+  return rc;
+}
+
+static int map_call(gc_conn *conn, gp_method method, int timeout_ms, void **buf, size_t *len) {
+  msgpack_sbuffer packed;
+  msgpack_sbuffer_init(&packed);
+  if (buf) *buf = NULL;
+  if (len) *len = 0;
+  int rc = call(conn, method, timeout_ms, &packed);
+  if (rc != 0) {
+    msgpack_sbuffer_destroy(&packed);
+    return rc;
+  }
+  if (len) *len = packed.size;
+  if (buf) *buf = msgpack_sbuffer_release(&packed);
+  msgpack_sbuffer_destroy(&packed);
+  return 0;
+}
+
+int gc_info(gc_conn *conn, int timeout_ms, void **buf, size_t *len) {
+  return map_call(conn, GP_METHOD_INFO, timeout_ms, buf, len);
+}
+
+int gc_stats(gc_conn *conn, int timeout_ms, void **buf, size_t *len) {
+  return map_call(conn, GP_METHOD_STATS, timeout_ms, buf, len);
+}
+
+void gc_free(void *buf) { free(buf); }

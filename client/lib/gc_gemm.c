@@ -1,0 +1,153 @@
+/*
+ * gc_gemm.c - gemm requests: the options struct, checking it, building the
+ * request (a small head plus the caller's buffers as iovecs), and the
+ * blocking gc_gemm built on gc_submit + gc_wait.
+ */
+#include <limits.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "gc_internal.h"
+
+_Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (int)GP_DTYPE_F64 &&
+                   (int)GC_DTYPE_F16 == (int)GP_DTYPE_F16 &&
+                   (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16,
+               "gc_dtype must mirror gp_dtype");
+
+/* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
+ * gc_gemm_opts_init. Fields added later are read only when struct_size covers them. */
+#define OPTS_V1_SIZE (offsetof(gc_gemm_opts, timeout_ms) + sizeof(int64_t))
+
+void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
+  gc_gemm_opts defaults;
+  memset(&defaults, 0, sizeof defaults);
+  defaults.dtype = GC_DTYPE_F32;
+  defaults.alpha = 1.0;
+  defaults.beta = 0.0;
+  defaults.batch = 1;
+  defaults.precision = GC_PRECISION_EXACT;
+  defaults.timeout_ms = -1;
+  size_t n = struct_size < sizeof defaults ? struct_size : sizeof defaults;
+  memcpy(opts, &defaults, n);
+  if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
+}
+
+/* Copies the caller's opts (whatever version of the struct it has) over the defaults and
+ * translates them into a wire header. */
+static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeout_ms,
+                       gc_error *err) {
+  if (in == NULL || in->struct_size < OPTS_V1_SIZE)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "gemm options not set up with gc_gemm_opts_init");
+  gc_gemm_opts o;
+  gc_gemm_opts_init(&o);
+  memcpy(&o, in, in->struct_size < sizeof o ? in->struct_size : sizeof o);
+  if ((unsigned)o.dtype >= GP_DTYPE_COUNT)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "dtype %d is not a gc_dtype", (int)o.dtype);
+  if (o.precision != GC_PRECISION_EXACT && o.precision != GC_PRECISION_FAST)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "precision %d is not a gc_precision",
+                         (int)o.precision);
+  gp_gemm_hdr_init(hdr);
+  hdr->m = o.m;
+  hdr->n = o.n;
+  hdr->k = o.k;
+  hdr->dtype = (gp_dtype)o.dtype;
+  hdr->trans_a = o.trans_a != 0;
+  hdr->trans_b = o.trans_b != 0;
+  hdr->alpha = o.alpha;
+  hdr->beta = o.beta;
+  hdr->batch = o.batch;
+  hdr->precision = (gp_precision)o.precision;
+  hdr->has_timeout = o.timeout_ms >= 0;
+  hdr->timeout_ms = o.timeout_ms >= 0 ? (uint64_t)o.timeout_ms : 0;
+  *timeout_ms = o.timeout_ms;
+  return 0;
+}
+
+uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
+  gp_gemm_hdr hdr;
+  int64_t timeout;
+  gc_error err;
+  if (opts_to_hdr(opts, &hdr, &timeout, &err) != 0) return 0;
+  gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
+  if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
+  uint64_t bytes;
+  return gp_gemm_operand_bytes(&hdr, op, &bytes) ? bytes : 0;
+}
+
+static void add_iov(gc__request *r, const void *base, uint64_t len, bool caller) {
+  r->iov[r->iovcnt].iov_base = (void *)base;
+  r->iov[r->iovcnt].iov_len = (size_t)len;
+  r->iov_caller[r->iovcnt] = caller;
+  r->iovcnt++;
+  r->send_total += len;
+}
+
+/* Head, then each payload behind its bin header: the payloads stay in the caller's memory. */
+static int build_gemm(gc__request *r, const gp_gemm_hdr *hdr, const void *a, const void *b,
+                      const void *c) {
+  uint64_t a_bytes, b_bytes, c_bytes;
+  gp_gemm_operand_bytes(hdr, GP_OPERAND_A, &a_bytes);
+  gp_gemm_operand_bytes(hdr, GP_OPERAND_B, &b_bytes);
+  gp_gemm_operand_bytes(hdr, GP_OPERAND_C, &c_bytes);
+  int rc = gp_encode_gemm_request_head(&r->head, r->msgid, hdr, c != NULL);
+  if (rc != 0) return rc;
+  add_iov(r, r->head.data, r->head.size, false);
+  add_iov(r, a, a_bytes, true);
+  add_iov(r, r->bin_hdr[0], gp_encode_bin_header(r->bin_hdr[0], b_bytes), false);
+  add_iov(r, b, b_bytes, true);
+  if (c != NULL) {
+    add_iov(r, r->bin_hdr[1], gp_encode_bin_header(r->bin_hdr[1], c_bytes), false);
+    add_iov(r, c, c_bytes, true);
+  }
+  r->expect = *hdr;
+  r->out_bytes = c_bytes;
+  return 0;
+}
+
+int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+              const void *c, void *out, gc_req *req) {
+  gp_gemm_hdr hdr;
+  int64_t timeout_ms;
+  gc_error err;
+  if (req != NULL) *req = 0;
+  if (opts_to_hdr(opts, &hdr, &timeout_ms, &err) != 0) return gc__conn_fail(conn, &err);
+  if (a == NULL || b == NULL || out == NULL || req == NULL)
+    return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT, "gemm needs a, b, out and req");
+  gp_error perr;
+  gp_error_clear(&perr);
+  if (gp_gemm_hdr_validate(&hdr, c != NULL, &conn->limits, &perr) != 0)
+    return gc__conn_failf(conn, perr.code, "%s", perr.message);
+  if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
+  gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
+  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  r->method = GP_METHOD_GEMM;
+  int rc = build_gemm(r, &hdr, a, b, c);
+  if (rc != 0) {
+    gc__request_release(r);
+    return gc__conn_failf(conn, rc, "encoding the gemm request: %s", gp_strerror(rc));
+  }
+  r->out = out;
+  *req = r->msgid;
+  rc = gc__request_start(conn, r);
+  if (rc != 0) *req = 0;
+  return rc;
+}
+
+int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+            const void *c, void *out, gc_gemm_result *result) {
+  gc_req req;
+  int rc = gc_submit(conn, opts, a, b, c, out, &req);
+  if (rc != 0) return rc;
+  int64_t timeout = opts->timeout_ms;
+  int wait_ms = timeout < 0 ? -1 : timeout > INT_MAX ? INT_MAX : (int)timeout;
+  rc = gc_wait(conn, req, wait_ms, result);
+  /* Still in flight: the client-side limit struck (the daemon's own DEADLINE_EXCEEDED
+   * reply has already been reported). Let go of the caller's buffers before returning. */
+  if (rc == GC_E_DEADLINE_EXCEEDED && gc__reqtab_get(&conn->table, req) != NULL) {
+    gc_cancel(conn, req);
+    gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "gemm not complete after %d ms (client side)",
+                   wait_ms);
+  }
+  return rc;
+}

@@ -1,0 +1,39 @@
+/*
+ * gctl_ref.h - the float64 reference gemm that gemmctl verify and the client
+ * tests check the daemon against, and the tolerance fitted to each dtype.
+ */
+#ifndef GCTL_REF_H
+#define GCTL_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemmclient.h"
+
+/* Element i of a buffer of dtype, as double (f16/bf16 are uint16_t bits). */
+double gctl_load(gc_dtype dtype, const void *buf, size_t i);
+/* Stores v, rounded to dtype (nearest even), as element i. */
+void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
+
+/*
+ * ref[b][i][j] = alpha * sum_l op(A)[b][i][l] * op(B)[b][l][j] + beta * C[b][i][j] in double,
+ * from the values as stored (c may be NULL when beta is 0), and bound[] the same sum over
+ * absolute values (what rounding errors scale with). ref and bound hold m*n*batch doubles.
+ */
+void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                   double *ref, double *bound);
+
+/* The largest |out - ref| / bound over all elements (bound 0: any difference is infinite). */
+double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
+                      const double *bound);
+
+/* Error a correct gemm of this shape and dtype stays within (see refgemm.c). */
+double gctl_ref_tolerance(const gc_gemm_opts *o);
+
+/* Fills n elements with uniform values in [-1, 1) rounded to dtype; *seed advances. */
+void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed);
+
+/* Sets n elements to NaN, so that any element the daemon fails to write shows up. */
+void gctl_poison(gc_dtype dtype, void *buf, size_t n);
+
+#endif /* GCTL_REF_H */

@@ -1,0 +1,96 @@
+/*
+ * refgemm.c - float64 reference gemm, error measure and tolerances.
+ *
+ * The error of an element is measured against bound = |alpha| * sum |a||b| +
+ * |beta| * |c| (the classic componentwise bound of a dot product), so that
+ * entries that cancel to near zero are judged fairly. A correct gemm stays
+ * within  (k + 4) * u_acc + u_in + u_out  of it, with u_acc the unit roundoff
+ * of the accumulation (f64: 2^-53; f32, f16, bf16: f32, 2^-24), u_in the
+ * rounding of inputs by the kernel (TF32 when precision is fast: 2^-11 each
+ * operand) and u_out the rounding of the result into its dtype (f16 2^-11,
+ * bf16 2^-8). The tolerance is four times that.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "gctl_half.h"
+#include "gctl_ref.h"
+
+double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
+  switch (dtype) {
+    case GC_DTYPE_F64: return ((const double *)buf)[i];
+    case GC_DTYPE_F32: return ((const float *)buf)[i];
+    case GC_DTYPE_F16: return gctl_f16_to_f32(((const uint16_t *)buf)[i]);
+    case GC_DTYPE_BF16: return gctl_bf16_to_f32(((const uint16_t *)buf)[i]);
+  }
+  return NAN;
+}
+
+void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
+  switch (dtype) {
+    case GC_DTYPE_F64: ((double *)buf)[i] = v; break;
+    case GC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
+    case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gctl_f32_to_f16((float)v); break;
+    case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gctl_f32_to_bf16((float)v); break;
+  }
+}
+
+void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                   double *ref, double *bound) {
+  size_t m = o->m, n = o->n, k = o->k;
+  for (size_t p = 0; p < o->batch; p++) {
+    size_t a0 = p * m * k, b0 = p * k * n, c0 = p * m * n;
+    for (size_t i = 0; i < m; i++) {
+      for (size_t j = 0; j < n; j++) {
+        double sum = 0, abs_sum = 0;
+        for (size_t l = 0; l < k; l++) {
+          double av = gctl_load(o->dtype, a, a0 + (o->trans_a ? l * m + i : i * k + l));
+          double bv = gctl_load(o->dtype, b, b0 + (o->trans_b ? j * k + l : l * n + j));
+          sum += av * bv;
+          abs_sum += fabs(av * bv);
+        }
+        double cv = c != NULL ? gctl_load(o->dtype, c, c0 + i * n + j) : 0.0;
+        size_t at = c0 + i * n + j;
+        ref[at] = o->alpha * sum + (o->beta != 0.0 ? o->beta * cv : 0.0);
+        bound[at] = fabs(o->alpha) * abs_sum + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
+      }
+    }
+  }
+}
+
+double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
+                      const double *bound) {
+  double worst = 0;
+  size_t total = (size_t)(o->m * o->n * o->batch);
+  for (size_t i = 0; i < total; i++) {
+    double diff = fabs(gctl_load(o->dtype, out, i) - ref[i]);
+    double e = bound[i] > 0 ? diff / bound[i] : (diff == 0 ? 0 : INFINITY);
+    if (!(e <= worst)) worst = e; /* NaN (an unwritten, poisoned element) wins */
+  }
+  return worst;
+}
+
+double gctl_ref_tolerance(const gc_gemm_opts *o) {
+  double u_acc = o->dtype == GC_DTYPE_F64 ? ldexp(1, -53) : ldexp(1, -24);
+  double u_in = o->dtype == GC_DTYPE_F32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
+  double u_out = o->dtype == GC_DTYPE_F16    ? ldexp(1, -11)
+                 : o->dtype == GC_DTYPE_BF16 ? ldexp(1, -8)
+                 : u_acc;
+  return 4 * ((double)(o->k + 4) * u_acc + u_in + u_out);
+}
+
+void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed) {
+  for (size_t i = 0; i < n; i++) {
+    /* splitmix64: cheap, good enough, and reproducible from the seed */
+    uint64_t z = (*seed += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = (double)(z >> 11) * ldexp(1, -53); /* [0, 1) */
+    gctl_store(dtype, buf, i, 2 * u - 1);
+  }
+}
+
+void gctl_poison(gc_dtype dtype, void *buf, size_t n) {
+  for (size_t i = 0; i < n; i++) gctl_store(dtype, buf, i, NAN);
+}
