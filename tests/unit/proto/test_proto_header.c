@@ -1,0 +1,586 @@
+/*
+ * test_proto_header.c - the gemm header: every key, every default, integer
+ * and float encodings, and every rejection path of a request (each names its
+ * field, carries the msgid, and the stream goes on with the next message).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tp_util.h"
+
+#define MSGID 4242u
+
+/* Packs [0, MSGID, "gemm", [ and a map of npairs: the caller packs the pairs. */
+static void gemm_start(msgpack_packer *pk, uint32_t nparams, uint32_t npairs) {
+  tp_pack_request_start(pk, MSGID, "gemm", nparams);
+  msgpack_pack_map(pk, npairs);
+}
+
+static void key(msgpack_packer *pk, const char *k) { tp_pack_str(pk, k); }
+
+static void pack_required(msgpack_packer *pk, uint64_t m, uint64_t n, uint64_t k,
+                          const char *dtype) {
+  key(pk, "m");
+  msgpack_pack_uint64(pk, m);
+  key(pk, "n");
+  msgpack_pack_uint64(pk, n);
+  key(pk, "k");
+  msgpack_pack_uint64(pk, k);
+  key(pk, "dtype");
+  tp_pack_str(pk, dtype);
+}
+
+/* Appends bins of the sizes hdr implies (zeros). */
+static void pack_operands(msgpack_packer *pk, const gp_gemm_hdr *h, bool with_c) {
+  for (gp_operand op = GP_OPERAND_A; op <= (with_c ? GP_OPERAND_C : GP_OPERAND_B); op++) {
+    uint64_t bytes;
+    ck_assert(gp_gemm_operand_bytes(h, op, &bytes));
+    uint8_t *zeros = calloc(1, bytes + 1);
+    tp_pack_bin(pk, zeros, bytes);
+    free(zeros);
+  }
+}
+
+/* Completes a message cut short after a reject: `pairs` more dummy map pairs, then `params`
+ * more params (nil), so that the next message starts where it should. */
+static void pad(msgpack_packer *pk, int pairs, int params) {
+  for (int i = 0; i < pairs; i++) {
+    tp_pack_str(pk, "pad");
+    msgpack_pack_nil(pk);
+  }
+  for (int i = 0; i < params; i++)
+    msgpack_pack_nil(pk);
+}
+
+static void assert_types(const tp_trace *t, const char *want) {
+  char buf[512];
+  ck_assert_str_eq(tp_trace_types(t, buf, sizeof buf), want);
+}
+
+/* Decodes sb + a ping (msgid 999) whole and bytewise (they must agree). Expects
+ * `before` events, then REJECT with code and a message containing `needle`, then the ping. */
+static void expect_reject_in(msgpack_sbuffer *sb, const char *before, int code,
+                             const char *needle) {
+  ck_assert_int_eq(gp_encode_request(sb, 999, "ping"), 0);
+  const uint8_t *p = (const uint8_t *)sb->data;
+  tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, p, sb->size, TP_WHOLE, 0);
+  tp_trace b = tp_decode(GP_ROLE_SERVER, NULL, p, sb->size, TP_BYTES, 0);
+  ck_assert_msg(tp_trace_equal(&t, &b), "bytewise feeding differs");
+  char want[256];
+  snprintf(want, sizeof want, "%s%sREJECT REQUEST MESSAGE_END", before, *before ? " " : "");
+  assert_types(&t, want);
+  const tp_event *rej = &t.ev[t.n - 3];
+  ck_assert_int_eq(rej->err.code, code);
+  ck_assert(rej->has_msgid);
+  ck_assert_uint_eq(rej->msgid, MSGID);
+  ck_assert_msg(strstr(rej->err.message, needle) != NULL, "message \"%s\" lacks \"%s\"",
+                rej->err.message, needle);
+  ck_assert_uint_eq(t.ev[t.n - 2].msgid, 999);
+  tp_trace_free(&t);
+  tp_trace_free(&b);
+}
+
+static void expect_reject(msgpack_sbuffer *sb, int code, const char *needle) {
+  expect_reject_in(sb, "", code, needle);
+}
+
+/* Decodes one gemm request and returns its REQUEST's header (asserting the full trace). */
+static gp_gemm_hdr decode_hdr(msgpack_sbuffer *sb, bool with_c) {
+  tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_WHOLE, 0);
+  assert_types(&t, with_c ? "REQUEST PAYLOAD PAYLOAD PAYLOAD MESSAGE_END"
+                          : "REQUEST PAYLOAD PAYLOAD MESSAGE_END");
+  gp_gemm_hdr h = t.ev[0].gemm;
+  tp_trace_free(&t);
+  return h;
+}
+
+START_TEST(defaults) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 2, 3, 4, "f64");
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 2;
+  want.n = 3;
+  want.k = 4;
+  want.dtype = GP_DTYPE_F64;
+  pack_operands(&pk, &want, false);
+  gp_gemm_hdr h = decode_hdr(&sb, false);
+  ck_assert_uint_eq(h.m, 2);
+  ck_assert_uint_eq(h.n, 3);
+  ck_assert_uint_eq(h.k, 4);
+  ck_assert_int_eq(h.dtype, GP_DTYPE_F64);
+  ck_assert(!h.trans_a && !h.trans_b);
+  ck_assert(h.alpha == 1.0);
+  ck_assert(h.beta == 0.0);
+  ck_assert_uint_eq(h.batch, 1);
+  ck_assert_int_eq(h.precision, GP_PRECISION_EXACT);
+  ck_assert(!h.has_timeout);
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(every_key_set) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 4, 11);
+  /* keys in an unusual order, ints in every width */
+  key(&pk, "timeout_ms");
+  msgpack_pack_uint64(&pk, 70000); /* uint32 */
+  key(&pk, "precision");
+  tp_pack_str(&pk, "fast");
+  key(&pk, "batch");
+  msgpack_pack_uint16(&pk, 3);
+  key(&pk, "beta");
+  msgpack_pack_float(&pk, 0.25f); /* float32 */
+  key(&pk, "alpha");
+  msgpack_pack_int64(&pk, -2); /* an int */
+  key(&pk, "trans_b");
+  msgpack_pack_true(&pk);
+  key(&pk, "trans_a");
+  msgpack_pack_true(&pk);
+  key(&pk, "dtype");
+  tp_pack_str(&pk, "bf16");
+  key(&pk, "k");
+  msgpack_pack_int8(&pk, 5); /* a signed encoding of a positive value */
+  key(&pk, "n");
+  msgpack_pack_fix_uint64(&pk, 300); /* uint64 encoding */
+  key(&pk, "m");
+  msgpack_pack_fix_uint8(&pk, 7);
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 7;
+  want.n = 300;
+  want.k = 5;
+  want.dtype = GP_DTYPE_BF16;
+  want.trans_a = want.trans_b = true;
+  want.batch = 3;
+  pack_operands(&pk, &want, true);
+  gp_gemm_hdr h = decode_hdr(&sb, true);
+  ck_assert_uint_eq(h.m, 7);
+  ck_assert_uint_eq(h.n, 300);
+  ck_assert_uint_eq(h.k, 5);
+  ck_assert_int_eq(h.dtype, GP_DTYPE_BF16);
+  ck_assert(h.trans_a && h.trans_b);
+  ck_assert(h.alpha == -2.0);
+  ck_assert(h.beta == 0.25);
+  ck_assert_uint_eq(h.batch, 3);
+  ck_assert_int_eq(h.precision, GP_PRECISION_FAST);
+  ck_assert(h.has_timeout);
+  ck_assert_uint_eq(h.timeout_ms, 70000);
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(every_dtype_sizes_operands) {
+  static const char *const names[] = {"f32", "f64", "f16", "bf16"};
+  static const size_t sizes[] = {4, 8, 2, 2};
+  for (int dt = 0; dt < 4; dt++) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    tp_packer(&pk, &sb);
+    gemm_start(&pk, 3, 4);
+    pack_required(&pk, 3, 5, 7, names[dt]);
+    /* a is 3x7, b 7x5 */
+    uint8_t *a = calloc(1, 21 * sizes[dt]), *b = calloc(1, 35 * sizes[dt]);
+    tp_pack_bin(&pk, a, 21 * sizes[dt]);
+    tp_pack_bin(&pk, b, 35 * sizes[dt]);
+    gp_gemm_hdr h = decode_hdr(&sb, false);
+    ck_assert_int_eq(h.dtype, dt);
+    free(a);
+    free(b);
+    msgpack_sbuffer_destroy(&sb);
+  }
+}
+END_TEST
+
+START_TEST(transposed_shapes) {
+  /* trans_a: A stored k x m; trans_b: B stored n x k; the lengths only differ with batch */
+  gp_gemm_hdr h;
+  gp_gemm_hdr_init(&h);
+  h.m = 2;
+  h.n = 3;
+  h.k = 5;
+  h.trans_a = true;
+  uint64_t r, c;
+  gp_gemm_operand_shape(&h, GP_OPERAND_A, &r, &c);
+  ck_assert(r == 5 && c == 2);
+  gp_gemm_operand_shape(&h, GP_OPERAND_B, &r, &c);
+  ck_assert(r == 5 && c == 3);
+  h.trans_b = true;
+  gp_gemm_operand_shape(&h, GP_OPERAND_B, &r, &c);
+  ck_assert(r == 3 && c == 5);
+  gp_gemm_operand_shape(&h, GP_OPERAND_C, &r, &c);
+  ck_assert(r == 2 && c == 3);
+}
+END_TEST
+
+START_TEST(method_as_bin) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_uint8(&pk, 0);
+  msgpack_pack_uint8(&pk, 3);
+  tp_pack_binstr(&pk, "stats");
+  msgpack_pack_array(&pk, 0);
+  msgpack_pack_array(&pk, 3);
+  msgpack_pack_uint8(&pk, 2);
+  tp_pack_binstr(&pk, "info");
+  msgpack_pack_array(&pk, 0);
+  tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb.data, sb.size, TP_BYTES, 0);
+  assert_types(&t, "REQUEST MESSAGE_END NOTIFICATION MESSAGE_END");
+  ck_assert_int_eq(t.ev[0].method, GP_METHOD_STATS);
+  ck_assert_int_eq(t.ev[2].method, GP_METHOD_INFO);
+  tp_trace_free(&t);
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+/* ---- rejections ---- */
+
+START_TEST(unknown_method) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  tp_pack_request_start(&pk, MSGID, "frobnicate\x01", 2);
+  uint8_t big[1000] = {0};
+  tp_pack_bin(&pk, big, sizeof big); /* params are skipped, bins included */
+  msgpack_pack_map(&pk, 1);
+  msgpack_pack_nil(&pk);
+  msgpack_pack_nil(&pk);
+  expect_reject(&sb, GP_E_UNIMPLEMENTED, "method \"frobnicate?\" is not implemented");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(method_of_wrong_type) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_uint8(&pk, 0);
+  msgpack_pack_uint32(&pk, MSGID);
+  msgpack_pack_int(&pk, 5);
+  msgpack_pack_array(&pk, 0);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "method: must be a str or bin, got an integer");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(simple_methods_take_empty_params) {
+  static const char *const names[] = {"ping", "info", "stats"};
+  for (int i = 0; i < 3; i++) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    tp_packer(&pk, &sb);
+    tp_pack_request_start(&pk, MSGID, names[i], 1);
+    msgpack_pack_true(&pk);
+    expect_reject(&sb, GP_E_INVALID_ARGUMENT, "params:");
+    msgpack_sbuffer_clear(&sb);
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_uint8(&pk, 0);
+    msgpack_pack_uint32(&pk, MSGID);
+    tp_pack_str(&pk, names[i]);
+    msgpack_pack_map(&pk, 0); /* {} is not [] */
+    expect_reject(&sb, GP_E_INVALID_ARGUMENT, "params:");
+    msgpack_sbuffer_destroy(&sb);
+  }
+}
+END_TEST
+
+START_TEST(gemm_params_shape) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  tp_pack_request_start(&pk, MSGID, "gemm", 2);
+  msgpack_pack_map(&pk, 0);
+  msgpack_pack_nil(&pk);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "params: gemm takes [hdr, a, b] or [hdr, a, b, c]");
+  msgpack_sbuffer_clear(&sb);
+  msgpack_pack_array(&pk, 4);
+  msgpack_pack_uint8(&pk, 0);
+  msgpack_pack_uint32(&pk, MSGID);
+  tp_pack_str(&pk, "gemm");
+  tp_pack_str(&pk, "params");
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "params: gemm takes");
+  msgpack_sbuffer_clear(&sb);
+  tp_pack_request_start(&pk, MSGID, "gemm", 3);
+  msgpack_pack_array(&pk, 0);
+  msgpack_pack_nil(&pk);
+  msgpack_pack_nil(&pk);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "hdr: must be a map, got an array");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(unknown_and_duplicate_keys) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 3, 5);
+  pack_required(&pk, 1, 1, 1, "f32");
+  key(&pk, "tranz_a");
+  msgpack_pack_true(&pk);
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "hdr: unknown key \"tranz_a\"");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 5);
+  pack_required(&pk, 1, 1, 1, "f32");
+  key(&pk, "k");
+  msgpack_pack_uint8(&pk, 1);
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "hdr: duplicate key \"k\"");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 1);
+  msgpack_pack_uint8(&pk, 1); /* a key that is not a str */
+  msgpack_pack_uint8(&pk, 1);
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "hdr: a key: must be a str, got an integer");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(missing_required_keys) {
+  static const char *const names[] = {"m", "n", "k", "dtype"};
+  for (int skip = 0; skip < 4; skip++) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    tp_packer(&pk, &sb);
+    gemm_start(&pk, 3, 3);
+    for (int i = 0; i < 4; i++) {
+      if (i == skip)
+        continue;
+      key(&pk, names[i]);
+      if (i == 3)
+        tp_pack_str(&pk, "f32");
+      else
+        msgpack_pack_uint8(&pk, 1);
+    }
+    uint8_t four[4] = {0};
+    tp_pack_bin(&pk, four, 4);
+    tp_pack_bin(&pk, four, 4);
+    char needle[32];
+    snprintf(needle, sizeof needle, "hdr: missing %s", names[skip]);
+    expect_reject(&sb, GP_E_INVALID_ARGUMENT, needle);
+    msgpack_sbuffer_destroy(&sb);
+  }
+}
+END_TEST
+
+/* A header of the four required keys plus one more pair packed by `extra`. */
+static void reject_extra(void (*extra)(msgpack_packer *), const char *needle, int code) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 3, 5);
+  pack_required(&pk, 2, 2, 2, "f32");
+  extra(&pk);
+  uint8_t sixteen[16] = {0};
+  tp_pack_bin(&pk, sixteen, 16);
+  tp_pack_bin(&pk, sixteen, 16);
+  expect_reject(&sb, code, needle);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+static void x_trans_a_int(msgpack_packer *pk) { key(pk, "trans_a"); msgpack_pack_uint8(pk, 1); }
+static void x_trans_b_nil(msgpack_packer *pk) { key(pk, "trans_b"); msgpack_pack_nil(pk); }
+static void x_alpha_str(msgpack_packer *pk) { key(pk, "alpha"); tp_pack_str(pk, "1.0"); }
+static void x_beta_bool(msgpack_packer *pk) { key(pk, "beta"); msgpack_pack_false(pk); }
+static void x_batch_float(msgpack_packer *pk) { key(pk, "batch"); msgpack_pack_double(pk, 1); }
+static void x_batch_zero(msgpack_packer *pk) { key(pk, "batch"); msgpack_pack_uint8(pk, 0); }
+static void x_batch_negative(msgpack_packer *pk) { key(pk, "batch"); msgpack_pack_int8(pk, -3); }
+static void x_precision_bad(msgpack_packer *pk) { key(pk, "precision"); tp_pack_str(pk, "sloppy"); }
+static void x_precision_int(msgpack_packer *pk) { key(pk, "precision"); msgpack_pack_uint8(pk, 1); }
+static void x_timeout_negative(msgpack_packer *pk) { key(pk, "timeout_ms"); msgpack_pack_int8(pk, -1); }
+static void x_timeout_ext(msgpack_packer *pk) {
+  key(pk, "timeout_ms");
+  msgpack_pack_ext(pk, 4, 7);
+  msgpack_pack_ext_body(pk, "abcd", 4);
+}
+static void x_alpha_nan(msgpack_packer *pk) { key(pk, "alpha"); msgpack_pack_double(pk, NAN); }
+static void x_alpha_inf(msgpack_packer *pk) { key(pk, "alpha"); msgpack_pack_float(pk, INFINITY); }
+static void x_beta_without_c(msgpack_packer *pk) { key(pk, "beta"); msgpack_pack_double(pk, 0.5); }
+static void x_beta_map(msgpack_packer *pk) { key(pk, "beta"); msgpack_pack_map(pk, 1); msgpack_pack_nil(pk); msgpack_pack_nil(pk); }
+
+START_TEST(wrong_values) {
+  reject_extra(x_trans_a_int, "trans_a: must be a bool, got an integer", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_trans_b_nil, "trans_b: must be a bool, got nil", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_alpha_str, "alpha: must be a number, got a str", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_beta_bool, "beta: must be a number, got a bool", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_beta_map, "beta: must be a number, got a map", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_batch_float, "batch: must be an integer, got a float", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_batch_zero, "batch: must be >= 1", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_batch_negative, "batch: must be >= 1, got -3", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_precision_bad, "precision: \"sloppy\" is not one of exact, fast",
+               GP_E_INVALID_ARGUMENT);
+  reject_extra(x_precision_int, "precision: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_timeout_negative, "timeout_ms: must be >= 0, got -1", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_timeout_ext, "timeout_ms: must be an integer, got an ext", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_alpha_nan, "alpha: must be finite", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_alpha_inf, "alpha: must be finite", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_beta_without_c, "c: required when beta != 0", GP_E_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(wrong_dims_and_dtype) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 0, 1, 1, "f32");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "m: must be >= 1");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  key(&pk, "m");
+  msgpack_pack_int8(&pk, -1);
+  pad(&pk, 3, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "m: must be >= 1, got -1");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 1, 0, 1, "f32");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "n: must be >= 1");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 1, 1, 0, "f32");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be >= 1");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  key(&pk, "k");
+  tp_pack_str(&pk, "3");
+  pad(&pk, 3, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 1, 1, 1, "f128");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "dtype: \"f128\" is not one of f32, f64, f16, bf16");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  key(&pk, "dtype");
+  tp_pack_binstr(&pk, "f32");
+  pad(&pk, 3, 2);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "dtype: must be a str, got a bin");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(operands_wrong) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  uint8_t buf[64] = {0};
+  /* a of the wrong length: REJECT right after the REQUEST, before any payload byte */
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 2, 3, 4, "f32");
+  tp_pack_bin(&pk, buf, 31);
+  tp_pack_bin(&pk, buf, 48);
+  expect_reject_in(&sb, "REQUEST", GP_E_INVALID_ARGUMENT, "a: expected 32 bytes, got 31");
+  msgpack_sbuffer_clear(&sb);
+  /* b of the wrong length: a is already delivered */
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 2, 3, 4, "f32");
+  tp_pack_bin(&pk, buf, 32);
+  tp_pack_bin(&pk, buf, 49);
+  expect_reject_in(&sb, "REQUEST PAYLOAD", GP_E_INVALID_ARGUMENT, "b: expected 48 bytes, got 49");
+  msgpack_sbuffer_clear(&sb);
+  /* c of the wrong length */
+  gemm_start(&pk, 4, 4);
+  pack_required(&pk, 2, 3, 4, "f32");
+  tp_pack_bin(&pk, buf, 32);
+  tp_pack_bin(&pk, buf, 48);
+  tp_pack_bin(&pk, buf, 23);
+  expect_reject_in(&sb, "REQUEST PAYLOAD PAYLOAD", GP_E_INVALID_ARGUMENT,
+                   "c: expected 24 bytes, got 23");
+  msgpack_sbuffer_clear(&sb);
+  /* a str where a bin belongs */
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 1, 1, 1, "f32");
+  tp_pack_str(&pk, "abcd");
+  tp_pack_bin(&pk, buf, 4);
+  expect_reject_in(&sb, "REQUEST", GP_E_INVALID_ARGUMENT, "a: must be a bin, got a str");
+  msgpack_sbuffer_clear(&sb);
+  /* an array where b belongs */
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 1, 1, 1, "f32");
+  tp_pack_bin(&pk, buf, 4);
+  msgpack_pack_array(&pk, 4);
+  for (int i = 0; i < 4; i++)
+    msgpack_pack_uint8(&pk, 0);
+  expect_reject_in(&sb, "REQUEST PAYLOAD", GP_E_INVALID_ARGUMENT, "b: must be a bin, got an array");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+START_TEST(semantic_limits) {
+  gp_limits lim;
+  gp_limits_default(&lim);
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, lim.max_dim + 1, 1, 1, "f32");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "m: 65537 is over the limit 65536");
+  msgpack_sbuffer_clear(&sb);
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 65536, 65536, 65536, "f32");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "m*n*k*batch");
+  msgpack_sbuffer_clear(&sb);
+  /* a within work but over max_operand_bytes: 65536 x 8192 f64 = 4 GiB */
+  gemm_start(&pk, 3, 4);
+  pack_required(&pk, 65536, 1, 8192, "f64");
+  pad(&pk, 0, 2);
+  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "a: over the limit");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
+Suite *header_suite(void) {
+  Suite *s = suite_create("proto_header");
+  TCase *tc = tcase_create("keys");
+  tcase_add_test(tc, defaults);
+  tcase_add_test(tc, every_key_set);
+  tcase_add_test(tc, every_dtype_sizes_operands);
+  tcase_add_test(tc, transposed_shapes);
+  tcase_add_test(tc, method_as_bin);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("rejections");
+  tcase_add_test(tc, unknown_method);
+  tcase_add_test(tc, method_of_wrong_type);
+  tcase_add_test(tc, simple_methods_take_empty_params);
+  tcase_add_test(tc, gemm_params_shape);
+  tcase_add_test(tc, unknown_and_duplicate_keys);
+  tcase_add_test(tc, missing_required_keys);
+  tcase_add_test(tc, wrong_values);
+  tcase_add_test(tc, wrong_dims_and_dtype);
+  tcase_add_test(tc, operands_wrong);
+  tcase_add_test(tc, semantic_limits);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+TP_MAIN(header_suite)
