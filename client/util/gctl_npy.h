@@ -56,7 +56,7 @@ int gctl_npy_to_c_order(gctl_npy *a, char *err, size_t errlen);
 
 void gctl_npy_free(gctl_npy *a);
 
-/* The descr written for a dtype ("<f4", "<f8", "<f2", "<V2" for bf16, "<u2"). */
+/* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "<u2"). */
 const char *gctl_npy_descr(int dtype);
 
 /* Writes a C-order array. version: 1, 2 or 3, or 0 for the oldest that fits (1.0 unless

@@ -313,7 +313,7 @@ const char *gctl_npy_descr(int dtype) {
     case GC_DTYPE_F32: return "<f4";
     case GC_DTYPE_F64: return "<f8";
     case GC_DTYPE_F16: return "<f2";
-    case GC_DTYPE_BF16: return "<V2";
+    case GC_DTYPE_BF16: return "|V2"; /* numpy's own descr for 2-byte void */
     case GCTL_NPY_U2: return "<u2";
     default: return NULL;
   }

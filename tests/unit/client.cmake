@@ -1,0 +1,26 @@
+# client/ unit tests (Check), label unit: the .npy reader and writer cross-checked with numpy,
+# addresses, error strings, client-side timeouts and lost connections (fake servers, no daemon),
+# and the shared library's exported symbols.
+set(_gc_unit ${CMAKE_CURRENT_LIST_DIR}/client)
+
+add_executable(test_client_npy ${_gc_unit}/test_client_npy.c)
+target_link_libraries(test_client_npy PRIVATE gctl_util PkgConfig::CHECK)
+target_compile_definitions(test_client_npy PRIVATE
+  GCTL_PYTHON="${GEMMD_PYTHON3}" GCTL_NPY_SCRIPT="${_gc_unit}/npy_py.py")
+add_test(NAME client_npy COMMAND test_client_npy)
+
+add_executable(test_client_lib ${_gc_unit}/test_client_lib.c)
+target_link_libraries(test_client_lib PRIVATE gemmclient_static gemmproto PkgConfig::CHECK
+                                              Threads::Threads)
+# the test reaches into the library's internals (gc__addr_parse) and speaks proto itself
+target_include_directories(test_client_lib PRIVATE ${CMAKE_SOURCE_DIR}/client/lib)
+add_test(NAME client_lib COMMAND test_client_lib)
+
+# Only gc_ names may leave libgemmclient.so.
+add_test(NAME client_exports
+         COMMAND sh -c "bad=$(nm -D --defined-only \"$0\" | awk '{print $3}' | grep -v '^gc_' | grep -v '^_') ; \
+                        if [ -n \"$bad\" ]; then echo \"exported: $bad\"; exit 1; fi; \
+                        nm -D --defined-only \"$0\" | grep -q ' gc_gemm$'"
+                 $<TARGET_FILE:gemmclient>)
+
+set_tests_properties(client_npy client_lib client_exports PROPERTIES LABELS unit TIMEOUT 120)
