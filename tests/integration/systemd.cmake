@@ -12,6 +12,10 @@ if(TARGET gemmd)
                    ${CMAKE_INSTALL_FULL_BINDIR}/gemmd $<TARGET_FILE:gemmd>
                    ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)
 
+  # sysusers.d and tmpfiles.d files applied to an empty root: user, groups, /run/gemmd.
+  add_test(NAME systemd_sysusers_tmpfiles
+           COMMAND sh ${_sd_dir}/check_sysusers_tmpfiles.sh ${PROJECT_SOURCE_DIR}/systemd)
+
   # The daemon started by systemd-socket-activate serves on the socket it was handed.
   add_test(NAME systemd_socket_activation
            COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_socket_activation.py
@@ -65,8 +69,8 @@ if(TARGET gemmd)
                    --source ${PROJECT_SOURCE_DIR} --gemmd $<TARGET_FILE:gemmd>
                    --gemmctl "${_sd_gemmctl}")
 
-  set_tests_properties(systemd_units_verify systemd_socket_activation systemd_notify
-                       systemd_install_tree systemd_man_pages PROPERTIES
+  set_tests_properties(systemd_units_verify systemd_sysusers_tmpfiles systemd_socket_activation
+                       systemd_notify systemd_install_tree systemd_man_pages PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77
