@@ -25,6 +25,10 @@ static int buf_init(gd__gpu_dev *dev, gd__gpu_buf *buf, bool out, size_t cap, gp
   buf->is_out = out;
   buf->cap = cap;
   buf->state = GD__BUF_FREE;
+  /* the completion node its host func hands to the worker */
+  buf->done.type = out ? GD__CMD_OUT_DONE : GD__CMD_IN_DONE;
+  buf->done.buf = buf;
+  buf->cmd.buf = buf;
   void *host = NULL;
   cudaError_t e = cudaHostAlloc(&host, cap, cudaHostAllocPortable);
   if (e != cudaSuccess)

@@ -95,7 +95,7 @@ static void buf_free_locked(gd__gpu_buf *buf) {
 
 /* The worker is done with a job: no device work of it remains queued or running. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (job->events_made && !dev_dead(dev)) {
+  if (job->events_made) {
     (void)cudaEventDestroy(job->ev_in);
     (void)cudaEventDestroy(job->ev_c0);
     (void)cudaEventDestroy(job->ev_c1);
@@ -571,22 +571,30 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
 }
 
 static void worker_fini(gd__gpu_dev *dev) {
-  bool dead = dev->dead;
-  /* After a sticky error every call fails; the process exits soon anyway. Free what we can. */
+  /* After a sticky error these calls fail (and are ignored): the process cannot get that
+   * device back, but whatever the driver can still release, it does. */
+  for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
+    if (j->events_made) {
+      (void)cudaEventDestroy(j->ev_in);
+      (void)cudaEventDestroy(j->ev_c0);
+      (void)cudaEventDestroy(j->ev_c1);
+      j->events_made = false;
+    }
   gd__gpu_staging_destroy(dev);
-  if (dev->pool_base && !dead)
+  if (dev->pool_base)
     (void)cudaFree(dev->pool_base);
   dev->pool_base = NULL;
   gd__gpu_pool_fini(&dev->pool);
   cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
   for (int i = 0; i < 3; i++) {
-    if (*streams[i] && !dead)
+    if (*streams[i])
       (void)cudaStreamDestroy(*streams[i]);
     *streams[i] = NULL;
   }
-  if (dev->kctx && !dead)
+  if (dev->kctx)
     gk_gpu_ctx_destroy(dev->kctx);
   dev->kctx = NULL;
+  (void)cudaGetLastError();
 }
 
 static void *worker_main(void *arg) {

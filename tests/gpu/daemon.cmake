@@ -13,3 +13,21 @@ if(TARGET gemmd)
         "PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
 endif()
+
+# The backend's host logic over a fake CUDA runtime (fake_cuda.c: streams are threads, devices
+# are host memory): staging, pause/resume, spills, chunked output, memory waits, faults. Needs
+# only the CUDA headers, so it runs (label unit) on any machine that builds with CUDA.
+add_executable(test_gpu_backend_fake
+  ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_backend_fake.c
+  ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_log.c)
+target_include_directories(test_gpu_backend_fake PRIVATE
+  ${PROJECT_SOURCE_DIR}/daemon ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto Threads::Threads m)
+add_test(NAME gpu_backend_fake COMMAND test_gpu_backend_fake)
+set_tests_properties(gpu_backend_fake PROPERTIES LABELS unit TIMEOUT 120)

@@ -1,0 +1,504 @@
+/*
+ * fake_cuda.c - just enough of the CUDA runtime, and of gk_gpu.h, to run the GPU backend's
+ * host code on a machine without a GPU (test_gpu_backend_fake.c).
+ *
+ * Devices are host memory; each stream is a thread that executes its queue in order (copies,
+ * event records, event waits, host funcs, a naive f32/f64 GEMM), so the backend's threads,
+ * host funcs and completions interleave as they do on a real GPU. Faults can be injected
+ * through alpha: 777 makes the launch fail (not sticky), 666 makes the kernel "fault" when it
+ * runs (sticky: every later call on that device fails and nothing queued after it runs, as with
+ * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2).
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gk_gpu.h"
+
+#define FAKE_MAX_DEV 8
+#define FAKE_FREE_BYTES (256ull << 20)
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* events, devices, host allocations */
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static cudaError_t g_dead[FAKE_MAX_DEV];                  /* sticky error per device */
+static _Thread_local int t_device;
+static _Thread_local cudaError_t t_last;
+
+typedef struct hostalloc {
+  uint8_t *p;
+  size_t n;
+  struct hostalloc *next;
+} hostalloc;
+static hostalloc *g_host;
+
+struct CUevent_st {
+  uint64_t gen, done_gen;
+  double t_ms;
+};
+
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT };
+typedef struct op {
+  int kind;
+  void *dst;
+  const void *src;
+  void *tmp;
+  size_t n;
+  struct CUevent_st *ev;
+  uint64_t gen;
+  cudaHostFn_t fn;
+  void *arg;
+  gk_problem p;
+  struct op *next;
+} op;
+
+struct CUstream_st {
+  int device;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  op *head, *tail;
+  bool running_op, stop;
+};
+
+static int fake_count(void) {
+  const char *s = getenv("FAKE_CUDA_DEVICES");
+  int n = s ? atoi(s) : 2;
+  return n < 0 ? 0 : n > FAKE_MAX_DEV ? FAKE_MAX_DEV : n;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static cudaError_t ret(cudaError_t e) {
+  if (e != cudaSuccess)
+    t_last = e;
+  return e;
+}
+
+static cudaError_t dead_of(int dev) {
+  pthread_mutex_lock(&g_mu);
+  cudaError_t e = g_dead[dev];
+  pthread_mutex_unlock(&g_mu);
+  return e;
+}
+
+/* ---- devices and memory ---- */
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  *count = fake_count();
+  return *count ? cudaSuccess : ret(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  if (device < 0 || device >= fake_count())
+    return ret(cudaErrorInvalidDevice);
+  memset(prop, 0, sizeof(*prop));
+  snprintf(prop->name, sizeof(prop->name), "Fake GPU %d", device);
+  prop->totalGlobalMem = 1ull << 30;
+  prop->multiProcessorCount = 132;
+  prop->major = 9;
+  prop->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= fake_count())
+    return ret(cudaErrorInvalidDevice);
+  t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  *free_bytes = FAKE_FREE_BYTES;
+  *total = 1ull << 30;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n) {
+  if (n > FAKE_FREE_BYTES)
+    return ret(cudaErrorMemoryAllocation);
+  *p = malloc(n);
+  if (*p)
+    memset(*p, 0xA5, n); /* garbage, like fresh device memory */
+  return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaFree(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
+  (void)flags;
+  hostalloc *h = malloc(sizeof(*h));
+  *p = malloc(n);
+  if (!*p || !h) {
+    free(*p);
+    free(h);
+    return ret(cudaErrorMemoryAllocation);
+  }
+  h->p = *p;
+  h->n = n;
+  pthread_mutex_lock(&g_mu);
+  h->next = g_host;
+  g_host = h;
+  pthread_mutex_unlock(&g_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  pthread_mutex_lock(&g_mu);
+  for (hostalloc **pp = &g_host; *pp; pp = &(*pp)->next) {
+    if ((*pp)->p == p) {
+      hostalloc *h = *pp;
+      *pp = h->next;
+      free(h);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  free(p);
+  return cudaSuccess;
+}
+
+static bool is_pinned(const void *p) {
+  bool pinned = false;
+  pthread_mutex_lock(&g_mu);
+  for (hostalloc *h = g_host; h; h = h->next)
+    if ((const uint8_t *)p >= h->p && (const uint8_t *)p < h->p + h->n)
+      pinned = true;
+  pthread_mutex_unlock(&g_mu);
+  return pinned;
+}
+
+/* ---- errors ---- */
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "no error";
+  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+  case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorNotReady: return "device not ready";
+  default: return "fake cuda error";
+  }
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+  return e == cudaErrorIllegalAddress ? "cudaErrorIllegalAddress" : "cudaErrorFake";
+}
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = t_last;
+  t_last = cudaSuccess;
+  cudaError_t d = dead_of(t_device);
+  return d ? d : e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return t_last; }
+
+/* ---- events ---- */
+
+cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+  *ev = calloc(1, sizeof(struct CUevent_st));
+  return *ev ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* CUDA lets an event be destroyed while a record of it is still queued (its resources go once
+ * the record completes); the fake keeps destroyed events reachable until exit instead. */
+static struct graveyard {
+  cudaEvent_t ev;
+  struct graveyard *next;
+} *g_graves;
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+  struct graveyard *g = malloc(sizeof(*g));
+  if (!g)
+    abort();
+  pthread_mutex_lock(&g_mu);
+  g->ev = ev;
+  g->next = g_graves;
+  g_graves = g;
+  pthread_mutex_unlock(&g_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  pthread_mutex_lock(&g_mu);
+  bool ready = a->gen && b->gen && a->done_gen == a->gen && b->done_gen == b->gen;
+  double d = b->t_ms - a->t_ms;
+  pthread_mutex_unlock(&g_mu);
+  if (!ready)
+    return ret(cudaErrorNotReady);
+  *ms = (float)d;
+  return cudaSuccess;
+}
+
+/* ---- streams ---- */
+
+static void gemm_run(const gk_problem *p);
+
+static void exec(struct CUstream_st *s, op *o) {
+  switch (o->kind) {
+  case OP_COPY:
+    if (rand() % 4 == 0)
+      usleep(rand() % 300); /* shuffle the interleavings a little */
+    memcpy(o->dst, o->tmp ? o->tmp : o->src, o->n);
+    break;
+  case OP_RECORD:
+    pthread_mutex_lock(&g_mu);
+    o->ev->t_ms = now_ms();
+    if (o->gen > o->ev->done_gen)
+      o->ev->done_gen = o->gen;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    break;
+  case OP_WAIT:
+    pthread_mutex_lock(&g_mu);
+    while (o->ev->done_gen < o->gen && !g_dead[s->device])
+      pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    break;
+  case OP_HOSTFN:
+    o->fn(o->arg);
+    break;
+  case OP_GEMM:
+    gemm_run(&o->p);
+    break;
+  case OP_FAULT:
+    pthread_mutex_lock(&g_mu);
+    g_dead[s->device] = cudaErrorIllegalAddress;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    break;
+  }
+}
+
+static void *stream_main(void *arg) {
+  struct CUstream_st *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->head && !s->stop)
+      pthread_cond_wait(&s->cv, &s->mu);
+    if (!s->head && s->stop)
+      break;
+    op *o = s->head;
+    s->running_op = true;
+    pthread_mutex_unlock(&s->mu);
+    if (!dead_of(s->device))
+      exec(s, o); /* after a fault nothing queued runs, host funcs included */
+    pthread_mutex_lock(&s->mu);
+    s->head = o->next;
+    if (!s->head)
+      s->tail = NULL;
+    s->running_op = false;
+    free(o->tmp);
+    free(o);
+    pthread_cond_broadcast(&s->cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
+  (void)flags;
+  struct CUstream_st *s = calloc(1, sizeof(*s));
+  if (!s)
+    return ret(cudaErrorMemoryAllocation);
+  s->device = t_device;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_create(&s->thread, NULL, stream_main, s);
+  *out = s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+  return cudaSuccess;
+}
+
+static cudaError_t push(cudaStream_t s, op *o) {
+  cudaError_t d = dead_of(s->device);
+  if (d) {
+    free(o->tmp);
+    free(o);
+    return ret(d);
+  }
+  pthread_mutex_lock(&s->mu);
+  o->next = NULL;
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return cudaSuccess;
+}
+
+static op *new_op(int kind) {
+  op *o = calloc(1, sizeof(*o));
+  if (!o)
+    abort();
+  o->kind = kind;
+  return o;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  cudaError_t d = dead_of(s->device);
+  if (d)
+    return ret(d);
+  pthread_mutex_lock(&s->mu);
+  bool busy = s->head != NULL;
+  pthread_mutex_unlock(&s->mu);
+  return busy ? cudaErrorNotReady : cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->head && !dead_of(s->device))
+    pthread_cond_wait(&s->cv, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+  cudaError_t d = dead_of(s->device);
+  return d ? ret(d) : cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  op *o = new_op(OP_RECORD);
+  pthread_mutex_lock(&g_mu);
+  o->gen = ++ev->gen;
+  pthread_mutex_unlock(&g_mu);
+  o->ev = ev;
+  return push(s, o);
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned int flags) {
+  (void)flags;
+  op *o = new_op(OP_WAIT);
+  pthread_mutex_lock(&g_mu);
+  o->gen = ev->gen;
+  pthread_mutex_unlock(&g_mu);
+  o->ev = ev;
+  return push(s, o);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  (void)kind;
+  op *o = new_op(OP_COPY);
+  o->dst = dst;
+  o->src = src;
+  o->n = n;
+  if (kind == cudaMemcpyHostToDevice && !is_pinned(src)) {
+    /* pageable: CUDA stages the source before returning */
+    o->tmp = malloc(n ? n : 1);
+    if (!o->tmp)
+      abort();
+    memcpy(o->tmp, src, n);
+  }
+  return push(s, o);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
+  op *o = new_op(OP_HOSTFN);
+  o->fn = fn;
+  o->arg = arg;
+  return push(s, o);
+}
+
+/* ---- the kernels' interface ---- */
+
+struct gk_gpu_ctx {
+  int device;
+};
+
+cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out) {
+  *out = calloc(1, sizeof(**out));
+  if (!*out)
+    return cudaErrorMemoryAllocation;
+  (*out)->device = device;
+  return cudaSuccess;
+}
+
+void gk_gpu_ctx_destroy(gk_gpu_ctx *ctx) { free(ctx); }
+int gk_gpu_ctx_cc(const gk_gpu_ctx *ctx) {
+  (void)ctx;
+  return 90;
+}
+
+static bool fake_supports(const gk_problem *p, int cc) {
+  (void)cc;
+  return p->dtype == GK_F32 || p->dtype == GK_F64;
+}
+static cudaError_t fake_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t s) {
+  (void)ctx;
+  if (p->alpha == 777.0)
+    return cudaErrorInvalidValue;
+  op *o = new_op(p->alpha == 666.0 ? OP_FAULT : OP_GEMM);
+  o->p = *p;
+  return push(s, o);
+}
+static const gk_kernel fake_kernel = {"fake", "naive host loop", fake_supports, fake_launch};
+static const gk_kernel *const fake_registry[] = {&fake_kernel};
+
+const gk_kernel *const *gk_kernels(size_t *count) {
+  *count = 1;
+  return fake_registry;
+}
+const gk_kernel *gk_kernel_by_name(const char *name) {
+  return strcmp(name, "fake") == 0 ? &fake_kernel : NULL;
+}
+const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference) {
+  (void)p;
+  (void)cc;
+  (void)preference;
+  return &fake_kernel;
+}
+cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
+                        cudaStream_t stream, const gk_kernel **used) {
+  const gk_kernel *k = gk_select(p, 90, preference);
+  if (used)
+    *used = k;
+  return k->launch(ctx, p, stream);
+}
+
+static double at(const gk_problem *p, const void *base, int64_t i) {
+  return p->dtype == GK_F64 ? ((const double *)base)[i] : ((const float *)base)[i];
+}
+
+static void gemm_run(const gk_problem *p) {
+  int64_t sa = p->m * p->k, sb = p->k * p->n, sc = p->m * p->n;
+  for (int64_t b = 0; b < p->batch; b++)
+    for (int64_t i = 0; i < p->m; i++)
+      for (int64_t j = 0; j < p->n; j++) {
+        double acc = 0;
+        for (int64_t l = 0; l < p->k; l++) {
+          int64_t ia = p->trans_a ? l * p->m + i : i * p->k + l;
+          int64_t ib = p->trans_b ? j * p->k + l : l * p->n + j;
+          acc += at(p, p->a, b * sa + ia) * at(p, p->b, b * sb + ib);
+        }
+        int64_t ic = b * sc + i * p->n + j;
+        double v = p->alpha * acc + (p->beta != 0.0 ? p->beta * at(p, p->c, ic) : 0.0);
+        if (p->dtype == GK_F64)
+          ((double *)p->c)[ic] = v;
+        else
+          ((float *)p->c)[ic] = (float)v;
+      }
+}

@@ -1,0 +1,467 @@
+/*
+ * test_gpu_backend_fake.c - the GPU backend's host logic, driven the way the daemon's scheduler
+ * and sessions drive it, over fake_cuda.c (no GPU needed): staging windows and copies, pause and
+ * resume, spills, chunked output, jobs waiting for pool memory, RESOURCE_EXHAUSTED, a failing
+ * launch (INTERNAL), a sticky fault (the device leaves service, the other keeps serving),
+ * clients vanishing before submit, and destroy with work outstanding. Results are checked
+ * against a float64 reference with poisoned outputs. The test is the loop thread: it owns
+ * gd_backend_post()'s queue and waits on it with a deadline, so a lost event is a failure, not
+ * a hang.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gd_backend_gpu.h"
+#include "gd_log.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      failures++;                                                                                  \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                             \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+    }                                                                                              \
+  } while (0)
+
+/* ---- gd_backend_post: the loop's queue ---- */
+
+typedef struct evnode {
+  gd_backend_event ev;
+  struct evnode *next;
+} evnode;
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
+static evnode *q_head, **q_tail = &q_head;
+
+int gd_backend_post(gd_backend *b, const gd_backend_event *ev) {
+  (void)b;
+  evnode *n = malloc(sizeof(*n));
+  if (!n)
+    return -12;
+  n->ev = *ev;
+  n->next = NULL;
+  pthread_mutex_lock(&q_mu);
+  *q_tail = n;
+  q_tail = &n->next;
+  pthread_cond_signal(&q_cv);
+  pthread_mutex_unlock(&q_mu);
+  return 0;
+}
+
+/* Next event, waiting up to ms; false on timeout. */
+static bool next_event(gd_backend_event *ev, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&q_mu);
+  while (!q_head)
+    if (pthread_cond_timedwait(&q_cv, &q_mu, &ts) != 0 && !q_head) {
+      pthread_mutex_unlock(&q_mu);
+      return false;
+    }
+  evnode *n = q_head;
+  q_head = n->next;
+  if (!q_head)
+    q_tail = &q_head;
+  pthread_mutex_unlock(&q_mu);
+  *ev = n->ev;
+  free(n);
+  return true;
+}
+
+/* ---- a client's job ---- */
+
+typedef enum { T_FEED, T_WAIT, T_DONE } tphase;
+
+typedef struct {
+  gd_job job;
+  uint8_t *op[3];      /* a, b, c as sent */
+  uint8_t *out;        /* C as received */
+  uint64_t fed[3];
+  int cur_op;
+  bool paused, prepared, failed, vanish;
+  int fail_code;
+  tphase phase;
+  uint64_t received;
+} tjob;
+
+static double urand(void) { return (double)rand() / RAND_MAX * 2.0 - 1.0; }
+
+static void tjob_init(tjob *t, uint64_t id, int m, int n, int k, gp_dtype dt, bool ta, bool tb,
+                      double alpha, double beta, int batch) {
+  memset(t, 0, sizeof(*t));
+  gp_gemm_hdr_init(&t->job.hdr);
+  gp_gemm_hdr *h = &t->job.hdr;
+  h->m = (uint64_t)m;
+  h->n = (uint64_t)n;
+  h->k = (uint64_t)k;
+  h->dtype = dt;
+  h->trans_a = ta;
+  h->trans_b = tb;
+  h->alpha = alpha;
+  h->beta = beta;
+  h->batch = (uint64_t)batch;
+  t->job.id = id;
+  t->job.msgid = (uint32_t)id;
+  t->job.has_c = beta != 0.0;
+  t->job.device = (int)(id % 3) - 1; /* the scheduler's pick: 0, 1, or none */
+  t->job.admitted_us = 1;
+  size_t es = gp_dtype_size(dt);
+  for (int o = 0; o < 3; o++) {
+    uint64_t bytes = 0;
+    gp_gemm_operand_bytes(h, (gp_operand)o, &bytes);
+    t->job.operand_bytes[o] = bytes;
+    t->op[o] = malloc(bytes ? bytes : 1);
+    for (uint64_t i = 0; i < bytes / es; i++) {
+      if (dt == GP_DTYPE_F64)
+        ((double *)t->op[o])[i] = urand();
+      else
+        ((float *)t->op[o])[i] = (float)urand();
+    }
+  }
+  t->out = malloc(t->job.operand_bytes[2]);
+  memset(t->out, 0xff, t->job.operand_bytes[2]); /* NaN: an unwritten element shows */
+  t->cur_op = 0;
+}
+
+static void tjob_free(tjob *t) {
+  for (int o = 0; o < 3; o++)
+    free(t->op[o]);
+  free(t->out);
+}
+
+static double elem(gp_dtype dt, const uint8_t *p, uint64_t i) {
+  return dt == GP_DTYPE_F64 ? ((const double *)p)[i] : ((const float *)p)[i];
+}
+
+static void tjob_verify(const tjob *t, const char *what) {
+  const gp_gemm_hdr *h = &t->job.hdr;
+  int64_t m = (int64_t)h->m, n = (int64_t)h->n, k = (int64_t)h->k;
+  double tol = h->dtype == GP_DTYPE_F64 ? 1e-12 : 1e-5;
+  int bad = 0;
+  for (int64_t b = 0; b < (int64_t)h->batch; b++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double acc = 0, mag = 0;
+        for (int64_t l = 0; l < k; l++) {
+          int64_t ia = h->trans_a ? l * m + i : i * k + l;
+          int64_t ib = h->trans_b ? j * k + l : l * n + j;
+          double x = elem(h->dtype, t->op[0], (uint64_t)(b * m * k + ia)) *
+                     elem(h->dtype, t->op[1], (uint64_t)(b * k * n + ib));
+          acc += x;
+          mag += fabs(x);
+        }
+        uint64_t ic = (uint64_t)(b * m * n + i * n + j);
+        double ref = h->alpha * acc, scale = fabs(h->alpha) * mag;
+        if (h->beta != 0.0) {
+          ref += h->beta * elem(h->dtype, t->op[2], ic);
+          scale += fabs(h->beta * elem(h->dtype, t->op[2], ic));
+        }
+        double got = elem(h->dtype, t->out, ic);
+        if (!(fabs(got - ref) <= tol * (scale + 1e-30) * sqrt((double)k + 1)))
+          bad++;
+      }
+  CHECK(bad == 0, "%s: job %llu (%llux%llux%llu): %d elements wrong", what,
+        (unsigned long long)t->job.id, (unsigned long long)h->m, (unsigned long long)h->n,
+        (unsigned long long)h->k, bad);
+}
+
+/* ---- the loop ---- */
+
+static tjob *find(tjob *jobs, int count, gd_job *job) {
+  for (int i = 0; i < count; i++)
+    if (&jobs[i].job == job)
+      return &jobs[i];
+  return NULL;
+}
+
+/* Feeds one piece of t's payload, as a session reading the socket would. */
+static void feed_piece(gd_backend *be, tjob *t, size_t max_piece) {
+  while (t->cur_op < 3 &&
+         (t->fed[t->cur_op] == t->job.operand_bytes[t->cur_op] || (t->cur_op == 2 && !t->job.has_c)))
+    t->cur_op++;
+  if (t->cur_op == 3) {
+    gp_error err;
+    gp_error_clear(&err);
+    int rc = be->ops->submit(be, &t->job, &err);
+    CHECK(rc == 0, "submit: %s", err.message);
+    t->phase = T_WAIT;
+    return;
+  }
+  int o = t->cur_op;
+  uint64_t left = t->job.operand_bytes[o] - t->fed[o];
+  size_t piece = 1 + (size_t)rand() % max_piece;
+  if (piece > left)
+    piece = (size_t)left;
+  const uint8_t *src = t->op[o] + t->fed[o];
+  const void *data = src;
+  void *win = NULL;
+  size_t win_len = 0;
+  if (rand() % 2 &&
+      be->ops->input_window(be, &t->job, (gp_operand)o, t->fed[o], &win, &win_len)) {
+    CHECK(win_len > 0 && win_len <= left, "window of %zu bytes with %llu left", win_len,
+          (unsigned long long)left);
+    if (piece > win_len)
+      piece = win_len;
+    memcpy(win, src, piece); /* the socket read lands in the window */
+    data = win;
+  }
+  bool pause = false;
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = be->ops->input(be, &t->job, (gp_operand)o, t->fed[o], data, piece, &pause, &err);
+  CHECK(rc == 0, "input: %s", err.message);
+  t->fed[o] += piece;
+  if (pause)
+    t->paused = true;
+}
+
+static void handle(gd_backend *be, tjob *jobs, int count, const gd_backend_event *ev) {
+  tjob *t = find(jobs, count, ev->job);
+  CHECK(t != NULL, "event for an unknown job");
+  if (!t)
+    return;
+  CHECK(t->phase != T_DONE, "event type %d after the job's final event", (int)ev->type);
+  switch (ev->type) {
+  case GD_EV_INPUT_RESUME:
+    t->paused = false;
+    break;
+  case GD_EV_OUTPUT_CHUNK:
+    CHECK(ev->offset + ev->len <= t->job.operand_bytes[2], "chunk past C");
+    CHECK(ev->offset == t->received, "chunk at %llu, expected %llu",
+          (unsigned long long)ev->offset, (unsigned long long)t->received);
+    memcpy(t->out + ev->offset, ev->data, ev->len);
+    t->received += ev->len;
+    be->ops->output_consumed(be, &t->job, ev->data, ev->len);
+    if (ev->last) {
+      CHECK(t->received == t->job.operand_bytes[2], "last chunk early");
+      CHECK(strncmp(t->job.result.device, "cuda:", 5) == 0, "device %s", t->job.result.device);
+      CHECK(strcmp(t->job.result.kernel, "fake") == 0, "kernel %s", t->job.result.kernel);
+      t->phase = T_DONE;
+      be->ops->release(be, &t->job);
+    }
+    break;
+  case GD_EV_FAILED:
+    t->failed = true;
+    t->fail_code = ev->err.code;
+    t->phase = T_DONE;
+    be->ops->release(be, &t->job);
+    break;
+  }
+}
+
+/* Runs jobs to completion, interleaving their payloads in random pieces. */
+static void run_jobs(gd_backend *be, tjob *jobs, int count, size_t max_piece) {
+  for (int i = 0; i < count; i++) {
+    gp_error err;
+    gp_error_clear(&err);
+    int rc = be->ops->prepare(be, &jobs[i].job, &err);
+    if (rc != 0) {
+      jobs[i].failed = true;
+      jobs[i].fail_code = rc;
+      jobs[i].phase = T_DONE;
+    }
+  }
+  for (;;) {
+    bool progress = false, all_done = true;
+    for (int i = 0; i < count; i++) {
+      tjob *t = &jobs[i];
+      if (t->phase != T_DONE)
+        all_done = false;
+      if (t->phase == T_FEED && t->vanish && t->fed[0] > 0) {
+        be->ops->release(be, &t->job); /* the client left mid-payload */
+        t->phase = T_DONE;
+        t->failed = true;
+        progress = true;
+      } else if (t->phase == T_FEED && !t->paused) {
+        feed_piece(be, t, max_piece);
+        progress = true;
+      }
+    }
+    if (all_done)
+      break;
+    gd_backend_event ev;
+    bool got = next_event(&ev, progress ? 0 : 10000);
+    if (!got && !progress) {
+      CHECK(false, "no event for 10 s: a lost completion or resume");
+      return;
+    }
+    while (got) {
+      handle(be, jobs, count, &ev);
+      got = next_event(&ev, 0);
+    }
+  }
+}
+
+static gd_backend *make(uint64_t staging, uint64_t memory_bytes) {
+  gd_gpu_config cfg;
+  gd_gpu_config_default(&cfg);
+  cfg.staging_bytes = staging;
+  cfg.memory_bytes = memory_bytes;
+  gd_backend *be = NULL;
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = gd_backend_gpu_create(&cfg, &be, &err);
+  CHECK(rc == 0 && be, "create: %s", err.message);
+  return be;
+}
+
+/* ---- scenarios ---- */
+
+static void random_jobs(tjob *jobs, int count, int max_dim, uint64_t first_id) {
+  for (int i = 0; i < count; i++) {
+    int m = 1 + rand() % max_dim, n = 1 + rand() % max_dim, k = 1 + rand() % max_dim;
+    double beta = i % 3 == 0 ? 0.5 : 0.0;
+    tjob_init(&jobs[i], first_id + (uint64_t)i, m, n, k, i % 2 ? GP_DTYPE_F64 : GP_DTYPE_F32,
+              i & 2, i & 4, 1.5, beta, i % 5 == 0 ? 2 : 1);
+  }
+}
+
+static void scenario_many(uint64_t staging, int count, int max_dim, size_t piece) {
+  gd_backend *be = make(staging, 0);
+  if (!be)
+    return;
+  tjob *jobs = calloc((size_t)count, sizeof(tjob));
+  random_jobs(jobs, count, max_dim, 1);
+  run_jobs(be, jobs, count, piece);
+  bool devs[2] = {false, false};
+  for (int i = 0; i < count; i++) {
+    CHECK(!jobs[i].failed, "job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed) {
+      tjob_verify(&jobs[i], "many");
+      devs[jobs[i].job.result.device[5] == '1'] = true;
+    }
+    tjob_free(&jobs[i]);
+  }
+  CHECK(devs[0] && devs[1], "both fake devices should have served");
+  free(jobs);
+  be->ops->destroy(be);
+}
+
+static void scenario_memory(void) {
+  /* 1 MiB pools: a 3 x 512 KiB job can never fit; 96 x 96 x 96 f64 (3 x 72 KiB) jobs wait. */
+  gd_backend *be = make(8192, 1 << 20);
+  if (!be)
+    return;
+  tjob big;
+  tjob_init(&big, 100, 256, 256, 256, GP_DTYPE_F64, false, false, 1.0, 0.0, 1);
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = be->ops->prepare(be, &big.job, &err);
+  CHECK(rc == GP_E_RESOURCE_EXHAUSTED, "a job over the budget: rc %d (%s)", rc, err.message);
+  tjob_free(&big);
+  int count = 12;
+  tjob jobs[12];
+  for (int i = 0; i < count; i++)
+    tjob_init(&jobs[i], 200 + (uint64_t)i, 96, 96, 96, GP_DTYPE_F64, i & 1, false, 1.0,
+              i % 2 ? 0.25 : 0.0, 1);
+  jobs[3].vanish = true; /* one client leaves mid-payload while others wait for memory */
+  run_jobs(be, jobs, count, 20000);
+  for (int i = 0; i < count; i++) {
+    if (i != 3) {
+      CHECK(!jobs[i].failed, "memory job %d failed (%d)", i, jobs[i].fail_code);
+      if (!jobs[i].failed)
+        tjob_verify(&jobs[i], "memory");
+    }
+    tjob_free(&jobs[i]);
+  }
+  be->ops->destroy(be);
+}
+
+static void scenario_faults(void) {
+  gd_backend *be = make(65536, 0);
+  if (!be)
+    return;
+  tjob jobs[6];
+  random_jobs(jobs, 6, 40, 300);
+  jobs[1].job.hdr.alpha = 777.0; /* launch error: INTERNAL for that job only */
+  run_jobs(be, jobs, 6, 5000);
+  for (int i = 0; i < 6; i++) {
+    if (i == 1) {
+      CHECK(jobs[i].failed && jobs[i].fail_code == GP_E_INTERNAL, "launch error: %d",
+            jobs[i].fail_code);
+    } else {
+      CHECK(!jobs[i].failed, "job %d failed (%d)", i, jobs[i].fail_code);
+      tjob_verify(&jobs[i], "faults");
+    }
+    tjob_free(&jobs[i]);
+  }
+  /* A sticky fault: that device leaves service, its job fails, the other device serves on. */
+  tjob bad;
+  tjob_init(&bad, 400, 20, 20, 20, GP_DTYPE_F32, false, false, 666.0, 0.0, 1);
+  run_jobs(be, &bad, 1, 5000);
+  CHECK(bad.failed, "a faulting kernel did not fail its job");
+  tjob_free(&bad);
+  gd_device_info info[4];
+  size_t n = be->ops->devices(be, info, 4);
+  CHECK(n == 2 && (info[0].in_service != info[1].in_service), "one device out of service");
+  tjob after[4];
+  random_jobs(after, 4, 50, 500);
+  run_jobs(be, after, 4, 3000);
+  for (int i = 0; i < 4; i++) {
+    CHECK(!after[i].failed, "after the fault, job %d failed (%d)", i, after[i].fail_code);
+    if (!after[i].failed)
+      tjob_verify(&after[i], "after fault");
+    tjob_free(&after[i]);
+  }
+  be->ops->destroy(be);
+}
+
+static void scenario_destroy_busy(void) {
+  gd_backend *be = make(4096, 0);
+  if (!be)
+    return;
+  tjob jobs[4];
+  random_jobs(jobs, 4, 60, 600);
+  for (int i = 0; i < 4; i++) {
+    gp_error err;
+    CHECK(be->ops->prepare(be, &jobs[i].job, &err) == 0, "prepare");
+  }
+  for (int r = 0; r < 20; r++)
+    for (int i = 0; i < 4; i++)
+      if (jobs[i].phase == T_FEED)
+        feed_piece(be, &jobs[i], 3000);
+  be->ops->destroy(be); /* shutdown with jobs in every state: no leak, no hang */
+  gd_backend_event ev;
+  while (next_event(&ev, 0)) {
+  }
+  for (int i = 0; i < 4; i++)
+    tjob_free(&jobs[i]);
+}
+
+int main(void) {
+  gd_log_init(GD_LOG_WARN);
+  srand(12345);
+  scenario_many(4096, 16, 70, 5000);     /* tiny staging: pauses, spills, many chunks */
+  scenario_many(1 << 20, 24, 120, 70000); /* roomy staging, more jobs than buffers */
+  scenario_memory();
+  scenario_faults();
+  scenario_destroy_busy();
+  gd_backend *none = NULL;
+  gd_gpu_config cfg;
+  gd_gpu_config_default(&cfg);
+  gp_error err;
+  setenv("FAKE_CUDA_DEVICES", "0", 1);
+  CHECK(gd_gpu_count() == 0, "no device");
+  int rc = gd_backend_gpu_create(&cfg, &none, &err);
+  CHECK(rc != 0 && none == NULL && strstr(err.message, "no CUDA device found"), "%s",
+        err.message);
+  if (failures) {
+    fprintf(stderr, "%d failures\n", failures);
+    return 1;
+  }
+  printf("test_gpu_backend_fake: all passed\n");
+  return 0;
+}
