@@ -8,14 +8,18 @@ Finding and running the daemon
   find_gemmd(argv=None) -> path     from --gemmd PATH in argv, else env GEMMD_BIN.
   sanitized(gemmd) -> bool          the binary is an ASan build (or GEMMD_SANITIZE=1).
   quick(gemmd=None) -> bool         scale big cases down: GEMMD_TEST_QUICK=1 or sanitized.
-  Daemon(gemmd, config=None, backend="cpu", tcp=False, args=(), config_text=None)
+  Daemon(gemmd, config=None, backend="cpu", tcp=False, tcp6=False, args=(), config_text=None,
+         env=None)
       A daemon in a fresh temp dir with a generated YAML config. `config` is a dict deep-merged
       into the harness defaults (a value None deletes the key); `config_text` replaces the
-      generated file verbatim. backend None passes no --backend flag.
-      .start(wait=True)   spawn; with wait, block until the unix socket accepts (raises
-                          DaemonError with the log if it exits or never listens).
+      generated file verbatim. backend None passes no --backend flag. tcp/tcp6 add
+      tcp:127.0.0.1:PORT / tcp:[::1]:PORT listeners on free ports. args: extra flags.
+      .start(wait=True, wait_addr=None)   spawn; with wait, block until wait_addr (default the
+                          unix socket) accepts (raises DaemonError with the log if gemmd exits
+                          or never listens).
       .stop(sig=SIGTERM, timeout=None, expect_code=0) -> exit code; asserts the code and a log
-                          free of sanitizer reports. .kill() is SIGKILL without checks.
+                          free of sanitizer reports (sig None: already signalled, just wait).
+                          .kill() is SIGKILL without checks.
       .connect(kind="unix"|"tcp"|"tcp6", timeout=None) -> Client
       .send_signal(sig), .running(), .wait_exit(timeout) -> code or None
       .unix_path, .tcp_port, .dir, .config_path, .log_path, .log(), .proc, .pid
@@ -261,8 +265,8 @@ def _make_tempdir():
 
 
 class Daemon:
-    def __init__(self, gemmd, config=None, backend="cpu", tcp=False, args=(), config_text=None,
-                 env=None):
+    def __init__(self, gemmd, config=None, backend="cpu", tcp=False, tcp6=False, args=(),
+                 config_text=None, env=None):
         self.gemmd = gemmd
         self.backend = backend
         self.args = list(args)
@@ -270,6 +274,7 @@ class Daemon:
         self.dir = _make_tempdir()
         self.unix_path = os.path.join(self.dir, "gemmd.sock")
         self.tcp_port = free_tcp_port() if tcp else None
+        self.tcp6_port = free_tcp_port("::1") if tcp6 else None
         self.config_path = os.path.join(self.dir, "gemmd.yaml")
         self.log_path = os.path.join(self.dir, "gemmd.log")
         self.proc = None
@@ -283,6 +288,8 @@ class Daemon:
         listen = ["unix:" + self.unix_path]
         if self.tcp_port:
             listen.append("tcp:127.0.0.1:%d" % self.tcp_port)
+        if self.tcp6_port:
+            listen.append("tcp:[::1]:%d" % self.tcp6_port)
         return listen
 
     def write_config(self, config=None, config_text=None):
@@ -307,7 +314,7 @@ class Daemon:
             cmd += ["--backend", self.backend]
         return cmd + self.args
 
-    def start(self, wait=True, timeout=None):
+    def start(self, wait=True, timeout=None, wait_addr=None):
         self._log_file = open(self.log_path, "ab")
         env = dict(os.environ)
         env.pop("NOTIFY_SOCKET", None)
@@ -318,23 +325,24 @@ class Daemon:
                                      stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
                                      cwd=self.dir)
         if wait:
-            self.wait_listening(timeout)
+            self.wait_listening(timeout, wait_addr)
         return self
 
-    def wait_listening(self, timeout=None, path=None):
-        path = path or self.unix_path
+    def wait_listening(self, timeout=None, addr=None):
+        addr = addr or self.address("unix")
+        family, target = parse_address(addr)
         deadline = time.monotonic() + (timeout or 15.0 * self.scale)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise DaemonError("gemmd exited with %d before listening on %s\n%s" %
-                                  (self.proc.returncode, path, self.log_tail()))
+                                  (self.proc.returncode, addr, self.log_tail()))
             try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.connect(path)
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    s.connect(target)
                 return
             except OSError:
                 time.sleep(0.02)
-        raise DaemonError("gemmd did not accept on %s in time\n%s" % (path, self.log_tail()))
+        raise DaemonError("gemmd did not accept on %s in time\n%s" % (addr, self.log_tail()))
 
     def running(self):
         return self.proc is not None and self.proc.poll() is None
@@ -349,10 +357,11 @@ class Daemon:
             return None
 
     def stop(self, sig=signal.SIGTERM, timeout=None, expect_code=0):
-        """Signal, wait for the exit, assert its code and a clean log. Returns the code."""
+        """Signal (sig None: it was signalled already), wait for the exit, assert its code and a
+        clean log. Returns the code."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
+        if sig is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
         timeout = timeout or 25.0 * self.scale
         code = self.wait_exit(timeout)
@@ -361,7 +370,8 @@ class Daemon:
             self.proc.wait()
             self._close_log()
             raise DaemonError("gemmd did not exit within %.1fs of %s\n%s" %
-                              (timeout, signal.Signals(sig).name, self.log_tail()))
+                              (timeout, signal.Signals(sig).name if sig else "its signal",
+                               self.log_tail()))
         self._close_log()
         self.check_log()
         if expect_code is not None and code != expect_code:
@@ -408,6 +418,8 @@ class Daemon:
             return "unix:" + self.unix_path
         if kind == "tcp":
             return "tcp:127.0.0.1:%d" % self.tcp_port
+        if kind == "tcp6":
+            return "tcp:[::1]:%d" % self.tcp6_port
         raise ValueError(kind)
 
     def connect(self, kind="unix", timeout=None):

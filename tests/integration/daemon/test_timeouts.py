@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""timeouts.idle_ms closes a connection with nothing in flight; timeouts.request_ms closes a
+connection whose request started arriving and stalled. Busy connections stay open, and the
+daemon keeps serving others."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gemmd_harness as h  # noqa: E402
+
+
+def test_idle_timeout(ctx):
+    with ctx.daemon(config={"timeouts": {"idle_ms": 400, "request_ms": 60000}}) as d:
+        idle = d.connect()
+        start = time.monotonic()
+        assert idle.is_closed(5.0 * ctx.scale), "an idle connection stayed open past idle_ms 400"
+        took = time.monotonic() - start
+        assert took >= 0.3, "closed after %.2fs, before idle_ms 400" % took
+        # one that keeps talking is never idle
+        with d.connect() as chatty:
+            for _ in range(10):
+                assert chatty.call("ping") == "pong"
+                time.sleep(0.15)
+            h.check_gemm(chatty, ctx.rng, 7, 7, 7, "f32")
+        # used, then quiet: closed as well
+        with d.connect() as used:
+            assert used.call("ping") == "pong"
+            assert used.is_closed(5.0 * ctx.scale), "a used then idle connection stayed open"
+
+
+def test_request_timeout(ctx):
+    with ctx.daemon(config={"timeouts": {"idle_ms": 60000, "request_ms": 400}}) as d:
+        a, b = h.random_operands(ctx.rng, 64, 64, 64, "f32")
+        packed = h.Client.pack_gemm(1, {"m": 64, "n": 64, "k": 64, "dtype": "f32"}, a, b)
+        with d.connect() as bystander:
+            for cut in (3, len(packed) // 2):
+                staller = d.connect()
+                staller.send_raw(packed[:cut])
+                start = time.monotonic()
+                assert staller.is_closed(5.0 * ctx.scale), \
+                    "a request stalled after %d bytes stayed open past request_ms 400" % cut
+                took = time.monotonic() - start
+                assert took >= 0.3, "closed after %.2fs, before request_ms 400" % took
+                staller.close()
+                assert bystander.call("ping") == "pong"
+            # a slow request that keeps arriving within request_ms is served
+            slow = d.connect()
+            third = len(packed) // 3
+            for piece in (packed[:third], packed[third:2 * third], packed[2 * third:]):
+                slow.send_raw(piece)
+                time.sleep(0.1)
+            _, out = slow.gemm_result(1, {"m": 64, "n": 64, "k": 64, "dtype": "f32"})
+            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "a slow request")
+            slow.close()
+            h.check_gemm(bystander, ctx.rng, 9, 9, 9, "f32")
+
+
+if __name__ == "__main__":
+    sys.exit(h.main([test_idle_timeout, test_request_timeout]))
