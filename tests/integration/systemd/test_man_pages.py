@@ -63,19 +63,45 @@ def render_warnings(page):
     return problems
 
 
-def help_options(binary):
-    """The --long options a program's --help lists, or None when it has no --help."""
+def help_text(binary, *command):
+    """What `binary [command] --help` prints, or None when it has no such --help."""
     if not binary or not os.access(binary, os.X_OK):
         return None
     try:
-        proc = subprocess.run([binary, "--help"], stdout=subprocess.PIPE,
+        proc = subprocess.run([binary] + list(command) + ["--help"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0 or "--" not in text:
         return None
-    return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text)))
+    return text
+
+
+def help_options(binary, commands=()):
+    """The --long options the program's --help (and each `COMMAND --help`) lists, or None
+    when it has no --help."""
+    texts = [help_text(binary)]
+    if texts[0] is None:
+        return None
+    texts += [help_text(binary, c) for c in commands]
+    options = set()
+    for text in texts:
+        options.update(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text or ""))
+    return sorted(options)
+
+
+def help_exit_codes(binary):
+    """The codes an "exit status:" list in --help names (lines "  N  meaning")."""
+    text = help_text(binary) or ""
+    _, _, tail = text.partition("exit status:")
+    return re.findall(r"^\s+(\d+)\s{2,}\S", tail, re.M)
+
+
+def section(roff, name):
+    """The raw roff text of section .SH NAME (quoted or not), up to the next .SH."""
+    m = re.search(r'^\.SH "?%s"?\s*$(.*?)(?=^\.SH|\Z)' % re.escape(name), roff, re.M | re.S)
+    return m.group(1) if m else ""
 
 
 def yaml_keys(path):
@@ -108,14 +134,15 @@ def main():
     args = parser.parse_args()
 
     failures, notes = [], []
-    texts = {}
+    texts, raw = {}, {}
     for name, rel in PAGES.items():
         path = os.path.join(args.source, rel)
         if not os.path.exists(path):
             failures.append("%s: missing" % rel)
             continue
         with open(path) as f:
-            texts[name] = plain(f.read())
+            raw[name] = f.read()
+            texts[name] = plain(raw[name])
         problems = render_warnings(path)
         if problems is None:
             notes.append("no man or groff here: rendering of %s not checked" % rel)
@@ -134,8 +161,9 @@ def main():
         else:
             print("ok: %s documents its %d contract words" % (PAGES[name], len(words)))
 
+    subcommands = {"gemmd": (), "gemmctl": ("ping", "info", "stats", "gemm", "bench", "verify")}
     for name, binary in (("gemmd", args.gemmd), ("gemmctl", args.gemmctl)):
-        options = help_options(binary)
+        options = help_options(binary, subcommands[name])
         if options is None:
             notes.append("%s: no --help to compare the page with" % name)
             continue
@@ -146,6 +174,16 @@ def main():
                             (name, PAGES[name], " ".join(lacking)))
         else:
             print("ok: every option of %s --help is in %s" % (name, PAGES[name]))
+
+    codes = help_exit_codes(args.gemmctl) if "gemmctl" in raw else []
+    if codes:
+        exit_status = section(raw["gemmctl"], "EXIT STATUS")
+        lacking = [c for c in codes if not re.search(r"^\.B %s$" % c, exit_status, re.M)]
+        if lacking:
+            failures.append("gemmctl --help lists exit codes %s lacks: %s" %
+                            (PAGES["gemmctl"], " ".join(lacking)))
+        else:
+            print("ok: %s documents the exit codes %s" % (PAGES["gemmctl"], " ".join(codes)))
 
     config = os.path.join(args.source, "config", "gemmd.yaml")
     if os.path.exists(config) and "gemmd.yaml" in texts:

@@ -8,6 +8,7 @@ gemmd's pid), exactly what gemmd.socket does. The tests check that
     including the connection that triggered the activation;
   - it does so when its config lists the same path as a listen address (what the installed
     gemmd.yaml and gemmd.socket do: both name /run/gemmd/gemmd.sock);
+  - handed sockets replace the config's listen list, and --listen adds to them (gemmd(8));
   - it adopts every socket handed over (a Unix and a TCP one at once);
   - it exits 0 on SIGTERM and leaves the socket file in place: it belongs to systemd, which
     keeps listening on it across daemon restarts.
@@ -17,7 +18,9 @@ Run: test_socket_activation.py --gemmd PATH (PYTHONPATH must hold tests/integrat
 
 import os
 import shutil
+import socket
 import sys
+import time
 
 import gemmd_harness as h
 
@@ -42,6 +45,25 @@ class ActivatedDaemon(h.Daemon):
             if name in os.environ:
                 cmd += ["-E", name]
         return cmd + super().command()
+
+
+def wait_accepts(daemon, path):
+    """Waits until a Unix socket at path accepts (the daemon's own listener, opened after it
+    adopted the handed ones)."""
+    deadline = time.monotonic() + 15.0 * daemon.scale
+    while True:
+        if not daemon.running():
+            raise h.DaemonError("gemmd exited before listening on %s\n%s" %
+                                (path, daemon.log_tail()))
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(path)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise h.DaemonError("gemmd did not accept on %s in time\n%s" %
+                                    (path, daemon.log_tail()))
+            time.sleep(0.02)
 
 
 def need_activate():
@@ -77,8 +99,8 @@ def test_handed_unix_socket(ctx):
     stop_and_check_socket_kept(daemon)
 
 
-def test_handed_socket_not_in_config(ctx):
-    """The config lists a different Unix path: gemmd serves on both, the handed one first."""
+def test_handed_socket_replaces_config(ctx):
+    """The config lists another Unix path: the handed socket replaces the config's list."""
     need_activate()
     daemon = ActivatedDaemon(ctx.gemmd)
     own_path = os.path.join(daemon.dir, "own.sock")
@@ -87,10 +109,26 @@ def test_handed_socket_not_in_config(ctx):
     daemon.wait_listening()
     with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
         serve_checks(ctx, client)
-    daemon.wait_listening(path=own_path)
-    with h.Client("unix:" + own_path, timeout=30.0 * daemon.scale) as client:
-        assert client.call("ping") == "pong", "ping on the configured socket"
+    assert not os.path.exists(own_path), \
+        "gemmd bound the config's %s although systemd handed it a socket" % own_path
     stop_and_check_socket_kept(daemon)
+
+
+def test_handed_socket_and_cli_listen(ctx):
+    """--listen addresses are opened beside the handed socket."""
+    need_activate()
+    daemon = ActivatedDaemon(ctx.gemmd)
+    extra = os.path.join(daemon.dir, "extra.sock")
+    daemon.args = ["--listen", "unix:" + extra]  # read by command() at start
+    daemon.start(wait=False)
+    daemon.wait_listening()
+    with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
+        assert client.call("ping") == "pong", "ping on the handed socket"
+    wait_accepts(daemon, extra)
+    with h.Client("unix:" + extra, timeout=30.0 * daemon.scale) as client:
+        serve_checks(ctx, client)
+    stop_and_check_socket_kept(daemon)
+    assert not os.path.exists(extra), "gemmd left its own socket file %s behind" % extra
 
 
 def test_two_handed_sockets(ctx):
@@ -110,5 +148,5 @@ def test_two_handed_sockets(ctx):
 
 
 if __name__ == "__main__":
-    sys.exit(h.main([test_handed_unix_socket, test_handed_socket_not_in_config,
-                     test_two_handed_sockets]))
+    sys.exit(h.main([test_handed_unix_socket, test_handed_socket_replaces_config,
+                     test_handed_socket_and_cli_listen, test_two_handed_sockets]))
