@@ -24,248 +24,13 @@
  * unaligned pointer, use the same kernel with scalar loads), both transposes, alpha/beta (beta ==
  * 0: C not read), any batch. Needs compute capability >= 8.0.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include "gk_fast_common.cuh"
+#include "gk_fast_mma16.cuh"
 #include "gk_gpu.h"
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4;
-constexpr int WARPS_M = 2, WARPS_N = 2, NT = 32 * WARPS_M * WARPS_N;
-constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; /* 64 x 64 */
-constexpr int MI = WM / 16, NI = WN / 8;            /* mma tiles per warp: 4 x 8 */
-constexpr int PAD = 8;                              /* 16 bytes of half per shared row */
-static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles per ldmatrix.x4");
-static_assert(BK % 16 == 0, "the k tile is a whole number of mma k16 steps");
-
-/* Shared layout of one stage: operands keep their global layout (see the file comment). */
-template <bool TA, bool TB>
-struct smem_layout {
-  static constexpr int A_ROWS = TA ? BK : BM, A_COLS = TA ? BM : BK, A_PITCH = A_COLS + PAD;
-  static constexpr int B_ROWS = TB ? BN : BK, B_COLS = TB ? BK : BN, B_PITCH = B_COLS + PAD;
-  static constexpr int A_ELEMS = A_ROWS * A_PITCH, B_ELEMS = B_ROWS * B_PITCH;
-  static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
-  static constexpr size_t BYTES = (size_t)STAGES * STAGE_ELEMS * 2;
-};
-
-template <typename T>
-struct args_t {
-  const T *a, *b;
-  T *c;
-  int m, n, k;
-  int64_t lda, ldb, stride_a, stride_b, stride_c;
-  float alpha, beta;
-  bool beta_zero;
-  bool c_pair; /* n even and c 4-byte aligned: two outputs per store */
-};
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
-template <>
-__device__ __forceinline__ void mma16816<__half>(float d[4], const uint32_t a[4],
-                                                 const uint32_t b[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float d[4], const uint32_t a[4],
-                                                        const uint32_t b[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ float2 load2(const __half *p) {
-  return __half22float2(*reinterpret_cast<const __half2 *>(p));
-}
-__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p));
-}
-__device__ __forceinline__ void store2(__half *p, float v0, float v1) {
-  *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(v0, v1);
-}
-__device__ __forceinline__ void store2(__nv_bfloat16 *p, float v0, float v1) {
-  *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v0, v1);
-}
-
-/* Stores two neighbouring outputs (row, col) and (row, col + 1) after alpha/beta. */
-template <typename T>
-__device__ __forceinline__ void store_pair(const args_t<T> &args, T *c, int row, int col, float v0,
-                                           float v1) {
-  if (row >= args.m || col >= args.n) return;
-  T *dst = c + (int64_t)row * args.n + col;
-  v0 *= args.alpha, v1 *= args.alpha;
-  if (args.c_pair) { /* n even and col even: col + 1 < n too */
-    if (!args.beta_zero) {
-      float2 old = load2(dst);
-      v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
-    }
-    store2(dst, v0, v1);
-    return;
-  }
-  if (!args.beta_zero) v0 = fmaf(args.beta, (float)dst[0], v0);
-  dst[0] = T(v0);
-  if (col + 1 < args.n) {
-    if (!args.beta_zero) v1 = fmaf(args.beta, (float)dst[1], v1);
-    dst[1] = T(v1);
-  }
-}
-
-template <typename T, bool TA, bool TB, bool VEC>
-__global__ void __launch_bounds__(NT) mma_f16_gemm(args_t<T> args) {
-  using L = smem_layout<TA, TB>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T *smem = reinterpret_cast<T *>(smem_raw);
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int tile_m, tile_n;
-  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  /* Issues the copies of k tile kt into stage s (caller commits the group). */
-  auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK, k_left = args.k - k0;
-    T *sa = smem + s * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-    if (TA)
-      gk__load_tile<T, BK, BM, L::A_PITCH, NT, VEC>(sa, a + (int64_t)k0 * args.lda + m0, args.lda,
-                                                    k_left, m_left, tid);
-    else
-      gk__load_tile<T, BM, BK, L::A_PITCH, NT, VEC>(sa, a + (int64_t)m0 * args.lda + k0, args.lda,
-                                                    m_left, k_left, tid);
-    if (TB)
-      gk__load_tile<T, BN, BK, L::B_PITCH, NT, VEC>(sb, b + (int64_t)n0 * args.ldb + k0, args.ldb,
-                                                    n_left, k_left, tid);
-    else
-      gk__load_tile<T, BK, BN, L::B_PITCH, NT, VEC>(sb, b + (int64_t)k0 * args.ldb + n0, args.ldb,
-                                                    k_left, n_left, tid);
-  };
-
-  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
-  /* ldmatrix.x4: lane l addresses row l%8 of matrix l/8 */
-  const int lrow = lane % 8, lmat = lane / 8;
-
-  float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-  const int k_tiles = (args.k + BK - 1) / BK;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    gk__cp_async_commit();
-  }
-
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    gk__cp_async_wait<STAGES - 2>(); /* tile kt has landed (this thread's copies) */
-    __syncthreads();                 /* ... everyone's; and stage (kt-1) is no longer read */
-    {
-      const int next = kt + STAGES - 1;
-      if (next < k_tiles) load_stage(next % STAGES, next);
-      gk__cp_async_commit();
-    }
-    const T *sa = smem + (kt % STAGES) * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MI][4], bf[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int r0 = wm + i * 16;
-        if (TA) /* stored [k][m]: matrix j covers m (j%2)*8.., k (j/2)*8.. */
-          gk__ldmatrix_x4_trans(af[i], sa + (kk + (lmat / 2) * 8 + lrow) * L::A_PITCH + r0 +
-                                           (lmat % 2) * 8);
-        else /* stored [m][k] */
-          gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk +
-                                     (lmat / 2) * 8);
-      }
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        const int c0 = wn + j * 8;
-        uint32_t r[4];
-        if (TB) /* stored [n][k]: matrix q covers n (q/2)*8.., k (q%2)*8.. */
-          gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 8);
-        else /* stored [k][n] */
-          gk__ldmatrix_x4_trans(r, sb + (kk + (lmat % 2) * 8 + lrow) * L::B_PITCH + c0 +
-                                       (lmat / 2) * 8);
-        bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) mma16816<T>(acc[i][j], af[i], bf[j]);
-    }
-  }
-  gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
-
-  /* Accumulator (i, j): c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of the 16x8 tile. */
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
-    }
-}
-
-template <typename T, bool TA, bool TB, bool VEC>
-cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-  auto kernel = mma_f16_gemm<T, TA, TB, VEC>;
-  const size_t smem = smem_layout<TA, TB>::BYTES;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess) return err;
-  args_t<T> args;
-  args.a = static_cast<const T *>(p->a);
-  args.b = static_cast<const T *>(p->b);
-  args.c = static_cast<T *>(p->c);
-  args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
-  args.lda = gk__lda(p), args.ldb = gk__ldb(p);
-  args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
-  args.alpha = (float)p->alpha, args.beta = (float)p->beta;
-  args.beta_zero = p->beta == 0.0;
-  args.c_pair = gk__aligned(p->c, 4) && p->n % 2 == 0;
-  const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
-  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    args_t<T> chunk = args;
-    chunk.a += first * args.stride_a;
-    chunk.b += first * args.stride_b;
-    chunk.c += first * args.stride_c;
-    kernel<<<dim3((unsigned)tiles, 1, count), NT, smem, stream>>>(chunk);
-    return cudaGetLastError();
-  });
-}
-
-template <typename T, bool TA, bool TB>
-cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
-  return gk__rows_vectorizable(p, 8) ? run<T, TA, TB, true>(p, stream)
-                                     : run<T, TA, TB, false>(p, stream);
-}
-
-template <typename T>
-cudaError_t launch_typed(const gk_problem *p, cudaStream_t stream) {
-  if (p->trans_a)
-    return p->trans_b ? pick_vec<T, true, true>(p, stream) : pick_vec<T, true, false>(p, stream);
-  return p->trans_b ? pick_vec<T, false, true>(p, stream) : pick_vec<T, false, false>(p, stream);
-}
+/* The registered configuration: 128 x 128 x 32, 2 x 2 warps of 64 x 64, 4 stages. */
+using cfg = gk__mma16_cfg<128, 128, 32, 2, 2, 4>;
 
 bool mma_f16_supports(const gk_problem *p, int cc) {
   return (p->dtype == GK_F16 || p->dtype == GK_BF16) && cc >= 80 && gk__fits_int32(p);
@@ -273,14 +38,12 @@ bool mma_f16_supports(const gk_problem *p, int cc) {
 
 cudaError_t mma_f16_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   (void)ctx;
-  if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
-  if (p->dtype == GK_F16) return launch_typed<__half>(p, stream);
-  if (p->dtype == GK_BF16) return launch_typed<__nv_bfloat16>(p, stream);
+  if (p->dtype == GK_F16) return gk__mma16_launcher<__half, cfg>::launch(p, stream);
+  if (p->dtype == GK_BF16) return gk__mma16_launcher<__nv_bfloat16, cfg>::launch(p, stream);
   return cudaErrorInvalidValue;
 }
 
 } // namespace
-
 extern "C" const gk_kernel gk_kernel_mma_f16 = {
     "mma_f16",
     "f16/bf16, tensor cores mma.sync m16n8k16: 128x128x32 tile, 4-stage cp.async (04)",

@@ -23,217 +23,13 @@
  * Contract: f32 with precision "fast", any m, n, k (unaligned rows: scalar loads, same kernel),
  * both transposes, alpha/beta (beta == 0: C not read), any batch. Needs compute capability >= 8.0.
  */
-#include "gk_fast_common.cuh"
+#include "gk_fast_tf32.cuh"
 #include "gk_gpu.h"
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 3;
-constexpr int WARPS_M = 2, WARPS_N = 2, NT = 32 * WARPS_M * WARPS_N;
-constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; /* 64 x 64 */
-constexpr int MI = WM / 16, NI = WN / 8; /* mma tiles per warp: 4 x 8 */
-static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles per ldmatrix.x4");
-static_assert(BK % 8 == 0, "the k tile is a whole number of mma k8 steps");
-
-/* Shared layout of one stage: operands keep their global layout (see the file comment). */
-template <bool TA, bool TB>
-struct smem_layout {
-  /* pad: 8 floats for k-strided rows, 4 for k-contiguous rows (bank argument in the file comment) */
-  static constexpr int A_ROWS = TA ? BK : BM, A_COLS = TA ? BM : BK, A_PITCH = A_COLS + (TA ? 8 : 4);
-  static constexpr int B_ROWS = TB ? BN : BK, B_COLS = TB ? BK : BN, B_PITCH = B_COLS + (TB ? 4 : 8);
-  static constexpr int A_ELEMS = A_ROWS * A_PITCH, B_ELEMS = B_ROWS * B_PITCH;
-  static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
-  static constexpr size_t BYTES = (size_t)STAGES * STAGE_ELEMS * sizeof(float);
-};
-
-struct args_t {
-  const float *a, *b;
-  float *c;
-  int m, n, k;
-  int64_t lda, ldb, stride_a, stride_b, stride_c;
-  float alpha, beta;
-  bool beta_zero;
-  bool c_pair; /* n even and c 8-byte aligned: two outputs per store */
-};
-
-__device__ __forceinline__ void mma1688(float d[4], const uint32_t a[4], const uint32_t b[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* Stores two neighbouring outputs (row, col) and (row, col + 1) after alpha/beta. */
-__device__ __forceinline__ void store_pair(const args_t &args, float *c, int row, int col, float v0,
-                                           float v1) {
-  if (row >= args.m || col >= args.n) return;
-  float *dst = c + (int64_t)row * args.n + col;
-  v0 *= args.alpha, v1 *= args.alpha;
-  if (args.c_pair) { /* n even and col even: col + 1 < n too */
-    if (!args.beta_zero) {
-      float2 old = *reinterpret_cast<const float2 *>(dst);
-      v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
-    }
-    *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
-    return;
-  }
-  if (!args.beta_zero) v0 = fmaf(args.beta, dst[0], v0);
-  dst[0] = v0;
-  if (col + 1 < args.n) {
-    if (!args.beta_zero) v1 = fmaf(args.beta, dst[1], v1);
-    dst[1] = v1;
-  }
-}
-
-template <bool TA, bool TB, bool VEC>
-__global__ void __launch_bounds__(NT) mma_tf32_gemm(args_t args) {
-  using T = float;
-  using L = smem_layout<TA, TB>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T *smem = reinterpret_cast<T *>(smem_raw);
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int tile_m, tile_n;
-  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  /* Issues the copies of k tile kt into stage s (caller commits the group). */
-  auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK, k_left = args.k - k0;
-    T *sa = smem + s * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-    if (TA)
-      gk__load_tile<T, BK, BM, L::A_PITCH, NT, VEC>(sa, a + (int64_t)k0 * args.lda + m0, args.lda,
-                                                    k_left, m_left, tid);
-    else
-      gk__load_tile<T, BM, BK, L::A_PITCH, NT, VEC>(sa, a + (int64_t)m0 * args.lda + k0, args.lda,
-                                                    m_left, k_left, tid);
-    if (TB)
-      gk__load_tile<T, BN, BK, L::B_PITCH, NT, VEC>(sb, b + (int64_t)n0 * args.ldb + k0, args.ldb,
-                                                    n_left, k_left, tid);
-    else
-      gk__load_tile<T, BK, BN, L::B_PITCH, NT, VEC>(sb, b + (int64_t)k0 * args.ldb + n0, args.ldb,
-                                                    k_left, n_left, tid);
-  };
-
-  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
-  /* ldmatrix.x4: lane l addresses row l%8 of matrix l/8 */
-  const int lrow = lane % 8, lmat = lane / 8;
-  /* fragment coordinates: group g = lane/4, thread-in-group t = lane%4 */
-  const int g = lane / 4, t = lane % 4;
-
-  float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-  const int k_tiles = (args.k + BK - 1) / BK;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    gk__cp_async_commit();
-  }
-
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    gk__cp_async_wait<STAGES - 2>(); /* tile kt has landed (this thread's copies) */
-    __syncthreads();                 /* ... everyone's; and stage (kt-1) is no longer read */
-    {
-      const int next = kt + STAGES - 1;
-      if (next < k_tiles) load_stage(next % STAGES, next);
-      gk__cp_async_commit();
-    }
-    const T *sa = smem + (kt % STAGES) * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-
-    const uint32_t *sau = reinterpret_cast<const uint32_t *>(sa);
-    const uint32_t *sbu = reinterpret_cast<const uint32_t *>(sb);
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 8) {
-      uint32_t af[MI][4], bf[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int r0 = wm + i * 16;
-        if (TA) { /* stored [k][m]: a0 (g,t) a1 (g+8,t) a2 (g,t+4) a3 (g+8,t+4) */
-          const uint32_t *p = sau + (kk + t) * L::A_PITCH + r0 + g;
-          af[i][0] = p[0], af[i][1] = p[8];
-          af[i][2] = p[4 * L::A_PITCH], af[i][3] = p[4 * L::A_PITCH + 8];
-        } else { /* stored [m][k]: matrix j = rows (j%2)*8.., k (j/2)*4.. */
-          gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk +
-                                     (lmat / 2) * 4);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        const int c0 = wn + j * 8;
-        if (TB) { /* stored [n][k]: matrix q = n (q/2)*8.., k (q%2)*4.. */
-          uint32_t r[4];
-          gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 4);
-          bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
-        } else { /* stored [k][n]: b0 (k=t, n=g), b1 (k=t+4, n=g) */
-          const uint32_t *p = sbu + (kk + t) * L::B_PITCH + c0 + g;
-          bf[j][0] = p[0], bf[j][1] = p[4 * L::B_PITCH];
-          bf[j + 1][0] = p[8], bf[j + 1][1] = p[4 * L::B_PITCH + 8];
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) mma1688(acc[i][j], af[i], bf[j]);
-    }
-  }
-  gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
-
-  /* Accumulator (i, j): c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of the 16x8 tile. */
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
-    }
-}
-
-template <bool TA, bool TB, bool VEC>
-cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-  auto kernel = mma_tf32_gemm<TA, TB, VEC>;
-  const size_t smem = smem_layout<TA, TB>::BYTES;
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess) return err;
-  args_t args;
-  args.a = static_cast<const float *>(p->a);
-  args.b = static_cast<const float *>(p->b);
-  args.c = static_cast<float *>(p->c);
-  args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
-  args.lda = gk__lda(p), args.ldb = gk__ldb(p);
-  args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
-  args.alpha = (float)p->alpha, args.beta = (float)p->beta;
-  args.beta_zero = p->beta == 0.0;
-  args.c_pair = gk__aligned(p->c, 8) && p->n % 2 == 0;
-  const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
-  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    args_t chunk = args;
-    chunk.a += first * args.stride_a;
-    chunk.b += first * args.stride_b;
-    chunk.c += first * args.stride_c;
-    kernel<<<dim3((unsigned)tiles, 1, count), NT, smem, stream>>>(chunk);
-    return cudaGetLastError();
-  });
-}
-
-template <bool TA, bool TB>
-cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
-  return gk__rows_vectorizable(p, 4) ? run<TA, TB, true>(p, stream) : run<TA, TB, false>(p, stream);
-}
+/* The registered configuration: 128 x 128 x 32, 2 x 2 warps of 64 x 64, 3 stages. */
+using cfg = gk__tf32_cfg<128, 128, 32, 2, 2, 3>;
 
 bool mma_tf32_supports(const gk_problem *p, int cc) {
   return p->dtype == GK_F32 && p->fast && cc >= 80 && gk__fits_int32(p);
@@ -241,14 +37,11 @@ bool mma_tf32_supports(const gk_problem *p, int cc) {
 
 cudaError_t mma_tf32_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   (void)ctx;
-  if (p->dtype != GK_F32 || !gk__fits_int32(p)) return cudaErrorInvalidValue;
-  if (p->trans_a)
-    return p->trans_b ? pick_vec<true, true>(p, stream) : pick_vec<true, false>(p, stream);
-  return p->trans_b ? pick_vec<false, true>(p, stream) : pick_vec<false, false>(p, stream);
+  if (p->dtype != GK_F32) return cudaErrorInvalidValue;
+  return gk__tf32_launcher<cfg>::launch(p, stream);
 }
 
 } // namespace
-
 extern "C" const gk_kernel gk_kernel_mma_tf32 = {
     "mma_tf32",
     "f32 precision fast, TF32 tensor cores mma.sync m16n8k8: 128x128x32, 3-stage cp.async (05)",

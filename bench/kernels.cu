@@ -1,0 +1,442 @@
+/*
+ * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
+ *
+ *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64]
+ *                 [--seed N] [--reps N] [--variants]
+ *
+ * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64) and shape (1024^3, 2048^3,
+ * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3):
+ *   1. fresh random inputs (uniform in [-1, 1), drawn on the device from the seed, never zeros);
+ *   2. our kernel (the selector's "auto" choice, or --kernel) writes into a NaN-poisoned C, cuBLAS
+ *      into another; ||ours - cublas|| / ||cublas|| must be under the dtype's tolerance and no
+ *      element may be left NaN, else the row says FAIL and its time is not reported;
+ *   3. both are timed with CUDA events: 2 warm-ups, then the median of N runs, rotating among
+ *      enough input sets that A and B of one set are never all still in L2 (>= 3x 50 MB).
+ * The last lines are the table (plain, or Markdown with --markdown for bench/RESULTS.md).
+ * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
+ *
+ * Everything goes through gk_gpu.h: gk_select for ours, gk_kernel_by_name("cublas") for cuBLAS.
+ *
+ * --variants instead times other tile configurations of the fast kernels (instantiated here from
+ * their templates, no transpose, aligned rows) at 2048^3 to 8192^3, with the same checks: the
+ * tuning table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <vector>
+
+#include "gk_fast_mma16.cuh"
+#include "gk_fast_simt.cuh"
+#include "gk_fast_tf32.cuh"
+#include "gk_gpu.h"
+
+#ifndef GEMMD_GIT_COMMIT
+#define GEMMD_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+/* ---- modes and shapes ------------------------------------------------------------------- */
+
+struct mode {
+  const char *name; /* as printed and as --dtype takes it */
+  gk_dtype dtype;
+  bool fast;
+  double tol; /* relative Frobenius difference to cuBLAS that still passes */
+};
+
+/* Tolerances against cuBLAS (not against exact math): f32 both exact, sums in other orders;
+ * tf32 inputs truncated (ours) vs rounded (cuBLAS), ~1e-3 each; f16/bf16 outputs rounded to
+ * 11/8 bits, so a one-ulp difference in some outputs is expected. */
+const mode kModes[] = {
+    {"f32", GK_F32, false, 1e-5},  {"tf32", GK_F32, true, 5e-3}, {"f16", GK_F16, false, 2e-3},
+    {"bf16", GK_BF16, false, 1e-2}, {"f64", GK_F64, false, 1e-12},
+};
+
+struct shape {
+  const char *label;
+  int64_t m, n, k, batch;
+  bool quick; /* part of --quick */
+};
+
+const shape kShapes[] = {
+    {"1024^3", 1024, 1024, 1024, 1, true},        {"2048^3", 2048, 2048, 2048, 1, false},
+    {"4096^3", 4096, 4096, 4096, 1, true},        {"8192^3", 8192, 8192, 8192, 1, false},
+    {"1000x1200x800", 1000, 1200, 800, 1, true},  {"8192x8192x64", 8192, 8192, 64, 1, false},
+    {"64x256^3", 256, 256, 256, 64, true},
+};
+
+/* ---- tile-configuration variants (--variants) -------------------------------------------- */
+
+template <class L>
+cudaError_t launch_nn(gk_gpu_ctx *, const gk_problem *p, cudaStream_t stream) {
+  return L::template run<false, false, true>(p, stream);
+}
+bool any_problem(const gk_problem *, int) { return true; }
+
+#define SIMT_F32(BM, BN, BK, MB)                                                              \
+  {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB, "", any_problem,                                \
+   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB>>}
+#define MMA_BF16(BM, BN, BK, WM, WN, S)                                                        \
+  {"mma_bf16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
+   launch_nn<gk__mma16_launcher<__nv_bfloat16, gk__mma16_cfg<BM, BN, BK, WM, WN, S>>>}
+#define TF32(BM, BN, BK, WM, WN, S)                                                            \
+  {"tf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                       \
+   launch_nn<gk__tf32_launcher<gk__tf32_cfg<BM, BN, BK, WM, WN, S>>>}
+
+struct variant {
+  int mode; /* index into kModes */
+  gk_kernel kernel;
+};
+const variant kVariants[] = {
+    {0, SIMT_F32(128, 128, 8, 2)},          {0, SIMT_F32(128, 128, 8, 1)},
+    {0, SIMT_F32(128, 128, 16, 1)},         {0, SIMT_F32(128, 64, 8, 2)},
+    {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 3)},
+    {3, MMA_BF16(256, 128, 32, 4, 2, 3)},   {3, MMA_BF16(128, 128, 64, 2, 2, 3)},
+    {3, MMA_BF16(128, 256, 64, 2, 4, 3)},   {1, TF32(128, 128, 32, 2, 2, 3)},
+    {1, TF32(128, 256, 32, 2, 4, 3)},       {1, TF32(256, 128, 32, 4, 2, 3)},
+    {1, TF32(128, 128, 16, 2, 2, 4)},       {1, TF32(128, 128, 32, 2, 2, 4)},
+};
+const shape kVariantShapes[] = {
+    {"2048^3", 2048, 2048, 2048, 1, false},
+    {"4096^3", 4096, 4096, 4096, 1, true},
+    {"8192^3", 8192, 8192, 8192, 1, true},
+};
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
+  uint64_t x = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 30, x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27, x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return (float)((double)(x >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+template <typename T>
+__global__ void fill_uniform(T *out, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = T(hash_uniform(seed, (uint64_t)i));
+}
+
+template <typename T>
+__device__ __forceinline__ double as_double(T v) {
+  return (double)(float)v;
+}
+template <>
+__device__ __forceinline__ double as_double<double>(double v) {
+  return v;
+}
+
+/* sums[0] += (x - ref)^2, sums[1] += ref^2, sums[2] += count of non-finite x */
+template <typename T>
+__global__ void diff_norms(const T *x, const T *ref, int64_t count, double *sums) {
+  double d2 = 0, r2 = 0, bad = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    double xv = as_double(x[i]), rv = as_double(ref[i]);
+    if (!isfinite(xv)) bad += 1;
+    else d2 += (xv - rv) * (xv - rv);
+    r2 += rv * rv;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    d2 += __shfl_down_sync(0xffffffffu, d2, off);
+    r2 += __shfl_down_sync(0xffffffffu, r2, off);
+    bad += __shfl_down_sync(0xffffffffu, bad, off);
+  }
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(&sums[0], d2);
+    atomicAdd(&sums[1], r2);
+    atomicAdd(&sums[2], bad);
+  }
+}
+
+/* ---- host plumbing ----------------------------------------------------------------------- */
+
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    cudaError_t err_ = (call);                                                                  \
+    if (err_ != cudaSuccess) {                                                                  \
+      fprintf(stderr, "bench_kernels: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(err_), \
+              __FILE__, __LINE__);                                                              \
+      exit(2);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+size_t elem_size(gk_dtype t) { return t == GK_F64 ? 8 : t == GK_F32 ? 4 : 2; }
+
+void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stream) {
+  const int threads = 256, blocks = 1024;
+  switch (t) {
+  case GK_F32: fill_uniform<<<blocks, threads, 0, stream>>>((float *)ptr, count, seed); break;
+  case GK_F64: fill_uniform<<<blocks, threads, 0, stream>>>((double *)ptr, count, seed); break;
+  case GK_F16: fill_uniform<<<blocks, threads, 0, stream>>>((__half *)ptr, count, seed); break;
+  case GK_BF16: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_bfloat16 *)ptr, count, seed); break;
+  }
+  CHECK(cudaGetLastError());
+}
+
+/* Relative Frobenius difference of x to ref, and the count of non-finite elements of x. */
+double rel_diff(gk_dtype t, const void *x, const void *ref, int64_t count, double *sums,
+                int64_t *nonfinite, cudaStream_t stream) {
+  CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+  const int threads = 256, blocks = 1024;
+  switch (t) {
+  case GK_F32: diff_norms<<<blocks, threads, 0, stream>>>((const float *)x, (const float *)ref, count, sums); break;
+  case GK_F64: diff_norms<<<blocks, threads, 0, stream>>>((const double *)x, (const double *)ref, count, sums); break;
+  case GK_F16: diff_norms<<<blocks, threads, 0, stream>>>((const __half *)x, (const __half *)ref, count, sums); break;
+  case GK_BF16:
+    diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)ref, count, sums);
+    break;
+  }
+  CHECK(cudaGetLastError());
+  double host[3];
+  CHECK(cudaMemcpyAsync(host, sums, sizeof(host), cudaMemcpyDeviceToHost, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  *nonfinite = (int64_t)host[2];
+  return host[1] > 0 ? sqrt(host[0] / host[1]) : (host[0] > 0 ? INFINITY : 0.0);
+}
+
+struct row {
+  const char *mode_name, *shape_label, *kernel;
+  double ours_tflops, cublas_tflops, err, tol;
+  bool pass;
+  const char *why; /* failure reason, or NULL */
+};
+
+struct options {
+  bool quick = false, markdown = false, variants = false;
+  const char *kernel = "auto";
+  const char *only_dtype = NULL;
+  uint64_t seed = 0;
+  int reps = 0; /* 0: chosen from the run time */
+};
+
+/* Median milliseconds of `reps` launches of k on problems rotating over the input sets. */
+double time_kernel(gk_gpu_ctx *ctx, const gk_kernel *k, std::vector<gk_problem> &sets,
+                   cudaStream_t stream, int reps, bool *ok) {
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  *ok = true;
+  for (int i = 0; i < 2; ++i) /* warm-up: module load, cuBLAS heuristics */
+    if (k->launch(ctx, &sets[i % sets.size()], stream) != cudaSuccess) *ok = false;
+  std::vector<float> ms;
+  for (int i = 0; i < reps && *ok; ++i) {
+    CHECK(cudaEventRecord(start, stream));
+    if (k->launch(ctx, &sets[i % sets.size()], stream) != cudaSuccess) *ok = false;
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  if (!*ok || ms.empty()) return NAN;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+/* One row: `forced` (a variant) or the selector's choice, against cuBLAS. */
+row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &opt,
+              cudaStream_t stream, double *sums, const gk_kernel *forced) {
+  row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, false, NULL};
+  const int cc = gk_gpu_ctx_cc(ctx);
+  const size_t es = elem_size(md.dtype);
+  const int64_t a_elems = sh.m * sh.k * sh.batch, b_elems = sh.k * sh.n * sh.batch;
+  const int64_t c_elems = sh.m * sh.n * sh.batch;
+  const size_t set_bytes = (size_t)(a_elems + b_elems) * es;
+  /* enough sets that consecutive runs never find their inputs in a 50-60 MB L2 */
+  const size_t min_rotation = 192u << 20;
+  int nsets = (int)std::min<size_t>(8, std::max<size_t>(1, (min_rotation + set_bytes - 1) / set_bytes));
+  if (nsets > 1 && nsets < 3) nsets = 3;
+
+  gk_problem proto;
+  memset(&proto, 0, sizeof(proto));
+  proto.dtype = md.dtype, proto.fast = md.fast, proto.trans_a = false, proto.trans_b = false;
+  proto.m = sh.m, proto.n = sh.n, proto.k = sh.k, proto.batch = sh.batch;
+  proto.alpha = 1.0, proto.beta = 0.0;
+
+  const gk_kernel *ours = forced ? forced : gk_select(&proto, cc, opt.kernel);
+  const gk_kernel *ref = gk_kernel_by_name("cublas");
+  if (ours == NULL || ref == NULL) {
+    r.why = "no kernel";
+    return r;
+  }
+  r.kernel = ours->name;
+
+  std::vector<void *> buffers;
+  auto dalloc = [&](size_t bytes) {
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, bytes));
+    buffers.push_back(p);
+    return p;
+  };
+  std::vector<gk_problem> sets(nsets, proto), ref_sets(nsets, proto);
+  void *c_ours = dalloc((size_t)c_elems * es), *c_ref = dalloc((size_t)c_elems * es);
+  for (int s = 0; s < nsets; ++s) {
+    void *a = dalloc((size_t)a_elems * es), *b = dalloc((size_t)b_elems * es);
+    fill(md.dtype, a, a_elems, opt.seed * 7919u + 2u * (uint64_t)s + 1u, stream);
+    fill(md.dtype, b, b_elems, opt.seed * 7919u + 2u * (uint64_t)s + 2u, stream);
+    sets[s].a = ref_sets[s].a = a;
+    sets[s].b = ref_sets[s].b = b;
+    sets[s].c = c_ours;
+    ref_sets[s].c = c_ref;
+  }
+
+  /* correctness first: poisoned outputs (0xFF bytes: NaN in every dtype) */
+  /* everything runs on `stream` (non-blocking: it does not wait for the legacy default stream) */
+  CHECK(cudaMemsetAsync(c_ours, 0xFF, (size_t)c_elems * es, stream));
+  CHECK(cudaMemsetAsync(c_ref, 0xFF, (size_t)c_elems * es, stream));
+  cudaError_t e1 = ours->launch(ctx, &sets[0], stream);
+  cudaError_t e2 = ref->launch(ctx, &ref_sets[0], stream);
+  cudaError_t e3 = cudaStreamSynchronize(stream);
+  if (e1 != cudaSuccess || e2 != cudaSuccess || e3 != cudaSuccess) {
+    fprintf(stderr, "bench_kernels: %s %s %s: launch %s / cublas %s / sync %s\n", md.name,
+            sh.label, ours->name, cudaGetErrorString(e1), cudaGetErrorString(e2),
+            cudaGetErrorString(e3));
+    r.why = "launch error";
+    if (e3 != cudaSuccess) exit(2); /* a fault leaves the context unusable */
+  } else {
+    int64_t nonfinite = 0;
+    r.err = rel_diff(md.dtype, c_ours, c_ref, c_elems, sums, &nonfinite, stream);
+    if (nonfinite > 0) r.why = "unwritten/NaN outputs";
+    else if (!(r.err <= md.tol)) r.why = "error over tolerance";
+    else r.pass = true;
+  }
+
+  if (r.pass) {
+    const double flops = 2.0 * (double)sh.m * (double)sh.n * (double)sh.k * (double)sh.batch;
+    /* run count: about 0.2 s of our kernel, between 5 and 50 (unless --reps) */
+    int reps = opt.reps;
+    if (reps <= 0) {
+      bool ok;
+      double one = time_kernel(ctx, ours, sets, stream, 1, &ok);
+      reps = ok && one > 0 ? (int)std::min(50.0, std::max(5.0, 200.0 / one)) : 5;
+    }
+    bool ok_ours, ok_ref;
+    double ms_ours = time_kernel(ctx, ours, sets, stream, reps, &ok_ours);
+    double ms_ref = time_kernel(ctx, ref, ref_sets, stream, reps, &ok_ref);
+    CHECK(cudaStreamSynchronize(stream));
+    if (ok_ours) r.ours_tflops = flops / (ms_ours * 1e-3) / 1e12;
+    if (ok_ref) r.cublas_tflops = flops / (ms_ref * 1e-3) / 1e12;
+    if (!ok_ours) r.pass = false, r.why = "launch error while timing";
+  }
+  for (void *p : buffers) CHECK(cudaFree(p));
+  return r;
+}
+
+void print_table(const std::vector<row> &rows, bool markdown, const char *device) {
+  if (markdown) {
+    printf("\nDevice: %s; commit %s; median of N CUDA-event timings, inputs rotated past L2.\n\n",
+           device, GEMMD_GIT_COMMIT);
+    printf("| kernel | dtype | shape (m×n×k) | ours TFLOP/s | cuBLAS TFLOP/s | ratio | rel. diff | check |\n");
+    printf("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |\n");
+  } else {
+    printf("\n%-28s %-5s %-14s %10s %10s %7s %9s  %s\n", "kernel", "dtype", "shape", "ours",
+           "cublas", "ratio", "rel.diff", "check");
+  }
+  for (const row &r : rows) {
+    char ours[32], ref[32], ratio[32], err[32];
+    snprintf(ours, sizeof(ours), r.pass ? "%.1f" : "-", r.ours_tflops);
+    snprintf(ref, sizeof(ref), isnan(r.cublas_tflops) ? "-" : "%.1f", r.cublas_tflops);
+    snprintf(ratio, sizeof(ratio), r.pass && !isnan(r.cublas_tflops) ? "%.0f%%" : "-",
+             100.0 * r.ours_tflops / r.cublas_tflops);
+    snprintf(err, sizeof(err), isnan(r.err) ? "-" : "%.1e", r.err);
+    char check[96];
+    snprintf(check, sizeof(check), "%s%s%s", r.pass ? "PASS" : "FAIL", r.why ? ": " : "",
+             r.why ? r.why : "");
+    if (markdown)
+      printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.kernel, r.mode_name, r.shape_label,
+             ours, ref, ratio, err, check);
+    else
+      printf("%-28s %-5s %-14s %10s %10s %7s %9s  %s\n", r.kernel, r.mode_name, r.shape_label,
+             ours, ref, ratio, err, check);
+  }
+}
+
+int usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64] "
+          "[--seed N] [--reps N] [--variants]\n",
+          argv0);
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  options opt;
+  opt.seed = (uint64_t)time(NULL);
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--quick") == 0) opt.quick = true;
+    else if (strcmp(argv[i], "--markdown") == 0) opt.markdown = true;
+    else if (strcmp(argv[i], "--variants") == 0) opt.variants = true;
+    else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) opt.kernel = argv[++i];
+    else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) opt.only_dtype = argv[++i];
+    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) opt.seed = strtoull(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) opt.reps = atoi(argv[++i]);
+    else return usage(argv[0]);
+  }
+
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    fprintf(stderr, "bench_kernels: no CUDA device\n");
+    return 2;
+  }
+  gk_gpu_ctx *ctx = NULL;
+  CHECK(gk_gpu_ctx_create(0, &ctx));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  char device[320];
+  snprintf(device, sizeof(device), "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+  printf("bench_kernels: %s, commit %s, seed %llu%s\n", device, GEMMD_GIT_COMMIT,
+         (unsigned long long)opt.seed, opt.quick ? ", --quick" : "");
+
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double *sums = NULL;
+  CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
+
+  std::vector<row> rows;
+  bool all_pass = true;
+  auto record = [&](const row &r) {
+    printf("  %-28s %-5s %-14s ours %8.1f  cublas %8.1f TFLOP/s  diff %.1e  %s\n", r.kernel,
+           r.mode_name, r.shape_label, r.ours_tflops, r.cublas_tflops, r.err,
+           r.pass ? "PASS" : "FAIL");
+    fflush(stdout);
+    all_pass = all_pass && r.pass;
+    rows.push_back(r);
+  };
+  if (opt.variants) {
+    for (const variant &v : kVariants) {
+      const mode &md = kModes[v.mode];
+      if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
+      for (const shape &sh : kVariantShapes)
+        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel));
+    }
+  } else {
+    for (const mode &md : kModes) {
+      if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
+      for (const shape &sh : kShapes)
+        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL));
+    }
+  }
+  print_table(rows, opt.markdown, device);
+  CHECK(cudaFree(sums));
+  CHECK(cudaStreamDestroy(stream));
+  gk_gpu_ctx_destroy(ctx);
+  return all_pass ? 0 : 1;
+}
