@@ -171,8 +171,11 @@ def check_pkg_config(tree, libdir, work, gemmd):
     if not pkg_config or not cc:
         print("  note: no pkg-config or cc: consumer build skipped")
         return
-    # The SYSROOT prefixes DESTDIR to the -I and -L paths the .pc file holds.
-    env = {"PKG_CONFIG_LIBDIR": pc_dir, "PKG_CONFIG_PATH": "", "PKG_CONFIG_SYSROOT_DIR": tree.root}
+    env = {"PKG_CONFIG_PATH": pc_dir}
+    with open(os.path.join(pc_dir, "gemmclient.pc")) as f:
+        if "${pcfiledir}" not in f.read():
+            # Absolute paths in the .pc: prefix DESTDIR to its -I and -L flags.
+            env["PKG_CONFIG_SYSROOT_DIR"] = tree.root
     flags = must([pkg_config, "--cflags", "--libs", "gemmclient"], "pkg-config gemmclient",
                  env=env).split()
     src = os.path.join(work, "consumer.c")
