@@ -355,8 +355,15 @@ static void collect(gp_decoder *d, const uint8_t *p, size_t n) {
 /* Consumes body bytes; returns how many. */
 static size_t feed_body(gp_decoder *d, const uint8_t *p, size_t n) {
   size_t take = d->body_left < n ? (size_t)d->body_left : n;
-  if (!count_message_bytes(d, take))
+  /* Stop at the exact byte that breaks max_message_bytes, so that the events before it do
+   * not depend on how the input was cut. */
+  uint64_t allowed = d->limits.max_message_bytes - d->msg_bytes;
+  if (take > allowed)
+    take = (size_t)allowed;
+  if (take == 0 || !count_message_bytes(d, take)) {
+    count_message_bytes(d, 1); /* reports the breach */
     return 0;
+  }
   switch (d->body) {
   case GP__BODY_COLLECT:
   case GP__BODY_SKIP:
