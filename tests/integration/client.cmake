@@ -1,0 +1,27 @@
+# client/ integration tests, label integration: libgemmclient and gemmctl against the real
+# gemmd, and the README's C example built against the installed library. Python drivers
+# (built on gemmd_harness.py) start the daemons; exit 0 pass, 1 fail, 77 skip.
+if(TARGET gemmd)
+  set(_gc_it ${CMAKE_CURRENT_SOURCE_DIR}/client)
+  set(_gc_env "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+
+  add_executable(test_client_e2e ${_gc_it}/test_client_e2e.c)
+  target_link_libraries(test_client_e2e PRIVATE gemmclient gctl_util PkgConfig::MSGPACK
+                                                PkgConfig::CHECK)
+
+  add_test(NAME client_e2e
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_client_e2e.py --gemmd $<TARGET_FILE:gemmd>
+                   --bin $<TARGET_FILE:test_client_e2e>)
+  add_test(NAME client_gemmctl
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl.py --gemmd $<TARGET_FILE:gemmd>
+                   --gemmctl $<TARGET_FILE:gemmctl>)
+  add_test(NAME client_readme_example
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_readme_example.py --gemmd $<TARGET_FILE:gemmd>
+                   --readme ${CMAKE_SOURCE_DIR}/README.md --build ${CMAKE_BINARY_DIR}
+                   --cc ${CMAKE_C_COMPILER} --sanitize ${GEMMD_SANITIZE})
+  set_tests_properties(client_e2e client_gemmctl client_readme_example PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "${_gc_env}")
+endif()

@@ -1,0 +1,298 @@
+/*
+ * test_client_e2e.c - libgemmclient against a real gemmd (GEMMD_ADDRESS; run
+ * by test_client_lib.py, which starts the daemon). Every result is checked
+ * against a float64 reference on fresh random inputs, with the output
+ * poisoned so that an unwritten element fails.
+ *
+ *   test_client_e2e main     the daemon with default limits
+ *   test_client_e2e limits   a daemon with limits.max_dim = 100
+ */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <msgpack.h>
+
+#include "gctl_ref.h"
+#include "gemmclient.h"
+
+static uint64_t seed;
+
+static uint64_t pick(const uint64_t *choices, size_t n) {
+  seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+  return choices[(seed >> 33) % n];
+}
+
+/* One gemm with its buffers and reference. */
+typedef struct {
+  gc_gemm_opts o;
+  void *a, *b, *c, *out;
+  gc_req req;
+} job;
+
+static void job_make(job *j, uint64_t m, uint64_t n, uint64_t k, gc_dtype dtype, bool ta, bool tb,
+                     double alpha, double beta, uint64_t batch) {
+  memset(j, 0, sizeof *j);
+  gc_gemm_opts_init(&j->o);
+  j->o.m = m, j->o.n = n, j->o.k = k, j->o.dtype = dtype;
+  j->o.trans_a = ta, j->o.trans_b = tb, j->o.alpha = alpha, j->o.beta = beta, j->o.batch = batch;
+  size_t es = dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
+  uint64_t ab = gc_gemm_operand_bytes(&j->o, 'a'), bb = gc_gemm_operand_bytes(&j->o, 'b'),
+           cb = gc_gemm_operand_bytes(&j->o, 'c');
+  ck_assert(ab && bb && cb);
+  j->a = malloc(ab), j->b = malloc(bb), j->out = malloc(cb);
+  gctl_fill_random(dtype, j->a, ab / es, &seed);
+  gctl_fill_random(dtype, j->b, bb / es, &seed);
+  if (beta != 0.0) {
+    j->c = malloc(cb);
+    gctl_fill_random(dtype, j->c, cb / es, &seed);
+  }
+  gctl_poison(dtype, j->out, cb / es);
+}
+
+static void job_check(const job *j, const char *what) {
+  size_t cn = (size_t)(j->o.m * j->o.n * j->o.batch);
+  double *ref = malloc(cn * sizeof *ref), *bound = malloc(cn * sizeof *bound);
+  gctl_ref_gemm(&j->o, j->a, j->b, j->c, ref, bound);
+  double err = gctl_ref_error(&j->o, j->out, ref, bound), tol = gctl_ref_tolerance(&j->o);
+  ck_assert_msg(err <= tol,
+                "%s: %llux%llux%llu dtype %d trans %d%d alpha %g beta %g batch %llu: error %g > %g",
+                what, (unsigned long long)j->o.m, (unsigned long long)j->o.n,
+                (unsigned long long)j->o.k, (int)j->o.dtype, j->o.trans_a, j->o.trans_b,
+                j->o.alpha, j->o.beta, (unsigned long long)j->o.batch, err, tol);
+  free(ref);
+  free(bound);
+}
+
+static void job_free(job *j) {
+  free(j->a);
+  free(j->b);
+  free(j->c);
+  free(j->out);
+}
+
+static gc_conn *connect_env(void) {
+  gc_conn *conn;
+  int rc = gc_connect(NULL, &conn);
+  ck_assert_msg(rc == 0, "connect: %s", gc_last_error(NULL)->message);
+  return conn;
+}
+
+static const uint64_t dims[] = {1, 7, 16, 33, 65};
+
+START_TEST(many_in_flight) {
+  enum { N = 300 };
+  gc_conn *conn = connect_env();
+  static job jobs[N];
+  static const uint64_t dtypes[] = {GC_DTYPE_F32, GC_DTYPE_F64, GC_DTYPE_F16, GC_DTYPE_BF16};
+  static const uint64_t flags[] = {0, 1}, batches[] = {1, 1, 2, 3};
+  for (int i = 0; i < N; i++) {
+    double alpha = pick(flags, 2) ? -0.5 : 1.0, beta = pick(flags, 2) ? 0.75 : 0.0;
+    job_make(&jobs[i], pick(dims, 5), pick(dims, 5), pick(dims, 5), (gc_dtype)pick(dtypes, 4),
+             pick(flags, 2), pick(flags, 2), alpha, beta, pick(batches, 4));
+    int rc = gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, jobs[i].c, jobs[i].out,
+                       &jobs[i].req);
+    ck_assert_msg(rc == 0, "submit %d: %s", i, gc_last_error(conn)->message);
+  }
+  ck_assert_uint_eq(gc_in_flight(conn), N);
+  /* half collected by gc_poll in completion order, the rest by gc_wait, last first */
+  int collected = 0;
+  gc_completion done[16];
+  while (collected < N / 2) {
+    int n = gc_poll(conn, 30000, done, 16);
+    ck_assert_msg(n > 0, "poll: %d %s", n, gc_last_error(conn)->message);
+    for (int i = 0; i < n; i++) {
+      ck_assert_msg(done[i].error.code == 0, "request %u: %s", done[i].req, done[i].error.message);
+      for (int j = 0; j < N; j++) {
+        if (jobs[j].req != done[i].req) continue;
+        job_check(&jobs[j], "polled");
+        jobs[j].req = 0;
+      }
+    }
+    collected += n;
+  }
+  for (int i = N - 1; i >= 0; i--) {
+    if (jobs[i].req == 0) continue;
+    int rc = gc_wait(conn, jobs[i].req, 30000, NULL);
+    ck_assert_msg(rc == 0, "wait %d: %s", i, gc_last_error(conn)->message);
+    job_check(&jobs[i], "waited");
+  }
+  ck_assert_uint_eq(gc_in_flight(conn), 0);
+  for (int i = 0; i < N; i++) job_free(&jobs[i]);
+  gc_close(conn);
+}
+END_TEST
+
+START_TEST(blocking_forms) {
+  gc_conn *conn = connect_env();
+  static const uint64_t sizes[][3] = {{1, 1, 1}, {7, 1, 13}, {130, 67, 129}, {1, 200, 3}};
+  for (int dtype = 0; dtype < 4; dtype++) {
+    for (int s = 0; s < 4; s++) {
+      for (int t = 0; t < 4; t++) {
+        job j;
+        job_make(&j, sizes[s][0], sizes[s][1], sizes[s][2], (gc_dtype)dtype, t & 1, t >> 1,
+                 t == 3 ? 1.5 : 1.0, t == 2 ? -2.0 : 0.0, 1);
+        gc_gemm_result res;
+        int rc = gc_gemm(conn, &j.o, j.a, j.b, j.c, j.out, &res);
+        ck_assert_msg(rc == 0, "gemm: %s", gc_last_error(conn)->message);
+        ck_assert_uint_eq(res.m, j.o.m);
+        ck_assert_uint_eq(res.n, j.o.n);
+        ck_assert_int_eq(res.dtype, dtype);
+        ck_assert(res.device[0] != '\0' && res.kernel[0] != '\0');
+        job_check(&j, "blocking");
+        job_free(&j);
+      }
+    }
+  }
+  gc_close(conn);
+}
+END_TEST
+
+START_TEST(in_place_and_batched) {
+  gc_conn *conn = connect_env();
+  job j;
+  job_make(&j, 17, 9, 31, GC_DTYPE_F32, 1, 0, 0.5, 3.0, 4);
+  /* out == c: C is all sent before the reply's C can arrive */
+  void *c_copy = malloc(gc_gemm_operand_bytes(&j.o, 'c'));
+  memcpy(c_copy, j.c, gc_gemm_operand_bytes(&j.o, 'c'));
+  ck_assert_int_eq(gc_gemm(conn, &j.o, j.a, j.b, j.c, j.c, NULL), 0);
+  void *result = j.c;
+  j.c = c_copy;
+  free(j.out);
+  j.out = result;
+  job_check(&j, "in place");
+  job_free(&j);
+  gc_close(conn);
+}
+END_TEST
+
+START_TEST(ping_and_info) {
+  gc_conn *conn = connect_env();
+  ck_assert_int_eq(gc_ping(conn, 10000), 0);
+  void *buf;
+  size_t len;
+  ck_assert_int_eq(gc_info(conn, 10000, &buf, &len), 0);
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  size_t off = 0;
+  ck_assert_int_eq(msgpack_unpack_next(&up, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
+  ck_assert_int_eq(up.data.type, MSGPACK_OBJECT_MAP);
+  bool have_version = false, have_backend = false;
+  for (uint32_t i = 0; i < up.data.via.map.size; i++) {
+    msgpack_object_kv *kv = &up.data.via.map.ptr[i];
+    if (kv->key.type != MSGPACK_OBJECT_STR) continue;
+    if (kv->key.via.str.size == 7 && memcmp(kv->key.via.str.ptr, "version", 7) == 0)
+      have_version = true;
+    if (kv->key.via.str.size == 7 && memcmp(kv->key.via.str.ptr, "backend", 7) == 0)
+      have_backend = true;
+  }
+  ck_assert(have_version && have_backend);
+  msgpack_unpacked_destroy(&up);
+  gc_free(buf);
+  gc_close(conn);
+}
+END_TEST
+
+START_TEST(timeout_leaves_connection_usable) {
+  gc_conn *conn = connect_env();
+  /* 16 MiB out in 1 ms is not possible: the client gives up mid-send, sends the rest as zeros
+   * and drops the reply */
+  job big;
+  job_make(&big, 1024, 1024, 1024, GC_DTYPE_F64, 0, 0, 1.0, 0.0, 1);
+  big.o.timeout_ms = 1;
+  ck_assert_int_eq(gc_gemm(conn, &big.o, big.a, big.b, NULL, big.out, NULL),
+                   GC_E_DEADLINE_EXCEEDED);
+  ck_assert_int_eq(gc_last_error(conn)->code, GC_E_DEADLINE_EXCEEDED);
+  job_free(&big); /* the library let go of the buffers */
+
+  /* async: a short wait times out, the request stays in flight and completes later */
+  job mid;
+  job_make(&mid, 300, 300, 300, GC_DTYPE_F64, 0, 1, 1.0, 0.0, 2);
+  ck_assert_int_eq(gc_submit(conn, &mid.o, mid.a, mid.b, NULL, mid.out, &mid.req), 0);
+  ck_assert_int_eq(gc_wait(conn, mid.req, 0, NULL), GC_E_DEADLINE_EXCEEDED);
+  ck_assert_uint_eq(gc_in_flight(conn), 1);
+  ck_assert_int_eq(gc_wait(conn, mid.req, 60000, NULL), 0);
+  job_check(&mid, "after a timed-out wait");
+  job_free(&mid);
+
+  /* cancelled requests among live ones: the live ones still come back right */
+  enum { N = 12 };
+  job jobs[N];
+  for (int i = 0; i < N; i++) {
+    job_make(&jobs[i], 100 + i, 90, 80, GC_DTYPE_F32, i & 1, 0, 1.0, 0.0, 1);
+    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, NULL, jobs[i].out,
+                               &jobs[i].req), 0);
+  }
+  for (int i = 0; i < N; i += 2) ck_assert_int_eq(gc_cancel(conn, jobs[i].req), 0);
+  for (int i = 1; i < N; i += 2) {
+    ck_assert_int_eq(gc_wait(conn, jobs[i].req, 60000, NULL), 0);
+    job_check(&jobs[i], "beside cancelled ones");
+  }
+  for (int i = 0; i < N; i++) job_free(&jobs[i]);
+  ck_assert_int_eq(gc_ping(conn, 10000), 0);
+  gc_close(conn);
+}
+END_TEST
+
+/* limits mode: the daemon's refusal arrives with its code and message; the stream stays in
+ * step (the refused request's payload is still sent and skipped) */
+START_TEST(daemon_errors_propagate) {
+  gc_conn *conn = connect_env();
+  job j;
+  job_make(&j, 200, 5, 3, GC_DTYPE_F32, 0, 0, 1.0, 0.0, 1);
+  int rc = gc_gemm(conn, &j.o, j.a, j.b, NULL, j.out, NULL);
+  ck_assert_msg(rc == GC_E_RESOURCE_EXHAUSTED || rc == GC_E_INVALID_ARGUMENT, "rc %d", rc);
+  ck_assert_int_eq(gc_last_error(conn)->code, rc);
+  ck_assert_msg(strstr(gc_last_error(conn)->message, "m") != NULL &&
+                    strstr(gc_last_error(conn)->message, "100") != NULL,
+                "message \"%s\" names neither m nor the limit", gc_last_error(conn)->message);
+  job_free(&j);
+  /* a refused request among good ones, pipelined */
+  job good[3], bad;
+  job_make(&good[0], 50, 40, 30, GC_DTYPE_F64, 0, 0, 1.0, 0.0, 1);
+  job_make(&bad, 5, 5, 150, GC_DTYPE_F64, 0, 0, 1.0, 0.0, 1);
+  job_make(&good[1], 60, 70, 80, GC_DTYPE_F64, 1, 1, 1.0, 0.0, 1);
+  job_make(&good[2], 1, 1, 1, GC_DTYPE_F16, 0, 0, 1.0, 0.0, 1);
+  ck_assert_int_eq(gc_submit(conn, &good[0].o, good[0].a, good[0].b, NULL, good[0].out, &good[0].req), 0);
+  ck_assert_int_eq(gc_submit(conn, &bad.o, bad.a, bad.b, NULL, bad.out, &bad.req), 0);
+  ck_assert_int_eq(gc_submit(conn, &good[1].o, good[1].a, good[1].b, NULL, good[1].out, &good[1].req), 0);
+  ck_assert_int_eq(gc_submit(conn, &good[2].o, good[2].a, good[2].b, NULL, good[2].out, &good[2].req), 0);
+  ck_assert_int_ne(gc_wait(conn, bad.req, 30000, NULL), 0);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "k"));
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(gc_wait(conn, good[i].req, 30000, NULL), 0);
+    job_check(&good[i], "beside a refused request");
+    job_free(&good[i]);
+  }
+  job_free(&bad);
+  ck_assert_int_eq(gc_ping(conn, 10000), 0);
+  gc_close(conn);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "main";
+  const char *env_seed = getenv("GEMMD_TEST_SEED");
+  seed = env_seed ? strtoull(env_seed, NULL, 10) : (uint64_t)time(NULL);
+  printf("seed %llu (GEMMD_TEST_SEED replays it)\n", (unsigned long long)seed);
+  Suite *s = suite_create("client_e2e");
+  TCase *tc = tcase_create(mode);
+  tcase_set_timeout(tc, 240);
+  if (strcmp(mode, "limits") == 0) {
+    tcase_add_test(tc, daemon_errors_propagate);
+  } else {
+    tcase_add_test(tc, many_in_flight);
+    tcase_add_test(tc, blocking_forms);
+    tcase_add_test(tc, in_place_and_batched);
+    tcase_add_test(tc, ping_and_info);
+    tcase_add_test(tc, timeout_leaves_connection_usable);
+  }
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
