@@ -172,10 +172,9 @@ static void begin_message(gp_decoder *d) {
   msgpack_unpacked_init(&d->unpacked);
 }
 
-static void end_message(gp_decoder *d) {
-  d->in_message = false;
-  d->msg_bytes = 0;
-}
+/* msg_bytes stays readable until the message's last queued event is taken (see
+ * gp_decoder_message_bytes); begin_message resets it. */
+static void end_message(gp_decoder *d) { d->in_message = false; }
 
 /* ---- capture of a client's generic result ---- */
 
@@ -448,4 +447,8 @@ bool gp_decoder_payload_window(const gp_decoder *d, gp_operand *operand, uint64_
   return true;
 }
 
-uint64_t gp_decoder_message_bytes(const gp_decoder *d) { return d->in_message ? d->msg_bytes : 0; }
+/* A message counts as current until its last event (e.g. the MESSAGE_END queued behind a
+ * ping's REQUEST) has been taken, so "0" really means "between messages". */
+uint64_t gp_decoder_message_bytes(const gp_decoder *d) {
+  return d->in_message || d->q_len > 0 ? d->msg_bytes : 0;
+}

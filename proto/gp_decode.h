@@ -113,7 +113,8 @@ void gp_decoder_skip_message(gp_decoder *d);
 bool gp_decoder_payload_window(const gp_decoder *d, gp_operand *operand, uint64_t *offset,
                                uint64_t *remaining);
 
-/* Bytes of the current message consumed so far (0 between messages). */
+/* Bytes of the current message consumed so far (0 between messages). A message stays current
+ * until its last event (MESSAGE_END, or the REJECT of a rejected one) has been returned. */
 uint64_t gp_decoder_message_bytes(const gp_decoder *d);
 
 #endif /* GP_DECODE_H */

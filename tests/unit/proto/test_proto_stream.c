@@ -323,6 +323,7 @@ START_TEST(message_bytes_and_limit_changes) {
   gp_decoder_set_limits(d, &tiny);
   ck_assert_uint_eq(gp_decoder_feed(d, p + 3, one - 3, &ev), one - 3);
   ck_assert_int_eq(ev.type, GP_EV_REQUEST);
+  ck_assert_uint_eq(gp_decoder_message_bytes(d), one); /* until its MESSAGE_END is taken */
   ck_assert_uint_eq(gp_decoder_feed(d, p + one, 0, &ev), 0);
   ck_assert_int_eq(ev.type, GP_EV_MESSAGE_END);
   ck_assert_uint_eq(gp_decoder_message_bytes(d), 0);
