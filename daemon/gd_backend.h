@@ -26,13 +26,37 @@
  *                        starts, and completes it with DEADLINE_EXCEEDED if late.
  *   ... backend posts GD_EV_OUTPUT_CHUNK (one or more, the last flagged) or
  *       GD_EV_FAILED (an error code and message) ...
- *   output_consumed(job, chunk) a chunk has been written to the socket; its
- *                        memory may be reused (GPU: refill that staging slot).
- *   release(job)         always called once, last: after the reply went out,
- *                        or when the client vanished at any stage (possibly
- *                        while the job is still running: the backend must
- *                        then finish it and free it by itself, never touching
- *                        the session).
+ *   output_consumed(job, chunk) a chunk has been written to the socket (or
+ *                        dropped: client gone); its memory may be reused (GPU:
+ *                        refill that staging slot).
+ *   release(job)         always called once, last, and only when the backend
+ *                        holds no more reference to the job: before submit
+ *                        (refused, rejected or the client vanished mid-payload),
+ *                        or after the backend's final event (the OUTPUT_CHUNK
+ *                        flagged last, or FAILED) reached the loop and every
+ *                        chunk was consumed. When the client vanishes while the
+ *                        job is submitted, the scheduler sets job->session to
+ *                        NULL, lets the job run to its final event, consumes
+ *                        its chunks without sending them, then releases it:
+ *                        the backend needs no special path and never touches
+ *                        the session.
+ *
+ * Changes to this contract (daemon engineer, all additive):
+ *   - release() is never called while the job is still the backend's (above).
+ *   - gd_job.device: the scheduler's pick before prepare (index into devices():
+ *     the in-service device with the least outstanding work); prepare may move
+ *     the job elsewhere by changing it. gd_job.session_data: the session's own.
+ *   - ops.host_bytes (optional): host memory the job will hold, checked against
+ *     queue.memory_budget before prepare; NULL means a + b + c bytes.
+ *   - ops.kernels (optional): names for `info`.
+ *   - destroy() may be called with jobs not yet released (shutdown after
+ *     drain_ms): it stops the workers (a running job may finish first), drops
+ *     queued jobs without posting, and frees every backend_data it still holds.
+ *     The scheduler then frees the gd_job structs without calling release(),
+ *     and drops events posted but not delivered.
+ *   - pack_info, pack_stats, devices, busy may be NULL.
+ *   - when prepare fails it undoes its own reservations: release is not called.
+ *     When submit fails, release is called (the job never ran).
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -55,7 +79,7 @@ struct gd_job {
   uint32_t msgid;              /* the client's */
   gp_gemm_hdr hdr;
   bool has_c;
-  uint64_t operand_bytes[3];   /* a, b, c: exact payload sizes */
+  uint64_t operand_bytes[3];   /* a, b, c: exact payload sizes (c: the size of C, sent or not) */
   uint64_t reserved_bytes;     /* counted against the memory budget */
   uint64_t admitted_us;        /* monotonic clock, microseconds */
   uint64_t deadline_us;        /* 0 = none */
@@ -64,6 +88,8 @@ struct gd_job {
   void *backend_data;
   void *session;               /* NULL once the client is gone */
   void *sched_data;
+  int device;                  /* index into devices() (0 for the CPU): see the contract above */
+  void *session_data;          /* the session's per-job record; backends leave it alone */
 };
 
 /* What a backend posts back to the loop. */
@@ -107,7 +133,14 @@ typedef struct {
   void (*output_consumed)(gd_backend *b, gd_job *job, const void *chunk, size_t len);
   void (*release)(gd_backend *b, gd_job *job);
 
-  /* info and stats: packs one msgpack map of the backend's own fields / devices */
+  /* optional: host bytes this job will hold (a, b, c, scratch); NULL = a + b + c */
+  uint64_t (*host_bytes)(gd_backend *b, const gd_job *job);
+  /* optional: kernel names for `info`; returns how many there are (may exceed max) */
+  size_t (*kernels)(gd_backend *b, const char **names, size_t max);
+
+  /* info and stats: packs one msgpack map of the backend's own fields (info: "backend_info",
+   * stats: "backend_stats" in the reply). pack_stats' map holds "devices": an array of maps
+   * with at least "id" and "busy_us" (time spent computing on that device). */
   void (*pack_info)(gd_backend *b, msgpack_packer *pk);
   void (*pack_stats)(gd_backend *b, msgpack_packer *pk);
   /* devices, for the scheduler's load spreading and `info` */

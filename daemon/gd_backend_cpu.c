@@ -1,0 +1,419 @@
+/*
+ * gd_backend_cpu.c - see gd_backend_cpu.h and the job life in gd_backend.h.
+ *
+ * Threads: prepare, input_window, input, submit, release and destroy run on
+ * the loop thread; workers only pop the queue, compute and post. The job
+ * queue and the counters are under one mutex. The list of live jobs is the
+ * loop's alone.
+ */
+#include "gd_backend_cpu.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gd_clock.h"
+#include "gd_log.h"
+#include "gd_stats.h"
+#include "gk_cpu.h"
+
+#define CPU_THREADS_MAX 4096
+
+typedef struct cpu_job {
+  gd_job *job;
+  uint8_t *buf[3];               /* a, b, c */
+  struct cpu_job *queue_next;    /* in the FIFO while queued */
+  struct cpu_job *prev, *next;   /* live list (loop thread) */
+} cpu_job;
+
+typedef struct {
+  gd_backend base; /* first */
+  unsigned threads, blas_threads;
+  pthread_t *workers;
+  unsigned started;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  cpu_job *head, *tail;          /* FIFO of submitted jobs (lock) */
+  bool stopping;                 /* lock */
+  size_t busy;                   /* submitted, not yet completed (lock) */
+  uint64_t busy_us, jobs_done;   /* lock */
+  cpu_job *live;                 /* loop thread */
+} cpu_backend;
+
+static cpu_backend *cpu_of(gd_backend *b) { return (cpu_backend *)b; }
+
+/* ---- worker side --------------------------------------------------------- */
+
+static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
+  gk_problem p;
+  memset(&p, 0, sizeof p);
+  p.dtype = (gk_dtype)job->hdr.dtype; /* gp_dtype and gk_dtype share values */
+  p.fast = job->hdr.precision == GP_PRECISION_FAST;
+  p.trans_a = job->hdr.trans_a;
+  p.trans_b = job->hdr.trans_b;
+  p.m = (int64_t)job->hdr.m;
+  p.n = (int64_t)job->hdr.n;
+  p.k = (int64_t)job->hdr.k;
+  p.batch = (int64_t)job->hdr.batch;
+  p.alpha = job->hdr.alpha;
+  p.beta = job->hdr.beta;
+  if (cj) {
+    p.a = cj->buf[GP_OPERAND_A];
+    p.b = cj->buf[GP_OPERAND_B];
+    p.c = cj->buf[GP_OPERAND_C];
+  }
+  return p;
+}
+
+/* Losing a completion would leave its client waiting forever: retry while memory is short. */
+static void post_or_retry(cpu_backend *cb, const gd_backend_event *ev) {
+  for (unsigned attempt = 0;; attempt++) {
+    int rc = gd_backend_post(&cb->base, ev);
+    if (rc == 0)
+      return;
+    if (attempt == 0)
+      gd_warn("cpu backend: cannot queue a completion (%s); retrying", strerror(-rc));
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+}
+
+static void post_failed(cpu_backend *cb, gd_job *job, const gp_error *err) {
+  gd_backend_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.type = GD_EV_FAILED;
+  ev.job = job;
+  ev.err = *err;
+  post_or_retry(cb, &ev);
+}
+
+static void run_job(cpu_backend *cb, cpu_job *cj) {
+  gd_job *job = cj->job;
+  uint64_t start = gd_now_us();
+  gp_error err;
+  if (job->deadline_us && start > job->deadline_us) {
+    gp_error_set(&err, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms = %llu (queued %llu us)",
+                 (unsigned long long)job->hdr.timeout_ms,
+                 (unsigned long long)(start - job->admitted_us));
+    post_failed(cb, job, &err);
+    return;
+  }
+  gk_problem p = problem_of(job, cj);
+  const char *kernel = "openblas";
+  int rc = gk_cpu_gemm(&p, &kernel);
+  uint64_t end = gd_now_us();
+  if (pthread_mutex_lock(&cb->lock) == 0) {
+    cb->busy_us += end - start;
+    cb->jobs_done++;
+    pthread_mutex_unlock(&cb->lock);
+  }
+  if (rc != 0) {
+    gp_error_set(&err, rc == -ENOMEM ? GP_E_RESOURCE_EXHAUSTED : GP_E_INTERNAL,
+                 "cpu gemm failed: %s", strerror(-rc));
+    post_failed(cb, job, &err);
+    return;
+  }
+  gp_gemm_result_hdr *r = &job->result;
+  r->m = job->hdr.m;
+  r->n = job->hdr.n;
+  r->batch = job->hdr.batch;
+  r->dtype = job->hdr.dtype;
+  snprintf(r->device, sizeof r->device, "cpu");
+  snprintf(r->kernel, sizeof r->kernel, "%s", kernel);
+  r->queue_us = start - job->admitted_us;
+  r->transfer_in_us = 0;
+  r->compute_us = end - start;
+  r->transfer_out_us = 0;
+  gd_backend_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.type = GD_EV_OUTPUT_CHUNK;
+  ev.job = job;
+  ev.data = cj->buf[GP_OPERAND_C];
+  ev.len = (size_t)job->operand_bytes[GP_OPERAND_C];
+  ev.offset = 0;
+  ev.last = true;
+  post_or_retry(cb, &ev);
+}
+
+static void *worker_main(void *arg) {
+  cpu_backend *cb = arg;
+  for (;;) {
+    if (pthread_mutex_lock(&cb->lock) != 0)
+      return NULL;
+    while (!cb->stopping && !cb->head)
+      pthread_cond_wait(&cb->wake, &cb->lock);
+    if (cb->stopping) {
+      pthread_mutex_unlock(&cb->lock);
+      return NULL;
+    }
+    cpu_job *cj = cb->head;
+    cb->head = cj->queue_next;
+    if (!cb->head)
+      cb->tail = NULL;
+    pthread_mutex_unlock(&cb->lock);
+    run_job(cb, cj);
+    if (pthread_mutex_lock(&cb->lock) == 0) {
+      cb->busy--;
+      pthread_mutex_unlock(&cb->lock);
+    }
+  }
+}
+
+/* ---- loop side ----------------------------------------------------------- */
+
+static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
+  (void)b;
+  gk_problem p = problem_of(job, NULL);
+  return job->operand_bytes[0] + job->operand_bytes[1] + job->operand_bytes[2] +
+         gk_cpu_scratch_bytes(&p);
+}
+
+static void free_cpu_job(cpu_job *cj) {
+  for (int i = 0; i < 3; i++)
+    free(cj->buf[i]);
+  free(cj);
+}
+
+static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
+  cpu_backend *cb = cpu_of(b);
+  cpu_job *cj = calloc(1, sizeof *cj);
+  if (!cj)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  cj->job = job;
+  for (int op = 0; op < 3; op++) {
+    /* malloc reserves address space; pages are touched when the payload lands. */
+    cj->buf[op] = malloc((size_t)job->operand_bytes[op]);
+    if (!cj->buf[op]) {
+      free_cpu_job(cj);
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory for %s (%llu bytes)",
+                          gp_operand_name((gp_operand)op),
+                          (unsigned long long)job->operand_bytes[op]);
+    }
+  }
+  job->device = 0;
+  job->backend_data = cj;
+  cj->next = cb->live;
+  if (cb->live)
+    cb->live->prev = cj;
+  cb->live = cj;
+  return 0;
+}
+
+static bool cpu_input_window(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
+                             void **ptr, size_t *len) {
+  (void)b;
+  cpu_job *cj = job->backend_data;
+  if ((int)operand < 0 || operand > GP_OPERAND_C || offset >= job->operand_bytes[operand])
+    return false;
+  *ptr = cj->buf[operand] + offset;
+  *len = (size_t)(job->operand_bytes[operand] - offset);
+  return true;
+}
+
+static int cpu_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
+                     const void *data, size_t len, bool *pause, gp_error *err) {
+  (void)b;
+  cpu_job *cj = job->backend_data;
+  *pause = false;
+  if ((int)operand < 0 || operand > GP_OPERAND_C || offset > job->operand_bytes[operand] ||
+      len > job->operand_bytes[operand] - offset)
+    return gp_error_set(err, GP_E_INTERNAL, "payload of %s past its end",
+                        gp_operand_name(operand));
+  uint8_t *dst = cj->buf[operand] + offset;
+  if (dst != data) /* already there when the session read into our window */
+    memcpy(dst, data, len);
+  return 0;
+}
+
+static int cpu_submit(gd_backend *b, gd_job *job, gp_error *err) {
+  cpu_backend *cb = cpu_of(b);
+  cpu_job *cj = job->backend_data;
+  if (pthread_mutex_lock(&cb->lock) != 0)
+    return gp_error_set(err, GP_E_INTERNAL, "cpu backend lock failed");
+  cj->queue_next = NULL;
+  if (cb->tail)
+    cb->tail->queue_next = cj;
+  else
+    cb->head = cj;
+  cb->tail = cj;
+  cb->busy++;
+  pthread_cond_signal(&cb->wake);
+  pthread_mutex_unlock(&cb->lock);
+  return 0;
+}
+
+static void cpu_output_consumed(gd_backend *b, gd_job *job, const void *chunk, size_t len) {
+  (void)b, (void)job, (void)chunk, (void)len; /* C stays in its buffer until release */
+}
+
+static void unlink_live(cpu_backend *cb, cpu_job *cj) {
+  if (cj->prev)
+    cj->prev->next = cj->next;
+  else
+    cb->live = cj->next;
+  if (cj->next)
+    cj->next->prev = cj->prev;
+}
+
+static void cpu_release(gd_backend *b, gd_job *job) {
+  cpu_backend *cb = cpu_of(b);
+  cpu_job *cj = job->backend_data;
+  if (!cj)
+    return;
+  unlink_live(cb, cj);
+  free_cpu_job(cj);
+  job->backend_data = NULL;
+}
+
+static uint64_t host_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}
+
+static size_t cpu_devices(gd_backend *b, gd_device_info *out, size_t max) {
+  cpu_backend *cb = cpu_of(b);
+  if (max < 1)
+    return 1;
+  memset(&out[0], 0, sizeof out[0]);
+  out[0].id = -1;
+  snprintf(out[0].name, sizeof out[0].name, "cpu (OpenBLAS, %u workers x %u threads)",
+           cb->threads, cb->blas_threads);
+  out[0].memory_bytes = host_memory();
+  out[0].sm_count = (int)cb->threads;
+  out[0].in_service = true;
+  return 1;
+}
+
+static size_t cpu_kernels(gd_backend *b, const char **names, size_t max) {
+  (void)b;
+  if (max >= 1)
+    names[0] = "openblas";
+  return 1;
+}
+
+static size_t cpu_busy(gd_backend *b) {
+  cpu_backend *cb = cpu_of(b);
+  size_t busy = 0;
+  if (pthread_mutex_lock(&cb->lock) == 0) {
+    busy = cb->busy;
+    pthread_mutex_unlock(&cb->lock);
+  }
+  return busy;
+}
+
+static void cpu_pack_info(gd_backend *b, msgpack_packer *pk) {
+  cpu_backend *cb = cpu_of(b);
+  msgpack_pack_map(pk, 2);
+  gd_pack_kv_u64(pk, "threads", cb->threads);
+  gd_pack_kv_u64(pk, "blas_threads", cb->blas_threads);
+}
+
+static void cpu_pack_stats(gd_backend *b, msgpack_packer *pk) {
+  cpu_backend *cb = cpu_of(b);
+  uint64_t busy_us = 0, done = 0;
+  size_t busy = 0;
+  if (pthread_mutex_lock(&cb->lock) == 0) {
+    busy_us = cb->busy_us;
+    done = cb->jobs_done;
+    busy = cb->busy;
+    pthread_mutex_unlock(&cb->lock);
+  }
+  msgpack_pack_map(pk, 1);
+  gd_pack_str(pk, "devices");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_map(pk, 5);
+  msgpack_pack_str(pk, 2);
+  msgpack_pack_str_body(pk, "id", 2);
+  msgpack_pack_int(pk, -1);
+  gd_pack_kv_str(pk, "name", "cpu");
+  gd_pack_kv_u64(pk, "busy_us", busy_us);
+  gd_pack_kv_u64(pk, "jobs", done);
+  gd_pack_kv_u64(pk, "outstanding", busy);
+}
+
+static void stop_workers(cpu_backend *cb) {
+  if (pthread_mutex_lock(&cb->lock) == 0) {
+    cb->stopping = true;
+    cb->head = cb->tail = NULL; /* queued jobs are dropped; they stay on the live list */
+    pthread_cond_broadcast(&cb->wake);
+    pthread_mutex_unlock(&cb->lock);
+  }
+  for (unsigned i = 0; i < cb->started; i++)
+    pthread_join(cb->workers[i], NULL);
+  cb->started = 0;
+}
+
+static void cpu_destroy(gd_backend *b) {
+  cpu_backend *cb = cpu_of(b);
+  stop_workers(cb);
+  while (cb->live) {
+    cpu_job *cj = cb->live;
+    cb->live = cj->next;
+    cj->job->backend_data = NULL;
+    free_cpu_job(cj);
+  }
+  pthread_cond_destroy(&cb->wake);
+  pthread_mutex_destroy(&cb->lock);
+  free(cb->workers);
+  free(cb);
+}
+
+static const gd_backend_ops cpu_ops = {
+    .name = "cpu",
+    .prepare = cpu_prepare,
+    .input_window = cpu_input_window,
+    .input = cpu_input,
+    .submit = cpu_submit,
+    .output_consumed = cpu_output_consumed,
+    .release = cpu_release,
+    .host_bytes = cpu_host_bytes,
+    .kernels = cpu_kernels,
+    .pack_info = cpu_pack_info,
+    .pack_stats = cpu_pack_stats,
+    .devices = cpu_devices,
+    .busy = cpu_busy,
+    .destroy = cpu_destroy,
+};
+
+static unsigned core_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (unsigned)n : 1u;
+}
+
+int gd_backend_cpu_create(const gd_cpu_config *cfg, gd_backend **out, gp_error *err) {
+  cpu_backend *cb = calloc(1, sizeof *cb);
+  if (!cb)
+    return gp_error_set(err, GP_E_INTERNAL, "out of memory");
+  cb->base.ops = &cpu_ops;
+  cb->threads = cfg->threads ? cfg->threads : core_count();
+  if (cb->threads > CPU_THREADS_MAX)
+    cb->threads = CPU_THREADS_MAX;
+  cb->blas_threads = cfg->blas_threads ? cfg->blas_threads : 1;
+  gk_cpu_set_blas_threads((int)cb->blas_threads);
+  cb->workers = calloc(cb->threads, sizeof *cb->workers);
+  if (!cb->workers || pthread_mutex_init(&cb->lock, NULL) != 0) {
+    free(cb->workers);
+    free(cb);
+    return gp_error_set(err, GP_E_INTERNAL, "out of memory");
+  }
+  if (pthread_cond_init(&cb->wake, NULL) != 0) {
+    pthread_mutex_destroy(&cb->lock);
+    free(cb->workers);
+    free(cb);
+    return gp_error_set(err, GP_E_INTERNAL, "cannot create a condition variable");
+  }
+  for (unsigned i = 0; i < cb->threads; i++) {
+    int rc = pthread_create(&cb->workers[i], NULL, worker_main, cb);
+    if (rc != 0) {
+      gp_error_set(err, GP_E_INTERNAL, "cannot start cpu worker %u: %s", i, strerror(rc));
+      cpu_destroy(&cb->base);
+      return GP_E_INTERNAL;
+    }
+    cb->started++;
+  }
+  *out = &cb->base;
+  return 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * gd_cli.c - see gd_cli.h.
+ */
+#include "gd_cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *gd_cli_usage(void) {
+  return "usage: gemmd [--config FILE] [--listen ADDR]... [--backend auto|gpu|cpu]\n"
+         "             [--log-level error|warn|info|debug] [--check-config]\n"
+         "  ADDR: unix:PATH | tcp:HOST:PORT | tcp:[V6]:PORT\n"
+         "  Without --config, reads " GD_CONFIG_DEFAULT_PATH " when it exists.\n";
+}
+
+int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size) {
+  static const struct option options[] = {
+      {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
+      {"backend", required_argument, NULL, 'b'},   {"log-level", required_argument, NULL, 'L'},
+      {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0}};
+  memset(cli, 0, sizeof *cli);
+  optind = 1;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, "+", options, NULL)) != -1) {
+    switch (opt) {
+    case 'c': cli->config_path = optarg; break;
+    case 'l':
+      if (cli->listen_count == GD_CONFIG_LISTEN_MAX) {
+        snprintf(err, err_size, "more than %d --listen addresses", GD_CONFIG_LISTEN_MAX);
+        return -1;
+      }
+      cli->listen[cli->listen_count++] = optarg;
+      break;
+    case 'b':
+      if (gd_backend_kind_from_name(optarg, &cli->backend) != 0) {
+        snprintf(err, err_size, "--backend: expected auto, gpu or cpu, got \"%s\"", optarg);
+        return -1;
+      }
+      cli->has_backend = true;
+      break;
+    case 'L':
+      if (gd_log_level_from_name(optarg, strlen(optarg), &cli->log_level) != 0) {
+        snprintf(err, err_size, "--log-level: expected error, warn, info or debug, got \"%s\"",
+                 optarg);
+        return -1;
+      }
+      cli->has_log_level = true;
+      break;
+    case 'C': cli->check_config = true; break;
+    case 'h': cli->help = true; break;
+    case 'V': cli->version = true; break;
+    default:
+      if (optopt)
+        snprintf(err, err_size, "option --%s needs a value", argv[optind - 1] + 2);
+      else
+        snprintf(err, err_size, "unknown option %s", argv[optind - 1]);
+      return -1;
+    }
+  }
+  if (optind < argc) {
+    snprintf(err, err_size, "unexpected argument \"%s\"", argv[optind]);
+    return -1;
+  }
+  return 0;
+}
+
+int gd_cli_apply(const gd_cli *cli, gd_config *cfg, char *err, size_t err_size) {
+  if (cli->listen_count > 0) {
+    for (size_t i = 0; i < cli->listen_count; i++) {
+      gd_addr addr;
+      char why[256];
+      if (gd_addr_parse(cli->listen[i], &addr, why, sizeof why) != 0) {
+        snprintf(err, err_size, "--listen: %s", why);
+        return -1;
+      }
+    }
+    for (size_t i = 0; i < cli->listen_count; i++)
+      snprintf(cfg->listen[i], GD_ADDR_TEXT_MAX, "%s", cli->listen[i]);
+    cfg->listen_count = cli->listen_count;
+  }
+  if (cli->has_backend)
+    cfg->backend = cli->backend;
+  if (cli->has_log_level)
+    cfg->log_level = cli->log_level;
+  return 0;
+}

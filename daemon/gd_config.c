@@ -1,0 +1,515 @@
+/*
+ * gd_config.c - gemmd.yaml through libyaml's document API (see gd_config.h).
+ *
+ * The schema is a table of fields per section; one walker checks every key
+ * against it, so an unknown or repeated key is found in one place.
+ */
+#include "gd_config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#define KIB 1024ull
+#define MIB (1024ull * KIB)
+#define GIB (1024ull * MIB)
+
+/* A config file is small; a bigger one is a mistake (or an attack on --check-config). */
+#define GD_CONFIG_FILE_MAX (1024 * 1024)
+
+void gd_config_default(gd_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->listen[0], sizeof cfg->listen[0], "unix:/run/gemmd/gemmd.sock");
+  cfg->listen_count = 1;
+  cfg->unix_socket_mode = 0660;
+  cfg->backend = GD_BACKEND_AUTO;
+  cfg->log_level = GD_LOG_INFO;
+  cfg->max_connections = 1024;
+  cfg->max_requests_in_flight = 64;
+  cfg->max_buffered_bytes = 256 * MIB;
+  gp_limits_default(&cfg->proto);
+  cfg->proto.max_message_bytes = 3 * GIB;
+  cfg->proto.max_header_bytes = (uint32_t)(64 * KIB);
+  cfg->proto.max_depth = 8;
+  cfg->proto.max_items = 4096;
+  cfg->proto.max_dim = 65536;
+  cfg->proto.max_batch = 65536;
+  cfg->proto.max_work = 70368744177664ull; /* 2^46 */
+  cfg->proto.max_operand_bytes = 1 * GIB;
+  cfg->max_jobs = 256;
+  cfg->memory_budget = 4 * GIB;
+  cfg->idle_ms = 300000;
+  cfg->request_ms = 60000;
+  cfg->drain_ms = 30000;
+  cfg->cpu_threads = 0;
+  cfg->blas_threads = 1;
+  gd_gpu_config_default(&cfg->gpu);
+}
+
+const char *gd_backend_kind_name(gd_backend_kind kind) {
+  switch (kind) {
+  case GD_BACKEND_AUTO: return "auto";
+  case GD_BACKEND_GPU: return "gpu";
+  case GD_BACKEND_CPU: return "cpu";
+  }
+  return "?";
+}
+
+int gd_backend_kind_from_name(const char *name, gd_backend_kind *out) {
+  static const gd_backend_kind kinds[] = {GD_BACKEND_AUTO, GD_BACKEND_GPU, GD_BACKEND_CPU};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    if (strcmp(name, gd_backend_kind_name(kinds[i])) == 0) {
+      *out = kinds[i];
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* ---- scalar forms -------------------------------------------------------- */
+
+static int parse_uint(const char *s, uint64_t *out) {
+  uint64_t v = 0;
+  if (*s == '\0')
+    return -1;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9')
+      return -1;
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (UINT64_MAX - d) / 10)
+      return -1;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return 0;
+}
+
+int gd_config_parse_size(const char *text, uint64_t *out) {
+  static const struct { const char *suffix; uint64_t mult; } units[] = {
+      {"", 1}, {"B", 1}, {"KiB", KIB}, {"MiB", MIB}, {"GiB", GIB},
+      {"TiB", 1024ull * GIB}, {"PiB", 1024ull * 1024ull * GIB}, {"EiB", 1024ull * 1024ull * 1024ull * GIB}};
+  char digits[32];
+  size_t n = 0;
+  while (text[n] >= '0' && text[n] <= '9') {
+    if (n + 1 >= sizeof digits)
+      return -1;
+    digits[n] = text[n];
+    n++;
+  }
+  digits[n] = '\0';
+  const char *suffix = text + n;
+  if (*suffix == ' ')
+    suffix++;
+  uint64_t v;
+  if (parse_uint(digits, &v) != 0)
+    return -1;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+    if (strcmp(suffix, units[i].suffix) == 0) {
+      if (v > UINT64_MAX / units[i].mult)
+        return -1;
+      *out = v * units[i].mult;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* ---- the schema ---------------------------------------------------------- */
+
+typedef enum {
+  F_U32,      /* integer into uint32_t */
+  F_U64,      /* integer into uint64_t */
+  F_SIZE,     /* size into uint64_t */
+  F_SIZE32,   /* size into uint32_t */
+  F_LEVEL,    /* log level */
+  F_BACKEND,  /* auto | gpu | cpu */
+  F_MODE,     /* octal file mode */
+  F_LISTEN,   /* list of addresses */
+  F_DEVICES,  /* auto | [ids] */
+  F_FRACTION, /* 0 < x <= 1 */
+  F_KERNEL,   /* a name */
+  F_SECTION,  /* a nested mapping */
+} field_type;
+
+typedef struct field {
+  const char *key;
+  field_type type;
+  size_t offset;
+  uint64_t min, max;
+  const struct field *sub; /* F_SECTION */
+} field;
+
+#define FLD(key, type, member, min, max) {key, type, offsetof(gd_config, member), min, max, NULL}
+
+static const field limits_fields[] = {
+    FLD("max_connections", F_U32, max_connections, 1, 1000000),
+    FLD("max_requests_in_flight", F_U32, max_requests_in_flight, 1, 1u << 20),
+    FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, UINT64_MAX),
+    FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, UINT64_MAX),
+    FLD("max_header_bytes", F_SIZE32, proto.max_header_bytes, 64, UINT32_MAX),
+    /* a gemm request nests 3 deep ([0, id, "gemm", [hdr{...}, ...]]) */
+    FLD("max_depth", F_U32, proto.max_depth, 3, 1024),
+    FLD("max_items", F_U32, proto.max_items, 16, UINT32_MAX),
+    FLD("max_dim", F_U64, proto.max_dim, 1, UINT32_MAX),
+    FLD("max_batch", F_U64, proto.max_batch, 1, UINT32_MAX),
+    FLD("max_work", F_U64, proto.max_work, 1, UINT64_MAX),
+    /* msgpack bin32 carries at most 4 GiB - 1 */
+    FLD("max_operand_bytes", F_SIZE, proto.max_operand_bytes, 1, UINT32_MAX),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+static const field queue_fields[] = {
+    FLD("max_jobs", F_U32, max_jobs, 1, 1u << 24),
+    FLD("memory_budget", F_SIZE, memory_budget, 1, UINT64_MAX),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+/* 0 disables the idle and request timeouts; a week is the longest anything may wait. */
+#define WEEK_MS (7ull * 24 * 3600 * 1000)
+static const field timeouts_fields[] = {
+    FLD("idle_ms", F_U64, idle_ms, 0, WEEK_MS),
+    FLD("request_ms", F_U64, request_ms, 0, WEEK_MS),
+    FLD("drain_ms", F_U64, drain_ms, 0, WEEK_MS),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+static const field cpu_fields[] = {
+    FLD("threads", F_U32, cpu_threads, 0, 4096),
+    FLD("blas_threads", F_U32, blas_threads, 1, 4096),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+static const field gpu_fields[] = {
+    FLD("devices", F_DEVICES, gpu, 0, 0),
+    FLD("staging_bytes", F_SIZE, gpu.staging_bytes, 4096, UINT32_MAX),
+    FLD("staging_buffers", F_U32, gpu.staging_buffers, 2, 64),
+    FLD("memory_fraction", F_FRACTION, gpu.memory_fraction, 0, 0),
+    FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, UINT64_MAX),
+    FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+static const field root_fields[] = {
+    FLD("listen", F_LISTEN, listen, 0, 0),
+    FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 07777),
+    FLD("backend", F_BACKEND, backend, 0, 0),
+    FLD("log_level", F_LEVEL, log_level, 0, 0),
+    {"limits", F_SECTION, 0, 0, 0, limits_fields},
+    {"queue", F_SECTION, 0, 0, 0, queue_fields},
+    {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
+    {"cpu", F_SECTION, 0, 0, 0, cpu_fields},
+    {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
+    {NULL, 0, 0, 0, 0, NULL}};
+
+/* ---- the walker ---------------------------------------------------------- */
+
+typedef struct {
+  const char *file;
+  yaml_document_t *doc;
+  gd_config *cfg;
+  char *err;
+  size_t err_size;
+} walker;
+
+static int node_error(walker *w, const yaml_node_t *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int node_error(walker *w, const yaml_node_t *node, const char *fmt, ...) {
+  char msg[GD_CONFIG_ERROR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(w->err, w->err_size, "%s:%zu:%zu: %s", w->file, node->start_mark.line + 1,
+           node->start_mark.column + 1, msg);
+  return -1;
+}
+
+static const char *scalar_text(const yaml_node_t *node) {
+  return (const char *)node->data.scalar.value;
+}
+
+/* A plain (unquoted) ~, null or empty scalar. */
+static bool is_null(const yaml_node_t *node) {
+  if (node->type != YAML_SCALAR_NODE || node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+    return false;
+  const char *s = scalar_text(node);
+  return *s == '\0' || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+         strcmp(s, "NULL") == 0;
+}
+
+static int want_scalar(walker *w, const yaml_node_t *node, const char *key) {
+  if (node->type != YAML_SCALAR_NODE || is_null(node))
+    return node_error(w, node, "%s: expected a value", key);
+  /* a NUL inside a quoted scalar would silently cut the text short */
+  if (strlen(scalar_text(node)) != node->data.scalar.length)
+    return node_error(w, node, "%s: NUL byte in value", key);
+  return 0;
+}
+
+static int get_uint(walker *w, const yaml_node_t *node, const field *f, bool size, uint64_t *v) {
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  int rc = size ? gd_config_parse_size(scalar_text(node), v) : parse_uint(scalar_text(node), v);
+  if (rc != 0)
+    return node_error(w, node, size ? "%s: expected a size in bytes such as 1048576 or \"64MiB\", got \"%s\""
+                                    : "%s: expected a non-negative integer, got \"%s\"",
+                      f->key, scalar_text(node));
+  if (*v < f->min || *v > f->max)
+    return node_error(w, node, "%s: %llu is out of range %llu..%llu", f->key,
+                      (unsigned long long)*v, (unsigned long long)f->min,
+                      (unsigned long long)f->max);
+  return 0;
+}
+
+static int set_listen(walker *w, const yaml_node_t *node, gd_config *cfg) {
+  if (node->type != YAML_SEQUENCE_NODE && !is_null(node))
+    return node_error(w, node, "listen: expected a list of addresses (unix:PATH, tcp:HOST:PORT)");
+  cfg->listen_count = 0;
+  if (node->type != YAML_SEQUENCE_NODE)
+    return 0;
+  for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
+       it++) {
+    yaml_node_t *item = yaml_document_get_node(w->doc, *it);
+    if (!item || want_scalar(w, item, "listen") != 0)
+      return item ? -1 : node_error(w, node, "listen: bad item");
+    if (cfg->listen_count == GD_CONFIG_LISTEN_MAX)
+      return node_error(w, item, "listen: more than %d addresses", GD_CONFIG_LISTEN_MAX);
+    gd_addr addr;
+    char why[256];
+    if (gd_addr_parse(scalar_text(item), &addr, why, sizeof why) != 0)
+      return node_error(w, item, "listen: %s", why);
+    snprintf(cfg->listen[cfg->listen_count++], GD_ADDR_TEXT_MAX, "%s", scalar_text(item));
+  }
+  return 0;
+}
+
+static int set_devices(walker *w, const yaml_node_t *node, gd_gpu_config *gpu) {
+  if (node->type == YAML_SCALAR_NODE && strcmp(scalar_text(node), "auto") == 0) {
+    gpu->devices_auto = true;
+    gpu->device_count = 0;
+    return 0;
+  }
+  if (node->type != YAML_SEQUENCE_NODE)
+    return node_error(w, node, "devices: expected auto or a list of GPU ordinals such as [0, 1]");
+  gpu->devices_auto = false;
+  gpu->device_count = 0;
+  for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
+       it++) {
+    yaml_node_t *item = yaml_document_get_node(w->doc, *it);
+    static const field f = {"devices", F_U32, 0, 0, GD_GPU_MAX_DEVICES - 1, NULL};
+    uint64_t id;
+    if (!item)
+      return node_error(w, node, "devices: bad item");
+    if (get_uint(w, item, &f, false, &id) != 0)
+      return -1;
+    for (size_t i = 0; i < gpu->device_count; i++)
+      if (gpu->devices[i] == (int)id)
+        return node_error(w, item, "devices: %llu listed twice", (unsigned long long)id);
+    if (gpu->device_count == GD_GPU_MAX_DEVICES)
+      return node_error(w, item, "devices: more than %d entries", GD_GPU_MAX_DEVICES);
+    gpu->devices[gpu->device_count++] = (int)id;
+  }
+  if (gpu->device_count == 0)
+    return node_error(w, node, "devices: empty list (write auto for every GPU)");
+  return 0;
+}
+
+static int set_fraction(walker *w, const yaml_node_t *node, const field *f, double *out) {
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  char *end;
+  errno = 0;
+  double v = strtod(scalar_text(node), &end);
+  if (errno != 0 || *end != '\0' || end == scalar_text(node) || !isfinite(v) || v <= 0.0 ||
+      v > 1.0)
+    return node_error(w, node, "%s: expected a number in (0, 1], got \"%s\"", f->key,
+                      scalar_text(node));
+  *out = v;
+  return 0;
+}
+
+static int set_name(walker *w, const yaml_node_t *node, const field *f, char *out, size_t size) {
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  size_t len = strlen(scalar_text(node));
+  if (len == 0 || len >= size)
+    return node_error(w, node, "%s: expected a name of 1..%zu characters", f->key, size - 1);
+  memcpy(out, scalar_text(node), len + 1);
+  return 0;
+}
+
+static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned *out) {
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  const char *s = scalar_text(node);
+  unsigned v = 0;
+  if (*s == '\0' || strlen(s) > 5)
+    return node_error(w, node, "%s: expected an octal mode such as \"0660\"", f->key);
+  for (; *s; s++) {
+    if (*s < '0' || *s > '7')
+      return node_error(w, node, "%s: expected an octal mode such as \"0660\"", f->key);
+    v = v * 8 + (unsigned)(*s - '0');
+  }
+  if (v > f->max)
+    return node_error(w, node, "%s: mode %o is out of range", f->key, v);
+  *out = v;
+  return 0;
+}
+
+static int walk_mapping(walker *w, const yaml_node_t *node, const field *fields,
+                        const char *section);
+
+static int set_field(walker *w, const yaml_node_t *value, const field *f) {
+  char *base = (char *)w->cfg;
+  uint64_t v;
+  switch (f->type) {
+  case F_U32:
+  case F_SIZE32:
+    if (get_uint(w, value, f, f->type == F_SIZE32, &v) != 0)
+      return -1;
+    *(uint32_t *)(base + f->offset) = (uint32_t)v;
+    return 0;
+  case F_U64:
+  case F_SIZE:
+    if (get_uint(w, value, f, f->type == F_SIZE, &v) != 0)
+      return -1;
+    *(uint64_t *)(base + f->offset) = v;
+    return 0;
+  case F_LEVEL:
+    if (want_scalar(w, value, f->key) != 0)
+      return -1;
+    if (gd_log_level_from_name(scalar_text(value), strlen(scalar_text(value)),
+                               &w->cfg->log_level) != 0)
+      return node_error(w, value, "log_level: expected error, warn, info or debug, got \"%s\"",
+                        scalar_text(value));
+    return 0;
+  case F_BACKEND:
+    if (want_scalar(w, value, f->key) != 0)
+      return -1;
+    if (gd_backend_kind_from_name(scalar_text(value), &w->cfg->backend) != 0)
+      return node_error(w, value, "backend: expected auto, gpu or cpu, got \"%s\"",
+                        scalar_text(value));
+    return 0;
+  case F_MODE: return set_mode(w, value, f, &w->cfg->unix_socket_mode);
+  case F_LISTEN: return set_listen(w, value, w->cfg);
+  case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
+  case F_FRACTION: return set_fraction(w, value, f, &w->cfg->gpu.memory_fraction);
+  case F_KERNEL: return set_name(w, value, f, w->cfg->gpu.kernel, sizeof w->cfg->gpu.kernel);
+  case F_SECTION: return walk_mapping(w, value, f->sub, f->key);
+  }
+  return node_error(w, value, "%s: internal error: unknown field type", f->key);
+}
+
+static const field *find_field(const field *fields, const char *key) {
+  for (const field *f = fields; f->key; f++)
+    if (strcmp(f->key, key) == 0)
+      return f;
+  return NULL;
+}
+
+static int walk_mapping(walker *w, const yaml_node_t *node, const field *fields,
+                        const char *section) {
+  if (section && is_null(node))
+    return 0; /* "limits:" with every key commented out */
+  if (node->type != YAML_MAPPING_NODE)
+    return node_error(w, node, "%s: expected a mapping of keys", section ? section : "config");
+  uint64_t seen = 0; /* bit i: fields[i] was given (each table has < 64 keys) */
+  for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+       p++) {
+    yaml_node_t *key = yaml_document_get_node(w->doc, p->key);
+    yaml_node_t *value = yaml_document_get_node(w->doc, p->value);
+    if (!key || !value)
+      return node_error(w, node, "malformed mapping");
+    if (key->type != YAML_SCALAR_NODE)
+      return node_error(w, key, "keys must be plain names");
+    const field *f = find_field(fields, scalar_text(key));
+    if (!f)
+      return node_error(w, key, "unknown key \"%s%s%s\"", section ? section : "",
+                        section ? "." : "", scalar_text(key));
+    uint64_t bit = 1ull << (f - fields);
+    if (seen & bit)
+      return node_error(w, key, "key \"%s\" given twice", f->key);
+    seen |= bit;
+    if (set_field(w, value, f) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+static int parser_error(const char *name, const yaml_parser_t *parser, char *err,
+                        size_t err_size) {
+  const yaml_mark_t *mark = parser->context ? &parser->context_mark : &parser->problem_mark;
+  if (parser->problem)
+    mark = &parser->problem_mark;
+  snprintf(err, err_size, "%s:%zu:%zu: YAML: %s%s%s", name, mark->line + 1, mark->column + 1,
+           parser->problem ? parser->problem : "syntax error", parser->context ? " " : "",
+           parser->context ? parser->context : "");
+  return -1;
+}
+
+int gd_config_load_string(const char *name, const char *text, size_t len, gd_config *cfg,
+                          char *err, size_t err_size) {
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  if (!yaml_parser_initialize(&parser)) {
+    snprintf(err, err_size, "%s: out of memory", name);
+    return -1;
+  }
+  yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+  if (!yaml_parser_load(&parser, &doc)) {
+    parser_error(name, &parser, err, err_size);
+    yaml_parser_delete(&parser);
+    return -1;
+  }
+  gd_config next = *cfg;
+  walker w = {name, &doc, &next, err, err_size};
+  int rc = 0;
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (root && !is_null(root))
+    rc = walk_mapping(&w, root, root_fields, NULL);
+  /* A second document in the same file would be silently ignored: refuse it. */
+  if (rc == 0 && root) {
+    yaml_document_t extra;
+    if (yaml_parser_load(&parser, &extra)) {
+      yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
+      if (extra_root)
+        rc = node_error(&w, extra_root, "more than one YAML document");
+      yaml_document_delete(&extra);
+    } else {
+      rc = parser_error(name, &parser, err, err_size);
+    }
+  }
+  yaml_document_delete(&doc);
+  yaml_parser_delete(&parser);
+  if (rc == 0)
+    *cfg = next;
+  return rc;
+}
+
+int gd_config_load_file(const char *path, gd_config *cfg, char *err, size_t err_size) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) {
+    snprintf(err, err_size, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  char *text = malloc(GD_CONFIG_FILE_MAX + 1);
+  if (!text) {
+    fclose(fp);
+    snprintf(err, err_size, "%s: out of memory", path);
+    return -1;
+  }
+  size_t len = fread(text, 1, GD_CONFIG_FILE_MAX + 1, fp);
+  int read_error = ferror(fp);
+  fclose(fp);
+  int rc = -1;
+  if (read_error)
+    snprintf(err, err_size, "%s: read error", path);
+  else if (len > GD_CONFIG_FILE_MAX)
+    snprintf(err, err_size, "%s: larger than %d bytes", path, GD_CONFIG_FILE_MAX);
+  else
+    rc = gd_config_load_string(path, text, len, cfg, err, err_size);
+  free(text);
+  return rc;
+}

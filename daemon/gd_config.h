@@ -1,0 +1,75 @@
+/*
+ * gd_config.h - gemmd.yaml: the schema, its defaults, and the parser.
+ *
+ * The defaults equal config/gemmd.yaml. Parsing is strict: an unknown key, a
+ * duplicate key, a value of the wrong type or out of range is an error
+ * reported as "FILE:LINE:COLUMN: message" (1-based), and nothing is guessed.
+ * Sizes are integers (bytes) or strings with a binary suffix ("64MiB");
+ * durations are integer milliseconds.
+ *
+ * Not thread-safe; the daemon parses on the loop thread (start-up, SIGHUP).
+ */
+#ifndef GD_CONFIG_H
+#define GD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gd_addr.h"
+#include "gd_backend_gpu.h"
+#include "gd_log.h"
+#include "gp_types.h"
+
+#define GD_CONFIG_LISTEN_MAX 32
+#define GD_CONFIG_ERROR_MAX 512
+#define GD_CONFIG_DEFAULT_PATH "/etc/gemmd/gemmd.yaml"
+
+typedef enum { GD_BACKEND_AUTO = 0, GD_BACKEND_GPU = 1, GD_BACKEND_CPU = 2 } gd_backend_kind;
+
+typedef struct {
+  char listen[GD_CONFIG_LISTEN_MAX][GD_ADDR_TEXT_MAX]; /* each parsed by gd_addr_parse */
+  size_t listen_count;
+  unsigned unix_socket_mode;       /* e.g. 0660 */
+  gd_backend_kind backend;
+  gd_log_level log_level;
+
+  /* limits: */
+  uint32_t max_connections;
+  uint32_t max_requests_in_flight; /* per connection */
+  uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
+  gp_limits proto;                 /* message, header, depth, items, dim, batch, work, operand */
+
+  /* queue: */
+  uint32_t max_jobs;               /* daemon-wide, admitted and not yet answered */
+  uint64_t memory_budget;          /* host bytes of jobs in flight */
+
+  /* timeouts: (0 disables idle_ms and request_ms) */
+  uint64_t idle_ms, request_ms, drain_ms;
+
+  /* cpu: */
+  uint32_t cpu_threads;            /* 0 = number of cores */
+  uint32_t blas_threads;
+
+  gd_gpu_config gpu;
+} gd_config;
+
+/* The built-in defaults (equal to config/gemmd.yaml). */
+void gd_config_default(gd_config *cfg);
+
+/* Parses the file at path over the defaults. 0 on success; -1 with "FILE:LINE:COLUMN: message"
+ * (or "FILE: reason" when it cannot be read) in err. cfg is only written on success. */
+int gd_config_load_file(const char *path, gd_config *cfg, char *err, size_t err_size);
+
+/* Same for text held in memory; name is used in messages. */
+int gd_config_load_string(const char *name, const char *text, size_t len, gd_config *cfg,
+                          char *err, size_t err_size);
+
+/* "123", "64MiB", "4 GiB", "16KiB", "1B" (suffixes B KiB MiB GiB TiB PiB EiB). 0 or -1 on a bad
+ * form or overflow. */
+int gd_config_parse_size(const char *text, uint64_t *out);
+
+const char *gd_backend_kind_name(gd_backend_kind kind);
+int gd_backend_kind_from_name(const char *name, gd_backend_kind *out);
+
+#endif /* GD_CONFIG_H */

@@ -1,0 +1,33 @@
+/*
+ * gd_daemon.h - the daemon's shared state: one per process, owned by main.c,
+ * touched only on the loop thread.
+ */
+#ifndef GD_DAEMON_H
+#define GD_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "gd_backend.h"
+#include "gd_config.h"
+#include "gd_sched.h"
+#include "gd_stats.h"
+
+struct gd_session;
+struct gd_listeners;
+
+typedef struct gd_daemon {
+  uv_loop_t *loop;
+  gd_config cfg;                  /* live: SIGHUP replaces limits, log level and timeouts */
+  gd_stats stats;
+  gd_backend *backend;
+  gd_sched *sched;
+  struct gd_listeners *listeners;
+  struct gd_session *sessions;    /* every open connection */
+  size_t connections;             /* sessions not yet closing */
+  uint64_t next_session_id;
+  bool draining;                  /* SIGTERM/SIGINT seen */
+} gd_daemon;
+
+#endif /* GD_DAEMON_H */

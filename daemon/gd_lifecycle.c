@@ -1,0 +1,282 @@
+/*
+ * gd_lifecycle.c - see gd_lifecycle.h.
+ */
+#include "gd_lifecycle.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gd_clock.h"
+#include "gd_listener.h"
+#include "gd_log.h"
+#include "gd_session.h"
+
+#define DRAIN_POLL_MS 20
+/* After drain_ms, replies already queued get this long to reach their clients. */
+#define FLUSH_GRACE_MS 2000
+
+enum { SIG_TERM, SIG_INT, SIG_HUP, SIG_COUNT };
+
+struct gd_lifecycle {
+  gd_daemon *d;
+  const gd_cli *cli;
+  char config_path[4096];
+  bool have_path;
+  gd_notify *notify;
+  uv_signal_t signals[SIG_COUNT];
+  uv_timer_t drain_timer; /* drain_ms */
+  uv_timer_t poll_timer;  /* checks whether the drain is done */
+  int open_handles;
+  bool closing;
+  bool draining, expired, finished;
+  uint64_t expired_at_us;
+};
+
+/* ---- SIGHUP -------------------------------------------------------------- */
+
+static int restart_key(const char *key) {
+  gd_warn("reload: %s changed in the config file; it takes effect only after a restart", key);
+  return 1;
+}
+
+static bool same_listen(const gd_config *a, const gd_config *b) {
+  if (a->listen_count != b->listen_count)
+    return false;
+  for (size_t i = 0; i < a->listen_count; i++)
+    if (strcmp(a->listen[i], b->listen[i]) != 0)
+      return false;
+  return true;
+}
+
+static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
+  if (a->devices_auto != b->devices_auto || a->device_count != b->device_count ||
+      a->staging_bytes != b->staging_bytes || a->staging_buffers != b->staging_buffers ||
+      a->memory_fraction != b->memory_fraction || a->memory_bytes != b->memory_bytes ||
+      strcmp(a->kernel, b->kernel) != 0)
+    return false;
+  for (size_t i = 0; i < a->device_count; i++)
+    if (a->devices[i] != b->devices[i])
+      return false;
+  return true;
+}
+
+int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
+  gd_config *cur = &d->cfg;
+  int restart = 0;
+  if (!same_listen(cur, next))
+    restart += restart_key("listen");
+  if (cur->unix_socket_mode != next->unix_socket_mode)
+    restart += restart_key("unix_socket_mode");
+  if (cur->backend != next->backend)
+    restart += restart_key("backend");
+  if (cur->cpu_threads != next->cpu_threads)
+    restart += restart_key("cpu.threads");
+  if (cur->blas_threads != next->blas_threads)
+    restart += restart_key("cpu.blas_threads");
+  if (!same_gpu(&cur->gpu, &next->gpu))
+    restart += restart_key("gpu");
+  /* Live: log level, limits, queue, timeouts. */
+  cur->log_level = next->log_level;
+  cur->max_connections = next->max_connections;
+  cur->max_requests_in_flight = next->max_requests_in_flight;
+  cur->max_buffered_bytes = next->max_buffered_bytes;
+  cur->proto = next->proto;
+  cur->max_jobs = next->max_jobs;
+  cur->memory_budget = next->memory_budget;
+  cur->idle_ms = next->idle_ms;
+  cur->request_ms = next->request_ms;
+  cur->drain_ms = next->drain_ms;
+  gd_log_set_level(cur->log_level);
+  if (d->sched) {
+    gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};
+    gd_sched_set_limits(d->sched, &limits);
+  }
+  gd_sessions_apply_limits(d);
+  return restart;
+}
+
+static void reload(gd_lifecycle *lc) {
+  gd_daemon *d = lc->d;
+  gd_config next;
+  char err[GD_CONFIG_ERROR_MAX];
+  gd_notify_reloading();
+  gd_config_default(&next);
+  /* A synchronous read on the loop thread: the file is small (capped at 1 MiB) and SIGHUP is
+   * rare, so the short pause is accepted rather than a thread for it. */
+  if (lc->have_path && gd_config_load_file(lc->config_path, &next, err, sizeof err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err);
+    gd_notify_ready("running; last reload failed");
+    return;
+  }
+  if (gd_cli_apply(lc->cli, &next, err, sizeof err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err);
+    gd_notify_ready("running; last reload failed");
+    return;
+  }
+  int restart = gd_lifecycle_apply_config(d, &next);
+  gd_info("reloaded %s: log level %s, limits, queue and timeouts applied%s",
+          lc->have_path ? lc->config_path : "built-in defaults",
+          gd_log_level_name(d->cfg.log_level),
+          restart ? "; some keys need a restart" : "");
+  gd_notify_ready("running; configuration reloaded");
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+static void close_handles(gd_lifecycle *lc);
+
+static void finish(gd_lifecycle *lc, const char *why) {
+  if (lc->finished)
+    return;
+  lc->finished = true;
+  gd_info("shutdown: %s; closing %zu connections", why, lc->d->connections);
+  gd_sessions_close_all(lc->d, "daemon stopping");
+  close_handles(lc);
+}
+
+static void on_poll(uv_timer_t *timer) {
+  gd_lifecycle *lc = timer->data;
+  gd_daemon *d = lc->d;
+  uint64_t backlog = gd_sessions_write_backlog(d);
+  if (!lc->expired && gd_sched_jobs(d->sched) == 0 && backlog == 0) {
+    finish(lc, "every request answered");
+    return;
+  }
+  if (lc->expired && backlog == 0) {
+    finish(lc, "drain time over, every reply written");
+    return;
+  }
+  if (lc->expired && gd_now_us() - lc->expired_at_us > FLUSH_GRACE_MS * 1000u)
+    finish(lc, "drain time over, replies still queued dropped");
+}
+
+static void expire(gd_lifecycle *lc) {
+  if (lc->expired)
+    return;
+  lc->expired = true;
+  lc->expired_at_us = gd_now_us();
+  size_t left = gd_sched_jobs(lc->d->sched);
+  if (left)
+    gd_warn("shutdown: %zu jobs unfinished after timeouts.drain_ms; answering UNAVAILABLE", left);
+  gd_sessions_fail_pending(lc->d, "gemmd stopped before this request could finish");
+}
+
+static void on_drain_timer(uv_timer_t *timer) { expire(timer->data); }
+
+void gd_lifecycle_shutdown(gd_lifecycle *lc, const char *why) {
+  gd_daemon *d = lc->d;
+  if (lc->draining) {
+    gd_warn("shutdown: %s again; cutting the drain short", why);
+    expire(lc);
+    return;
+  }
+  lc->draining = true;
+  d->draining = true;
+  gd_sched_set_draining(d->sched);
+  gd_listeners_close(d->listeners);
+  d->listeners = NULL;
+  char status[128];
+  snprintf(status, sizeof status, "stopping: %zu jobs in flight", gd_sched_jobs(d->sched));
+  gd_notify_stopping(status);
+  gd_info("shutdown: %s; draining %zu jobs (timeouts.drain_ms = %llu)", why,
+          gd_sched_jobs(d->sched), (unsigned long long)d->cfg.drain_ms);
+  int rc = uv_timer_start(&lc->poll_timer, on_poll, 0, DRAIN_POLL_MS);
+  if (rc == 0)
+    rc = uv_timer_start(&lc->drain_timer, on_drain_timer, d->cfg.drain_ms, 0);
+  if (rc != 0) {
+    gd_error("shutdown: cannot start timers (%s); stopping now", uv_strerror(rc));
+    expire(lc);
+    finish(lc, "timers unavailable");
+  }
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+static void on_signal(uv_signal_t *handle, int signum) {
+  gd_lifecycle *lc = handle->data;
+  if (signum == SIGHUP) {
+    if (!lc->draining)
+      reload(lc);
+    return;
+  }
+  gd_lifecycle_shutdown(lc, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_handle_closed(uv_handle_t *handle) {
+  gd_lifecycle *lc = handle->data;
+  if (--lc->open_handles == 0 && lc->closing)
+    free(lc);
+}
+
+static void close_handles(gd_lifecycle *lc) {
+  if (lc->closing)
+    return;
+  lc->closing = true;
+  gd_listeners_close(lc->d->listeners);
+  lc->d->listeners = NULL;
+  gd_notify_close(lc->notify);
+  lc->notify = NULL;
+  for (int i = 0; i < SIG_COUNT; i++)
+    if (lc->signals[i].type == UV_SIGNAL && !uv_is_closing((uv_handle_t *)&lc->signals[i]))
+      uv_close((uv_handle_t *)&lc->signals[i], on_handle_closed);
+  if (lc->drain_timer.type == UV_TIMER)
+    uv_close((uv_handle_t *)&lc->drain_timer, on_handle_closed);
+  if (lc->poll_timer.type == UV_TIMER)
+    uv_close((uv_handle_t *)&lc->poll_timer, on_handle_closed);
+  if (lc->open_handles == 0)
+    free(lc);
+}
+
+void gd_lifecycle_close(gd_lifecycle *lc) {
+  if (lc)
+    close_handles(lc);
+}
+
+static int init_handles(gd_lifecycle *lc, uv_loop_t *loop) {
+  static const int signums[SIG_COUNT] = {SIGTERM, SIGINT, SIGHUP};
+  int rc = uv_timer_init(loop, &lc->drain_timer);
+  if (rc != 0)
+    return rc;
+  lc->drain_timer.data = lc;
+  lc->open_handles++;
+  rc = uv_timer_init(loop, &lc->poll_timer);
+  if (rc != 0)
+    return rc;
+  lc->poll_timer.data = lc;
+  lc->open_handles++;
+  for (int i = 0; i < SIG_COUNT; i++) {
+    rc = uv_signal_init(loop, &lc->signals[i]);
+    if (rc != 0)
+      return rc;
+    lc->signals[i].data = lc;
+    lc->open_handles++;
+    rc = uv_signal_start(&lc->signals[i], on_signal, signums[i]);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
+                       gd_notify *notify, gd_lifecycle **out) {
+  gd_lifecycle *lc = calloc(1, sizeof *lc);
+  if (!lc)
+    return UV_ENOMEM;
+  lc->d = d;
+  lc->cli = cli;
+  lc->notify = notify;
+  if (config_path) {
+    snprintf(lc->config_path, sizeof lc->config_path, "%s", config_path);
+    lc->have_path = true;
+  }
+  int rc = init_handles(lc, d->loop);
+  if (rc != 0) {
+    lc->notify = NULL; /* the caller still owns it on failure */
+    close_handles(lc);
+    return rc;
+  }
+  *out = lc;
+  return 0;
+}

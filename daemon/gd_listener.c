@@ -1,0 +1,272 @@
+/*
+ * gd_listener.c - see gd_listener.h.
+ *
+ * libuv's accept path already keeps a spare file descriptor for EMFILE
+ * (uv__emfile_trick in src/unix/stream.c: it closes its reserve fd, accepts
+ * and closes the pending connections, reopens the reserve), so a daemon out
+ * of descriptors sheds connections instead of spinning on a readable
+ * listener; we only log when that happens.
+ */
+#include "gd_listener.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "gd_clock.h"
+#include "gd_log.h"
+#include "gd_session.h"
+
+#define LISTEN_BACKLOG 511
+#define LISTENERS_MAX 64
+
+typedef struct {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+  } h;
+  gd_listeners *set;
+  char name[GD_ADDR_TEXT_MAX];
+  char unlink_path[GD_ADDR_PATH_MAX]; /* socket file we created, removed on close */
+  uint64_t last_error_log_us;
+} listener;
+
+struct gd_listeners {
+  gd_daemon *d;
+  listener items[LISTENERS_MAX];
+  size_t count;
+  size_t open_handles;
+  bool closing;
+};
+
+static int fail(char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_size, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  listener *l = server->data;
+  gd_daemon *d = l->set->d;
+  if (status < 0) {
+    /* EMFILE and friends: rate-limit the log, libuv has shed the connection already */
+    uint64_t now = gd_now_us();
+    if (now - l->last_error_log_us > 1000000u) {
+      gd_warn("%s: accept failed: %s", l->name, uv_strerror(status));
+      l->last_error_log_us = now;
+    }
+    return;
+  }
+  int rc = gd_session_accept(d, server);
+  if (rc != 0)
+    gd_warn("%s: accept failed: %s", l->name, uv_strerror(rc));
+}
+
+static void on_listener_closed(uv_handle_t *handle) {
+  listener *l = handle->data;
+  gd_listeners *set = l->set;
+  if (--set->open_handles == 0 && set->closing)
+    free(set);
+}
+
+/* ---- unix ---------------------------------------------------------------- */
+
+/* A socket file left by a dead daemon is removed; one a live daemon answers on is not. */
+static int clear_stale_socket(const char *path, char *err, size_t err_size) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return errno == ENOENT ? 0 : fail(err, err_size, "unix:%s: %s", path, strerror(errno));
+  if (!S_ISSOCK(st.st_mode))
+    return fail(err, err_size, "unix:%s: exists and is not a socket; not replacing it", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return fail(err, err_size, "socket(): %s", strerror(errno));
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+  int saved = errno;
+  close(fd);
+  if (rc == 0)
+    return fail(err, err_size, "unix:%s: another daemon is listening there", path);
+  if (saved != ECONNREFUSED)
+    return fail(err, err_size, "unix:%s: exists and cannot be checked (%s); not replacing it",
+                path, strerror(saved));
+  if (unlink(path) != 0 && errno != ENOENT)
+    return fail(err, err_size, "unix:%s: cannot remove the stale socket: %s", path,
+                strerror(errno));
+  gd_info("unix:%s: removed a stale socket", path);
+  return 0;
+}
+
+static int open_unix(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+  if (clear_stale_socket(addr->path, err, err_size) != 0)
+    return -1;
+  int rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+  if (rc != 0)
+    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+  l->set->open_handles++;
+  rc = uv_pipe_bind(&l->h.pipe, addr->path);
+  if (rc != 0)
+    return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
+  snprintf(l->unlink_path, sizeof l->unlink_path, "%s", addr->path);
+  if (chmod(addr->path, d->cfg.unix_socket_mode) != 0)
+    return fail(err, err_size, "%s: chmod %o: %s", l->name, d->cfg.unix_socket_mode,
+                strerror(errno));
+  return 0;
+}
+
+/* ---- tcp ----------------------------------------------------------------- */
+
+static int open_tcp(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = addr->ipv6_literal ? AF_INET6 : AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  char port[8];
+  snprintf(port, sizeof port, "%u", (unsigned)addr->port);
+  /* Start-up only, before the loop runs: a blocking lookup is fine here. */
+  int rc = getaddrinfo(addr->host, port, &hints, &res);
+  if (rc != 0)
+    return fail(err, err_size, "%s: %s", l->name, gai_strerror(rc));
+  rc = uv_tcp_init(d->loop, &l->h.tcp);
+  if (rc != 0) {
+    freeaddrinfo(res);
+    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+  }
+  l->set->open_handles++;
+  /* An IPv6 address means IPv6 only: tcp:[::]:P does not also take IPv4. */
+  unsigned flags = res->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0;
+  rc = uv_tcp_bind(&l->h.tcp, res->ai_addr, flags);
+  freeaddrinfo(res);
+  if (rc != 0)
+    return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
+  return 0;
+}
+
+/* ---- systemd ------------------------------------------------------------- */
+
+int gd_listeners_systemd_count(void) {
+  int n = sd_listen_fds(0);
+  return n > 0 ? n : 0;
+}
+
+static int adopt_fd(gd_daemon *d, listener *l, int fd, char *err, size_t err_size) {
+  int rc;
+  if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
+    snprintf(l->name, sizeof l->name, "systemd fd %d (unix)", fd);
+    rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+    if (rc == 0) {
+      l->set->open_handles++;
+      rc = uv_pipe_open(&l->h.pipe, fd);
+    }
+  } else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
+    snprintf(l->name, sizeof l->name, "systemd fd %d (tcp)", fd);
+    rc = uv_tcp_init(d->loop, &l->h.tcp);
+    if (rc == 0) {
+      l->set->open_handles++;
+      rc = uv_tcp_open(&l->h.tcp, fd);
+    }
+  } else {
+    return fail(err, err_size, "systemd fd %d is not a listening stream socket", fd);
+  }
+  if (rc != 0)
+    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+  return 0;
+}
+
+/* ---- the set ------------------------------------------------------------- */
+
+static int start_listening(listener *l, char *err, size_t err_size) {
+  l->h.handle.data = l;
+  int rc = uv_listen(&l->h.stream, LISTEN_BACKLOG, on_connection);
+  if (rc != 0)
+    return fail(err, err_size, "%s: listen: %s", l->name, uv_strerror(rc));
+  gd_info("listening on %s", l->name);
+  return 0;
+}
+
+static listener *next_slot(gd_listeners *set, char *err, size_t err_size) {
+  if (set->count == LISTENERS_MAX) {
+    fail(err, err_size, "more than %d listeners", LISTENERS_MAX);
+    return NULL;
+  }
+  listener *l = &set->items[set->count++];
+  l->set = set;
+  l->h.handle.data = l;
+  return l;
+}
+
+static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool adopt_systemd,
+                    char *err, size_t err_size) {
+  gd_daemon *d = set->d;
+  int fds = adopt_systemd ? sd_listen_fds(1) : 0;
+  if (fds < 0)
+    return fail(err, err_size, "sd_listen_fds: %s", strerror(-fds));
+  for (int i = 0; i < fds; i++) {
+    listener *l = next_slot(set, err, err_size);
+    if (!l || adopt_fd(d, l, SD_LISTEN_FDS_START + i, err, err_size) != 0 ||
+        start_listening(l, err, err_size) != 0)
+      return -1;
+  }
+  for (size_t i = 0; i < count; i++) {
+    listener *l = next_slot(set, err, err_size);
+    if (!l)
+      return -1;
+    gd_addr_format(&addrs[i], l->name, sizeof l->name);
+    int rc = addrs[i].kind == GD_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
+                                           : open_tcp(d, l, &addrs[i], err, err_size);
+    if (rc != 0 || start_listening(l, err, err_size) != 0)
+      return -1;
+  }
+  if (set->count == 0)
+    return fail(err, err_size, "nothing to listen on: give --listen or a listen: list");
+  return 0;
+}
+
+int gd_listeners_open(gd_daemon *d, const gd_addr *addrs, size_t count, bool adopt_systemd,
+                      gd_listeners **out, char *err, size_t err_size) {
+  gd_listeners *set = calloc(1, sizeof *set);
+  if (!set)
+    return fail(err, err_size, "out of memory");
+  set->d = d;
+  if (open_all(set, addrs, count, adopt_systemd, err, err_size) != 0) {
+    gd_listeners_close(set);
+    return -1;
+  }
+  *out = set;
+  return 0;
+}
+
+void gd_listeners_close(gd_listeners *set) {
+  if (!set || set->closing)
+    return;
+  set->closing = true;
+  for (size_t i = 0; i < set->count; i++) {
+    listener *l = &set->items[i];
+    if (l->unlink_path[0] && unlink(l->unlink_path) != 0 && errno != ENOENT)
+      gd_warn("%s: cannot remove the socket file: %s", l->name, strerror(errno));
+    if (l->h.handle.type != UV_UNKNOWN_HANDLE && !uv_is_closing(&l->h.handle)) {
+      l->h.handle.data = l;
+      uv_close(&l->h.handle, on_listener_closed);
+    }
+  }
+  if (set->open_handles == 0)
+    free(set);
+}

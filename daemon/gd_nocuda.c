@@ -1,0 +1,19 @@
+/*
+ * gd_nocuda.c - built only without CUDA: the GPU section's defaults, so that
+ * the same gemmd.yaml parses and validates on every build (gd_gpu.c owns the
+ * real one when CUDA is there).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gd_backend_gpu.h"
+
+void gd_gpu_config_default(gd_gpu_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->devices_auto = true;
+  cfg->staging_bytes = 64ull * 1024 * 1024;
+  cfg->staging_buffers = 2;
+  cfg->memory_fraction = 0.9;
+  cfg->memory_bytes = 0;
+  snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
+}

@@ -1,0 +1,793 @@
+/*
+ * gd_session.c - one connection (see gd_session.h).
+ *
+ * Reading: alloc_cb hands out the job's own buffer when the decoder is inside
+ * a payload (gp_decoder_payload_window -> backend input_window), so payload
+ * bytes land where the backend wants them and the decoder's PAYLOAD events
+ * point at them in place; otherwise it hands out the session's read buffer.
+ *
+ * Every reply is a uv_write of our encoded head plus, for a gemm result, the
+ * backend's chunk of C straight from its memory (never copied).
+ */
+#include "gd_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gd_clock.h"
+#include "gd_log.h"
+#include "gd_methods.h"
+#include "gp_decode.h"
+#include "gp_encode.h"
+
+#define READ_BUFFER_BYTES (64 * 1024)
+
+/* The session's record of one gemm job it admitted and has not answered yet. */
+typedef struct sjob {
+  gd_job *job;
+  struct sjob *prev, *next;
+  uint32_t msgid;
+  uint32_t writes_pending; /* chunks of this job in uv_write */
+  bool head_sent;          /* the reply's head went out with the first chunk */
+  bool orphan;             /* the session closed: job abandoned, only chunks come back */
+} sjob;
+
+struct gd_session {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_pipe_t pipe;
+    uv_tcp_t tcp;
+  } h;
+  uv_timer_t timer;
+  int open_handles; /* handle + timer: freed when both close callbacks ran */
+  gd_daemon *d;
+  struct gd_session *prev, *next;
+  uint64_t id;
+  char peer[80];
+  gp_decoder *dec;
+
+  uint8_t *rbuf;             /* READ_BUFFER_BYTES */
+  const uint8_t *pending;    /* bytes read and not yet decoded (in rbuf or a job's window) */
+  size_t pending_len;
+  bool pending_in_window;    /* pending points into the current job's buffer */
+  bool reading, paused, closing;
+
+  /* the message being decoded */
+  bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
+  gp_method method;
+  uint32_t msgid;
+  sjob *cur;                 /* its job, for a gemm */
+  uint64_t msg_started_us;
+
+  sjob *jobs;                /* admitted gemm jobs not yet answered */
+  uint32_t in_flight;
+  uint64_t write_bytes;      /* queued in uv_write */
+  uint32_t writes;
+  uint64_t last_activity_us;
+};
+
+typedef struct {
+  uv_write_t req;
+  gd_session *s;
+  sjob *rec;                 /* a chunk of a gemm result; NULL for other replies */
+  char *head;                /* our encoded bytes (owned), may be NULL */
+  const void *chunk;
+  size_t chunk_len;
+  bool last;
+  size_t bytes;
+} wreq;
+
+static void process(gd_session *s);
+static void update_reading(gd_session *s);
+static void update_timer(gd_session *s);
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void free_wreq(wreq *w) {
+  free(w->head);
+  free(w);
+}
+
+static void unlink_rec(gd_session *s, sjob *rec) {
+  if (rec->prev)
+    rec->prev->next = rec->next;
+  else
+    s->jobs = rec->next;
+  if (rec->next)
+    rec->next->prev = rec->prev;
+  rec->prev = rec->next = NULL;
+  s->in_flight--;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  wreq *w = req->data;
+  gd_session *s = w->s;
+  gd_daemon *d = s->d;
+  s->write_bytes -= w->bytes;
+  s->writes--;
+  if (status == 0)
+    d->stats.bytes_out += w->bytes;
+  sjob *rec = w->rec;
+  if (rec) {
+    gd_job *job = rec->job;
+    rec->writes_pending--;
+    gd_sched_chunk_sent(d->sched, job, w->chunk, w->chunk_len);
+    if (!rec->orphan && w->last) {
+      unlink_rec(s, rec);
+      free(rec);
+      if (status == 0)
+        d->stats.gemm_ok++;
+      gd_sched_finish(d->sched, job, status == 0);
+    }
+  }
+  free_wreq(w);
+  if (status < 0 && status != UV_ECANCELED && !s->closing) {
+    char why[128];
+    snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
+    gd_session_close(s, why);
+    return;
+  }
+  if (!s->closing) {
+    update_reading(s); /* the write backlog shrank: maybe read again */
+    update_timer(s);
+  }
+}
+
+/* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
+ * 0, or -1 when the write could not be queued (the session is then closing; the chunk, if any,
+ * is given back to the scheduler). */
+static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, const void *chunk,
+                     size_t chunk_len, bool last) {
+  wreq *w = calloc(1, sizeof *w);
+  uv_buf_t bufs[2];
+  unsigned nbufs = 0;
+  if (w) {
+    w->s = s;
+    w->rec = rec;
+    w->head = head;
+    w->chunk = chunk;
+    w->chunk_len = chunk_len;
+    w->last = last;
+    w->req.data = w;
+    if (head_len)
+      bufs[nbufs++] = uv_buf_init(head, (unsigned)head_len);
+    if (chunk_len)
+      bufs[nbufs++] = uv_buf_init((char *)chunk, (unsigned)chunk_len);
+    w->bytes = head_len + chunk_len;
+  }
+  int rc = (!w || s->closing) ? UV_ENOMEM : 0;
+  if (rc == 0)
+    rc = uv_write(&w->req, &s->h.stream, bufs, nbufs, on_write);
+  if (rc != 0) {
+    if (w)
+      free_wreq(w);
+    else
+      free(head);
+    if (rec)
+      gd_sched_chunk_sent(s->d->sched, rec->job, chunk, chunk_len);
+    if (!s->closing) {
+      char why[128];
+      snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
+      gd_session_close(s, why);
+    }
+    return -1;
+  }
+  if (rec)
+    rec->writes_pending++;
+  s->writes++;
+  s->write_bytes += w->bytes;
+  return 0;
+}
+
+/* Sends what sbuf holds (taking its memory). */
+static int write_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
+  size_t len = sbuf->size;
+  char *data = msgpack_sbuffer_release(sbuf);
+  return write_out(s, data, len, NULL, NULL, 0, false);
+}
+
+static void send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+  gd_daemon *d = s->d;
+  gd_stats_error(&d->stats, code);
+  gd_info("conn %llu: msgid %u: %s: %s", (unsigned long long)s->id, (unsigned)msgid,
+          gp_code_name(code), message);
+  if (s->closing)
+    return;
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  int rc = gp_encode_error_response(&sbuf, msgid, code, message);
+  if (rc != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    gd_session_close(s, "out of memory encoding an error reply");
+    return;
+  }
+  write_sbuffer(s, &sbuf);
+}
+
+/* ---- scheduler hooks ----------------------------------------------------- */
+
+static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) {
+  gd_session *s = session;
+  sjob *rec = job->session_data;
+  char *head = NULL;
+  size_t head_len = 0;
+  if (!rec->head_sent) {
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init(&sbuf);
+    if (gp_encode_gemm_response_head(&sbuf, rec->msgid, &job->result,
+                                     job->operand_bytes[GP_OPERAND_C]) != 0) {
+      msgpack_sbuffer_destroy(&sbuf);
+      gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
+      gd_session_close(s, "out of memory encoding a reply");
+      return;
+    }
+    head_len = sbuf.size;
+    head = msgpack_sbuffer_release(&sbuf);
+    rec->head_sent = true;
+  }
+  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)s->id,
+           (unsigned)rec->msgid, ev->len, ev->last ? " (last)" : "");
+  write_out(s, head, head_len, rec, ev->data, ev->len, ev->last);
+}
+
+static void hook_failed(void *session, gd_job *job, const gp_error *err) {
+  gd_session *s = session;
+  sjob *rec = job->session_data;
+  if (rec->head_sent) {
+    /* Half a reply is out: the stream cannot carry an error for it any more. */
+    gd_error("conn %llu: msgid %u failed after its reply started: %s", (unsigned long long)s->id,
+             (unsigned)rec->msgid, err->message);
+    gd_session_close(s, "a result failed half-way");
+    return;
+  }
+  uint32_t msgid = rec->msgid;
+  unlink_rec(s, rec);
+  free(rec);
+  gd_sched_finish(s->d->sched, job, false);
+  send_error(s, msgid, err->code ? err->code : GP_E_INTERNAL, err->message);
+  if (!s->closing) {
+    update_reading(s);
+    update_timer(s);
+  }
+}
+
+static void hook_resume(void *session, gd_job *job) {
+  gd_session *s = session;
+  (void)job;
+  if (s->paused) {
+    s->paused = false;
+    process(s);
+  }
+}
+
+const gd_sched_hooks gd_session_hooks = {hook_output, hook_failed, hook_resume};
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void reply_simple(gd_session *s) {
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  gp_error err;
+  gp_error_clear(&err);
+  if (gd_methods_reply(s->d, s->msgid, s->method, &sbuf, &err) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    send_error(s, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    return;
+  }
+  write_sbuffer(s, &sbuf);
+}
+
+static void on_gemm_request(gd_session *s, const gp_event *ev) {
+  gd_daemon *d = s->d;
+  gp_error err;
+  gp_error_clear(&err);
+  gd_job *job = NULL;
+  sjob *rec = calloc(1, sizeof *rec);
+  int rc = rec ? gd_sched_admit(d->sched, &ev->gemm, ev->has_c, ev->msgid, s, &job, &err)
+               : gp_error_set(&err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (rc != 0) {
+    free(rec);
+    gp_decoder_skip_message(s->dec);
+    s->in_request = false;
+    send_error(s, ev->msgid, rc, err.message);
+    return;
+  }
+  rec->job = job;
+  rec->msgid = ev->msgid;
+  job->session_data = rec;
+  rec->next = s->jobs;
+  if (s->jobs)
+    s->jobs->prev = rec;
+  s->jobs = rec;
+  s->in_flight++;
+  s->cur = rec;
+  gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
+           (unsigned long long)s->id, (unsigned)ev->msgid, gp_dtype_name(ev->gemm.dtype),
+           (unsigned long long)ev->gemm.m, (unsigned long long)ev->gemm.n,
+           (unsigned long long)ev->gemm.k, (unsigned long long)ev->gemm.batch,
+           (unsigned long long)job->id);
+}
+
+/* The request being read is dropped before it was submitted. */
+static void drop_current(gd_session *s) {
+  sjob *rec = s->cur;
+  if (!rec)
+    return;
+  s->cur = NULL;
+  gd_job *job = rec->job;
+  unlink_rec(s, rec);
+  free(rec);
+  gd_sched_abandon(s->d->sched, job);
+}
+
+static void on_request(gd_session *s, const gp_event *ev) {
+  gd_daemon *d = s->d;
+  d->stats.requests++;
+  if ((unsigned)ev->method < sizeof d->stats.requests_by_method / sizeof(uint64_t))
+    d->stats.requests_by_method[ev->method]++;
+  s->in_request = true;
+  s->method = ev->method;
+  s->msgid = ev->msgid;
+  s->cur = NULL;
+  if (ev->method == GP_METHOD_GEMM)
+    on_gemm_request(s, ev);
+  else
+    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)s->id, (unsigned)ev->msgid,
+             gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
+}
+
+static void on_payload(gd_session *s, const gp_event *ev) {
+  sjob *rec = s->cur;
+  if (!rec)
+    return; /* a payload of a request we refused: the decoder skips those itself */
+  gd_job *job = rec->job;
+  gp_error err;
+  gp_error_clear(&err);
+  bool pause = false;
+  int rc = job->backend->ops->input(job->backend, job, ev->operand, ev->offset, ev->data, ev->len,
+                                    &pause, &err);
+  if (rc != 0 && s->pending_in_window) {
+    /* The rest of what we read lives in this job's buffer, which dropping it would free. */
+    gd_error("conn %llu: msgid %u: payload refused: %s", (unsigned long long)s->id,
+             (unsigned)rec->msgid, err.message);
+    gd_session_close(s, "payload refused by the backend");
+    return;
+  }
+  if (rc != 0) {
+    uint32_t msgid = rec->msgid;
+    drop_current(s);
+    gp_decoder_skip_message(s->dec);
+    s->in_request = false;
+    send_error(s, msgid, rc, err.message);
+    return;
+  }
+  if (pause)
+    s->paused = true;
+}
+
+static void on_message_end(gd_session *s) {
+  if (!s->in_request)
+    return; /* the end of a notification */
+  s->in_request = false;
+  if (s->method != GP_METHOD_GEMM) {
+    reply_simple(s);
+    return;
+  }
+  sjob *rec = s->cur;
+  s->cur = NULL;
+  if (!rec)
+    return;
+  gp_error err;
+  gp_error_clear(&err);
+  gd_job *job = rec->job;
+  uint32_t msgid = rec->msgid;
+  int rc = gd_sched_submit(s->d->sched, job, &err);
+  if (rc != 0) { /* the scheduler released and freed the job */
+    unlink_rec(s, rec);
+    free(rec);
+    send_error(s, msgid, rc, err.message);
+  }
+}
+
+static void on_reject(gd_session *s, const gp_event *ev) {
+  gd_daemon *d = s->d;
+  drop_current(s);
+  s->in_request = false;
+  if (ev->has_msgid) {
+    d->stats.requests++;
+    send_error(s, ev->msgid, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
+               ev->err.message);
+  } else {
+    gd_stats_error(&d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
+    gd_info("conn %llu: message without a readable msgid dropped: %s", (unsigned long long)s->id,
+            ev->err.message);
+  }
+}
+
+static void on_fatal(gd_session *s, const gp_event *ev, const uint8_t *at, size_t len) {
+  char prefix[160];
+  gd_log_clean(prefix, sizeof prefix, at, len < 32 ? len : 32);
+  gd_warn("conn %llu: protocol error: %s (bytes at the error: \"%s\")", (unsigned long long)s->id,
+          ev->err.message, prefix);
+  gd_session_close(s, "protocol error");
+}
+
+/* Handles one decoder event. */
+static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, size_t left) {
+  switch (ev->type) {
+  case GP_EV_NEED_MORE: return;
+  case GP_EV_REQUEST: on_request(s, ev); return;
+  case GP_EV_NOTIFICATION:
+    s->d->stats.notifications++;
+    s->in_request = false;
+    gd_debug("conn %llu: notification %s ignored", (unsigned long long)s->id,
+             gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
+    return;
+  case GP_EV_PAYLOAD: on_payload(s, ev); return;
+  case GP_EV_MESSAGE_END: on_message_end(s); return;
+  case GP_EV_REJECT: on_reject(s, ev); return;
+  case GP_EV_FATAL: on_fatal(s, ev, at, left); return;
+  case GP_EV_RESPONSE:
+    gd_session_close(s, "a client sent a response");
+    return;
+  }
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static bool at_boundary(const gd_session *s) {
+  return gp_decoder_message_bytes(s->dec) == 0 && !s->in_request;
+}
+
+/* Between messages: has this connection used its share for now? */
+static bool over_caps(const gd_session *s) {
+  const gd_config *cfg = &s->d->cfg;
+  return s->in_flight >= cfg->max_requests_in_flight || s->write_bytes >= cfg->max_buffered_bytes;
+}
+
+static bool may_decode(const gd_session *s) {
+  if (s->closing || s->paused)
+    return false;
+  return !(at_boundary(s) && over_caps(s));
+}
+
+/* Decodes pending bytes until they are used up or the session must stop. */
+static void process(gd_session *s) {
+  for (;;) {
+    if (!may_decode(s))
+      break;
+    if (at_boundary(s) && s->pending_len > 0)
+      s->msg_started_us = gd_now_us();
+    gp_event ev;
+    size_t used = gp_decoder_feed(s->dec, s->pending, s->pending_len, &ev);
+    const uint8_t *at = s->pending + used;
+    s->pending += used;
+    s->pending_len -= used;
+    handle_event(s, &ev, at, s->pending_len);
+    if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL)
+      break;
+  }
+  if (s->closing)
+    return;
+  update_reading(s);
+  update_timer(s);
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  gd_session *s = handle->data;
+  (void)suggested;
+  sjob *rec = s->cur;
+  gp_operand operand;
+  uint64_t offset, remaining;
+  void *ptr;
+  size_t len;
+  if (rec && gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) &&
+      rec->job->backend->ops->input_window(rec->job->backend, rec->job, operand, offset, &ptr,
+                                           &len) &&
+      len > 0) {
+    if (len > remaining)
+      len = (size_t)remaining; /* never read past this payload into the job's memory */
+    if (len > 0x40000000u)
+      len = 0x40000000u; /* uv_buf_t's length is an unsigned int */
+    *buf = uv_buf_init(ptr, (unsigned)len);
+    return;
+  }
+  *buf = uv_buf_init((char *)s->rbuf, READ_BUFFER_BYTES);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  gd_session *s = stream->data;
+  if (nread == 0)
+    return;
+  if (nread < 0) {
+    if (nread == UV_EOF)
+      gd_session_close(s, s->in_request || !at_boundary(s) ? "client went away mid-request"
+                                                           : "closed by client");
+    else {
+      char why[128];
+      snprintf(why, sizeof why, "read error: %s", uv_strerror((int)nread));
+      gd_session_close(s, why);
+    }
+    return;
+  }
+  s->d->stats.bytes_in += (uint64_t)nread;
+  s->last_activity_us = gd_now_us();
+  s->pending = (const uint8_t *)buf->base;
+  s->pending_len = (size_t)nread;
+  s->pending_in_window = buf->base != (char *)s->rbuf;
+  process(s);
+}
+
+/* Reads only when every byte read so far has been decoded and nothing says stop. */
+static void update_reading(gd_session *s) {
+  bool want = !s->closing && s->pending_len == 0 && may_decode(s);
+  if (want && !s->reading) {
+    int rc = uv_read_start(&s->h.stream, on_alloc, on_read);
+    if (rc != 0) {
+      char why[128];
+      snprintf(why, sizeof why, "cannot read: %s", uv_strerror(rc));
+      gd_session_close(s, why);
+      return;
+    }
+    s->reading = true;
+  } else if (!want && s->reading) {
+    uv_read_stop(&s->h.stream);
+    s->reading = false;
+  }
+}
+
+/* ---- timeouts ------------------------------------------------------------ */
+
+static void on_timer(uv_timer_t *timer) {
+  gd_session *s = timer->data;
+  const gd_config *cfg = &s->d->cfg;
+  uint64_t now = gd_now_us();
+  if (!at_boundary(s)) {
+    if (cfg->request_ms && now - s->msg_started_us >= cfg->request_ms * 1000u) {
+      gd_session_close(s, "request did not finish arriving within timeouts.request_ms");
+      return;
+    }
+  } else if (s->in_flight == 0 && s->writes == 0) {
+    if (cfg->idle_ms && now - s->last_activity_us >= cfg->idle_ms * 1000u) {
+      gd_session_close(s, "idle for timeouts.idle_ms");
+      return;
+    }
+  }
+  update_timer(s);
+}
+
+static void update_timer(gd_session *s) {
+  const gd_config *cfg = &s->d->cfg;
+  uint64_t due_us = 0, since = 0;
+  if (!at_boundary(s) && cfg->request_ms) {
+    due_us = cfg->request_ms * 1000u;
+    since = s->msg_started_us;
+  } else if (at_boundary(s) && s->in_flight == 0 && s->writes == 0 && cfg->idle_ms) {
+    due_us = cfg->idle_ms * 1000u;
+    since = s->last_activity_us;
+  }
+  if (!due_us) {
+    uv_timer_stop(&s->timer);
+    return;
+  }
+  uint64_t now = gd_now_us(), elapsed = now > since ? now - since : 0;
+  uint64_t left_ms = elapsed >= due_us ? 0 : (due_us - elapsed + 999u) / 1000u;
+  uv_timer_start(&s->timer, on_timer, left_ms, 0);
+}
+
+/* ---- open and close ------------------------------------------------------ */
+
+static void free_session(gd_session *s) {
+  while (s->jobs) {
+    sjob *rec = s->jobs;
+    s->jobs = rec->next;
+    free(rec);
+  }
+  gp_decoder_free(s->dec);
+  free(s->rbuf);
+  free(s);
+}
+
+static void on_close(uv_handle_t *handle) {
+  gd_session *s = handle->data;
+  if (--s->open_handles > 0)
+    return;
+  gd_daemon *d = s->d;
+  if (s->prev)
+    s->prev->next = s->next;
+  else if (d->sessions == s)
+    d->sessions = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  free_session(s);
+}
+
+void gd_session_close(gd_session *s, const char *why) {
+  if (s->closing)
+    return;
+  s->closing = true;
+  s->d->connections--;
+  gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)s->id, s->peer, why,
+          (unsigned)s->in_flight);
+  s->cur = NULL;
+  /* Jobs go back to the scheduler now; records stay until the close callback because
+   * cancelled writes still report their chunks. */
+  for (sjob *rec = s->jobs; rec; rec = rec->next) {
+    if (!rec->orphan) {
+      rec->orphan = true;
+      gd_sched_abandon(s->d->sched, rec->job);
+    }
+  }
+  if (s->reading)
+    uv_read_stop(&s->h.stream);
+  s->reading = false;
+  uv_timer_stop(&s->timer);
+  uv_close((uv_handle_t *)&s->timer, on_close);
+  uv_close(&s->h.handle, on_close);
+}
+
+static void on_refused_close(uv_handle_t *handle) { free(handle); }
+
+/* Accept and close at once: the client sees EOF instead of hanging in the backlog. */
+static int refuse(gd_daemon *d, uv_stream_t *server, const char *why) {
+  uv_stream_t *tmp = malloc(server->type == UV_TCP ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
+  if (!tmp)
+    return UV_ENOMEM;
+  int rc = server->type == UV_TCP ? uv_tcp_init(d->loop, (uv_tcp_t *)tmp)
+                                  : uv_pipe_init(d->loop, (uv_pipe_t *)tmp, 0);
+  if (rc != 0) {
+    free(tmp);
+    return rc;
+  }
+  rc = uv_accept(server, tmp);
+  uv_close((uv_handle_t *)tmp, on_refused_close);
+  d->stats.connections_refused++;
+  gd_warn("connection refused: %s", why);
+  return rc;
+}
+
+static void describe_peer(gd_session *s) {
+  if (s->h.handle.type != UV_TCP) {
+    snprintf(s->peer, sizeof s->peer, "unix");
+    return;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  char host[64] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(&s->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
+      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+  }
+  snprintf(s->peer, sizeof s->peer, ss.ss_family == AF_INET6 ? "tcp [%s]:%d" : "tcp %s:%d", host,
+           port);
+}
+
+static gd_session *new_session(gd_daemon *d) {
+  gd_session *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->rbuf = malloc(READ_BUFFER_BYTES);
+  s->dec = gp_decoder_new(GP_ROLE_SERVER, &d->cfg.proto);
+  if (!s->rbuf || !s->dec) {
+    gp_decoder_free(s->dec);
+    free(s->rbuf);
+    free(s);
+    return NULL;
+  }
+  s->d = d;
+  return s;
+}
+
+int gd_session_accept(gd_daemon *d, uv_stream_t *server) {
+  if (d->draining)
+    return refuse(d, server, "shutting down");
+  if (d->connections >= d->cfg.max_connections)
+    return refuse(d, server, "limits.max_connections reached");
+  gd_session *s = new_session(d);
+  if (!s)
+    return refuse(d, server, "out of memory");
+  int rc = server->type == UV_TCP ? uv_tcp_init(d->loop, &s->h.tcp)
+                                  : uv_pipe_init(d->loop, &s->h.pipe, 0);
+  if (rc != 0) {
+    free_session(s);
+    return rc;
+  }
+  s->h.handle.data = s;
+  s->open_handles = 1;
+  rc = uv_timer_init(d->loop, &s->timer);
+  if (rc == 0) {
+    s->timer.data = s;
+    s->open_handles = 2;
+    rc = uv_accept(server, &s->h.stream);
+  }
+  /* from here the session is closed like any other, through on_close */
+  s->id = ++d->next_session_id;
+  s->next = d->sessions;
+  if (d->sessions)
+    d->sessions->prev = s;
+  d->sessions = s;
+  d->connections++;
+  d->stats.connections_total++;
+  s->last_activity_us = gd_now_us();
+  if (rc != 0) {
+    snprintf(s->peer, sizeof s->peer, "?");
+    char why[128];
+    snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
+    if (s->open_handles == 1) {
+      /* the timer never started: close only the stream */
+      s->closing = true;
+      d->connections--;
+      gd_warn("%s", why);
+      uv_close(&s->h.handle, on_close);
+    } else {
+      gd_session_close(s, why);
+    }
+    return 0;
+  }
+  describe_peer(s);
+  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->id, s->peer,
+          d->connections);
+  update_reading(s);
+  if (!s->closing)
+    update_timer(s);
+  return 0;
+}
+
+/* ---- all sessions -------------------------------------------------------- */
+
+void gd_sessions_apply_limits(gd_daemon *d) {
+  for (gd_session *s = d->sessions; s; s = s->next) {
+    if (s->closing)
+      continue;
+    gp_decoder_set_limits(s->dec, &d->cfg.proto);
+    update_reading(s);
+    if (!s->closing)
+      update_timer(s);
+  }
+}
+
+void gd_sessions_fail_pending(gd_daemon *d, const char *why) {
+  for (gd_session *s = d->sessions; s; s = s->next) {
+    if (s->closing)
+      continue;
+    sjob *rec = s->jobs;
+    while (rec) {
+      sjob *next = rec->next;
+      if (!rec->head_sent && !rec->orphan) {
+        uint32_t msgid = rec->msgid;
+        gd_job *job = rec->job;
+        if (s->cur == rec) {
+          s->cur = NULL;
+          gp_decoder_skip_message(s->dec);
+          s->in_request = false;
+        }
+        unlink_rec(s, rec);
+        free(rec);
+        gd_sched_abandon(d->sched, job);
+        send_error(s, msgid, GP_E_UNAVAILABLE, why);
+      }
+      rec = next;
+    }
+  }
+}
+
+uint64_t gd_sessions_write_backlog(const gd_daemon *d) {
+  uint64_t total = 0;
+  for (const gd_session *s = d->sessions; s; s = s->next)
+    if (!s->closing)
+      total += s->write_bytes;
+  return total;
+}
+
+void gd_sessions_close_all(gd_daemon *d, const char *why) {
+  for (gd_session *s = d->sessions; s; s = s->next)
+    gd_session_close(s, why);
+}

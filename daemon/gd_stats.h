@@ -1,0 +1,69 @@
+/*
+ * gd_stats.h - the daemon's counters and latency histograms (the `stats`
+ * method). Loop thread only: every update happens where the loop handles the
+ * event, so no locks.
+ *
+ * Histograms have fixed log2 buckets in microseconds: bucket 0 counts values
+ * < 1 us, bucket i (1 <= i < GD_HIST_BUCKETS - 1) counts [2^(i-1), 2^i) us,
+ * and the last bucket counts everything from 2^(GD_HIST_BUCKETS - 2) us up.
+ */
+#ifndef GD_STATS_H
+#define GD_STATS_H
+
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "gp_error.h"
+#include "gp_types.h"
+
+#define GD_HIST_BUCKETS 32
+#define GD_STATS_CODES 10 /* index 0: OK, index -code for GP_E_* */
+
+typedef struct {
+  uint64_t counts[GD_HIST_BUCKETS];
+  uint64_t count;
+  uint64_t sum_us;
+  uint64_t max_us;
+} gd_hist;
+
+typedef enum { GD_HIST_QUEUED = 0, GD_HIST_COMPUTE = 1, GD_HIST_TOTAL = 2 } gd_hist_kind;
+#define GD_HIST_KINDS 3
+
+typedef struct {
+  uint64_t started_us;                  /* monotonic, for uptime */
+  uint64_t requests;                    /* every request answered or refused */
+  uint64_t requests_by_method[5];       /* indexed by gp_method (UNKNOWN included) */
+  uint64_t notifications;
+  uint64_t errors_by_code[GD_STATS_CODES];
+  uint64_t bytes_in, bytes_out;
+  uint64_t connections_total;           /* accepted since start */
+  uint64_t connections_refused;         /* over max_connections */
+  uint64_t gemm_ok;
+  gd_hist hist[GD_HIST_KINDS];
+} gd_stats;
+
+void gd_stats_init(gd_stats *s);
+/* Bucket of a value (exposed for tests). */
+unsigned gd_hist_bucket(uint64_t us);
+/* Upper bound (exclusive) of bucket i in us; UINT64_MAX for the last. */
+uint64_t gd_hist_bucket_limit(unsigned i);
+void gd_hist_add(gd_hist *h, uint64_t us);
+
+/* Counts an error reply with code (a GP_E_* value). */
+void gd_stats_error(gd_stats *s, int code);
+
+/* Packs the histogram as {"bounds_us": [...], "counts": [...], "count", "sum_us", "max_us"};
+ * bounds_us[i] is bucket i's exclusive upper bound, the last one omitted (open-ended). */
+void gd_hist_pack(const gd_hist *h, msgpack_packer *pk);
+
+/* Packs the daemon's own counters as GD_STATS_PAIRS map entries (not the map header): the
+ * caller adds its own live fields (queue depth, connections). Returns GD_STATS_PAIRS. */
+#define GD_STATS_PAIRS 10
+unsigned gd_stats_pack_pairs(const gd_stats *s, uint64_t now_us, msgpack_packer *pk);
+
+/* Packing helpers shared by the methods. */
+void gd_pack_str(msgpack_packer *pk, const char *s);
+void gd_pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t v);
+void gd_pack_kv_str(msgpack_packer *pk, const char *key, const char *v);
+
+#endif /* GD_STATS_H */
