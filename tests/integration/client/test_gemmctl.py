@@ -1,0 +1,229 @@
+#!/usr/bin/python3
+"""gemmctl end to end against the real daemon: ping, info, stats, gemm with .npy files written
+by numpy (every dtype, C and Fortran order, transposes, alpha/beta with C, batches) checked with
+numpy against float64, verify, bench, --json, --help, and the exit codes.
+  test_gemmctl.py --gemmd PATH --gemmctl PATH
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import gemmd_harness as h
+
+ARGS = None
+EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECT = 0, 1, 2, 3
+
+
+def gemmctl(*argv, addr=None, env=None):
+    cmd = [ARGS.gemmctl] + (["--connect", addr] if addr else []) + list(argv)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=120, env=env)
+    h.sanitizer_report(proc.stderr) and print(proc.stderr)
+    assert not h.sanitizer_report(proc.stderr), "sanitizer report from gemmctl:\n" + proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def expect(rc_out_err, code, what):
+    rc, out, err = rc_out_err
+    assert rc == code, "%s: exit %d, expected %d\nstdout: %s\nstderr: %s" % (what, rc, code, out,
+                                                                            err)
+    return out, err
+
+
+def test_ping_info_stats(ctx):
+    with h.Daemon(ctx.gemmd) as d:
+        addr = d.address("unix")
+        out, _ = expect(gemmctl("ping", addr=addr), EXIT_OK, "ping")
+        assert "pong" in out, out
+        out, _ = expect(gemmctl("--json", "ping", addr=addr), EXIT_OK, "ping --json")
+        assert json.loads(out)["ok"] is True
+        # GEMMD_ADDRESS is the default address
+        env = dict(os.environ, GEMMD_ADDRESS=addr)
+        out, _ = expect(gemmctl("--json", "info", env=env), EXIT_OK, "info --json")
+        info = json.loads(out)
+        assert info["backend"] == "cpu" and "version" in info, info
+        out, _ = expect(gemmctl("info", addr=addr), EXIT_OK, "info")
+        assert "backend: cpu" in out, out
+        out, _ = expect(gemmctl("--json", "stats", addr=addr), EXIT_OK, "stats --json")
+        assert isinstance(json.loads(out), dict)
+        expect(gemmctl("stats", addr=addr), EXIT_OK, "stats")
+
+
+def save(path, arr, fortran=False):
+    np.save(path, np.asfortranarray(arr) if fortran else np.ascontiguousarray(arr))
+
+
+def random_stored(rng, shape, dtype):
+    """(array to save, its float64 values) for dtype; bf16 goes out as <u2 bits."""
+    vals = h.round_to(rng.uniform(-1, 1, size=shape), dtype)
+    if dtype == "bf16":
+        return h.f32_to_bf16_bits(vals.astype(np.float32)), vals
+    return vals.astype({"f32": "<f4", "f64": "<f8", "f16": "<f2"}[dtype]), vals
+
+
+def load_values(path, dtype):
+    arr = np.load(path)
+    if dtype == "bf16":
+        return h.bf16_bits_to_f32(arr.view(np.uint16)).astype(np.float64)
+    return arr.astype(np.float64)
+
+
+def run_gemm_case(d, tmp, rng, m, n, k, dtype, trans_a=False, trans_b=False, alpha=1.0,
+                  beta=0.0, batch=None, fortran=False, use_c=False):
+    lead = (batch,) if batch else ()
+    a_shape = lead + ((k, m) if trans_a else (m, k))
+    b_shape = lead + ((n, k) if trans_b else (k, n))
+    a, av = random_stored(rng, a_shape, dtype)
+    b, bv = random_stored(rng, b_shape, dtype)
+    save(os.path.join(tmp, "a.npy"), a, fortran)
+    save(os.path.join(tmp, "b.npy"), b, fortran)
+    argv = ["gemm", "--a", os.path.join(tmp, "a.npy"), "--b", os.path.join(tmp, "b.npy"),
+            "--out", os.path.join(tmp, "out.npy"), "--alpha", repr(alpha), "--beta", repr(beta)]
+    cv = None
+    if use_c or beta != 0.0:
+        c, cv = random_stored(rng, lead + (m, n), dtype)
+        save(os.path.join(tmp, "c.npy"), c)
+        argv += ["--c", os.path.join(tmp, "c.npy")]
+    if trans_a:
+        argv.append("--trans-a")
+    if trans_b:
+        argv.append("--trans-b")
+    if dtype == "bf16":
+        argv += ["--dtype", "bf16"]
+    what = "gemm %dx%dx%d %s trans %d%d alpha %g beta %g batch %s fortran %s" % (
+        m, n, k, dtype, trans_a, trans_b, alpha, beta, batch, fortran)
+    out, _ = expect(gemmctl("--json", *argv, addr=d.address("unix")), EXIT_OK, what)
+    report = json.loads(out)
+    assert report["ok"] and report["m"] == m and report["n"] == n and report["k"] == k, report
+    result = load_values(os.path.join(tmp, "out.npy"), dtype)
+    h.assert_close(result, av, bv, cv, alpha, beta, trans_a, trans_b, dtype, what)
+
+
+def test_gemm_files(ctx):
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        rng = ctx.rng
+        for dtype in ("f32", "f64", "f16", "bf16"):
+            run_gemm_case(d, tmp, rng, 7, 5, 3, dtype)
+            run_gemm_case(d, tmp, rng, 33, 17, 65, dtype, trans_a=True, alpha=-1.5)
+        run_gemm_case(d, tmp, rng, 1, 1, 1, "f32")
+        run_gemm_case(d, tmp, rng, 19, 23, 29, "f32", trans_b=True, beta=0.5)
+        run_gemm_case(d, tmp, rng, 19, 23, 29, "f64", trans_a=True, trans_b=True, alpha=2.0,
+                      beta=-1.0)
+        # Fortran order: 2-D operands go out with the trans flag flipped, 3-D ones reordered
+        run_gemm_case(d, tmp, rng, 12, 9, 14, "f32", fortran=True)
+        run_gemm_case(d, tmp, rng, 12, 9, 14, "f64", trans_a=True, fortran=True)
+        run_gemm_case(d, tmp, rng, 6, 5, 4, "f32", batch=3, fortran=True)
+        run_gemm_case(d, tmp, rng, 10, 11, 12, "f16", batch=4, trans_b=True, beta=0.25)
+        # bfloat16 from a '|V2' file (ml_dtypes' descr), written back as |V2
+        a, av = random_stored(rng, (4, 6), "bf16")
+        b, bv = random_stored(rng, (6, 3), "bf16")
+        np.save(os.path.join(tmp, "a.npy"), a.view("V2"))
+        np.save(os.path.join(tmp, "b.npy"), b.view("V2"))
+        expect(gemmctl("gemm", "--a", os.path.join(tmp, "a.npy"), "--b", os.path.join(tmp, "b.npy"),
+                       "--out", os.path.join(tmp, "out.npy"), addr=d.address("unix")),
+               EXIT_OK, "gemm bf16 |V2")
+        out = np.load(os.path.join(tmp, "out.npy"))
+        assert out.dtype.str == "|V2", out.dtype
+        h.assert_close(load_values(os.path.join(tmp, "out.npy"), "bf16"), av, bv, None, 1.0, 0.0,
+                       False, False, "bf16", "gemm bf16 |V2")
+
+
+def test_gemm_rejects_before_sending(ctx):
+    """Bad inputs exit 2 without connecting: the address is a dead socket, which would be 3."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dead = "unix:" + os.path.join(tmp, "nobody.sock")
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        np.save(p("a34.npy"), np.ones((3, 4), "<f4"))
+        np.save(p("b56.npy"), np.ones((5, 6), "<f4"))
+        np.save(p("b46.npy"), np.ones((4, 6), "<f4"))
+        np.save(p("b46d.npy"), np.ones((4, 6), "<f8"))
+        np.save(p("big.npy"), np.ones((4, 6), ">f4"))
+        np.save(p("c22.npy"), np.ones((2, 2), "<f4"))
+        np.save(p("i4.npy"), np.ones((4, 6), "<i4"))
+        np.save(p("u2.npy"), np.ones((4, 6), "<u2"))
+        np.save(p("b3d.npy"), np.ones((2, 4, 6), "<f4"))
+        cases = [
+            (["--a", p("a34.npy"), "--b", p("b56.npy")], "shapes do not match"),
+            (["--a", p("a34.npy"), "--b", p("b46d.npy")], "same dtype"),
+            (["--a", p("a34.npy"), "--b", p("big.npy")], "big-endian"),
+            (["--a", p("a34.npy"), "--b", p("i4.npy")], "unsupported dtype"),
+            (["--a", p("u2.npy"), "--b", p("u2.npy")], "--dtype bf16"),
+            (["--a", p("a34.npy"), "--b", p("b3d.npy")], "both 3-D"),
+            (["--a", p("a34.npy"), "--b", p("b46.npy"), "--c", p("c22.npy"), "--beta", "1"],
+             "C must be"),
+            (["--a", p("a34.npy"), "--b", p("b46.npy"), "--beta", "1"], "needs --c"),
+            (["--a", p("missing.npy"), "--b", p("b46.npy")], "No such file"),
+            (["--a", p("a34.npy"), "--b", p("b46.npy"), "--precision", "sloppy"], "exact or fast"),
+        ]
+        for argv, why in cases:
+            _, err = expect(gemmctl("gemm", *argv, "--out", p("out.npy"), addr=dead), EXIT_USAGE,
+                            " ".join(argv))
+            assert why in err, "%s: %r lacks %r" % (argv, err, why)
+            assert not os.path.exists(p("out.npy"))
+
+
+def test_verify_and_bench(ctx):
+    with h.Daemon(ctx.gemmd) as d:
+        addr = d.address("unix")
+        out, _ = expect(gemmctl("verify", addr=addr), EXIT_OK, "verify")
+        assert "PASS" in out, out
+        for dtype in ("f64", "f16", "bf16"):
+            out, _ = expect(gemmctl("--json", "verify", "--m", "17", "--n", "1", "--k", "40",
+                                    "--dtype", dtype, addr=addr), EXIT_OK, "verify " + dtype)
+            report = json.loads(out)
+            assert report["result"] == "PASS" and report["error"] <= report["tolerance"], report
+        out, _ = expect(gemmctl("--json", "bench", "--m", "8", "--n", "9", "--k", "10",
+                                "--requests", "40", "--concurrency", "6", addr=addr),
+                        EXIT_OK, "bench --json")
+        report = json.loads(out)
+        assert report["requests"] == 40 and report["tflops"] > 0 and report["gbps"] > 0, report
+        lat = report["latency_ms"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"], lat
+        out, _ = expect(gemmctl("bench", "--m", "4", "--n", "4", "--k", "4", "--requests", "5",
+                                "--dtype", "f16", addr=addr), EXIT_OK, "bench")
+        assert "TFLOP/s" in out and "GB/s" in out and "p99" in out, out
+    # the daemon's refusal is exit 1, with its code
+    with h.Daemon(ctx.gemmd, config={"limits": {"max_dim": 100}}) as d:
+        out, err = expect(gemmctl("--json", "verify", "--m", "200", addr=d.address("unix")),
+                          EXIT_SERVER, "verify over the limit")
+        report = json.loads(out)
+        assert report["error"]["kind"] == "server", report
+        assert report["error"]["code"] in ("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT"), report
+        assert "100" in report["error"]["message"], report
+
+
+def test_usage_and_exit_codes(ctx):
+    with tempfile.TemporaryDirectory() as tmp:
+        dead = "unix:" + os.path.join(tmp, "nobody.sock")
+        expect(gemmctl(), EXIT_USAGE, "no command")
+        expect(gemmctl("frobnicate"), EXIT_USAGE, "unknown command")
+        expect(gemmctl("--bogus", "ping"), EXIT_USAGE, "unknown option")
+        expect(gemmctl("ping", "extra"), EXIT_USAGE, "ping with an argument")
+        expect(gemmctl("gemm", "--a", "x.npy"), EXIT_USAGE, "gemm without --b/--out")
+        expect(gemmctl("bench", "--m", "0"), EXIT_USAGE, "bench --m 0")
+        expect(gemmctl("verify", "--dtype", "f8"), EXIT_USAGE, "verify --dtype f8")
+        expect(gemmctl("ping", addr="tcp:nohost"), EXIT_USAGE, "malformed address")
+        _, err = expect(gemmctl("ping", addr=dead), EXIT_CONNECT, "dead socket")
+        assert "cannot connect" in err and "nobody.sock" in err, err
+        out, _ = expect(gemmctl("--json", "info", addr=dead), EXIT_CONNECT, "dead socket --json")
+        report = json.loads(out)
+        assert report["ok"] is False and report["exit"] == 3, report
+        assert report["error"]["kind"] == "connection", report
+        out, _ = expect(gemmctl("--help"), EXIT_OK, "--help")
+        assert "exit status" in out and "3  connection error" in out, out
+        for command in ("ping", "info", "stats", "gemm", "bench", "verify"):
+            out, _ = expect(gemmctl(command, "--help"), EXIT_OK, command + " --help")
+            assert out.startswith("usage: gemmctl") and command in out, out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gemmctl", required=True)
+    ARGS, rest = parser.parse_known_args()
+    sys.exit(h.main([test_ping_info_stats, test_gemm_files, test_gemm_rejects_before_sending,
+                     test_verify_and_bench, test_usage_and_exit_codes], [sys.argv[0]] + rest))
