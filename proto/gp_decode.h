@@ -114,7 +114,8 @@ bool gp_decoder_payload_window(const gp_decoder *d, gp_operand *operand, uint64_
                                uint64_t *remaining);
 
 /* Bytes of the current message consumed so far (0 between messages). A message stays current
- * until its last event (MESSAGE_END, or the REJECT of a rejected one) has been returned. */
+ * until all its bytes are consumed (a rejected one's skipped too) and its queued events, such
+ * as the MESSAGE_END behind a ping's REQUEST, have been returned. */
 uint64_t gp_decoder_message_bytes(const gp_decoder *d);
 
 #endif /* GP_DECODE_H */

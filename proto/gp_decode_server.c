@@ -99,10 +99,12 @@ static gp__action read_params(gp_decoder *d, const gp__token *tok) {
   }
   if (tok->type == GP__TOK_ARRAY && tok->len == 0)
     return (gp__action){GP__K_SKIP, GP__BODY_NONE};
-  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: %s takes [], got %s%s",
-              gp_method_name(d->method),
-              tok->type == GP__TOK_ARRAY ? "an array of " : gp__tok_words(tok),
-              tok->type == GP__TOK_ARRAY ? "elements" : "");
+  if (tok->type == GP__TOK_ARRAY)
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: %s takes [], got an array of %u elements",
+                gp_method_name(d->method), tok->len);
+  else
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: %s takes [], got %s", gp_method_name(d->method),
+                gp__tok_words(tok));
   return gp__skip_action(GP__K_ENVELOPE, tok);
 }
 
