@@ -128,8 +128,11 @@ gp_decoder *gp_decoder_new(gp_role role, const gp_limits *limits) {
   if (d == NULL)
     return NULL;
   d->role = role;
-  d->limits = *limits;
-  d->next_limits = *limits;
+  if (limits != NULL)
+    d->limits = *limits;
+  else
+    gp_limits_default(&d->limits);
+  d->next_limits = d->limits;
   msgpack_unpacked_init(&d->unpacked);
   return d;
 }
@@ -142,7 +145,10 @@ void gp_decoder_free(gp_decoder *d) {
   free(d);
 }
 
-void gp_decoder_set_limits(gp_decoder *d, const gp_limits *limits) { d->next_limits = *limits; }
+void gp_decoder_set_limits(gp_decoder *d, const gp_limits *limits) {
+  if (limits != NULL)
+    d->next_limits = *limits;
+}
 
 static void begin_message(gp_decoder *d) {
   d->limits = d->next_limits;

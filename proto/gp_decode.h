@@ -90,7 +90,10 @@ typedef struct {
 
 typedef struct gp_decoder gp_decoder;
 
-/* A new decoder; limits are copied. NULL only when out of memory. */
+/* A new decoder; limits are copied (NULL: gp_limits_default). NULL only when out of memory.
+ * A decoder is used by one thread at a time; separate decoders share nothing. It allocates
+ * nothing per message except, in the client role, the capture of a generic result (at most
+ * max_header_bytes, reused). */
 gp_decoder *gp_decoder_new(gp_role role, const gp_limits *limits);
 void gp_decoder_free(gp_decoder *d);
 

@@ -83,9 +83,11 @@ static void read_msgid(gp_decoder *d, const gp__token *tok) {
 static gp__action read_error(gp_decoder *d, const gp__token *tok) {
   if (tok->type == GP__TOK_NIL)
     return NOTHING;
-  gp_error_set(&d->resp_err, GP_E_INTERNAL, "error of unexpected form");
-  if (tok->type == GP__TOK_MAP)
+  if (tok->type == GP__TOK_MAP) { /* code and message filled in as they come */
+    gp_error_set(&d->resp_err, GP_E_INTERNAL, "%s", "");
     return (gp__action){GP__K_ERROR, GP__BODY_NONE};
+  }
+  gp_error_set(&d->resp_err, GP_E_INTERNAL, "error of unexpected form");
   if (tok->type == GP__TOK_STR) /* a plain msgpack-RPC error string */
     return COLLECT;
   return gp__skip_action(GP__K_ENVELOPE, tok);
@@ -307,6 +309,9 @@ static void client_on_close(gp_decoder *d, const gp__frame *closed) {
   if (d->silent || closed->kind != GP__K_ENVELOPE)
     return;
   if (d->resp_err.code != GP_OK) {
+    if (d->resp_err.message[0] == '\0') /* an error map without a message */
+      snprintf(d->resp_err.message, sizeof d->resp_err.message, "%s",
+               gp_strerror(d->resp_err.code));
     gp_event *ev = gp__emit(d, GP_EV_RESPONSE);
     ev->err = d->resp_err;
   } else if (d->capturing) {

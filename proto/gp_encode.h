@@ -9,6 +9,8 @@
  *
  * All functions return 0 or a negative gp_code (GP_E_RESOURCE_EXHAUSTED when
  * the buffer cannot grow, GP_E_INVALID_ARGUMENT for a payload over 4 GiB).
+ * On failure the buffer may hold a partial message: drop it (reset its size).
+ * They keep no state: any thread may call them on its own buffer.
  */
 #ifndef GP_ENCODE_H
 #define GP_ENCODE_H

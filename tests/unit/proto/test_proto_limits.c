@@ -465,10 +465,19 @@ START_TEST(client_malformed_replies) {
   tp_pack_str(&pk, "message");
   tp_pack_str(&pk, "no code");
   msgpack_pack_nil(&pk);
+  msgpack_pack_array(&pk, 4); /* and one with a code but no message */
+  msgpack_pack_uint8(&pk, 1);
+  msgpack_pack_uint8(&pk, 7);
+  msgpack_pack_map(&pk, 1);
+  tp_pack_str(&pk, "code");
+  tp_pack_str(&pk, "NOT_FOUND");
+  msgpack_pack_nil(&pk);
   t = decode(GP_ROLE_CLIENT, &lim, &sb);
   char got[256];
   ck_assert_str_eq(tp_trace_types(&t, got, sizeof got),
-                   "RESPONSE MESSAGE_END RESPONSE MESSAGE_END");
+                   "RESPONSE MESSAGE_END RESPONSE MESSAGE_END RESPONSE MESSAGE_END");
+  ck_assert_int_eq(t.ev[4].err.code, GP_E_NOT_FOUND);
+  ck_assert_str_eq(t.ev[4].err.message, "not found");
   ck_assert_int_eq(t.ev[0].err.code, GP_E_INTERNAL);
   ck_assert_str_eq(t.ev[0].err.message, "boom");
   ck_assert_int_eq(t.ev[2].err.code, GP_E_INTERNAL);
