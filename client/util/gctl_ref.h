@@ -23,7 +23,8 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound);
 
-/* The largest |out - ref| / bound over all elements (bound 0: any difference is infinite). */
+/* The largest (|out - ref| less one subnormal spacing of the dtype) / bound over all elements
+ * (bound 0: any difference is infinite); NaN when an element is NaN. */
 double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
                       const double *bound);
 
