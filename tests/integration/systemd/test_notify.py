@@ -8,6 +8,8 @@ naming it, and the test checks what a Type=notify service with WatchdogSec= reli
     (half the interval), from the daemon's own process (NotifyAccess=main);
   - WATCHDOG_PID naming another process turns the pings off, naming gemmd's keeps them on,
     and without WATCHDOG_USEC there are none;
+  - SIGHUP brings RELOADING=1 and then READY=1 again, for a good and for a broken config
+    (systemd leaves a Type=notify unit "reloading" until READY=1 follows);
   - SIGTERM brings STOPPING=1 before the exit, and the exit code is 0.
 The sender of every datagram is checked with SO_PASSCRED.
 
@@ -219,6 +221,45 @@ def test_no_watchdog_without_usec(ctx):
         listener.close()
 
 
+def expect_reload_cycle(daemon, listener, scale, what):
+    """SIGHUP: RELOADING=1, then READY=1 again (else systemd shows the unit reloading for
+    ever), and the daemon still serves."""
+    since = time.monotonic()
+    daemon.send_signal(signal.SIGHUP)
+    reloading = ready = None
+    deadline = time.monotonic() + 10.0 * scale
+    while time.monotonic() < deadline and ready is None:
+        for message in listener.receive(0.05):
+            if message[0] < since:
+                continue
+            if reloading is None and message[2].get("RELOADING") == "1":
+                reloading = message
+            elif reloading is not None and message[2].get("READY") == "1":
+                ready = message
+    assert reloading is not None, "%s: no RELOADING=1 after SIGHUP" % what
+    assert ready is not None, "%s: RELOADING=1 but no READY=1 after it" % what
+    assert reloading[1] == daemon.pid and ready[1] == daemon.pid, "%s: sent by another pid" % what
+    print("  %s: RELOADING=1, then READY=1 (STATUS=%s)" % (what, ready[2].get("STATUS")),
+          flush=True)
+    with h.Client("unix:" + daemon.unix_path, timeout=10.0 * scale) as client:
+        assert client.call("ping") == "pong", "%s: no pong after the reload" % what
+
+
+def test_reload_notifies(ctx):
+    listener = NotifyListener()
+    try:
+        daemon = start_with(ctx, listener)
+        expect_ready(daemon, listener, ctx.scale)
+        daemon.write_config({"log_level": "debug"})
+        expect_reload_cycle(daemon, listener, ctx.scale, "valid config")
+        daemon.write_config(config_text="log_level: [not, a, level]\n")
+        expect_reload_cycle(daemon, listener, ctx.scale, "broken config")
+        expect_stopping(daemon, listener, ctx.scale)
+    finally:
+        listener.close()
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_ready_watchdog_stopping, test_watchdog_pid_is_gemmd,
-                     test_watchdog_for_another_pid, test_no_watchdog_without_usec]))
+                     test_watchdog_for_another_pid, test_no_watchdog_without_usec,
+                     test_reload_notifies]))
