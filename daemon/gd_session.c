@@ -83,6 +83,20 @@ static void process(gd_session *s);
 static void update_reading(gd_session *s);
 static void update_timer(gd_session *s);
 
+/* Something that held this session back went away (a reply was written, a job answered, limits
+ * changed): decode what is already read, then read more if allowed. */
+static void kick(gd_session *s) {
+  if (s->closing)
+    return;
+  if (s->pending_len > 0) {
+    process(s); /* ends with update_reading and update_timer */
+    return;
+  }
+  update_reading(s);
+  if (!s->closing)
+    update_timer(s);
+}
+
 /* ---- writing ------------------------------------------------------------- */
 
 static void free_wreq(wreq *w) {
@@ -129,10 +143,7 @@ static void on_write(uv_write_t *req, int status) {
     gd_session_close(s, why);
     return;
   }
-  if (!s->closing) {
-    update_reading(s); /* the write backlog shrank: maybe read again */
-    update_timer(s);
-  }
+  kick(s); /* the write backlog shrank: maybe decode and read again */
 }
 
 /* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
@@ -247,10 +258,7 @@ static void hook_failed(void *session, gd_job *job, const gp_error *err) {
   free(rec);
   gd_sched_finish(s->d->sched, job, false);
   send_error(s, msgid, err->code ? err->code : GP_E_INTERNAL, err->message);
-  if (!s->closing) {
-    update_reading(s);
-    update_timer(s);
-  }
+  kick(s);
 }
 
 static void hook_resume(void *session, gd_job *job) {
@@ -393,10 +401,15 @@ static void on_message_end(gd_session *s) {
 
 static void on_reject(gd_session *s, const gp_event *ev) {
   gd_daemon *d = s->d;
+  bool counted = s->in_request; /* its REQUEST event was counted already */
   drop_current(s);
   s->in_request = false;
   if (ev->has_msgid) {
-    d->stats.requests++;
+    if (!counted) {
+      d->stats.requests++;
+      if ((unsigned)ev->method < sizeof d->stats.requests_by_method / sizeof(uint64_t))
+        d->stats.requests_by_method[ev->method]++;
+    }
     send_error(s, ev->msgid, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
                ev->err.message);
   } else {
@@ -748,9 +761,7 @@ void gd_sessions_apply_limits(gd_daemon *d) {
     if (s->closing)
       continue;
     gp_decoder_set_limits(s->dec, &d->cfg.proto);
-    update_reading(s);
-    if (!s->closing)
-      update_timer(s);
+    kick(s);
   }
 }
 
