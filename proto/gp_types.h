@@ -101,7 +101,8 @@ typedef struct {
 typedef struct {
   uint64_t max_message_bytes;   /* one whole message, payloads included */
   uint32_t max_header_bytes;    /* one message less its streamed bin payloads */
-  uint32_t max_depth;           /* nesting of arrays and maps */
+  uint32_t max_depth;           /* nesting of arrays and maps (the envelope is 1; the decoder
+                                   honours at most 64) */
   uint32_t max_items;           /* elements of one array, or pairs of one map */
   uint32_t max_string_bytes;    /* one str or non-payload bin */
   uint64_t max_dim;             /* m, n and k each */
