@@ -54,6 +54,7 @@
  *     queued jobs without posting, and frees every backend_data it still holds.
  *     The scheduler then frees the gd_job structs without calling release(),
  *     and drops events posted but not delivered.
+ *   - gd_job.submitted_us: set by the scheduler just before submit().
  *   - pack_info, pack_stats, devices, busy may be NULL.
  *   - when prepare fails it undoes its own reservations: release is not called.
  *     When submit fails, release is called (the job never ran).
@@ -82,6 +83,8 @@ struct gd_job {
   uint64_t operand_bytes[3];   /* a, b, c: exact payload sizes (c: the size of C, sent or not) */
   uint64_t reserved_bytes;     /* counted against the memory budget */
   uint64_t admitted_us;        /* monotonic clock, microseconds */
+  uint64_t submitted_us;       /* when submit() was called (all payloads landed); queue_us
+                                  in the reply counts from here */
   uint64_t deadline_us;        /* 0 = none */
   gp_gemm_result_hdr result;   /* device, kernel and timings, filled by the backend */
   gd_backend *backend;

@@ -123,7 +123,7 @@ static void run_job(cpu_backend *cb, cpu_job *cj) {
   r->dtype = job->hdr.dtype;
   snprintf(r->device, sizeof r->device, "cpu");
   snprintf(r->kernel, sizeof r->kernel, "%s", kernel);
-  r->queue_us = start - job->admitted_us;
+  r->queue_us = start - job->submitted_us; /* waiting for a worker, not for the payload */
   r->transfer_in_us = 0;
   r->compute_us = end - start;
   r->transfer_out_us = 0;

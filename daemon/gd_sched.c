@@ -325,11 +325,13 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
 int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
   sched_job *sj = to_sched_job(job);
   if (!s->backend) {
+    job->submitted_us = gd_now_us();
     sj->submitted = true;
     s->running++;
     return 0;
   }
   gp_error_clear(err);
+  job->submitted_us = gd_now_us();
   int rc = s->backend->ops->submit(s->backend, job, err);
   if (rc != 0) {
     if (err && err->code == GP_OK)
