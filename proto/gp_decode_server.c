@@ -26,7 +26,7 @@ static int hdr_key_of(const char *s, size_t len) {
   return -1;
 }
 
-/* Element index of the method and of the params within the envelope. */
+/* Element index of the method within the envelope; params follow it. */
 static uint32_t method_index(const gp_decoder *d) {
   return d->msg_type == GP__MSG_REQUEST ? 2 : 1;
 }
