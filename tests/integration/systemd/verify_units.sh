@@ -48,7 +48,7 @@ require gemmd.service \
   'DeviceAllow=char-nvidia-frontend rw' 'DeviceAllow=char-nvidia-uvm rw' \
   'DeviceAllow=char-nvidia-caps rw' 'DeviceAllow=/dev/nvidiactl rw' \
   'DeviceAllow=/dev/nvidia-uvm rw' 'DeviceAllow=/dev/nvidia-uvm-tools rw' \
-  'DeviceAllow=/dev/nvidia-caps rw' \
+  'DeviceAllow=/dev/nvidia-caps/nvidia-cap1 r' 'DeviceAllow=/dev/nvidia-caps/nvidia-cap2 r' \
   'ProtectSystem=strict' 'ProtectHome=yes' 'NoNewPrivileges=yes' 'PrivateTmp=yes' \
   'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' 'SystemCallFilter=@system-service' \
   'UMask=0007' 'CapabilityBoundingSet=' 'RuntimeDirectory=gemmd' 'RuntimeDirectoryMode=0750' \
