@@ -6,11 +6,13 @@ if(TARGET gemmd)
   set(_sd_env "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
 
   # systemd-analyze verify and security on the configured units, with ExecStart pointed at
-  # the built gemmd (verify insists that the binary exists).
+  # the built gemmd (verify insists that the binary exists); the drain timeout and the socket
+  # path agree with config/gemmd.yaml and the client's default address.
   add_test(NAME systemd_units_verify
            COMMAND sh ${_sd_dir}/verify_units.sh ${PROJECT_BINARY_DIR}/systemd
                    ${CMAKE_INSTALL_FULL_BINDIR}/gemmd $<TARGET_FILE:gemmd>
-                   ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)
+                   ${PROJECT_SOURCE_DIR}/config/gemmd.yaml
+                   ${PROJECT_SOURCE_DIR}/client/gemmclient.h)
 
   # sysusers.d and tmpfiles.d files applied to an empty root: user, groups, /run/gemmd.
   add_test(NAME systemd_sysusers_tmpfiles

@@ -1,5 +1,5 @@
 #!/bin/sh
-# verify_units.sh UNIT_DIR INSTALLED_GEMMD BUILT_GEMMD [CONFIG_YAML]
+# verify_units.sh UNIT_DIR INSTALLED_GEMMD BUILT_GEMMD [CONFIG_YAML [CLIENT_HEADER]]
 #
 # Checks the configured gemmd.service and gemmd.socket (from UNIT_DIR, the build's systemd/):
 #  1. every directive issue 7 asks for is there, with its value;
@@ -8,9 +8,10 @@
 #  3. `systemd-analyze security --offline` rates the service's exposure at 3.0 or better.
 # verify insists that ExecStart's binary exists, so the copies it checks name BUILT_GEMMD in
 # place of INSTALLED_GEMMD. CONFIG_YAML (config/gemmd.yaml) gives the drain timeout that
-# TimeoutStopSec must exceed. Exits 0 pass, 1 fail, 77 when systemd-analyze is missing.
+# TimeoutStopSec must exceed; it and CLIENT_HEADER (gemmclient.h) must name the socket path
+# that gemmd.socket listens on. Exits 0 pass, 1 fail, 77 when systemd-analyze is missing.
 set -u
-unit_dir=$1 installed=$2 built=$3 config=${4:-}
+unit_dir=$1 installed=$2 built=$3 config=${4:-} header=${5:-}
 
 command -v systemd-analyze >/dev/null 2>&1 || { echo "SKIP: no systemd-analyze"; exit 77; }
 
@@ -79,6 +80,19 @@ elif [ -n "$stop" ] && [ $((stop * 1000)) -le "$drain_ms" ]; then
   bad "TimeoutStopSec=${stop}s is not above timeouts.drain_ms ($drain_ms ms)"
 else
   echo "ok: TimeoutStopSec=${stop}s is above timeouts.drain_ms ($drain_ms ms)"
+fi
+
+# One socket path everywhere: the socket unit, the config's first listen address (used when
+# the service runs without the socket unit) and the client's default address.
+socket_path=$(sed -n 's/^ListenStream=//p' "$tmp/gemmd.socket")
+if [ -n "$config" ] && [ -f "$config" ]; then
+  first=$(sed -n 's/^[[:space:]]*-[[:space:]]*"\{0,1\}unix:\([^"[:space:]]*\).*/\1/p' "$config" | head -n 1)
+  [ "$first" = "$socket_path" ] ||
+    bad "config's first unix listen address is '$first', gemmd.socket listens on '$socket_path'"
+fi
+if [ -n "$header" ] && [ -f "$header" ]; then
+  grep -q "^#define GC_DEFAULT_ADDRESS \"unix:$socket_path\"" "$header" ||
+    bad "GC_DEFAULT_ADDRESS in $header is not \"unix:$socket_path\""
 fi
 
 # 2. systemd-analyze verify: silence is success.
