@@ -327,6 +327,29 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
   return best;
 }
 
+/* The device already serving a job of this session, or -1.
+ *
+ * One connection's jobs stay on one device: its worker sends results back strictly in the order
+ * the jobs ran, so the chunks of one reply are never interleaved with those of another reply on
+ * the same connection (the session writes each chunk as it comes). Different connections still
+ * spread over every device. */
+static int session_device(gd__gpu_backend *be, const void *session) {
+  if (!session)
+    return -1;
+  for (size_t i = 0; i < be->ndev; i++) {
+    gd__gpu_dev *dev = &be->devs[i];
+    bool found = false;
+    pthread_mutex_lock(&dev->mu);
+    if (dev->in_service && !dev->dead)
+      for (gd__gpu_job *j = dev->jobs; j && !found; j = j->next)
+        found = j->owner && j->owner->session == session && !j->finished;
+    pthread_mutex_unlock(&dev->mu);
+    if (found)
+      return (int)i;
+  }
+  return -1;
+}
+
 /* Seconds of work, roughly: the kernel at ~20 TFLOP/s plus the bytes through the socket at
  * ~5 GB/s. Only the comparison between devices matters. */
 static double job_load(const gd__gpu_job *job) {
@@ -354,7 +377,10 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   }
   bool any = false;
   uint64_t largest = 0;
-  gd__gpu_dev *dev = pick_device(be, job->device, gj->alloc_len, &any, &largest);
+  int hint = session_device(be, job->session);
+  if (hint < 0)
+    hint = job->device;
+  gd__gpu_dev *dev = pick_device(be, hint, gj->alloc_len, &any, &largest);
   if (!dev) {
     uint64_t need = gj->alloc_len;
     free(gj);

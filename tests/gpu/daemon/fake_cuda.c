@@ -445,7 +445,8 @@ int gk_gpu_ctx_cc(const gk_gpu_ctx *ctx) {
 
 static bool fake_supports(const gk_problem *p, int cc) {
   (void)cc;
-  return p->dtype == GK_F32 || p->dtype == GK_F64;
+  (void)p;
+  return true;
 }
 static cudaError_t fake_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t s) {
   (void)ctx;
@@ -480,7 +481,34 @@ cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *prefer
 }
 
 static double at(const gk_problem *p, const void *base, int64_t i) {
-  return p->dtype == GK_F64 ? ((const double *)base)[i] : ((const float *)base)[i];
+  switch (p->dtype) {
+  case GK_F64: return ((const double *)base)[i];
+  case GK_F32: return ((const float *)base)[i];
+  case GK_F16: return (double)((const _Float16 *)base)[i];
+  case GK_BF16: {
+    uint32_t bits = (uint32_t)((const uint16_t *)base)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+  }
+  return 0;
+}
+
+static void put(const gk_problem *p, int64_t i, double v) {
+  switch (p->dtype) {
+  case GK_F64: ((double *)p->c)[i] = v; break;
+  case GK_F32: ((float *)p->c)[i] = (float)v; break;
+  case GK_F16: ((_Float16 *)p->c)[i] = (_Float16)(float)v; break;
+  case GK_BF16: {
+    float f = (float)v;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    bits += 0x7FFF + ((bits >> 16) & 1); /* round to nearest even */
+    ((uint16_t *)p->c)[i] = (uint16_t)(bits >> 16);
+    break;
+  }
+  }
 }
 
 static void gemm_run(const gk_problem *p) {
@@ -496,9 +524,6 @@ static void gemm_run(const gk_problem *p) {
         }
         int64_t ic = b * sc + i * p->n + j;
         double v = p->alpha * acc + (p->beta != 0.0 ? p->beta * at(p, p->c, ic) : 0.0);
-        if (p->dtype == GK_F64)
-          ((double *)p->c)[ic] = v;
-        else
-          ((float *)p->c)[ic] = (float)v;
+        put(p, ic, v);
       }
 }
