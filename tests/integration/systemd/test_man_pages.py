@@ -6,7 +6,8 @@
   - every option of DESIGN.md's command-line contract is documented in its page;
   - every option the built programs list in --help is documented (so the pages cannot fall
     behind the code), when the program has --help;
-  - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name.
+  - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name;
+  - each page's title line names the version `gemmd --version` prints.
 
 Run: test_man_pages.py --source DIR --gemmd PATH [--gemmctl PATH]
 """
@@ -98,6 +99,19 @@ def help_exit_codes(binary):
     return re.findall(r"^\s+(\d+)\s{2,}\S", tail, re.M)
 
 
+def program_version(binary):
+    """X.Y.Z from `gemmd --version` ("gemmd 0.1.0 (protocol 1)"), or None."""
+    if not binary or not os.access(binary, os.X_OK):
+        return None
+    try:
+        proc = subprocess.run([binary, "--version"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.match(r"gemmd (\d+\.\d+\.\d+)", proc.stdout.decode("utf-8", "replace"))
+    return m.group(1) if proc.returncode == 0 and m else None
+
+
 def section(roff, name):
     """The raw roff text of section .SH NAME (quoted or not), up to the next .SH."""
     m = re.search(r'^\.SH "?%s"?\s*$(.*?)(?=^\.SH|\Z)' % re.escape(name), roff, re.M | re.S)
@@ -174,6 +188,16 @@ def main():
                             (name, PAGES[name], " ".join(lacking)))
         else:
             print("ok: every option of %s --help is in %s" % (name, PAGES[name]))
+
+    version = program_version(args.gemmd)
+    if version:
+        stale = [PAGES[n] for n in raw if not re.search(r'^\.TH .*"gemmd %s"' % re.escape(version),
+                                                       raw[n], re.M)]
+        if stale:
+            failures.append("the .TH line of %s does not say gemmd %s (gemmd --version)" %
+                            (", ".join(stale), version))
+        else:
+            print("ok: every page is for gemmd %s" % version)
 
     codes = help_exit_codes(args.gemmctl) if "gemmctl" in raw else []
     if codes:
