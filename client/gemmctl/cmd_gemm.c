@@ -202,11 +202,16 @@ static int wait_with_progress(gc_conn *conn, gc_req req, gc_gemm_result *result)
   gctl_progress bar;
   gctl_progress_init(&bar, "gemm");
   int rc;
+  uint64_t sent = 0, send_total = 0, received = 0, receive_total = 0;
   while ((rc = gc_wait(conn, req, 100, result)) == GC_E_DEADLINE_EXCEEDED &&
          gc_progress(conn, req, NULL, NULL, NULL, NULL) == 0) {
-    uint64_t sent, send_total, received, receive_total;
     gc_progress(conn, req, &sent, &send_total, &received, &receive_total);
+    bar.label = sent < send_total ? "gemm: sending  " : received == 0 ? "gemm: computing" : "gemm: receiving";
     gctl_progress_update(&bar, sent + received, send_total + receive_total);
+  }
+  if (rc == 0) {
+    bar.label = "gemm: done     ";
+    gctl_progress_update(&bar, send_total + receive_total, send_total + receive_total);
   }
   gctl_progress_end(&bar);
   return rc;
