@@ -54,6 +54,22 @@ def test_ping_info_stats(ctx):
         expect(gemmctl("stats", addr=addr), EXIT_OK, "stats")
 
 
+def test_tcp(ctx):
+    """tcp:HOST:PORT with a name and an IPv4 address, and tcp:[::1]:PORT where IPv6 works."""
+    v6 = h.ipv6_loopback_works()
+    with h.Daemon(ctx.gemmd, tcp=True, tcp6=v6) as d:
+        addr = d.address("tcp")
+        expect(gemmctl("ping", addr=addr), EXIT_OK, "ping " + addr)
+        expect(gemmctl("ping", addr="tcp:localhost:%d" % d.tcp_port), EXIT_OK, "ping localhost")
+        out, _ = expect(gemmctl("--json", "verify", "--m", "70", "--n", "3", "--k", "9",
+                                addr=addr), EXIT_OK, "verify over tcp")
+        assert json.loads(out)["result"] == "PASS", out
+        if v6:
+            addr6 = d.address("tcp6")
+            assert addr6.startswith("tcp:["), addr6
+            expect(gemmctl("ping", addr=addr6), EXIT_OK, "ping " + addr6)
+
+
 def save(path, arr, fortran=False):
     np.save(path, np.asfortranarray(arr) if fortran else np.ascontiguousarray(arr))
 
@@ -225,5 +241,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemmctl", required=True)
     ARGS, rest = parser.parse_known_args()
-    sys.exit(h.main([test_ping_info_stats, test_gemm_files, test_gemm_rejects_before_sending,
+    sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_rejects_before_sending,
                      test_verify_and_bench, test_usage_and_exit_codes], [sys.argv[0]] + rest))
