@@ -11,13 +11,15 @@ gemmd's pid), exactly what gemmd.socket does. The tests check that
   - handed sockets replace the config's listen list, and --listen adds to them (gemmd(8));
   - it adopts every socket handed over (a Unix and a TCP one at once);
   - it exits 0 on SIGTERM and leaves the socket file in place: it belongs to systemd, which
-    keeps listening on it across daemon restarts.
+    keeps listening on it across daemon restarts;
+  - activated and given NOTIFY_SOCKET at once, it sends READY=1, WATCHDOG=1 and STOPPING=1.
 
 Run: test_socket_activation.py --gemmd PATH (PYTHONPATH must hold tests/integration).
 """
 
 import os
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -33,8 +35,9 @@ PASS_ENV = ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "GEMMD_TEST_SEED", 
 class ActivatedDaemon(h.Daemon):
     """A Daemon whose listening sockets systemd-socket-activate binds and hands over."""
 
-    def __init__(self, gemmd, extra_listen=(), **kwargs):
+    def __init__(self, gemmd, extra_listen=(), activate_env=None, **kwargs):
         self.extra_listen = list(extra_listen)  # further -l addresses
+        self.activate_env = dict(activate_env or {})  # -E NAME=VALUE for gemmd
         super().__init__(gemmd, **kwargs)
 
     def command(self):
@@ -44,6 +47,8 @@ class ActivatedDaemon(h.Daemon):
         for name in PASS_ENV:
             if name in os.environ:
                 cmd += ["-E", name]
+        for name, value in self.activate_env.items():
+            cmd += ["-E", "%s=%s" % (name, value)]
         return cmd + super().command()
 
 
@@ -147,6 +152,33 @@ def test_two_handed_sockets(ctx):
     stop_and_check_socket_kept(daemon)
 
 
+def test_activated_and_notifying(ctx):
+    """What gemmd.socket + gemmd.service do together: activation, READY=1 once the handed
+    socket is served, WATCHDOG=1, and STOPPING=1 on SIGTERM."""
+    need_activate()
+    from test_notify import NotifyListener  # same directory
+    listener = NotifyListener()
+    try:
+        daemon = ActivatedDaemon(ctx.gemmd, activate_env={"NOTIFY_SOCKET": listener.path,
+                                                          "WATCHDOG_USEC": "200000"})
+        daemon.start(wait=False)
+        daemon.wait_listening()  # triggers the exec
+        ready = listener.wait_for("READY", "1", 20.0 * daemon.scale)
+        assert ready is not None, "no READY=1 from the activated gemmd\n" + daemon.log_tail()
+        assert ready[1] == daemon.pid, "READY=1 from pid %r, gemmd is %d" % (ready[1], daemon.pid)
+        with h.Client(daemon.address(), timeout=30.0 * daemon.scale) as client:
+            serve_checks(ctx, client)
+        assert listener.wait_for("WATCHDOG", "1", 2.0 * daemon.scale) is not None, \
+            "no WATCHDOG=1 from the activated gemmd"
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait_exit(25.0 * daemon.scale)
+        assert listener.wait_for("STOPPING", "1", 0.5) is not None, "no STOPPING=1 on SIGTERM"
+        stop_and_check_socket_kept(daemon)
+    finally:
+        listener.close()
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_handed_unix_socket, test_handed_socket_replaces_config,
-                     test_handed_socket_and_cli_listen, test_two_handed_sockets]))
+                     test_handed_socket_and_cli_listen, test_two_handed_sockets,
+                     test_activated_and_notifying]))
