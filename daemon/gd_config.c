@@ -102,7 +102,7 @@ int gd_config_parse_size(const char *text, uint64_t *out) {
   }
   digits[n] = '\0';
   const char *suffix = text + n;
-  if (*suffix == ' ')
+  if (*suffix == ' ' && suffix[1] != '\0') /* "4 GiB"; but not "4 " */
     suffix++;
   uint64_t v;
   if (parse_uint(digits, &v) != 0)

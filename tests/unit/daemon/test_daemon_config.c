@@ -1,0 +1,311 @@
+/* gemmd.yaml parsing (gd_config.h) and the command line (gd_cli.h). */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gd_cli.h"
+#include "gd_config.h"
+
+static int load(const char *text, gd_config *cfg, char *err) {
+  gd_config_default(cfg);
+  return gd_config_load_string("test.yaml", text, strlen(text), cfg, err, GD_CONFIG_ERROR_MAX);
+}
+
+static void load_ok(const char *text, gd_config *cfg) {
+  char err[GD_CONFIG_ERROR_MAX] = "";
+  ck_assert_msg(load(text, cfg, err) == 0, "rejected: %s\n%s", err, text);
+}
+
+/* The error must carry FILE:LINE:COLUMN and mention what was wrong. */
+static void load_bad(const char *text, const char *where, const char *contains) {
+  gd_config cfg;
+  char err[GD_CONFIG_ERROR_MAX] = "";
+  ck_assert_msg(load(text, &cfg, err) != 0, "accepted:\n%s", text);
+  ck_assert_msg(strncmp(err, where, strlen(where)) == 0, "error \"%s\" does not start with %s",
+                err, where);
+  ck_assert_msg(strstr(err, contains), "error \"%s\" lacks \"%s\"", err, contains);
+}
+
+static void assert_same(const gd_config *a, const gd_config *b) {
+  ck_assert_uint_eq(a->listen_count, b->listen_count);
+  for (size_t i = 0; i < a->listen_count; i++)
+    ck_assert_str_eq(a->listen[i], b->listen[i]);
+  ck_assert_uint_eq(a->unix_socket_mode, b->unix_socket_mode);
+  ck_assert_int_eq(a->backend, b->backend);
+  ck_assert_int_eq(a->log_level, b->log_level);
+  ck_assert_uint_eq(a->max_connections, b->max_connections);
+  ck_assert_uint_eq(a->max_requests_in_flight, b->max_requests_in_flight);
+  ck_assert_uint_eq(a->max_buffered_bytes, b->max_buffered_bytes);
+  ck_assert_uint_eq(a->proto.max_message_bytes, b->proto.max_message_bytes);
+  ck_assert_uint_eq(a->proto.max_header_bytes, b->proto.max_header_bytes);
+  ck_assert_uint_eq(a->proto.max_depth, b->proto.max_depth);
+  ck_assert_uint_eq(a->proto.max_items, b->proto.max_items);
+  ck_assert_uint_eq(a->proto.max_dim, b->proto.max_dim);
+  ck_assert_uint_eq(a->proto.max_batch, b->proto.max_batch);
+  ck_assert_uint_eq(a->proto.max_work, b->proto.max_work);
+  ck_assert_uint_eq(a->proto.max_operand_bytes, b->proto.max_operand_bytes);
+  ck_assert_uint_eq(a->max_jobs, b->max_jobs);
+  ck_assert_uint_eq(a->memory_budget, b->memory_budget);
+  ck_assert_uint_eq(a->idle_ms, b->idle_ms);
+  ck_assert_uint_eq(a->request_ms, b->request_ms);
+  ck_assert_uint_eq(a->drain_ms, b->drain_ms);
+  ck_assert_uint_eq(a->cpu_threads, b->cpu_threads);
+  ck_assert_uint_eq(a->blas_threads, b->blas_threads);
+  ck_assert_int_eq(a->gpu.devices_auto, b->gpu.devices_auto);
+  ck_assert_uint_eq(a->gpu.device_count, b->gpu.device_count);
+  ck_assert_uint_eq(a->gpu.staging_bytes, b->gpu.staging_bytes);
+  ck_assert_uint_eq(a->gpu.staging_buffers, b->gpu.staging_buffers);
+  ck_assert_double_eq(a->gpu.memory_fraction, b->gpu.memory_fraction);
+  ck_assert_uint_eq(a->gpu.memory_bytes, b->gpu.memory_bytes);
+  ck_assert_str_eq(a->gpu.kernel, b->gpu.kernel);
+}
+
+/* Every field set to something else first: a key the file lacks would show. */
+static void scramble(gd_config *cfg) {
+  cfg->listen_count = 0;
+  cfg->unix_socket_mode = 0;
+  cfg->backend = GD_BACKEND_CPU;
+  cfg->log_level = GD_LOG_DEBUG;
+  cfg->max_connections = cfg->max_requests_in_flight = 1;
+  cfg->max_buffered_bytes = 1;
+  memset(&cfg->proto, 0, sizeof cfg->proto);
+  cfg->max_jobs = 1;
+  cfg->memory_budget = 1;
+  cfg->idle_ms = cfg->request_ms = cfg->drain_ms = 1;
+  cfg->cpu_threads = cfg->blas_threads = 3;
+  cfg->gpu.devices_auto = false;
+  cfg->gpu.staging_bytes = 1;
+  cfg->gpu.staging_buffers = 9;
+  cfg->gpu.memory_fraction = 0.1;
+  cfg->gpu.memory_bytes = 1;
+  strcpy(cfg->gpu.kernel, "x");
+}
+
+START_TEST(default_file_equals_builtin) {
+  gd_config builtin, file;
+  char err[GD_CONFIG_ERROR_MAX] = "";
+  gd_config_default(&builtin);
+  gd_config_default(&file);
+  scramble(&file);
+  ck_assert_msg(gd_config_load_file(GEMMD_DEFAULT_CONFIG, &file, err, sizeof err) == 0, "%s", err);
+  assert_same(&builtin, &file);
+  ck_assert_str_eq(builtin.listen[0], "unix:/run/gemmd/gemmd.sock");
+  ck_assert_uint_eq(builtin.unix_socket_mode, 0660);
+}
+END_TEST
+
+START_TEST(every_key_parses) {
+  gd_config cfg;
+  load_ok("listen:\n  - unix:/tmp/x.sock\n  - tcp:127.0.0.1:7000\n  - tcp:[::1]:7001\n"
+          "unix_socket_mode: \"0600\"\nbackend: cpu\nlog_level: debug\n"
+          "limits:\n  max_connections: 10\n  max_requests_in_flight: 3\n"
+          "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
+          "  max_depth: 5\n  max_items: 100\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
+          "  max_operand_bytes: \"512 MiB\"\n"
+          "queue: {max_jobs: 9, memory_budget: 3GiB}\n"
+          "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
+          "cpu: {threads: 4, blas_threads: 2}\n"
+          "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
+          "  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n",
+          &cfg);
+  ck_assert_uint_eq(cfg.listen_count, 3);
+  ck_assert_str_eq(cfg.listen[2], "tcp:[::1]:7001");
+  ck_assert_uint_eq(cfg.unix_socket_mode, 0600);
+  ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
+  ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
+  ck_assert_uint_eq(cfg.max_connections, 10);
+  ck_assert_uint_eq(cfg.max_requests_in_flight, 3);
+  ck_assert_uint_eq(cfg.max_buffered_bytes, 1u << 20);
+  ck_assert_uint_eq(cfg.proto.max_message_bytes, 2ull << 30);
+  ck_assert_uint_eq(cfg.proto.max_header_bytes, 4096);
+  ck_assert_uint_eq(cfg.proto.max_depth, 5);
+  ck_assert_uint_eq(cfg.proto.max_items, 100);
+  ck_assert_uint_eq(cfg.proto.max_dim, 4096);
+  ck_assert_uint_eq(cfg.proto.max_batch, 7);
+  ck_assert_uint_eq(cfg.proto.max_work, 12345);
+  ck_assert_uint_eq(cfg.proto.max_operand_bytes, 512u << 20);
+  ck_assert_uint_eq(cfg.max_jobs, 9);
+  ck_assert_uint_eq(cfg.memory_budget, 3ull << 30);
+  ck_assert_uint_eq(cfg.idle_ms, 0);
+  ck_assert_uint_eq(cfg.request_ms, 5);
+  ck_assert_uint_eq(cfg.drain_ms, 6);
+  ck_assert_uint_eq(cfg.cpu_threads, 4);
+  ck_assert_uint_eq(cfg.blas_threads, 2);
+  ck_assert(!cfg.gpu.devices_auto);
+  ck_assert_uint_eq(cfg.gpu.device_count, 2);
+  ck_assert_int_eq(cfg.gpu.devices[0], 1);
+  ck_assert_int_eq(cfg.gpu.devices[1], 0);
+  ck_assert_uint_eq(cfg.gpu.staging_bytes, 8u << 20);
+  ck_assert_uint_eq(cfg.gpu.staging_buffers, 3);
+  ck_assert_double_eq(cfg.gpu.memory_fraction, 0.5);
+  ck_assert_uint_eq(cfg.gpu.memory_bytes, 2ull << 30);
+  ck_assert_str_eq(cfg.gpu.kernel, "cublas");
+}
+END_TEST
+
+START_TEST(partial_and_empty_files) {
+  gd_config cfg, def;
+  gd_config_default(&def);
+  load_ok("", &cfg);
+  assert_same(&cfg, &def);
+  load_ok("# only a comment\n", &cfg);
+  assert_same(&cfg, &def);
+  load_ok("limits:\n# every key commented out\nqueue:\n", &cfg);
+  assert_same(&cfg, &def);
+  load_ok("listen: []\n", &cfg);
+  ck_assert_uint_eq(cfg.listen_count, 0);
+  load_ok("timeouts:\n  idle_ms: 1000\n", &cfg);
+  ck_assert_uint_eq(cfg.idle_ms, 1000);
+  ck_assert_uint_eq(cfg.request_ms, def.request_ms);
+}
+END_TEST
+
+START_TEST(errors_name_line_and_column) {
+  load_bad("backend: cpu\nbogus: 1\n", "test.yaml:2:1:", "unknown key \"bogus\"");
+  load_bad("limits:\n  max_conections: 5\n", "test.yaml:2:3:", "limits.max_conections");
+  load_bad("limits:\n  max_connections: 0\n", "test.yaml:2:20:", "out of range");
+  load_bad("limits:\n  max_connections: lots\n", "test.yaml:2:20:", "integer");
+  load_bad("limits:\n  max_connections: -5\n", "test.yaml:2:20:", "integer");
+  load_bad("limits:\n  max_buffered_bytes: 12XB\n", "test.yaml:2:23:", "size");
+  load_bad("limits:\n  max_operand_bytes: 8GiB\n", "test.yaml:2:22:", "out of range");
+  load_bad("limits:\n  max_buffered_bytes: 99999999999999999999\n", "test.yaml:2:23:", "size");
+  load_bad("backend: tpu\n", "test.yaml:1:10:", "auto, gpu or cpu");
+  load_bad("log_level: loud\n", "test.yaml:1:12:", "error, warn, info or debug");
+  load_bad("unix_socket_mode: \"0999\"\n", "test.yaml:1:19:", "octal");
+  load_bad("listen: unix:/tmp/x\n", "test.yaml:1:9:", "list");
+  load_bad("listen:\n  - ftp:x\n", "test.yaml:2:5:", "unix: or tcp:");
+  load_bad("listen:\n  - tcp:[::1:80\n", "test.yaml:2:5:", "tcp:[V6]:PORT");
+  load_bad("limits: 5\n", "test.yaml:1:9:", "mapping");
+  load_bad("cpu:\n  threads: 1\n  threads: 2\n", "test.yaml:3:3:", "twice");
+  load_bad("gpu:\n  devices: [0, 0]\n", "test.yaml:2:16:", "twice");
+  load_bad("gpu:\n  devices: []\n", "test.yaml:2:12:", "empty");
+  load_bad("gpu:\n  devices: some\n", "test.yaml:2:12:", "auto or a list");
+  load_bad("gpu:\n  memory_fraction: 1.5\n", "test.yaml:2:20:", "(0, 1]");
+  load_bad("gpu:\n  memory_fraction: 0\n", "test.yaml:2:20:", "(0, 1]");
+  load_bad("gpu:\n  staging_buffers: 1\n", "test.yaml:2:20:", "out of range");
+  load_bad("gpu:\n  kernel: \"\"\n", "test.yaml:2:11:", "name");
+  load_bad("timeouts:\n  drain_ms:\n", "test.yaml:2:12:", "expected a value");
+  load_bad("[1, 2]\n", "test.yaml:1:1:", "mapping");
+  load_bad("backend: cpu\n---\nbackend: gpu\n", "test.yaml:3:1:", "more than one");
+  load_bad("limits: {max_depth: 2\n", "test.yaml:", "YAML");
+  load_bad("a: b: c\n", "test.yaml:1:5:", "YAML");
+}
+END_TEST
+
+START_TEST(failed_load_leaves_config_alone) {
+  gd_config cfg;
+  char err[GD_CONFIG_ERROR_MAX];
+  gd_config_default(&cfg);
+  const char *text = "log_level: debug\nbogus: 1\n";
+  ck_assert_int_ne(gd_config_load_string("t", text, strlen(text), &cfg, err, sizeof err), 0);
+  ck_assert_int_eq(cfg.log_level, GD_LOG_INFO);
+  ck_assert_int_ne(gd_config_load_file("/nonexistent/gemmd.yaml", &cfg, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "/nonexistent/gemmd.yaml: "), "%s", err);
+}
+END_TEST
+
+START_TEST(sizes) {
+  uint64_t v;
+  ck_assert_int_eq(gd_config_parse_size("0", &v), 0);
+  ck_assert_uint_eq(v, 0);
+  ck_assert_int_eq(gd_config_parse_size("123", &v), 0);
+  ck_assert_uint_eq(v, 123);
+  ck_assert_int_eq(gd_config_parse_size("7B", &v), 0);
+  ck_assert_uint_eq(v, 7);
+  ck_assert_int_eq(gd_config_parse_size("64KiB", &v), 0);
+  ck_assert_uint_eq(v, 65536);
+  ck_assert_int_eq(gd_config_parse_size("64MiB", &v), 0);
+  ck_assert_uint_eq(v, 64ull << 20);
+  ck_assert_int_eq(gd_config_parse_size("4 GiB", &v), 0);
+  ck_assert_uint_eq(v, 4ull << 30);
+  ck_assert_int_eq(gd_config_parse_size("2TiB", &v), 0);
+  ck_assert_uint_eq(v, 2ull << 40);
+  ck_assert_int_eq(gd_config_parse_size("15EiB", &v), 0);
+  ck_assert_uint_eq(v, 15ull << 60);
+  ck_assert_int_ne(gd_config_parse_size("16EiB", &v), 0);   /* overflows */
+  ck_assert_int_ne(gd_config_parse_size("18446744073709551616", &v), 0);
+  ck_assert_int_eq(gd_config_parse_size("18446744073709551615", &v), 0);
+  ck_assert_uint_eq(v, UINT64_MAX);
+  const char *bad[] = {"", "MiB", "1.5GiB", "-1", "1 ", "1  MiB", "1mib", "1MB", "1K", "0x10",
+                       " 1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(gd_config_parse_size(bad[i], &v) != 0, "\"%s\" accepted", bad[i]);
+}
+END_TEST
+
+static int cli(gd_cli *out, char *err, int argc, ...) {
+  char *argv[16];
+  va_list ap;
+  va_start(ap, argc);
+  for (int i = 0; i < argc; i++)
+    argv[i] = va_arg(ap, char *);
+  va_end(ap);
+  argv[argc] = NULL;
+  return gd_cli_parse(argc, argv, out, err, 256);
+}
+
+START_TEST(command_line) {
+  gd_cli c;
+  char err[256];
+  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
+  ck_assert_ptr_null(c.config_path);
+  ck_assert_uint_eq(c.listen_count, 0);
+  ck_assert_int_eq(cli(&c, err, 9, "gemmd", "--config", "/x.yaml", "--listen", "unix:/a",
+                       "--listen=tcp:[::1]:5", "--backend", "cpu", "--check-config"), 0);
+  ck_assert_str_eq(c.config_path, "/x.yaml");
+  ck_assert_uint_eq(c.listen_count, 2);
+  ck_assert_str_eq(c.listen[1], "tcp:[::1]:5");
+  ck_assert(c.has_backend && c.backend == GD_BACKEND_CPU && c.check_config);
+  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--log-level", "warn"), 0);
+  ck_assert(c.has_log_level && c.log_level == GD_LOG_WARN);
+  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--backend", "tpu"), 0);
+  ck_assert_ptr_nonnull(strstr(err, "tpu"));
+  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--log-level", "loud"), 0);
+  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--frobnicate"), 0);
+  ck_assert_ptr_nonnull(strstr(err, "--frobnicate"));
+  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--config"), 0);
+  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "stray"), 0);
+}
+END_TEST
+
+START_TEST(command_line_overrides) {
+  gd_cli c;
+  gd_config cfg;
+  char err[256];
+  load_ok("listen: [unix:/file.sock, tcp:127.0.0.1:1]\nbackend: gpu\nlog_level: error\n", &cfg);
+  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_uint_eq(cfg.listen_count, 2); /* nothing given: the file stays */
+  ck_assert_int_eq(cli(&c, err, 7, "gemmd", "--listen", "unix:/cli.sock", "--backend", "cpu",
+                       "--log-level", "debug"), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_uint_eq(cfg.listen_count, 1); /* --listen replaces the file's list */
+  ck_assert_str_eq(cfg.listen[0], "unix:/cli.sock");
+  ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
+  ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
+  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--listen", "tcp:nope"), 0);
+  ck_assert_int_ne(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_ptr_nonnull(strstr(err, "--listen"));
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon_config");
+  TCase *tc = tcase_create("config");
+  tcase_add_test(tc, default_file_equals_builtin);
+  tcase_add_test(tc, every_key_parses);
+  tcase_add_test(tc, partial_and_empty_files);
+  tcase_add_test(tc, errors_name_line_and_column);
+  tcase_add_test(tc, failed_load_leaves_config_alone);
+  tcase_add_test(tc, sizes);
+  tcase_add_test(tc, command_line);
+  tcase_add_test(tc, command_line_overrides);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,391 @@
+/*
+ * The scheduler (gd_sched.h): admission arithmetic (queue.max_jobs, the memory
+ * budget checked from the header, draining), deadlines, and the job life
+ * against a fake backend: release exactly once, never while the backend still
+ * holds the job, orphaned jobs dropped after their final event.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "gd_clock.h"
+#include "gd_sched.h"
+
+/* ---- a fake backend that records what the scheduler asks of it ------------ */
+
+typedef struct {
+  gd_backend base;
+  int prepared, submitted, released, consumed;
+  int refuse_prepare, refuse_submit;
+  uint64_t extra_host_bytes;
+  gd_job *last_job;
+} fake_backend;
+
+static int f_prepare(gd_backend *b, gd_job *job, gp_error *err) {
+  fake_backend *f = (fake_backend *)b;
+  if (f->refuse_prepare)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "fake: no room on the device");
+  f->prepared++;
+  f->last_job = job;
+  return 0;
+}
+static int f_submit(gd_backend *b, gd_job *job, gp_error *err) {
+  fake_backend *f = (fake_backend *)b;
+  (void)job;
+  if (f->refuse_submit)
+    return gp_error_set(err, GP_E_INTERNAL, "fake: submit failed");
+  f->submitted++;
+  return 0;
+}
+static void f_consumed(gd_backend *b, gd_job *job, const void *chunk, size_t len) {
+  (void)job, (void)chunk, (void)len;
+  ((fake_backend *)b)->consumed++;
+}
+static void f_release(gd_backend *b, gd_job *job) {
+  (void)job;
+  ((fake_backend *)b)->released++;
+}
+static uint64_t f_host_bytes(gd_backend *b, const gd_job *job) {
+  return job->operand_bytes[0] + job->operand_bytes[1] + job->operand_bytes[2] +
+         ((fake_backend *)b)->extra_host_bytes;
+}
+static void f_destroy(gd_backend *b) { (void)b; }
+
+static const gd_backend_ops fake_ops = {
+    .name = "fake", .prepare = f_prepare, .submit = f_submit, .output_consumed = f_consumed,
+    .release = f_release, .host_bytes = f_host_bytes, .destroy = f_destroy};
+
+/* hooks: record the events a live session would get */
+static int hook_outputs, hook_failures;
+static gp_error last_failure;
+static void h_output(void *session, gd_job *job, const gd_backend_event *ev) {
+  (void)session, (void)job, (void)ev;
+  hook_outputs++;
+}
+static void h_failed(void *session, gd_job *job, const gp_error *err) {
+  (void)session, (void)job;
+  hook_failures++;
+  last_failure = *err;
+}
+static void h_resume(void *session, gd_job *job) { (void)session, (void)job; }
+static const gd_sched_hooks hooks = {h_output, h_failed, h_resume};
+
+/* ---- fixture ------------------------------------------------------------------ */
+
+static uv_loop_t loop;
+static gd_sched *sched;
+static fake_backend fake;
+static gd_stats stats;
+/* The scheduler's async handle does not keep a loop alive (by design: see gd_sched_new); in the
+ * daemon listeners and connections do. Here this one does. */
+static uv_async_t keep_alive;
+
+static void start(uint32_t max_jobs, uint64_t budget, bool with_backend) {
+  memset(&fake, 0, sizeof fake);
+  fake.base.ops = &fake_ops;
+  hook_outputs = hook_failures = 0;
+  gd_stats_init(&stats);
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  ck_assert_int_eq(uv_async_init(&loop, &keep_alive, NULL), 0);
+  gd_sched_limits limits = {max_jobs, budget};
+  ck_assert_int_eq(gd_sched_new(&loop, with_backend ? &fake.base : NULL, &limits, &hooks, &stats,
+                                &sched), 0);
+}
+
+static void stop(void) {
+  uv_close((uv_handle_t *)&keep_alive, NULL);
+  gd_sched_close(sched);
+  ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  gd_sched_free(sched);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+
+/* f32 m x n x k: a, b and c are 4*m*k, 4*k*n and 4*m*n bytes */
+static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
+  gp_gemm_hdr h;
+  gp_gemm_hdr_init(&h);
+  h.m = m;
+  h.n = n;
+  h.k = k;
+  h.dtype = GP_DTYPE_F32;
+  return h;
+}
+
+static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
+  static int session; /* any non-NULL pointer */
+  gp_error_clear(err);
+  return gd_sched_admit(sched, h, false, 7, &session, job, err);
+}
+
+/* ---- admission ------------------------------------------------------------------ */
+
+START_TEST(operand_totals) {
+  gp_gemm_hdr h = hdr_of(3, 5, 7);
+  h.batch = 2;
+  h.trans_a = true;
+  uint64_t bytes[3], total;
+  ck_assert(gd_sched_operand_total(&h, bytes, &total));
+  ck_assert_uint_eq(bytes[0], 2 * 3 * 7 * 4);
+  ck_assert_uint_eq(bytes[1], 2 * 7 * 5 * 4);
+  ck_assert_uint_eq(bytes[2], 2 * 3 * 5 * 4);
+  ck_assert_uint_eq(total, bytes[0] + bytes[1] + bytes[2]);
+  h = hdr_of(UINT64_MAX / 4, UINT64_MAX / 4, 2); /* overflows: refused, not wrapped */
+  ck_assert(!gd_sched_operand_total(&h, bytes, &total));
+}
+END_TEST
+
+START_TEST(max_jobs_refuses) {
+  start(2, 1u << 30, false);
+  gp_gemm_hdr h = hdr_of(4, 4, 4);
+  gd_job *j1, *j2, *j3;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 2);
+  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "queue.max_jobs"));
+  gd_sched_abandon(sched, j1); /* never submitted: gone at once */
+  ck_assert_uint_eq(gd_sched_jobs(sched), 1);
+  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  /* a larger max_jobs applies to the next admission */
+  gd_sched_limits more = {3, 1u << 30};
+  gd_sched_set_limits(sched, &more);
+  gd_job *j4;
+  ck_assert_int_eq(admit(&h, &j4, &err), 0);
+  gd_sched_abandon(sched, j2);
+  gd_sched_abandon(sched, j3);
+  gd_sched_abandon(sched, j4);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(memory_budget_from_the_header) {
+  /* 10x10x10 f32: 400 + 400 + 400 = 1200 bytes each */
+  start(100, 3000, false);
+  gp_gemm_hdr h = hdr_of(10, 10, 10);
+  gd_job *j1, *j2, *j3;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_uint_eq(j1->reserved_bytes, 1200);
+  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400);
+  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "600 of queue.memory_budget left"));
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400); /* a refusal reserves nothing */
+  ck_assert_int_eq(gd_sched_submit(sched, j1, &err), 0);
+  gd_sched_finish(sched, j1, true);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 1200);
+  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  /* bigger than the whole budget: says so */
+  gp_gemm_hdr big = hdr_of(100, 100, 100);
+  gd_job *j4;
+  ck_assert_int_eq(admit(&big, &j4, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "more than queue.memory_budget"));
+  gd_sched_abandon(sched, j2);
+  gd_sched_abandon(sched, j3);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  ck_assert_uint_eq(stats.hist[GD_HIST_TOTAL].count, 1);
+  stop();
+}
+END_TEST
+
+START_TEST(backend_host_bytes_and_prepare) {
+  start(100, 5000, true);
+  gp_gemm_hdr h = hdr_of(10, 10, 10);
+  gd_job *j1, *j2;
+  gp_error err;
+  fake.extra_host_bytes = 1000; /* scratch: 2200 per job */
+  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_uint_eq(j1->reserved_bytes, 2200);
+  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  gd_job *j3;
+  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(fake.prepared, 2); /* refused before prepare */
+  gd_sched_abandon(sched, j2);
+  fake.refuse_prepare = 1;
+  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(err.message, "fake: no room on the device");
+  ck_assert_uint_eq(gd_sched_jobs(sched), 1);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2200);
+  ck_assert_int_eq(fake.released, 1); /* j2 only: a failed prepare is not released */
+  fake.refuse_prepare = 0;
+  fake.refuse_submit = 1;
+  ck_assert_int_eq(gd_sched_submit(sched, j1, &err), GP_E_INTERNAL);
+  ck_assert_int_eq(fake.released, 2); /* a failed submit is */
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(draining_refuses) {
+  start(10, 1u << 20, false);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  gd_sched_set_draining(sched);
+  ck_assert_int_eq(admit(&h, &job, &err), GP_E_UNAVAILABLE);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(deadline_from_timeout_ms) {
+  start(10, 1u << 20, false);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *j1, *j2, *j3;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_uint_eq(j1->deadline_us, 0);
+  h.has_timeout = true;
+  h.timeout_ms = 250;
+  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_uint_eq(j2->deadline_us, j2->admitted_us + 250000);
+  h.timeout_ms = UINT64_MAX; /* saturates instead of wrapping into the past */
+  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  ck_assert_uint_ge(j3->deadline_us, j3->admitted_us);
+  gd_sched_abandon(sched, j1);
+  gd_sched_abandon(sched, j2);
+  gd_sched_abandon(sched, j3);
+  stop();
+}
+END_TEST
+
+/* ---- the job life across threads ------------------------------------------------ */
+
+typedef struct {
+  gd_backend *b;
+  gd_backend_event ev;
+} post_arg;
+
+static void *post_thread(void *arg) {
+  post_arg *p = arg;
+  ck_assert_int_eq(gd_backend_post(p->b, &p->ev), 0);
+  return NULL;
+}
+
+static void post_from_thread(gd_job *job, gd_backend_event_type type, bool last) {
+  post_arg p;
+  memset(&p, 0, sizeof p);
+  p.b = &fake.base;
+  p.ev.type = type;
+  p.ev.job = job;
+  p.ev.last = last;
+  p.ev.data = "xyz";
+  p.ev.len = 3;
+  if (type == GD_EV_FAILED)
+    gp_error_set(&p.ev.err, GP_E_DEADLINE_EXCEEDED, "fake: too late");
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, post_thread, &p), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  uv_run(&loop, UV_RUN_NOWAIT); /* the async callback delivers it */
+}
+
+START_TEST(live_job_events_reach_the_session) {
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  ck_assert_uint_eq(gd_sched_running(sched), 1);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, false);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true);
+  ck_assert_int_eq(hook_outputs, 2);
+  ck_assert_uint_eq(gd_sched_running(sched), 0);
+  gd_sched_chunk_sent(sched, job, "xyz", 3);
+  gd_sched_chunk_sent(sched, job, "xyz", 3);
+  ck_assert_int_eq(fake.consumed, 2);
+  ck_assert_int_eq(fake.released, 0);
+  gd_sched_finish(sched, job, true);
+  ck_assert_int_eq(fake.released, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  /* a failure goes to the session's failed hook */
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  post_from_thread(job, GD_EV_FAILED, false);
+  ck_assert_int_eq(hook_failures, 1);
+  ck_assert_int_eq(last_failure.code, GP_E_DEADLINE_EXCEEDED);
+  gd_sched_finish(sched, job, false);
+  ck_assert_int_eq(fake.released, 2);
+  stop();
+}
+END_TEST
+
+START_TEST(orphan_released_after_its_final_event) {
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_sched_abandon(sched, job); /* the client vanished while it runs */
+  ck_assert_int_eq(fake.released, 0); /* still the backend's */
+  ck_assert_uint_eq(gd_sched_jobs(sched), 1);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, false);
+  ck_assert_int_eq(hook_outputs, 0); /* never to the session */
+  ck_assert_int_eq(fake.consumed, 1);
+  ck_assert_int_eq(fake.released, 0);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true);
+  ck_assert_int_eq(fake.consumed, 2);
+  ck_assert_int_eq(fake.released, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(orphan_with_a_chunk_still_being_written) {
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true); /* handed to the session's write */
+  ck_assert_int_eq(hook_outputs, 1);
+  gd_sched_abandon(sched, job); /* the connection closes with that write pending */
+  ck_assert_int_eq(fake.released, 0);
+  gd_sched_chunk_sent(sched, job, "xyz", 3); /* the cancelled write comes back */
+  ck_assert_int_eq(fake.released, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(shutdown_frees_what_is_left) {
+  /* the backend was destroyed under running jobs: gd_sched_free frees them, no release */
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_sched_abandon(sched, job);
+  stop();
+  ck_assert_int_eq(fake.released, 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon_sched");
+  TCase *tc = tcase_create("sched");
+  tcase_add_test(tc, operand_totals);
+  tcase_add_test(tc, max_jobs_refuses);
+  tcase_add_test(tc, memory_budget_from_the_header);
+  tcase_add_test(tc, backend_host_bytes_and_prepare);
+  tcase_add_test(tc, draining_refuses);
+  tcase_add_test(tc, deadline_from_timeout_ms);
+  tcase_add_test(tc, live_job_events_reach_the_session);
+  tcase_add_test(tc, orphan_released_after_its_final_event);
+  tcase_add_test(tc, orphan_with_a_chunk_still_being_written);
+  tcase_add_test(tc, shutdown_frees_what_is_left);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

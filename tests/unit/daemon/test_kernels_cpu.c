@@ -1,0 +1,290 @@
+/*
+ * The CPU path (gk_cpu.h): every dtype, both transposes, alpha and beta,
+ * batch, odd sizes, against a float64 reference on fresh random inputs, with
+ * the output poisoned so that an unwritten element fails. And the f16/bf16
+ * conversions against the compiler's _Float16 and a float64 rounding.
+ * GEMMD_TEST_SEED replays a run.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gk_cpu.h"
+
+static unsigned long seed;
+
+static void seed_once(void) {
+  const char *env = getenv("GEMMD_TEST_SEED");
+  seed = env ? strtoul(env, NULL, 10) : (unsigned long)time(NULL);
+  srand48((long)seed);
+}
+
+/* ---- element access by dtype -------------------------------------------- */
+
+static double get(gk_dtype t, const void *p, int64_t i) {
+  switch (t) {
+  case GK_F32: return ((const float *)p)[i];
+  case GK_F64: return ((const double *)p)[i];
+  case GK_F16: return gk_f16_to_f32(((const uint16_t *)p)[i]);
+  case GK_BF16: return gk_bf16_to_f32(((const uint16_t *)p)[i]);
+  }
+  return NAN;
+}
+
+static void set(gk_dtype t, void *p, int64_t i, double v) {
+  switch (t) {
+  case GK_F32: ((float *)p)[i] = (float)v; break;
+  case GK_F64: ((double *)p)[i] = v; break;
+  case GK_F16: ((uint16_t *)p)[i] = gk_f32_to_f16((float)v); break;
+  case GK_BF16: ((uint16_t *)p)[i] = gk_f32_to_bf16((float)v); break;
+  }
+}
+
+static void poison(gk_dtype t, void *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    set(t, p, i, NAN);
+}
+
+static void fill_random(gk_dtype t, void *p, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    set(t, p, i, drand48() * 2.0 - 1.0);
+}
+
+/* unit roundoff of the output type and of the accumulation */
+static double out_eps(gk_dtype t) {
+  switch (t) {
+  case GK_F32: return 0x1p-24;
+  case GK_F64: return 0x1p-53;
+  case GK_F16: return 0x1p-11;
+  case GK_BF16: return 0x1p-8;
+  }
+  return 1;
+}
+static double acc_eps(gk_dtype t) { return t == GK_F64 ? 0x1p-53 : 0x1p-24; }
+
+/* ---- one problem ---------------------------------------------------------- */
+
+static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
+                          bool tb, double alpha, double beta) {
+  size_t es = gk_dtype_size(t);
+  gk_problem p = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
+                  .batch = batch, .alpha = alpha, .beta = beta};
+  int64_t na = m * k, nb = k * n, nc = m * n;
+  void *a = malloc((size_t)(na * batch) * es), *b = malloc((size_t)(nb * batch) * es);
+  void *c = malloc((size_t)(nc * batch) * es), *c0 = malloc((size_t)(nc * batch) * es);
+  ck_assert(a && b && c && c0);
+  fill_random(t, a, na * batch);
+  fill_random(t, b, nb * batch);
+  if (beta != 0.0)
+    fill_random(t, c, nc * batch);
+  else
+    poison(t, c, nc * batch); /* beta == 0: C must not be read, and every element written */
+  memcpy(c0, c, (size_t)(nc * batch) * es);
+  p.a = a;
+  p.b = b;
+  p.c = c;
+  const char *kernel = NULL;
+  ck_assert_int_eq(gk_cpu_gemm(&p, &kernel), 0);
+  ck_assert_str_eq(kernel, "openblas");
+  for (int64_t q = 0; q < batch; q++) {
+    for (int64_t i = 0; i < m; i++) {
+      for (int64_t j = 0; j < n; j++) {
+        double sum = 0, mag = 0;
+        for (int64_t l = 0; l < k; l++) {
+          /* A stored k x m when transposed, B stored n x k */
+          double av = get(t, a, q * na + (ta ? l * m + i : i * k + l));
+          double bv = get(t, b, q * nb + (tb ? j * k + l : l * n + j));
+          sum += av * bv;
+          mag += fabs(av * bv);
+        }
+        double c_in = beta != 0.0 ? get(t, c0, q * nc + i * n + j) : 0.0;
+        double want = alpha * sum + beta * c_in;
+        double scale = fabs(alpha) * mag + fabs(beta * c_in);
+        double tol = (out_eps(t) + (double)(k + 2) * acc_eps(t)) * scale * 2 + 1e-30 +
+                     out_eps(t) * 1e-4;
+        double got = get(t, c, q * nc + i * n + j);
+        ck_assert_msg(isfinite(got) && fabs(got - want) <= tol,
+                      "%s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d alpha=%g beta=%g: "
+                      "C[%lld][%lld][%lld] = %.17g, want %.17g (tol %.3g, seed %lu)",
+                      gk_dtype_name(t), (long long)m, (long long)n, (long long)k,
+                      (long long)batch, ta, tb, alpha, beta, (long long)q, (long long)i,
+                      (long long)j, got, want, tol, seed);
+      }
+    }
+  }
+  free(a);
+  free(b);
+  free(c);
+  free(c0);
+}
+
+START_TEST(every_form) {
+  static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {1, 9, 17}, {13, 1, 5},
+                                      {33, 17, 65}, {2, 70, 1}};
+  static const double alphas[] = {1.0, -0.75};
+  static const double betas[] = {0.0, 0.5};
+  gk_dtype t = (gk_dtype)_i;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (size_t ai = 0; ai < 2; ai++)
+          for (size_t bi = 0; bi < 2; bi++)
+            check_problem(t, shapes[s][0], shapes[s][1], shapes[s][2], 1 + (int64_t)((s + bi) % 3),
+                          ta, tb, alphas[ai], betas[bi]);
+}
+END_TEST
+
+START_TEST(bigger_than_any_tile) {
+  gk_dtype t = (gk_dtype)_i;
+  check_problem(t, 129, 67, 257, 2, true, false, 1.5, 0.25);
+}
+END_TEST
+
+START_TEST(malformed_problems) {
+  float x[4] = {0};
+  gk_problem p = {.dtype = GK_F32, .m = 1, .n = 1, .k = 1, .batch = 1, .alpha = 1,
+                  .a = x, .b = x, .c = x};
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  p.m = 0;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.m = 1;
+  p.batch = 0;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.batch = 1;
+  p.c = NULL;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.c = x;
+  p.k = (int64_t)1 << 40; /* does not fit CBLAS's int */
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+}
+END_TEST
+
+START_TEST(scratch_sizes) {
+  gk_problem p = {.dtype = GK_F32, .m = 3, .n = 5, .k = 7, .batch = 4};
+  ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), 0);
+  p.dtype = GK_F64;
+  ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), 0);
+  p.dtype = GK_BF16; /* one batch element of a, b and c in f32 */
+  ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), (3 * 7 + 7 * 5 + 3 * 5) * 4);
+}
+END_TEST
+
+/* ---- conversions ----------------------------------------------------------- */
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+START_TEST(f16_every_value_round_trips) {
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = gk_f16_to_f32((uint16_t)h);
+    _Float16 ref;
+    uint16_t hb = (uint16_t)h;
+    memcpy(&ref, &hb, 2);
+    if (isnan(f)) {
+      ck_assert_msg(isnan((float)ref), "0x%04x", h);
+      ck_assert(isnan(gk_f16_to_f32(gk_f32_to_f16(f))));
+      continue;
+    }
+    ck_assert_msg(f == (float)ref, "0x%04x: %g, compiler says %g", h, f, (float)ref);
+    ck_assert_msg(gk_f32_to_f16(f) == h, "0x%04x -> %g -> 0x%04x", h, f, gk_f32_to_f16(f));
+  }
+}
+END_TEST
+
+START_TEST(f16_rounds_like_the_compiler) {
+  /* random bit patterns and values around every f16 boundary (ties included) */
+  for (int i = 0; i < 2000000; i++) {
+    uint32_t u;
+    if (i & 1) {
+      u = (uint32_t)mrand48();
+    } else {
+      /* an f16 value in f32 plus an offset near half an f16 ulp */
+      uint16_t h = (uint16_t)lrand48();
+      float f = gk_f16_to_f32(h);
+      u = f32_bits(f) + (uint32_t)(lrand48() % 8192) - 4096 + ((i & 2) ? 4096 : 0);
+    }
+    float f = bits_f32(u);
+    _Float16 ref = (_Float16)f;
+    uint16_t ref_bits;
+    memcpy(&ref_bits, &ref, 2);
+    uint16_t got = gk_f32_to_f16(f);
+    if (isnan(f)) {
+      ck_assert(isnan(gk_f16_to_f32(got)));
+      continue;
+    }
+    ck_assert_msg(got == ref_bits, "%a (0x%08x): got 0x%04x, compiler 0x%04x (seed %lu)",
+                  (double)f, u, got, ref_bits, seed);
+  }
+}
+END_TEST
+
+/* bf16 reference: the nearest of the two bf16 neighbours in float64, ties to even. */
+static uint16_t bf16_reference(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+  double x = f, dl = fabs(x - gk_bf16_to_f32(lo));
+  float fh = gk_bf16_to_f32(hi);
+  /* past the largest bf16 the next step is 2^128 (rounding there overflows to inf) */
+  double dh = fabs(x - (isinf(fh) ? copysign(0x1p128, fh) : (double)fh));
+  if (dl < dh || (dl == dh && !(lo & 1)))
+    return lo;
+  return hi;
+}
+
+START_TEST(bf16_rounds_to_nearest_even) {
+  for (int i = 0; i < 2000000; i++) {
+    uint32_t u = (uint32_t)mrand48();
+    if (i % 4 == 0)
+      u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+    float f = bits_f32(u);
+    uint16_t got = gk_f32_to_bf16(f);
+    if (isnan(f)) {
+      ck_assert(isnan(gk_bf16_to_f32(got)));
+      continue;
+    }
+    uint16_t want = bf16_reference(f);
+    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u,
+                  got, want, seed);
+  }
+  ck_assert_uint_eq(gk_f32_to_bf16(1.0f), 0x3f80);
+  ck_assert_uint_eq(gk_f32_to_bf16(-0.0f), 0x8000);
+  ck_assert_uint_eq(gk_f32_to_bf16(INFINITY), 0x7f80);
+}
+END_TEST
+
+int main(void) {
+  seed_once();
+  gk_cpu_set_blas_threads(1); /* as the daemon runs it; and idle BLAS threads would only spin */
+  printf("seed %lu (GEMMD_TEST_SEED replays it)\n", seed);
+  Suite *s = suite_create("kernels_cpu");
+  TCase *gemm = tcase_create("gemm");
+  tcase_set_timeout(gemm, 60);
+  tcase_add_loop_test(gemm, every_form, GK_F32, GK_BF16 + 1);
+  tcase_add_loop_test(gemm, bigger_than_any_tile, GK_F32, GK_BF16 + 1);
+  tcase_add_test(gemm, malformed_problems);
+  tcase_add_test(gemm, scratch_sizes);
+  suite_add_tcase(s, gemm);
+  TCase *conv = tcase_create("conversions");
+  tcase_set_timeout(conv, 60);
+  tcase_add_test(conv, f16_every_value_round_trips);
+  tcase_add_test(conv, f16_rounds_like_the_compiler);
+  tcase_add_test(conv, bf16_rounds_to_nearest_even);
+  suite_add_tcase(s, conv);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
