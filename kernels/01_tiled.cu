@@ -18,8 +18,8 @@
  *     nothing to a dot product), and only threads inside C store;
  *   - transposes: the loads index the stored layout, and a transposed operand
  *     is read along its stored rows (coalesced) and written into the tile
- *     transposed; the tile rows are padded by one element so that the
- *     transposed write does not hit one shared-memory bank TILE times;
+ *     transposed; the tile rows are padded so that the transposed write does
+ *     not hit one shared-memory bank TILE times;
  *   - alpha and beta (beta == 0: C is never read, so NaN there stays out);
  *   - batch: grid.z walks the batch, in chunks of 65535 (grid.z's limit), and
  *     grid.y walks row tiles in chunks of 65535 likewise;
@@ -76,12 +76,17 @@ __global__ void __launch_bounds__(TILE *TILE)
                 "one thread per output of a TILE x TILE tile: CUDA caps a block at 1024 threads");
   static_assert((TILE * TILE) % 32 == 0,
                 "the block should be whole warps (TILE*TILE a multiple of 32), else lanes idle");
-  static_assert(2 * TILE * (TILE + 1) * sizeof(AccT) <= 48 * 1024,
-                "two padded TILE x (TILE+1) tiles must fit the 48 KiB of static shared memory");
+  static_assert(TILE % 4 == 0,
+                "tile_a's rows are read 16 bytes at a time: TILE must be a multiple of 4");
+  static_assert(TILE * ((TILE + 4) + (TILE + 1)) * sizeof(AccT) <= 48 * 1024,
+                "the two padded tiles must fit the 48 KiB of static shared memory");
 
-  /* +1 column: the transposed loads write down a column; without the pad every thread of a
-   * warp would hit the same bank. */
-  __shared__ AccT tile_a[TILE][TILE + 1];
+  /* Padding: a transposed operand is written into its tile down a column, and with rows of
+   * exactly TILE words a warp's stores would pile onto two banks. tile_b's rows get one extra
+   * word (conflict-free). tile_a's get four, which keeps each row 16-byte aligned so the inner
+   * loop reads tile_a[ty][l..l+3] as one vector load, at the price of 2-way conflicts on the
+   * transposed stores, once per k step. */
+  __shared__ __align__(16) AccT tile_a[TILE][TILE + 4];
   __shared__ AccT tile_b[TILE][TILE + 1];
 
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -93,24 +98,34 @@ __global__ void __launch_bounds__(TILE *TILE)
   b += z * k * n;
   c += z * m * n;
 
+  /* Each thread copies one element of each tile per k step. Where it reads, where it writes
+   * in the tile, and which bounds it checks depend only on the transpose flags, so they are
+   * worked out once here and the loop just steps an offset (one 64-bit add) per tile:
+   *   A stored m x k: row row0+ty, column k0+tx   -> tile_a[ty][tx], step TILE
+   *   A stored k x m: row k0+ty, column row0+tx   -> tile_a[tx][ty], step TILE*m
+   *   B stored k x n: row k0+ty, column col0+tx   -> tile_b[ty][tx], step TILE*n
+   *   B stored n x k: row col0+ty, column k0+tx   -> tile_b[tx][ty], step TILE
+   * so tile_a[i][l] = op(A)[row0+i][k0+l] and tile_b[l][j] = op(B)[k0+l][col0+j], and a warp
+   * always reads along a stored row (coalesced). */
+  const bool ta = args.trans_a, tb = args.trans_b;
+  const bool a_inside = ta ? row0 + tx < m : row0 + ty < m; /* this thread's row of op(A) */
+  const int a_kl = ta ? ty : tx;                             /* its k offset within the tile */
+  int64_t a_off = ta ? (int64_t)ty * m + row0 + tx : (row0 + ty) * k + tx;
+  const int64_t a_step = ta ? (int64_t)TILE * m : TILE;
+  AccT *const a_dst = ta ? &tile_a[tx][ty] : &tile_a[ty][tx];
+  const bool b_inside = tb ? col0 + ty < n : col0 + tx < n; /* this thread's column of op(B) */
+  const int b_kl = tb ? tx : ty;
+  int64_t b_off = tb ? (col0 + ty) * k + tx : (int64_t)ty * n + col0 + tx;
+  const int64_t b_step = tb ? TILE : (int64_t)TILE * n;
+  AccT *const b_dst = tb ? &tile_b[tx][ty] : &tile_b[ty][tx];
+
   AccT sum = 0;
   for (int64_t k0 = 0; k0 < k; k0 += TILE) {
-    /* A's tile holds op(A)[row0 + i][k0 + l] at tile_a[i][l]. */
-    if (!args.trans_a) { /* A stored m x k: thread (ty, tx) reads row row0+ty, column k0+tx */
-      const int64_t i = row0 + ty, l = k0 + tx;
-      tile_a[ty][tx] = (i < m && l < k) ? to_acc(a[i * k + l]) : AccT(0);
-    } else { /* A stored k x m: read stored row k0+ty along its columns row0+tx */
-      const int64_t l = k0 + ty, i = row0 + tx;
-      tile_a[tx][ty] = (i < m && l < k) ? to_acc(a[l * m + i]) : AccT(0);
-    }
-    /* B's tile holds op(B)[k0 + l][col0 + j] at tile_b[l][j]. */
-    if (!args.trans_b) { /* B stored k x n */
-      const int64_t l = k0 + ty, j = col0 + tx;
-      tile_b[ty][tx] = (l < k && j < n) ? to_acc(b[l * n + j]) : AccT(0);
-    } else { /* B stored n x k: read stored row col0+ty along its columns k0+tx */
-      const int64_t j = col0 + ty, l = k0 + tx;
-      tile_b[tx][ty] = (l < k && j < n) ? to_acc(b[j * k + l]) : AccT(0);
-    }
+    /* Outside the matrix: 0, which adds nothing to the dot products. */
+    *a_dst = (a_inside && k0 + a_kl < k) ? to_acc(a[a_off]) : AccT(0);
+    *b_dst = (b_inside && k0 + b_kl < k) ? to_acc(b[b_off]) : AccT(0);
+    a_off += a_step;
+    b_off += b_step;
     __syncthreads(); /* both tiles complete before anyone reads them */
 
 #pragma unroll

@@ -72,13 +72,26 @@ export PATH=$PATH:/usr/local/cuda/bin
 gpu_name=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 note "gpu-run.sh $mode | commit $commit | device: ${gpu_name:-none} | deps: $deps"
 
+# The Python tests need numpy and msgpack: the top level looks for /usr/bin/python3 first, which
+# on the GPU machine has neither (its python3 on PATH does).
+python_args=()
+if ! /usr/bin/python3 -c 'import numpy, msgpack' >/dev/null 2>&1; then
+  for py in $(command -v -a python3 2>/dev/null); do
+    if "$py" -c 'import numpy, msgpack' >/dev/null 2>&1; then
+      python_args=(-DGEMMD_PYTHON3="$py")
+      note "python: /usr/bin/python3 lacks numpy or msgpack; tests use $py"
+      break
+    fi
+  done
+fi
+
 # ---- build ---------------------------------------------------------------------------------
 build=$root/build-gpu
 built=full
 {
   echo "== configure the whole tree ($(elapsed))"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGEMMD_BUILD_TESTS=ON \
-    -DGEMMD_BUILD_BENCH=ON &&
+    -DGEMMD_BUILD_BENCH=ON "${python_args[@]}" &&
     echo "== build, -j$jobs, keep going past failures ($(elapsed))" &&
     cmake --build "$build" -j "$jobs" -- -k 0
 } >"$OUT/build.log" 2>&1
@@ -108,8 +121,9 @@ grep -E "error:|Error|FAILED:" "$OUT/build.log" | head -8 | tee -a "$summary"
 # ---- tests ---------------------------------------------------------------------------------
 if [ "$mode" = all ] || [ "$mode" = tests ]; then
   echo "== ctest -L gpu ($(elapsed))"
-  timeout "$test_timeout" ctest --test-dir "$build" -L gpu --output-on-failure -j 3 \
-    --timeout "$test_timeout" 2>&1 | tee "$OUT/gpu-tests.log"
+  # -V: every test's whole output goes to the log (the sanitizers' reports included, on a pass).
+  timeout "$test_timeout" ctest --test-dir "$build" -L gpu -V -j 3 \
+    --timeout "$test_timeout" 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "Test +#|tests passed|tests failed| FAIL|SKIP|ERROR SUMMARY|RACECHECK SUMMARY"
   note "tests: ctest -L gpu rc ${PIPESTATUS[0]} ($(elapsed))"
   grep -E "Test +#|tests passed|tests failed" "$OUT/gpu-tests.log" | tee -a "$summary"
 fi
