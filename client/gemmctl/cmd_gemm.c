@@ -8,8 +8,10 @@
  * copy. Other Fortran-order arrays are rewritten in C order first.
  */
 #include <getopt.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gctl_npy.h"
 #include "gemmctl.h"
@@ -238,7 +240,18 @@ static void print_result(const gctl_global *g, const gemm_args *args, const gc_g
   }
 }
 
+/* Fails before anything is sent when --out cannot be created: no work is wasted. */
+static int check_out_writable(const gctl_global *g, const char *path) {
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", path);
+  const char *dir = dirname(copy);
+  if (access(dir, W_OK) != 0)
+    return gctl_fail(g, GCTL_EXIT_LOCAL, "--out %s: cannot write into %s", path, dir);
+  return GCTL_EXIT_OK;
+}
+
 static int run(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
+  if (check_out_writable(g, args->out_path) != GCTL_EXIT_OK) return GCTL_EXIT_LOCAL;
   uint64_t out_bytes = gc_gemm_operand_bytes(&args->opts, 'c');
   if (out_bytes == 0 || out_bytes > SIZE_MAX)
     return gctl_fail(g, GCTL_EXIT_USAGE, "the result would be too large");

@@ -181,6 +181,10 @@ def test_gemm_rejects_before_sending(ctx):
                             " ".join(argv))
             assert why in err, "%s: %r lacks %r" % (argv, err, why)
             assert not os.path.exists(p("out.npy"))
+        # an --out that cannot be written is found before anything is sent (exit 4, not 3)
+        _, err = expect(gemmctl("gemm", "--a", p("a34.npy"), "--b", p("b46.npy"), "--out",
+                                p("no/such/dir/out.npy"), addr=dead), 4, "unwritable --out")
+        assert "cannot write" in err, err
 
 
 def test_verify_and_bench(ctx):
