@@ -673,6 +673,7 @@ class Client:
         self.unpacker = msgpack.Unpacker(raw=False, max_buffer_size=2**31 - 1,
                                          strict_map_key=False)
         self.pending = {}
+        self.fed_bytes = 0  # bytes received; unpacker.tell() says how many were decoded
         self.next_msgid = 1
         self.closed = False
 
@@ -719,12 +720,12 @@ class Client:
                 pass
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError("no reply from gemmd on %s in time" % self.addr)
+                raise TimeoutError(self._timeout_message())
             self.sock.settimeout(left)
             try:
                 data = self.sock.recv(1 << 20)
             except socket.timeout:
-                raise TimeoutError("no reply from gemmd on %s in time" % self.addr) from None
+                raise TimeoutError(self._timeout_message()) from None
             except (ConnectionResetError, BrokenPipeError) as exc:
                 self.closed = True
                 raise ConnectionClosed("gemmd reset the connection: %s" % exc) from None
@@ -733,7 +734,16 @@ class Client:
             if not data:
                 self.closed = True
                 raise ConnectionClosed("gemmd closed the connection")
+            self.fed_bytes += len(data)
             self.unpacker.feed(data)
+
+    def _timeout_message(self):
+        partial = self.fed_bytes - self.unpacker.tell()
+        if partial:
+            return ("no complete reply from gemmd on %s in time: %d bytes received that do not "
+                    "finish a msgpack object (a truncated reply, or a map/array whose declared "
+                    "count is more than it holds)" % (self.addr, partial))
+        return "no reply from gemmd on %s in time" % self.addr
 
     def read_reply(self, timeout=None):
         obj = self._next_object(timeout)
@@ -799,6 +809,7 @@ class Client:
             if not data:
                 self.closed = True
                 return True
+            self.fed_bytes += len(data)
             self.unpacker.feed(data)
         return False
 

@@ -8,6 +8,8 @@ import socket
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 
@@ -104,19 +106,45 @@ def test_sigint_in_flight(ctx):
 
 def test_drain_deadline(ctx):
     """drain_ms 300 with seconds of queued work: the rest is answered UNAVAILABLE, exit 0."""
-    size = 500 if ctx.quick else 700
+    # matrices of ones keep seconds of work cheap to build and to check: every element is k
+    size = 1200 if ctx.quick else 1500  # 0.15-0.3 s per job on one OpenBLAS thread
     config = {"cpu": {"threads": 1}, "timeouts": {"drain_ms": 300}}
     d = ctx.daemon(config=config).start()
-    batches = _submit_slow_jobs(ctx, d, 2, 6, size)
-    time.sleep(0.3 * ctx.scale)
+    ones = np.ones((size, size))
+    hdr = {"m": size, "n": size, "k": size, "dtype": "f64"}
+    clients, senders = [], []
+    for _ in range(2):
+        client = d.connect()
+        stream = b"".join(h.Client.pack_gemm(msgid, hdr, ones, ones) for msgid in (1, 2, 3))
+        senders.append(h.send_in_background(client, stream))
+        clients.append(client)
+    for sender in senders:
+        sender.join(20 * ctx.scale)
+        assert not sender.is_alive() and sender.error is None, sender.error
+    time.sleep(0.1)
     start = time.monotonic()
     d.send_signal(signal.SIGTERM)
-    done, unavailable = _collect(batches)
+    done, unavailable = 0, 0
+    for client in clients:
+        for msgid in (1, 2, 3):
+            try:
+                _, out = client.gemm_result(msgid, hdr)
+            except h.ConnectionClosed:
+                raise AssertionError("msgid %d: connection closed before its reply" % msgid)
+            except h.RpcError as exc:
+                assert exc.code == "UNAVAILABLE", "msgid %d: %s" % (msgid, exc)
+                unavailable += 1
+                continue
+            bad = np.argwhere(out != size)
+            assert not len(bad), "msgid %d: element %s = %r, expected %d" % (
+                msgid, bad[0], out[tuple(bad[0])], size)
+            done += 1
+        client.close()
     code = d.stop(sig=None, timeout=10 * ctx.scale)
     took = time.monotonic() - start
     print("drain 300 ms: %d results, %d UNAVAILABLE, exit %d after %.2fs" % (done, unavailable,
                                                                              code, took))
-    assert unavailable > 0, "12 jobs of %d^3 f64 on one worker all finished within 300 ms?" % size
+    assert unavailable > 0, "6 jobs of %d^3 f64 on one worker all finished within 300 ms?" % size
     # the running job cannot be interrupted; allow it to finish, nothing more
     assert took < 5.0 * ctx.scale, "exit took %.2fs with drain_ms 300" % took
 
