@@ -411,6 +411,16 @@ static void run_matrix(test_env *env, bool quick)
       run_case(env, &tc);
     }
   }
+  if (!quick) { /* past the 65535 limit of grid.y and grid.z: launches split into chunks */
+    const test_case chunked[] = {
+        {GK_F32, false, 3, 5, 7, 66000, false, true, -0.75, 1.5, true, true},     /* batch */
+        {GK_F16, false, 3, 5, 7, 66000, true, false, 1.0, 0.0, true, true},
+        {GK_F32, false, 1048577, 1, 2, 1, false, false, 1.0, 0.0, true, true},    /* 65537 row tiles */
+        {GK_BF16, false, 1048577, 3, 1, 1, true, false, 1.0, 0.0, true, true},
+    };
+    for (size_t i = 0; i < sizeof(chunked) / sizeof(chunked[0]); i++)
+      run_case(env, &chunked[i]);
+  }
   if (!quick) { /* one 8192^3 per dtype for f32 and bf16, against cuBLAS only */
     const gk_dtype big[] = {GK_F32, GK_BF16};
     for (int i = 0; i < 2; i++) {
