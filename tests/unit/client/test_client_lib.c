@@ -390,6 +390,30 @@ START_TEST(client_side_timeout) {
 }
 END_TEST
 
+START_TEST(close_with_requests_in_flight) {
+  fake_server fs;
+  char addr[160];
+  fake_start(&fs, FAKE_SILENT, 0, addr, sizeof addr);
+  gc_conn *conn;
+  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  /* big enough that some stay in the send queue; gc_close frees them all (ASan checks) */
+  enum { N = 8, ELEMS = 512 * 512 };
+  float *a = calloc(ELEMS, sizeof *a), *out = malloc(ELEMS * sizeof *out);
+  gc_gemm_opts o;
+  small_opts(&o, 512, 512, 512);
+  gc_req req;
+  for (int i = 0; i < N; i++) ck_assert_int_eq(gc_submit(conn, &o, a, a, NULL, out, &req), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), N);
+  ck_assert_uint_gt(gc_pending_sends(conn), 0);
+  ck_assert_int_eq(gc_cancel(conn, req), 0); /* never started sending: dropped at once */
+  ck_assert_uint_eq(gc_in_flight(conn), N - 1);
+  gc_close(conn);
+  free(a);
+  free(out);
+  fake_stop(&fs);
+}
+END_TEST
+
 START_TEST(lost_connection) {
   fake_server fs;
   char addr[160];
@@ -458,6 +482,7 @@ int main(void) {
   tcase_add_test(fake, poll_reports_completions);
   tcase_add_test(fake, daemon_error_reaches_caller);
   tcase_add_test(fake, client_side_timeout);
+  tcase_add_test(fake, close_with_requests_in_flight);
   tcase_add_test(fake, lost_connection);
   tcase_add_test(fake, protocol_violation);
   tcase_add_test(fake, rejects_bad_requests_before_sending);
