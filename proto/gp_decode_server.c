@@ -257,12 +257,15 @@ static void hdr_done(gp_decoder *d) {
     gp__reject(d, &err);
     return;
   }
+  /* The whole message, counting the shortest bin header for each operand: a client that
+   * pads its bin headers may still cross the limit later, and is then closed. */
   uint64_t total = d->msg_bytes;
   for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++) {
     if (op == GP_OPERAND_C && !d->has_c)
       break;
     gp_gemm_operand_bytes(&d->gemm, op, &d->operand_bytes[op]); /* cannot overflow: validated */
-    total += GP_BIN_HEADER_MAX + d->operand_bytes[op];
+    uint8_t unused[GP_BIN_HEADER_MAX];
+    total += gp_encode_bin_header(unused, d->operand_bytes[op]) + d->operand_bytes[op];
   }
   if (total > d->limits.max_message_bytes) {
     gp__rejectf(d, GP_E_RESOURCE_EXHAUSTED, "message: %llu bytes are over max_message_bytes (%llu)",
