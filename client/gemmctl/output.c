@@ -72,31 +72,40 @@ static void print_scalar(FILE *f, const msgpack_object *o) {
   else gctl_print_json(f, o);
 }
 
+/* A map as "key: value" lines at indent; with inline_first the first line continues a "- "
+ * already printed (YAML's style for a map inside a list). */
+static void print_map(FILE *f, const msgpack_object *o, int indent, bool inline_first) {
+  for (uint32_t i = 0; i < o->via.map.size; i++) {
+    const msgpack_object_kv *kv = &o->via.map.ptr[i];
+    fprintf(f, "%*s", i == 0 && inline_first ? 0 : indent, "");
+    print_scalar(f, &kv->key);
+    if (is_scalar(&kv->val)) {
+      fputs(": ", f);
+      print_scalar(f, &kv->val);
+      fputc('\n', f);
+    } else {
+      fputs(":\n", f);
+      gctl_print_text(f, &kv->val, indent + 2);
+    }
+  }
+  if (o->via.map.size == 0) fputs(inline_first ? "{}\n" : "", f);
+}
+
 void gctl_print_text(FILE *f, const msgpack_object *o, int indent) {
   if (o->type == MSGPACK_OBJECT_MAP) {
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-      const msgpack_object_kv *kv = &o->via.map.ptr[i];
-      fprintf(f, "%*s", indent, "");
-      print_scalar(f, &kv->key);
-      if (is_scalar(&kv->val)) {
-        fputs(": ", f);
-        print_scalar(f, &kv->val);
-        fputc('\n', f);
-      } else {
-        fputs(":\n", f);
-        gctl_print_text(f, &kv->val, indent + 2);
-      }
-    }
+    print_map(f, o, indent, false);
   } else if (o->type == MSGPACK_OBJECT_ARRAY) {
     for (uint32_t i = 0; i < o->via.array.size; i++) {
       const msgpack_object *e = &o->via.array.ptr[i];
       fprintf(f, "%*s- ", indent, "");
-      if (is_scalar(e)) {
+      if (e->type == MSGPACK_OBJECT_MAP) {
+        print_map(f, e, indent + 2, true);
+      } else if (is_scalar(e)) {
         print_scalar(f, e);
         fputc('\n', f);
       } else {
         fputc('\n', f);
-        gctl_print_text(f, e, indent + 4);
+        gctl_print_text(f, e, indent + 2);
       }
     }
   } else {
