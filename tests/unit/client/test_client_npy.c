@@ -12,7 +12,7 @@
 #include "gctl_npy.h"
 #include "gctl_ref.h"
 
-static char dir[] = "/tmp/gc_npy_XXXXXX";
+static char dir[64];
 
 static double value(uint64_t i) { return (double)((int)((37 * i) % 101) - 50) / 8.0; }
 
@@ -23,6 +23,8 @@ static int run_python(const char *mode) {
 }
 
 static void setup(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/gc_npy_XXXXXX", tmp != NULL && strlen(tmp) < 40 ? tmp : "/tmp");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   ck_assert_int_eq(run_python("write"), 0);
 }
