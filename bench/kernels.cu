@@ -34,6 +34,7 @@
 #include <time.h>
 #include <vector>
 
+#include "gk_fast_dmma.cuh"
 #include "gk_fast_mma16.cuh"
 #include "gk_fast_simt.cuh"
 #include "gk_fast_tf32.cuh"
@@ -93,18 +94,25 @@ bool any_problem(const gk_problem *, int) { return true; }
   {"tf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                       \
    launch_nn<gk__tf32_launcher<gk__tf32_cfg<BM, BN, BK, WM, WN, S>>>}
 
+#define DMMA_F64(BM, BN, BK, WM, WN, S)                                                        \
+  {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
+   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S>>>}
+
 struct variant {
   int mode; /* index into kModes */
   gk_kernel kernel;
 };
 const variant kVariants[] = {
-    {0, SIMT_F32(128, 128, 8, 2)},          {0, SIMT_F32(128, 128, 8, 1)},
-    {0, SIMT_F32(128, 128, 16, 1)},         {0, SIMT_F32(128, 64, 8, 2)},
-    {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 3)},
-    {3, MMA_BF16(256, 128, 32, 4, 2, 3)},   {3, MMA_BF16(128, 128, 64, 2, 2, 3)},
-    {3, MMA_BF16(128, 256, 64, 2, 4, 3)},   {1, TF32(128, 128, 32, 2, 2, 3)},
-    {1, TF32(128, 256, 32, 2, 4, 3)},       {1, TF32(256, 128, 32, 4, 2, 3)},
-    {1, TF32(128, 128, 16, 2, 2, 4)},       {1, TF32(128, 128, 32, 2, 2, 4)},
+    {0, SIMT_F32(128, 128, 8, 2)},          {0, SIMT_F32(128, 64, 8, 2)},
+    {0, SIMT_F32(128, 64, 8, 4)},           {0, SIMT_F32(128, 128, 16, 2)},
+    {0, SIMT_F32(256, 128, 16, 1)},
+    {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 128, 32, 2, 4, 4)},
+    {3, MMA_BF16(128, 256, 32, 2, 4, 3)},   {3, MMA_BF16(128, 128, 64, 2, 2, 3)},
+    {3, MMA_BF16(256, 128, 32, 4, 4, 3)},   {1, TF32(128, 128, 32, 2, 2, 3)},
+    {1, TF32(128, 128, 32, 2, 4, 3)},       {1, TF32(128, 128, 16, 2, 2, 4)},
+    {1, TF32(128, 128, 16, 2, 4, 4)},       {1, TF32(128, 256, 16, 2, 4, 4)},
+    {4, DMMA_F64(128, 64, 16, 2, 2, 3)},    {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
+    {4, DMMA_F64(128, 128, 16, 2, 4, 3)},
 };
 const shape kVariantShapes[] = {
     {"2048^3", 2048, 2048, 2048, 1, false},

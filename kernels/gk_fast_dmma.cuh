@@ -1,0 +1,227 @@
+/*
+ * gk_fast_dmma.cuh - the FP64 tensor-core GEMM of 06_dmma_f64.cu, as a template over its tile
+ * configuration (bench_kernels times other configurations beside the registered one).
+ * The design and its reasons are in 06_dmma_f64.cu's opening comment.
+ */
+#ifndef GK_FAST_DMMA_CUH
+#define GK_FAST_DMMA_CUH
+
+#include "gk_fast_common.cuh"
+
+/* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async stages. */
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct gk__dmma_cfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, NT = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; /* the warp tile */
+  static constexpr int MI = WM / 8, NI = WN / 8;             /* m8n8k4 tiles per warp */
+  static_assert(WM % 8 == 0 && WN % 8 == 0, "a warp tile is a grid of 8x8 mma tiles");
+  static_assert(BK % 8 == 0, "an even number of k4 steps per tile (fragment buffers alternate)");
+};
+
+/* Shared layout of one stage: operands keep their global layout. Row pitches are 4 doubles
+ * more than the row (P = 4 mod 16): the fragment pattern (row g, col t) or (row t, col g) of a
+ * half-warp then covers the 32 banks once (bank pair = 8g + 2t or 8t + 2g). */
+template <class C, bool TA, bool TB>
+struct gk__dmma_smem {
+  static constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES;
+  static constexpr int A_ROWS = TA ? BK : BM, A_COLS = TA ? BM : BK, A_PITCH = A_COLS + 4;
+  static constexpr int B_ROWS = TB ? BN : BK, B_COLS = TB ? BK : BN, B_PITCH = B_COLS + 4;
+  static_assert(A_PITCH % 16 == 4 || A_PITCH % 16 == 12, "A pitch must spread the banks");
+  static_assert(B_PITCH % 16 == 4 || B_PITCH % 16 == 12, "B pitch must spread the banks");
+  static constexpr int A_ELEMS = A_ROWS * A_PITCH, B_ELEMS = B_ROWS * B_PITCH;
+  static constexpr int STAGE_ELEMS = A_ELEMS + B_ELEMS;
+  static constexpr size_t BYTES = (size_t)STAGES * STAGE_ELEMS * sizeof(double);
+};
+
+struct gk__dmma_args {
+  const double *a, *b;
+  double *c;
+  int m, n, k;
+  int64_t lda, ldb, stride_a, stride_b, stride_c;
+  double alpha, beta;
+  bool beta_zero;
+  bool c_pair; /* n even and c 16-byte aligned: two outputs per store */
+};
+
+__device__ __forceinline__ void gk__dmma884(double d[2], double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(d[0]), "+d"(d[1])
+               : "d"(a), "d"(b));
+}
+
+/* Stores (row, col) and (row, col + 1) after alpha/beta. */
+__device__ __forceinline__ void gk__dmma_store_pair(const gk__dmma_args &args, double *c, int row,
+                                                    int col, double v0, double v1) {
+  if (row >= args.m || col >= args.n) return;
+  double *dst = c + (int64_t)row * args.n + col;
+  v0 *= args.alpha, v1 *= args.alpha;
+  if (args.c_pair) { /* n even and col even: col + 1 < n too */
+    if (!args.beta_zero) {
+      double2 old = *reinterpret_cast<const double2 *>(dst);
+      v0 = fma(args.beta, old.x, v0), v1 = fma(args.beta, old.y, v1);
+    }
+    *reinterpret_cast<double2 *>(dst) = make_double2(v0, v1);
+    return;
+  }
+  if (!args.beta_zero) v0 = fma(args.beta, dst[0], v0);
+  dst[0] = v0;
+  if (col + 1 < args.n) {
+    if (!args.beta_zero) v1 = fma(args.beta, dst[1], v1);
+    dst[1] = v1;
+  }
+}
+
+template <class C, bool TA, bool TB, bool VEC>
+__global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
+  using T = double;
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, NT = C::NT;
+  constexpr int WARPS_N = C::WARPS_N, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
+  using L = gk__dmma_smem<C, TA, TB>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *smem = reinterpret_cast<T *>(smem_raw);
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  int tile_m, tile_n;
+  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
+  const int m0 = tile_m * BM, n0 = tile_n * BN;
+  const int64_t z = blockIdx.z;
+  const T *a = args.a + z * args.stride_a;
+  const T *b = args.b + z * args.stride_b;
+  T *c = args.c + z * args.stride_c;
+  const int m_left = args.m - m0, n_left = args.n - n0;
+
+  auto load_stage = [&](int s, int kt) {
+    const int k0 = kt * BK, k_left = args.k - k0;
+    T *sa = smem + s * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
+    if (TA)
+      gk__load_tile<T, BK, BM, L::A_PITCH, NT, VEC>(sa, a + (int64_t)k0 * args.lda + m0, args.lda,
+                                                    k_left, m_left, tid);
+    else
+      gk__load_tile<T, BM, BK, L::A_PITCH, NT, VEC>(sa, a + (int64_t)m0 * args.lda + k0, args.lda,
+                                                    m_left, k_left, tid);
+    if (TB)
+      gk__load_tile<T, BN, BK, L::B_PITCH, NT, VEC>(sb, b + (int64_t)n0 * args.ldb + k0, args.ldb,
+                                                    n_left, k_left, tid);
+    else
+      gk__load_tile<T, BK, BN, L::B_PITCH, NT, VEC>(sb, b + (int64_t)k0 * args.ldb + n0, args.ldb,
+                                                    k_left, n_left, tid);
+  };
+
+  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+  const int g = lane / 4, t = lane % 4; /* fragment: A (row g, k t), B (k t, col g) */
+
+  /* One k4 step's fragments: one double of A per m8 tile, one of B per n8 tile. */
+  auto load_frags = [&](double(&af)[MI], double(&bf)[NI], int st, int kk) {
+    const T *sa = smem + st * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const int r = wm + i * 8 + g;
+      af[i] = TA ? sa[(kk + t) * L::A_PITCH + r] : sa[r * L::A_PITCH + kk + t];
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int col = wn + j * 8 + g;
+      bf[j] = TB ? sb[col * L::B_PITCH + kk + t] : sb[(kk + t) * L::B_PITCH + col];
+    }
+  };
+
+  double acc[MI][NI][2];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+
+  /* Pipeline as in gk_fast_mma16.cuh: STAGES tiles in flight, two fragment sets. */
+  constexpr int KSTEPS = BK / 4;
+  const int k_tiles = (args.k + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    gk__cp_async_commit();
+  }
+  gk__cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1);
+  gk__cp_async_commit();
+
+  double af[2][MI], bf[2][NI];
+  load_frags(af[0], bf[0], 0, 0);
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int st = kt % STAGES;
+#pragma unroll
+    for (int step = 0; step < KSTEPS; ++step) {
+      const int cur = step & 1, nxt = cur ^ 1;
+      if (step + 1 < KSTEPS) {
+        load_frags(af[nxt], bf[nxt], st, (step + 1) * 4);
+      } else if (kt + 1 < k_tiles) {
+        gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
+        __syncthreads();
+        if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
+        gk__cp_async_commit();
+        load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) gk__dmma884(acc[i][j], af[cur][i], bf[cur][j]);
+    }
+  }
+  gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
+
+  /* Accumulator (i, j): (row g, cols 2t, 2t+1) of the 8x8 tile. */
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+      gk__dmma_store_pair(args, c, m0 + wm + i * 8 + g, n0 + wn + j * 8 + 2 * t, acc[i][j][0],
+                          acc[i][j][1]);
+}
+
+/* Host side: the launcher for one configuration C. */
+template <class C>
+struct gk__dmma_launcher {
+  template <bool TA, bool TB, bool VEC>
+  static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
+    auto kernel = gk__dmma_gemm<C, TA, TB, VEC>;
+    const size_t smem = gk__dmma_smem<C, TA, TB>::BYTES;
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return err;
+    gk__dmma_args args;
+    args.a = static_cast<const double *>(p->a);
+    args.b = static_cast<const double *>(p->b);
+    args.c = static_cast<double *>(p->c);
+    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
+    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
+    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
+    args.alpha = p->alpha, args.beta = p->beta;
+    args.beta_zero = p->beta == 0.0;
+    args.c_pair = gk__aligned(p->c, 16) && p->n % 2 == 0;
+    const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
+    if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+    return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
+      gk__dmma_args chunk = args;
+      chunk.a += first * args.stride_a;
+      chunk.b += first * args.stride_b;
+      chunk.c += first * args.stride_c;
+      kernel<<<dim3((unsigned)tiles, 1, count), C::NT, smem, stream>>>(chunk);
+      return cudaGetLastError();
+    });
+  }
+
+  template <bool TA, bool TB>
+  static cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
+    return gk__rows_vectorizable(p, 2) ? run<TA, TB, true>(p, stream)
+                                       : run<TA, TB, false>(p, stream);
+  }
+
+  static cudaError_t launch(const gk_problem *p, cudaStream_t stream) {
+    if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
+    if (p->trans_a)
+      return p->trans_b ? pick_vec<true, true>(p, stream) : pick_vec<true, false>(p, stream);
+    return p->trans_b ? pick_vec<false, true>(p, stream) : pick_vec<false, false>(p, stream);
+  }
+};
+
+#endif /* GK_FAST_DMMA_CUH */
