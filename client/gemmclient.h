@@ -81,7 +81,7 @@ typedef struct gc_conn gc_conn;
  * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
  * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT". NULL
  * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
- * after 10 seconds.
+ * after 10 seconds (gc_connect_with sets another limit).
  *
  * Returns 0 and sets *out to a connection that the caller closes with
  * gc_close(). On failure returns GC_E_INVALID_ARGUMENT (a malformed
@@ -90,6 +90,23 @@ typedef struct gc_conn gc_conn;
  * this thread: gc_last_error(NULL).
  */
 GC_EXPORT int gc_connect(const char *addr, gc_conn **out);
+
+/* Connection settings, for gc_connect_with(). Fill with gc_connect_opts_init() first (the struct
+ * may grow at its end in minor versions, as gc_gemm_opts does). */
+typedef struct {
+  size_t struct_size;        /* set by gc_connect_opts_init; do not change */
+  int connect_timeout_ms;    /* how long the connect itself may take; default 10000 */
+  /* The largest reply accepted, payload included (a larger one breaks the connection with
+   * GC_E_INTERNAL before anything is reserved for it); default 3 GiB + 64 KiB, which fits
+   * the largest result protocol v1 allows. */
+  uint64_t max_reply_bytes;
+} gc_connect_opts;
+
+GC_EXPORT void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size);
+#define gc_connect_opts_init(opts) gc_connect_opts_init_sized((opts), sizeof(gc_connect_opts))
+
+/* gc_connect with settings; opts NULL means the defaults (what gc_connect uses). */
+GC_EXPORT int gc_connect_with(const char *addr, const gc_connect_opts *opts, gc_conn **out);
 
 /* Closes the connection and frees it. Requests still in flight are dropped: their buffers are
  * no longer touched once gc_close returns. conn may be NULL. */

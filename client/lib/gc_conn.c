@@ -3,26 +3,42 @@
  * close, wait, poll, cancel, progress.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gc_internal.h"
 
-#define CONNECT_TIMEOUT_MS 10000
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000
+
+/* The first layout of gc_connect_opts ends with max_reply_bytes. */
+#define CONNECT_OPTS_V1_SIZE (offsetof(gc_connect_opts, max_reply_bytes) + sizeof(uint64_t))
+
+void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size) {
+  gc_connect_opts defaults;
+  memset(&defaults, 0, sizeof defaults);
+  gp_limits limits;
+  gp_limits_default(&limits);
+  defaults.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+  defaults.max_reply_bytes = limits.max_message_bytes;
+  memcpy(opts, &defaults, struct_size < sizeof defaults ? struct_size : sizeof defaults);
+  if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
+}
 
 static const char *default_address(void) {
   const char *env = getenv("GEMMD_ADDRESS");
   return env != NULL && env[0] != '\0' ? env : GC_DEFAULT_ADDRESS;
 }
 
-static gc_conn *conn_new(int fd) {
+static gc_conn *conn_new(int fd, const gc_connect_opts *opts) {
   gc_conn *conn = calloc(1, sizeof *conn);
   if (conn == NULL) return NULL;
   conn->fd = fd;
   conn->next_msgid = 1;
   gc__reqtab_init(&conn->table);
   gp_limits_default(&conn->limits);
+  conn->limits.max_message_bytes = opts->max_reply_bytes;
   conn->decoder = gp_decoder_new(GP_ROLE_CLIENT, &conn->limits);
   conn->rbuf = malloc(GC__READ_BUF_BYTES);
   if (conn->decoder == NULL || conn->rbuf == NULL) {
@@ -34,16 +50,27 @@ static gc_conn *conn_new(int fd) {
   return conn;
 }
 
-int gc_connect(const char *addr, gc_conn **out) {
+int gc_connect_with(const char *addr, const gc_connect_opts *opts_in, gc_conn **out) {
   gc_error *err = gc__thread_error();
   *out = NULL;
+  gc_connect_opts opts;
+  gc_connect_opts_init(&opts);
+  if (opts_in != NULL) {
+    if (opts_in->struct_size < CONNECT_OPTS_V1_SIZE)
+      return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                           "connect options not set up with gc_connect_opts_init");
+    memcpy(&opts, opts_in, opts_in->struct_size < sizeof opts ? opts_in->struct_size : sizeof opts);
+  }
+  if (opts.connect_timeout_ms < 0 || opts.max_reply_bytes < 64)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "connect_timeout_ms must be >= 0 and max_reply_bytes >= 64");
   if (addr == NULL) addr = default_address();
   gc__addr parsed;
   int rc = gc__addr_parse(addr, &parsed, err);
   if (rc != 0) return rc;
-  int fd = gc__addr_connect(&parsed, CONNECT_TIMEOUT_MS, err);
+  int fd = gc__addr_connect(&parsed, opts.connect_timeout_ms, err);
   if (fd < 0) return fd;
-  gc_conn *conn = conn_new(fd);
+  gc_conn *conn = conn_new(fd, &opts);
   if (conn == NULL) {
     close(fd);
     return gc__error_set(err, GC_E_RESOURCE_EXHAUSTED, "out of memory for a connection");
@@ -52,6 +79,8 @@ int gc_connect(const char *addr, gc_conn **out) {
   *out = conn;
   return 0;
 }
+
+int gc_connect(const char *addr, gc_conn **out) { return gc_connect_with(addr, NULL, out); }
 
 static void drop(gc__request *r, void *arg) {
   gc__request **list = arg;

@@ -114,9 +114,13 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   if (opts_to_hdr(opts, &hdr, &timeout_ms, &err) != 0) return gc__conn_fail(conn, &err);
   if (a == NULL || b == NULL || out == NULL || req == NULL)
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT, "gemm needs a, b, out and req");
+  /* Requests are checked against the protocol's own limits (what any daemon could accept);
+   * the daemon applies its configured ones. conn->limits is for replies. */
+  gp_limits request_limits;
+  gp_limits_default(&request_limits);
   gp_error perr;
   gp_error_clear(&perr);
-  if (gp_gemm_hdr_validate(&hdr, c != NULL, &conn->limits, &perr) != 0)
+  if (gp_gemm_hdr_validate(&hdr, c != NULL, &request_limits, &perr) != 0)
     return gc__conn_failf(conn, perr.code, "%s", perr.message);
   if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
   gc__request *r = gc__request_new(conn, GC__KIND_GEMM);

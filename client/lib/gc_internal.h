@@ -126,7 +126,7 @@ struct gc_conn {
   gc_error broken_error;
   gc_error last_error;
   gp_decoder *decoder;
-  gp_limits limits;
+  gp_limits limits;      /* for replies (gc_connect_opts.max_reply_bytes) */
   uint32_t next_msgid;
   gc__reqtab table;      /* every request not yet reported, and abandoned ones not ended */
   size_t abandoned_count;

@@ -117,6 +117,15 @@ START_TEST(connect_failures) {
   ck_assert_int_eq(gc_connect("tcp:127.0.0.1:1", &conn), GC_E_UNAVAILABLE);
   unsetenv("GEMMD_ADDRESS");
   gc_close(NULL);
+  gc_connect_opts copts;
+  gc_connect_opts_init(&copts);
+  ck_assert_int_eq(copts.connect_timeout_ms, 10000);
+  ck_assert_uint_gt(copts.max_reply_bytes, (uint64_t)3 << 30);
+  copts.connect_timeout_ms = -1;
+  ck_assert_int_eq(gc_connect_with("unix:/nonexistent", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  copts.struct_size = 2;
+  ck_assert_int_eq(gc_connect_with("unix:/nonexistent", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "gc_connect_opts_init"));
 }
 END_TEST
 
@@ -429,6 +438,26 @@ START_TEST(lost_connection) {
 }
 END_TEST
 
+START_TEST(reply_over_the_limit) {
+  fake_server fs;
+  char addr[160];
+  fake_start(&fs, FAKE_REVERSE, 1, addr, sizeof addr);
+  gc_connect_opts copts;
+  gc_connect_opts_init(&copts);
+  copts.max_reply_bytes = 4096;
+  gc_conn *conn;
+  ck_assert_int_eq(gc_connect_with(addr, &copts, &conn), 0);
+  /* requests are not limited by it: 64 KiB goes out, 16 KiB would come back */
+  static float a[64 * 256], b[256 * 64], out[64 * 64];
+  gc_gemm_opts o;
+  small_opts(&o, 64, 64, 256);
+  ck_assert_int_eq(gc_gemm(conn, &o, a, b, NULL, out, NULL), GC_E_INTERNAL);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "max_message_bytes"));
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
 START_TEST(protocol_violation) {
   fake_server fs;
   char addr[160];
@@ -485,6 +514,7 @@ int main(void) {
   tcase_add_test(fake, close_with_requests_in_flight);
   tcase_add_test(fake, lost_connection);
   tcase_add_test(fake, protocol_violation);
+  tcase_add_test(fake, reply_over_the_limit);
   tcase_add_test(fake, rejects_bad_requests_before_sending);
   suite_add_tcase(s, fake);
   SRunner *sr = srunner_create(s);
