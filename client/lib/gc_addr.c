@@ -113,7 +113,9 @@ static int connect_one(int family, const struct sockaddr *sa, socklen_t salen, i
     return -1;
   }
   int rc = connect(fd, sa, salen);
-  if (rc != 0 && (errno == EINPROGRESS || errno == EAGAIN))
+  /* EINPROGRESS: TCP handshake under way. (EAGAIN from a Unix socket means the daemon's
+   * backlog is full: the socket is not connecting, so that is a failure.) */
+  if (rc != 0 && errno == EINPROGRESS)
     rc = finish_connect(fd, timeout_ms, error);
   else if (rc != 0)
     *error = errno;
