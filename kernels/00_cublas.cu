@@ -76,17 +76,11 @@ cudaError_t cublas_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t str
   const void *beta = p->dtype == GK_F64 ? (const void *)&beta_d : (const void *)&beta_f;
 
   const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
-  /* A vector operand (A with m or k of 1, B with n or k of 1) is the same bytes transposed or
-   * not, so its flag is dropped: seen on an H200 with cuBLAS 13.0, f64 with m = 1 and both
-   * operands transposed (A's leading dimension 1), batch 3 and beta != 0 came back wrong,
-   * while the same problem without the flag was right. */
-  const bool trans_a = p->trans_a && m != 1 && k != 1;
-  const bool trans_b = p->trans_b && n != 1 && k != 1;
   /* Column-major view, see the comment at the top: first operand B, second A. */
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int ld_b = trans_b ? k : n; /* stored row length of B (n x k when transposed) */
-  const int ld_a = trans_a ? m : k; /* stored row length of A (k x m when transposed) */
+  const cublasOperation_t op_b = p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ld_b = p->trans_b ? k : n; /* stored row length of B (n x k when transposed) */
+  const int ld_a = p->trans_a ? m : k; /* stored row length of A (k x m when transposed) */
   status = cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, alpha, p->b, type, ld_b,
                                       (long long)p->k * p->n, p->a, type, ld_a,
                                       (long long)p->m * p->k, beta, p->c, type, n,

@@ -302,6 +302,11 @@ static void run_case(test_env *env, const test_case *tc)
     CUDA_OR_DIE(cudaMalloc(&d_c0, c_bytes));
     CUDA_OR_DIE(cudaMemcpy(d_c0, c0, c_bytes, cudaMemcpyHostToDevice));
   }
+  /* A cudaMemcpy from pageable memory may return before its DMA has landed, and the test's
+   * non-blocking stream is not ordered after the legacy default stream: without this wait the
+   * first kernel can read a half-uploaded A, B or C (seen on the H200: the first kernel run,
+   * cuBLAS, disagreed with float64 on a few beta != 0 cases while every later one agreed). */
+  CUDA_OR_DIE(cudaDeviceSynchronize());
   const gk_problem p = {tc->dtype, tc->fast, tc->trans_a, tc->trans_b, tc->m, tc->n, tc->k,
                         tc->batch, tc->alpha, tc->beta, d_a, d_b, d_c};
   const int cc = gk_gpu_ctx_cc(env->ctx);
@@ -554,6 +559,7 @@ static void run_bench(test_env *env, int64_t size)
     CUDA_OR_DIE(cudaMemcpy(d_a, h, bytes, cudaMemcpyHostToDevice));
     fill_random(h, mode.dtype, elems);
     CUDA_OR_DIE(cudaMemcpy(d_b, h, bytes, cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaDeviceSynchronize()); /* the uploads landed before the timing stream reads */
     gk_problem p = {mode.dtype, mode.fast, false, false, size, size, size, 1, 1.0, 0.0,
                     d_a, d_b, d_ref};
     void *ref = xmalloc(bytes);
