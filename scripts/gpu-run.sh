@@ -76,7 +76,7 @@ note "gpu-run.sh $mode | commit $commit | device: ${gpu_name:-none} | deps: $dep
 # on the GPU machine has neither (its python3 on PATH does).
 python_args=()
 if ! /usr/bin/python3 -c 'import numpy, msgpack' >/dev/null 2>&1; then
-  for py in $(command -v -a python3 2>/dev/null); do
+  for py in $(type -a -P python3 2>/dev/null); do
     if "$py" -c 'import numpy, msgpack' >/dev/null 2>&1; then
       python_args=(-DGEMMD_PYTHON3="$py")
       note "python: /usr/bin/python3 lacks numpy or msgpack; tests use $py"
