@@ -8,12 +8,16 @@ Finding and running the daemon
   find_gemmd(argv=None) -> path     from --gemmd PATH in argv, else env GEMMD_BIN.
   sanitized(gemmd) -> bool          the binary is an ASan build (or GEMMD_SANITIZE=1).
   quick(gemmd=None) -> bool         scale big cases down: GEMMD_TEST_QUICK=1 or sanitized.
+  sanitizer_report(text) -> the first line of an ASan/UBSan/LSan report in text, or None.
   Daemon(gemmd, config=None, backend="cpu", tcp=False, tcp6=False, args=(), config_text=None,
          env=None)
       A daemon in a fresh temp dir with a generated YAML config. `config` is a dict deep-merged
       into the harness defaults (a value None deletes the key); `config_text` replaces the
       generated file verbatim. backend None passes no --backend flag. tcp/tcp6 add
-      tcp:127.0.0.1:PORT / tcp:[::1]:PORT listeners on free ports. args: extra flags.
+      tcp:127.0.0.1:PORT / tcp:[::1]:PORT listeners on free ports. args: extra flags. env: extra
+      environment (NOTIFY_SOCKET and LISTEN_* are removed from the inherited one first).
+      Subclasses may override .command() -> argv (e.g. to wrap gemmd in another program).
+      .scale              wait budgets multiply by it (4 under a sanitizer, else 1).
       .start(wait=True, wait_addr=None)   spawn; with wait, block until wait_addr (default the
                           unix socket) accepts (raises DaemonError with the log if gemmd exits
                           or never listens).
@@ -22,7 +26,10 @@ Finding and running the daemon
                           .kill() is SIGKILL without checks.
       .connect(kind="unix"|"tcp"|"tcp6", timeout=None) -> Client
       .send_signal(sig), .running(), .wait_exit(timeout) -> code or None
-      .unix_path, .tcp_port, .dir, .config_path, .log_path, .log(), .proc, .pid
+      .unix_path, .tcp_port, .tcp6_port, .dir, .config_path, .log_path, .proc, .pid
+      .address(kind="unix") -> "unix:PATH" / "tcp:127.0.0.1:PORT" / "tcp:[::1]:PORT"
+      .log() -> text, .log_tail(lines=60) -> framed tail for messages, .check_log() asserts
+                          no sanitizer report, .cleanup() kills and removes the temp dir.
       .write_config(config=None, config_text=None)   rewrite the file (for SIGHUP tests).
       Context manager: start on enter; stop (asserting exit 0) on a clean exit, kill on error.
   run_gemmd(gemmd, args, timeout=30) -> (exit code, stdout+stderr text)   one-shot runs
@@ -38,10 +45,12 @@ Talking to it
       .gemm_result(msgid, hdr, timeout=None) -> (out_hdr, ndarray)   raises RpcError
       .gemm(hdr, a, b, c=None) -> (out_hdr, ndarray)                 raises RpcError
       .is_closed(timeout) -> True when the peer closed (EOF/reset) within timeout
-      .close()
+      .close()          Client.pack_gemm(msgid, hdr, a, b, c=None) -> the request's bytes
       a, b, c are numpy arrays (converted to hdr["dtype"]) or bytes (sent as they are). The
       result array is float64/float32/float16 for f64/f32/f16 and float32 for bf16, shaped
       (m, n) when batch is 1, else (batch, m, n).
+  parse_address(addr) -> (family, target); free_tcp_port(host="127.0.0.1");
+  ipv6_loopback_works(); deep_merge(base, over) (the config merge).
   RpcError(code, message), ConnectionClosed (EOFError), ProtocolError, DaemonError, Skip.
 
 Numbers
@@ -56,6 +65,7 @@ Numbers
   check_gemm(client, rng, m, n, k, dtype="f32", trans_a=False, trans_b=False, alpha=1.0,
       beta=0.0, batch=None, poison_c=True, extra=None) -> out_hdr   one full checked round trip;
       with beta == 0 and poison_c it sends c full of NaN, which must not leak into the result.
+  check_out_hdr(out_hdr, m, n, dtype, batch, what) asserts the reply header's fields.
 
 Running a test script
   wait_until(predicate, timeout, what) -> the first truthy value of predicate(), polled; raises
@@ -64,7 +74,8 @@ Running a test script
       read replies while a long pipeline is still being written); .error holds its exception.
   dig(mapping, "a.b.c", default=None) -> nested value of a reply map.
   run_threads(target, count, *args)  target(i, *args) in count threads; re-raises a failure.
-  main(tests, argv=None)   tests: list of functions f(ctx); ctx has .gemmd, .rng, .quick.
+  main(tests, argv=None)   tests: list of functions f(ctx); ctx has .gemmd, .rng, .quick,
+      .sanitized, .scale and .daemon(**kwargs) (a Daemon of ctx.gemmd).
       Runs each, prints PASS/FAIL/SKIP lines and the logs of the daemons of a failed test.
       Exit 0 all passed, 1 any failed, 77 none failed but some raised Skip("why").
 """
