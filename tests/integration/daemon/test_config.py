@@ -38,6 +38,27 @@ def test_default_config_passes(ctx):
     assert not os.path.exists(d.unix_path), "--check-config created the socket"
 
 
+def test_builtin_defaults_equal_config_file(ctx):
+    """Without a key in the file, the built-in default applies; config/gemmd.yaml holds the same
+    defaults: info.limits of a daemon on that file equals one on a near-empty file."""
+    limits = []
+    for text in (None, "log_level: info\n"):
+        d = ctx.daemon(config_text=text)
+        if text is None:
+            d.config_path = DEFAULT_CONFIG  # the file as shipped, its listen list overridden
+        d.args = ["--listen", "unix:" + d.unix_path]
+        with d, d.connect() as client:
+            limits.append(client.call("info")["limits"])
+    assert limits[0] == limits[1], "config/gemmd.yaml %r\nbuilt-in defaults %r" % tuple(limits)
+
+
+def test_check_config_without_file(ctx):
+    if os.path.exists("/etc/gemmd/gemmd.yaml"):
+        raise h.Skip("/etc/gemmd/gemmd.yaml exists here: the built-in defaults are not used")
+    code, out = h.run_gemmd(ctx.gemmd, ["--check-config"], timeout=15)
+    assert code == 0, "--check-config with the built-in defaults: exit %d\n%s" % (code, out)
+
+
 BAD_FILES = [
     # (what, text, line, column of the offending key or value (1-based))
     ("unknown top-level key", "log_level: info\nfrobnicate: 3\n", 2, 1),
@@ -145,7 +166,8 @@ def test_backend_flag_overrides(ctx):
 
 
 if __name__ == "__main__":
-    sys.exit(h.main([test_default_config_passes, test_bad_files_name_line_and_column,
+    sys.exit(h.main([test_default_config_passes, test_builtin_defaults_equal_config_file,
+                     test_check_config_without_file, test_bad_files_name_line_and_column,
                      test_yaml_syntax_error, test_missing_file, test_bad_flags,
                      test_log_level_flag_overrides, test_listen_flag_replaces_file_list,
                      test_backend_flag_overrides]))

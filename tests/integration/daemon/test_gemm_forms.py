@@ -5,6 +5,8 @@ the four dtypes, and one large-ish f32 case; plus the fields of out_hdr."""
 import os
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 
@@ -81,6 +83,39 @@ def test_out_hdr(ctx, d, client):
 
 
 @with_daemon
+def test_many_batches(ctx, d, client):
+    h.check_gemm(client, ctx.rng, 3, 2, 5, "f32", True, False, alpha=0.5, beta=1.5, batch=300)
+    h.check_gemm(client, ctx.rng, 2, 3, 1, "bf16", False, True, batch=129)
+
+
+# (x, what 1 + x rounds to): ties go to the even neighbour
+ROUNDING = {
+    "bf16": [(2.0**-9, 1.0), (3 * 2.0**-9, 1 + 2.0**-7), (2.0**-8, 1.0),
+             (3 * 2.0**-8, 1 + 2.0**-6)],
+    "f16": [(2.0**-12, 1.0), (3 * 2.0**-12, 1 + 2.0**-10), (2.0**-11, 1.0),
+            (3 * 2.0**-11, 1 + 2.0**-9)],
+}
+
+
+@with_daemon
+def test_f16_bf16_round_to_nearest(ctx, d, client):
+    """f16/bf16 accumulate in f32; the f32 sum goes back to the dtype rounding to nearest
+    (ties to even), as every IEEE conversion does: row i computes 1 + x_i exactly in f32."""
+    for dtype, cases in ROUNDING.items():
+        xs = np.array([x for x, _ in cases] + [-x for x, _ in cases])
+        want = np.array([r for _, r in cases] + [-r for _, r in cases])
+        a = np.stack([np.where(xs > 0, 1.0, -1.0), xs], axis=1)  # m x 2
+        b = np.ones((2, 1))
+        assert (h.round_to(a, dtype) == a).all() and (h.round_to(want, dtype) == want).all()
+        _, out = client.gemm({"m": len(xs), "n": 1, "k": 2, "dtype": dtype}, a, b)
+        got = out[:, 0].astype(np.float64)
+        if not (got == want).all():
+            i = int(np.argmax(got != want))
+            raise AssertionError("%s: 1 + %r came back as %r, round-to-nearest-even gives %r "
+                                 "(all: %r)" % (dtype, xs[i], got[i], want[i], got))
+
+
+@with_daemon
 def test_large_f32(ctx, d, client):
     m, n, k = (300, 200, 250) if ctx.quick else (1000, 800, 1200)
     h.check_gemm(client, ctx.rng, m, n, k, "f32", alpha=0.5, beta=2.0)
@@ -88,4 +123,5 @@ def test_large_f32(ctx, d, client):
 
 if __name__ == "__main__":
     sys.exit(h.main([test_odd_sizes_every_dtype, test_transposes_every_dtype, test_alpha_beta,
-                     test_batch, test_header_options, test_out_hdr, test_large_f32]))
+                     test_batch, test_header_options, test_out_hdr, test_many_batches,
+                     test_f16_bf16_round_to_nearest, test_large_f32]))

@@ -39,9 +39,11 @@ def test_sighup_applies_limits_and_log_level(ctx):
         with d.connect() as fresh:  # new connections get the new limits too
             assert _refused(fresh, 101)
             h.check_gemm(fresh, ctx.rng, 50, 50, 50, "f64")
-        # log_level debug now: the daemon says something about what it did
+        # log_level debug now: serving a request logs at debug
+        h.check_gemm(client, ctx.rng, 5, 5, 5, "f64")
         new_lines = d.log().splitlines()[lines_before:]
-        assert new_lines, "no log line at all after SIGHUP with log_level debug"
+        assert any(line.startswith("debug:") for line in new_lines), \
+            "log_level debug after SIGHUP, yet no debug line:\n%s" % "\n".join(new_lines)
         # and back up again
         d.write_config({"limits": {"max_dim": 1000}, "log_level": "info"})
         d.send_signal(signal.SIGHUP)
