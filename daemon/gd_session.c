@@ -53,6 +53,7 @@ struct gd_session {
   size_t pending_len;
   bool pending_in_window;    /* pending points into the current job's buffer */
   bool reading, paused, closing;
+  bool eof;                  /* the client shut its side: answer what is in flight, then close */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
@@ -88,6 +89,11 @@ static void update_timer(gd_session *s);
 static void kick(gd_session *s) {
   if (s->closing)
     return;
+  if (s->eof) {
+    if (s->in_flight == 0 && s->writes == 0)
+      gd_session_close(s, "closed by client");
+    return;
+  }
   if (s->pending_len > 0) {
     process(s); /* ends with update_reading and update_timer */
     return;
@@ -461,7 +467,7 @@ static bool over_caps(const gd_session *s) {
 }
 
 static bool may_decode(const gd_session *s) {
-  if (s->closing || s->paused)
+  if (s->closing || s->paused || s->eof)
     return false;
   return !(at_boundary(s) && over_caps(s));
 }
@@ -510,14 +516,29 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)s->rbuf, READ_BUFFER_BYTES);
 }
 
+/* The client closed its side. A request cut short is dropped at once (it can never complete);
+ * replies to the complete ones still go out, for a client that only shut down writing. */
+static void on_eof(gd_session *s) {
+  s->eof = true;
+  if (!at_boundary(s)) {
+    gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)s->id,
+            s->peer);
+    drop_current(s);
+    s->in_request = false;
+  }
+  update_reading(s);
+  if (!s->closing)
+    update_timer(s);
+  kick(s);
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   gd_session *s = stream->data;
   if (nread == 0)
     return;
   if (nread < 0) {
     if (nread == UV_EOF)
-      gd_session_close(s, s->in_request || !at_boundary(s) ? "client went away mid-request"
-                                                           : "closed by client");
+      on_eof(s);
     else {
       char why[128];
       snprintf(why, sizeof why, "read error: %s", uv_strerror((int)nread));
@@ -557,6 +578,10 @@ static void on_timer(uv_timer_t *timer) {
   gd_session *s = timer->data;
   const gd_config *cfg = &s->d->cfg;
   uint64_t now = gd_now_us();
+  if (s->eof) {
+    update_timer(s);
+    return;
+  }
   if (!at_boundary(s)) {
     if (cfg->request_ms && now - s->msg_started_us >= cfg->request_ms * 1000u) {
       gd_session_close(s, "request did not finish arriving within timeouts.request_ms");
@@ -574,7 +599,9 @@ static void on_timer(uv_timer_t *timer) {
 static void update_timer(gd_session *s) {
   const gd_config *cfg = &s->d->cfg;
   uint64_t due_us = 0, since = 0;
-  if (!at_boundary(s) && cfg->request_ms) {
+  if (s->eof) {
+    /* nothing more can arrive; replies in flight are bounded by the jobs themselves */
+  } else if (!at_boundary(s) && cfg->request_ms) {
     due_us = cfg->request_ms * 1000u;
     since = s->msg_started_us;
   } else if (at_boundary(s) && s->in_flight == 0 && s->writes == 0 && cfg->idle_ms) {
