@@ -324,12 +324,33 @@ static void on_gemm_request(gd_session *s, const gp_event *ev) {
            (unsigned long long)job->id);
 }
 
-/* The request being read is dropped before it was submitted. */
+/* Bytes read into the current job's window and not decoded yet are all payload of the current
+ * message: let the decoder count them off now, before the job and its memory go. */
+static void consume_window_bytes(gd_session *s) {
+  while (s->pending_in_window && s->pending_len > 0) {
+    gp_event ev;
+    size_t used = gp_decoder_feed(s->dec, s->pending, s->pending_len, &ev);
+    s->pending += used;
+    s->pending_len -= used;
+    if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL || ev.type == GP_EV_MESSAGE_END)
+      break;
+  }
+  if (s->pending_in_window) {
+    s->pending_in_window = false;
+    s->pending = s->rbuf;
+    s->pending_len = 0;
+  }
+}
+
+/* The request being read is dropped before it was submitted (the caller makes the decoder skip
+ * the rest of the message, or it already does). A pause the job asked for goes with it. */
 static void drop_current(gd_session *s) {
   sjob *rec = s->cur;
   if (!rec)
     return;
+  consume_window_bytes(s);
   s->cur = NULL;
+  s->paused = false;
   gd_job *job = rec->job;
   unlink_rec(s, rec);
   free(rec);
@@ -362,17 +383,10 @@ static void on_payload(gd_session *s, const gp_event *ev) {
   bool pause = false;
   int rc = job->backend->ops->input(job->backend, job, ev->operand, ev->offset, ev->data, ev->len,
                                     &pause, &err);
-  if (rc != 0 && s->pending_in_window) {
-    /* The rest of what we read lives in this job's buffer, which dropping it would free. */
-    gd_error("conn %llu: msgid %u: payload refused: %s", (unsigned long long)s->id,
-             (unsigned)rec->msgid, err.message);
-    gd_session_close(s, "payload refused by the backend");
-    return;
-  }
   if (rc != 0) {
     uint32_t msgid = rec->msgid;
-    drop_current(s);
     gp_decoder_skip_message(s->dec);
+    drop_current(s);
     s->in_request = false;
     send_error(s, msgid, rc, err.message);
     return;
@@ -723,6 +737,7 @@ static gd_session *new_session(gd_daemon *d) {
     return NULL;
   }
   s->d = d;
+  s->pending = s->rbuf; /* never NULL, even when empty */
   return s;
 }
 
@@ -801,19 +816,21 @@ void gd_sessions_fail_pending(gd_daemon *d, const char *why) {
       sjob *next = rec->next;
       if (!rec->head_sent && !rec->orphan) {
         uint32_t msgid = rec->msgid;
-        gd_job *job = rec->job;
         if (s->cur == rec) {
-          s->cur = NULL;
-          gp_decoder_skip_message(s->dec);
+          gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
+          drop_current(s);
           s->in_request = false;
+        } else {
+          gd_job *job = rec->job;
+          unlink_rec(s, rec);
+          free(rec);
+          gd_sched_abandon(d->sched, job);
         }
-        unlink_rec(s, rec);
-        free(rec);
-        gd_sched_abandon(d->sched, job);
         send_error(s, msgid, GP_E_UNAVAILABLE, why);
       }
       rec = next;
     }
+    kick(s);
   }
 }
 
