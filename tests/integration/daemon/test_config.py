@@ -91,8 +91,9 @@ def test_bad_files_name_line_and_column(ctx):
         if got_line != line:
             problems.append("%s: reported line %d, the mistake is on line %d (%r)" % (
                 what, got_line, line, out.strip()))
-        elif got_col != column:  # the line is the contract; the column is reported
-            print("note: %s: column %d, expected %d (%r)" % (what, got_col, column, out.strip()))
+        elif got_col != column:
+            problems.append("%s: reported column %d, the mistake starts at column %d (%r)" % (
+                what, got_col, column, out.strip()))
     if problems:
         raise AssertionError("\n".join(problems))
 
@@ -165,9 +166,19 @@ def test_backend_flag_overrides(ctx):
         assert client.call("info")["backend"] == "cpu"
 
 
+def test_backend_auto_serves(ctx):
+    """backend auto (the default) serves on any machine: from the CPU where there is no GPU."""
+    with ctx.daemon(config={"backend": "auto"}, backend=None) as d, d.connect() as client:
+        backend = client.call("info")["backend"]
+        if not os.path.exists("/dev/nvidiactl"):
+            assert backend == "cpu", "backend auto without a GPU: info.backend %r" % backend
+        h.check_gemm(client, ctx.rng, 33, 17, 65, "f32", True, True, alpha=0.5, beta=2.0)
+        h.check_gemm(client, ctx.rng, 7, 7, 7, "f64")
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_default_config_passes, test_builtin_defaults_equal_config_file,
                      test_check_config_without_file, test_bad_files_name_line_and_column,
                      test_yaml_syntax_error, test_missing_file, test_bad_flags,
                      test_log_level_flag_overrides, test_listen_flag_replaces_file_list,
-                     test_backend_flag_overrides]))
+                     test_backend_flag_overrides, test_backend_auto_serves]))
