@@ -74,6 +74,13 @@ def test_invalid_argument(ctx):
              [b"\0" * 44], None),
             ("a as str", [good_hdr(), "x" * 60, b"\0" * 80], None),
             ("hdr not a map", [[3, 4, 5]] + operands(good_hdr()), None),
+            ("timeout_ms negative", [good_hdr(timeout_ms=-5)] + operands(good_hdr()),
+             "timeout_ms"),
+            ("timeout_ms a float", [good_hdr(timeout_ms=1.5)] + operands(good_hdr()),
+             "timeout_ms"),
+            ("payloads for 1 of batch 2", [good_hdr(batch=2)] + operands(good_hdr()), None),
+            ("dtype says f64, payloads are f32", [good_hdr(dtype="f64")] + operands(good_hdr()),
+             None),
             ("two params", [good_hdr(), b"\0" * 60], None),
             ("five params", [good_hdr(beta=1.0)] + operands(good_hdr()) + [b"\0" * 48] * 2,
              None),
@@ -88,6 +95,23 @@ def test_invalid_argument(ctx):
             reply = client.wait(msgid)
             assert reply.error and reply.error["code"] == "INVALID_ARGUMENT", \
                 "%s with params %r: %r" % (method, params, reply)
+        # a bin header that claims far more than the header allows: refused at once, before a
+        # byte of it is read or reserved (the connection cannot resynchronise after that lie
+        # unless the daemon skips 1 GiB, so it is closed here)
+        with d.connect() as liar:
+            head = msgpack.packb([0, 5, "gemm", [good_hdr()]], use_bin_type=True)
+            # rewrite the params array from 1 element to 3 and append a bin32 header of 1 GiB
+            assert head[-len(msgpack.packb([good_hdr()])):][0] == 0x91
+            params_at = len(head) - len(msgpack.packb([good_hdr()]))
+            lie = head[:params_at] + b"\x93" + head[params_at + 1:] + b"\xc6\x40\x00\x00\x00"
+            liar.send_raw(lie)
+            try:
+                reply = liar.read_reply(10 * ctx.scale)
+                assert reply.msgid == 5 and reply.error and \
+                    reply.error["code"] in ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"), reply
+            except h.ConnectionClosed:
+                pass  # closing the connection is a fine answer to a lie about a length
+        assert d.running()
         # methods without params given some
         expect_error(client, "ping", [1], "INVALID_ARGUMENT", None, "ping with params")
         expect_error(client, "info", [{}], "INVALID_ARGUMENT", None, "info with params")
@@ -95,14 +119,17 @@ def test_invalid_argument(ctx):
 
 
 def test_resource_exhausted_limits(ctx):
-    config = {"limits": {"max_dim": 64, "max_batch": 4, "max_work": 100000}}
+    config = {"limits": {"max_dim": 64, "max_batch": 4, "max_work": 100000,
+                         "max_operand_bytes": "8KiB"}}
     with ctx.daemon(config=config) as d, d.connect() as client:
         for what, hdr in (("m over max_dim", good_hdr(m=65)),
                           ("n over max_dim", good_hdr(n=65)),
                           ("k over max_dim", good_hdr(k=65)),
                           ("batch over max_batch", good_hdr(batch=5)),
                           ("m*n*k over max_work", good_hdr(m=50, n=50, k=50)),
-                          ("m huge", good_hdr(m=2**62))):
+                          ("m huge", good_hdr(m=2**62)),
+                          ("a over max_operand_bytes", good_hdr(m=64, n=1, k=40)),
+                          ("c over max_operand_bytes", good_hdr(m=64, n=40, k=1))):
             expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None, what)
         h.check_gemm(client, ctx.rng, 64, 1, 64, "f32")  # at the limit is fine
         still_works(ctx, client)
