@@ -72,6 +72,22 @@ def test_header_options(ctx, d, client):
 
 
 @with_daemon
+def test_scalar_encodings(ctx, d, client):
+    """Any msgpack-RPC client must work: alpha and beta packed as float32 (use_single_float)
+    or as integers (what many encoders write for 2.0) mean the same numbers."""
+    a, b = h.random_operands(ctx.rng, 9, 7, 5, "f64")
+    c = ctx.rng.uniform(-1, 1, (9, 7))
+    packer = h.msgpack.Packer(use_single_float=True, use_bin_type=True)
+    for msgid, (alpha, beta) in enumerate(((2, -1), (0.5, 0.25), (-3, 0)), start=100):
+        hdr = {"m": 9, "n": 7, "k": 5, "dtype": "f64", "alpha": alpha, "beta": beta}
+        params = [hdr, h.to_wire(a, "f64"), h.to_wire(b, "f64"), h.to_wire(c, "f64")]
+        client.send_raw(packer.pack([0, msgid, "gemm", params]))
+        _, out = client.gemm_result(msgid, hdr)
+        h.assert_close(out, a, b, c if beta else None, alpha, beta, False, False, "f64",
+                       "alpha %r beta %r packed as %s" % (alpha, beta, type(alpha).__name__))
+
+
+@with_daemon
 def test_out_hdr(ctx, d, client):
     out_hdr = h.check_gemm(client, ctx.rng, 5, 3, 4, "bf16", batch=2)
     if out_hdr.get("device") != "cpu":
@@ -123,5 +139,5 @@ def test_large_f32(ctx, d, client):
 
 if __name__ == "__main__":
     sys.exit(h.main([test_odd_sizes_every_dtype, test_transposes_every_dtype, test_alpha_beta,
-                     test_batch, test_header_options, test_out_hdr, test_many_batches,
-                     test_f16_bf16_round_to_nearest, test_large_f32]))
+                     test_batch, test_header_options, test_scalar_encodings, test_out_hdr,
+                     test_many_batches, test_f16_bf16_round_to_nearest, test_large_f32]))
