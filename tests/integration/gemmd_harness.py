@@ -517,7 +517,8 @@ def from_wire(buf, dtype, shape):
 
 def rng(seed=None):
     if seed is None:
-        seed = int(os.environ.get("GEMMD_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+        seed = (int(os.environ.get("GEMMD_TEST_SEED", "0")) or
+                int.from_bytes(os.urandom(4), "little"))
     print("random seed: %d (GEMMD_TEST_SEED=%d replays it)" % (seed, seed), flush=True)
     return np.random.default_rng(seed)
 
