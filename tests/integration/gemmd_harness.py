@@ -9,8 +9,10 @@ Finding and running the daemon
   sanitized(gemmd) -> bool          the binary is an ASan build (or GEMMD_SANITIZE=1).
   quick(gemmd=None) -> bool         scale big cases down: GEMMD_TEST_QUICK=1 or sanitized.
   sanitizer_report(text) -> the first line of an ASan/UBSan/LSan report in text, or None.
-  Daemon(gemmd, config=None, backend="cpu", tcp=False, tcp6=False, args=(), config_text=None,
-         env=None)
+  TEST_BACKEND                      the backend Daemon passes by default: env GEMMD_TEST_BACKEND,
+                                    else "cpu" (set it to gpu to run a suite on the GPU backend).
+  Daemon(gemmd, config=None, backend=TEST_BACKEND, tcp=False, tcp6=False, args=(),
+         config_text=None, env=None)
       A daemon in a fresh temp dir with a generated YAML config. `config` is a dict deep-merged
       into the harness defaults (a value None deletes the key); `config_text` replaces the
       generated file verbatim. backend None passes no --backend flag. tcp/tcp6 add
@@ -275,8 +277,11 @@ def _make_tempdir():
     return tempfile.mkdtemp(prefix="gemmd-test-", dir=base)
 
 
+TEST_BACKEND = os.environ.get("GEMMD_TEST_BACKEND", "cpu")
+
+
 class Daemon:
-    def __init__(self, gemmd, config=None, backend="cpu", tcp=False, tcp6=False, args=(),
+    def __init__(self, gemmd, config=None, backend=TEST_BACKEND, tcp=False, tcp6=False, args=(),
                  config_text=None, env=None):
         self.gemmd = gemmd
         self.backend = backend

@@ -26,7 +26,8 @@ def test_info(ctx):
         for key in ("version", "backend", "devices", "kernels", "dtypes", "limits"):
             assert key in info, "info lacks %r: %r" % (key, info)
         assert isinstance(info["version"], str) and info["version"], info["version"]
-        assert info["backend"] == "cpu", "--backend cpu but info.backend = %r" % info["backend"]
+        assert info["backend"] == h.TEST_BACKEND, "--backend %s but info.backend = %r" % (
+            h.TEST_BACKEND, info["backend"])
         assert isinstance(info["devices"], list), info["devices"]
         for dev in info["devices"]:
             assert isinstance(dev, dict), dev
