@@ -84,9 +84,9 @@ cudaError_t launch_nn(gk_gpu_ctx *, const gk_problem *p, cudaStream_t stream) {
 }
 bool any_problem(const gk_problem *, int) { return true; }
 
-#define SIMT_F32(BM, BN, BK, MB)                                                              \
-  {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB, "", any_problem,                                \
-   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB>>}
+#define SIMT_F32(BM, BN, BK, MB, ASYNC)                                                       \
+  {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB "_async_" #ASYNC, "", any_problem,               \
+   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB, ASYNC>>}
 #define MMA_BF16(BM, BN, BK, WM, WN, S)                                                        \
   {"mma_bf16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
    launch_nn<gk__mma16_launcher<__nv_bfloat16, gk__mma16_cfg<BM, BN, BK, WM, WN, S>>>}
@@ -103,16 +103,11 @@ struct variant {
   gk_kernel kernel;
 };
 const variant kVariants[] = {
-    {0, SIMT_F32(128, 128, 8, 2)},          {0, SIMT_F32(128, 64, 8, 2)},
-    {0, SIMT_F32(128, 64, 8, 4)},           {0, SIMT_F32(128, 128, 16, 2)},
-    {0, SIMT_F32(256, 128, 16, 1)},
-    {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 128, 32, 2, 4, 4)},
-    {3, MMA_BF16(128, 256, 32, 2, 4, 3)},   {3, MMA_BF16(128, 128, 64, 2, 2, 3)},
-    {3, MMA_BF16(256, 128, 32, 4, 4, 3)},   {1, TF32(128, 128, 32, 2, 2, 3)},
-    {1, TF32(128, 128, 32, 2, 4, 3)},       {1, TF32(128, 128, 16, 2, 2, 4)},
-    {1, TF32(128, 128, 16, 2, 4, 4)},       {1, TF32(128, 256, 16, 2, 4, 4)},
-    {4, DMMA_F64(128, 64, 16, 2, 2, 3)},    {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
-    {4, DMMA_F64(128, 128, 16, 2, 4, 3)},
+    {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
+    {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
+    {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 4)},
+    {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
+    {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
 };
 const shape kVariantShapes[] = {
     {"2048^3", 2048, 2048, 2048, 1, false},

@@ -23,7 +23,7 @@
 
 namespace {
 
-using cfg = gk__dmma_cfg<128, 64, 16, 2, 2, 3>;
+using cfg = gk__dmma_cfg<64, 64, 16, 2, 2, 4>;
 
 bool dmma_f64_supports(const gk_problem *p, int cc) {
   return p->dtype == GK_F64 && cc >= 80 && gk__fits_int32(p);

@@ -152,72 +152,51 @@ __global__ void __launch_bounds__(C::NT) gk__mma16_gemm(gk__mma16_args<T> args) 
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  /* Fragments of one k16 step from stage `st` (ldmatrix or ldmatrix.trans by layout). */
-  auto load_frags = [&](uint32_t(&af)[MI][4], uint32_t(&bf)[NI][2], int st, int kk) {
-    const T *sa = smem + st * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int r0 = wm + i * 16;
-      if (TA) /* stored [k][m]: matrix j covers m (j%2)*8.., k (j/2)*8.. */
-        gk__ldmatrix_x4_trans(af[i], sa + (kk + (lmat / 2) * 8 + lrow) * L::A_PITCH + r0 +
-                                         (lmat % 2) * 8);
-      else /* stored [m][k] */
-        gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk + (lmat / 2) * 8);
-    }
-#pragma unroll
-    for (int j = 0; j < NI; j += 2) {
-      const int c0 = wn + j * 8;
-      uint32_t r[4];
-      if (TB) /* stored [n][k]: matrix q covers n (q/2)*8.., k (q%2)*8.. */
-        gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 8);
-      else /* stored [k][n] */
-        gk__ldmatrix_x4_trans(r, sb + (kk + (lmat % 2) * 8 + lrow) * L::B_PITCH + c0 +
-                                     (lmat / 2) * 8);
-      bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
-    }
-  };
-
-  /*
-   * Pipeline. Shared memory: STAGES k tiles in flight (cp.async groups, one per tile, empty
-   * groups past the end keep the count uniform). Registers: two fragment sets, so the ldmatrix
-   * of step s+1 is issued before the mma of step s and its latency hides behind 32 mma; at the
-   * last step of a tile the next tile's first fragments are loaded across the barrier.
-   */
-  constexpr int KSTEPS = BK / 16;
-  static_assert(KSTEPS % 2 == 0, "fragment buffers alternate: an even number of k16 steps per tile");
   const int k_tiles = (args.k + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     gk__cp_async_commit();
   }
-  gk__cp_async_wait<STAGES - 2>(); /* tile 0 has landed (this thread's copies) */
-  __syncthreads();                 /* ... and everyone's */
-  if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1); /* stage STAGES-1 is unused */
-  gk__cp_async_commit();
 
-  uint32_t af[2][MI][4], bf[2][NI][2];
-  load_frags(af[0], bf[0], 0, 0);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int st = kt % STAGES;
+    gk__cp_async_wait<STAGES - 2>(); /* tile kt has landed (this thread's copies) */
+    __syncthreads();                 /* ... everyone's; and stage (kt-1) is no longer read */
+    {
+      const int next = kt + STAGES - 1;
+      if (next < k_tiles) load_stage(next % STAGES, next);
+      gk__cp_async_commit();
+    }
+    const T *sa = smem + (kt % STAGES) * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
+
 #pragma unroll
-    for (int step = 0; step < KSTEPS; ++step) {
-      const int cur = step & 1, nxt = cur ^ 1;
-      if (step + 1 < KSTEPS) {
-        load_frags(af[nxt], bf[nxt], st, (step + 1) * 16);
-      } else if (kt + 1 < k_tiles) {
-        /* Every fragment of tile kt is in registers now: after the barrier its stage is free
-         * and receives tile kt + STAGES; tile kt + 1 has landed. */
-        gk__cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
-        gk__cp_async_commit();
-        load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int r0 = wm + i * 16;
+        if (TA) /* stored [k][m]: matrix j covers m (j%2)*8.., k (j/2)*8.. */
+          gk__ldmatrix_x4_trans(af[i], sa + (kk + (lmat / 2) * 8 + lrow) * L::A_PITCH + r0 +
+                                           (lmat % 2) * 8);
+        else /* stored [m][k] */
+          gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk +
+                                     (lmat / 2) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        const int c0 = wn + j * 8;
+        uint32_t r[4];
+        if (TB) /* stored [n][k]: matrix q covers n (q/2)*8.., k (q%2)*8.. */
+          gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 8);
+        else /* stored [k][n] */
+          gk__ldmatrix_x4_trans(r, sb + (kk + (lmat % 2) * 8 + lrow) * L::B_PITCH + c0 +
+                                       (lmat / 2) * 8);
+        bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
       }
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) gk__mma16816<T>(acc[i][j], af[cur][i], bf[cur][j]);
+        for (int j = 0; j < NI; ++j) gk__mma16816<T>(acc[i][j], af[i], bf[j]);
     }
   }
   gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */

@@ -125,8 +125,12 @@ struct gk__simt_stage {
   }
 };
 
-/* MIN_BLOCKS: blocks per SM the register budget must allow (launch bounds). */
-template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool TA, bool TB, bool VEC>
+/* MIN_BLOCKS: blocks per SM the register budget must allow (launch bounds).
+ * ASYNC: the operand that needs no transpose (A when trans_a, B when not trans_b) goes global ->
+ * shared by cp.async instead of through registers (only with VEC), freeing its staging
+ * registers. */
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC, bool TA, bool TB,
+          bool VEC>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
     gk__simt_gemm(gk__simt_args<T> args) {
   constexpr int NT = (BM / 8) * (BN / 8);
@@ -139,6 +143,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
   using stage_a = gk__simt_stage<T, TA ? BK : BM, TA ? BM : BK, PA, NT, VEC, !TA>;
   /* B tile: stored BK x BN (n contiguous) or BN x BK when trans_b (transposed into smem). */
   using stage_b = gk__simt_stage<T, TB ? BN : BK, TB ? BK : BN, PB, NT, VEC, TB>;
+  constexpr bool A_DIRECT = ASYNC && VEC && TA, B_DIRECT = ASYNC && VEC && !TB;
 
   __shared__ __align__(16) T as[2][BK * PA];
   __shared__ __align__(16) T bs[2][BK * PB];
@@ -161,14 +166,24 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
 
   stage_a ga;
   stage_b gb;
-  auto load_k_tile = [&](int k0) {
+  /* Loads k tile k0: direct operands by cp.async into shared buffer buf, the others into
+   * registers (stored by store_k_tile after the FMAs). */
+  auto load_k_tile = [&](int k0, int buf) {
     int k_left = args.k - k0;
-    if (TA) ga.load(a_tile, args.lda, k_left, m_left, tid);
-    else    ga.load(a_tile, args.lda, m_left, k_left, tid);
-    if (TB) gb.load(b_tile, args.ldb, n_left, k_left, tid);
-    else    gb.load(b_tile, args.ldb, k_left, n_left, tid);
+    if (A_DIRECT) gk__load_tile<T, BK, BM, PA, NT, true>(as[buf], a_tile, args.lda, k_left, m_left, tid);
+    else if (TA)  ga.load(a_tile, args.lda, k_left, m_left, tid);
+    else          ga.load(a_tile, args.lda, m_left, k_left, tid);
+    if (B_DIRECT) gk__load_tile<T, BK, BN, PB, NT, true>(bs[buf], b_tile, args.ldb, k_left, n_left, tid);
+    else if (TB)  gb.load(b_tile, args.ldb, n_left, k_left, tid);
+    else          gb.load(b_tile, args.ldb, k_left, n_left, tid);
+    if (A_DIRECT || B_DIRECT) gk__cp_async_commit();
     a_tile += a_step;
     b_tile += b_step;
+  };
+  auto store_k_tile = [&](int buf) {
+    if (!A_DIRECT) ga.store(as[buf], tid);
+    if (!B_DIRECT) gb.store(bs[buf], tid);
+    if (A_DIRECT || B_DIRECT) gk__cp_async_wait<0>();
   };
 
   const int warp = tid / 32, lane = tid % 32;
@@ -182,14 +197,13 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
     for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
 
   const int k_tiles = (args.k + BK - 1) / BK;
-  load_k_tile(0);
-  ga.store(as[0], tid);
-  gb.store(bs[0], tid);
+  load_k_tile(0, 0);
+  store_k_tile(0);
   __syncthreads();
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int cur = kt & 1;
-    if (kt + 1 < k_tiles) load_k_tile((kt + 1) * BK); /* in flight during the FMAs below */
+    if (kt + 1 < k_tiles) load_k_tile((kt + 1) * BK, cur ^ 1); /* in flight during the FMAs */
 
 #pragma unroll
     for (int kk = 0; kk < BK; ++kk) {
@@ -207,10 +221,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
         for (int j = 0; j < 8; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
 
-    if (kt + 1 < k_tiles) {
-      ga.store(as[cur ^ 1], tid);
-      gb.store(bs[cur ^ 1], tid);
-    }
+    if (kt + 1 < k_tiles) store_k_tile(cur ^ 1);
     __syncthreads();
   }
 
@@ -247,7 +258,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
 }
 
 /* Host side: builds the arguments, picks the instantiation, launches every batch chunk. */
-template <typename T, int BM, int BN, int BK, int MIN_BLOCKS>
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC = false>
 struct gk__simt_launcher {
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
@@ -269,7 +280,7 @@ struct gk__simt_launcher {
       chunk.b += first * args.stride_b;
       chunk.c += first * args.stride_c;
       dim3 grid((unsigned)tiles, 1, count);
-      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, TA, TB, VEC><<<grid, (BM / 8) * (BN / 8), 0, stream>>>(chunk);
+      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, ASYNC, TA, TB, VEC><<<grid, (BM / 8) * (BN / 8), 0, stream>>>(chunk);
       return cudaGetLastError();
     });
   }

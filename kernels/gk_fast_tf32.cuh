@@ -124,72 +124,57 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-  /* Fragments of one k8 step from stage `st`: ldmatrix where k is contiguous, else scalar. */
-  auto load_frags = [&](uint32_t(&af)[MI][4], uint32_t(&bf)[NI][2], int st, int kk) {
-    const T *sa = smem + st * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-    const uint32_t *sau = reinterpret_cast<const uint32_t *>(sa);
-    const uint32_t *sbu = reinterpret_cast<const uint32_t *>(sb);
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int r0 = wm + i * 16;
-      if (TA) { /* stored [k][m]: a0 (g,t) a1 (g+8,t) a2 (g,t+4) a3 (g+8,t+4) */
-        const uint32_t *p = sau + (kk + t) * L::A_PITCH + r0 + g;
-        af[i][0] = p[0], af[i][1] = p[8];
-        af[i][2] = p[4 * L::A_PITCH], af[i][3] = p[4 * L::A_PITCH + 8];
-      } else { /* stored [m][k]: matrix j = rows (j%2)*8.., k (j/2)*4.. */
-        gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk + (lmat / 2) * 4);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < NI; j += 2) {
-      const int c0 = wn + j * 8;
-      if (TB) { /* stored [n][k]: matrix q = n (q/2)*8.., k (q%2)*4.. */
-        uint32_t r[4];
-        gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 4);
-        bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
-      } else { /* stored [k][n]: b0 (k=t, n=g), b1 (k=t+4, n=g) */
-        const uint32_t *p = sbu + (kk + t) * L::B_PITCH + c0 + g;
-        bf[j][0] = p[0], bf[j][1] = p[4 * L::B_PITCH];
-        bf[j + 1][0] = p[8], bf[j + 1][1] = p[4 * L::B_PITCH + 8];
-      }
-    }
-  };
-
-  /* Pipeline: as in gk_fast_mma16.cuh (STAGES tiles in flight, two fragment sets in registers
-   * so that the shared loads of step s+1 overlap the mma of step s, across tile boundaries). */
-  constexpr int KSTEPS = BK / 8;
-  static_assert(KSTEPS % 2 == 0, "fragment buffers alternate: an even number of k8 steps per tile");
   const int k_tiles = (args.k + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     gk__cp_async_commit();
   }
-  gk__cp_async_wait<STAGES - 2>();
-  __syncthreads();
-  if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1);
-  gk__cp_async_commit();
 
-  uint32_t af[2][MI][4], bf[2][NI][2];
-  load_frags(af[0], bf[0], 0, 0);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int st = kt % STAGES;
+    gk__cp_async_wait<STAGES - 2>(); /* tile kt has landed (this thread's copies) */
+    __syncthreads();                 /* ... everyone's; and stage (kt-1) is no longer read */
+    {
+      const int next = kt + STAGES - 1;
+      if (next < k_tiles) load_stage(next % STAGES, next);
+      gk__cp_async_commit();
+    }
+    const T *sa = smem + (kt % STAGES) * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
+
+    const uint32_t *sau = reinterpret_cast<const uint32_t *>(sa);
+    const uint32_t *sbu = reinterpret_cast<const uint32_t *>(sb);
 #pragma unroll
-    for (int step = 0; step < KSTEPS; ++step) {
-      const int cur = step & 1, nxt = cur ^ 1;
-      if (step + 1 < KSTEPS) {
-        load_frags(af[nxt], bf[nxt], st, (step + 1) * 8);
-      } else if (kt + 1 < k_tiles) {
-        gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
-        __syncthreads();
-        if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
-        gk__cp_async_commit();
-        load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
+    for (int kk = 0; kk < BK; kk += 8) {
+      uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int r0 = wm + i * 16;
+        if (TA) { /* stored [k][m]: a0 (g,t) a1 (g+8,t) a2 (g,t+4) a3 (g+8,t+4) */
+          const uint32_t *p = sau + (kk + t) * L::A_PITCH + r0 + g;
+          af[i][0] = p[0], af[i][1] = p[8];
+          af[i][2] = p[4 * L::A_PITCH], af[i][3] = p[4 * L::A_PITCH + 8];
+        } else { /* stored [m][k]: matrix j = rows (j%2)*8.., k (j/2)*4.. */
+          gk__ldmatrix_x4(af[i], sa + (r0 + (lmat % 2) * 8 + lrow) * L::A_PITCH + kk +
+                                     (lmat / 2) * 4);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        const int c0 = wn + j * 8;
+        if (TB) { /* stored [n][k]: matrix q = n (q/2)*8.., k (q%2)*4.. */
+          uint32_t r[4];
+          gk__ldmatrix_x4(r, sb + (c0 + (lmat / 2) * 8 + lrow) * L::B_PITCH + kk + (lmat % 2) * 4);
+          bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
+        } else { /* stored [k][n]: b0 (k=t, n=g), b1 (k=t+4, n=g) */
+          const uint32_t *p = sbu + (kk + t) * L::B_PITCH + c0 + g;
+          bf[j][0] = p[0], bf[j][1] = p[4 * L::B_PITCH];
+          bf[j + 1][0] = p[8], bf[j + 1][1] = p[4 * L::B_PITCH + 8];
+        }
       }
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) gk__mma1688(acc[i][j], af[cur][i], bf[cur][j]);
+        for (int j = 0; j < NI; ++j) gk__mma1688(acc[i][j], af[i], bf[j]);
     }
   }
   gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
