@@ -3,6 +3,7 @@
 matched by msgid (any order is allowed) and every result is checked. Mixed sizes with
 cpu.threads 2 let small jobs overtake big ones."""
 import os
+import socket
 import sys
 import time
 
@@ -116,6 +117,21 @@ def test_split_writes(ctx):
         assert client.wait(78).result == "pong"
 
 
+def test_half_close(ctx):
+    """A client that writes its requests and then shuts down its writing side (as `nc -N`
+    does) still gets every reply; then the daemon closes too."""
+    with ctx.daemon(config=CONFIG) as d, d.connect() as client:
+        jobs = [Job(ctx.rng, 20 + i, 17, 9, 33, dtype) for i, dtype in
+                enumerate(("f32", "f64", "f16", "bf16"))]
+        client.send_raw(b"".join(job.packed for job in jobs) +
+                        h.msgpack.packb([0, 99, "ping", []]))
+        client.sock.shutdown(socket.SHUT_WR)
+        for job in jobs:
+            job.check(client)
+        assert client.wait(99).result == "pong"
+        assert client.is_closed(5 * ctx.scale), "the daemon kept a half-closed connection open"
+
+
 def test_same_msgid_twice(ctx):
     """msgids are the client's business: two requests with one id both get answered."""
     with ctx.daemon(config=CONFIG) as d, d.connect() as client:
@@ -128,4 +144,4 @@ def test_same_msgid_twice(ctx):
 if __name__ == "__main__":
     np.seterr(all="ignore")
     sys.exit(h.main([test_back_to_back, test_small_overtakes_big, test_split_writes,
-                     test_same_msgid_twice]))
+                     test_half_close, test_same_msgid_twice]))
