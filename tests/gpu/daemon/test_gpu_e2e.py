@@ -192,7 +192,9 @@ def test_concurrent_clients(ctx):
 def test_memory_budget(ctx):
     """A job larger than the device budget is refused before its payload; jobs that fit one at a
     time wait for memory instead of failing."""
-    with gpu_daemon(ctx, gpu={"memory_bytes": "24MiB", "staging_bytes": "1MiB"}) as d:
+    each = 512 if ctx.quick else 1024  # 3 x each^2 x 4 bytes: half the budget and more
+    budget = "6MiB" if ctx.quick else "24MiB"
+    with gpu_daemon(ctx, gpu={"memory_bytes": budget, "staging_bytes": "1MiB"}) as d:
         with d.connect() as client:
             n = 2048  # a, b, c of 16 MiB each: 48 MiB > 24 MiB
             hdr = {"m": n, "n": n, "k": n, "dtype": "f32"}
@@ -205,9 +207,9 @@ def test_memory_budget(ctx):
                 raise AssertionError("a 48 MiB job under a 24 MiB budget was accepted")
             h.check_gemm(client, ctx.rng, 3, 3, 3, "f32")  # the connection still serves
 
-        def one(i):  # 3 x 4 MiB = 12 MiB each: at most one fits at a time (24 MiB pool)
+        def one(i):  # at most one fits at a time: the others wait for memory
             with d.connect(timeout=120) as client:
-                h.check_gemm(client, np.random.default_rng(i), 1024, 1024, 1024, "f32")
+                h.check_gemm(client, np.random.default_rng(i), each, each, each, "f32")
         h.run_threads(one, 6)
 
 
