@@ -67,6 +67,34 @@ def _check_histogram(hist, name):
         name, sum(counts), hist.get("count"))
 
 
+def _busy_total(stats):
+    """Sum of every per-device busy-time counter ("busy" in its key) anywhere in stats."""
+    total, found = 0, False
+    stack = [stats]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if "busy" in str(key) and isinstance(value, int) and not isinstance(value, bool):
+                    total, found = total + value, True
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return total if found else None
+
+
+def test_stats_busy_time(ctx):
+    """stats carries per-device busy time, and it grows while a device computes."""
+    with ctx.daemon() as d, d.connect() as client:
+        before = _busy_total(_stats(client))
+        assert before is not None, "stats has no per-device busy time: %r" % _stats(client)
+        h.check_gemm(client, ctx.rng, 400, 300, 500, "f64")
+        after = _busy_total(_stats(client))
+        assert after > before, "device busy time %d -> %d across a 400x300x500 gemm" % (before,
+                                                                                      after)
+
+
 def test_stats_move(ctx):
     with ctx.daemon() as d, d.connect() as client:
         before = _stats(client)
@@ -116,4 +144,4 @@ def test_stats_move(ctx):
 
 
 if __name__ == "__main__":
-    sys.exit(h.main([test_ping, test_info, test_stats_move]))
+    sys.exit(h.main([test_ping, test_info, test_stats_move, test_stats_busy_time]))

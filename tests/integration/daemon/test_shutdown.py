@@ -74,7 +74,7 @@ def _refuses_new_connections(d):
 
 
 def _shutdown_case(ctx, sig):
-    size = 900  # 3 x 2 jobs of about 0.1 s each on the one worker: in flight at the signal
+    size = 1200  # 3 x 2 jobs of about 0.15 s each on the one worker: in flight at the signal
     config = {"cpu": {"threads": 1}, "timeouts": {"drain_ms": 20000}}
     d = ctx.daemon(config=config).start()
     batches = _submit_slow_jobs(ctx, d, 3, 2, size)
