@@ -13,8 +13,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                "integration"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "integration"))
+# A pure-Python msgpack carried to a GPU machine whose Python lacks one (scripts/gpu-run.sh).
+if os.path.isdir(os.path.join(HERE, "..", "..", "..", ".deps", "python")):
+    sys.path.append(os.path.join(HERE, "..", "..", "..", ".deps", "python"))
 import gemmd_harness as h  # noqa: E402
 
 MIB = 1024 * 1024
