@@ -4,6 +4,13 @@ Shared by the daemon, client and systemd integration tests. Python 3 with Debian
 python3-msgpack and python3-numpy only (run it with /usr/bin/python3). The API below is
 kept small and stable; add to it, do not change it.
 
+Running: ctest -R '^daemon_' (label integration), or one script by hand:
+  /usr/bin/python3 tests/integration/daemon/test_errors.py --gemmd build/daemon/gemmd
+Environment: GEMMD_BIN (the binary, without --gemmd), GEMMD_TEST_SEED (replay a run's inputs),
+GEMMD_TEST_QUICK=1 (shrink big cases; automatic for an ASan binary), GEMMD_TEST_BACKEND (the
+backend Daemon asks for, default cpu). A failed test keeps its temp dir (config, log) and
+prints the daemon's log tail.
+
 Finding and running the daemon
   find_gemmd(argv=None) -> path     from --gemmd PATH in argv, else env GEMMD_BIN.
   sanitized(gemmd) -> bool          the binary is an ASan build (or GEMMD_SANITIZE=1).
