@@ -4,6 +4,7 @@ reply, never a result), the connections already open keep working, and a slot th
 taken by the next client."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
@@ -49,6 +50,54 @@ def test_connection_cap(ctx):
             client.close()
 
 
+class LowFdDaemon(h.Daemon):
+    """gemmd under `ulimit -n 64`: out of file descriptors long before max_connections."""
+
+    def command(self):
+        return ["/bin/sh", "-c", 'ulimit -n 64 && exec "$@"', "sh"] + super().command()
+
+
+def _cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_out_of_file_descriptors(ctx):
+    """Connections past the process's fd limit are refused or wait, the daemon neither dies nor
+    spins on accept (EMFILE), and serves again once clients leave."""
+    d = LowFdDaemon(ctx.gemmd)
+    with d:
+        clients, refused = [], 0
+        for _ in range(100):
+            try:
+                client = h.Client(d.address(), timeout=2)
+            except OSError:
+                refused += 1
+                continue
+            clients.append(client)
+        answered = 0
+        for client in clients:
+            try:
+                if client.call("ping", timeout=1) == "pong":
+                    answered += 1
+            except (OSError, EOFError, TimeoutError, h.RpcError):
+                refused += 1
+        assert answered >= 10, "only %d of 100 connections served under ulimit -n 64" % answered
+        # nothing to do but wait for file descriptors: the loop must not busy-spin meanwhile
+        before = _cpu_seconds(d.pid)
+        time.sleep(1.0)
+        spent = _cpu_seconds(d.pid) - before
+        assert spent < 0.5, "gemmd burnt %.2f s of CPU in 1 s while out of fds" % spent
+        assert d.running()
+        for client in clients:
+            client.close()
+        again = h.wait_until(lambda: _served(d), 10 * ctx.scale, "service after the fds came back")
+        h.check_gemm(again, ctx.rng, 9, 8, 7, "f32")
+        again.close()
+        print("%d of 100 served, %d refused or left waiting" % (answered, refused))
+
+
 def _served(d):
     try:
         client = d.connect(timeout=2)
@@ -72,4 +121,4 @@ def _four(d):
 
 
 if __name__ == "__main__":
-    sys.exit(h.main([test_connection_cap]))
+    sys.exit(h.main([test_connection_cap, test_out_of_file_descriptors]))

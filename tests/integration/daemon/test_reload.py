@@ -68,6 +68,24 @@ def test_sighup_with_broken_file(ctx):
                      "a fixed file to apply after SIGHUP")
 
 
+def test_sighup_under_load(ctx):
+    """SIGHUPs while pipelined jobs run: every reply is still right and the daemon stays up."""
+    with ctx.daemon(config={"limits": {"max_dim": 500}}) as d, d.connect() as client:
+        sent = []
+        for i in range(40):
+            m, n, k = 60 + i, 50, 70 - i
+            a, b = h.random_operands(ctx.rng, m, n, k, "f32")
+            hdr = {"m": m, "n": n, "k": k, "dtype": "f32"}
+            sent.append((client.send_gemm(hdr, a, b), hdr, a, b))
+            if i % 4 == 0:
+                d.write_config({"limits": {"max_dim": 500 + i}, "log_level": "info"})
+                d.send_signal(signal.SIGHUP)
+        for msgid, hdr, a, b in sent:
+            _, out = client.gemm_result(msgid, hdr)
+            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "msgid %d" % msgid)
+        assert d.running()
+
+
 def test_sighup_unchangeable_keys(ctx):
     """listen cannot change live: the daemon keeps its sockets, says so, and stays up."""
     with ctx.daemon() as d, d.connect() as client:
@@ -87,4 +105,4 @@ def test_sighup_unchangeable_keys(ctx):
 
 if __name__ == "__main__":
     sys.exit(h.main([test_sighup_applies_limits_and_log_level, test_sighup_with_broken_file,
-                     test_sighup_unchangeable_keys]))
+                     test_sighup_under_load, test_sighup_unchangeable_keys]))
