@@ -117,6 +117,36 @@ def test_split_writes(ctx):
         assert client.wait(78).result == "pong"
 
 
+def test_thousands_of_small_requests(ctx):
+    """3000 pings, 200 tiny gemms and some info/stats in one write: all answered, once each."""
+    with ctx.daemon(config=CONFIG) as d, d.connect() as client:
+        chunks, jobs, expected = [], [], set()
+        for i in range(3200):
+            msgid = 100000 + i
+            if i % 16 == 0:
+                job = Job(ctx.rng, msgid, 2, 3, 2, "f32")
+                jobs.append(job)
+                chunks.append(job.packed)
+            else:
+                method = "info" if i % 101 == 0 else "stats" if i % 103 == 0 else "ping"
+                chunks.append(h.msgpack.packb([0, msgid, method, []]))
+            expected.add(msgid)
+        sender = h.send_in_background(client, b"".join(chunks))
+        seen = set()
+        job_ids = {job.msgid for job in jobs}
+        for _ in expected:
+            reply = client.read_reply()
+            assert reply.msgid in expected and reply.msgid not in seen, \
+                "unexpected or repeated msgid %d" % reply.msgid
+            seen.add(reply.msgid)
+            assert reply.error is None, reply
+            if reply.msgid in job_ids:
+                client.pending[reply.msgid] = reply
+        sender.join()
+        for job in jobs:
+            job.check(client)
+
+
 def test_half_close(ctx):
     """A client that writes its requests and then shuts down its writing side (as `nc -N`
     does) still gets every reply; then the daemon closes too."""
@@ -144,4 +174,4 @@ def test_same_msgid_twice(ctx):
 if __name__ == "__main__":
     np.seterr(all="ignore")
     sys.exit(h.main([test_back_to_back, test_small_overtakes_big, test_split_writes,
-                     test_half_close, test_same_msgid_twice]))
+                     test_thousands_of_small_requests, test_half_close, test_same_msgid_twice]))
