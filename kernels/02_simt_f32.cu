@@ -24,7 +24,7 @@
 
 namespace {
 
-using simt_f32 = gk__simt_launcher<float, 128, 128, 16, 2>;
+using simt_f32 = gk__simt_launcher<float, 128, 128, 8, 2, true>;
 
 bool simt_f32_supports(const gk_problem *p, int cc) {
   (void)cc; /* plain CUDA-core code: any GPU the build targets */
