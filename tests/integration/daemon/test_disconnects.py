@@ -3,6 +3,8 @@
 everyone else, gives back what those jobs held (queue slots, memory budget), and exits clean
 (the ASan build reports any leak at exit, which fails the stop)."""
 import os
+import socket
+import struct
 import sys
 import time
 
@@ -99,6 +101,24 @@ def test_disconnect_with_reply_unread(ctx):
         check_nothing_held(ctx, d)
 
 
+def test_tcp_reset(ctx):
+    """TCP clients that abort with a reset (SO_LINGER 0) mid-payload and with jobs in flight."""
+    with ctx.daemon(config=CONFIG, tcp=True) as d, d.connect("tcp") as bystander:
+        _, _, _, packed = big_request(ctx)
+        for i in range(6):
+            quitter = d.connect("tcp")
+            if i < 3:
+                quitter.send_raw(packed[:len(packed) // 2 + i])
+            else:
+                h.send_in_background(quitter, packed * 2)
+                time.sleep(0.05 * i)
+            quitter.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            quitter.close()
+            assert bystander.call("ping") == "pong"
+        check_big_admitted(ctx, d, "after TCP clients reset their connections")
+        check_nothing_held(ctx, d)
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_disconnect_mid_payload, test_disconnect_with_job_running,
-                     test_disconnect_with_reply_unread]))
+                     test_disconnect_with_reply_unread, test_tcp_reset]))
