@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 
@@ -27,6 +29,25 @@ def test_idle_timeout(ctx):
         with d.connect() as used:
             assert used.call("ping") == "pong"
             assert used.is_closed(5.0 * ctx.scale), "a used then idle connection stayed open"
+
+
+def test_busy_connection_not_idle(ctx):
+    """idle_ms counts only while nothing is in flight: jobs that run longer than idle_ms keep
+    their connection open and get answered."""
+    config = {"timeouts": {"idle_ms": 300, "request_ms": 60000}, "cpu": {"threads": 1}}
+    size = 1500  # three of these take about a second on one OpenBLAS thread
+    ones = np.ones((size, size))
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        sent = []
+        for i in range(3):
+            hdr = {"m": size, "n": size, "k": size, "dtype": "f64", "alpha": float(i + 1)}
+            sent.append((client.send_gemm(hdr, ones, ones), hdr))
+        for msgid, hdr in sent:
+            try:
+                _, out = client.gemm_result(msgid, hdr)
+            except h.ConnectionClosed:
+                raise AssertionError("closed as idle with msgid %d still in flight" % msgid)
+            assert (out == hdr["alpha"] * size).all(), "msgid %d: wrong result" % msgid
 
 
 def test_request_timeout(ctx):
@@ -57,4 +78,4 @@ def test_request_timeout(ctx):
 
 
 if __name__ == "__main__":
-    sys.exit(h.main([test_idle_timeout, test_request_timeout]))
+    sys.exit(h.main([test_idle_timeout, test_busy_connection_not_idle, test_request_timeout]))
