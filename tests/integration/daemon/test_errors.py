@@ -294,7 +294,43 @@ def test_fatal_closes_only_that_connection(ctx):
         still_works(ctx, bystander)
 
 
+def test_framing_limits(ctx):
+    """Messages over max_message_bytes, max_header_bytes, max_items or max_depth: answered with
+    an error or closed (a limit broken in framing may close), never a result; the daemon stays
+    up for everyone else."""
+    config = {"limits": {"max_message_bytes": "100KiB", "max_header_bytes": "1KiB",
+                         "max_items": 16, "max_depth": 4}}
+    a, b = h.random_operands(ctx.rng, 100, 100, 100, "f32")
+    small = good_hdr(m=2, n=2, k=2)
+    cases = [
+        ("120 KB of payloads over max_message_bytes 100KiB", "RESOURCE_EXHAUSTED",
+         h.Client.pack_gemm(1, good_hdr(m=100, n=100, k=100, beta=1.0), a, b, a)),
+        ("a 2 KB header key over max_header_bytes 1KiB", None,
+         h.Client.pack_gemm(1, dict(small, **{"x" * 2000: 1}), b"\0" * 16, b"\0" * 16)),
+        ("a header of 24 pairs over max_items 16", None,
+         h.Client.pack_gemm(1, dict(small, **{"k%d" % i: 1 for i in range(20)}), b"\0" * 16,
+                            b"\0" * 16)),
+        ("ping params of 20 items", None, msgpack.packb([0, 1, "ping", list(range(20))])),
+        ("params nested 6 deep", None, msgpack.packb([0, 1, "ping", [[[[[[1]]]]]]])),
+    ]
+    with ctx.daemon(config=config) as d, d.connect() as bystander:
+        for what, code, data in cases:
+            with d.connect() as victim:
+                try:
+                    victim.send_raw(data)  # the daemon may close before it has all of it
+                    reply = victim.read_reply(5 * ctx.scale)
+                except (h.ConnectionClosed, BrokenPipeError, ConnectionResetError):
+                    reply = None
+                if reply is not None:
+                    assert reply.error is not None, "%s: answered with a result" % what
+                    assert code is None or reply.error["code"] == code, \
+                        "%s: %r, expected %s" % (what, reply.error, code)
+            assert bystander.call("ping") == "pong", "bystander after %s" % what
+        still_works(ctx, bystander)
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_invalid_argument, test_resource_exhausted_limits, test_memory_budget,
                      test_queue_full, test_deadline_exceeded, test_unimplemented,
-                     test_notifications_unanswered, test_fatal_closes_only_that_connection]))
+                     test_notifications_unanswered, test_fatal_closes_only_that_connection,
+                     test_framing_limits]))
