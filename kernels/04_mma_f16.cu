@@ -15,10 +15,14 @@
  *     ldmatrix (the operand's k is contiguous) or ldmatrix.trans (it is not);
  *   - each shared row is padded by 16 bytes, which puts the 8 rows an ldmatrix reads in 8
  *     different bank groups (row pitch 80 or 272 bytes: conflict-free either way).
- * Why: SIMT f32 tops out near 50 TFLOP/s; the H100/H200 tensor cores do ~660 TFLOP/s of
- * f16/bf16 through mma.sync. wgmma (sm_90a) is the next step to reach cuBLAS (~750).
+ * Why: the CUDA cores top out near 50 TFLOP/s; the tensor cores do an order of magnitude more,
+ * and mma.sync is the path every GPU from sm_80 on runs.
  *
- * Measured: see the "## Kernels" table in bench/RESULTS.md.
+ * Measured (H200, bench_kernels, run 4): bf16 329.5 / 331.9 TFLOP/s at 4096^3 / 8192^3 = 44% /
+ * 47% of cuBLAS; f16 328.3 / 319.6 = 44% / 44%; 54-56% at 2048^3. The limit is L2 -> SM
+ * bandwidth (16 KB per MFLOP at this tile: ~5 TB/s at 320 TFLOP/s); bigger tiles and
+ * double-buffered fragments were tried and lost (bench/RESULTS.md). Next: wgmma + TMA (sm_90a)
+ * with multicast across a 2-CTA cluster.
  *
  * Contract: f16 or bf16, any m, n, k (rows that are not 16-byte aligned, i.e. ld % 8 != 0 or an
  * unaligned pointer, use the same kernel with scalar loads), both transposes, alpha/beta (beta ==
