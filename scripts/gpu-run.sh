@@ -53,6 +53,8 @@ if ! pkg-config --exists msgpack openblas check 2>/dev/null && ls .deps/*.deb >/
   export PKG_CONFIG_LIBDIR=/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/deps/usr/share/pkgconfig:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=/opt/deps
   export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
+  # msgpack.pc names no -L (its libdir is a system one), so the linker must look there itself
+  export LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
   deps="from .deps ($(ls .deps/*.deb | wc -l) packages) in /opt/deps"
 else
   deps="system"
