@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "gd_backend_gpu.h"
+#include "gd_gpu_pool.h"
 #include "gd_log.h"
 
 static int failures;
@@ -441,9 +442,47 @@ static void scenario_destroy_busy(void) {
     tjob_free(&jobs[i]);
 }
 
+/* The pool's sub-allocator alone: random sizes in and out, no two live pieces overlap, every
+ * piece aligned, and everything coalesces back into one free extent. */
+static void scenario_pool(void) {
+  enum { LIVE = 64 };
+  gd__gpu_pool pool;
+  CHECK(gd__gpu_pool_init(&pool, (64u << 20) + 100) == 0, "pool init");
+  CHECK(pool.size == 64u << 20, "size rounded down to the alignment");
+  CHECK(!gd__gpu_pool_fits_ever(&pool, (64u << 20) + 1), "over the pool never fits");
+  uint64_t off[LIVE], len[LIVE];
+  bool live[LIVE] = {false};
+  for (int round = 0; round < 20000; round++) {
+    int i = rand() % LIVE;
+    if (live[i]) {
+      gd__gpu_pool_free(&pool, off[i], len[i]);
+      live[i] = false;
+      continue;
+    }
+    len[i] = 1 + (uint64_t)rand() % (3u << 20);
+    if (!gd__gpu_pool_alloc(&pool, len[i], &off[i]))
+      continue;
+    live[i] = true;
+    CHECK(off[i] % GD_GPU_POOL_ALIGN == 0 && off[i] + len[i] <= pool.size, "piece in bounds");
+    for (int j = 0; j < LIVE; j++)
+      if (j != i && live[j])
+        CHECK(off[i] + len[i] <= off[j] || off[j] + len[j] <= off[i], "pieces %d and %d overlap",
+              i, j);
+  }
+  for (int i = 0; i < LIVE; i++)
+    if (live[i])
+      gd__gpu_pool_free(&pool, off[i], len[i]);
+  CHECK(pool.in_use == 0 && pool.live == 0 && pool.nfree == 1 && pool.free_ext[0].len == pool.size,
+        "all freed: %llu in use, %zu extents", (unsigned long long)pool.in_use, pool.nfree);
+  uint64_t whole;
+  CHECK(gd__gpu_pool_alloc(&pool, pool.size, &whole) && whole == 0, "the whole pool again");
+  gd__gpu_pool_fini(&pool);
+}
+
 int main(void) {
   gd_log_init(GD_LOG_WARN);
   srand(12345);
+  scenario_pool();
   scenario_many(4096, 16, 70, 5000);     /* tiny staging: pauses, spills, many chunks */
   scenario_many(1 << 20, 24, 120, 70000); /* roomy staging, more jobs than buffers */
   scenario_memory();
