@@ -175,7 +175,9 @@ static int check_work(const gp_gemm_hdr *hdr, const gp_limits *limits, gp_error 
   return GP_OK;
 }
 
-/* Every operand within max_operand_bytes (and bin32), their sum within max_message_bytes. */
+/* Every operand within max_operand_bytes (and bin32), the sent ones' sum within
+ * max_message_bytes. C is checked even when not sent: the result goes back as a bin of its
+ * size, and k = 1 would otherwise let tiny a and b ask for an m x n result of any size. */
 static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
                           gp_error *err) {
   uint64_t max_operand = limits->max_operand_bytes;
@@ -183,13 +185,13 @@ static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *l
     max_operand = UINT32_MAX; /* a msgpack bin holds at most 2^32-1 bytes */
   uint64_t total = 0;
   for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++) {
-    if (op == GP_OPERAND_C && !has_c)
-      break;
     uint64_t bytes;
     if (!gp_gemm_operand_bytes(hdr, op, &bytes) || bytes > max_operand)
-      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: over the limit of %llu bytes",
-                          gp_operand_name(op), (unsigned long long)max_operand);
-    total += bytes; /* cannot wrap: three values <= 2^32 each */
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: over the limit of %llu bytes%s",
+                          gp_operand_name(op), (unsigned long long)max_operand,
+                          op == GP_OPERAND_C && !has_c ? " (the result c)" : "");
+    if (op != GP_OPERAND_C || has_c)
+      total += bytes; /* cannot wrap: three values <= 2^32 each */
   }
   if (total > limits->max_message_bytes)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,

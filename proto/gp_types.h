@@ -116,8 +116,9 @@ typedef struct {
 void gp_limits_default(gp_limits *limits);
 
 /* Semantic checks of a parsed header against limits: dims >= 1, dims, batch and work within
- * limits (overflow-safe), every operand within max_operand_bytes and the whole message within
- * max_message_bytes, has_c required when beta != 0, alpha and beta finite. On failure fills err
+ * limits (overflow-safe), every operand within max_operand_bytes (c too when not sent: the result
+ * comes back as a bin of that size) and the payloads sent within max_message_bytes, has_c
+ * required when beta != 0, alpha and beta finite. On failure fills err
  * with GP_E_INVALID_ARGUMENT (or GP_E_RESOURCE_EXHAUSTED for a size over a limit) naming the
  * field, and returns the code. */
 int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits, gp_error *err);

@@ -232,11 +232,17 @@ START_TEST(semantic_limits_exact_and_past) {
   ck_assert_int_eq(validate(1, 1, 1, 65536, GP_DTYPE_F32, &lim, &err), 0);
   ck_assert_int_eq(validate(1, 1, 1, 65537, GP_DTYPE_F32, &lim, &err), GP_E_RESOURCE_EXHAUSTED);
   ck_assert(strncmp(err.message, "batch:", 6) == 0);
-  /* work: 2^46 exactly, then one step past */
-  lim.max_operand_bytes = UINT32_MAX;
-  lim.max_message_bytes = UINT64_MAX;
-  ck_assert_int_eq(validate(65536, 65536, 16384, 1, GP_DTYPE_F16, &lim, &err), 0);
-  ck_assert_int_eq(validate(65536, 65536, 16385, 1, GP_DTYPE_F16, &lim, &err),
+  /* work: exactly max_work, then one step past (2^46 itself needs an operand of 4 GiB) */
+  lim.max_work = 1000ull * 1000 * 1000 * 3;
+  ck_assert_int_eq(validate(1000, 1000, 1000, 3, GP_DTYPE_F32, &lim, &err), 0);
+  ck_assert_int_eq(validate(1000, 1000, 1001, 3, GP_DTYPE_F32, &lim, &err),
+                   GP_E_RESOURCE_EXHAUSTED);
+  ck_assert(strncmp(err.message, "m*n*k*batch", 11) == 0);
+  lim = defaults(); /* the default: 2^46 passes the work check, 2^46 + 2^30 does not */
+  ck_assert_int_eq(validate(65536, 16384, 65536, 1, GP_DTYPE_F16, &lim, &err),
+                   GP_E_RESOURCE_EXHAUSTED);
+  ck_assert(strncmp(err.message, "a:", 2) == 0); /* past work: the operand is what fails */
+  ck_assert_int_eq(validate(65536, 16385, 65536, 1, GP_DTYPE_F16, &lim, &err),
                    GP_E_RESOURCE_EXHAUSTED);
   ck_assert(strncmp(err.message, "m*n*k*batch", 11) == 0);
   /* operand bytes: 1 GiB exactly, then one element past */
@@ -246,6 +252,12 @@ START_TEST(semantic_limits_exact_and_past) {
   ck_assert_int_eq(validate(16384, 1, 16384, 1, GP_DTYPE_F32, &lim, &err),
                    GP_E_RESOURCE_EXHAUSTED);
   ck_assert(strncmp(err.message, "a:", 2) == 0);
+  /* the result c counts even when c is not sent: k = 1 keeps a and b tiny */
+  lim = defaults();
+  lim.max_operand_bytes = 8192;
+  ck_assert_int_eq(validate(64, 32, 1, 1, GP_DTYPE_F32, &lim, &err), 0); /* c: 8192 B */
+  ck_assert_int_eq(validate(64, 33, 1, 1, GP_DTYPE_F32, &lim, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(err.message, "c: over the limit of 8192 bytes (the result c)");
   /* message: the operands' sum */
   lim = defaults();
   lim.max_message_bytes = 16 + 16 - 1;
