@@ -528,6 +528,7 @@ static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
   pthread_mutex_lock(&dev->mu);
   flush(gj);
   gj->submitted = true;
+  gj->paused = false; /* every byte is in: no resume is owed (and none may follow the reply) */
   if (gj->mem_ready && !gj->run_queued) {
     gj->run_queued = true;
     gd__gpu_worker_push(dev, &gj->run_cmd);

@@ -388,10 +388,14 @@ static void scenario_faults(void) {
   tjob jobs[6];
   random_jobs(jobs, 6, 40, 300);
   jobs[1].job.hdr.alpha = 777.0; /* launch error: INTERNAL for that job only */
+  jobs[2].job.deadline_us = 2;   /* long past when it starts: DEADLINE_EXCEEDED */
   run_jobs(be, jobs, 6, 5000);
   for (int i = 0; i < 6; i++) {
     if (i == 1) {
       CHECK(jobs[i].failed && jobs[i].fail_code == GP_E_INTERNAL, "launch error: %d",
+            jobs[i].fail_code);
+    } else if (i == 2) {
+      CHECK(jobs[i].failed && jobs[i].fail_code == GP_E_DEADLINE_EXCEEDED, "deadline: %d",
             jobs[i].fail_code);
     } else {
       CHECK(!jobs[i].failed, "job %d failed (%d)", i, jobs[i].fail_code);
