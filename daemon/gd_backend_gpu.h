@@ -3,6 +3,26 @@
  * its own streams (copy in, compute, copy out), a device-memory pool under a
  * budget, and double-buffered pinned host staging. Built only when CUDA is
  * (GEMMD_HAVE_CUDA); the rest of the daemon sees it through gd_backend_ops.
+ *
+ * What it promises the scheduler (beyond gd_backend.h):
+ *   - prepare() refuses with RESOURCE_EXHAUSTED only a job that can never fit
+ *     a device's pool (a + b + c, each rounded to 256 bytes), and with
+ *     UNAVAILABLE when no device is in service. A job that fits later waits:
+ *     input_window() then lends nothing and input() pauses the session until
+ *     memory is assigned (FIFO per device). The job goes to the device already
+ *     serving its session, else the scheduler's pick (job->device) when it
+ *     fits, else the least loaded; job->device is set to the one chosen.
+ *   - input() may set *pause; GD_EV_INPUT_RESUME follows when a staging buffer
+ *     (or the job's memory) is free. No RESUME is posted after submit().
+ *   - results come as GD_EV_OUTPUT_CHUNKs of at most gpu.staging_bytes, in
+ *     order, pointing into pinned memory that stays valid until
+ *     output_consumed(); job->result is filled before the first one.
+ *   - every CUDA error fails its job with INTERNAL ("cuda:N: what: reason");
+ *     a sticky one (illegal address, launch failure, ECC, ...) also takes the
+ *     device out of service (one error log line): its jobs fail with
+ *     UNAVAILABLE, the other devices keep serving.
+ *   - the ops never block and make no CUDA call: see gd_gpu_internal.h for
+ *     the threads (one worker per device makes every CUDA call).
  */
 #ifndef GD_BACKEND_GPU_H
 #define GD_BACKEND_GPU_H
@@ -30,11 +50,18 @@ typedef struct {
 
 void gd_gpu_config_default(gd_gpu_config *cfg);
 
-/* Number of usable CUDA devices (0 when there is no driver or no GPU). Never fails. */
+/* Number of usable CUDA devices (0 when there is no driver or no GPU; one debug log line says
+ * why). Never fails, never prints otherwise. Any thread. */
 int gd_gpu_count(void);
 
-/* Starts one worker per configured device. Fails (GP_E_UNAVAILABLE with a reason) when no
- * configured device can be used. */
+/* Checks cfg (staging_buffers 2..64, staging_bytes 4 KiB..1 GiB, memory_fraction in (0, 1],
+ * kernel "auto" or a name from gk_kernels(): GP_E_INVALID_ARGUMENT naming the key), then starts
+ * one worker per configured device: each makes its device current, creates the kernels'
+ * context and streams, takes its memory budget with one cudaMalloc (memory_bytes, or
+ * memory_fraction of the memory free at start) and pins its staging. A device that fails is
+ * left out with a warning. Returns 0 and *out, or GP_E_UNAVAILABLE with "no CUDA device found:
+ * <reason>" / "no usable CUDA device: <reason>" when none can be used. Call before the loop
+ * runs (it waits for the workers' start-up); the caller owns *out (ops->destroy). */
 int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *err);
 
 #endif /* GD_BACKEND_GPU_H */
