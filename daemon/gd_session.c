@@ -67,6 +67,8 @@ struct gd_session {
   uint64_t write_bytes;      /* queued in uv_write */
   uint32_t writes;
   uint64_t last_activity_us;
+  uint64_t write_progress_us; /* last write completed, or the first one queued */
+  size_t write_queue_seen;    /* libuv's write queue size when the timer last looked */
 };
 
 typedef struct {
@@ -127,6 +129,7 @@ static void on_write(uv_write_t *req, int status) {
   gd_daemon *d = s->d;
   s->write_bytes -= w->bytes;
   s->writes--;
+  s->write_progress_us = gd_now_us();
   if (status == 0)
     d->stats.bytes_out += w->bytes;
   sjob *rec = w->rec;
@@ -193,8 +196,11 @@ static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, cons
   }
   if (rec)
     rec->writes_pending++;
+  if (s->writes == 0)
+    s->write_progress_us = gd_now_us();
   s->writes++;
   s->write_bytes += w->bytes;
+  update_timer(s); /* arms the stalled-reader timeout */
   return 0;
 }
 
@@ -588,47 +594,66 @@ static void update_reading(gd_session *s) {
 
 /* ---- timeouts ------------------------------------------------------------ */
 
-static void on_timer(uv_timer_t *timer) {
-  gd_session *s = timer->data;
-  const gd_config *cfg = &s->d->cfg;
-  uint64_t now = gd_now_us();
-  if (s->eof) {
-    update_timer(s);
-    return;
+/* The earliest timeout that applies now, and when it falls due (monotonic us):
+ *   request: a message started arriving and has not finished within request_ms;
+ *   idle:    nothing in flight and nothing read for idle_ms;
+ *   stalled: replies queued and not one byte of them written for request_ms (a client that
+ *            stopped reading would otherwise hold its jobs' memory for ever). */
+typedef enum { TIMEOUT_NONE, TIMEOUT_REQUEST, TIMEOUT_IDLE, TIMEOUT_STALLED } timeout_kind;
+
+static void consider(timeout_kind *kind, uint64_t *due, timeout_kind k, uint64_t since,
+                     uint64_t ms) {
+  uint64_t at = since + ms * 1000u;
+  if (*kind == TIMEOUT_NONE || at < *due) {
+    *kind = k;
+    *due = at;
   }
-  if (!at_boundary(s)) {
-    if (cfg->request_ms && now - s->msg_started_us >= cfg->request_ms * 1000u) {
-      gd_session_close(s, "request did not finish arriving within timeouts.request_ms");
-      return;
-    }
-  } else if (s->in_flight == 0 && s->writes == 0) {
-    if (cfg->idle_ms && now - s->last_activity_us >= cfg->idle_ms * 1000u) {
-      gd_session_close(s, "idle for timeouts.idle_ms");
-      return;
-    }
+}
+
+static timeout_kind next_timeout(const gd_session *s, uint64_t *due) {
+  const gd_config *cfg = &s->d->cfg;
+  timeout_kind kind = TIMEOUT_NONE;
+  if (s->writes > 0 && cfg->request_ms)
+    consider(&kind, due, TIMEOUT_STALLED, s->write_progress_us, cfg->request_ms);
+  if (s->eof)
+    return kind; /* nothing more can arrive; jobs in flight end by themselves */
+  if (!at_boundary(s) && cfg->request_ms)
+    consider(&kind, due, TIMEOUT_REQUEST, s->msg_started_us, cfg->request_ms);
+  if (at_boundary(s) && s->in_flight == 0 && s->writes == 0 && cfg->idle_ms)
+    consider(&kind, due, TIMEOUT_IDLE, s->last_activity_us, cfg->idle_ms);
+  return kind;
+}
+
+static void on_timer(uv_timer_t *timer) {
+  static const char *const why[] = {
+      [TIMEOUT_REQUEST] = "request did not finish arriving within timeouts.request_ms",
+      [TIMEOUT_IDLE] = "idle for timeouts.idle_ms",
+      [TIMEOUT_STALLED] = "client read nothing of its replies for timeouts.request_ms"};
+  gd_session *s = timer->data;
+  uint64_t due = 0;
+  /* libuv reports a write only when it is complete; a shrinking queue is progress too */
+  size_t queued = uv_stream_get_write_queue_size(&s->h.stream);
+  if (s->writes > 0 && queued != s->write_queue_seen) {
+    s->write_queue_seen = queued;
+    s->write_progress_us = gd_now_us();
+  }
+  timeout_kind kind = next_timeout(s, &due);
+  if (kind != TIMEOUT_NONE && gd_now_us() >= due) {
+    gd_session_close(s, why[kind]);
+    return;
   }
   update_timer(s);
 }
 
 static void update_timer(gd_session *s) {
-  const gd_config *cfg = &s->d->cfg;
-  uint64_t due_us = 0, since = 0;
-  if (s->eof) {
-    /* nothing more can arrive; replies in flight are bounded by the jobs themselves */
-  } else if (!at_boundary(s) && cfg->request_ms) {
-    due_us = cfg->request_ms * 1000u;
-    since = s->msg_started_us;
-  } else if (at_boundary(s) && s->in_flight == 0 && s->writes == 0 && cfg->idle_ms) {
-    due_us = cfg->idle_ms * 1000u;
-    since = s->last_activity_us;
-  }
-  if (!due_us) {
+  uint64_t due = 0;
+  if (next_timeout(s, &due) == TIMEOUT_NONE) {
     uv_timer_stop(&s->timer);
     return;
   }
-  uint64_t now = gd_now_us(), elapsed = now > since ? now - since : 0;
-  uint64_t left_ms = elapsed >= due_us ? 0 : (due_us - elapsed + 999u) / 1000u;
-  uv_timer_start(&s->timer, on_timer, left_ms, 0);
+  uint64_t now = gd_now_us();
+  uint64_t left_ms = due <= now ? 0 : (due - now + 999u) / 1000u;
+  uv_timer_start(&s->timer, on_timer, left_ms, 0); /* cannot fail on an initialised timer */
 }
 
 /* ---- open and close ------------------------------------------------------ */

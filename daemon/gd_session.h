@@ -13,6 +13,12 @@
  * limits.max_requests_in_flight gemm jobs unanswered or
  * limits.max_buffered_bytes of replies queued for writing. Bytes already read
  * but not yet decoded are kept and decoded first when reading resumes.
+ *
+ * Timeouts (one timer per session): timeouts.idle_ms with nothing in flight;
+ * timeouts.request_ms for a request that started arriving, and for replies
+ * that have not moved by a byte (a client that stopped reading). A client
+ * that shuts down its writing side still gets the replies to its complete
+ * requests; then the session closes.
  */
 #ifndef GD_SESSION_H
 #define GD_SESSION_H
