@@ -7,6 +7,9 @@
 
 #include "gd_cli.h"
 #include "gd_config.h"
+#include "gd_daemon.h"
+#include "gd_lifecycle.h"
+#include "gd_log.h"
 
 static int load(const char *text, gd_config *cfg, char *err) {
   gd_config_default(cfg);
@@ -291,6 +294,33 @@ START_TEST(command_line_overrides) {
 }
 END_TEST
 
+/* SIGHUP: what can change live changes; the rest is counted (and logged) as needing a restart. */
+START_TEST(reload_applies_live_keys) {
+  gd_daemon d;
+  memset(&d, 0, sizeof d);
+  gd_config_default(&d.cfg);
+  gd_config next;
+  load_ok("log_level: error\nlimits: {max_connections: 5, max_dim: 100}\n"
+          "queue: {max_jobs: 3}\ntimeouts: {idle_ms: 10}\n", &next);
+  ck_assert_int_eq(gd_lifecycle_apply_config(&d, &next), 0);
+  ck_assert_int_eq(d.cfg.log_level, GD_LOG_ERROR);
+  ck_assert_int_eq(gd_log_get_level(), GD_LOG_ERROR);
+  ck_assert_uint_eq(d.cfg.max_connections, 5);
+  ck_assert_uint_eq(d.cfg.proto.max_dim, 100);
+  ck_assert_uint_eq(d.cfg.max_jobs, 3);
+  ck_assert_uint_eq(d.cfg.idle_ms, 10);
+  load_ok("listen: [unix:/elsewhere.sock]\nbackend: gpu\nunix_socket_mode: \"0600\"\n"
+          "cpu: {threads: 7, blas_threads: 2}\ngpu: {staging_bytes: 1MiB}\nlog_level: warn\n",
+          &next);
+  ck_assert_int_eq(gd_lifecycle_apply_config(&d, &next), 6);
+  ck_assert_str_eq(d.cfg.listen[0], "unix:/run/gemmd/gemmd.sock"); /* kept until a restart */
+  ck_assert_int_eq(d.cfg.backend, GD_BACKEND_AUTO);
+  ck_assert_uint_eq(d.cfg.cpu_threads, 0);
+  ck_assert_int_eq(d.cfg.log_level, GD_LOG_WARN);
+  gd_log_set_level(GD_LOG_INFO);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("daemon_config");
   TCase *tc = tcase_create("config");
@@ -302,6 +332,7 @@ int main(void) {
   tcase_add_test(tc, sizes);
   tcase_add_test(tc, command_line);
   tcase_add_test(tc, command_line_overrides);
+  tcase_add_test(tc, reload_applies_live_keys);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
