@@ -98,7 +98,10 @@ struct gd_job {
 /* What a backend posts back to the loop. */
 typedef enum {
   GD_EV_INPUT_RESUME,  /* staging freed: the session may read again */
-  GD_EV_OUTPUT_CHUNK,  /* data/len of C at offset are ready to send; last marks the final one */
+  GD_EV_OUTPUT_CHUNK,  /* data/len of C at offset are ready to send; last marks the final one.
+                          A job's chunks are posted in order: the first at offset 0, each next
+                          one where the previous ended, the last ending at operand_bytes[C]
+                          (else the session closes the connection: INTERNAL) */
   GD_EV_FAILED,        /* the job failed: err says why (INTERNAL, DEADLINE_EXCEEDED, ...) */
 } gd_backend_event_type;
 

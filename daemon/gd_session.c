@@ -29,6 +29,7 @@ typedef struct sjob {
   struct sjob *prev, *next;
   uint32_t msgid;
   uint32_t writes_pending; /* chunks of this job in uv_write */
+  uint64_t next_offset;    /* where the next chunk of C must start */
   bool head_sent;          /* the reply's head went out with the first chunk */
   bool orphan;             /* the session closed: job abandoned, only chunks come back */
 } sjob;
@@ -236,6 +237,20 @@ static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) 
   sjob *rec = job->session_data;
   char *head = NULL;
   size_t head_len = 0;
+  uint64_t c_bytes = job->operand_bytes[GP_OPERAND_C];
+  /* The reply's bytes go out in the order posted: a gap, an overlap or a short C would corrupt
+   * the stream for every later reply on this connection. */
+  if (ev->offset != rec->next_offset || ev->len > c_bytes - rec->next_offset ||
+      (ev->last && rec->next_offset + ev->len != c_bytes)) {
+    gd_error("conn %llu: msgid %u: backend chunk at %llu+%zu does not continue C (%llu of %llu "
+             "bytes sent)", (unsigned long long)s->id, (unsigned)rec->msgid,
+             (unsigned long long)ev->offset, ev->len, (unsigned long long)rec->next_offset,
+             (unsigned long long)c_bytes);
+    gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
+    gd_session_close(s, "internal error: bad result chunk");
+    return;
+  }
+  rec->next_offset += ev->len;
   if (!rec->head_sent) {
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init(&sbuf);
