@@ -1,0 +1,410 @@
+/*
+ * gk_fast_wgmma.cuh - the Hopper (sm_90a) f16/bf16 GEMM of 07_wgmma_f16.cu as a template over
+ * its element type and operand layouts: the PTX wrappers (mbarrier, TMA, wgmma, setmaxnreg),
+ * the warp-specialised kernel and its host launcher. The design and its reasons are in
+ * 07_wgmma_f16.cu's opening comment.
+ *
+ * Contract: header-only, included by .cu files only. Everything that emits sm_90a instructions
+ * sits under GK_WGMMA_DEVICE, so the compute_80 PTX of the same translation unit holds an empty
+ * kernel body and stays loadable (JIT) on older GPUs; the launcher refuses (cudaErrorInvalidValue)
+ * any problem gk__wgmma_fits() rejects, and returns the first CUDA or driver error otherwise.
+ * The tensor maps are encoded on the host at each launch (a few microseconds); the driver's
+ * cuTensorMapEncodeTiled is found once through cudaGetDriverEntryPointByVersion, so nothing
+ * links -lcuda. Thread-safe: no mutable state but that function pointer (a C++ static, whose
+ * initialisation is thread-safe).
+ */
+#ifndef GK_FAST_WGMMA_CUH
+#define GK_FAST_WGMMA_CUH
+
+#include <cuda.h> /* CUtensorMap and its enums: types only, no -lcuda */
+#include <cudaTypedefs.h>
+
+#include "gk_fast_mma16.cuh" /* gk__mma16_args, gk__mma16_store_pair: the same epilogue as 04 */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GK_WGMMA_DEVICE 1
+#else
+#define GK_WGMMA_DEVICE 0
+#endif
+
+/* The tile configuration. BK = 64 two-byte elements = 128 bytes: one 128-byte swizzle row, so a
+ * TMA box of 64 x 64 lands as 64 rows of 128 bytes (8 KB), the unit both operand layouts are
+ * built from. */
+template <int BN_, int STAGES_>
+struct gk__wgmma_cfg {
+  static constexpr int BM = 128;             /* two consumer warpgroups of 64 rows */
+  static constexpr int BN = BN_;             /* one wgmma m64nBNk16 per k16 step */
+  static constexpr int BK = 64;
+  static constexpr int STAGES = STAGES_;
+  static constexpr int CONSUMERS = BM / 64;
+  static constexpr int THREADS = 128 * (1 + CONSUMERS); /* warpgroup 0 is the producer */
+  static constexpr int CHUNK = 64;                      /* rows (or columns) per TMA box */
+  static constexpr int CHUNK_BYTES = CHUNK * BK * 2;    /* 8 KB */
+  static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  /* stages, 1 KB slack to align them to the 128-byte swizzle's 1 KB period, two barriers each */
+  static constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
+  /* registers: the producer gives up what the accumulators need (setmaxnreg) */
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+  static_assert(BN == 256, "the wgmma wrapper below is m64n256k16");
+  static_assert(BM % CHUNK == 0 && BN % CHUNK == 0, "operand tiles are whole 64-row TMA boxes");
+  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
+                "the register file holds the producer and every consumer warpgroup");
+  static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
+};
+
+#if GK_WGMMA_DEVICE
+/* ---- sm_90a PTX wrappers (device pass for compute_90a only) ------------------------------- */
+
+__device__ __forceinline__ void gk__mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised barriers visible to the async proxy (TMA) before first use. */
+__device__ __forceinline__ void gk__mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void gk__mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void gk__mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Spins until the barrier's phase with this parity has completed. */
+__device__ __forceinline__ void gk__mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+/* One TMA box of a 3-D tensor map (inner, outer, batch) into shared memory; completes on bar. */
+__device__ __forceinline__ void gk__tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void gk__wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void gk__wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void gk__wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int REGS>
+__device__ __forceinline__ void gk__setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void gk__setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+/*
+ * A wgmma shared-memory matrix descriptor for a 128-byte-swizzled operand (PTX ISA, "Matrix
+ * Descriptor Format"): start address, leading and stride byte offsets (all >> 4), swizzle mode
+ * 1 = 128 B in bits 62-63. Our two layouts, each built from 64-row boxes of 128-byte rows:
+ *   K-major  (k contiguous): rows of 64 k, 8-row groups 1 KB apart (SBO); LBO unused (one 128-byte
+ *            swizzle row spans the whole BK), a k16 step moves the start by 32 bytes;
+ *   MN-major (m or n contiguous): each box holds 64 k rows of 64 m/n; 8-k-row groups 1 KB apart
+ *            (SBO), 64-wide m/n chunks one box (8 KB) apart (LBO); a k16 step moves 16 rows = 2 KB.
+ */
+__device__ __forceinline__ uint64_t gk__wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+         ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void gk__wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %132, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, scale_d, 1, 1, %130, %131;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void gk__wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %132, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, scale_d, 1, 1, %130, %131;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
+}
+
+/* wgmma m64n256k16 (f32 += f16/bf16 x f16/bf16), both operands from shared memory; TRANS_A /
+ * TRANS_B: 0 = K-major, 1 = M/N-major (the transpose bits exist for 16-bit types only). The
+ * accumulator is d's 128 registers per thread (PTX "Register fragment" layout, as mma.sync's
+ * m16n8 per 8 columns: d[4j..4j+1] at (row g, cols 8j+2t..), d[4j+2..4j+3] at row g+8). */
+template <typename T, int TRANS_A, int TRANS_B>
+struct gk__wgmma_op;
+template <int TRANS_A, int TRANS_B>
+struct gk__wgmma_op<__half, TRANS_A, TRANS_B> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da, uint64_t db) {
+    gk__wgmma_m64n256k16_f16<TRANS_A, TRANS_B>(d, da, db);
+  }
+};
+template <int TRANS_A, int TRANS_B>
+struct gk__wgmma_op<__nv_bfloat16, TRANS_A, TRANS_B> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da, uint64_t db) {
+    gk__wgmma_m64n256k16_bf16<TRANS_A, TRANS_B>(d, da, db);
+  }
+};
+#endif /* GK_WGMMA_DEVICE */
+
+/*
+ * The kernel: one CTA per 128 x 256 tile of C (grouped order), blockIdx.z = the problem within
+ * the batch chunk. Warpgroup 0 (one elected thread) fills the STAGES-deep ring by TMA; warpgroups
+ * 1..CONSUMERS each multiply their 64 rows of the tile. full[s]: the producer's expect_tx plus
+ * the TMA bytes; empty[s]: one arrival per consumer warpgroup once its wgmmas reading s are done.
+ * TA / TB: the stored layouts (gk_problem.h): A stored k x m (M-major) / B stored n x k (K-major).
+ */
+template <typename T, class C, bool TA, bool TB>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    gk__wgmma_gemm(const __grid_constant__ CUtensorMap map_a,
+                   const __grid_constant__ CUtensorMap map_b, gk__mma16_args<T> args) {
+#if GK_WGMMA_DEVICE
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, CHUNK = C::CHUNK;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  /* the 128-byte swizzle pattern repeats every 1 KB: each stage starts on a 1 KB boundary */
+  const uint32_t smem0 = (gk__smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t full0 = smem0 + STAGES * C::STAGE_BYTES, empty0 = full0 + 8 * STAGES;
+  const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      gk__mbar_init(full0 + 8 * s, 1);
+      gk__mbar_init(empty0 + 8 * s, C::CONSUMERS);
+    }
+    gk__mbar_init_fence();
+  }
+  __syncthreads();
+
+  int tile_m, tile_n;
+  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
+  const int m0 = tile_m * BM, n0 = tile_n * BN, z = (int)blockIdx.z;
+  const int k_tiles = (args.k + BK - 1) / BK;
+
+  if (warpgroup == 0) { /* producer */
+    gk__setmaxnreg_dec<C::PRODUCER_REGS>();
+    if (wg_thread != 0) return;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int s = kt % STAGES, k0 = kt * BK;
+      if (kt >= STAGES) gk__mbar_wait(empty0 + 8 * s, ((kt / STAGES) + 1) & 1);
+      const uint32_t bar = full0 + 8 * s;
+      gk__mbar_expect_tx(bar, C::STAGE_BYTES); /* out-of-bounds box parts count: zero-filled */
+      const uint32_t sa = smem0 + s * C::STAGE_BYTES, sb = sa + C::A_BYTES;
+#pragma unroll
+      for (int c = 0; c < BM / CHUNK; ++c) {
+        if (TA) gk__tma_load_3d(sa + c * C::CHUNK_BYTES, &map_a, m0 + c * CHUNK, k0, z, bar);
+        else gk__tma_load_3d(sa + c * C::CHUNK_BYTES, &map_a, k0, m0 + c * CHUNK, z, bar);
+      }
+#pragma unroll
+      for (int c = 0; c < BN / CHUNK; ++c) {
+        if (TB) gk__tma_load_3d(sb + c * C::CHUNK_BYTES, &map_b, k0, n0 + c * CHUNK, z, bar);
+        else gk__tma_load_3d(sb + c * C::CHUNK_BYTES, &map_b, n0 + c * CHUNK, k0, z, bar);
+      }
+    }
+    return;
+  }
+
+  /* consumers: warpgroup w multiplies rows (w-1)*64 .. +64 of the tile */
+  gk__setmaxnreg_inc<C::CONSUMER_REGS>();
+  const int consumer = warpgroup - 1;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+  /* byte offsets per k16 step and descriptor strides, by layout (see gk__wgmma_desc) */
+  constexpr uint32_t A_STEP = TA ? 16 * 128 : 32, B_STEP = TB ? 32 : 16 * 128;
+  constexpr uint32_t A_LBO = TA ? C::CHUNK_BYTES : 16, B_LBO = TB ? 16 : C::CHUNK_BYTES;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int s = kt % STAGES;
+    gk__mbar_wait(full0 + 8 * s, (kt / STAGES) & 1);
+    /* this consumer's 64 rows of A are box `consumer` in either layout */
+    const uint32_t sa = smem0 + s * C::STAGE_BYTES + consumer * C::CHUNK_BYTES;
+    const uint32_t sb = smem0 + s * C::STAGE_BYTES + C::A_BYTES;
+    gk__wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+      gk__wgmma_op<T, TA ? 1 : 0, TB ? 0 : 1>::run(acc, gk__wgmma_desc(sa + kk * A_STEP, A_LBO, 1024),
+                                                    gk__wgmma_desc(sb + kk * B_STEP, B_LBO, 1024));
+    gk__wgmma_commit();
+    /* keep this k tile's group in flight; the previous one is done, so its stage is free */
+    gk__wgmma_wait<1>();
+    if (kt > 0 && wg_thread == 0) gk__mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
+  }
+  gk__wgmma_wait<0>();
+
+  /* epilogue: thread (warp w4, lane g*4+t) of the warpgroup holds rows w4*16+g and +8 */
+  T *c = args.c + (int64_t)z * args.stride_c;
+  const int warp4 = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, t = lane % 4;
+  const int row = m0 + consumer * 64 + warp4 * 16 + g;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = n0 + j * 8 + 2 * t;
+    gk__mma16_store_pair(args, c, row, col, acc[4 * j], acc[4 * j + 1]);
+    gk__mma16_store_pair(args, c, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+#else
+  (void)map_a, (void)map_b, (void)args;
+#endif
+}
+
+/* ---- host side ------------------------------------------------------------------------------ */
+
+/* True when TMA can describe both operands: 16-byte-aligned bases, row strides (and so the batch
+ * strides) multiples of 16 bytes, every size within the tensor map's and the kernel's ranges. */
+static inline bool gk__wgmma_fits(const gk_problem *p) {
+  const int64_t max_dim = (int64_t)1 << 31; /* int32 coordinates in the kernel */
+  return gk__fits_int32(p) && gk__aligned(p->a, 16) && gk__aligned(p->b, 16) &&
+         (gk__lda(p) * 2) % 16 == 0 && (gk__ldb(p) * 2) % 16 == 0 && p->m < max_dim &&
+         p->n < max_dim && p->k < max_dim && p->m * p->k * 2 < ((int64_t)1 << 40) &&
+         p->k * p->n * 2 < ((int64_t)1 << 40);
+}
+
+/* cuTensorMapEncodeTiled from the driver, found once; NULL when the driver lacks it. */
+static inline PFN_cuTensorMapEncodeTiled_v12000 gk__tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *ptr = NULL;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      ptr = NULL;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+/* A 3-D map (inner, outer, batch) over `batch` row-major matrices of outer x inner 16-bit
+ * elements, read as 64 x 64 boxes with the 128-byte swizzle, zero fill out of bounds. */
+static inline cudaError_t gk__wgmma_map(CUtensorMap *map, bool bf16, const void *base, int64_t inner,
+                                        int64_t outer, int64_t batch) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = gk__tensor_map_encoder();
+  if (encode == NULL) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)batch};
+  const cuuint64_t strides[2] = {(cuuint64_t)inner * 2, (cuuint64_t)(inner * outer) * 2};
+  const cuuint32_t box[3] = {64, 64, 1}, unit[3] = {1, 1, 1};
+  CUresult rc = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                       3, const_cast<void *>(base), dims, strides, box, unit,
+                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <typename T, class C>
+struct gk__wgmma_launcher {
+  template <bool TA, bool TB>
+  static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
+    auto kernel = gk__wgmma_gemm<T, C, TA, TB>;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)C::SMEM_BYTES);
+    if (err != cudaSuccess) return err;
+    gk__mma16_args<T> args;
+    args.a = static_cast<const T *>(p->a);
+    args.b = static_cast<const T *>(p->b);
+    args.c = static_cast<T *>(p->c);
+    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
+    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
+    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
+    args.alpha = (float)p->alpha, args.beta = (float)p->beta;
+    args.beta_zero = p->beta == 0.0;
+    args.c_pair = gk__aligned(p->c, 4) && p->n % 2 == 0;
+    const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
+    if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+    const bool bf16 = p->dtype == GK_BF16;
+    return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
+      gk__mma16_args<T> chunk = args;
+      chunk.a += first * args.stride_a;
+      chunk.b += first * args.stride_b;
+      chunk.c += first * args.stride_c;
+      CUtensorMap map_a, map_b;
+      /* stored A: m x k (K-major) or k x m; stored B: k x n or n x k (K-major) */
+      cudaError_t map_err =
+          TA ? gk__wgmma_map(&map_a, bf16, chunk.a, p->m, p->k, count)
+             : gk__wgmma_map(&map_a, bf16, chunk.a, p->k, p->m, count);
+      if (map_err != cudaSuccess) return map_err;
+      map_err = TB ? gk__wgmma_map(&map_b, bf16, chunk.b, p->k, p->n, count)
+                   : gk__wgmma_map(&map_b, bf16, chunk.b, p->n, p->k, count);
+      if (map_err != cudaSuccess) return map_err;
+      kernel<<<dim3((unsigned)tiles, 1, count), C::THREADS, C::SMEM_BYTES, stream>>>(map_a, map_b,
+                                                                                     chunk);
+      return cudaGetLastError();
+    });
+  }
+
+  static cudaError_t launch(const gk_problem *p, cudaStream_t stream) {
+    if (!gk__wgmma_fits(p) || (p->dtype != GK_F16 && p->dtype != GK_BF16))
+      return cudaErrorInvalidValue;
+    if (p->trans_a) return p->trans_b ? run<true, true>(p, stream) : run<true, false>(p, stream);
+    return p->trans_b ? run<false, true>(p, stream) : run<false, false>(p, stream);
+  }
+};
+
+#endif /* GK_FAST_WGMMA_CUH */
