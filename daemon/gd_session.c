@@ -172,10 +172,15 @@ static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, cons
     w->chunk_len = chunk_len;
     w->last = last;
     w->req.data = w;
-    if (head_len)
-      bufs[nbufs++] = uv_buf_init(head, (unsigned)head_len);
-    if (chunk_len)
-      bufs[nbufs++] = uv_buf_init((char *)chunk, (unsigned)chunk_len);
+    /* set by hand: uv_buf_init takes an unsigned int, a chunk of C may be larger */
+    if (head_len) {
+      bufs[nbufs].base = head;
+      bufs[nbufs++].len = head_len;
+    }
+    if (chunk_len) {
+      bufs[nbufs].base = (char *)chunk;
+      bufs[nbufs++].len = chunk_len;
+    }
     w->bytes = head_len + chunk_len;
   }
   int rc = (!w || s->closing) ? UV_ENOMEM : 0;
