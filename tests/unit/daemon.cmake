@@ -19,3 +19,11 @@ add_executable(test_kernels_cpu ${CMAKE_CURRENT_LIST_DIR}/daemon/test_kernels_cp
 target_link_libraries(test_kernels_cpu PRIVATE gemmkernels_cpu PkgConfig::CHECK m)
 add_test(NAME kernels_cpu COMMAND test_kernels_cpu)
 set_tests_properties(kernels_cpu PROPERTIES LABELS unit TIMEOUT 120)
+
+# The shipped config/gemmd.yaml passes the daemon's own --check-config.
+if(TARGET gemmd)
+  add_test(NAME daemon_check_default_config
+           COMMAND gemmd --check-config --config ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)
+  set_tests_properties(daemon_check_default_config PROPERTIES LABELS unit TIMEOUT 30
+                       PASS_REGULAR_EXPRESSION "configuration ok")
+endif()
