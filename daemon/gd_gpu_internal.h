@@ -119,7 +119,7 @@ struct gd__gpu_job {
 
   /* Loop side (under mu). */
   bool mem_ready;         /* pool bytes assigned: dev_off valid */
-  bool waiting_mem, waiting_staging;
+  bool waiting_mem;       /* in the device's FIFO for pool memory */
   bool submitted, run_queued, dropped;
   bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
   bool retired;           /* its load was taken off the device */
@@ -137,9 +137,8 @@ struct gd__gpu_job {
   bool finished;          /* the worker let go of it */
   int inflight_out;       /* chunks copying */
   uint64_t out_next;      /* next byte of C to copy out */
-  bool first_chunk_posted;
-  double in_ms, first_out_ms;
-  uint64_t first_out_len;
+  double in_ms;           /* staging copies in, summed from their events */
+  uint64_t first_out_len; /* bytes of the first chunk out (its rate times C: transfer_out_us) */
   cudaEvent_t ev_in, ev_c0, ev_c1;
   bool events_made;
   gd__gpu_job *out_next_job; /* worker's FIFO of jobs copying C out */
