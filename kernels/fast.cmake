@@ -2,16 +2,19 @@
 # One kernel per file, numbered by the idea it adds (see each file's opening comment and
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
 # TF32 kernel first (it only accepts f32 with precision "fast"), then the exact SIMT f32 kernel;
-# for f64 the tensor-core kernel (06) before the SIMT one (03, kept for GPUs without DMMA).
+# for f64 the tensor-core kernel (06) before the SIMT one (03, kept for GPUs without DMMA); for
+# f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
 list(APPEND GK_GPU_SOURCES
   02_simt_f32.cu
   03_simt_f64.cu
   04_mma_f16.cu
   05_mma_tf32.cu
-  06_dmma_f64.cu)
+  06_dmma_f64.cu
+  07_wgmma_f16.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_tf32
   gk_kernel_simt_f32
+  gk_kernel_wgmma_f16
   gk_kernel_mma_f16
   gk_kernel_dmma_f64
   gk_kernel_simt_f64)
