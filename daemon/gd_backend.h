@@ -55,6 +55,7 @@
  *     The scheduler then frees the gd_job structs without calling release(),
  *     and drops events posted but not delivered.
  *   - gd_job.submitted_us: set by the scheduler just before submit().
+ *   - ops.output_in_job_memory (see gd_backend_ops).
  *   - pack_info, pack_stats, devices, busy may be NULL.
  *   - when prepare fails it undoes its own reservations: release is not called.
  *     When submit fails, release is called (the job never ran).
@@ -127,6 +128,12 @@ typedef struct {
 
 typedef struct {
   const char *name; /* "cpu", "gpu" */
+  /* true: OUTPUT_CHUNK data is the job's own memory, kept until release, so the session writes
+   * it in place however slowly the client reads (CPU). false (default): it is memory shared
+   * between jobs (GPU staging): the session writes what the socket takes at once, copies the
+   * rest, and calls output_consumed right away, so that a client that does not read cannot
+   * hold a staging slot that other jobs need. */
+  bool output_in_job_memory;
 
   int (*prepare)(gd_backend *b, gd_job *job, gp_error *err);
   /* Where up to *len bytes of `operand` starting at `offset` may land; false when the backend

@@ -363,6 +363,7 @@ static void cpu_destroy(gd_backend *b) {
 
 static const gd_backend_ops cpu_ops = {
     .name = "cpu",
+    .output_in_job_memory = true, /* C goes out from the job's buffer: no copy */
     .prepare = cpu_prepare,
     .input_window = cpu_input_window,
     .input = cpu_input,

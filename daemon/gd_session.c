@@ -80,6 +80,7 @@ typedef struct {
   const void *chunk;
   size_t chunk_len;
   bool last;
+  bool give_back;            /* chunk is the backend's memory: hand it back when written */
   size_t bytes;
 } wreq;
 
@@ -124,6 +125,16 @@ static void unlink_rec(gd_session *s, sjob *rec) {
   s->in_flight--;
 }
 
+/* The last byte of rec's reply is out (or failed): the job is answered. */
+static void reply_done(gd_session *s, sjob *rec, bool ok) {
+  gd_job *job = rec->job;
+  unlink_rec(s, rec);
+  free(rec);
+  if (ok)
+    s->d->stats.gemm_ok++;
+  gd_sched_finish(s->d->sched, job, ok);
+}
+
 static void on_write(uv_write_t *req, int status) {
   wreq *w = req->data;
   gd_session *s = w->s;
@@ -135,16 +146,11 @@ static void on_write(uv_write_t *req, int status) {
     d->stats.bytes_out += w->bytes;
   sjob *rec = w->rec;
   if (rec) {
-    gd_job *job = rec->job;
     rec->writes_pending--;
-    gd_sched_chunk_sent(d->sched, job, w->chunk, w->chunk_len);
-    if (!rec->orphan && w->last) {
-      unlink_rec(s, rec);
-      free(rec);
-      if (status == 0)
-        d->stats.gemm_ok++;
-      gd_sched_finish(d->sched, job, status == 0);
-    }
+    if (w->give_back)
+      gd_sched_chunk_sent(d->sched, rec->job, w->chunk, w->chunk_len);
+    if (!rec->orphan && w->last)
+      reply_done(s, rec, status == 0);
   }
   free_wreq(w);
   if (status < 0 && status != UV_ECANCELED && !s->closing) {
@@ -171,6 +177,7 @@ static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, cons
     w->chunk = chunk;
     w->chunk_len = chunk_len;
     w->last = last;
+    w->give_back = chunk != NULL;
     w->req.data = w;
     /* set by hand: uv_buf_init takes an unsigned int, a chunk of C may be larger */
     if (head_len) {
@@ -235,6 +242,55 @@ static void send_error(gd_session *s, uint32_t msgid, int code, const char *mess
   write_sbuffer(s, &sbuf);
 }
 
+/* A chunk in memory the backend shares between jobs (GPU staging) must not wait for a slow
+ * client: that would stall every other job on the device. Write what the socket takes now; copy
+ * the rest (only then) and give the chunk back at once. */
+static void write_shared_chunk(gd_session *s, sjob *rec, char *head, size_t head_len,
+                               const gd_backend_event *ev) {
+  gd_job *job = rec->job;
+  uv_buf_t bufs[2] = {{.base = head, .len = head_len}, {.base = (char *)ev->data, .len = ev->len}};
+  size_t total = head_len + ev->len, done = 0;
+  /* uv_try_write refuses (EAGAIN) while earlier writes are queued, so bytes stay in order */
+  int n = uv_try_write(&s->h.stream, head ? bufs : bufs + 1, head ? 2 : 1);
+  if (n < 0 && n != UV_EAGAIN) {
+    free(head);
+    gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
+    char why[128];
+    snprintf(why, sizeof why, "write failed: %s", uv_strerror(n));
+    gd_session_close(s, why);
+    return;
+  }
+  if (n > 0) {
+    done = (size_t)n;
+    s->d->stats.bytes_out += done;
+    s->write_progress_us = gd_now_us();
+  }
+  char *rest = NULL;
+  if (done < total) {
+    rest = malloc(total - done);
+    if (rest) {
+      size_t head_done = done < head_len ? done : head_len;
+      size_t chunk_done = done - head_done;
+      memcpy(rest, head + head_done, head_len - head_done);
+      memcpy(rest + (head_len - head_done), (const char *)ev->data + chunk_done,
+             ev->len - chunk_done);
+    }
+  }
+  free(head);
+  gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len); /* the staging slot is free again */
+  if (done == total) {
+    if (ev->last)
+      reply_done(s, rec, true);
+    kick(s);
+    return;
+  }
+  if (!rest) {
+    gd_session_close(s, "out of memory copying a reply");
+    return;
+  }
+  write_out(s, rest, total - done, rec, NULL, 0, ev->last);
+}
+
 /* ---- scheduler hooks ----------------------------------------------------- */
 
 static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) {
@@ -272,7 +328,10 @@ static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) 
   }
   gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)s->id,
            (unsigned)rec->msgid, ev->len, ev->last ? " (last)" : "");
-  write_out(s, head, head_len, rec, ev->data, ev->len, ev->last);
+  if (job->backend->ops->output_in_job_memory)
+    write_out(s, head, head_len, rec, ev->data, ev->len, ev->last);
+  else
+    write_shared_chunk(s, rec, head, head_len, ev);
 }
 
 static void hook_failed(void *session, gd_job *job, const gp_error *err) {
