@@ -27,27 +27,33 @@
 #define GK_WGMMA_DEVICE 0
 #endif
 
-/* The tile configuration. BK = 64 two-byte elements = 128 bytes: one 128-byte swizzle row, so a
- * TMA box of 64 x 64 lands as 64 rows of 128 bytes (8 KB), the unit both operand layouts are
- * built from. */
+/* The tile configuration: BM = 128 (two consumer warpgroups of 64 rows), BN = 128 or 256 (one
+ * wgmma m64nBNk16 per k16 step), BK = 64 two-byte elements = 128 bytes: one 128-byte swizzle row,
+ * so a TMA box of 64 x 64 lands as 64 rows of 128 bytes (8 KB), the unit both operand layouts
+ * are built from. */
 template <int BN_, int STAGES_>
 struct gk__wgmma_cfg {
-  static constexpr int BM = 128;             /* two consumer warpgroups of 64 rows */
-  static constexpr int BN = BN_;             /* one wgmma m64nBNk16 per k16 step */
-  static constexpr int BK = 64;
-  static constexpr int STAGES = STAGES_;
+  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int CONSUMERS = BM / 64;
   static constexpr int THREADS = 128 * (1 + CONSUMERS); /* warpgroup 0 is the producer */
+  static constexpr int ACC = BN / 2;                    /* f32 accumulators per consumer thread */
   static constexpr int CHUNK = 64;                      /* rows (or columns) per TMA box */
   static constexpr int CHUNK_BYTES = CHUNK * BK * 2;    /* 8 KB */
   static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  /* The epilogue stages each consumer's 64 x BN f32 tile in the (then idle) ring; rows padded by
+   * 32 bytes so that the accumulators' 8-byte stores (8 rows x 4 pairs per half-warp) hit 32
+   * different banks. */
+  static constexpr int C_PITCH = BN * 4 + 32;
+  static constexpr int C_BYTES = CONSUMERS * 64 * C_PITCH;
   /* stages, 1 KB slack to align them to the 128-byte swizzle's 1 KB period, two barriers each */
   static constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
   /* registers: the producer gives up what the accumulators need (setmaxnreg) */
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static_assert(BN == 256, "the wgmma wrapper below is m64n256k16");
+  static_assert(BN == 128 || BN == 256, "wgmma wrappers exist for m64n128k16 and m64n256k16");
   static_assert(BM % CHUNK == 0 && BN % CHUNK == 0, "operand tiles are whole 64-row TMA boxes");
+  static_assert(C_BYTES <= STAGES * STAGE_BYTES, "the C staging tile fits in the ring");
+  static_assert(SMEM_BYTES <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
   static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
                 "the register file holds the producer and every consumer warpgroup");
   static_assert(CONSUMER_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
@@ -102,6 +108,10 @@ template <int N>
 __device__ __forceinline__ void gk__wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/* Named barrier `id` (1..15; 0 is __syncthreads) over `count` threads, a multiple of 32. */
+__device__ __forceinline__ void gk__named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
 template <int REGS>
 __device__ __forceinline__ void gk__setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
@@ -126,7 +136,58 @@ __device__ __forceinline__ uint64_t gk__wgmma_desc(uint32_t smem_addr, uint32_t 
 }
 
 template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void gk__wgmma_m64n128k16_f16(float (&d)[64], uint64_t desc_a,
+                                                  uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, scale_d, 1, 1, %66, %67;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void gk__wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a,
+                                                  uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, scale_d, 1, 1, %66, %67;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void gk__wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a,
+                                                  uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -162,7 +223,8 @@ __device__ __forceinline__ void gk__wgmma_m64n256k16_f16(float (&d)[128], uint64
 }
 
 template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void gk__wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a,
+                                                  uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -197,28 +259,53 @@ __device__ __forceinline__ void gk__wgmma_m64n256k16_bf16(float (&d)[128], uint6
       : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
 }
 
-/* wgmma m64n256k16 (f32 += f16/bf16 x f16/bf16), both operands from shared memory; TRANS_A /
+/* wgmma m64nNk16 (f32 += f16/bf16 x f16/bf16), both operands from shared memory; TRANS_A /
  * TRANS_B: 0 = K-major, 1 = M/N-major (the transpose bits exist for 16-bit types only). The
- * accumulator is d's 128 registers per thread (PTX "Register fragment" layout, as mma.sync's
+ * accumulator is d's N/2 registers per thread (PTX "Register fragment" layout, as mma.sync's
  * m16n8 per 8 columns: d[4j..4j+1] at (row g, cols 8j+2t..), d[4j+2..4j+3] at row g+8). */
-template <typename T, int TRANS_A, int TRANS_B>
+template <typename T, int N, int TRANS_A, int TRANS_B>
 struct gk__wgmma_op;
-template <int TRANS_A, int TRANS_B>
-struct gk__wgmma_op<__half, TRANS_A, TRANS_B> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da, uint64_t db) {
-    gk__wgmma_m64n256k16_f16<TRANS_A, TRANS_B>(d, da, db);
+#define GK_WGMMA_OP(TYPE, N, SUFFIX)                                                              \
+  template <int TRANS_A, int TRANS_B>                                                             \
+  struct gk__wgmma_op<TYPE, N, TRANS_A, TRANS_B> {                                                \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) {     \
+      gk__wgmma_m64n##N##k16_##SUFFIX<TRANS_A, TRANS_B>(d, da, db);                               \
+    }                                                                                             \
+  };
+GK_WGMMA_OP(__half, 128, f16)
+GK_WGMMA_OP(__nv_bfloat16, 128, bf16)
+GK_WGMMA_OP(__half, 256, f16)
+GK_WGMMA_OP(__nv_bfloat16, 256, bf16)
+#undef GK_WGMMA_OP
+
+/* Four neighbouring outputs (row, col..col+3) after alpha/beta; vec4 (n % 4 == 0, C 8-byte
+ * aligned): the group is wholly inside, two 4-byte accesses; else element by element. */
+template <typename T>
+__device__ __forceinline__ void gk__wgmma_store4(const gk__mma16_args<T> &args, T *c, int row,
+                                                 int col, float4 v, bool vec4) {
+  T *dst = c + (int64_t)row * args.n + col;
+  float r[4] = {v.x * args.alpha, v.y * args.alpha, v.z * args.alpha, v.w * args.alpha};
+  if (vec4) {
+    if (!args.beta_zero) {
+      const float2 lo = gk__load2(dst), hi = gk__load2(dst + 2);
+      r[0] = fmaf(args.beta, lo.x, r[0]), r[1] = fmaf(args.beta, lo.y, r[1]);
+      r[2] = fmaf(args.beta, hi.x, r[2]), r[3] = fmaf(args.beta, hi.y, r[3]);
+    }
+    gk__store2(dst, r[0], r[1]);
+    gk__store2(dst + 2, r[2], r[3]);
+    return;
   }
-};
-template <int TRANS_A, int TRANS_B>
-struct gk__wgmma_op<__nv_bfloat16, TRANS_A, TRANS_B> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da, uint64_t db) {
-    gk__wgmma_m64n256k16_bf16<TRANS_A, TRANS_B>(d, da, db);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (col + e >= args.n) break;
+    if (!args.beta_zero) r[e] = fmaf(args.beta, (float)dst[e], r[e]);
+    dst[e] = T(r[e]);
   }
-};
+}
 #endif /* GK_WGMMA_DEVICE */
 
 /*
- * The kernel: one CTA per 128 x 256 tile of C (grouped order), blockIdx.z = the problem within
+ * The kernel: one CTA per 128 x BN tile of C (grouped order), blockIdx.z = the problem within
  * the batch chunk. Warpgroup 0 (one elected thread) fills the STAGES-deep ring by TMA; warpgroups
  * 1..CONSUMERS each multiply their 64 rows of the tile. full[s]: the producer's expect_tx plus
  * the TMA bytes; empty[s]: one arrival per consumer warpgroup once its wgmmas reading s are done.
@@ -276,9 +363,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   /* consumers: warpgroup w multiplies rows (w-1)*64 .. +64 of the tile */
   gk__setmaxnreg_inc<C::CONSUMER_REGS>();
   const int consumer = warpgroup - 1;
-  float acc[128];
+  float acc[C::ACC];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
 
   /* byte offsets per k16 step and descriptor strides, by layout (see gk__wgmma_desc) */
   constexpr uint32_t A_STEP = TA ? 16 * 128 : 32, B_STEP = TB ? 32 : 16 * 128;
@@ -292,7 +379,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     gk__wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
-      gk__wgmma_op<T, TA ? 1 : 0, TB ? 0 : 1>::run(acc, gk__wgmma_desc(sa + kk * A_STEP, A_LBO, 1024),
+      gk__wgmma_op<T, BN, TA ? 1 : 0, TB ? 0 : 1>::run(acc, gk__wgmma_desc(sa + kk * A_STEP, A_LBO, 1024),
                                                     gk__wgmma_desc(sb + kk * B_STEP, B_LBO, 1024));
     gk__wgmma_commit();
     /* keep this k tile's group in flight; the previous one is done, so its stage is free */
@@ -301,15 +388,33 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   }
   gk__wgmma_wait<0>();
 
-  /* epilogue: thread (warp w4, lane g*4+t) of the warpgroup holds rows w4*16+g and +8 */
-  T *c = args.c + (int64_t)z * args.stride_c;
-  const int warp4 = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, t = lane % 4;
-  const int row = m0 + consumer * 64 + warp4 * 16 + g;
+  /* Epilogue through shared memory, so that C is written (and, with beta, read) in whole rows:
+   * once both consumers are done with the ring, each puts its 64 x BN f32 tile there in the
+   * accumulator layout (thread (warp w4, lane g*4+t) holds rows w4*16+g and +8), then reads it
+   * back four columns per thread, a warp along a row. alpha/beta in f32, one rounding to T. */
+  gk__named_sync(1, 128 * C::CONSUMERS);
+  unsigned char *stage_c = smem_raw + (smem0 - gk__smem_addr(smem_raw)) + consumer * 64 * C::C_PITCH;
+  {
+    const int warp4 = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, t = lane % 4;
+    unsigned char *row0 = stage_c + (warp4 * 16 + g) * C::C_PITCH + 8 * t;
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int col = n0 + j * 8 + 2 * t;
-    gk__mma16_store_pair(args, c, row, col, acc[4 * j], acc[4 * j + 1]);
-    gk__mma16_store_pair(args, c, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+    for (int j = 0; j < BN / 8; ++j) {
+      *reinterpret_cast<float2 *>(row0 + 32 * j) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      *reinterpret_cast<float2 *>(row0 + 8 * C::C_PITCH + 32 * j) =
+          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+  gk__named_sync(2 + consumer, 128); /* this warpgroup's tile is complete */
+  T *c = args.c + (int64_t)z * args.stride_c;
+  const bool vec4 = args.n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
+  constexpr int GROUPS = BN / 4; /* four-column groups per row */
+#pragma unroll 4
+  for (int idx = wg_thread; idx < 64 * GROUPS; idx += 128) {
+    const int r = idx / GROUPS, group = idx % GROUPS;
+    const int row = m0 + consumer * 64 + r, col = n0 + group * 4;
+    if (row >= args.m || col >= args.n) continue;
+    const float4 v = *reinterpret_cast<const float4 *>(stage_c + r * C::C_PITCH + group * 16);
+    gk__wgmma_store4(args, c, row, col, v, vec4);
   }
 #else
   (void)map_a, (void)map_b, (void)args;
