@@ -157,10 +157,10 @@ static void expire(gd_lifecycle *lc) {
     return;
   lc->expired = true;
   lc->expired_at_us = gd_now_us();
-  size_t left = gd_sched_jobs(lc->d->sched);
-  if (left)
-    gd_warn("shutdown: %zu jobs unfinished after timeouts.drain_ms; answering UNAVAILABLE", left);
-  gd_sessions_fail_pending(lc->d, "gemmd stopped before this request could finish");
+  size_t answered =
+      gd_sessions_fail_pending(lc->d, "gemmd stopped before this request could finish");
+  gd_warn("shutdown: timeouts.drain_ms is over: %zu unfinished requests answered UNAVAILABLE; "
+          "waiting for replies already being written", answered);
 }
 
 static void on_drain_timer(uv_timer_t *timer) { expire(timer->data); }

@@ -911,7 +911,8 @@ void gd_sessions_apply_limits(gd_daemon *d) {
   }
 }
 
-void gd_sessions_fail_pending(gd_daemon *d, const char *why) {
+size_t gd_sessions_fail_pending(gd_daemon *d, const char *why) {
+  size_t answered = 0;
   for (gd_session *s = d->sessions; s; s = s->next) {
     if (s->closing)
       continue;
@@ -931,11 +932,13 @@ void gd_sessions_fail_pending(gd_daemon *d, const char *why) {
           gd_sched_abandon(d->sched, job);
         }
         send_error(s, msgid, GP_E_UNAVAILABLE, why);
+        answered++;
       }
       rec = next;
     }
     kick(s);
   }
+  return answered;
 }
 
 uint64_t gd_sessions_write_backlog(const gd_daemon *d) {

@@ -45,8 +45,9 @@ void gd_session_close(gd_session *s, const char *why);
 /* Every session: new decoder limits (SIGHUP), then re-evaluates reading and timers. */
 void gd_sessions_apply_limits(gd_daemon *d);
 
-/* Drain deadline reached: answer every job not yet answered with UNAVAILABLE and abandon it. */
-void gd_sessions_fail_pending(gd_daemon *d, const char *why);
+/* Drain deadline reached: answer every job whose reply has not started with UNAVAILABLE and
+ * abandon it. Returns how many were answered so. */
+size_t gd_sessions_fail_pending(gd_daemon *d, const char *why);
 
 /* Bytes of replies still queued for writing across all sessions. */
 uint64_t gd_sessions_write_backlog(const gd_daemon *d);
