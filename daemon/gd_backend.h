@@ -56,7 +56,8 @@
  *     and drops events posted but not delivered.
  *   - gd_job.submitted_us: set by the scheduler just before submit().
  *   - ops.output_in_job_memory (see gd_backend_ops).
- *   - pack_info, pack_stats, devices, busy may be NULL.
+ *   - pack_info, pack_stats, devices, busy, input_window and output_consumed
+ *     may be NULL.
  *   - when prepare fails it undoes its own reservations: release is not called.
  *     When submit fails, release is called (the job never ran).
  */
