@@ -271,9 +271,11 @@ static void write_shared_chunk(gd_session *s, sjob *rec, char *head, size_t head
     if (rest) {
       size_t head_done = done < head_len ? done : head_len;
       size_t chunk_done = done - head_done;
-      memcpy(rest, head + head_done, head_len - head_done);
-      memcpy(rest + (head_len - head_done), (const char *)ev->data + chunk_done,
-             ev->len - chunk_done);
+      if (head_len > head_done) /* head is NULL for every chunk but the first */
+        memcpy(rest, head + head_done, head_len - head_done);
+      if (ev->len > chunk_done)
+        memcpy(rest + (head_len - head_done), (const char *)ev->data + chunk_done,
+               ev->len - chunk_done);
     }
   }
   free(head);
