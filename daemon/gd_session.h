@@ -14,6 +14,11 @@
  * limits.max_buffered_bytes of replies queued for writing. Bytes already read
  * but not yet decoded are kept and decoded first when reading resumes.
  *
+ * Replies: C is written from the backend's memory. Where that memory is shared
+ * between jobs (GPU staging, ops.output_in_job_memory false) only the part the
+ * socket does not take at once is copied, so a slow client holds no staging;
+ * such copies are bounded by the connection's jobs in flight.
+ *
  * Timeouts (one timer per session): timeouts.idle_ms with nothing in flight;
  * timeouts.request_ms for a request that started arriving, and for replies
  * that have not moved by a byte (a client that stopped reading). A client
