@@ -8,6 +8,12 @@
  *
  * Every reply is a uv_write of our encoded head plus, for a gemm result, the
  * backend's chunk of C straight from its memory (never copied).
+ *
+ * A result that comes in several chunks (GPU: one per staging buffer) is one
+ * msgpack object on the wire: once its first chunk is queued, nothing else may
+ * be queued until its last one is. Replies that become ready meanwhile (other
+ * results, ping/info/stats, errors) are held in arrival order and released
+ * when that result's last chunk is queued.
  */
 #include "gd_session.h"
 
@@ -33,6 +39,18 @@ typedef struct sjob {
   bool head_sent;          /* the reply's head went out with the first chunk */
   bool orphan;             /* the session closed: job abandoned, only chunks come back */
 } sjob;
+
+/* A reply (or a chunk of one) that is ready while another result is half-way out: the
+ * arguments of write_out, kept until that result's last chunk has been queued. */
+typedef struct held {
+  struct held *next;
+  char *head;              /* owned, may be NULL */
+  size_t head_len;
+  sjob *rec;               /* a chunk of a gemm result; NULL for other replies */
+  const void *chunk;       /* the job's own memory (ops.output_in_job_memory), or NULL */
+  size_t chunk_len;
+  bool last;
+} held;
 
 struct gd_session {
   union {
@@ -66,6 +84,9 @@ struct gd_session {
   sjob *jobs;                /* admitted gemm jobs not yet answered */
   uint32_t in_flight;
   uint64_t write_bytes;      /* queued in uv_write */
+  sjob *streaming;           /* its result's first chunk is queued and its last is not */
+  held *held_head, **held_tail; /* replies waiting for `streaming` to end, in arrival order */
+  uint64_t held_bytes;
   uint32_t writes;
   uint64_t last_activity_us;
   uint64_t write_progress_us; /* last write completed, or the first one queued */
@@ -164,8 +185,8 @@ static void on_write(uv_write_t *req, int status) {
 
 /* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
  * 0, or -1 when the write could not be queued (the session is then closing; the chunk, if any,
- * is given back to the scheduler). */
-static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, const void *chunk,
+ * is given back to the scheduler). Callers go through write_out, which keeps results whole. */
+static int write_now(gd_session *s, char *head, size_t head_len, sjob *rec, const void *chunk,
                      size_t chunk_len, bool last) {
   wreq *w = calloc(1, sizeof *w);
   uv_buf_t bufs[2];
@@ -198,7 +219,7 @@ static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, cons
       free_wreq(w);
     else
       free(head);
-    if (rec)
+    if (rec && chunk)
       gd_sched_chunk_sent(s->d->sched, rec->job, chunk, chunk_len);
     if (!s->closing) {
       char why[128];
@@ -215,6 +236,97 @@ static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, cons
   s->write_bytes += w->bytes;
   update_timer(s); /* arms the stalled-reader timeout */
   return 0;
+}
+
+static bool must_hold(const gd_session *s, const sjob *rec) {
+  return s->streaming && s->streaming != rec;
+}
+
+static int hold(gd_session *s, char *head, size_t head_len, sjob *rec, const void *chunk,
+                size_t chunk_len, bool last) {
+  held *item = calloc(1, sizeof *item);
+  if (!item) {
+    free(head);
+    if (rec && chunk)
+      gd_sched_chunk_sent(s->d->sched, rec->job, chunk, chunk_len);
+    gd_session_close(s, "out of memory holding a reply");
+    return -1;
+  }
+  *item = (held){NULL, head, head_len, rec, chunk, chunk_len, last};
+  if (!s->held_head)
+    s->held_tail = &s->held_head;
+  *s->held_tail = item;
+  s->held_tail = &item->next;
+  s->held_bytes += head_len + chunk_len;
+  return 0;
+}
+
+static void release_held(gd_session *s);
+
+/* Bytes of rec's result were queued: it is now the open result until its last chunk. */
+static void note_queued(gd_session *s, sjob *rec, bool last) {
+  if (!rec)
+    return;
+  if (!last) {
+    s->streaming = rec;
+  } else if (s->streaming == rec) {
+    s->streaming = NULL;
+    release_held(s);
+  }
+}
+
+/* Queues a reply, or holds it while another result is half-way out (see the top). */
+static int write_out(gd_session *s, char *head, size_t head_len, sjob *rec, const void *chunk,
+                     size_t chunk_len, bool last) {
+  if (must_hold(s, rec))
+    return hold(s, head, head_len, rec, chunk, chunk_len, last);
+  if (write_now(s, head, head_len, rec, chunk, chunk_len, last) != 0)
+    return -1;
+  note_queued(s, rec, last);
+  return 0;
+}
+
+/* The open result ended: queue what was held, in order. A held chunk of another result makes
+ * that one the open result; what follows it stays held, except its own later chunks. */
+static void release_held(gd_session *s) {
+  held **link = &s->held_head;
+  while (*link && !s->closing) {
+    held *item = *link;
+    if (must_hold(s, item->rec)) {
+      link = &item->next;
+      continue;
+    }
+    *link = item->next;
+    if (s->held_tail == &item->next)
+      s->held_tail = link;
+    s->held_bytes -= item->head_len + item->chunk_len;
+    held copy = *item;
+    free(item);
+    if (write_now(s, copy.head, copy.head_len, copy.rec, copy.chunk, copy.chunk_len,
+                  copy.last) != 0)
+      return;
+    if (copy.rec && !copy.last) {
+      s->streaming = copy.rec;
+    } else if (copy.rec && s->streaming == copy.rec) {
+      s->streaming = NULL;
+      link = &s->held_head; /* everything held may go now: start over */
+    }
+  }
+}
+
+/* Session closing: drop what is held, handing job memory back to the scheduler. */
+static void drop_held(gd_session *s) {
+  while (s->held_head) {
+    held *item = s->held_head;
+    s->held_head = item->next;
+    free(item->head);
+    if (item->rec && item->chunk)
+      gd_sched_chunk_sent(s->d->sched, item->rec->job, item->chunk, item->chunk_len);
+    free(item);
+  }
+  s->held_tail = &s->held_head;
+  s->held_bytes = 0;
+  s->streaming = NULL;
 }
 
 /* Sends what sbuf holds (taking its memory). */
@@ -281,8 +393,14 @@ static void write_shared_chunk(gd_session *s, sjob *rec, char *head, size_t head
   free(head);
   gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len); /* the staging slot is free again */
   if (done == total) {
-    if (ev->last)
+    if (!ev->last) {
+      s->streaming = rec;
+    } else {
+      if (s->streaming == rec)
+        s->streaming = NULL;
       reply_done(s, rec, true);
+      release_held(s);
+    }
     kick(s);
     return;
   }
@@ -291,6 +409,27 @@ static void write_shared_chunk(gd_session *s, sjob *rec, char *head, size_t head
     return;
   }
   write_out(s, rest, total - done, rec, NULL, 0, ev->last);
+}
+
+/* Another result is half-way out: copy this chunk (and its head) and free the staging slot at
+ * once, as for a slow client. */
+static void hold_shared_chunk(gd_session *s, sjob *rec, char *head, size_t head_len,
+                              const gd_backend_event *ev) {
+  size_t total = head_len + ev->len;
+  char *copy = malloc(total ? total : 1);
+  if (copy) {
+    if (head_len)
+      memcpy(copy, head, head_len);
+    if (ev->len)
+      memcpy(copy + head_len, ev->data, ev->len);
+  }
+  free(head);
+  gd_sched_chunk_sent(s->d->sched, rec->job, ev->data, ev->len);
+  if (!copy) {
+    gd_session_close(s, "out of memory holding a reply");
+    return;
+  }
+  hold(s, copy, total, rec, NULL, 0, ev->last);
 }
 
 /* ---- scheduler hooks ----------------------------------------------------- */
@@ -332,6 +471,8 @@ static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) 
            (unsigned)rec->msgid, ev->len, ev->last ? " (last)" : "");
   if (job->backend->ops->output_in_job_memory)
     write_out(s, head, head_len, rec, ev->data, ev->len, ev->last);
+  else if (must_hold(s, rec))
+    hold_shared_chunk(s, rec, head, head_len, ev);
   else
     write_shared_chunk(s, rec, head, head_len, ev);
 }
@@ -564,7 +705,8 @@ static bool at_boundary(const gd_session *s) {
 /* Between messages: has this connection used its share for now? */
 static bool over_caps(const gd_session *s) {
   const gd_config *cfg = &s->d->cfg;
-  return s->in_flight >= cfg->max_requests_in_flight || s->write_bytes >= cfg->max_buffered_bytes;
+  return s->in_flight >= cfg->max_requests_in_flight ||
+         s->write_bytes + s->held_bytes >= cfg->max_buffered_bytes;
 }
 
 static bool may_decode(const gd_session *s) {
@@ -781,6 +923,7 @@ void gd_session_close(gd_session *s, const char *why) {
       gd_sched_abandon(s->d->sched, rec->job);
     }
   }
+  drop_held(s);
   if (s->reading)
     uv_read_stop(&s->h.stream);
   s->reading = false;
@@ -845,6 +988,7 @@ static gd_session *new_session(gd_daemon *d) {
   }
   s->d = d;
   s->pending = s->rbuf; /* never NULL, even when empty */
+  s->held_tail = &s->held_head;
   return s;
 }
 
@@ -948,7 +1092,7 @@ uint64_t gd_sessions_write_backlog(const gd_daemon *d) {
   uint64_t total = 0;
   for (const gd_session *s = d->sessions; s; s = s->next)
     if (!s->closing)
-      total += s->write_bytes;
+      total += s->write_bytes + s->held_bytes;
   return total;
 }
 

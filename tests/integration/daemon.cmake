@@ -30,3 +30,45 @@ if(TARGET gemmd)
     endif()
   endforeach()
 endif()
+
+# gemmd_fake: the real daemon (main.c and every module) with the GPU backend over the fake CUDA
+# runtime of tests/gpu/daemon/fake_cuda.c, so the GPU backend's paths through the session
+# (results in many staging-sized chunks, pause/resume) run end to end through real sockets on
+# a machine without a GPU, and under the sanitizers. It needs only the CUDA runtime headers
+# (no nvcc): built when they are found, also in -DGEMMD_WITH_CUDA=OFF builds. gcc only: the
+# fake's f16 path uses _Float16, which clang 14 lacks on x86.
+if(TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  find_path(GEMMD_CUDA_RUNTIME_INCLUDE cuda_runtime_api.h
+            HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+endif()
+if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  get_target_property(gemmd_fake_srcs gemmd_core SOURCES)
+  list(FILTER gemmd_fake_srcs EXCLUDE REGEX "(gd_nocuda|gd_gpu_[a-z]+)\\.c$")
+  list(TRANSFORM gemmd_fake_srcs PREPEND ${PROJECT_SOURCE_DIR}/daemon/ REGEX "^[^/]")
+  add_executable(gemmd_fake
+    ${PROJECT_SOURCE_DIR}/daemon/main.c
+    ${gemmd_fake_srcs}
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c)
+  target_include_directories(gemmd_fake PRIVATE
+    ${PROJECT_SOURCE_DIR}/daemon ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
+  target_compile_definitions(gemmd_fake PRIVATE
+    GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
+  target_link_libraries(gemmd_fake PRIVATE
+    gemmproto gemmkernels_cpu
+    PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK Threads::Threads m)
+
+  # Replies of other requests never land inside a result that leaves in several chunks.
+  add_test(NAME daemon_fake_reply_order
+           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_reply_order.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_reply_order PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+endif()
