@@ -40,6 +40,10 @@ struct gd_sched {
   gd_stats *stats;
   struct gd_backend_sink sink;
   bool sink_ready;
+  /* The batch on_async is handling (swapped out of the sink): a hook may release a job whose
+   * event is further on in it. */
+  gd_backend_event *batch;
+  size_t batch_count, batch_next;
   sched_job *jobs; /* every job admitted and not yet freed */
   size_t job_count, running;
   uint64_t reserved;
@@ -77,10 +81,26 @@ int gd_backend_post(gd_backend *b, const gd_backend_event *ev) {
   return rc;
 }
 
+/* A job is about to be freed: events for it may still be queued (an INPUT_RESUME posted before
+ * a job that was never submitted was abandoned) or later in the batch being handled. Clear
+ * their job so that handle_event skips them instead of reading freed memory. */
+static void drop_events_of(gd_sched *s, const gd_job *job) {
+  for (size_t i = s->batch_next; i < s->batch_count; i++)
+    if (s->batch[i].job == job)
+      s->batch[i].job = NULL;
+  if (!s->sink_ready || pthread_mutex_lock(&s->sink.lock) != 0)
+    return;
+  for (size_t i = 0; i < s->sink.count; i++)
+    if (s->sink.events[i].job == job)
+      s->sink.events[i].job = NULL;
+  pthread_mutex_unlock(&s->sink.lock);
+}
+
 static void release_and_free(gd_sched *s, sched_job *sj) {
   gd_job *job = &sj->job;
   if (s->backend)
     s->backend->ops->release(s->backend, job);
+  drop_events_of(s, job);
   if (sj->prev)
     sj->prev->next = sj->next;
   else
@@ -113,6 +133,8 @@ static void mark_final(gd_sched *s, sched_job *sj) {
 }
 
 static void handle_event(gd_sched *s, const gd_backend_event *ev) {
+  if (!ev->job)
+    return; /* its job was released meanwhile (drop_events_of) */
   sched_job *sj = to_sched_job(ev->job);
   gd_job *job = ev->job;
   switch (ev->type) {
@@ -153,8 +175,14 @@ static void on_async(uv_async_t *handle) {
   sink->events = NULL;
   sink->count = sink->cap = 0;
   pthread_mutex_unlock(&sink->lock);
-  for (size_t i = 0; i < count; i++)
-    handle_event(s, &events[i]);
+  s->batch = events;
+  s->batch_count = count;
+  for (s->batch_next = 0; s->batch_next < count;) {
+    gd_backend_event ev = events[s->batch_next++];
+    handle_event(s, &ev);
+  }
+  s->batch = NULL;
+  s->batch_count = s->batch_next = 0;
   free(events);
 }
 

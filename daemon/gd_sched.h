@@ -16,7 +16,9 @@
  *
  * Events from the backend are handed to the session through hooks; once a
  * job's session is gone (job->session == NULL) the scheduler consumes its
- * output itself and releases it after the backend's final event.
+ * output itself and releases it after the backend's final event. Events still
+ * queued for a job when it is released (e.g. an INPUT_RESUME posted just before
+ * its client vanished mid-payload) are dropped, never delivered.
  */
 #ifndef GD_SCHED_H
 #define GD_SCHED_H

@@ -69,13 +69,23 @@ static void h_failed(void *session, gd_job *job, const gp_error *err) {
   hook_failures++;
   last_failure = *err;
 }
-static void h_resume(void *session, gd_job *job) { (void)session, (void)job; }
+static int hook_resumes;
+static gd_job *abandon_on_resume; /* a resume hook that lets another job go (a session closing) */
+static gd_sched *sched;
+static void h_resume(void *session, gd_job *job) {
+  (void)session, (void)job;
+  hook_resumes++;
+  if (abandon_on_resume) {
+    gd_job *other = abandon_on_resume;
+    abandon_on_resume = NULL;
+    gd_sched_abandon(sched, other);
+  }
+}
 static const gd_sched_hooks hooks = {h_output, h_failed, h_resume};
 
 /* ---- fixture ------------------------------------------------------------------ */
 
 static uv_loop_t loop;
-static gd_sched *sched;
 static fake_backend fake;
 static gd_stats stats;
 /* The scheduler's async handle does not keep a loop alive (by design: see gd_sched_new); in the
@@ -85,7 +95,8 @@ static uv_async_t keep_alive;
 static void start(uint32_t max_jobs, uint64_t budget, bool with_backend) {
   memset(&fake, 0, sizeof fake);
   fake.base.ops = &fake_ops;
-  hook_outputs = hook_failures = 0;
+  hook_outputs = hook_failures = hook_resumes = 0;
+  abandon_on_resume = NULL;
   gd_stats_init(&stats);
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   ck_assert_int_eq(uv_async_init(&loop, &keep_alive, NULL), 0);
@@ -266,7 +277,8 @@ static void *post_thread(void *arg) {
   return NULL;
 }
 
-static void post_from_thread(gd_job *job, gd_backend_event_type type, bool last) {
+/* Posts from another thread, as a backend worker does; the loop has not delivered it yet. */
+static void post_queued(gd_job *job, gd_backend_event_type type, bool last) {
   post_arg p;
   memset(&p, 0, sizeof p);
   p.b = &fake.base;
@@ -280,6 +292,10 @@ static void post_from_thread(gd_job *job, gd_backend_event_type type, bool last)
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, post_thread, &p), 0);
   ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+static void post_from_thread(gd_job *job, gd_backend_event_type type, bool last) {
+  post_queued(job, type, last);
   uv_run(&loop, UV_RUN_NOWAIT); /* the async callback delivers it */
 }
 
@@ -355,6 +371,46 @@ START_TEST(orphan_with_a_chunk_still_being_written) {
 }
 END_TEST
 
+START_TEST(event_queued_for_a_job_released_before_submit) {
+  /* The backend posted INPUT_RESUME; before the loop drained it, the client vanished mid-payload
+   * and the job was released and freed. The queued event must not reach the freed job (ASan). */
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  post_queued(job, GD_EV_INPUT_RESUME, false);
+  gd_sched_abandon(sched, job);
+  ck_assert_int_eq(fake.released, 1);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  ck_assert_int_eq(hook_resumes, 0);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
+START_TEST(event_in_the_same_batch_for_a_job_released_by_a_hook) {
+  /* Two events drained in one wake-up; handling the first releases the second's job (its
+   * session closes). The second must be dropped, not delivered to freed memory. */
+  start(10, 1u << 20, true);
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *first, *second;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &first, &err), 0);
+  ck_assert_int_eq(admit(&h, &second, &err), 0);
+  post_queued(first, GD_EV_INPUT_RESUME, false);
+  post_queued(second, GD_EV_INPUT_RESUME, false);
+  abandon_on_resume = second;
+  uv_run(&loop, UV_RUN_NOWAIT);
+  ck_assert_int_eq(hook_resumes, 1);
+  ck_assert_int_eq(fake.released, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 1);
+  gd_sched_abandon(sched, first);
+  ck_assert_int_eq(fake.released, 2);
+  stop();
+}
+END_TEST
+
 START_TEST(shutdown_frees_what_is_left) {
   /* the backend was destroyed under running jobs: gd_sched_free frees them, no release */
   start(10, 1u << 20, true);
@@ -381,6 +437,8 @@ int main(void) {
   tcase_add_test(tc, live_job_events_reach_the_session);
   tcase_add_test(tc, orphan_released_after_its_final_event);
   tcase_add_test(tc, orphan_with_a_chunk_still_being_written);
+  tcase_add_test(tc, event_queued_for_a_job_released_before_submit);
+  tcase_add_test(tc, event_in_the_same_batch_for_a_job_released_by_a_hook);
   tcase_add_test(tc, shutdown_frees_what_is_left);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
