@@ -79,7 +79,8 @@ struct gd_session {
   gp_method method;
   uint32_t msgid;
   sjob *cur;                 /* its job, for a gemm */
-  uint64_t msg_started_us;
+  uint64_t msg_started_us;   /* moved on by the time spent paused: see pause_reading */
+  uint64_t paused_since_us;
 
   sjob *jobs;                /* admitted gemm jobs not yet answered */
   uint32_t in_flight;
@@ -108,6 +109,7 @@ typedef struct {
 static void process(gd_session *s);
 static void update_reading(gd_session *s);
 static void update_timer(gd_session *s);
+static void resume_reading(gd_session *s);
 
 /* Something that held this session back went away (a reply was written, a job answered, limits
  * changed): decode what is already read, then read more if allowed. */
@@ -499,7 +501,7 @@ static void hook_resume(void *session, gd_job *job) {
   gd_session *s = session;
   (void)job;
   if (s->paused) {
-    s->paused = false;
+    resume_reading(s);
     process(s);
   }
 }
@@ -585,6 +587,23 @@ static void drop_current(gd_session *s) {
   gd_sched_abandon(s->d->sched, job);
 }
 
+/* The backend accepted the bytes but wants no more for now (GPU: waiting for device memory or
+ * a staging buffer). That wait is the daemon's, not a stalled client's: timeouts.request_ms
+ * stops counting until resume_reading. */
+static void pause_reading(gd_session *s) {
+  if (s->paused)
+    return;
+  s->paused = true;
+  s->paused_since_us = gd_now_us();
+}
+
+static void resume_reading(gd_session *s) {
+  if (!s->paused)
+    return;
+  s->paused = false;
+  s->msg_started_us += gd_now_us() - s->paused_since_us;
+}
+
 static void on_request(gd_session *s, const gp_event *ev) {
   gd_daemon *d = s->d;
   d->stats.requests++;
@@ -620,7 +639,7 @@ static void on_payload(gd_session *s, const gp_event *ev) {
     return;
   }
   if (pause)
-    s->paused = true;
+    pause_reading(s);
 }
 
 static void on_message_end(gd_session *s) {
@@ -819,7 +838,8 @@ static void update_reading(gd_session *s) {
 /* ---- timeouts ------------------------------------------------------------ */
 
 /* The earliest timeout that applies now, and when it falls due (monotonic us):
- *   request: a message started arriving and has not finished within request_ms;
+ *   request: a message started arriving and has not finished within request_ms (not counting
+ *            time paused for the backend);
  *   idle:    nothing in flight and nothing read for idle_ms;
  *   stalled: replies queued and not one byte of them written for request_ms (a client that
  *            stopped reading would otherwise hold its jobs' memory for ever). */
@@ -841,7 +861,7 @@ static timeout_kind next_timeout(const gd_session *s, uint64_t *due) {
     consider(&kind, due, TIMEOUT_STALLED, s->write_progress_us, cfg->request_ms);
   if (s->eof)
     return kind; /* nothing more can arrive; jobs in flight end by themselves */
-  if (!at_boundary(s) && cfg->request_ms)
+  if (!at_boundary(s) && !s->paused && cfg->request_ms)
     consider(&kind, due, TIMEOUT_REQUEST, s->msg_started_us, cfg->request_ms);
   if (at_boundary(s) && s->in_flight == 0 && s->writes == 0 && cfg->idle_ms)
     consider(&kind, due, TIMEOUT_IDLE, s->last_activity_us, cfg->idle_ms);

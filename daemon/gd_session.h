@@ -20,7 +20,9 @@
  * such copies are bounded by the connection's jobs in flight.
  *
  * Timeouts (one timer per session): timeouts.idle_ms with nothing in flight;
- * timeouts.request_ms for a request that started arriving, and for replies
+ * timeouts.request_ms for a request that started arriving (not counting time
+ * the backend keeps reading paused: waiting for memory is not a stalled
+ * client), and for replies
  * that have not moved by a byte (a client that stopped reading). A client
  * that shuts down its writing side still gets the replies to its complete
  * requests; then the session closes.

@@ -62,13 +62,17 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
     gemmproto gemmkernels_cpu
     PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK Threads::Threads m)
 
-  # Replies of other requests never land inside a result that leaves in several chunks.
-  add_test(NAME daemon_fake_reply_order
-           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_reply_order.py
-                   --gemmd $<TARGET_FILE:gemmd_fake>)
-  set_tests_properties(daemon_fake_reply_order PROPERTIES
-    LABELS integration
-    TIMEOUT 300
-    ENVIRONMENT
-      "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+  # reply_order: replies of other requests never land inside a result that leaves in several
+  # chunks. memory_wait: time spent waiting for device memory is not a request timeout.
+  # No SKIP_RETURN_CODE: the fake device is always there, so a skip is a failure.
+  foreach(name reply_order memory_wait)
+    add_test(NAME daemon_fake_${name}
+             COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
+                     --gemmd $<TARGET_FILE:gemmd_fake>)
+    set_tests_properties(daemon_fake_${name} PROPERTIES
+      LABELS integration
+      TIMEOUT 300
+      ENVIRONMENT
+        "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+  endforeach()
 endif()
