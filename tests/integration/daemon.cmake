@@ -75,4 +75,13 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
       ENVIRONMENT
         "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
+
+  # backend gpu with no device says why (CUDA's reason), not only that there is none.
+  add_test(NAME daemon_fake_no_device_reason
+           COMMAND gemmd_fake --backend gpu --config ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)
+  set_tests_properties(daemon_fake_no_device_reason PROPERTIES
+    LABELS integration
+    TIMEOUT 30
+    ENVIRONMENT "FAKE_CUDA_DEVICES=0"
+    PASS_REGULAR_EXPRESSION "backend gpu: no CUDA device found: [a-zA-Z]")
 endif()
