@@ -32,10 +32,12 @@ void gd_config_default(gd_config *cfg) {
   cfg->max_requests_in_flight = 64;
   cfg->max_buffered_bytes = 256 * MIB;
   gp_limits_default(&cfg->proto);
-  cfg->proto.max_message_bytes = 3 * GIB;
+  /* three full-size (max_operand_bytes) operands and their envelope, as in proto/ */
+  cfg->proto.max_message_bytes = 3 * GIB + 64 * KIB;
   cfg->proto.max_header_bytes = (uint32_t)(64 * KIB);
   cfg->proto.max_depth = 8;
   cfg->proto.max_items = 4096;
+  cfg->proto.max_string_bytes = (uint32_t)(4 * KIB);
   cfg->proto.max_dim = 65536;
   cfg->proto.max_batch = 65536;
   cfg->proto.max_work = 70368744177664ull; /* 2^46 */
@@ -154,6 +156,8 @@ static const field limits_fields[] = {
     /* a gemm request nests 3 deep ([0, id, "gemm", [hdr{...}, ...]]) */
     FLD("max_depth", F_U32, proto.max_depth, 3, 1024),
     FLD("max_items", F_U32, proto.max_items, 16, UINT32_MAX),
+    /* method names and header keys are strings: "max_operand_bytes" is 17 bytes */
+    FLD("max_string_bytes", F_SIZE32, proto.max_string_bytes, 32, UINT32_MAX),
     FLD("max_dim", F_U64, proto.max_dim, 1, UINT32_MAX),
     FLD("max_batch", F_U64, proto.max_batch, 1, UINT32_MAX),
     FLD("max_work", F_U64, proto.max_work, 1, UINT64_MAX),

@@ -56,7 +56,7 @@ static void pack_kernels(gd_backend *b, msgpack_packer *pk) {
 
 static void pack_limits(const gd_config *cfg, msgpack_packer *pk) {
   const gp_limits *l = &cfg->proto;
-  msgpack_pack_map(pk, 14);
+  msgpack_pack_map(pk, 15);
   gd_pack_kv_u64(pk, "max_connections", cfg->max_connections);
   gd_pack_kv_u64(pk, "max_requests_in_flight", cfg->max_requests_in_flight);
   gd_pack_kv_u64(pk, "max_buffered_bytes", cfg->max_buffered_bytes);
@@ -64,6 +64,7 @@ static void pack_limits(const gd_config *cfg, msgpack_packer *pk) {
   gd_pack_kv_u64(pk, "max_header_bytes", l->max_header_bytes);
   gd_pack_kv_u64(pk, "max_depth", l->max_depth);
   gd_pack_kv_u64(pk, "max_items", l->max_items);
+  gd_pack_kv_u64(pk, "max_string_bytes", l->max_string_bytes);
   gd_pack_kv_u64(pk, "max_dim", l->max_dim);
   gd_pack_kv_u64(pk, "max_batch", l->max_batch);
   gd_pack_kv_u64(pk, "max_work", l->max_work);

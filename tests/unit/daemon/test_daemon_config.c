@@ -45,6 +45,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->proto.max_header_bytes, b->proto.max_header_bytes);
   ck_assert_uint_eq(a->proto.max_depth, b->proto.max_depth);
   ck_assert_uint_eq(a->proto.max_items, b->proto.max_items);
+  ck_assert_uint_eq(a->proto.max_string_bytes, b->proto.max_string_bytes);
   ck_assert_uint_eq(a->proto.max_dim, b->proto.max_dim);
   ck_assert_uint_eq(a->proto.max_batch, b->proto.max_batch);
   ck_assert_uint_eq(a->proto.max_work, b->proto.max_work);
@@ -96,6 +97,12 @@ START_TEST(default_file_equals_builtin) {
   assert_same(&builtin, &file);
   ck_assert_str_eq(builtin.listen[0], "unix:/run/gemmd/gemmd.sock");
   ck_assert_uint_eq(builtin.unix_socket_mode, 0660);
+  /* three full-size 1 GiB operands fit, with room for their envelope (proto/'s default) */
+  gp_limits lib;
+  gp_limits_default(&lib);
+  ck_assert_uint_eq(builtin.proto.max_message_bytes, 3ull * (1u << 30) + 64u * 1024u);
+  ck_assert_uint_eq(builtin.proto.max_message_bytes, lib.max_message_bytes);
+  ck_assert_uint_eq(builtin.proto.max_string_bytes, lib.max_string_bytes);
 }
 END_TEST
 
@@ -105,7 +112,7 @@ START_TEST(every_key_parses) {
           "unix_socket_mode: \"0600\"\nbackend: cpu\nlog_level: debug\n"
           "limits:\n  max_connections: 10\n  max_requests_in_flight: 3\n"
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
-          "  max_depth: 5\n  max_items: 100\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
+          "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
           "  max_operand_bytes: \"512 MiB\"\n"
           "queue: {max_jobs: 9, memory_budget: 3GiB}\n"
           "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
@@ -125,6 +132,7 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.proto.max_header_bytes, 4096);
   ck_assert_uint_eq(cfg.proto.max_depth, 5);
   ck_assert_uint_eq(cfg.proto.max_items, 100);
+  ck_assert_uint_eq(cfg.proto.max_string_bytes, 1024);
   ck_assert_uint_eq(cfg.proto.max_dim, 4096);
   ck_assert_uint_eq(cfg.proto.max_batch, 7);
   ck_assert_uint_eq(cfg.proto.max_work, 12345);
