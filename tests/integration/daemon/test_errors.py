@@ -172,9 +172,11 @@ def _finish_stalled(staller, rest):
 
 
 def test_memory_budget(ctx):
-    # a 200x200x200 f32 job holds a, b and c: 480 KB (plus any scratch): one fits in 768 KiB,
-    # two do not
-    with ctx.daemon(config={"queue": {"memory_budget": "768KiB"}}) as d, d.connect() as client:
+    # A 200x200x200 f32 job holds 480 KB of host memory on the CPU backend (a, b and c; f32 needs
+    # no scratch) and 320 KB on the GPU backend (a and b pass through pinned staging: the least
+    # of a + b (+ c sent) and gpu.staging_bytes). 560 KiB (573440 B) holds one job on either
+    # backend and never two (960 KB, 640 KB).
+    with ctx.daemon(config={"queue": {"memory_budget": "560KiB"}}) as d, d.connect() as client:
         hdr = good_hdr(m=600, n=600, k=600)  # 4.3 MB: never fits
         expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None,
                      "a request bigger than queue.memory_budget")
