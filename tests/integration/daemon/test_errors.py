@@ -208,28 +208,52 @@ def test_queue_full(ctx):
         still_works(ctx, client)
 
 
-def test_deadline_exceeded(ctx):
-    # two 1400^3 f64 jobs keep the only worker busy for about half a second (OpenBLAS is not
-    # instrumented, so this holds under ASan too); a small job with timeout_ms 1 or 0 sent
-    # meanwhile cannot start in time
+def _busy_config(big, backend):
+    """One CPU worker; on the GPU backend, a device pool that holds one big job and not the
+    small one beside it, so that every later job waits (FIFO) for the one before it, however
+    fast the GPU: a job that waits for memory has not started."""
     config = {"cpu": {"threads": 1, "blas_threads": 1}}
-    big = 1400
+    if backend == "gpu":
+        pool = 3 * ((big * big * 8 + 255) // 256 * 256) + 512  # a, b, c of one job, 256-aligned
+        config["gpu"] = {"memory_bytes": pool}
+    return config
+
+
+def test_deadline_exceeded(ctx):
+    # Busy jobs keep the only worker (or the device's memory) taken for at least 0.3 s, counted
+    # from one measured job; a small job with timeout_ms 1 or 0 sent meanwhile cannot start in
+    # time. Timing one job first makes this hold on a fast CPU or GPU as on a slow one.
+    big = 600
     hdr = {"m": big, "n": big, "k": big, "dtype": "f64"}
-    with ctx.daemon(config=config) as d, d.connect() as busy, d.connect() as client:
+    backend = os.environ.get("GEMMD_TEST_BACKEND", "")
+    with ctx.daemon(config=_busy_config(big, backend)) as d, d.connect(timeout=120) as busy, \
+            d.connect() as client:
+        a, b = h.random_operands(ctx.rng, big, big, big, "f64")
+        start = time.monotonic()
+        busy.gemm(hdr, a, b, timeout=120)
+        one_job = time.monotonic() - start
+        count = max(2, min(24, int(0.3 / max(one_job, 1e-3)) + 1))
+        print("  one %d^3 f64 job: %.0f ms; %d busy jobs" % (big, one_job * 1000, count))
         for timeout_ms in (1, 0):
-            jobs = []
-            for _ in range(2):
+            jobs, data = [], []
+            for _ in range(count):
                 a, b = h.random_operands(ctx.rng, big, big, big, "f64")
-                jobs.append((busy.send_gemm(hdr, a, b), a, b))
-            time.sleep(0.05)  # the last payload bytes land and the worker takes the first job
+                msgid = busy.next_msgid
+                busy.next_msgid += 1
+                jobs.append((msgid, a, b))
+                data.append(h.Client.pack_gemm(msgid, hdr, a, b))
+            # from a thread: on the GPU each job's payload waits for the one before it to finish
+            sender = h.send_in_background(busy, b"".join(data))
+            time.sleep(min(0.05, one_job / 2))  # the first job has started
             small = good_hdr(timeout_ms=timeout_ms)
             expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
-                         "timeout_ms %d behind two %d^3 f64 jobs on one worker" % (timeout_ms,
-                                                                                   big))
-            msgid, a, b = jobs[-1]
-            _, out = busy.gemm_result(msgid, hdr)
-            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f64", "the busy job")
-            busy.gemm_result(jobs[0][0], hdr)
+                         "timeout_ms %d behind %d %d^3 f64 jobs on one worker" % (
+                             timeout_ms, count, big))
+            for msgid, a, b in jobs:
+                _, out = busy.gemm_result(msgid, hdr, timeout=120)
+            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f64", "the last busy job")
+            sender.join(10 * ctx.scale)
+            assert sender.error is None, sender.error
         stats = client.call("stats")
         n = h.dig(stats, "errors.DEADLINE_EXCEEDED")
         assert n is None or n >= 2, "stats errors.DEADLINE_EXCEEDED = %r" % n
