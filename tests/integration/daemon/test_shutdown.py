@@ -118,22 +118,48 @@ def test_sigint_in_flight(ctx):
 
 
 def test_drain_deadline(ctx):
-    """drain_ms 300 with seconds of queued work: the rest is answered UNAVAILABLE, exit 0."""
-    size = 1500  # 0.3 s per job on one OpenBLAS thread (not instrumented under ASan)
-    config = {"cpu": {"threads": 1}, "timeouts": {"drain_ms": 300}}
+    """drain_ms 300 with more queued work than that: the rest is answered UNAVAILABLE, exit 0.
+
+    The work is sized from one measured job so that it outlasts the drain on a fast machine too:
+    one CPU worker (or, on the GPU backend, a device pool that holds one job, so the jobs run one
+    after another however fast the GPU) and enough jobs for four times drain_ms. Each job has its
+    own connection, so every one is admitted (its header read) before the signal, whether or not
+    its payload could all be read yet."""
+    size, drain_ms = 1000, 300
+    config = {"cpu": {"threads": 1}, "timeouts": {"drain_ms": drain_ms}}
+    if os.environ.get("GEMMD_TEST_BACKEND") == "gpu":
+        # a, b and c of one job, each rounded to 256 bytes as the pool does
+        config["gpu"] = {"memory_bytes": 3 * ((size * size * 8 + 255) // 256 * 256) + 512}
     d = ctx.daemon(config=config).start()
-    batches = _submit_slow_jobs(ctx, d, 2, 3, size)
-    time.sleep(0.1)
+    ones = np.ones((size, size))
+    with d.connect(timeout=120) as probe:
+        start = time.monotonic()
+        probe.gemm({"m": size, "n": size, "k": size, "dtype": "f64"}, ones, ones, timeout=120)
+        one_job = time.monotonic() - start
+    count = max(4, min(48, int(4 * drain_ms / 1000.0 / max(one_job, 1e-3)) + 1))
+    batches, senders = [], []
+    for i in range(count):
+        client = d.connect(timeout=60)
+        hdr = {"m": size, "n": size, "k": size, "dtype": "f64", "alpha": 0.5 * (i + 1)}
+        senders.append(h.send_in_background(client, h.Client.pack_gemm(1, hdr, ones, ones)))
+        batches.append((client, [(1, hdr)]))
+    with d.connect() as watcher:
+        # every header read (the probe's job is the one more)
+        h.wait_until(lambda: h.dig(watcher.call("stats"), "requests.gemm", 0) >= count + 1,
+                     20 * ctx.scale, "the jobs to be admitted")
     start = time.monotonic()
     d.send_signal(signal.SIGTERM)
     done, unavailable = _collect(batches)
+    for sender in senders:
+        sender.join(10 * ctx.scale)  # a payload cut short by the drain may end in EPIPE
     code = d.stop(sig=None, timeout=10 * ctx.scale)
     took = time.monotonic() - start
-    print("drain 300 ms: %d results, %d UNAVAILABLE, exit %d after %.2fs" % (done, unavailable,
-                                                                             code, took))
-    assert unavailable > 0, "6 jobs of %d^3 f64 on one worker all finished within 300 ms?" % size
+    print("one job %.0f ms, %d jobs; drain %d ms: %d results, %d UNAVAILABLE, exit %d after "
+          "%.2fs" % (one_job * 1000, count, drain_ms, done, unavailable, code, took))
+    assert unavailable > 0, "%d jobs of %d^3 f64 (%.0f ms each alone) all finished within " \
+        "%d ms?" % (count, size, one_job * 1000, drain_ms)
     # the running job cannot be interrupted; allow it to finish, nothing more
-    assert took < 5.0 * ctx.scale, "exit took %.2fs with drain_ms 300" % took
+    assert took < 5.0 * ctx.scale + one_job, "exit took %.2fs with drain_ms %d" % (took, drain_ms)
 
 
 def test_idle_shutdown(ctx):
