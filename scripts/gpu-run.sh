@@ -150,7 +150,7 @@ if [ "$mode" = all ] || [ "$mode" = bench ]; then
     "$build/tests/gpu/test_gpu_kernels" --bench --size 4096
   bench_kernels=$(find_bench '*kernels*')
   if [ -n "$bench_kernels" ]; then
-    run_step bench-kernels.log "bench: ${bench_kernels#"$root"/}" "$bench_kernels"
+    run_step bench-kernels.log "bench: ${bench_kernels#"$root"/}" "$bench_kernels" --markdown
   else
     note "bench: no bench/kernels program in this build"
   fi

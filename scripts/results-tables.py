@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Writes the latest GPU run's tables into bench/RESULTS.md.
+
+    scripts/results-tables.py LOGDIR [RESULTS.md]
+
+LOGDIR holds what `scripts/gpu-run.sh all` wrote under $OUT: summary.txt (device, commit),
+bench-baseline.log (test_gpu_kernels --bench), bench-kernels.log (bench_kernels --markdown) and
+bench-e2e.log (bench_e2e). The block between `<!-- latest-run:begin -->` and
+`<!-- latest-run:end -->` in RESULTS.md is replaced; nothing else in the file changes, so the
+tables in the docs always come from one real run rather than from hand edits.
+"""
+import os
+import re
+import sys
+
+BEGIN, END = "<!-- latest-run:begin -->", "<!-- latest-run:end -->"
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def last_markdown_table(text):
+    """The last run of consecutive lines that start with '|'."""
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append(line.rstrip())
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables[-1] if tables else []
+
+
+def baseline_table(text):
+    """test_gpu_kernels --bench prints a whitespace-aligned table; make it markdown."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, l in enumerate(lines) if l.split()[:2] == ["kernel", "dtype"])
+    except StopIteration:
+        return []
+    header = lines[start].split()
+    rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for line in lines[start + 1:]:
+        cells = line.split()
+        if len(cells) != len(header):
+            break
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def run_line(summary, env):
+    first = summary.splitlines()[0] if summary else ""
+    fields = dict(re.findall(r"(commit|device): ([^|]+)", first))
+    commit = fields.get("commit", "unknown").strip()
+    device = fields.get("device", "unknown").strip()
+    if commit == "unknown":
+        found = re.search(r"commit (\S+?),", env)
+        commit = found.group(1) if found else commit
+    when = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d UTC)", env)
+    date = f", {when.group(1)}" if when else ""
+    return f"**Run:** {device}{date}; tree at commit `{commit}` (`scripts/gpu-run.sh all`)."
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    logdir = sys.argv[1]
+    results = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "bench", "RESULTS.md")
+    summary = read(os.path.join(logdir, "summary.txt"))
+    env = read(os.path.join(logdir, "env.log"))
+    parts = [BEGIN, "## Latest run", "", run_line(summary, env), ""]
+    sections = [
+        ("Every kernel at 4096³ against cuBLAS (`test_gpu_kernels --bench --size 4096`)",
+         baseline_table(read(os.path.join(logdir, "bench-baseline.log")))),
+        ("The selector's kernel (`auto`) against cuBLAS, every dtype and shape (`bench_kernels --markdown`)",
+         last_markdown_table(read(os.path.join(logdir, "bench-kernels.log")))),
+        ("End to end through gemmd over a Unix socket (`bench_e2e`)",
+         last_markdown_table(read(os.path.join(logdir, "bench-e2e.log")))),
+    ]
+    for title, table in sections:
+        parts += [f"### {title}", ""]
+        parts += table if table else ["(not in this run)"]
+        parts.append("")
+    parts.append(END)
+    block = "\n".join(parts)
+
+    text = read(results)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        text = head + block + tail
+    else:  # first time: before the first section
+        first_section = text.find("\n## ") + 1
+        text = text[:first_section] + block + "\n\n" + text[first_section:]
+    with open(results, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"results-tables: wrote the latest run into {results}")
+
+
+if __name__ == "__main__":
+    main()
