@@ -4,6 +4,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "gemmctl.h"
 
@@ -72,6 +73,81 @@ static void print_scalar(FILE *f, const msgpack_object *o) {
   else gctl_print_json(f, o);
 }
 
+static const msgpack_object *map_get(const msgpack_object *map, const char *key) {
+  size_t key_len = strlen(key);
+  for (uint32_t i = 0; i < map->via.map.size; i++) {
+    const msgpack_object *k = &map->via.map.ptr[i].key;
+    if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == key_len &&
+        memcmp(k->via.str.ptr, key, key_len) == 0)
+      return &map->via.map.ptr[i].val;
+  }
+  return NULL;
+}
+
+static uint64_t as_u64(const msgpack_object *o) {
+  return o && o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? o->via.u64 : 0;
+}
+
+/* The daemon's latency histograms are {bounds_us: [...], counts: [...], count, sum_us, max_us}
+ * with counts[i] the samples at or under bounds_us[i] (one more count for the overflow). */
+static bool is_histogram(const msgpack_object *o) {
+  if (o->type != MSGPACK_OBJECT_MAP) return false;
+  const msgpack_object *bounds = map_get(o, "bounds_us"), *counts = map_get(o, "counts");
+  return bounds && counts && bounds->type == MSGPACK_OBJECT_ARRAY &&
+         counts->type == MSGPACK_OBJECT_ARRAY && counts->via.array.size >= bounds->via.array.size;
+}
+
+/* Upper bound of the bucket holding quantile q, as text ("<= 512 us", or "> 1073741824 us"). */
+static void print_quantile(FILE *f, const msgpack_object *h, double q, uint64_t total) {
+  const msgpack_object *bounds = map_get(h, "bounds_us"), *counts = map_get(h, "counts");
+  uint64_t want = (uint64_t)ceil(q * (double)total), seen = 0;
+  for (uint32_t i = 0; i < counts->via.array.size; i++) {
+    seen += as_u64(&counts->via.array.ptr[i]);
+    if (seen >= want && seen > 0) {
+      if (i < bounds->via.array.size)
+        fprintf(f, "<=%" PRIu64, as_u64(&bounds->via.array.ptr[i]));
+      else
+        fprintf(f, ">%" PRIu64, as_u64(&bounds->via.array.ptr[bounds->via.array.size - 1]));
+      return;
+    }
+  }
+  fputs("-", f);
+}
+
+/* One line for people: "n 12, p50 <=512, p90 <=2048, p99 <=4096, max 3911 (us)". */
+static void print_histogram_line(FILE *f, const msgpack_object *h) {
+  const msgpack_object *counts = map_get(h, "counts");
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < counts->via.array.size; i++) total += as_u64(&counts->via.array.ptr[i]);
+  fprintf(f, "n %" PRIu64, total);
+  if (total > 0) {
+    static const double quantiles[] = {0.5, 0.9, 0.99};
+    static const char *const names[] = {"p50", "p90", "p99"};
+    for (size_t i = 0; i < sizeof(quantiles) / sizeof(quantiles[0]); i++) {
+      fprintf(f, ", %s ", names[i]);
+      print_quantile(f, h, quantiles[i], total);
+    }
+    if (map_get(h, "max_us")) fprintf(f, ", max %" PRIu64, as_u64(map_get(h, "max_us")));
+  }
+  fputs(" (us)\n", f);
+}
+
+static bool all_scalars(const msgpack_object *array) {
+  for (uint32_t i = 0; i < array->via.array.size; i++)
+    if (!is_scalar(&array->via.array.ptr[i])) return false;
+  return true;
+}
+
+/* A list of plain values on one line, "[f32, f64, f16, bf16]". */
+static void print_inline_array(FILE *f, const msgpack_object *array) {
+  fputc('[', f);
+  for (uint32_t i = 0; i < array->via.array.size; i++) {
+    if (i) fputs(", ", f);
+    print_scalar(f, &array->via.array.ptr[i]);
+  }
+  fputs("]\n", f);
+}
+
 /* A map as "key: value" lines at indent; with inline_first the first line continues a "- "
  * already printed (YAML's style for a map inside a list). */
 static void print_map(FILE *f, const msgpack_object *o, int indent, bool inline_first) {
@@ -83,6 +159,12 @@ static void print_map(FILE *f, const msgpack_object *o, int indent, bool inline_
       fputs(": ", f);
       print_scalar(f, &kv->val);
       fputc('\n', f);
+    } else if (is_histogram(&kv->val)) {
+      fputs(": ", f);
+      print_histogram_line(f, &kv->val);
+    } else if (kv->val.type == MSGPACK_OBJECT_ARRAY && all_scalars(&kv->val)) {
+      fputs(": ", f);
+      print_inline_array(f, &kv->val);
     } else {
       fputs(":\n", f);
       gctl_print_text(f, &kv->val, indent + 2);
