@@ -4,9 +4,6 @@
  * ring, producer/consumer warpgroups, setmaxnreg, 128-byte swizzle, C through shared memory)
  * for 4-byte elements.
  *
- * STATUS: compiled here (sm_90a SASS: HGMMA.64x256x8.F32.TF32 from registers, UTMALDG), not yet
- * run on a GPU; see bench/RESULTS.md ("Kernel history", 08) for where it stands.
- *
  * The catch: tf32 wgmma has no transpose bits. An operand read from shared memory through a
  * descriptor must be K-major (k contiguous), and of our stored layouts only A (m x k) and a
  * transposed B (n x k) are. wgmma's A operand may instead come from registers, loaded by the
@@ -28,13 +25,24 @@
  * 16, k = t and t + 4; the PTX "register fragment" layout for 32-bit A) for the four k8 steps
  * of the tile with 32-bit shared loads that undo the swizzle (K-major X: conflict-free; MN-major
  * X: two-way conflicts), then issues four wgmma m64nBSk8 with Y from its descriptor (K-major,
- * a k8 step moves the start by 32 bytes, 8-row groups 1 KB apart). One wgmma group stays in
- * flight; the stage of the previous group is released.
+ * a k8 step moves the start by 32 bytes, 8-row groups 1 KB apart), waits for them and releases
+ * the stage. Waiting per tile leaves the tensor cores to the other consumer warpgroup meanwhile,
+ * and measured 5-8% faster than keeping one group in flight across tiles (which needs two
+ * fragment sets: wgmma reads its register operand asynchronously); that variant is kept behind
+ * GK_WGMMA_TF32_VARIANTS for tuning builds.
  * Epilogue: direct D goes to shared memory in rows (pitch BS * 4 + 32 bytes, as 07); D = C^T is
  * stored transposed, as rows of C of 64 floats (pitch 68 words: the accumulators' scalar stores,
  * columns 2t and 2t + 1 for rows g, land on banks 8t + g: conflict-free), so either way C is then
  * written (and with beta read) in whole 16-byte groups along its rows, alpha/beta in f32.
  * The f32 bits go to the tensor cores as they are (hardware truncation to TF32), as in 05.
+ * What changed over 05 (mma.sync, 52% / 47% of cuBLAS): 05 sat on the ~5 TB/s L2 -> SM wall at
+ * 32 KB of operands per MFLOP with a 128 x 128 tile read through ldmatrix; here the copy engine
+ * fills a 128 x 256 tile (24 KB per MFLOP) and the tensor cores read the wide operand themselves.
+ *
+ * Measured (H200, bench_kernels --kernel wgmma_tf32 --dtype tf32, two runs, bench/RESULTS.md,
+ * "08 wgmma_tf32"): 392.8 / 351.4 TFLOP/s at 4096^3 / 8192^3 = 107% / 98% of cuBLAS TF32 (368 /
+ * 360 that run); 2048^3 114%, 1024^3 114%, 1000x1200x800 141%, batch 64 x 256^3 137%, skinny
+ * 8192x8192x64 94% (88% in the repeat). Rel. diff to cuBLAS 7.8e-4 (truncated vs rounded TF32).
  *
  * Contract: f32 with precision "fast" on compute capability 9.0 exactly, any m, n, k, the
  * transposes NN, NT and TT, alpha/beta (beta == 0: C not read), any batch, when TMA can
@@ -207,6 +215,43 @@ __device__ __forceinline__ void store4(const tf32_args &args, float *c, int row,
     dst[e] = r[e];
   }
 }
+
+/* One k tile of a consumer: its m64k8 fragments (four k8 steps) from the stage into `frag`, four
+ * wgmmas with Y from the stage's descriptor, and the release of the stage no longer read: by
+ * default this tile's, once its group is complete (the other consumer warpgroup keeps the tensor
+ * cores busy meanwhile); with IN_FLIGHT (a variant, measured slower) the previous tile's, one
+ * group left in flight. */
+template <class C, bool X_MN, bool IN_FLIGHT>
+__device__ __forceinline__ void consume_tile(float (&acc)[C::ACC], uint32_t (&frag)[C::BK / 8][4],
+                                             int kt, const unsigned char *ring, uint32_t smem0,
+                                             uint32_t full0, uint32_t empty0, int row_lo, int t,
+                                             int wg_thread) {
+  const int s = kt % C::STAGES;
+  gk__mbar_wait(full0 + 8 * s, (kt / C::STAGES) & 1);
+  const unsigned char *tile_x = ring + s * C::STAGE_BYTES;
+  const uint32_t sy = smem0 + s * C::STAGE_BYTES + C::X_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < C::BK / 8; ++kk) {
+    const int k = kk * 8 + t;
+    frag[kk][0] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k));
+    frag[kk][1] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k));
+    frag[kk][2] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k + 4));
+    frag[kk][3] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k + 4));
+  }
+  gk__wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::BK / 8; ++kk)
+    tf32_wgmma<C::BS>::run(acc, frag[kk], gk__wgmma_desc(sy + kk * 32, 16, 1024));
+  gk__wgmma_commit();
+  if (IN_FLIGHT) {
+    /* keep this tile's group in flight; the previous one is done, so its stage is free */
+    gk__wgmma_wait<1>();
+    if (kt > 0 && wg_thread == 0) gk__mbar_arrive(empty0 + 8 * ((kt - 1) % C::STAGES));
+  } else {
+    gk__wgmma_wait<0>();
+    if (wg_thread == 0) gk__mbar_arrive(empty0 + 8 * s);
+  }
+}
 #endif /* GK_WGMMA_DEVICE */
 
 /*
@@ -214,7 +259,7 @@ __device__ __forceinline__ void store4(const tf32_args &args, float *c, int row,
  * batch chunk. Warpgroup 0 (one elected thread) fills the ring by TMA; warpgroups 1 and 2 each
  * multiply 64 rows of the tile. X_MN: X's stored tile is MN-major (k rows); OUT_T: D = C^T.
  */
-template <class C, bool X_MN, bool OUT_T>
+template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT>
 __global__ void __launch_bounds__(C::THREADS, 1)
     tf32_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
               tf32_args args) {
@@ -276,28 +321,21 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   /* this thread's fragment rows: g and g + 8 of its warp's 16 within the consumer's 64 */
   const int row_lo = consumer * 64 + warp4 * 16 + g;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    gk__mbar_wait(full0 + 8 * s, (kt / STAGES) & 1);
-    const unsigned char *tile_x = ring + s * C::STAGE_BYTES;
-    const uint32_t sy = smem0 + s * C::STAGE_BYTES + C::X_BYTES;
-    uint32_t frag[BK / 8][4];
-#pragma unroll
-    for (int kk = 0; kk < BK / 8; ++kk) {
-      const int k = kk * 8 + t;
-      frag[kk][0] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k));
-      frag[kk][1] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k));
-      frag[kk][2] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k + 4));
-      frag[kk][3] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k + 4));
+  if (IN_FLIGHT) {
+    /* two fragment sets, so that the registers of the group still in flight are never
+     * overwritten (wgmma reads its register operand asynchronously) */
+    uint32_t frag_even[BK / 8][4], frag_odd[BK / 8][4];
+    for (int kt = 0; kt < k_tiles; kt += 2) {
+      consume_tile<C, X_MN, true>(acc, frag_even, kt, ring, smem0, full0, empty0, row_lo, t,
+                                  wg_thread);
+      if (kt + 1 < k_tiles)
+        consume_tile<C, X_MN, true>(acc, frag_odd, kt + 1, ring, smem0, full0, empty0, row_lo, t,
+                                    wg_thread);
     }
-    gk__wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 8; ++kk)
-      tf32_wgmma<BS>::run(acc, frag[kk], gk__wgmma_desc(sy + kk * 32, 16, 1024));
-    gk__wgmma_commit();
-    /* keep this k tile's group in flight; the previous one is done, so its stage is free */
-    gk__wgmma_wait<1>();
-    if (kt > 0 && wg_thread == 0) gk__mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
+  } else {
+    uint32_t frag[BK / 8][4];
+    for (int kt = 0; kt < k_tiles; ++kt)
+      consume_tile<C, X_MN, false>(acc, frag, kt, ring, smem0, full0, empty0, row_lo, t, wg_thread);
   }
   gk__wgmma_wait<0>();
 
@@ -377,9 +415,9 @@ cudaError_t tf32_map(CUtensorMap *map, const float *base, int64_t inner, int64_t
 
 /* One formulation (see the file comment): X stored x_inner x x_outer per problem, Y stored S x K
  * (K-major); D is R x S. */
-template <class C, bool X_MN, bool OUT_T>
+template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT>
 cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-  auto kernel = tf32_gemm<C, X_MN, OUT_T>;
+  auto kernel = tf32_gemm<C, X_MN, OUT_T, IN_FLIGHT>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)C::SMEM_BYTES);
   if (err != cudaSuccess) return err;
@@ -426,12 +464,12 @@ bool use_narrow(const gk_gpu_ctx *ctx, const gk_problem *p) {
   return wide_tiles * 2 <= sms;
 }
 
-template <class C>
+template <class C, bool IN_FLIGHT>
 cudaError_t launch_with(const gk_problem *p, cudaStream_t stream) {
-  if (!p->trans_a && !p->trans_b) return run<C, true, true>(p, stream);   /* NN: C^T = B^T A^T */
-  if (!p->trans_a && p->trans_b) return run<C, false, false>(p, stream);  /* NT */
-  if (p->trans_a && p->trans_b) return run<C, true, false>(p, stream);    /* TT */
-  return cudaErrorInvalidValue;                                           /* TN: mma_tf32 */
+  if (!p->trans_a && !p->trans_b) return run<C, true, true, IN_FLIGHT>(p, stream); /* NN: C^T = B^T A^T */
+  if (!p->trans_a && p->trans_b) return run<C, false, false, IN_FLIGHT>(p, stream); /* NT */
+  if (p->trans_a && p->trans_b) return run<C, true, false, IN_FLIGHT>(p, stream);   /* TT */
+  return cudaErrorInvalidValue;                                                  /* TN: mma_tf32 */
 }
 
 bool wgmma_tf32_supports(const gk_problem *p, int cc) {
@@ -440,8 +478,19 @@ bool wgmma_tf32_supports(const gk_problem *p, int cc) {
 
 cudaError_t wgmma_tf32_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_tf32_supports(p, 90)) return cudaErrorInvalidValue;
-  return use_narrow(ctx, p) ? launch_with<cfg_narrow>(p, stream) : launch_with<cfg_wide>(p, stream);
+  return use_narrow(ctx, p) ? launch_with<cfg_narrow, false>(p, stream)
+                            : launch_with<cfg_wide, false>(p, stream);
 }
+
+#ifdef GK_WGMMA_TF32_VARIANTS
+/* For tuning builds only (a temporary registration): one wgmma group kept in flight across k
+ * tiles, two fragment sets (bench/RESULTS.md, 08: slower than waiting per tile). */
+cudaError_t wgmma_tf32_in_flight_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  if (!wgmma_tf32_supports(p, 90)) return cudaErrorInvalidValue;
+  return use_narrow(ctx, p) ? launch_with<cfg_narrow, true>(p, stream)
+                            : launch_with<cfg_wide, true>(p, stream);
+}
+#endif
 
 } // namespace
 extern "C" const gk_kernel gk_kernel_wgmma_tf32 = {
@@ -451,3 +500,8 @@ extern "C" const gk_kernel gk_kernel_wgmma_tf32 = {
     wgmma_tf32_supports,
     wgmma_tf32_launch,
 };
+#ifdef GK_WGMMA_TF32_VARIANTS
+extern "C" const gk_kernel gk_kernel_wgmma_tf32_in_flight = {
+    "wgmma_tf32_in_flight", "08 with one wgmma group kept in flight across k tiles",
+    wgmma_tf32_supports, wgmma_tf32_in_flight_launch};
+#endif

@@ -1,7 +1,9 @@
 # The fast kernels (issue 6), plugged into gemmkernels_gpu through the hook in kernels/gpu.cmake.
 # One kernel per file, numbered by the idea it adds (see each file's opening comment and
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
-# TF32 kernel first (it only accepts f32 with precision "fast"), then the exact SIMT f32 kernel;
+# TF32 kernels first (they only accept f32 with precision "fast"; the Hopper one, 08, takes
+# cc 9.0, TMA-describable operands and every transpose but TN, before mma.sync, 05), then the
+# exact SIMT f32 kernel;
 # for f64 the tensor-core kernel (06) before the SIMT one (03, kept for GPUs without DMMA); for
 # f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
 list(APPEND GK_GPU_SOURCES
@@ -10,8 +12,10 @@ list(APPEND GK_GPU_SOURCES
   04_mma_f16.cu
   05_mma_tf32.cu
   06_dmma_f64.cu
-  07_wgmma_f16.cu)
+  07_wgmma_f16.cu
+  08_wgmma_tf32.cu)
 list(APPEND GK_FAST_KERNELS
+  gk_kernel_wgmma_tf32
   gk_kernel_mma_tf32
   gk_kernel_simt_f32
   gk_kernel_wgmma_f16
