@@ -2,7 +2,10 @@
  * gd_gpu_internal.h - the GPU backend's shared state, between its files:
  * gd_gpu_device.c (discovery, info), gd_gpu_staging.c (pinned buffers),
  * gd_gpu_pool.c (device memory), gd_gpu_worker.c (the per-device thread that
- * makes every CUDA call), gd_gpu_backend.c (the ops table, on the loop).
+ * makes every CUDA call), gd_gpu_backend.c (the ops table, on the loop),
+ * gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
+ * references, the memory FIFO, device failure; loop and worker) and
+ * gd_gpu_info.c (info, stats, devices; on the loop).
  *
  * Threads and who may call CUDA
  * -----------------------------
@@ -216,7 +219,7 @@ void gd__gpu_worker_stop(gd__gpu_dev *dev);
 /* Under mu: appends a command and wakes the worker. */
 void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 
-/* ---- gd_gpu_backend.c (helpers the worker calls, under mu) ---- */
+/* ---- gd_gpu_jobs.c (helpers the loop and the worker call, under mu) ---- */
 /* Posts ev for job when the job is still attached to a session; returns true when posted. */
 bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev);
 /* Posts GD_EV_FAILED once (code, message) and marks the job failed. */
@@ -233,5 +236,36 @@ void gd__gpu_job_free_mem(gd__gpu_job *job);
 void gd__gpu_staging_freed(gd__gpu_dev *dev);
 /* A sticky error: out of service, every job of the device fails. */
 void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e);
+/* Frees the spills still waiting in the job's pending list, dropping the reference of each. */
+void gd__gpu_job_free_spills(gd__gpu_job *job);
+/* Pool memory at off arrived for the job: its pending spills (and RUN, once submitted) go to the
+ * worker; a paused session is resumed. Takes the worker's reference. */
+void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off);
+/* Takes the job out of its device's FIFO of jobs waiting for pool memory. */
+void gd__gpu_wait_remove(gd__gpu_job *job);
+
+/* ---- gd_gpu_input.c (loop thread) ---- */
+/* Under mu: the job's current input buffer goes to the worker (or back to the free set when
+ * empty or the job failed). */
+void gd__gpu_flush(gd__gpu_job *job);
+/* Payload bytes the job receives: a and b, and c when sent. */
+uint64_t gd__gpu_job_input_total(const gd__gpu_job *job);
+/* The ops input_window and input (gd_backend.h); they take mu themselves. */
+bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
+                             void **ptr, size_t *len);
+int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
+                     const void *data, size_t len, bool *pause, gp_error *err);
+
+/* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
+void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);
+void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk);
+size_t gd__gpu_op_devices(gd_backend *b, gd_device_info *out, size_t max);
+size_t gd__gpu_op_busy(gd_backend *b);
+size_t gd__gpu_op_kernels(gd_backend *b, const char **names, size_t max);
+
+/* The backend's job behind the scheduler's (NULL for NULL or after release). */
+static inline gd__gpu_job *gd__gpu_job_of(gd_job *job) {
+  return job ? (gd__gpu_job *)job->backend_data : NULL;
+}
 
 #endif /* GD_GPU_INTERNAL_H */

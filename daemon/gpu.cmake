@@ -4,6 +4,9 @@
 target_sources(gemmd_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_backend.c
   ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_device.c
+  ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_info.c
+  ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_input.c
+  ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_jobs.c
   ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_pool.c
   ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_staging.c
   ${CMAKE_CURRENT_LIST_DIR}/gd_gpu_worker.c)

@@ -22,6 +22,9 @@ add_executable(test_gpu_backend_fake
   ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
   ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
   ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_info.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_input.c
+  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_jobs.c
   ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
   ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
   ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c

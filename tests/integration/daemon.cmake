@@ -50,6 +50,9 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
     ${gemmd_fake_srcs}
     ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
     ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_info.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_input.c
+    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_jobs.c
     ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
     ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
     ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c

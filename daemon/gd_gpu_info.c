@@ -1,0 +1,135 @@
+/*
+ * gd_gpu_info.c - what the GPU backend tells about itself on the loop thread: the info and
+ * stats maps, the device list, how busy it is, its kernels. Reads device state under mu.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gd_gpu_internal.h"
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+  size_t n = strlen(s);
+  msgpack_pack_str(pk, n);
+  msgpack_pack_str_body(pk, s, n);
+}
+
+static void pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t v) {
+  pack_str(pk, key);
+  msgpack_pack_uint64(pk, v);
+}
+
+/* One device's map in info.devices: info as read under mu, pool its budget in bytes. */
+static void pack_device_info(msgpack_packer *pk, const gd_device_info *info, uint64_t pool) {
+  char cc[16];
+  snprintf(cc, sizeof(cc), "%d.%d", info->cc_major, info->cc_minor);
+  msgpack_pack_map(pk, 8);
+  pack_str(pk, "id");
+  msgpack_pack_int(pk, info->id);
+  pack_str(pk, "device");
+  char name[32];
+  snprintf(name, sizeof(name), "cuda:%d", info->id);
+  pack_str(pk, name);
+  pack_str(pk, "name");
+  pack_str(pk, info->name);
+  pack_kv_u64(pk, "memory", info->memory_bytes);
+  pack_kv_u64(pk, "pool_bytes", pool);
+  pack_str(pk, "sms");
+  msgpack_pack_int(pk, info->sm_count);
+  pack_str(pk, "compute_capability");
+  pack_str(pk, cc);
+  pack_str(pk, "in_service");
+  if (info->in_service)
+    msgpack_pack_true(pk);
+  else
+    msgpack_pack_false(pk);
+}
+
+void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk) {
+  gd__gpu_backend *be = (gd__gpu_backend *)b;
+  msgpack_pack_map(pk, 6);
+  pack_str(pk, "backend");
+  pack_str(pk, "gpu");
+  pack_str(pk, "devices");
+  msgpack_pack_array(pk, be->ndev);
+  for (size_t i = 0; i < be->ndev; i++) {
+    gd__gpu_dev *dev = &be->devs[i];
+    pthread_mutex_lock(&dev->mu);
+    gd_device_info info = dev->info;
+    uint64_t pool = dev->pool.size;
+    pthread_mutex_unlock(&dev->mu);
+    pack_device_info(pk, &info, pool);
+  }
+  size_t nk = 0;
+  const gk_kernel *const *kernels = gk_kernels(&nk);
+  pack_str(pk, "kernels");
+  msgpack_pack_array(pk, nk);
+  for (size_t i = 0; i < nk; i++) {
+    msgpack_pack_map(pk, 2);
+    pack_str(pk, "name");
+    pack_str(pk, kernels[i]->name);
+    pack_str(pk, "description");
+    pack_str(pk, kernels[i]->description ? kernels[i]->description : "");
+  }
+  pack_str(pk, "kernel");
+  pack_str(pk, be->cfg.kernel);
+  pack_kv_u64(pk, "staging_bytes", be->cfg.staging_bytes);
+  pack_kv_u64(pk, "staging_buffers", be->cfg.staging_buffers);
+}
+
+void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
+  gd__gpu_backend *be = (gd__gpu_backend *)b;
+  msgpack_pack_map(pk, 1);
+  pack_str(pk, "devices");
+  msgpack_pack_array(pk, be->ndev);
+  for (size_t i = 0; i < be->ndev; i++) {
+    gd__gpu_dev *dev = &be->devs[i];
+    pthread_mutex_lock(&dev->mu);
+    uint64_t v[] = {dev->busy_us,   dev->jobs_done, dev->jobs_failed, dev->bytes_h2d,
+                    dev->bytes_d2h, dev->pool.in_use, dev->pool.size, dev->active};
+    bool in_service = dev->in_service;
+    pthread_mutex_unlock(&dev->mu);
+    static const char *const keys[] = {"busy_us",   "jobs",        "jobs_failed", "bytes_h2d",
+                                       "bytes_d2h", "pool_in_use", "pool_bytes",  "active"};
+    msgpack_pack_map(pk, 2 + sizeof(keys) / sizeof(keys[0]));
+    pack_str(pk, "id");
+    msgpack_pack_int(pk, dev->ordinal);
+    pack_str(pk, "in_service");
+    if (in_service)
+      msgpack_pack_true(pk);
+    else
+      msgpack_pack_false(pk);
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+      pack_kv_u64(pk, keys[k], v[k]);
+  }
+}
+
+size_t gd__gpu_op_devices(gd_backend *b, gd_device_info *out, size_t max) {
+  gd__gpu_backend *be = (gd__gpu_backend *)b;
+  size_t n = 0;
+  for (size_t i = 0; i < be->ndev && n < max; i++) {
+    pthread_mutex_lock(&be->devs[i].mu);
+    out[n++] = be->devs[i].info;
+    pthread_mutex_unlock(&be->devs[i].mu);
+  }
+  return n;
+}
+
+size_t gd__gpu_op_busy(gd_backend *b) {
+  gd__gpu_backend *be = (gd__gpu_backend *)b;
+  size_t n = 0;
+  for (size_t i = 0; i < be->ndev; i++) {
+    pthread_mutex_lock(&be->devs[i].mu);
+    n += be->devs[i].active;
+    pthread_mutex_unlock(&be->devs[i].mu);
+  }
+  return n;
+}
+
+size_t gd__gpu_op_kernels(gd_backend *b, const char **names, size_t max) {
+  (void)b;
+  size_t n = 0;
+  const gk_kernel *const *kernels = gk_kernels(&n);
+  for (size_t i = 0; i < n && i < max; i++)
+    names[i] = kernels[i]->name;
+  return n;
+}

@@ -1,0 +1,166 @@
+/*
+ * gd_gpu_jobs.c - a GPU job's life on its device, shared by the loop and the worker (all under
+ * the device's mu; see gd_gpu_internal.h): posting events, failing, references, the FIFO of
+ * jobs waiting for pool memory and handing memory to them, and taking a dead device out of
+ * service. Nothing here calls CUDA but cudaGetErrorName/String.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include "gd_gpu_internal.h"
+#include "gd_log.h"
+
+bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev) {
+  if (!job->owner || job->dev->stopping)
+    return false;
+  ev->job = job->owner;
+  return gd_backend_post(&job->dev->be->base, ev) == 0;
+}
+
+void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...) {
+  if (job->failed)
+    return;
+  job->failed = true;
+  job->paused = false; /* the failure ends the request: no resume is owed */
+  job->dev->jobs_failed++;
+  gd_backend_event ev = {.type = GD_EV_FAILED};
+  va_list ap;
+  va_start(ap, fmt);
+  gp_error_vset(&ev.err, code, fmt, ap);
+  va_end(ap);
+  gd_debug("gpu: job %llu failed: %s", (unsigned long long)job->id, ev.err.message);
+  (void)gd__gpu_post(job, &ev);
+}
+
+void gd__gpu_job_ref(gd__gpu_job *job) { job->refs++; }
+
+void gd__gpu_job_free_spills(gd__gpu_job *job) {
+  while (job->pending) {
+    gd__gpu_spill *s = job->pending;
+    job->pending = s->next;
+    free(s);
+    job->refs--; /* each spill held one; the caller holds another */
+  }
+  job->pending_tail = &job->pending;
+}
+
+void gd__gpu_job_unref(gd__gpu_job *job) {
+  if (--job->refs > 0)
+    return;
+  gd__gpu_dev *dev = job->dev;
+  if (job->prev)
+    job->prev->next = job->next;
+  else
+    dev->jobs = job->next;
+  if (job->next)
+    job->next->prev = job->prev;
+  free(job);
+}
+
+void gd__gpu_job_retire(gd__gpu_job *job) {
+  if (job->retired)
+    return;
+  job->retired = true;
+  job->dev->load -= job->load;
+  if (job->dev->load < 0)
+    job->dev->load = 0;
+  job->dev->active--;
+}
+
+static void resume(gd__gpu_job *job) {
+  if (!job->paused)
+    return;
+  job->paused = false;
+  gd_backend_event ev = {.type = GD_EV_INPUT_RESUME};
+  (void)gd__gpu_post(job, &ev);
+}
+
+void gd__gpu_staging_freed(gd__gpu_dev *dev) {
+  for (gd__gpu_job *j = dev->jobs; j; j = j->next)
+    if (j->paused && j->mem_ready)
+      resume(j);
+}
+
+/* Memory arrived for a job: what was held back for it can go to the worker now. */
+void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off) {
+  gd__gpu_dev *dev = job->dev;
+  job->mem_ready = true;
+  job->dev_off = off;
+  uint64_t at = off;
+  for (int op = 0; op < 3; op++) {
+    job->op_dev[op] = at;
+    uint64_t len = op == GP_OPERAND_C ? job->c_bytes : job->bytes[op];
+    uint64_t rounded = 0;
+    (void)gd__gpu_pool_round(len, &rounded); /* cannot overflow: alloc_len was computed so */
+    at += rounded;
+  }
+  job->refs++; /* the worker's, until it finishes the job */
+  while (job->pending) {
+    gd__gpu_spill *s = job->pending;
+    job->pending = s->next;
+    s->dst += off;
+    gd__gpu_worker_push(dev, &s->cmd);
+  }
+  job->pending_tail = &job->pending;
+  if (job->submitted && !job->run_queued) {
+    job->run_queued = true;
+    gd__gpu_worker_push(dev, &job->run_cmd);
+  }
+  resume(job);
+}
+
+void gd__gpu_wait_remove(gd__gpu_job *job) {
+  gd__gpu_dev *dev = job->dev;
+  gd__gpu_job **pp = &dev->wait_head;
+  dev->wait_tail = NULL;
+  while (*pp) {
+    if (*pp == job) {
+      *pp = job->wait_next;
+      job->wait_next = NULL;
+      continue;
+    }
+    dev->wait_tail = *pp;
+    pp = &(*pp)->wait_next;
+  }
+  job->waiting_mem = false;
+}
+
+static void assign_waiters(gd__gpu_dev *dev) {
+  while (dev->wait_head) {
+    gd__gpu_job *job = dev->wait_head;
+    uint64_t off;
+    if (!gd__gpu_pool_alloc(&dev->pool, job->alloc_len, &off))
+      return;
+    gd__gpu_wait_remove(job);
+    gd__gpu_job_assign_mem(job, off);
+  }
+}
+
+void gd__gpu_job_free_mem(gd__gpu_job *job) {
+  if (!job->mem_ready || job->mem_freed)
+    return;
+  job->mem_freed = true;
+  gd__gpu_pool_free(&job->dev->pool, job->dev_off, job->alloc_len);
+  assign_waiters(job->dev);
+}
+
+void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
+  pthread_mutex_lock(&dev->mu);
+  if (dev->dead) {
+    pthread_mutex_unlock(&dev->mu);
+    return;
+  }
+  dev->dead = true;
+  dev->in_service = false;
+  dev->info.in_service = false;
+  gd_error("gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
+           "keep serving",
+           dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
+  for (gd__gpu_job *j = dev->jobs; j; j = j->next) {
+    if (j->waiting_mem)
+      gd__gpu_wait_remove(j);
+    gd__gpu_fail(j, GP_E_UNAVAILABLE, "cuda:%d went out of service: %s", dev->ordinal,
+                 cudaGetErrorString(e));
+  }
+  pthread_mutex_unlock(&dev->mu);
+}
