@@ -187,6 +187,7 @@ static const field gpu_fields[] = {
     FLD("devices", F_DEVICES, gpu, 0, 0),
     FLD("staging_bytes", F_SIZE, gpu.staging_bytes, 4096, GIB), /* the GPU backend's range */
     FLD("staging_buffers", F_U32, gpu.staging_buffers, 2, 64),
+    FLD("staging_hold_ms", F_U64, gpu.staging_hold_ms, 0, WEEK_MS),
     FLD("memory_fraction", F_FRACTION, gpu.memory_fraction, 0, 0),
     FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, UINT64_MAX),
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),

@@ -88,6 +88,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->idle_ms = next->idle_ms;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
+  cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by the session */
   gd_log_set_level(cur->log_level);
   if (d->sched) {
     gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};

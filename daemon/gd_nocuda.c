@@ -15,5 +15,6 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->staging_buffers = 2;
   cfg->memory_fraction = 0.9;
   cfg->memory_bytes = 0;
+  cfg->staging_hold_ms = 20;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

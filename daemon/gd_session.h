@@ -15,9 +15,12 @@
  * but not yet decoded are kept and decoded first when reading resumes.
  *
  * Replies: C is written from the backend's memory. Where that memory is shared
- * between jobs (GPU staging, ops.output_in_job_memory false) only the part the
- * socket does not take at once is copied, so a slow client holds no staging;
- * such copies are bounded by the connection's jobs in flight.
+ * between jobs (GPU staging, ops.output_in_job_memory false) it is written
+ * from there only while the socket takes it (small probe pieces are copied to
+ * learn when it drains); what a slow client has not taken
+ * gpu.staging_hold_ms after the chunk arrived is copied and the staging given
+ * back, so a client that does not read holds no staging for longer. Such
+ * copies are bounded by the connection's jobs in flight.
  *
  * Timeouts (one timer per session): timeouts.idle_ms with nothing in flight;
  * timeouts.request_ms for a request that started arriving (not counting time

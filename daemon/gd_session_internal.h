@@ -33,11 +33,17 @@ typedef struct gd__sjob {
   uint32_t writes_pending; /* chunks of this job in uv_write */
   uint64_t next_offset;    /* where the next chunk of C must start */
   bool head_sent;          /* the reply's head went out with the first chunk */
+  bool reply_out;          /* its last byte left through uv_try_write while writes of it were
+                            * still pending: the last of those answers the job */
   bool orphan;             /* the session closed: job abandoned, only chunks come back */
 } gd__sjob;
 
 /* A reply held while another result is half-way out (gd_session_write.c). */
 typedef struct gd__held gd__held;
+
+/* A chunk of C in memory the backend shares between jobs (GPU staging) that is not all out yet
+ * (gd_session_write.c). Only uv_try_write and memcpy read it, never uv_write. */
+typedef struct gd__shared gd__shared;
 
 struct gd_session {
   union {
@@ -75,6 +81,8 @@ struct gd_session {
   gd__sjob *streaming;       /* its result's first chunk is queued and its last is not */
   gd__held *held_head, **held_tail; /* replies waiting for `streaming` to end, in arrival order */
   uint64_t held_bytes;
+  gd__shared *shared_head, **shared_tail; /* in order; the first is the open one, being written */
+  void *shared_probe;        /* the probe write of the open chunk in flight, or NULL */
   uint32_t writes;
   uint64_t last_activity_us;
   uint64_t write_progress_us; /* last write completed, or the first one queued */
@@ -125,13 +133,23 @@ int gd__session_write_sbuffer(gd_session *s, msgpack_sbuffer *sbuf);
 void gd__session_send_error(gd_session *s, uint32_t msgid, int code, const char *message);
 
 /* Sends one chunk of rec's result (ev, already checked to continue C) after head (owned, may be
- * NULL): from the job's memory, or, when the backend shares that memory between jobs, copying
- * only what the socket does not take at once. The chunk is always given back to the scheduler. */
+ * NULL): from the job's memory, or, when the backend shares that memory between jobs, straight
+ * from it while the socket takes it, copying what is left after gpu.staging_hold_ms. The chunk
+ * is always given back to the scheduler, exactly once. */
 void gd__session_write_chunk(gd_session *s, gd__sjob *rec, char *head, size_t head_len,
                              const gd_backend_event *ev);
 
-/* Session closing: drops what is held, handing job memory back to the scheduler. */
+/* Session closing: drops what is held and the shared chunks not yet out, handing job memory
+ * back to the scheduler (once per chunk). */
 void gd__session_drop_held(gd_session *s);
+
+/* When the open shared chunk started waiting for the socket: true and *since_us while there is
+ * one. gpu.staging_hold_ms after that, gd__session_shared_expire copies what is left of it. */
+bool gd__session_shared_since(const gd_session *s, uint64_t *since_us);
+
+/* The hold limit of the open shared chunk may have passed: copy the unsent rest of every
+ * chunk whose limit passed and give their staging back. May close the session. */
+void gd__session_shared_expire(gd_session *s);
 
 /* ---- gd_session_timers.c ---- */
 

@@ -10,8 +10,12 @@
  *            time paused for the backend);
  *   idle:    nothing in flight and nothing read for idle_ms;
  *   stalled: replies queued and not one byte of them written for request_ms (a client that
- *            stopped reading would otherwise hold its jobs' memory for ever). */
-typedef enum { TIMEOUT_NONE, TIMEOUT_REQUEST, TIMEOUT_IDLE, TIMEOUT_STALLED } timeout_kind;
+ *            stopped reading would otherwise hold its jobs' memory for ever);
+ *   hold:    a result chunk in shared staging not all out gpu.staging_hold_ms after it arrived
+ *            (not a close: its rest is copied and the staging given back). */
+typedef enum {
+  TIMEOUT_NONE, TIMEOUT_REQUEST, TIMEOUT_IDLE, TIMEOUT_STALLED, TIMEOUT_HOLD
+} timeout_kind;
 
 static void consider(timeout_kind *kind, uint64_t *due, timeout_kind k, uint64_t since,
                      uint64_t ms) {
@@ -26,6 +30,9 @@ static timeout_kind next_timeout(const gd_session *s, uint64_t *due) {
   const gd_config *cfg = &s->d->cfg;
   timeout_kind kind = TIMEOUT_NONE;
   bool at_boundary = gd__session_at_boundary(s);
+  uint64_t hold_since = 0;
+  if (gd__session_shared_since(s, &hold_since))
+    consider(&kind, due, TIMEOUT_HOLD, hold_since, cfg->gpu.staging_hold_ms);
   if (s->writes > 0 && cfg->request_ms)
     consider(&kind, due, TIMEOUT_STALLED, s->write_progress_us, cfg->request_ms);
   if (s->eof)
@@ -51,7 +58,11 @@ static void on_timer(uv_timer_t *timer) {
     s->write_progress_us = gd_now_us();
   }
   timeout_kind kind = next_timeout(s, &due);
-  if (kind != TIMEOUT_NONE && gd_now_us() >= due) {
+  if (kind == TIMEOUT_HOLD && gd_now_us() >= due) {
+    gd__session_shared_expire(s); /* copies, gives staging back, kicks (may close) */
+    if (s->closing)
+      return;
+  } else if (kind != TIMEOUT_NONE && gd_now_us() >= due) {
     gd_session_close(s, why[kind]);
     return;
   }

@@ -9,6 +9,16 @@
  * be queued until its last one is. Replies that become ready meanwhile (other
  * results, ping/info/stats, errors) are held in arrival order and released
  * when that result's last chunk is queued.
+ *
+ * A chunk in memory the backend shares between jobs (GPU staging) is the
+ * exception: a client that does not read must not hold a staging slot other
+ * jobs on the device need, but copying every chunk (64 MiB of fresh pages)
+ * took a 4096^3 f32 round trip from 43.9 to 75.5 ms on an H200. Such a chunk is only ever read
+ * synchronously, by uv_try_write (which keeps no pointer) and memcpy. While
+ * the socket takes it, it goes out from staging; when the socket is full, a
+ * small copied probe piece is queued with uv_write, and its callback (the
+ * socket drained) resumes writing from staging. Only a chunk still not out
+ * gpu.staging_hold_ms after it arrived is copied and given back.
  */
 #include "gd_session_internal.h"
 
@@ -19,6 +29,10 @@
 #include "gd_clock.h"
 #include "gd_log.h"
 #include "gp_encode.h"
+
+/* The piece copied and queued when the socket refuses a shared chunk: its write callback says
+ * the socket drained. Small enough for malloc to reuse heap memory (no fresh pages to fault). */
+#define PROBE_BYTES (64 * 1024)
 
 /* A reply (or a chunk of one) that is ready while another result is half-way out: the
  * arguments of write_out, kept until that result's last chunk has been queued. */
@@ -32,6 +46,18 @@ struct gd__held {
   bool last;
 };
 
+struct gd__shared {
+  struct gd__shared *next;
+  gd__sjob *rec;
+  char *head;              /* the reply's head (owned) for its first chunk, else NULL */
+  size_t head_len;
+  const char *data;        /* the backend's memory, len bytes: given back once, when out */
+  size_t len;
+  size_t sent;             /* of head_len + len: written, or copied into a queued write */
+  bool last;
+  uint64_t started_us;     /* when it arrived: the hold limit counts from here */
+};
+
 typedef struct {
   uv_write_t req;
   gd_session *s;
@@ -41,10 +67,12 @@ typedef struct {
   size_t chunk_len;
   bool last;
   bool give_back;            /* chunk is the backend's memory: hand it back when written */
+  bool probe;                /* a piece of the open shared chunk: its callback resumes pump */
   size_t bytes;
 } wreq;
 
 static void release_held(gd_session *s);
+static void pump(gd_session *s);
 
 static void free_wreq(wreq *w) {
   free(w->head);
@@ -65,6 +93,9 @@ static void on_write(uv_write_t *req, int status) {
   wreq *w = req->data;
   gd_session *s = w->s;
   gd_daemon *d = s->d;
+  bool resume = w->probe && s->shared_probe == w; /* not after a close dropped the chunk */
+  if (resume)
+    s->shared_probe = NULL;
   s->write_bytes -= w->bytes;
   s->writes--;
   s->write_progress_us = gd_now_us();
@@ -75,7 +106,7 @@ static void on_write(uv_write_t *req, int status) {
     rec->writes_pending--;
     if (w->give_back)
       gd_sched_chunk_sent(d->sched, rec->job, w->chunk, w->chunk_len);
-    if (!rec->orphan && w->last)
+    if (!rec->orphan && (w->last || (rec->reply_out && rec->writes_pending == 0)))
       reply_done(s, rec, status == 0);
   }
   free_wreq(w);
@@ -85,6 +116,8 @@ static void on_write(uv_write_t *req, int status) {
     gd_session_close(s, why);
     return;
   }
+  if (resume)
+    pump(s); /* the socket drained: go on writing the open shared chunk from staging */
   gd__session_kick(s); /* the write backlog shrank: maybe decode and read again */
 }
 
@@ -117,10 +150,11 @@ static wreq *new_wreq(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
 }
 
 /* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
- * 0, or -1 when the write could not be queued (the session is then closing; the chunk, if any,
- * is given back to the scheduler). Callers go through write_out, which keeps results whole. */
-static int write_now(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
-                     const void *chunk, size_t chunk_len, bool last) {
+ * the queued request (libuv's until on_write), or NULL when the write could not be queued (the
+ * session is then closing; the chunk, if any, is given back to the scheduler). Callers go
+ * through write_out, which keeps results whole. */
+static wreq *queue_write(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
+                         const void *chunk, size_t chunk_len, bool last) {
   uv_buf_t bufs[2];
   unsigned nbufs = 0;
   wreq *w = new_wreq(s, head, head_len, rec, chunk, chunk_len, last, bufs, &nbufs);
@@ -139,7 +173,7 @@ static int write_now(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
       snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
       gd_session_close(s, why);
     }
-    return -1;
+    return NULL;
   }
   if (rec)
     rec->writes_pending++;
@@ -148,7 +182,13 @@ static int write_now(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
   s->writes++;
   s->write_bytes += w->bytes;
   gd__session_update_timer(s); /* arms the stalled-reader timeout */
-  return 0;
+  return w;
+}
+
+/* queue_write: 0, or -1 when the session is closing. */
+static int write_now(gd_session *s, char *head, size_t head_len, gd__sjob *rec,
+                     const void *chunk, size_t chunk_len, bool last) {
+  return queue_write(s, head, head_len, rec, chunk, chunk_len, last) ? 0 : -1;
 }
 
 static bool must_hold(const gd_session *s, const gd__sjob *rec) {
@@ -236,6 +276,15 @@ void gd__session_drop_held(gd_session *s) {
   }
   s->held_tail = &s->held_head;
   s->held_bytes = 0;
+  while (s->shared_head) {
+    gd__shared *c = s->shared_head;
+    s->shared_head = c->next;
+    free(c->head);
+    gd_sched_chunk_sent(s->d->sched, c->rec->job, c->data, c->len);
+    free(c);
+  }
+  s->shared_tail = &s->shared_head;
+  s->shared_probe = NULL; /* its callback (cancelled) must not resume anything */
   s->streaming = NULL;
 }
 
@@ -263,72 +312,185 @@ void gd__session_send_error(gd_session *s, uint32_t msgid, int code, const char 
   gd__session_write_sbuffer(s, &sbuf);
 }
 
-/* A copy of what uv_try_write left of head and the chunk (done of the head_len + ev->len bytes
- * went out), or NULL when out of memory. */
-static char *copy_unsent(const char *head, size_t head_len, const gd_backend_event *ev,
-                         size_t done) {
-  size_t total = head_len + ev->len;
-  char *rest = malloc(total - done);
-  if (!rest)
-    return NULL;
-  size_t head_done = done < head_len ? done : head_len;
-  size_t chunk_done = done - head_done;
-  if (head_len > head_done) /* head is NULL for every chunk but the first */
-    memcpy(rest, head + head_done, head_len - head_done);
-  if (ev->len > chunk_done)
-    memcpy(rest + (head_len - head_done), (const char *)ev->data + chunk_done,
-           ev->len - chunk_done);
-  return rest;
-}
+/* ---- chunks in shared memory (see the top) ------------------------------- */
 
-/* The socket took the whole chunk at once: rec's result stays open, or is answered. */
-static void chunk_sent_whole(gd_session *s, gd__sjob *rec, bool last) {
-  if (!last) {
-    s->streaming = rec;
-  } else {
-    if (s->streaming == rec)
-      s->streaming = NULL;
+/* The last byte of rec's reply left through uv_try_write: answered now, or by the callback of
+ * its last write still pending (rec must outlive those callbacks). */
+static void answer_when_written(gd_session *s, gd__sjob *rec) {
+  if (rec->writes_pending == 0)
     reply_done(s, rec, true);
-    release_held(s);
-  }
-  gd__session_kick(s);
+  else
+    rec->reply_out = true;
 }
 
-/* A chunk in memory the backend shares between jobs (GPU staging) must not wait for a slow
- * client: that would stall every other job on the device. Write what the socket takes now; copy
- * the rest (only then) and give the chunk back at once. */
-static void write_shared_chunk(gd_session *s, gd__sjob *rec, char *head, size_t head_len,
-                               const gd_backend_event *ev) {
-  gd_job *job = rec->job;
-  uv_buf_t bufs[2] = {{.base = head, .len = head_len}, {.base = (char *)ev->data, .len = ev->len}};
-  size_t total = head_len + ev->len, done = 0;
-  /* uv_try_write refuses (EAGAIN) while earlier writes are queued, so bytes stay in order */
-  int n = uv_try_write(&s->h.stream, head ? bufs : bufs + 1, head ? 2 : 1);
-  if (n < 0 && n != UV_EAGAIN) {
-    free(head);
-    gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
-    char why[128];
-    snprintf(why, sizeof why, "write failed: %s", uv_strerror(n));
-    gd_session_close(s, why);
-    return;
+/* Takes the open chunk off the list and gives its memory back to the backend (exactly once). */
+static void close_shared(gd_session *s, gd__shared *c) {
+  s->shared_head = c->next;
+  if (!s->shared_head)
+    s->shared_tail = &s->shared_head;
+  free(c->head);
+  gd_sched_chunk_sent(s->d->sched, c->rec->job, c->data, c->len);
+  free(c);
+}
+
+/* Copies n bytes of c's head + data, starting at byte from of them, into dst. */
+static void copy_range(const gd__shared *c, size_t from, size_t n, char *dst) {
+  if (from < c->head_len) {
+    size_t h = c->head_len - from < n ? c->head_len - from : n;
+    memcpy(dst, c->head + from, h);
+    dst += h;
+    from += h;
+    n -= h;
   }
-  if (n > 0) {
-    done = (size_t)n;
-    s->d->stats.bytes_out += done;
+  if (n)
+    memcpy(dst, c->data + (from - c->head_len), n);
+}
+
+/* Writes what the socket takes of c now. Returns 1 when all of c is out, 0 when the socket
+ * refused (some or all), or a uv error. */
+static int try_write_shared(gd_session *s, gd__shared *c) {
+  size_t total = c->head_len + c->len;
+  while (c->sent < total) {
+    uv_buf_t bufs[2];
+    unsigned nbufs = 0;
+    /* set by hand: uv_buf_init takes an unsigned int */
+    if (c->sent < c->head_len) {
+      bufs[nbufs].base = c->head + c->sent;
+      bufs[nbufs++].len = c->head_len - c->sent;
+    }
+    size_t data_from = c->sent > c->head_len ? c->sent - c->head_len : 0;
+    if (data_from < c->len) {
+      bufs[nbufs].base = (char *)c->data + data_from;
+      bufs[nbufs++].len = c->len - data_from;
+    }
+    /* EAGAIN while earlier writes are queued in libuv, so bytes stay in order */
+    int n = uv_try_write(&s->h.stream, bufs, nbufs);
+    if (n == UV_EAGAIN || n == 0)
+      return 0;
+    if (n < 0)
+      return n;
+    c->sent += (size_t)n;
+    s->d->stats.bytes_out += (uint64_t)n;
     s->write_progress_us = gd_now_us();
+    if (c->sent < total)
+      return 0; /* a partial write: the socket buffer is full */
   }
-  char *rest = done < total ? copy_unsent(head, head_len, ev, done) : NULL;
-  free(head);
-  gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len); /* the staging slot is free again */
-  if (done == total) {
-    chunk_sent_whole(s, rec, ev->last);
-    return;
-  }
+  return 1;
+}
+
+/* All of the open chunk is out: give it back; rec's result stays open, or is answered. */
+static void shared_done(gd_session *s, gd__shared *c) {
+  gd__sjob *rec = c->rec;
+  bool last = c->last;
+  close_shared(s, c);
+  if (!last)
+    return; /* s->streaming stays rec until its last chunk */
+  if (s->streaming == rec)
+    s->streaming = NULL;
+  answer_when_written(s, rec);
+  release_held(s);
+}
+
+/* The hold limit passed (slow) or at most a probe piece is left: copy what is left of the open
+ * chunk into one write and give the staging back now. May close the session. */
+static void shared_copy_rest(gd_session *s, gd__shared *c, bool slow) {
+  size_t rest_len = c->head_len + c->len - c->sent;
+  char *rest = malloc(rest_len);
+  if (rest)
+    copy_range(c, c->sent, rest_len, rest);
+  gd__sjob *rec = c->rec;
+  bool last = c->last;
+  if (slow)
+    gd_debug("conn %llu: msgid %u: %zu bytes of a result chunk copied off staging after %llu ms",
+             (unsigned long long)s->id, (unsigned)rec->msgid, rest_len,
+             (unsigned long long)((gd_now_us() - c->started_us) / 1000u));
+  close_shared(s, c);
   if (!rest) {
     gd_session_close(s, "out of memory copying a reply");
     return;
   }
-  write_out(s, rest, total - done, rec, NULL, 0, ev->last);
+  write_out(s, rest, rest_len, rec, NULL, 0, last); /* rec is streaming: queued, not held */
+}
+
+/* The socket refused c: queue a copied probe piece behind whatever libuv holds; its callback
+ * (the socket drained) resumes pump. */
+static void shared_probe(gd_session *s, gd__shared *c) {
+  char *piece = malloc(PROBE_BYTES);
+  if (!piece) {
+    gd_session_close(s, "out of memory copying a reply");
+    return;
+  }
+  copy_range(c, c->sent, PROBE_BYTES, piece);
+  wreq *w = queue_write(s, piece, PROBE_BYTES, c->rec, NULL, 0, false);
+  if (!w)
+    return; /* closing: the chunk was dropped */
+  w->probe = true;
+  s->shared_probe = w;
+  c->sent += PROBE_BYTES;
+}
+
+static bool hold_passed(const gd_session *s, const gd__shared *c, uint64_t now) {
+  return now - c->started_us >= s->d->cfg.gpu.staging_hold_ms * 1000u;
+}
+
+/* Writes the shared chunks from staging while the socket takes them (see the top). Waits while
+ * a probe is in flight: its callback calls pump again; the session's timer calls
+ * gd__session_shared_expire when the hold limit passes first. */
+static void pump(gd_session *s) {
+  while (s->shared_head && !s->shared_probe && !s->closing) {
+    gd__shared *c = s->shared_head;
+    int rc = try_write_shared(s, c);
+    if (rc < 0) {
+      char why[128];
+      snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
+      gd_session_close(s, why); /* gives the chunk back */
+      return;
+    }
+    if (rc == 1)
+      shared_done(s, c);
+    else if (hold_passed(s, c, gd_now_us()))
+      shared_copy_rest(s, c, true);
+    else if (c->head_len + c->len - c->sent <= PROBE_BYTES)
+      shared_copy_rest(s, c, false);
+    else
+      shared_probe(s, c);
+  }
+}
+
+/* A chunk in memory the backend shares between jobs: written from there while the socket takes
+ * it (pump), after the shared chunks of rec before it. */
+static void open_shared_chunk(gd_session *s, gd__sjob *rec, char *head, size_t head_len,
+                              const gd_backend_event *ev) {
+  gd__shared *c = calloc(1, sizeof *c);
+  if (!c) {
+    free(head);
+    gd_sched_chunk_sent(s->d->sched, rec->job, ev->data, ev->len);
+    gd_session_close(s, "out of memory writing a reply");
+    return;
+  }
+  *c = (gd__shared){NULL, rec, head, head_len, ev->data, ev->len, 0, ev->last, gd_now_us()};
+  if (!s->shared_head)
+    s->shared_tail = &s->shared_head;
+  *s->shared_tail = c;
+  s->shared_tail = &c->next;
+  s->streaming = rec; /* other replies are held until its last chunk is out */
+  pump(s);
+  gd__session_kick(s);
+}
+
+bool gd__session_shared_since(const gd_session *s, uint64_t *since_us) {
+  if (!s->shared_head)
+    return false;
+  *since_us = s->shared_head->started_us;
+  return true;
+}
+
+void gd__session_shared_expire(gd_session *s) {
+  uint64_t now = gd_now_us();
+  while (s->shared_head && !s->closing && hold_passed(s, s->shared_head, now))
+    shared_copy_rest(s, s->shared_head, true);
+  pump(s);
+  gd__session_kick(s);
 }
 
 /* Another result is half-way out: copy this chunk (and its head) and free the staging slot at
@@ -359,5 +521,5 @@ void gd__session_write_chunk(gd_session *s, gd__sjob *rec, char *head, size_t he
   else if (must_hold(s, rec))
     hold_shared_chunk(s, rec, head, head_len, ev);
   else
-    write_shared_chunk(s, rec, head, head_len, ev);
+    open_shared_chunk(s, rec, head, head_len, ev);
 }

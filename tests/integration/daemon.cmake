@@ -67,8 +67,9 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
 
   # reply_order: replies of other requests never land inside a result that leaves in several
   # chunks. memory_wait: time spent waiting for device memory is not a request timeout.
+  # staging_hold: a client that does not read its result holds no staging other jobs need.
   # No SKIP_RETURN_CODE: the fake device is always there, so a skip is a failure.
-  foreach(name reply_order memory_wait)
+  foreach(name reply_order memory_wait staging_hold)
     add_test(NAME daemon_fake_${name}
              COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
                      --gemmd $<TARGET_FILE:gemmd_fake>)

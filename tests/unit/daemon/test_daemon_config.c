@@ -61,6 +61,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->gpu.device_count, b->gpu.device_count);
   ck_assert_uint_eq(a->gpu.staging_bytes, b->gpu.staging_bytes);
   ck_assert_uint_eq(a->gpu.staging_buffers, b->gpu.staging_buffers);
+  ck_assert_uint_eq(a->gpu.staging_hold_ms, b->gpu.staging_hold_ms);
   ck_assert_double_eq(a->gpu.memory_fraction, b->gpu.memory_fraction);
   ck_assert_uint_eq(a->gpu.memory_bytes, b->gpu.memory_bytes);
   ck_assert_str_eq(a->gpu.kernel, b->gpu.kernel);
@@ -82,6 +83,7 @@ static void scramble(gd_config *cfg) {
   cfg->gpu.devices_auto = false;
   cfg->gpu.staging_bytes = 1;
   cfg->gpu.staging_buffers = 9;
+  cfg->gpu.staging_hold_ms = 1;
   cfg->gpu.memory_fraction = 0.1;
   cfg->gpu.memory_bytes = 1;
   strcpy(cfg->gpu.kernel, "x");
@@ -118,7 +120,7 @@ START_TEST(every_key_parses) {
           "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
           "cpu: {threads: 4, blas_threads: 2}\n"
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
-          "  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n",
+          "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n",
           &cfg);
   ck_assert_uint_eq(cfg.listen_count, 3);
   ck_assert_str_eq(cfg.listen[2], "tcp:[::1]:7001");
@@ -150,6 +152,7 @@ START_TEST(every_key_parses) {
   ck_assert_int_eq(cfg.gpu.devices[1], 0);
   ck_assert_uint_eq(cfg.gpu.staging_bytes, 8u << 20);
   ck_assert_uint_eq(cfg.gpu.staging_buffers, 3);
+  ck_assert_uint_eq(cfg.gpu.staging_hold_ms, 7);
   ck_assert_double_eq(cfg.gpu.memory_fraction, 0.5);
   ck_assert_uint_eq(cfg.gpu.memory_bytes, 2ull << 30);
   ck_assert_str_eq(cfg.gpu.kernel, "cublas");
