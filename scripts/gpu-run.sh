@@ -7,7 +7,7 @@
 #   all    all of the above
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
-# files in .deps/ (carry [".deps"]) are unpacked into /opt/deps (never into /) and pkg-config
+# files in .deps/ (made by scripts/gpu-deps.sh; carry [".deps"]) are unpacked into /opt/deps (never into /) and pkg-config
 # and the loader are pointed there. If the whole tree does not configure or its GPU kernel test
 # does not build, the kernels-only project (tests/gpu/standalone) is built instead, so the
 # kernels can still be checked and timed; the summary says so.
@@ -60,6 +60,8 @@ else
   deps="system"
 fi
 export PATH=$PATH:/usr/local/cuda/bin
+# Debian's pure-Python msgpack (scripts/gpu-deps.sh puts it there) for the Python tests
+[ -d .deps/python ] && export PYTHONPATH=$root/.deps/python${PYTHONPATH:+:$PYTHONPATH}
 
 {
   echo "== gpu-run.sh $mode, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
