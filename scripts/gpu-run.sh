@@ -1,7 +1,9 @@
 #!/bin/bash
-# gpu-run.sh [all|tests|bench|e2e] - the one script for the GPU machine (default: all).
+# gpu-run.sh [all|tests|daemon|bench|e2e] - the one script for the GPU machine (default: all).
 #
 #   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's GPU tests)
+#   daemon build, then the daemon's whole integration suite on the GPU backend
+#          (GEMMD_TEST_BACKEND=gpu ctest -L integration -R daemon_)
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
 #   e2e    build, then bench/e2e (the daemon end to end)
 #   all    all of the above
@@ -19,8 +21,8 @@
 # 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
 set -uo pipefail
 mode=${1:-all}
-case $mode in all | tests | bench | e2e) ;; *)
-  echo "usage: $0 [all|tests|bench|e2e]" >&2
+case $mode in all | tests | daemon | bench | e2e) ;; *)
+  echo "usage: $0 [all|tests|daemon|bench|e2e]" >&2
   exit 2
   ;;
 esac
@@ -130,6 +132,16 @@ if [ "$mode" = all ] || [ "$mode" = tests ]; then
     --timeout "$test_timeout" 2>&1 | tee "$OUT/gpu-tests.log" | grep -E "Test +#|tests passed|tests failed| FAIL|SKIP|ERROR SUMMARY|RACECHECK SUMMARY"
   note "tests: ctest -L gpu rc ${PIPESTATUS[0]} ($(elapsed))"
   grep -E "Test +#|tests passed|tests failed" "$OUT/gpu-tests.log" | tee -a "$summary"
+fi
+
+if [ "$mode" = all ] || [ "$mode" = daemon ]; then
+  echo "== daemon integration suite on the GPU backend ($(elapsed))"
+  # the gemmd_fake tests run the GPU backend over a fake runtime: nothing to learn here
+  GEMMD_TEST_BACKEND=gpu timeout "$test_timeout" ctest --test-dir "$build" -L integration \
+    -R '^daemon_' -E '^daemon_fake' -j 4 --output-on-failure --timeout "$test_timeout" \
+    >"$OUT/daemon-gpu.log" 2>&1
+  note "daemon: integration suite with GEMMD_TEST_BACKEND=gpu rc $? ($(elapsed))"
+  grep -E "Test +#|tests passed|tests failed" "$OUT/daemon-gpu.log" | tee -a "$summary"
 fi
 
 # A program run with a time limit, its output in $OUT/$log; a missing program is noted.
