@@ -202,6 +202,9 @@ DEFAULT_CONFIG = {
     "log_level": "info",
     "cpu": {"threads": 2, "blas_threads": 1},
     "timeouts": {"drain_ms": 20000},
+    # Test daemons run side by side on one GPU (ctest -j): each takes its whole device pool at
+    # start, and the default (90% of the card) would leave the next one nothing.
+    "gpu": {"memory_bytes": "4GiB"},
 }
 
 
