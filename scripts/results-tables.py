@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Writes the latest GPU run's tables into bench/RESULTS.md.
 
-    scripts/results-tables.py LOGDIR [RESULTS.md]
+    scripts/results-tables.py [--results RESULTS.md] LOGDIR [LOGDIR...]
 
-LOGDIR holds what `scripts/gpu-run.sh all` wrote under $OUT: summary.txt (device, commit),
-bench-baseline.log (test_gpu_kernels --bench), bench-kernels.log (bench_kernels --markdown) and
-bench-e2e.log (bench_e2e). The block between `<!-- latest-run:begin -->` and
+A LOGDIR holds what `scripts/gpu-run.sh` wrote under $OUT: summary.txt and env.log (device,
+commit, date), bench-baseline.log (test_gpu_kernels --bench), bench-kernels.log (bench_kernels
+--markdown) and bench-e2e.log (bench_e2e). Each table comes from the last LOGDIR that has its log,
+and names that run. The block between `<!-- latest-run:begin -->` and
 `<!-- latest-run:end -->` in RESULTS.md is replaced; nothing else in the file changes, so the
 tables in the docs always come from one real run rather than from hand edits.
 """
@@ -65,29 +66,43 @@ def run_line(summary, env):
         commit = found.group(1) if found else commit
     when = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d UTC)", env)
     date = f", {when.group(1)}" if when else ""
-    return f"**Run:** {device}{date}; tree at commit `{commit}` (`scripts/gpu-run.sh all`)."
+    mode = re.match(r"gpu-run\.sh (\w+)", first)
+    how = f"`scripts/gpu-run.sh {mode.group(1)}`" if mode else "`scripts/gpu-run.sh`"
+    return f"**Run:** {device}{date}; tree at commit `{commit}` ({how})."
+
+
+def newest(logdirs, name):
+    """(text, run line) of the log from the last directory that has it."""
+    for logdir in reversed(logdirs):
+        text = read(os.path.join(logdir, name))
+        if text:
+            summaries = sorted(f for f in os.listdir(logdir) if re.match(r"summary.*\.txt$", f))
+            summary = read(os.path.join(logdir, summaries[0])) if summaries else ""
+            return text, run_line(summary, read(os.path.join(logdir, "env.log")))
+    return "", ""
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "RESULTS.md")
+    if args[:1] == ["--results"] and len(args) > 1:
+        results, args = args[1], args[2:]
+    if not args:
         sys.exit(__doc__)
-    logdir = sys.argv[1]
-    results = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "bench", "RESULTS.md")
-    summary = read(os.path.join(logdir, "summary.txt"))
-    env = read(os.path.join(logdir, "env.log"))
-    parts = [BEGIN, "## Latest run", "", run_line(summary, env), ""]
+    parts = [BEGIN, "## Latest run", ""]
     sections = [
         ("Every kernel at 4096³ against cuBLAS (`test_gpu_kernels --bench --size 4096`)",
-         baseline_table(read(os.path.join(logdir, "bench-baseline.log")))),
+         "bench-baseline.log", baseline_table),
         ("The selector's kernel (`auto`) against cuBLAS, every dtype and shape (`bench_kernels --markdown`)",
-         last_markdown_table(read(os.path.join(logdir, "bench-kernels.log")))),
+         "bench-kernels.log", last_markdown_table),
         ("End to end through gemmd over a Unix socket (`bench_e2e`)",
-         last_markdown_table(read(os.path.join(logdir, "bench-e2e.log")))),
+         "bench-e2e.log", last_markdown_table),
     ]
-    for title, table in sections:
+    for title, log, table_of in sections:
+        text, run = newest(args, log)
+        table = table_of(text)
         parts += [f"### {title}", ""]
-        parts += table if table else ["(not in this run)"]
+        parts += ([run, ""] + table) if table else ["(not in these runs)"]
         parts.append("")
     parts.append(END)
     block = "\n".join(parts)
@@ -102,7 +117,7 @@ def main():
         text = text[:first_section] + block + "\n\n" + text[first_section:]
     with open(results, "w", encoding="utf-8") as f:
         f.write(text)
-    print(f"results-tables: wrote the latest run into {results}")
+    print(f"results-tables: wrote the latest runs into {results}")
 
 
 if __name__ == "__main__":
