@@ -20,14 +20,7 @@ endif()
 add_executable(test_gpu_backend_fake
   ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_backend_fake.c
   ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_info.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_input.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_jobs.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
-  ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c
+  ${GEMMD_GPU_BACKEND_SOURCES}
   ${PROJECT_SOURCE_DIR}/daemon/gd_log.c)
 target_include_directories(test_gpu_backend_fake PRIVATE
   ${PROJECT_SOURCE_DIR}/daemon ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})

@@ -42,20 +42,10 @@ if(TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 endif()
 if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
-  get_target_property(gemmd_fake_srcs gemmd_core SOURCES)
-  list(FILTER gemmd_fake_srcs EXCLUDE REGEX "(gd_nocuda|gd_gpu_[a-z]+)\\.c$")
-  list(TRANSFORM gemmd_fake_srcs PREPEND ${PROJECT_SOURCE_DIR}/daemon/ REGEX "^[^/]")
   add_executable(gemmd_fake
     ${PROJECT_SOURCE_DIR}/daemon/main.c
-    ${gemmd_fake_srcs}
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_backend.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_device.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_info.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_input.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_jobs.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_pool.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_staging.c
-    ${PROJECT_SOURCE_DIR}/daemon/gd_gpu_worker.c
+    ${GEMMD_CORE_SOURCES}
+    ${GEMMD_GPU_BACKEND_SOURCES}
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c)
   target_include_directories(gemmd_fake PRIVATE
     ${PROJECT_SOURCE_DIR}/daemon ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
