@@ -54,6 +54,22 @@ gp__action gp__skip_action(gp__kind parent, const gp__token *tok) {
   return act;
 }
 
+/* The envelope's opening: both roles take 3 or 4 elements; `expected` words what this role takes. */
+gp__action gp__envelope_start(gp_decoder *d, const gp__token *tok, const char *expected) {
+  if (tok->len != 4 && tok->len != 3)
+    gp__fatalf(d, "envelope: %s, got %u", expected, tok->len);
+  return (gp__action){GP__K_ENVELOPE, GP__BODY_NONE};
+}
+
+void gp__read_msgid(gp_decoder *d, const gp__token *tok) {
+  if (tok->type != GP__TOK_INT || tok->neg || tok->u > UINT32_MAX) {
+    gp__fatalf(d, "msgid: must be a uint32, got %s", gp__tok_words(tok));
+    return;
+  }
+  d->msgid = (uint32_t)tok->u;
+  d->has_msgid = true;
+}
+
 /* ---- events ---- */
 
 gp_event *gp__emit(gp_decoder *d, gp_event_type type) {

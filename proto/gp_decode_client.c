@@ -50,12 +50,6 @@ static gp__action out_hdr_problem(gp_decoder *d, gp__kind parent, const gp__toke
 
 /* ---- envelope ---- */
 
-static gp__action envelope_start(gp_decoder *d, const gp__token *tok) {
-  if (tok->len != 4 && tok->len != 3)
-    gp__fatalf(d, "envelope: a response has 4 elements, got %u", tok->len);
-  return (gp__action){GP__K_ENVELOPE, GP__BODY_NONE};
-}
-
 static void read_type(gp_decoder *d, uint32_t count, const gp__token *tok) {
   bool is_int = tok->type == GP__TOK_INT && !tok->neg;
   if (is_int && tok->u == GP__MSG_RESPONSE && count == 4) {
@@ -69,15 +63,6 @@ static void read_type(gp_decoder *d, uint32_t count, const gp__token *tok) {
   } else {
     gp__fatalf(d, "envelope: the type field must be an integer, got %s", gp__tok_words(tok));
   }
-}
-
-static void read_msgid(gp_decoder *d, const gp__token *tok) {
-  if (tok->type != GP__TOK_INT || tok->neg || tok->u > UINT32_MAX) {
-    gp__fatalf(d, "msgid: must be a uint32, got %s", gp__tok_words(tok));
-    return;
-  }
-  d->msgid = (uint32_t)tok->u;
-  d->has_msgid = true;
 }
 
 static gp__action read_error(gp_decoder *d, const gp__token *tok) {
@@ -108,7 +93,7 @@ static gp__action envelope_element(gp_decoder *d, const gp__frame *f, const gp__
     read_type(d, f->count, tok);
     return NOTHING;
   case 1:
-    read_msgid(d, tok);
+    gp__read_msgid(d, tok);
     return NOTHING;
   case 2:
     return read_error(d, tok);
@@ -278,7 +263,7 @@ static void generic_result(gp_decoder *d) {
 static gp__action client_on_value(gp_decoder *d, const gp__token *tok) {
   gp__frame *f = gp__parent(d);
   if (f == NULL)
-    return envelope_start(d, tok);
+    return gp__envelope_start(d, tok, "a response has 4 elements");
   switch (f->kind) {
   case GP__K_ENVELOPE:
     return envelope_element(d, f, tok);

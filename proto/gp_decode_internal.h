@@ -149,6 +149,13 @@ void gp__printable(char *out, size_t out_size, const char *s, size_t len);
 /* The token's type in words ("an integer", "a map"), for error messages. */
 const char *gp__tok_words(const gp__token *tok);
 
+/* Opens the envelope array (3 or 4 elements, else fatal with "envelope: <expected>, got N").
+ * Returns the ENVELOPE frame action. Shared by both grammars. */
+gp__action gp__envelope_start(gp_decoder *d, const gp__token *tok, const char *expected);
+
+/* Reads the msgid element: a uint32 sets d->msgid and d->has_msgid, anything else is fatal. */
+void gp__read_msgid(gp_decoder *d, const gp__token *tok);
+
 /* ---- the grammars ---- */
 
 typedef struct {

@@ -41,12 +41,6 @@ static gp__action reject_type(gp_decoder *d, gp__kind parent, const gp__token *t
 
 /* ---- envelope ---- */
 
-static gp__action envelope_start(gp_decoder *d, const gp__token *tok) {
-  if (tok->len != 4 && tok->len != 3)
-    gp__fatalf(d, "envelope: a request has 4 elements and a notification 3, got %u", tok->len);
-  return (gp__action){GP__K_ENVELOPE, GP__BODY_NONE};
-}
-
 static void read_type(gp_decoder *d, uint32_t count, const gp__token *tok) {
   if (tok->type == GP__TOK_INT && !tok->neg && tok->u == GP__MSG_REQUEST && count == 4) {
     d->msg_type = GP__MSG_REQUEST;
@@ -61,15 +55,6 @@ static void read_type(gp_decoder *d, uint32_t count, const gp__token *tok) {
                (unsigned long long)tok->u, count);
   else
     gp__fatalf(d, "envelope: the type field must be an integer, got %s", gp__tok_words(tok));
-}
-
-static void read_msgid(gp_decoder *d, const gp__token *tok) {
-  if (tok->type != GP__TOK_INT || tok->neg || tok->u > UINT32_MAX) {
-    gp__fatalf(d, "msgid: must be a uint32, got %s", gp__tok_words(tok));
-    return;
-  }
-  d->msgid = (uint32_t)tok->u;
-  d->has_msgid = true;
 }
 
 static gp__action read_method(gp_decoder *d, const gp__token *tok) {
@@ -114,7 +99,7 @@ static gp__action envelope_element(gp_decoder *d, const gp__frame *f, const gp__
     return NOTHING;
   }
   if (d->msg_type == GP__MSG_REQUEST && f->index == 1) {
-    read_msgid(d, tok);
+    gp__read_msgid(d, tok);
     return NOTHING;
   }
   if (f->index == method_index(d))
@@ -282,7 +267,7 @@ static void hdr_done(gp_decoder *d) {
 static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
   gp__frame *f = gp__parent(d);
   if (f == NULL)
-    return envelope_start(d, tok);
+    return gp__envelope_start(d, tok, "a request has 4 elements and a notification 3");
   switch (f->kind) {
   case GP__K_ENVELOPE:
     return envelope_element(d, f, tok);
