@@ -61,6 +61,32 @@ static int pack_bool(msgpack_packer *pk, bool value) {
   return value ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
 }
 
+/* key-value pairs of a map: the str key, then the value. Each returns GP_OK or
+ * GP_E_RESOURCE_EXHAUSTED, like every PACK. */
+static int pack_key_uint(msgpack_packer *pk, const char *key, uint64_t value) {
+  PACK_KEY(pk, key);
+  PACK(msgpack_pack_uint64(pk, value));
+  return GP_OK;
+}
+
+static int pack_key_cstr(msgpack_packer *pk, const char *key, const char *value) {
+  PACK_KEY(pk, key);
+  PACK(pack_cstr(pk, value));
+  return GP_OK;
+}
+
+static int pack_key_bool(msgpack_packer *pk, const char *key, bool value) {
+  PACK_KEY(pk, key);
+  PACK(pack_bool(pk, value));
+  return GP_OK;
+}
+
+static int pack_key_double(msgpack_packer *pk, const char *key, double value) {
+  PACK_KEY(pk, key);
+  PACK(msgpack_pack_double(pk, value));
+  return GP_OK;
+}
+
 static int pack_request_head(msgpack_packer *pk, uint32_t msgid, const char *method) {
   PACK(msgpack_pack_array(pk, 4));
   PACK(msgpack_pack_uint8(pk, GP__MSG_REQUEST));
@@ -95,30 +121,18 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
   PACK(msgpack_pack_map(pk, hdr->has_timeout ? 11 : 10));
-  PACK_KEY(pk, "m");
-  PACK(msgpack_pack_uint64(pk, hdr->m));
-  PACK_KEY(pk, "n");
-  PACK(msgpack_pack_uint64(pk, hdr->n));
-  PACK_KEY(pk, "k");
-  PACK(msgpack_pack_uint64(pk, hdr->k));
-  PACK_KEY(pk, "dtype");
-  PACK(pack_cstr(pk, gp_dtype_name(hdr->dtype)));
-  PACK_KEY(pk, "trans_a");
-  PACK(pack_bool(pk, hdr->trans_a));
-  PACK_KEY(pk, "trans_b");
-  PACK(pack_bool(pk, hdr->trans_b));
-  PACK_KEY(pk, "alpha");
-  PACK(msgpack_pack_double(pk, hdr->alpha));
-  PACK_KEY(pk, "beta");
-  PACK(msgpack_pack_double(pk, hdr->beta));
-  PACK_KEY(pk, "batch");
-  PACK(msgpack_pack_uint64(pk, hdr->batch));
-  PACK_KEY(pk, "precision");
-  PACK(pack_cstr(pk, gp_precision_name(hdr->precision)));
-  if (hdr->has_timeout) {
-    PACK_KEY(pk, "timeout_ms");
-    PACK(msgpack_pack_uint64(pk, hdr->timeout_ms));
-  }
+  PACK(pack_key_uint(pk, "m", hdr->m));
+  PACK(pack_key_uint(pk, "n", hdr->n));
+  PACK(pack_key_uint(pk, "k", hdr->k));
+  PACK(pack_key_cstr(pk, "dtype", gp_dtype_name(hdr->dtype)));
+  PACK(pack_key_bool(pk, "trans_a", hdr->trans_a));
+  PACK(pack_key_bool(pk, "trans_b", hdr->trans_b));
+  PACK(pack_key_double(pk, "alpha", hdr->alpha));
+  PACK(pack_key_double(pk, "beta", hdr->beta));
+  PACK(pack_key_uint(pk, "batch", hdr->batch));
+  PACK(pack_key_cstr(pk, "precision", gp_precision_name(hdr->precision)));
+  if (hdr->has_timeout)
+    PACK(pack_key_uint(pk, "timeout_ms", hdr->timeout_ms));
   return GP_OK;
 }
 
@@ -138,10 +152,16 @@ int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_g
   return pack_bin_header(&pk, a_bytes);
 }
 
-int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid) {
+/* [1, msgid, ...: the response array up to its error element. */
+static int pack_response_prefix(msgpack_packer *pk, uint32_t msgid) {
   PACK(msgpack_pack_array(pk, 4));
   PACK(msgpack_pack_uint8(pk, GP__MSG_RESPONSE));
   PACK(msgpack_pack_uint32(pk, msgid));
+  return GP_OK;
+}
+
+int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid) {
+  PACK(pack_response_prefix(pk, msgid));
   PACK(msgpack_pack_nil(pk));
   return GP_OK;
 }
@@ -151,14 +171,10 @@ int gp_encode_error_response(msgpack_sbuffer *out, uint32_t msgid, int code, con
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
   if (code == GP_OK)
     return GP_E_INVALID_ARGUMENT; /* an error reply always carries an error */
-  PACK(msgpack_pack_array(&pk, 4));
-  PACK(msgpack_pack_uint8(&pk, GP__MSG_RESPONSE));
-  PACK(msgpack_pack_uint32(&pk, msgid));
+  PACK(pack_response_prefix(&pk, msgid));
   PACK(msgpack_pack_map(&pk, 2));
-  PACK_KEY(&pk, "code");
-  PACK(pack_cstr(&pk, gp_code_name(code)));
-  PACK_KEY(&pk, "message");
-  PACK(pack_cstr(&pk, message != NULL ? message : gp_strerror(code)));
+  PACK(pack_key_cstr(&pk, "code", gp_code_name(code)));
+  PACK(pack_key_cstr(&pk, "message", message != NULL ? message : gp_strerror(code)));
   PACK(msgpack_pack_nil(&pk));
   return GP_OK;
 }
@@ -173,14 +189,10 @@ int gp_encode_pong_response(msgpack_sbuffer *out, uint32_t msgid) {
 
 static int pack_timings(msgpack_packer *pk, const gp_gemm_result_hdr *rh) {
   PACK(msgpack_pack_map(pk, 4));
-  PACK_KEY(pk, "queue_us");
-  PACK(msgpack_pack_uint64(pk, rh->queue_us));
-  PACK_KEY(pk, "transfer_in_us");
-  PACK(msgpack_pack_uint64(pk, rh->transfer_in_us));
-  PACK_KEY(pk, "compute_us");
-  PACK(msgpack_pack_uint64(pk, rh->compute_us));
-  PACK_KEY(pk, "transfer_out_us");
-  PACK(msgpack_pack_uint64(pk, rh->transfer_out_us));
+  PACK(pack_key_uint(pk, "queue_us", rh->queue_us));
+  PACK(pack_key_uint(pk, "transfer_in_us", rh->transfer_in_us));
+  PACK(pack_key_uint(pk, "compute_us", rh->compute_us));
+  PACK(pack_key_uint(pk, "transfer_out_us", rh->transfer_out_us));
   return GP_OK;
 }
 
@@ -206,14 +218,10 @@ int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
   PACK(gp_pack_response_head(&pk, msgid));
   PACK(msgpack_pack_array(&pk, 2));
   PACK(msgpack_pack_map(&pk, 7));
-  PACK_KEY(&pk, "m");
-  PACK(msgpack_pack_uint64(&pk, rh->m));
-  PACK_KEY(&pk, "n");
-  PACK(msgpack_pack_uint64(&pk, rh->n));
-  PACK_KEY(&pk, "dtype");
-  PACK(pack_cstr(&pk, gp_dtype_name(rh->dtype)));
-  PACK_KEY(&pk, "batch");
-  PACK(msgpack_pack_uint64(&pk, rh->batch));
+  PACK(pack_key_uint(&pk, "m", rh->m));
+  PACK(pack_key_uint(&pk, "n", rh->n));
+  PACK(pack_key_cstr(&pk, "dtype", gp_dtype_name(rh->dtype)));
+  PACK(pack_key_uint(&pk, "batch", rh->batch));
   PACK_KEY(&pk, "device");
   PACK(pack_name(&pk, rh->device));
   PACK_KEY(&pk, "kernel");
