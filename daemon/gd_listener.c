@@ -24,17 +24,13 @@
 #include "gd_clock.h"
 #include "gd_log.h"
 #include "gd_session.h"
+#include "gd_uv_stream.h"
 
 #define LISTEN_BACKLOG 511
 #define LISTENERS_MAX 64
 
 typedef struct {
-  union {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_pipe_t pipe;
-    uv_tcp_t tcp;
-  } h;
+  gd_uv_stream h;
   gd_listeners *set;
   char name[GD_ADDR_TEXT_MAX];
   char unlink_path[GD_ADDR_PATH_MAX]; /* socket file we created, removed on close */

@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "gd_session.h"
+#include "gd_uv_stream.h"
 #include "gp_decode.h"
 
 #define GD__READ_BUFFER_BYTES (64 * 1024)
@@ -46,12 +47,7 @@ typedef struct gd__held gd__held;
 typedef struct gd__shared gd__shared;
 
 struct gd_session {
-  union {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_pipe_t pipe;
-    uv_tcp_t tcp;
-  } h;
+  gd_uv_stream h;
   uv_timer_t timer;
   int open_handles; /* handle + timer: freed when both close callbacks ran */
   gd_daemon *d;
