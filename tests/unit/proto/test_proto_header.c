@@ -86,6 +86,18 @@ static void expect_reject(msgpack_sbuffer *sb, int code, const char *needle) {
   expect_reject_in(sb, "", code, needle);
 }
 
+/* Packs a gemm request whose header holds only m, n, k and dtype (plus padding for the
+ * rest), expects it rejected with code and a message containing needle, then clears sb. */
+static void expect_required_rejected(msgpack_sbuffer *sb, msgpack_packer *pk, uint64_t m,
+                                     uint64_t n, uint64_t k, const char *dtype, int code,
+                                     const char *needle) {
+  gemm_start(pk, 3, 4);
+  pack_required(pk, m, n, k, dtype);
+  pad(pk, 0, 2);
+  expect_reject(sb, code, needle);
+  msgpack_sbuffer_clear(sb);
+}
+
 /* Decodes one gemm request and returns its REQUEST's header (asserting the full trace). */
 static gp_gemm_hdr decode_hdr(msgpack_sbuffer *sb, bool with_c) {
   tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_WHOLE, 0);
@@ -444,38 +456,23 @@ START_TEST(wrong_dims_and_dtype) {
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   tp_packer(&pk, &sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 0, 1, 1, "f32");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "m: must be >= 1");
-  msgpack_sbuffer_clear(&sb);
+  expect_required_rejected(&sb, &pk, 0, 1, 1, "f32", GP_E_INVALID_ARGUMENT, "m: must be >= 1");
   gemm_start(&pk, 3, 4);
   key(&pk, "m");
   msgpack_pack_int8(&pk, -1);
   pad(&pk, 3, 2);
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "m: must be >= 1, got -1");
   msgpack_sbuffer_clear(&sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 1, 0, 1, "f32");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "n: must be >= 1");
-  msgpack_sbuffer_clear(&sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 1, 1, 0, "f32");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be >= 1");
-  msgpack_sbuffer_clear(&sb);
+  expect_required_rejected(&sb, &pk, 1, 0, 1, "f32", GP_E_INVALID_ARGUMENT, "n: must be >= 1");
+  expect_required_rejected(&sb, &pk, 1, 1, 0, "f32", GP_E_INVALID_ARGUMENT, "k: must be >= 1");
   gemm_start(&pk, 3, 4);
   key(&pk, "k");
   tp_pack_str(&pk, "3");
   pad(&pk, 3, 2);
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
   msgpack_sbuffer_clear(&sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 1, 1, 1, "f128");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "dtype: \"f128\" is not one of f32, f64, f16, bf16");
-  msgpack_sbuffer_clear(&sb);
+  expect_required_rejected(&sb, &pk, 1, 1, 1, "f128", GP_E_INVALID_ARGUMENT,
+                           "dtype: \"f128\" is not one of f32, f64, f16, bf16");
   gemm_start(&pk, 3, 4);
   key(&pk, "dtype");
   tp_pack_binstr(&pk, "f32");
@@ -540,21 +537,13 @@ START_TEST(semantic_limits) {
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   tp_packer(&pk, &sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, lim.max_dim + 1, 1, 1, "f32");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "m: 65537 is over the limit 65536");
-  msgpack_sbuffer_clear(&sb);
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 65536, 65536, 65536, "f32");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "m*n*k*batch");
-  msgpack_sbuffer_clear(&sb);
+  expect_required_rejected(&sb, &pk, lim.max_dim + 1, 1, 1, "f32", GP_E_RESOURCE_EXHAUSTED,
+                           "m: 65537 is over the limit 65536");
+  expect_required_rejected(&sb, &pk, 65536, 65536, 65536, "f32", GP_E_RESOURCE_EXHAUSTED,
+                           "m*n*k*batch");
   /* a within work but over max_operand_bytes: 65536 x 8192 f64 = 4 GiB */
-  gemm_start(&pk, 3, 4);
-  pack_required(&pk, 65536, 1, 8192, "f64");
-  pad(&pk, 0, 2);
-  expect_reject(&sb, GP_E_RESOURCE_EXHAUSTED, "a: over the limit");
+  expect_required_rejected(&sb, &pk, 65536, 1, 8192, "f64", GP_E_RESOURCE_EXHAUSTED,
+                           "a: over the limit");
   msgpack_sbuffer_destroy(&sb);
 }
 END_TEST
