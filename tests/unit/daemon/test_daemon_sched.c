@@ -264,6 +264,18 @@ START_TEST(deadline_from_timeout_ms) {
 }
 END_TEST
 
+/* Admits a 2x2x2 f32 job (asserting that it is admitted) and, when `submit`, submits it
+ * (asserting that too): the job-life tests' common first steps. */
+static gd_job *admit_small(bool submit) {
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gd_job *job;
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  if (submit)
+    ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  return job;
+}
+
 /* ---- the job life across threads ------------------------------------------------ */
 
 typedef struct {
@@ -301,11 +313,7 @@ static void post_from_thread(gd_job *job, gd_backend_event_type type, bool last)
 
 START_TEST(live_job_events_reach_the_session) {
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *job;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
-  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_job *job = admit_small(true);
   ck_assert_uint_eq(gd_sched_running(sched), 1);
   post_from_thread(job, GD_EV_OUTPUT_CHUNK, false);
   post_from_thread(job, GD_EV_OUTPUT_CHUNK, true);
@@ -319,8 +327,7 @@ START_TEST(live_job_events_reach_the_session) {
   ck_assert_int_eq(fake.released, 1);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   /* a failure goes to the session's failed hook */
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
-  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  job = admit_small(true);
   post_from_thread(job, GD_EV_FAILED, false);
   ck_assert_int_eq(hook_failures, 1);
   ck_assert_int_eq(last_failure.code, GP_E_DEADLINE_EXCEEDED);
@@ -332,11 +339,7 @@ END_TEST
 
 START_TEST(orphan_released_after_its_final_event) {
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *job;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
-  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_job *job = admit_small(true);
   gd_sched_abandon(sched, job); /* the client vanished while it runs */
   ck_assert_int_eq(fake.released, 0); /* still the backend's */
   ck_assert_uint_eq(gd_sched_jobs(sched), 1);
@@ -355,11 +358,7 @@ END_TEST
 
 START_TEST(orphan_with_a_chunk_still_being_written) {
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *job;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
-  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_job *job = admit_small(true);
   post_from_thread(job, GD_EV_OUTPUT_CHUNK, true); /* handed to the session's write */
   ck_assert_int_eq(hook_outputs, 1);
   gd_sched_abandon(sched, job); /* the connection closes with that write pending */
@@ -375,10 +374,7 @@ START_TEST(event_queued_for_a_job_released_before_submit) {
   /* The backend posted INPUT_RESUME; before the loop drained it, the client vanished mid-payload
    * and the job was released and freed. The queued event must not reach the freed job (ASan). */
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *job;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  gd_job *job = admit_small(false);
   post_queued(job, GD_EV_INPUT_RESUME, false);
   gd_sched_abandon(sched, job);
   ck_assert_int_eq(fake.released, 1);
@@ -393,11 +389,8 @@ START_TEST(event_in_the_same_batch_for_a_job_released_by_a_hook) {
   /* Two events drained in one wake-up; handling the first releases the second's job (its
    * session closes). The second must be dropped, not delivered to freed memory. */
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *first, *second;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &first, &err), 0);
-  ck_assert_int_eq(admit(&h, &second, &err), 0);
+  gd_job *first = admit_small(false);
+  gd_job *second = admit_small(false);
   post_queued(first, GD_EV_INPUT_RESUME, false);
   post_queued(second, GD_EV_INPUT_RESUME, false);
   abandon_on_resume = second;
@@ -414,11 +407,7 @@ END_TEST
 START_TEST(shutdown_frees_what_is_left) {
   /* the backend was destroyed under running jobs: gd_sched_free frees them, no release */
   start(10, 1u << 20, true);
-  gp_gemm_hdr h = hdr_of(2, 2, 2);
-  gd_job *job;
-  gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
-  ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
+  gd_job *job = admit_small(true);
   gd_sched_abandon(sched, job);
   stop();
   ck_assert_int_eq(fake.released, 0);
