@@ -37,11 +37,14 @@ def test_busy_connection_not_idle(ctx):
     config = {"timeouts": {"idle_ms": 300, "request_ms": 60000}, "cpu": {"threads": 1}}
     size = 1500  # three of these take about a second on one OpenBLAS thread
     ones = np.ones((size, size))
+    # packed before connecting: packing 108 MB on a loaded machine can itself take longer than
+    # idle_ms, and a connection that has sent nothing for that long is rightly closed as idle
+    sent = [(i + 1, {"m": size, "n": size, "k": size, "dtype": "f64", "alpha": float(i + 1)})
+            for i in range(3)]
+    packed = [h.Client.pack_gemm(msgid, hdr, ones, ones) for msgid, hdr in sent]
     with ctx.daemon(config=config) as d, d.connect() as client:
-        sent = []
-        for i in range(3):
-            hdr = {"m": size, "n": size, "k": size, "dtype": "f64", "alpha": float(i + 1)}
-            sent.append((client.send_gemm(hdr, ones, ones), hdr))
+        for message in packed:
+            client.send_raw(message)
         for msgid, hdr in sent:
             try:
                 _, out = client.gemm_result(msgid, hdr)
