@@ -274,6 +274,15 @@ static void fake_stop(fake_server *fs) {
   unlink(fs->path);
 }
 
+/* Starts a fake server in this mode and connects to it (asserting that the connect works). */
+static gc_conn *fake_connect(fake_server *fs, fake_mode mode, int expect) {
+  char addr[160];
+  fake_start(fs, mode, expect, addr, sizeof addr);
+  gc_conn *conn;
+  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  return conn;
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -288,10 +297,7 @@ static void small_opts(gc_gemm_opts *o, uint64_t m, uint64_t n, uint64_t k) {
 START_TEST(replies_in_any_order) {
   enum { N = 200 };
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_REVERSE, N, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_REVERSE, N);
   static float a[64 * 64], b[64 * 64];
   float *out[N];
   gc_req req[N];
@@ -325,10 +331,7 @@ END_TEST
 START_TEST(poll_reports_completions) {
   enum { N = 50 };
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_REVERSE, N, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_REVERSE, N);
   static double a[9 * 9], b[9 * 9], out[N][9 * 9];
   gc_gemm_opts o;
   small_opts(&o, 9, 9, 9);
@@ -354,10 +357,7 @@ END_TEST
 
 START_TEST(daemon_error_reaches_caller) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_ERRORS, 1, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_ERRORS, 1);
   float a[4] = {0}, b[4] = {0}, out[4];
   gc_gemm_opts o;
   small_opts(&o, 2, 2, 2);
@@ -372,10 +372,7 @@ END_TEST
 
 START_TEST(client_side_timeout) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_SILENT, 0, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_SILENT, 0);
   double t0 = now_ms();
   ck_assert_int_eq(gc_ping(conn, 200), GC_E_DEADLINE_EXCEEDED);
   double elapsed = now_ms() - t0;
@@ -411,10 +408,7 @@ END_TEST
 
 START_TEST(close_with_requests_in_flight) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_DEAF, 0, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_DEAF, 0);
   /* 8 MiB of requests to a server that reads nothing: most stay in the send queue whatever the
    * scheduling; gc_close frees them all (ASan checks) */
   enum { N = 8, ELEMS = 512 * 512 };
@@ -436,10 +430,7 @@ END_TEST
 
 START_TEST(lost_connection) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_HANGUP, 0, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_HANGUP, 0);
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
   ck_assert_int_eq(gc_last_error(conn)->code, GC_E_UNAVAILABLE);
   /* later calls fail at once with the same code */
@@ -471,10 +462,7 @@ END_TEST
 
 START_TEST(protocol_violation) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_GARBAGE, 0, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_GARBAGE, 0);
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_INTERNAL);
   ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "protocol"));
   gc_close(conn);
@@ -484,10 +472,7 @@ END_TEST
 
 START_TEST(rejects_bad_requests_before_sending) {
   fake_server fs;
-  char addr[160];
-  fake_start(&fs, FAKE_SILENT, 0, addr, sizeof addr);
-  gc_conn *conn;
-  ck_assert_int_eq(gc_connect(addr, &conn), 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_SILENT, 0);
   float x[4];
   gc_req req;
   gc_gemm_opts o;
