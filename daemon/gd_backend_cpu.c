@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gd_clock.h"
+#include "gd_list.h"
 #include "gd_log.h"
 #include "gd_stats.h"
 #include "gk_cpu.h"
@@ -250,12 +251,7 @@ static void cpu_output_consumed(gd_backend *b, gd_job *job, const void *chunk, s
 }
 
 static void unlink_live(cpu_backend *cb, cpu_job *cj) {
-  if (cj->prev)
-    cj->prev->next = cj->next;
-  else
-    cb->live = cj->next;
-  if (cj->next)
-    cj->next->prev = cj->prev;
+  GD_LIST_UNLINK(cb->live, cj);
 }
 
 static void cpu_release(gd_backend *b, gd_job *job) {

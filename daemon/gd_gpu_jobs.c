@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "gd_gpu_internal.h"
+#include "gd_list.h"
 #include "gd_log.h"
 
 bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev) {
@@ -48,12 +49,7 @@ void gd__gpu_job_unref(gd__gpu_job *job) {
   if (--job->refs > 0)
     return;
   gd__gpu_dev *dev = job->dev;
-  if (job->prev)
-    job->prev->next = job->next;
-  else
-    dev->jobs = job->next;
-  if (job->next)
-    job->next->prev = job->prev;
+  GD_LIST_UNLINK(dev->jobs, job);
   free(job);
 }
 

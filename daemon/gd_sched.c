@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
+#include "gd_list.h"
 #include "gd_log.h"
 
 #define GD_SCHED_MAX_DEVICES 64
@@ -101,12 +102,7 @@ static void release_and_free(gd_sched *s, sched_job *sj) {
   if (s->backend)
     s->backend->ops->release(s->backend, job);
   drop_events_of(s, job);
-  if (sj->prev)
-    sj->prev->next = sj->next;
-  else
-    s->jobs = sj->next;
-  if (sj->next)
-    sj->next->prev = sj->prev;
+  GD_LIST_UNLINK(s->jobs, sj);
   s->job_count--;
   s->reserved -= job->reserved_bytes;
   if (job->device >= 0 && job->device < GD_SCHED_MAX_DEVICES)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "gd_clock.h"
+#include "gd_list.h"
 #include "gd_log.h"
 
 void gd__session_kick(gd_session *s) {
@@ -29,12 +30,7 @@ void gd__session_kick(gd_session *s) {
 }
 
 void gd__session_unlink_job(gd_session *s, gd__sjob *rec) {
-  if (rec->prev)
-    rec->prev->next = rec->next;
-  else
-    s->jobs = rec->next;
-  if (rec->next)
-    rec->next->prev = rec->prev;
+  GD_LIST_UNLINK(s->jobs, rec);
   rec->prev = rec->next = NULL;
   s->in_flight--;
 }
