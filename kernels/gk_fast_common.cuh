@@ -8,7 +8,9 @@
  *     tutorial),
  *   - the batch loop: grid.z is capped at 65535, so a batch is launched in chunks,
  *   - thin wrappers around the sm_80 PTX the tensor-core kernels use (cp.async with zero-fill,
- *     ldmatrix, mma.sync), so that each kernel file reads as the algorithm.
+ *     ldmatrix, mma.sync), so that each kernel file reads as the algorithm,
+ *   - the pieces the three mma.sync kernels (04, 05, 06) share: the global -> shared tile and
+ *     stage loaders with edge zero-fill and transposes, and the alpha/beta epilogue.
  *
  * Contract: header-only, device code plus small host helpers; included only by .cu files.
  * Nothing here allocates or synchronises.
@@ -62,6 +64,67 @@ static inline cudaError_t gk__for_batch_chunks(int64_t batch, F launch_chunk) {
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
+}
+
+/* ---- host side: the launch of the mma.sync kernels (04, 05, 06) ---------------------------- */
+
+/* Their argument struct (a, b, c of T; m, n, k; lda, ldb; batch strides; alpha, beta of S;
+ * beta_zero; c_pair) filled from p. c_pair: n even and c aligned to two elements, so that the
+ * epilogue (gk__store_pair) may store two outputs at once. */
+template <class Args, typename T, typename S>
+static inline Args gk__mma_args(const gk_problem *p) {
+  Args args;
+  args.a = static_cast<const T *>(p->a);
+  args.b = static_cast<const T *>(p->b);
+  args.c = static_cast<T *>(p->c);
+  args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
+  args.lda = gk__lda(p), args.ldb = gk__ldb(p);
+  args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
+  args.alpha = (S)p->alpha, args.beta = (S)p->beta;
+  args.beta_zero = p->beta == 0.0;
+  args.c_pair = gk__aligned(p->c, 2 * sizeof(T)) && p->n % 2 == 0;
+  return args;
+}
+
+/* Launches kernel(args) with one block of NT threads and smem dynamic shared bytes per BM x BN
+ * tile of C (grid.x, grouped order: gk__raster) and per problem of each batch chunk (grid.z),
+ * after raising the kernel's shared-memory limit to smem. Returns the first CUDA error;
+ * cudaErrorInvalidConfiguration when the tiles do not fit grid.x. Call order: after the kernel's
+ * checks of p (gk__fits_int32 at least). */
+template <int BM, int BN, int NT, class Args, typename Kernel>
+static inline cudaError_t gk__launch_tiles(Kernel kernel, size_t smem, const Args &args,
+                                           const gk_problem *p, cudaStream_t stream) {
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err != cudaSuccess) return err;
+  const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
+  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
+    Args chunk = args;
+    chunk.a += first * args.stride_a;
+    chunk.b += first * args.stride_b;
+    chunk.c += first * args.stride_c;
+    kernel<<<dim3((unsigned)tiles, 1, count), NT, smem, stream>>>(chunk);
+    return cudaGetLastError();
+  });
+}
+
+/* Picks Launcher::run<TA, TB, VEC> for p's transposes and VEC = whole rows of 16-byte vectors of
+ * VEC_ELEMS elements (gk__rows_vectorizable); cudaErrorInvalidValue when p's sizes do not fit
+ * the kernels' 32-bit indices. */
+template <class Launcher, int VEC_ELEMS, bool TA, bool TB>
+static inline cudaError_t gk__pick_vec(const gk_problem *p, cudaStream_t stream) {
+  return gk__rows_vectorizable(p, VEC_ELEMS) ? Launcher::template run<TA, TB, true>(p, stream)
+                                             : Launcher::template run<TA, TB, false>(p, stream);
+}
+template <class Launcher, int VEC_ELEMS>
+static inline cudaError_t gk__launch_layouts(const gk_problem *p, cudaStream_t stream) {
+  if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
+  if (p->trans_a)
+    return p->trans_b ? gk__pick_vec<Launcher, VEC_ELEMS, true, true>(p, stream)
+                      : gk__pick_vec<Launcher, VEC_ELEMS, true, false>(p, stream);
+  return p->trans_b ? gk__pick_vec<Launcher, VEC_ELEMS, false, true>(p, stream)
+                    : gk__pick_vec<Launcher, VEC_ELEMS, false, false>(p, stream);
 }
 
 /* ---- device side --------------------------------------------------------------------------- */
@@ -144,6 +207,77 @@ __device__ __forceinline__ void gk__load_tile(T *smem, const T *gtile, int64_t l
         dst[e] = in ? gtile[row * ld + col + e] : T(0.0f);
       }
     }
+  }
+}
+
+/* One pipeline stage of the mma.sync kernels (04, 05, 06): the A and B k tiles starting at k0,
+ * each in its global layout (TA: A stored [k][m]; TB: B stored [n][k]), into sa and sb. L is
+ * the kernel's shared layout (BM, BN, BK, A_PITCH, B_PITCH); a and b point at this batch
+ * entry's operands. Issues the copies only: the caller commits the cp.async group. */
+template <typename T, class L, int NT, bool TA, bool TB, bool VEC>
+__device__ __forceinline__ void gk__load_stage(T *sa, T *sb, const T *a, const T *b, int64_t lda,
+                                               int64_t ldb, int m0, int n0, int k0, int m_left,
+                                               int n_left, int k_left, int tid) {
+  constexpr int BM = L::BM, BN = L::BN, BK = L::BK;
+  if (TA)
+    gk__load_tile<T, BK, BM, L::A_PITCH, NT, VEC>(sa, a + (int64_t)k0 * lda + m0, lda, k_left,
+                                                  m_left, tid);
+  else
+    gk__load_tile<T, BM, BK, L::A_PITCH, NT, VEC>(sa, a + (int64_t)m0 * lda + k0, lda, m_left,
+                                                  k_left, tid);
+  if (TB)
+    gk__load_tile<T, BN, BK, L::B_PITCH, NT, VEC>(sb, b + (int64_t)n0 * ldb + k0, ldb, n_left,
+                                                  k_left, tid);
+  else
+    gk__load_tile<T, BK, BN, L::B_PITCH, NT, VEC>(sb, b + (int64_t)k0 * ldb + n0, ldb, k_left,
+                                                  n_left, tid);
+}
+
+/* ---- the epilogue: two neighbouring outputs after alpha/beta ------------------------------- */
+
+/* Paired loads/stores of C elements, computing in S (float for float/half/bf16, double for
+ * double). gk_fast_mma16.cuh adds the __half and __nv_bfloat16 overloads (found by argument-
+ * dependent lookup when gk__store_pair is instantiated). */
+__device__ __forceinline__ float2 gk__load2(const float *p) {
+  return *reinterpret_cast<const float2 *>(p);
+}
+__device__ __forceinline__ double2 gk__load2(const double *p) {
+  return *reinterpret_cast<const double2 *>(p);
+}
+__device__ __forceinline__ void gk__store2(float *p, float v0, float v1) {
+  *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+}
+__device__ __forceinline__ void gk__store2(double *p, double v0, double v1) {
+  *reinterpret_cast<double2 *>(p) = make_double2(v0, v1);
+}
+__device__ __forceinline__ float gk__fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double gk__fma(double a, double b, double c) { return fma(a, b, c); }
+
+/*
+ * Stores (row, col) and (row, col + 1) of the row-major m x n matrix c as alpha * v + beta * c
+ * (c not read when beta_zero), skipping what lies outside m x n. Args: the kernel's argument
+ * struct (m, n, alpha, beta of type S, beta_zero, c_pair). c_pair promises n even and c aligned
+ * to two elements, so with col even one paired access covers both outputs.
+ */
+template <typename T, typename S, class Args>
+__device__ __forceinline__ void gk__store_pair(const Args &args, T *c, int row, int col, S v0,
+                                               S v1) {
+  if (row >= args.m || col >= args.n) return;
+  T *dst = c + (int64_t)row * args.n + col;
+  v0 *= args.alpha, v1 *= args.alpha;
+  if (args.c_pair) { /* n even and col even: col + 1 < n too */
+    if (!args.beta_zero) {
+      auto old = gk__load2(dst);
+      v0 = gk__fma(args.beta, (S)old.x, v0), v1 = gk__fma(args.beta, (S)old.y, v1);
+    }
+    gk__store2(dst, v0, v1);
+    return;
+  }
+  if (!args.beta_zero) v0 = gk__fma(args.beta, (S)dst[0], v0);
+  dst[0] = T(v0);
+  if (col + 1 < args.n) {
+    if (!args.beta_zero) v1 = gk__fma(args.beta, (S)dst[1], v1);
+    dst[1] = T(v1);
   }
 }
 

@@ -51,28 +51,6 @@ __device__ __forceinline__ void gk__mma1688(float d[4], const uint32_t a[4], con
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Stores two neighbouring outputs (row, col) and (row, col + 1) after alpha/beta. */
-__device__ __forceinline__ void gk__tf32_store_pair(const gk__tf32_args &args, float *c, int row, int col, float v0,
-                                           float v1) {
-  if (row >= args.m || col >= args.n) return;
-  float *dst = c + (int64_t)row * args.n + col;
-  v0 *= args.alpha, v1 *= args.alpha;
-  if (args.c_pair) { /* n even and col even: col + 1 < n too */
-    if (!args.beta_zero) {
-      float2 old = *reinterpret_cast<const float2 *>(dst);
-      v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
-    }
-    *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
-    return;
-  }
-  if (!args.beta_zero) v0 = fmaf(args.beta, dst[0], v0);
-  dst[0] = v0;
-  if (col + 1 < args.n) {
-    if (!args.beta_zero) v1 = fmaf(args.beta, dst[1], v1);
-    dst[1] = v1;
-  }
-}
-
 template <class C, bool TA, bool TB, bool VEC>
 __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
   using T = float;
@@ -94,20 +72,10 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
 
   /* Issues the copies of k tile kt into stage s (caller commits the group). */
   auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK, k_left = args.k - k0;
-    T *sa = smem + s * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
-    if (TA)
-      gk__load_tile<T, BK, BM, L::A_PITCH, NT, VEC>(sa, a + (int64_t)k0 * args.lda + m0, args.lda,
-                                                    k_left, m_left, tid);
-    else
-      gk__load_tile<T, BM, BK, L::A_PITCH, NT, VEC>(sa, a + (int64_t)m0 * args.lda + k0, args.lda,
-                                                    m_left, k_left, tid);
-    if (TB)
-      gk__load_tile<T, BN, BK, L::B_PITCH, NT, VEC>(sb, b + (int64_t)n0 * args.ldb + k0, args.ldb,
-                                                    n_left, k_left, tid);
-    else
-      gk__load_tile<T, BK, BN, L::B_PITCH, NT, VEC>(sb, b + (int64_t)k0 * args.ldb + n0, args.ldb,
-                                                    k_left, n_left, tid);
+    const int k0 = kt * BK;
+    T *sa = smem + s * L::STAGE_ELEMS;
+    gk__load_stage<T, L, NT, TA, TB, VEC>(sa, sa + L::A_ELEMS, a, b, args.lda, args.ldb, m0, n0,
+                                          k0, m_left, n_left, args.k - k0, tid);
   };
 
   const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
@@ -185,8 +153,8 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      gk__tf32_store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
-      gk__tf32_store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      gk__store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
+      gk__store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
     }
 }
 
@@ -195,44 +163,14 @@ template <class C>
 struct gk__tf32_launcher {
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-    auto kernel = gk__tf32_gemm<C, TA, TB, VEC>;
+    const auto kernel = gk__tf32_gemm<C, TA, TB, VEC>;
     const size_t smem = gk__tf32_smem<C, TA, TB>::BYTES;
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return err;
-    gk__tf32_args args;
-    args.a = static_cast<const float *>(p->a);
-    args.b = static_cast<const float *>(p->b);
-    args.c = static_cast<float *>(p->c);
-    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
-    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
-    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
-    args.alpha = (float)p->alpha, args.beta = (float)p->beta;
-    args.beta_zero = p->beta == 0.0;
-    args.c_pair = gk__aligned(p->c, 8) && p->n % 2 == 0;
-    const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
-    if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-    return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-      gk__tf32_args chunk = args;
-      chunk.a += first * args.stride_a;
-      chunk.b += first * args.stride_b;
-      chunk.c += first * args.stride_c;
-      kernel<<<dim3((unsigned)tiles, 1, count), C::NT, smem, stream>>>(chunk);
-      return cudaGetLastError();
-    });
-  }
-
-  template <bool TA, bool TB>
-  static cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
-    return gk__rows_vectorizable(p, 4) ? run<TA, TB, true>(p, stream)
-                                       : run<TA, TB, false>(p, stream);
+    const auto args = gk__mma_args<gk__tf32_args, float, float>(p);
+    return gk__launch_tiles<C::BM, C::BN, C::NT>(kernel, smem, args, p, stream);
   }
 
   static cudaError_t launch(const gk_problem *p, cudaStream_t stream) {
-    if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
-    if (p->trans_a)
-      return p->trans_b ? pick_vec<true, true>(p, stream) : pick_vec<true, false>(p, stream);
-    return p->trans_b ? pick_vec<false, true>(p, stream) : pick_vec<false, false>(p, stream);
+    return gk__launch_layouts<gk__tf32_launcher<C>, 4>(p, stream);
   }
 };
 
