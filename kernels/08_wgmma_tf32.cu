@@ -266,20 +266,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #if GK_WGMMA_DEVICE
   constexpr int BR = C::BR, BS = C::BS, BK = C::BK, STAGES = C::STAGES;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  /* the 128-byte swizzle pattern repeats every 1 KB: each stage starts on a 1 KB boundary */
-  const uint32_t smem0 = (gk__smem_addr(smem_raw) + 1023u) & ~1023u;
+  const gk__ring ring_addr = gk__ring_init<C>(smem_raw); /* gk_fast_wgmma.cuh */
+  const uint32_t smem0 = ring_addr.smem0, full0 = ring_addr.full0, empty0 = ring_addr.empty0;
   unsigned char *ring = smem_raw + (smem0 - gk__smem_addr(smem_raw));
-  const uint32_t full0 = smem0 + STAGES * C::STAGE_BYTES, empty0 = full0 + 8 * STAGES;
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      gk__mbar_init(full0 + 8 * s, 1);
-      gk__mbar_init(empty0 + 8 * s, C::CONSUMERS);
-    }
-    gk__mbar_init_fence();
-  }
-  __syncthreads();
 
   int tile_r, tile_s;
   gk__raster((args.rows + BR - 1) / BR, (args.cols + BS - 1) / BS, &tile_r, &tile_s);
@@ -291,9 +281,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (wg_thread != 0) return;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % STAGES, k0 = kt * BK;
-      if (kt >= STAGES) gk__mbar_wait(empty0 + 8 * s, ((kt / STAGES) + 1) & 1);
-      const uint32_t bar = full0 + 8 * s;
-      gk__mbar_expect_tx(bar, C::STAGE_BYTES); /* out-of-bounds box parts count: zero-filled */
+      const uint32_t bar = gk__ring_produce<C>(ring_addr, kt);
       const uint32_t sx = smem0 + s * C::STAGE_BYTES, sy = sx + C::X_BYTES;
       if (X_MN) {
 #pragma unroll

@@ -1,7 +1,8 @@
 /*
  * gk_fast_wgmma.cuh - the Hopper (sm_90a) f16/bf16 GEMM of 07_wgmma_f16.cu as a template over
  * its element type and operand layouts: the PTX wrappers (mbarrier, TMA, wgmma, setmaxnreg),
- * the warp-specialised kernel and its host launcher. The design and its reasons are in
+ * the TMA ring's set-up and producer step (shared with 08_wgmma_tf32.cu), the warp-specialised
+ * kernel and its host launcher. The design and its reasons are in
  * 07_wgmma_f16.cu's opening comment.
  *
  * Contract: header-only, included by .cu files only. Everything that emits sm_90a instructions
@@ -19,7 +20,7 @@
 #include <cuda.h> /* CUtensorMap and its enums: types only, no -lcuda */
 #include <cudaTypedefs.h>
 
-#include "gk_fast_mma16.cuh" /* gk__mma16_args, gk__mma16_store_pair: the same epilogue as 04 */
+#include "gk_fast_mma16.cuh" /* gk__mma16_args, gk__load2 / gk__store2 for the epilogue */
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GK_WGMMA_DEVICE 1
@@ -89,6 +90,47 @@ __device__ __forceinline__ void gk__mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+
+/* ---- the TMA ring shared by 07 and 08 ------------------------------------------------------ */
+
+/* Shared addresses of the ring: STAGES stages of C::STAGE_BYTES from the first 1 KB boundary of
+ * the dynamic shared memory (the 128-byte swizzle pattern repeats every 1 KB), then STAGES
+ * "full" and STAGES "empty" mbarriers of 8 bytes each. */
+struct gk__ring {
+  uint32_t smem0, full0, empty0;
+};
+
+/* Lays the ring out over smem_raw and (thread 0) initialises its barriers: full[s] completes on
+ * the producer's expect_tx plus the TMA bytes, empty[s] on one arrival per consumer warpgroup.
+ * Every thread of the block must call it (it ends with __syncthreads). */
+template <class C>
+__device__ __forceinline__ gk__ring gk__ring_init(unsigned char *smem_raw) {
+  gk__ring ring;
+  ring.smem0 = (gk__smem_addr(smem_raw) + 1023u) & ~1023u;
+  ring.full0 = ring.smem0 + C::STAGES * C::STAGE_BYTES;
+  ring.empty0 = ring.full0 + 8 * C::STAGES;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::STAGES; ++s) {
+      gk__mbar_init(ring.full0 + 8 * s, 1);
+      gk__mbar_init(ring.empty0 + 8 * s, C::CONSUMERS);
+    }
+    gk__mbar_init_fence();
+  }
+  __syncthreads();
+  return ring;
+}
+
+/* Producer side, k tile kt: waits until its stage (kt % STAGES) is free, arms the stage's full
+ * barrier for C::STAGE_BYTES and returns that barrier for the TMA loads. */
+template <class C>
+__device__ __forceinline__ uint32_t gk__ring_produce(const gk__ring &ring, int kt) {
+  const int s = kt % C::STAGES;
+  if (kt >= C::STAGES) gk__mbar_wait(ring.empty0 + 8 * s, ((kt / C::STAGES) + 1) & 1);
+  const uint32_t bar = ring.full0 + 8 * s;
+  gk__mbar_expect_tx(bar, C::STAGE_BYTES); /* out-of-bounds box parts count: zero-filled */
+  return bar;
+}
+
 /* One TMA box of a 3-D tensor map (inner, outer, batch) into shared memory; completes on bar. */
 __device__ __forceinline__ void gk__tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
                                                 int c2, uint32_t bar) {
@@ -318,19 +360,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #if GK_WGMMA_DEVICE
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, CHUNK = C::CHUNK;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  /* the 128-byte swizzle pattern repeats every 1 KB: each stage starts on a 1 KB boundary */
-  const uint32_t smem0 = (gk__smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t full0 = smem0 + STAGES * C::STAGE_BYTES, empty0 = full0 + 8 * STAGES;
+  const gk__ring ring = gk__ring_init<C>(smem_raw);
+  const uint32_t smem0 = ring.smem0, full0 = ring.full0, empty0 = ring.empty0;
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      gk__mbar_init(full0 + 8 * s, 1);
-      gk__mbar_init(empty0 + 8 * s, C::CONSUMERS);
-    }
-    gk__mbar_init_fence();
-  }
-  __syncthreads();
 
   int tile_m, tile_n;
   gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
@@ -342,9 +374,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (wg_thread != 0) return;
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int s = kt % STAGES, k0 = kt * BK;
-      if (kt >= STAGES) gk__mbar_wait(empty0 + 8 * s, ((kt / STAGES) + 1) & 1);
-      const uint32_t bar = full0 + 8 * s;
-      gk__mbar_expect_tx(bar, C::STAGE_BYTES); /* out-of-bounds box parts count: zero-filled */
+      const uint32_t bar = gk__ring_produce<C>(ring, kt);
       const uint32_t sa = smem0 + s * C::STAGE_BYTES, sb = sa + C::A_BYTES;
 #pragma unroll
       for (int c = 0; c < BM / CHUNK; ++c) {
