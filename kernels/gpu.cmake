@@ -13,7 +13,7 @@ option(GK_CUDA_WERROR "Treat nvcc warnings as errors in the GPU kernels" ON)
 
 set(GK_GPU_SOURCES gk_gpu_ctx.cu gk_registry.cu 00_cublas.cu 01_tiled.cu)
 set(GK_FAST_KERNELS)
-include(${GK_DIR}/fast.cmake OPTIONAL)
+include(${GK_DIR}/fast.cmake)
 
 # Sources are named relative to kernels/, whichever directory includes this file.
 set(_gk_sources)

@@ -19,15 +19,13 @@ if(TARGET gemmd)
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
-    if(EXISTS ${script})
-      add_test(NAME daemon_${name}
-               COMMAND ${GEMMD_PYTHON3} ${script} --gemmd $<TARGET_FILE:gemmd>)
-      set_tests_properties(daemon_${name} PROPERTIES
-        LABELS integration
-        TIMEOUT 300
-        SKIP_RETURN_CODE 77
-        ENVIRONMENT "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
-    endif()
+    add_test(NAME daemon_${name}
+             COMMAND ${GEMMD_PYTHON3} ${script} --gemmd $<TARGET_FILE:gemmd>)
+    set_tests_properties(daemon_${name} PROPERTIES
+      LABELS integration
+      TIMEOUT 300
+      SKIP_RETURN_CODE 77
+      ENVIRONMENT "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
   endforeach()
 endif()
 
@@ -48,7 +46,7 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
     ${GEMMD_GPU_BACKEND_SOURCES}
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c)
   target_include_directories(gemmd_fake PRIVATE
-    ${PROJECT_SOURCE_DIR}/daemon ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
+    ${GEMMD_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
   target_compile_definitions(gemmd_fake PRIVATE
     GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
   target_link_libraries(gemmd_fake PRIVATE
