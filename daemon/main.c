@@ -48,7 +48,7 @@ static int load_config(const gd_cli *cli, gd_config *cfg, const char **path) {
 }
 
 static int create_cpu(const gd_config *cfg, gd_backend **out) {
-  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads};
+  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads, cfg->cpu_min_part_mflop};
   gp_error err;
   gp_error_clear(&err);
   if (gd_backend_cpu_create(&cpu, out, &err) != 0) {

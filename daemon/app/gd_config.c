@@ -49,6 +49,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
   cfg->blas_threads = 1;
+  cfg->cpu_min_part_mflop = 64;
   gd_gpu_config_default(&cfg->gpu);
 }
 
@@ -181,6 +182,7 @@ static const field timeouts_fields[] = {
 static const field cpu_fields[] = {
     FLD("threads", F_U32, cpu_threads, 0, 4096),
     FLD("blas_threads", F_U32, blas_threads, 1, 4096),
+    FLD("min_part_mflop", F_U32, cpu_min_part_mflop, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field gpu_fields[] = {

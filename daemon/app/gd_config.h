@@ -50,6 +50,7 @@ typedef struct {
   /* cpu: */
   uint32_t cpu_threads;            /* 0 = number of cores */
   uint32_t blas_threads;
+  uint32_t cpu_min_part_mflop;
 
   gd_gpu_config gpu;
 } gd_config;

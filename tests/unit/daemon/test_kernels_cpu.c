@@ -68,8 +68,21 @@ static double acc_eps(gk_dtype t) { return t == GK_F64 ? 0x1p-53 : 0x1p-24; }
 
 /* ---- one problem ---------------------------------------------------------- */
 
-static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
-                          bool tb, double alpha, double beta) {
+/* Runs p whole (parts == 1) or as `parts` parts in a scrambled order, as workers would. */
+static void run_problem(const gk_problem *p, int64_t parts) {
+  const char *kernel = NULL;
+  if (parts == 1) {
+    ck_assert_int_eq(gk_cpu_gemm(p, &kernel), 0);
+    ck_assert_str_eq(kernel, "openblas");
+    return;
+  }
+  int64_t start = (int64_t)(drand48() * (double)parts); /* last to first, from a random part */
+  for (int64_t i = 0; i < parts; i++)
+    ck_assert_int_eq(gk_cpu_gemm_part(p, (start + parts - i) % parts, parts, NULL), 0);
+}
+
+static void check_problem_parts(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch,
+                                bool ta, bool tb, double alpha, double beta, int64_t parts) {
   size_t es = gk_dtype_size(t);
   gk_problem p = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                   .batch = batch, .alpha = alpha, .beta = beta};
@@ -87,9 +100,7 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
   p.a = a;
   p.b = b;
   p.c = c;
-  const char *kernel = NULL;
-  ck_assert_int_eq(gk_cpu_gemm(&p, &kernel), 0);
-  ck_assert_str_eq(kernel, "openblas");
+  run_problem(&p, parts);
   for (int64_t q = 0; q < batch; q++) {
     for (int64_t i = 0; i < m; i++) {
       for (int64_t j = 0; j < n; j++) {
@@ -108,10 +119,12 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
                      out_eps(t) * 1e-4;
         double got = get(t, c, q * nc + i * n + j);
         ck_assert_msg(isfinite(got) && fabs(got - want) <= tol,
-                      "%s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d alpha=%g beta=%g: "
+                      "%s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d alpha=%g beta=%g "
+                      "parts=%lld: "
                       "C[%lld][%lld][%lld] = %.17g, want %.17g (tol %.3g, seed %lu)",
                       gk_dtype_name(t), (long long)m, (long long)n, (long long)k,
-                      (long long)batch, ta, tb, alpha, beta, (long long)q, (long long)i,
+                      (long long)batch, ta, tb, alpha, beta, (long long)parts, (long long)q,
+                      (long long)i,
                       (long long)j, got, want, tol, seed);
       }
     }
@@ -121,6 +134,26 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
   free(c);
   free(c0);
 }
+
+static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
+                          bool tb, double alpha, double beta) {
+  check_problem_parts(t, m, n, k, batch, ta, tb, alpha, beta, 1);
+}
+
+/* Parts of one problem together equal the whole, however the rows fall across batch elements
+ * (runs that start mid-matrix and cross into the next), and a part count above the rows. */
+START_TEST(split_into_parts) {
+  static const int64_t shapes[][4] = {{7, 5, 3, 1}, {13, 9, 17, 3}, {1, 9, 4, 5}, {33, 17, 65, 2}};
+  static const int64_t parts[] = {2, 3, 7, 40};
+  gk_dtype t = (gk_dtype)_i;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (size_t pi = 0; pi < sizeof parts / sizeof parts[0]; pi++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+          check_problem_parts(t, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], ta, tb,
+                              ta ? -0.75 : 1.0, tb ? 0.5 : 0.0, parts[pi]);
+}
+END_TEST
 
 START_TEST(every_form) {
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {1, 9, 17}, {13, 1, 5},
@@ -158,6 +191,9 @@ START_TEST(malformed_problems) {
   p.c = NULL;
   ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
   p.c = x;
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, 1, 1, NULL), 0); /* part past the last */
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, -1, 2, NULL), 0);
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, 0, 0, NULL), 0);
   p.k = (int64_t)1 << 40; /* does not fit CBLAS's int */
   ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
 }
@@ -300,6 +336,7 @@ int main(void) {
   TCase *gemm = tcase_create("gemm");
   tcase_set_timeout(gemm, 60);
   tcase_add_loop_test(gemm, every_form, GK_F32, GK_BF16 + 1);
+  tcase_add_loop_test(gemm, split_into_parts, GK_F32, GK_BF16 + 1);
   tcase_add_loop_test(gemm, bigger_than_any_tile, GK_F32, GK_BF16 + 1);
   tcase_add_test(gemm, malformed_problems);
   tcase_add_test(gemm, scratch_sizes);
