@@ -79,7 +79,8 @@ typedef struct gc_conn gc_conn;
 
 /*
  * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
- * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT". NULL
+ * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT", PORT
+ * 1..65535. NULL
  * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
  * after 10 seconds (gc_connect_with sets another limit).
  *
