@@ -2,7 +2,7 @@
 #   daemon_config   config parsing (defaults equal config/gemmd.yaml, every error form), sizes, CLI
 #   daemon_sched    admission arithmetic, memory budget, the job life against a fake backend
 #   daemon_stats    latency histogram buckets
-#   kernels_cpu     the CPU GEMM against a float64 reference; f16/bf16 conversions
+#   kernels_cpu     the CPU GEMM against a float64 reference
 if(TARGET gemmd_core)
   foreach(t config sched stats)
     add_executable(test_daemon_${t} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_daemon_${t}.c)
