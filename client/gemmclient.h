@@ -264,8 +264,9 @@ GC_EXPORT int gc_progress(const gc_conn *conn, gc_req req, uint64_t *sent, uint6
 GC_EXPORT int gc_ping(gc_conn *conn, int timeout_ms);
 
 /*
- * The daemon's info / stats maps (DESIGN.md: version, backend, devices,
- * limits / counters, queues, latencies) as one msgpack-encoded object in a
+ * The daemon's info map (version, backend, devices, kernels, dtypes, limits)
+ * or stats map (counters, queue depth, bytes, device busy time, latencies),
+ * whose keys may grow between versions, as one msgpack-encoded object in a
  * buffer the caller frees with gc_free(); unpack it with msgpack-c
  * (msgpack_unpack_next) or any msgpack library. On failure *buf is NULL.
  */

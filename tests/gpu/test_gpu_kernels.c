@@ -351,7 +351,7 @@ static void run_matrix(test_env *env, bool quick)
     }
     if (quick)
       continue;
-    /* The seeds' example shape: every transpose, then alpha/beta/batch. */
+    /* A mid-sized odd shape (1000 x 800 x 1200): every transpose, then alpha/beta/batch. */
     for (int t = 0; t < 5; t++) {
       test_case tc = {mode.dtype, mode.fast, 1000, 800, 1200, 1, t & 1, (t >> 1) & 1,
                       1.0, 0.0, true, true};

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cross-checks gemmctl's .npy reader and writer with numpy (tests/unit/client/test_npy.c).
+"""Cross-checks gemmctl's .npy reader and writer with numpy (tests/unit/client/test_client_npy.c).
 
   npy_py.py write DIR   writes one file per (dtype, order, format version, shape) into DIR and
                         a manifest.txt: "file dtype fortran ndim s0 s1 s2"
