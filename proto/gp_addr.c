@@ -11,7 +11,8 @@
 
 #define FORMS "unix:PATH, tcp:HOST:PORT or tcp:[V6]:PORT"
 
-static int fail(char *why, size_t why_size, const char *text, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static int fail(char *why, size_t why_size,
+                                                      const char *text, const char *fmt, ...) {
   if (why && why_size) {
     int used = snprintf(why, why_size, "\"%.160s\": ", text);
     if (used >= 0 && (size_t)used < why_size) {
@@ -47,8 +48,9 @@ static int parse_unix(const char *text, gp_addr *out, char *why, size_t why_size
   if (len == 0)
     return fail(why, why_size, text, "empty socket path");
   if (len >= GP_ADDR_PATH_MAX)
-    return fail(why, why_size, text, "socket path is %zu bytes; a Unix socket path holds at most %d",
-                len, GP_ADDR_PATH_MAX - 1);
+    return fail(why, why_size, text,
+                "socket path is %zu bytes; a Unix socket path holds at most %d", len,
+                GP_ADDR_PATH_MAX - 1);
   out->kind = GP_ADDR_UNIX;
   memcpy(out->path, path, len + 1);
   return 0;

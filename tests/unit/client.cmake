@@ -1,6 +1,6 @@
 # client/ unit tests (Check), label unit: the .npy reader and writer cross-checked with numpy,
-# address refusals, error strings, client-side timeouts and lost connections (fake servers, no daemon),
-# and the shared library's exported symbols.
+# address refusals, error strings, client-side timeouts and lost connections (fake servers, no
+# daemon), and the shared library's exported symbols.
 set(_gc_unit ${CMAKE_CURRENT_LIST_DIR}/client)
 
 add_executable(test_client_npy ${_gc_unit}/test_client_npy.c)
