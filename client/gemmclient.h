@@ -79,7 +79,8 @@ typedef struct gc_conn gc_conn;
 
 /*
  * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
- * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT". NULL
+ * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT", PORT
+ * 1..65535. NULL
  * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
  * after 10 seconds (gc_connect_with sets another limit).
  *
@@ -263,8 +264,9 @@ GC_EXPORT int gc_progress(const gc_conn *conn, gc_req req, uint64_t *sent, uint6
 GC_EXPORT int gc_ping(gc_conn *conn, int timeout_ms);
 
 /*
- * The daemon's info / stats maps (DESIGN.md: version, backend, devices,
- * limits / counters, queues, latencies) as one msgpack-encoded object in a
+ * The daemon's info map (version, backend, devices, kernels, dtypes, limits)
+ * or stats map (counters, queue depth, bytes, device busy time, latencies),
+ * whose keys may grow between versions, as one msgpack-encoded object in a
  * buffer the caller frees with gc_free(); unpack it with msgpack-c
  * (msgpack_unpack_next) or any msgpack library. On failure *buf is NULL.
  */

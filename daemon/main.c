@@ -91,10 +91,10 @@ static int create_backend(const gd_config *cfg, gd_backend **out) {
   return create_cpu(cfg, out);
 }
 
-static int parse_listen(const gd_config *cfg, gd_addr *addrs) {
+static int parse_listen(const gd_config *cfg, gp_addr *addrs) {
   for (size_t i = 0; i < cfg->listen_count; i++) {
     char why[256];
-    if (gd_addr_parse(cfg->listen[i], &addrs[i], why, sizeof why) != 0) {
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], why, sizeof why) != 0) {
       gd_error("listen: %s", why);
       return -1;
     }
@@ -118,7 +118,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_daemon d;
   gd_lifecycle *lc = NULL;
   gd_notify *notify = NULL;
-  gd_addr addrs[GD_CONFIG_LISTEN_MAX];
+  gp_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
   char err[512];
   int rc;

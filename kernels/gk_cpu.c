@@ -1,77 +1,16 @@
 /*
  * gk_cpu.c - the CPU path: OpenBLAS sgemm/dgemm, with f16 and bf16 widened to
- * f32 per batch element and rounded back (round to nearest even).
+ * f32 per batch element and rounded back (gp_half.h: round to nearest even).
  */
 #include "gk_cpu.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- conversions --------------------------------------------------------- */
-
-float gk_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  float mag;
-  if (exp == 0) {
-    mag = ldexpf((float)mant, -24); /* zero or subnormal: mant * 2^-24 */
-  } else if (exp == 31) {
-    mag = mant ? NAN : INFINITY;
-  } else {
-    mag = ldexpf((float)(mant | 0x400u), (int)exp - 25);
-  }
-  union { float f; uint32_t u; } v = {.f = mag};
-  v.u |= sign;
-  return v.f;
-}
-
-uint16_t gk_f32_to_f16(float f) {
-  union { float f; uint32_t u; } v = {.f = f};
-  uint16_t sign = (uint16_t)((v.u >> 16) & 0x8000u);
-  uint32_t abs = v.u & 0x7fffffffu;
-  if (abs >= 0x7f800000u) /* inf or nan (nan keeps a quiet payload bit) */
-    return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
-    return (uint16_t)(sign | 0x7c00u);
-  if (abs < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
-    if (abs < 0x33000000u) /* below half of the smallest subnormal: rounds to 0 */
-      return sign;
-    uint32_t exp = abs >> 23;
-    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - exp; /* 14..24: bits dropped to land on 2^-24 units */
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1u);
-    uint32_t mid = 1u << (shift - 1u);
-    if (rem > mid || (rem == mid && (half & 1u)))
-      half++;
-    return (uint16_t)(sign | half);
-  }
-  /* normal: rebias the exponent and round 13 dropped bits to nearest even */
-  uint32_t r = abs - 0x38000000u; /* exponent 127 -> 15 */
-  uint32_t half = r >> 13;
-  uint32_t rem = r & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
-    half++; /* a carry into the exponent is the right answer */
-  return (uint16_t)(sign | half);
-}
-
-float gk_bf16_to_f32(uint16_t h) {
-  union { float f; uint32_t u; } v = {.u = (uint32_t)h << 16};
-  return v.f;
-}
-
-uint16_t gk_f32_to_bf16(float f) {
-  union { float f; uint32_t u; } v = {.f = f};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a (quiet) nan */
-    return (uint16_t)((v.u >> 16) | 0x40u);
-  uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
-  return (uint16_t)((v.u + rounding) >> 16);
-}
+#include "gp_half.h"
 
 /* ---- the GEMM ------------------------------------------------------------ */
 
@@ -106,20 +45,20 @@ size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts) {
 static void widen(const uint16_t *in, float *out, int64_t count, gk_dtype dtype) {
   if (dtype == GK_F16) {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f16_to_f32(in[i]);
+      out[i] = gp_f16_to_f32(in[i]);
   } else {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_bf16_to_f32(in[i]);
+      out[i] = gp_bf16_to_f32(in[i]);
   }
 }
 
 static void narrow(const float *in, uint16_t *out, int64_t count, gk_dtype dtype) {
   if (dtype == GK_F16) {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f32_to_f16(in[i]);
+      out[i] = gp_f32_to_f16(in[i]);
   } else {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f32_to_bf16(in[i]);
+      out[i] = gp_f32_to_bf16(in[i]);
   }
 }
 

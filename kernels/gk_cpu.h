@@ -31,12 +31,6 @@ size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts);
 /* Threads OpenBLAS may use inside one call (the daemon runs several calls side by side). */
 void gk_cpu_set_blas_threads(int threads);
 
-/* Conversions (also used by tests and the client for .npy f16/bf16). */
-float gk_f16_to_f32(uint16_t h);
-uint16_t gk_f32_to_f16(float f);
-float gk_bf16_to_f32(uint16_t h);
-uint16_t gk_f32_to_bf16(float f);
-
 #ifdef __cplusplus
 }
 #endif

@@ -153,7 +153,7 @@ run_step() {
   note "$label: rc ${PIPESTATUS[0]} ($(elapsed))"
 }
 
-# Executables the benchmark areas build under bench/ (names chosen by their owners).
+# Finds an executable that bench/CMakeLists.txt builds (bench_kernels, bench_e2e) by name.
 find_bench() {
   find "$build/bench" -maxdepth 3 -type f -perm -u+x -name "$1" 2>/dev/null | sort | head -1
 }

@@ -65,10 +65,11 @@ int gc_connect_with(const char *addr, const gc_connect_opts *opts_in, gc_conn **
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "connect_timeout_ms must be >= 0 and max_reply_bytes >= 64");
   if (addr == NULL) addr = default_address();
-  gc__addr parsed;
-  int rc = gc__addr_parse(addr, &parsed, err);
-  if (rc != 0) return rc;
-  int fd = gc__addr_connect(&parsed, opts.connect_timeout_ms, err);
+  gp_addr parsed;
+  char why[GC_ERROR_MESSAGE_MAX];
+  if (gp_addr_parse(addr, GP_ADDR_CONNECT, &parsed, why, sizeof why) != 0)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%s", why);
+  int fd = gc__socket_connect(&parsed, opts.connect_timeout_ms, err);
   if (fd < 0) return fd;
   gc_conn *conn = conn_new(fd, &opts);
   if (conn == NULL) {

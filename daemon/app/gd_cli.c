@@ -70,15 +70,15 @@ int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size)
 int gd_cli_apply(const gd_cli *cli, gd_config *cfg, char *err, size_t err_size) {
   if (cli->listen_count > 0) {
     for (size_t i = 0; i < cli->listen_count; i++) {
-      gd_addr addr;
+      gp_addr addr;
       char why[256];
-      if (gd_addr_parse(cli->listen[i], &addr, why, sizeof why) != 0) {
+      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0) {
         snprintf(err, err_size, "--listen: %s", why);
         return -1;
       }
     }
     for (size_t i = 0; i < cli->listen_count; i++)
-      snprintf(cfg->listen[i], GD_ADDR_TEXT_MAX, "%s", cli->listen[i]);
+      snprintf(cfg->listen[i], GP_ADDR_TEXT_MAX, "%s", cli->listen[i]);
     cfg->listen_count = cli->listen_count;
   }
   if (cli->has_backend)

@@ -281,11 +281,11 @@ static int set_listen(walker *w, const yaml_node_t *node, gd_config *cfg) {
       return item ? -1 : node_error(w, node, "listen: bad item");
     if (cfg->listen_count == GD_CONFIG_LISTEN_MAX)
       return node_error(w, item, "listen: more than %d addresses", GD_CONFIG_LISTEN_MAX);
-    gd_addr addr;
+    gp_addr addr;
     char why[256];
-    if (gd_addr_parse(scalar_text(item), &addr, why, sizeof why) != 0)
+    if (gp_addr_parse(scalar_text(item), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
       return node_error(w, item, "listen: %s", why);
-    snprintf(cfg->listen[cfg->listen_count++], GD_ADDR_TEXT_MAX, "%s", scalar_text(item));
+    snprintf(cfg->listen[cfg->listen_count++], GP_ADDR_TEXT_MAX, "%s", scalar_text(item));
   }
   return 0;
 }

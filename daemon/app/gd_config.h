@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gd_addr.h"
+#include "gp_addr.h"
 #include "gd_backend_gpu.h"
 #include "gd_log.h"
 #include "gp_types.h"
@@ -28,7 +28,7 @@
 typedef enum { GD_BACKEND_AUTO = 0, GD_BACKEND_GPU = 1, GD_BACKEND_CPU = 2 } gd_backend_kind;
 
 typedef struct {
-  char listen[GD_CONFIG_LISTEN_MAX][GD_ADDR_TEXT_MAX]; /* each parsed by gd_addr_parse */
+  char listen[GD_CONFIG_LISTEN_MAX][GP_ADDR_TEXT_MAX]; /* each parsed by gp_addr_parse */
   size_t listen_count;
   unsigned unix_socket_mode;       /* e.g. 0660 */
   gd_backend_kind backend;

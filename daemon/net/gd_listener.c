@@ -32,8 +32,8 @@
 typedef struct {
   gd_uv_stream h;
   gd_listeners *set;
-  char name[GD_ADDR_TEXT_MAX];
-  char unlink_path[GD_ADDR_PATH_MAX]; /* socket file we created, removed on close */
+  char name[GP_ADDR_TEXT_MAX];
+  char unlink_path[GP_ADDR_PATH_MAX]; /* socket file we created, removed on close */
   uint64_t last_error_log_us;
 } listener;
 
@@ -110,7 +110,7 @@ static int clear_stale_socket(const char *path, char *err, size_t err_size) {
   return 0;
 }
 
-static int open_unix(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+static int open_unix(gd_daemon *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
   if (clear_stale_socket(addr->path, err, err_size) != 0)
     return -1;
   int rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
@@ -129,7 +129,7 @@ static int open_unix(gd_daemon *d, listener *l, const gd_addr *addr, char *err, 
 
 /* ---- tcp ----------------------------------------------------------------- */
 
-static int open_tcp(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+static int open_tcp(gd_daemon *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = addr->ipv6_literal ? AF_INET6 : AF_UNSPEC;
@@ -209,7 +209,7 @@ static listener *next_slot(gd_listeners *set, char *err, size_t err_size) {
   return l;
 }
 
-static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool adopt_systemd,
+static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool adopt_systemd,
                     char *err, size_t err_size) {
   gd_daemon *d = set->d;
   int fds = adopt_systemd ? sd_listen_fds(1) : 0;
@@ -225,8 +225,8 @@ static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool 
     listener *l = next_slot(set, err, err_size);
     if (!l)
       return -1;
-    gd_addr_format(&addrs[i], l->name, sizeof l->name);
-    int rc = addrs[i].kind == GD_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
+    gp_addr_format(&addrs[i], l->name, sizeof l->name);
+    int rc = addrs[i].kind == GP_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
                                            : open_tcp(d, l, &addrs[i], err, err_size);
     if (rc != 0 || start_listening(l, err, err_size) != 0)
       return -1;
@@ -236,7 +236,7 @@ static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool 
   return 0;
 }
 
-int gd_listeners_open(gd_daemon *d, const gd_addr *addrs, size_t count, bool adopt_systemd,
+int gd_listeners_open(gd_daemon *d, const gp_addr *addrs, size_t count, bool adopt_systemd,
                       gd_listeners **out, char *err, size_t err_size) {
   gd_listeners *set = calloc(1, sizeof *set);
   if (!set)

@@ -33,13 +33,12 @@ endif()
 # runtime of tests/gpu/daemon/fake_cuda.c, so the GPU backend's paths through the session
 # (results in many staging-sized chunks, pause/resume) run end to end through real sockets on
 # a machine without a GPU, and under the sanitizers. It needs only the CUDA runtime headers
-# (no nvcc): built when they are found, also in -DGEMMD_WITH_CUDA=OFF builds. gcc only: the
-# fake's f16 path uses _Float16, which clang 14 lacks on x86.
-if(TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+# (no nvcc): built when they are found, also in -DGEMMD_WITH_CUDA=OFF builds.
+if(TARGET gemmd_core)
   find_path(GEMMD_CUDA_RUNTIME_INCLUDE cuda_runtime_api.h
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 endif()
-if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   add_executable(gemmd_fake
     ${PROJECT_SOURCE_DIR}/daemon/main.c
     ${GEMMD_CORE_SOURCES}
@@ -50,7 +49,7 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
   target_compile_definitions(gemmd_fake PRIVATE
     GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
   target_link_libraries(gemmd_fake PRIVATE
-    gemmproto gemmkernels_cpu
+    gemmproto gemmhalf gemmkernels_cpu
     PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK Threads::Threads m)
 
   # reply_order: replies of other requests never land inside a result that leaves in several

@@ -1,6 +1,6 @@
 /*
  * test_client_e2e.c - libgemmclient against a real gemmd (GEMMD_ADDRESS; run
- * by test_client_lib.py, which starts the daemon). Every result is checked
+ * by test_client_e2e.py, which starts the daemon). Every result is checked
  * against a float64 reference on fresh random inputs, with the output
  * poisoned so that an unwritten element fails.
  *

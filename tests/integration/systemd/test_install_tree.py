@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`cmake --install` produces a tree a GPU box can run from (issue 7).
+"""`cmake --install` produces a tree a GPU box can run from.
 
 The build is installed with DESTDIR into a temporary directory, under the prefix it was
 configured for (so nothing outside the temporary directory is written, whatever absolute

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""The man pages render cleanly and say what the programs do (issue 7).
+"""The man pages render cleanly and say what the programs do.
 
   - gemmd(8), gemmctl(1) and gemmd.yaml(5) render with `man --warnings -l` (or groff -ww)
     without a single warning, when man or groff is installed;
-  - every option of DESIGN.md's command-line contract is documented in its page;
+  - every option of the command-line contract (CONTRACT below) is documented in its page;
   - every option the built programs list in --help is documented (so the pages cannot fall
     behind the code), when the program has --help;
   - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name;
@@ -22,7 +22,8 @@ import sys
 PAGES = {"gemmd": "daemon/gemmd.8", "gemmctl": "client/gemmctl.1",
          "gemmd.yaml": "systemd/gemmd.yaml.5"}
 
-# DESIGN.md, "Command-line contract".
+# The command-line contract: the options, commands and values each program must accept and
+# its page must document, whether or not --help lists them.
 CONTRACT = {
     "gemmd": ["--config", "--listen", "--backend", "--log-level", "--check-config",
               "auto", "gpu", "cpu"],

@@ -1,9 +1,9 @@
 /*
  * The CPU path (gk_cpu.h): every dtype, both transposes, alpha and beta,
  * batch, odd sizes, against a float64 reference on fresh random inputs, with
- * the output poisoned so that an unwritten element fails. And the f16/bf16
- * conversions against independent float64 definitions of both formats.
- * GEMMD_TEST_SEED replays a run.
+ * the output poisoned so that an unwritten element fails (f16/bf16 through
+ * gp_half.h, tested in tests/unit/proto/test_proto_half.c). GEMMD_TEST_SEED
+ * replays a run.
  */
 #include <check.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "gk_cpu.h"
+#include "gp_half.h"
 
 static unsigned long seed;
 
@@ -29,8 +30,8 @@ static double get(gk_dtype t, const void *p, int64_t i) {
   switch (t) {
   case GK_F32: return ((const float *)p)[i];
   case GK_F64: return ((const double *)p)[i];
-  case GK_F16: return gk_f16_to_f32(((const uint16_t *)p)[i]);
-  case GK_BF16: return gk_bf16_to_f32(((const uint16_t *)p)[i]);
+  case GK_F16: return gp_f16_to_f32(((const uint16_t *)p)[i]);
+  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)p)[i]);
   }
   return NAN;
 }
@@ -39,8 +40,8 @@ static void set(gk_dtype t, void *p, int64_t i, double v) {
   switch (t) {
   case GK_F32: ((float *)p)[i] = (float)v; break;
   case GK_F64: ((double *)p)[i] = v; break;
-  case GK_F16: ((uint16_t *)p)[i] = gk_f32_to_f16((float)v); break;
-  case GK_BF16: ((uint16_t *)p)[i] = gk_f32_to_bf16((float)v); break;
+  case GK_F16: ((uint16_t *)p)[i] = gp_f32_to_f16((float)v); break;
+  case GK_BF16: ((uint16_t *)p)[i] = gp_f32_to_bf16((float)v); break;
   }
 }
 
@@ -209,125 +210,6 @@ START_TEST(scratch_sizes) {
 }
 END_TEST
 
-/* ---- conversions ----------------------------------------------------------- */
-
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* An independent f16 decoder in float64 (the IEEE binary16 definition). */
-static double f16_value(uint16_t h) {
-  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double mag = exp == 0 ? ldexp(mant, -24) : exp == 31 ? (mant ? NAN : INFINITY)
-                                                        : ldexp(mant | 0x400, exp - 25);
-  return (h & 0x8000) ? -mag : mag;
-}
-
-/* Reference rounding: the nearest binary16 by search over the finite ones, ties to even, and
- * overflow to inf from half an ulp past the largest (65520). */
-static uint16_t f16_reference(float f) {
-  double ax = fabs((double)f);
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  if (ax >= 65520.0)
-    return sign | 0x7c00;
-  uint16_t lo = 0, hi = 0x7bff; /* largest h with f16_value(h) <= ax */
-  while (lo < hi) {
-    uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
-    if (f16_value(mid) <= ax)
-      lo = mid;
-    else
-      hi = (uint16_t)(mid - 1);
-  }
-  double below = f16_value(lo);
-  double above = lo == 0x7bff ? 65536.0 : f16_value((uint16_t)(lo + 1));
-  double dl = ax - below, dh = above - ax;
-  if (dl < dh || (dl == dh && !(lo & 1)))
-    return sign | lo;
-  return (uint16_t)(sign | (lo + 1));
-}
-
-START_TEST(f16_every_value_round_trips) {
-  for (uint32_t h = 0; h < 65536; h++) {
-    float f = gk_f16_to_f32((uint16_t)h);
-    double ref = f16_value((uint16_t)h);
-    if (isnan(ref)) {
-      ck_assert_msg(isnan(f), "0x%04x", h);
-      ck_assert(isnan(gk_f16_to_f32(gk_f32_to_f16(f))));
-      continue;
-    }
-    ck_assert_msg((double)f == ref && !signbit(f) == !signbit(ref), "0x%04x: %g, want %g", h, f,
-                  ref);
-    ck_assert_msg(gk_f32_to_f16(f) == h, "0x%04x -> %g -> 0x%04x", h, f, gk_f32_to_f16(f));
-  }
-}
-END_TEST
-
-START_TEST(f16_rounds_to_nearest_even) {
-  /* random bit patterns, and values around every f16 boundary (ties included) */
-  for (int i = 0; i < 100000; i++) {
-    uint32_t u;
-    if (i & 1) {
-      u = (uint32_t)mrand48();
-    } else {
-      /* an f16 value in f32 plus an offset near half an f16 ulp */
-      uint16_t h = (uint16_t)lrand48();
-      float f = gk_f16_to_f32(h);
-      u = f32_bits(f) + (uint32_t)(lrand48() % 8192) - 4096 + ((i & 2) ? 4096 : 0);
-    }
-    float f = bits_f32(u);
-    uint16_t got = gk_f32_to_f16(f);
-    if (isnan(f)) {
-      ck_assert(isnan(gk_f16_to_f32(got)));
-      continue;
-    }
-    uint16_t want = f16_reference(f);
-    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u,
-                  got, want, seed);
-  }
-}
-END_TEST
-
-/* bf16 reference: the nearest of the two bf16 neighbours in float64, ties to even. */
-static uint16_t bf16_reference(float f) {
-  uint32_t u = f32_bits(f);
-  uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-  double x = f, dl = fabs(x - gk_bf16_to_f32(lo));
-  float fh = gk_bf16_to_f32(hi);
-  /* past the largest bf16 the next step is 2^128 (rounding there overflows to inf) */
-  double dh = fabs(x - (isinf(fh) ? copysign(0x1p128, fh) : (double)fh));
-  if (dl < dh || (dl == dh && !(lo & 1)))
-    return lo;
-  return hi;
-}
-
-START_TEST(bf16_rounds_to_nearest_even) {
-  for (int i = 0; i < 100000; i++) {
-    uint32_t u = (uint32_t)mrand48();
-    if (i % 4 == 0)
-      u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
-    float f = bits_f32(u);
-    uint16_t got = gk_f32_to_bf16(f);
-    if (isnan(f)) {
-      ck_assert(isnan(gk_bf16_to_f32(got)));
-      continue;
-    }
-    uint16_t want = bf16_reference(f);
-    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u,
-                  got, want, seed);
-  }
-  ck_assert_uint_eq(gk_f32_to_bf16(1.0f), 0x3f80);
-  ck_assert_uint_eq(gk_f32_to_bf16(-0.0f), 0x8000);
-  ck_assert_uint_eq(gk_f32_to_bf16(INFINITY), 0x7f80);
-}
-END_TEST
-
 int main(void) {
   seed_once();
   gk_cpu_set_blas_threads(1); /* as the daemon runs it; and idle BLAS threads would only spin */
@@ -341,12 +223,6 @@ int main(void) {
   tcase_add_test(gemm, malformed_problems);
   tcase_add_test(gemm, scratch_sizes);
   suite_add_tcase(s, gemm);
-  TCase *conv = tcase_create("conversions");
-  tcase_set_timeout(conv, 60);
-  tcase_add_test(conv, f16_every_value_round_trips);
-  tcase_add_test(conv, f16_rounds_to_nearest_even);
-  tcase_add_test(conv, bf16_rounds_to_nearest_even);
-  suite_add_tcase(s, conv);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

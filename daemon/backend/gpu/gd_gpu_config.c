@@ -1,7 +1,7 @@
 /*
- * gd_nocuda.c - built only without CUDA: the GPU section's defaults, so that
- * the same gemmd.yaml parses and validates on every build (gd_gpu.c owns the
- * real one when CUDA is there).
+ * gd_gpu_config.c - the defaults of the `gpu:` section of gemmd.yaml. Needs no CUDA and is
+ * built in every configuration, so the same gemmd.yaml parses and validates with or without
+ * the GPU backend.
  */
 #include <stdio.h>
 #include <string.h>
