@@ -11,7 +11,7 @@ build=${1:-build}
 
 scripts/install-deps.sh || { echo "demo.sh: install the packages above first" >&2; exit 1; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target gemmd gemmctl
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target gemmd_installables
 
 # The default config listens on /run/gemmd/gemmd.sock; without root, use a
 # private socket instead.

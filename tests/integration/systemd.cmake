@@ -61,6 +61,12 @@ if(TARGET gemmd)
                    --build ${PROJECT_BINARY_DIR} --cmake ${CMAKE_COMMAND}
                    --gemmd $<TARGET_FILE:gemmd> ${_sd_expect})
 
+  # `cmake --install` works after scripts/demo.sh's partial build (its target builds every
+  # file the install copies).
+  add_test(NAME install_after_demo_build
+           COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_install_targets.py
+                   --build ${PROJECT_BINARY_DIR} --demo ${PROJECT_SOURCE_DIR}/scripts/demo.sh)
+
   # The man pages render without warnings and document every option the programs accept.
   set(_sd_gemmctl "")
   if(TARGET gemmctl)
@@ -72,7 +78,8 @@ if(TARGET gemmd)
                    --gemmctl "${_sd_gemmctl}")
 
   set_tests_properties(systemd_units_verify systemd_sysusers_tmpfiles systemd_socket_activation
-                       systemd_notify systemd_install_tree systemd_man_pages PROPERTIES
+                       systemd_notify systemd_install_tree systemd_man_pages
+                       install_after_demo_build PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77
