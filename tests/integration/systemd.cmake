@@ -67,6 +67,11 @@ if(TARGET gemmd)
            COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_install_targets.py
                    --build ${PROJECT_BINARY_DIR} --demo ${PROJECT_SOURCE_DIR}/scripts/demo.sh)
 
+  # The build takes msgpack-c 6's names (msgpack-c, libmsgpack-c) as well as the old ones.
+  add_test(NAME build_msgpack_c6_names
+           COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_msgpack_names.py
+                   --source ${PROJECT_SOURCE_DIR} --cmake ${CMAKE_COMMAND})
+
   # The man pages render without warnings and document every option the programs accept.
   set(_sd_gemmctl "")
   if(TARGET gemmctl)
@@ -79,7 +84,7 @@ if(TARGET gemmd)
 
   set_tests_properties(systemd_units_verify systemd_sysusers_tmpfiles systemd_socket_activation
                        systemd_notify systemd_install_tree systemd_man_pages
-                       install_after_demo_build PROPERTIES
+                       install_after_demo_build build_msgpack_c6_names PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77
