@@ -6,7 +6,7 @@ Debian 12 ships msgpack-c 4 (the old names). This test builds a pkg-config world
 only the new names exist: every system .pc file but msgpack.pc, plus a msgpack-c.pc whose
 library libmsgpack-c.so is the system's libmsgpackc under its new name. It configures the
 project there, builds gemmctl (which links libgemmclient and msgpack-c), installs the
-client component, and checks that the installed gemmclient.pc and CMake package name
+client components, and checks that the installed gemmclient.pc and CMake package name
 msgpack-c, and that the installed gemmctl runs.
 
 Run: test_msgpack_names.py --source DIR --cmake CMAKE
@@ -82,7 +82,8 @@ def main():
              "-DGEMMD_BUILD_BENCH=OFF"], env=env)
         run([args.cmake, "--build", build, "-j2", "--target", "gemmctl", "gemmclient_static"],
             env=env)
-        run([args.cmake, "--install", build, "--prefix", prefix, "--component", "gemmclient"])
+        for component in ("libgemmclient", "libgemmclient-dev", "gemmctl"):
+            run([args.cmake, "--install", build, "--prefix", prefix, "--component", component])
         pc = open(os.path.join(prefix, "lib", "pkgconfig", "gemmclient.pc")).read()
         assert "Requires.private: msgpack-c" in pc, "gemmclient.pc:\n" + pc
         targets = open(os.path.join(prefix, "lib", "cmake", "gemmclient",
