@@ -31,7 +31,7 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   i=0; while kill -0 "$(cat "$pidfile")" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 fi
 
-"$build/daemon/gemmd" --check-config --config config/gemmd.yaml
+"$build/daemon/gemmd" --check-config --config config/gemmd.yaml --listen "$addr"
 setsid "$build/daemon/gemmd" --config config/gemmd.yaml --listen "$addr" >"$log" 2>&1 </dev/null &
 echo $! >"$pidfile"
 
