@@ -38,7 +38,9 @@ if(TARGET gemmd)
     "${CMAKE_INSTALL_SYSCONFDIR}/gemmd/gemmd.yaml"
     "${CMAKE_INSTALL_MANDIR}/man8/gemmd.8"
     "${CMAKE_INSTALL_MANDIR}/man1/gemmctl.1"
-    "${CMAKE_INSTALL_MANDIR}/man5/gemmd.yaml.5")
+    "${CMAKE_INSTALL_MANDIR}/man5/gemmd.yaml.5"
+    "${CMAKE_INSTALL_MANDIR}/man3/libgemmclient.3"
+    "${CMAKE_INSTALL_DOCDIR}/PROTOCOL.md")
   if(TARGET gemmctl)
     list(APPEND _sd_expect "${CMAKE_INSTALL_BINDIR}/gemmctl")
   endif()
