@@ -12,8 +12,13 @@ where a machine without systemd as PID 1 cannot run it, done the way systemd wou
                               (this machine has no GPU: the packaged daemon serves from the CPU)
   apt-get install ./DIR/...   run (with -y), DIR the temporary one: apt resolves the
                               dependencies of the .deb files
-  cmake ..., ldconfig         the /usr/local alternative to the packages: not run here (the
-                              install_after_demo_build and systemd_install_tree tests cover it)
+  cmake ..., ldconfig         the /usr/local alternative to the packages: followed after the
+                              packages are removed (a prefix install beside them would hide
+                              whether ldconfig ran), with the build directory a temporary one
+                              and -DGEMMD_WITH_CUDA=OFF -DGEMMD_BUILD_TESTS=OFF appended; then
+                              the README's libgemmclient example, built with pkg-config against
+                              /usr/local, must load /usr/local's library through the loader's
+                              cache and multiply on a gemmd from /usr/local/bin
   systemd-sysusers, systemd-tmpfiles, gemmd --check-config, usermod, gemmctl
                               run as written (`sudo` dropped: the test is root); gemmctl as the
                               user the README lets in with usermod, so the group is what
@@ -56,6 +61,8 @@ class Deploy:
         self.daemon_log = os.path.join(tmp, "gemmd.log")
         self.created_users = []
         self.login_user = None  # the user the README lets in (usermod -aG gemmd USER)
+        self.prefix_steps = []  # the /usr/local alternative, followed after the packages
+        self.manifest = None
 
     # ---- helpers --------------------------------------------------------------
     def run(self, argv, user=None, env=None, timeout=600, check=True):
@@ -141,7 +148,8 @@ class Deploy:
             self.run(["apt-get", "install", "-y", "--no-install-recommends"] + debs)
             self.run(["dpkg-query", "-W", "gemmd", "gemmctl", "libgemmclient0"])
         elif name in ("cmake", "ldconfig"):
-            print("  (the /usr/local alternative, not taken here) %s" % line)
+            print("  (the /usr/local alternative: followed after the packages) %s" % line)
+            self.prefix_steps.append(argv)
         elif name in ("systemd-sysusers", "systemd-tmpfiles"):
             self.run(argv)
         elif name == "gemmd":
@@ -198,6 +206,71 @@ class Deploy:
         except KeyError:
             return False
 
+    # ---- the /usr/local alternative --------------------------------------------
+    def follow_prefix_install(self, readme):
+        build = os.path.join(self.tmp, "build-usr-local")
+        prefix = None
+        for argv in self.prefix_steps:
+            argv = [build if a == "build" else a for a in argv]
+            if argv[0] == "cmake" and "-S" in argv:
+                argv += ["-DGEMMD_WITH_CUDA=OFF", "-DGEMMD_BUILD_TESTS=OFF",
+                         "-DGEMMD_BUILD_BENCH=OFF"]
+                prefix = [a.split("=", 1)[1] for a in argv if a.startswith(
+                    "-DCMAKE_INSTALL_PREFIX=")][0]
+            if argv[0] == "cmake" and "--build" in argv:
+                argv += ["-j", str(os.cpu_count() or 2)]
+            if argv[0] == "cmake" and "--install" in argv:
+                self.manifest = os.path.join(build, "install_manifest.txt")
+            self.run(argv)
+        assert prefix and self.manifest, "the README's prefix install lacks its cmake steps"
+        src = os.path.join(self.tmp, "example.c")
+        with open(src, "w") as f:
+            f.write(readme_example(readme))
+        exe = os.path.join(self.tmp, "example")
+        flags = self.run(["pkg-config", "--cflags", "--libs", "gemmclient"]).split()
+        self.run(["cc", "-std=c11", "-o", exe, src] + flags)
+        out = self.run(["ldd", exe])
+        lib = os.path.join(prefix, "lib")
+        assert re.search(r"libgemmclient\.so\.\d+ => %s/" % re.escape(lib), out), \
+            "the example does not load %s's libgemmclient (ldconfig not run?)" % prefix
+        sock = os.path.join(self.tmp, "prefix.sock")
+        log = open(self.daemon_log, "ab")
+        gemmd = subprocess.Popen([os.path.join(prefix, "bin", "gemmd"), "--backend", "cpu",
+                                  "--listen", "unix:" + sock], stdout=log, stderr=log,
+                                 stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 30
+            while not os.path.exists(sock) and time.time() < deadline:
+                time.sleep(0.1)
+            self.run([os.path.join(prefix, "bin", "gemmctl"), "--connect", sock, "ping"])
+            env = {"GEMMD_ADDRESS": "unix:" + sock}
+            out = self.run([exe], env=env)
+            assert "is right" in out, "the README example did not check out"
+            out = self.run([os.path.join(prefix, "bin", "gemmctl"), "--connect", sock, "verify",
+                            "--m", "65", "--n", "33", "--k", "17", "--dtype", "f64"])
+            assert "PASS" in out
+        finally:
+            gemmd.terminate()
+            gemmd.wait(timeout=45)
+
+    def remove_prefix_install(self):
+        if not self.manifest or not os.path.exists(self.manifest):
+            return
+        dirs = set()
+        for path in open(self.manifest).read().split():
+            if os.path.lexists(path):
+                os.remove(path)
+            dirs.add(os.path.dirname(path))
+        # directories the install created, deepest first, while they are empty
+        for d in sorted(dirs, key=len, reverse=True):
+            while d.startswith("/usr/local/") and d not in self.dirs_before:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+                d = os.path.dirname(d)
+        self.run(["ldconfig"], check=False)
+
     # ---- clean-up ---------------------------------------------------------------
     def cleanup(self, users_before, groups_before):
         try:
@@ -218,6 +291,19 @@ class Deploy:
                 self.run(["groupdel", group], check=False)
         shutil.rmtree("/run/gemmd", ignore_errors=True)
         shutil.rmtree("/etc/gemmd", ignore_errors=True)
+
+
+def readme_example(readme):
+    text = open(readme).read()
+    section = re.search(r"<!-- client:begin -->(.*?)<!-- client:end -->", text, re.S)
+    assert section, "README.md has no client section"
+    blocks = re.findall(r"```c\n(.*?)```", section.group(1), re.S)
+    assert len(blocks) == 1, "expected one ```c block in the client section"
+    return blocks[0]
+
+
+def dirs_under(root):
+    return {dirpath for dirpath, _, _ in os.walk(root)}
 
 
 def deploy_commands(readme):
@@ -259,12 +345,16 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gemmd-deploy-")
     os.chmod(tmp, 0o755)
     d = Deploy(args.source, tmp)
+    d.dirs_before = dirs_under("/usr/local")
     ok = False
     try:
         for line in commands:
             print("README: %s" % line, flush=True)
             d.step(line)
         assert d.daemon, "the README never started the daemon"
+        d.cleanup(users_before, groups_before)
+        print("README, the /usr/local alternative:", flush=True)
+        d.follow_prefix_install(os.path.join(args.source, "README.md"))
         ok = True
     except (AssertionError, subprocess.TimeoutExpired) as exc:
         print("FAIL: %s" % exc)
@@ -272,6 +362,7 @@ def main():
             print("gemmd's log:\n" + open(d.daemon_log).read()[-4000:])
     finally:
         d.cleanup(users_before, groups_before)
+        d.remove_prefix_install()
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS" if ok else "FAILED")
     return 0 if ok else 1
