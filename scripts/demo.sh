@@ -22,8 +22,9 @@ else
 fi
 mkdir -p "$sockdir"
 addr="unix:$sockdir/gemmd.sock"
-pidfile="$top/$build/gemmd-demo.pid"
-log="$top/$build/gemmd-demo.log"
+case $build in /*) build_abs=$build ;; *) build_abs=$top/$build ;; esac
+pidfile="$build_abs/gemmd-demo.pid"
+log="$build_abs/gemmd-demo.log"
 
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "demo.sh: stopping the gemmd a previous demo started (pid $(cat "$pidfile"))"
