@@ -102,6 +102,57 @@ static int parse_listen(const gd_config *cfg, gp_addr *addrs) {
   return 0;
 }
 
+/* bind() through libuv reports a missing directory as "permission denied": say what it is. */
+static int check_socket_dirs(const gd_config *cfg, const gd_addr *addrs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char why[GD_CONFIG_ERROR_MAX];
+    if (addrs[i].kind == GD_ADDR_UNIX &&
+        gd_config_check_socket_dir(addrs[i].path, false, why, sizeof why) != 0) {
+      gd_error("listen %s: %s", cfg->listen[i], why);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The backend the config asks for, where that can be known without starting it. */
+static int check_backend(const gd_config *cfg) {
+#ifdef GEMMD_HAVE_CUDA
+  int gpus = gd_gpu_count();
+  if (cfg->backend == GD_BACKEND_GPU && gpus == 0) {
+    fprintf(stderr, "backend: gpu, but no CUDA device is usable here (use auto or cpu)\n");
+    return 1;
+  }
+  if (cfg->backend == GD_BACKEND_AUTO)
+    printf("note: backend auto: %d GPU(s) found; %s\n", gpus,
+           gpus > 0 ? "gemmd will use them" : "gemmd will serve from the CPU");
+#else
+  if (cfg->backend == GD_BACKEND_GPU) {
+    fprintf(stderr, "backend: gpu, but this gemmd was built without CUDA (use auto or cpu)\n");
+    return 1;
+  }
+#endif
+  return 0;
+}
+
+/* --check-config: the file parses (done by now), and what can be checked without starting
+ * is checked. Exit 0 with "configuration ok", else 1 with every problem found. */
+static int check_config(const gd_cli *cli, const gd_config *cfg, const char *config_path) {
+  const char *name = config_path ? config_path : "built-in defaults";
+  char problems[4 * GD_CONFIG_ERROR_MAX];
+  bool activated = gd_listeners_systemd_count() > 0 && cli->listen_count == 0;
+  int count = gd_config_check(cfg, activated, problems, sizeof problems);
+  fputs(problems, stderr);
+  count += check_backend(cfg);
+  if (count > 0) {
+    fprintf(stderr, "%s: %d problem%s: gemmd would not work with this configuration\n", name,
+            count, count == 1 ? "" : "s");
+    return 1;
+  }
+  printf("%s: configuration ok\n", name);
+  return 0;
+}
+
 /* Socket activation replaces the config's list unless --listen names addresses too. */
 static size_t listen_count(const gd_cli *cli, const gd_config *cfg, bool *adopt) {
   *adopt = gd_listeners_systemd_count() > 0;
@@ -140,6 +191,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     goto out_backend;
   }
   size_t n = listen_count(cli, &d.cfg, &adopt);
+  if (check_socket_dirs(&d.cfg, addrs, n) != 0)
+    goto out_sched;
   if (gd_listeners_open(&d, addrs, n, adopt, &d.listeners, err, sizeof err) != 0) {
     gd_error("%s", err);
     goto out_sched;
@@ -205,10 +258,8 @@ int main(int argc, char **argv) {
   }
   if (load_config(&cli, &cfg, &config_path) != 0)
     return 1;
-  if (cli.check_config) {
-    printf("%s: configuration ok\n", config_path ? config_path : "built-in defaults");
-    return 0;
-  }
+  if (cli.check_config)
+    return check_config(&cli, &cfg, config_path);
   gd_log_set_level(cfg.log_level);
   /* A client that closes while we write must cost an EPIPE, not the process. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)

@@ -7,7 +7,7 @@ GEMMD_DEBS="build-essential cmake ninja-build pkg-config git \
   libuv1-dev libmsgpack-dev libyaml-dev check libsubunit-dev \
   libopenblas-dev libsystemd-dev systemd \
   python3 python3-msgpack python3-numpy clang libclang-rt-14-dev \
-  groff-base man-db procps"
+  groff-base man-db procps dpkg-dev file"
 
 missing=""
 for pkg in $GEMMD_DEBS; do

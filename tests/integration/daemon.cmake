@@ -16,6 +16,7 @@ if(TARGET gemmd)
     connection_cap      # limits.max_connections
     listeners           # unix socket mode, stale/live socket files, long paths, TCP
     config              # --check-config and command-line overrides
+    check_config        # -h, option errors, --check-config's checks beyond the parser
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
