@@ -103,10 +103,10 @@ static int parse_listen(const gd_config *cfg, gp_addr *addrs) {
 }
 
 /* bind() through libuv reports a missing directory as "permission denied": say what it is. */
-static int check_socket_dirs(const gd_config *cfg, const gd_addr *addrs, size_t n) {
+static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     char why[GD_CONFIG_ERROR_MAX];
-    if (addrs[i].kind == GD_ADDR_UNIX &&
+    if (addrs[i].kind == GP_ADDR_UNIX &&
         gd_config_check_socket_dir(addrs[i].path, false, why, sizeof why) != 0) {
       gd_error("listen %s: %s", cfg->listen[i], why);
       return -1;

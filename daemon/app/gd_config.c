@@ -562,7 +562,7 @@ static const char *size_text(uint64_t bytes, char *buf, size_t size) {
 }
 
 int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size) {
-  char dir[GD_ADDR_PATH_MAX];
+  char dir[GP_ADDR_PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
   if (!slash)
@@ -607,14 +607,14 @@ static int check_listen(const gd_config *cfg, bool socket_activated, char *out, 
     count += problem(out, size, "listen: the list is empty: gemmd would have nothing to listen on "
                                 "(an empty list works only under systemd socket activation)");
   for (size_t i = 0; i < cfg->listen_count && !socket_activated; i++) {
-    gd_addr addr;
+    gp_addr addr;
     char why[GD_CONFIG_ERROR_MAX];
-    if (gd_addr_parse(cfg->listen[i], &addr, why, sizeof why) != 0)
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
       count += problem(out, size, "listen: %s", why);
-    else if (addr.kind == GD_ADDR_UNIX && runtime_dir_pending(addr.path))
+    else if (addr.kind == GP_ADDR_UNIX && runtime_dir_pending(addr.path))
       problem(out, size, "note: listen %s: %s does not exist yet; systemd creates it "
               "(tmpfiles.d/gemmd.conf, RuntimeDirectory=)", cfg->listen[i], GD_CONFIG_RUNTIME_DIR);
-    else if (addr.kind == GD_ADDR_UNIX &&
+    else if (addr.kind == GP_ADDR_UNIX &&
              gd_config_check_socket_dir(addr.path, true, why, sizeof why) != 0)
       count += problem(out, size, "listen %s: %s", cfg->listen[i], why);
   }
