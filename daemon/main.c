@@ -135,7 +135,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   if (parse_listen(&d.cfg, addrs) != 0 || create_backend(&d.cfg, &d.backend) != 0)
     goto out_loop;
   gd_sched_limits limits = {d.cfg.max_jobs, d.cfg.memory_budget};
-  if ((rc = gd_sched_new(&loop, d.backend, &limits, &gd_session_hooks, &d.stats, &d.sched)) != 0) {
+  if ((rc = gd_sched_new(&loop, d.backend, &limits, &d.stats, &d.sched)) != 0) {
     gd_error("scheduler: %s", uv_strerror(rc));
     goto out_backend;
   }

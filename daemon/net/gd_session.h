@@ -41,9 +41,6 @@
 
 typedef struct gd_session gd_session;
 
-/* The scheduler's hooks into sessions (output, failed, resume). */
-extern const gd_sched_hooks gd_session_hooks;
-
 /* Accepts one pending connection from server (a listening pipe or TCP handle) and starts
  * serving it. Over limits.max_connections (or while draining) the connection is accepted and
  * closed at once: the client sees EOF. Returns 0 or a uv error (logged by the caller). */

@@ -33,7 +33,6 @@ static void reply_simple(gd_session *s) {
 static void link_job(gd_session *s, gd__sjob *rec, gd_job *job, uint32_t msgid) {
   rec->job = job;
   rec->msgid = msgid;
-  job->session_data = rec;
   rec->next = s->jobs;
   if (s->jobs)
     s->jobs->prev = rec;
@@ -48,7 +47,12 @@ static void on_gemm_request(gd_session *s, const gp_event *ev) {
   gp_error_clear(&err);
   gd_job *job = NULL;
   gd__sjob *rec = calloc(1, sizeof *rec);
-  int rc = rec ? gd_sched_admit(d->sched, &ev->gemm, ev->has_c, ev->msgid, s, &job, &err)
+  if (rec) {
+    rec->waiter.on_event = gd__session_job_event;
+    rec->s = s;
+  }
+  int rc = rec ? gd_sched_admit(d->sched, &ev->gemm, ev->has_c, ev->msgid, s->id, &rec->waiter,
+                                &job, &err)
                : gp_error_set(&err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
   if (rc != 0) {
     free(rec);
@@ -117,8 +121,8 @@ static void on_payload(gd_session *s, const gp_event *ev) {
   gp_error err;
   gp_error_clear(&err);
   bool pause = false;
-  int rc = job->backend->ops->input(job->backend, job, ev->operand, ev->offset, ev->data, ev->len,
-                                    &pause, &err);
+  int rc = gd_sched_input(s->d->sched, job, ev->operand, ev->offset, ev->data, ev->len, &pause,
+                          &err);
   if (rc != 0) {
     uint32_t msgid = rec->msgid;
     gp_decoder_skip_message(s->dec);

@@ -30,9 +30,8 @@ static int encode_head(const gd__sjob *rec, const gd_job *job, char **head, size
   return 0;
 }
 
-static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) {
-  gd_session *s = session;
-  gd__sjob *rec = job->session_data;
+static void job_output(gd__sjob *rec, gd_job *job, const gd_backend_event *ev) {
+  gd_session *s = rec->s;
   char *head = NULL;
   size_t head_len = 0;
   uint64_t c_bytes = job->operand_bytes[GP_OPERAND_C];
@@ -41,14 +40,14 @@ static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) 
              "bytes sent)", (unsigned long long)s->id, (unsigned)rec->msgid,
              (unsigned long long)ev->offset, ev->len, (unsigned long long)rec->next_offset,
              (unsigned long long)c_bytes);
-    gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
+    gd_sched_chunk_done(s->d->sched, job, ev->data, ev->len);
     gd_session_close(s, "internal error: bad result chunk");
     return;
   }
   rec->next_offset += ev->len;
   if (!rec->head_sent) {
     if (encode_head(rec, job, &head, &head_len) != 0) {
-      gd_sched_chunk_sent(s->d->sched, job, ev->data, ev->len);
+      gd_sched_chunk_done(s->d->sched, job, ev->data, ev->len);
       gd_session_close(s, "out of memory encoding a reply");
       return;
     }
@@ -59,9 +58,8 @@ static void hook_output(void *session, gd_job *job, const gd_backend_event *ev) 
   gd__session_write_chunk(s, rec, head, head_len, ev);
 }
 
-static void hook_failed(void *session, gd_job *job, const gp_error *err) {
-  gd_session *s = session;
-  gd__sjob *rec = job->session_data;
+static void job_failed(gd__sjob *rec, gd_job *job, const gp_error *err) {
+  gd_session *s = rec->s;
   if (rec->head_sent) {
     /* Half a reply is out: the stream cannot carry an error for it any more. */
     gd_error("conn %llu: msgid %u failed after its reply started: %s", (unsigned long long)s->id,
@@ -77,13 +75,19 @@ static void hook_failed(void *session, gd_job *job, const gp_error *err) {
   gd__session_kick(s);
 }
 
-static void hook_resume(void *session, gd_job *job) {
-  gd_session *s = session;
-  (void)job;
+static void job_resume(gd__sjob *rec) {
+  gd_session *s = rec->s;
   if (s->paused) {
     gd__session_resume_reading(s);
     gd__session_process(s);
   }
 }
 
-const gd_sched_hooks gd_session_hooks = {hook_output, hook_failed, hook_resume};
+void gd__session_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev) {
+  gd__sjob *rec = (gd__sjob *)w; /* the waiter is the record's first member */
+  switch (ev->type) {
+  case GD_EV_OUTPUT_CHUNK: job_output(rec, job, ev); return;
+  case GD_EV_FAILED: job_failed(rec, job, &ev->err); return;
+  case GD_EV_INPUT_RESUME: job_resume(rec); return;
+  }
+}

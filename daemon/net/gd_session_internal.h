@@ -28,6 +28,8 @@
 
 /* The session's record of one gemm job it admitted and has not answered yet. */
 typedef struct gd__sjob {
+  gd_job_waiter waiter;    /* first: the scheduler hands the job's events here */
+  gd_session *s;
   gd_job *job;
   struct gd__sjob *prev, *next;
   uint32_t msgid;
@@ -146,6 +148,11 @@ bool gd__session_shared_since(const gd_session *s, uint64_t *since_us);
 /* The hold limit of the open shared chunk may have passed: copy the unsent rest of every
  * chunk whose limit passed and give their staging back. May close the session. */
 void gd__session_shared_expire(gd_session *s);
+
+/* ---- gd_session_hooks.c ---- */
+
+/* The waiter of every job a session admitted (gd_job.h). */
+void gd__session_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
 
 /* ---- gd_session_timers.c ---- */
 

@@ -76,10 +76,8 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   uint64_t offset, remaining;
   void *ptr;
   size_t len;
-  if (rec && rec->job->backend->ops->input_window &&
-      gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) &&
-      rec->job->backend->ops->input_window(rec->job->backend, rec->job, operand, offset, &ptr,
-                                           &len) &&
+  if (rec && gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) &&
+      gd_sched_input_window(s->d->sched, rec->job, operand, offset, &ptr, &len) &&
       len > 0) {
     if (len > remaining)
       len = (size_t)remaining; /* never read past this payload into the job's memory */

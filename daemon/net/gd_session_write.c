@@ -105,7 +105,7 @@ static void on_write(uv_write_t *req, int status) {
   if (rec) {
     rec->writes_pending--;
     if (w->give_back)
-      gd_sched_chunk_sent(d->sched, rec->job, w->chunk, w->chunk_len);
+      gd_sched_chunk_done(d->sched, rec->job, w->chunk, w->chunk_len);
     if (!rec->orphan && (w->last || (rec->reply_out && rec->writes_pending == 0)))
       reply_done(s, rec, status == 0);
   }
@@ -167,7 +167,7 @@ static wreq *queue_write(gd_session *s, char *head, size_t head_len, gd__sjob *r
     else
       free(head);
     if (rec && chunk)
-      gd_sched_chunk_sent(s->d->sched, rec->job, chunk, chunk_len);
+      gd_sched_chunk_done(s->d->sched, rec->job, chunk, chunk_len);
     if (!s->closing) {
       char why[128];
       snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
@@ -201,7 +201,7 @@ static int hold(gd_session *s, char *head, size_t head_len, gd__sjob *rec, const
   if (!item) {
     free(head);
     if (rec && chunk)
-      gd_sched_chunk_sent(s->d->sched, rec->job, chunk, chunk_len);
+      gd_sched_chunk_done(s->d->sched, rec->job, chunk, chunk_len);
     gd_session_close(s, "out of memory holding a reply");
     return -1;
   }
@@ -271,7 +271,7 @@ void gd__session_drop_held(gd_session *s) {
     s->held_head = item->next;
     free(item->head);
     if (item->rec && item->chunk)
-      gd_sched_chunk_sent(s->d->sched, item->rec->job, item->chunk, item->chunk_len);
+      gd_sched_chunk_done(s->d->sched, item->rec->job, item->chunk, item->chunk_len);
     free(item);
   }
   s->held_tail = &s->held_head;
@@ -280,7 +280,7 @@ void gd__session_drop_held(gd_session *s) {
     gd__shared *c = s->shared_head;
     s->shared_head = c->next;
     free(c->head);
-    gd_sched_chunk_sent(s->d->sched, c->rec->job, c->data, c->len);
+    gd_sched_chunk_done(s->d->sched, c->rec->job, c->data, c->len);
     free(c);
   }
   s->shared_tail = &s->shared_head;
@@ -329,7 +329,7 @@ static void close_shared(gd_session *s, gd__shared *c) {
   if (!s->shared_head)
     s->shared_tail = &s->shared_head;
   free(c->head);
-  gd_sched_chunk_sent(s->d->sched, c->rec->job, c->data, c->len);
+  gd_sched_chunk_done(s->d->sched, c->rec->job, c->data, c->len);
   free(c);
 }
 
@@ -464,7 +464,7 @@ static void open_shared_chunk(gd_session *s, gd__sjob *rec, char *head, size_t h
   gd__shared *c = calloc(1, sizeof *c);
   if (!c) {
     free(head);
-    gd_sched_chunk_sent(s->d->sched, rec->job, ev->data, ev->len);
+    gd_sched_chunk_done(s->d->sched, rec->job, ev->data, ev->len);
     gd_session_close(s, "out of memory writing a reply");
     return;
   }
@@ -506,7 +506,7 @@ static void hold_shared_chunk(gd_session *s, gd__sjob *rec, char *head, size_t h
       memcpy(copy + head_len, ev->data, ev->len);
   }
   free(head);
-  gd_sched_chunk_sent(s->d->sched, rec->job, ev->data, ev->len);
+  gd_sched_chunk_done(s->d->sched, rec->job, ev->data, ev->len);
   if (!copy) {
     gd_session_close(s, "out of memory holding a reply");
     return;
@@ -516,7 +516,7 @@ static void hold_shared_chunk(gd_session *s, gd__sjob *rec, char *head, size_t h
 
 void gd__session_write_chunk(gd_session *s, gd__sjob *rec, char *head, size_t head_len,
                              const gd_backend_event *ev) {
-  if (rec->job->backend->ops->output_in_job_memory)
+  if (gd_sched_chunks_in_job_memory(s->d->sched, rec->job))
     write_out(s, head, head_len, rec, ev->data, ev->len, ev->last);
   else if (must_hold(s, rec))
     hold_shared_chunk(s, rec, head, head_len, ev);

@@ -90,8 +90,8 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
  * the jobs ran, so the chunks of one reply are never interleaved with those of another reply on
  * the same connection (the session writes each chunk as it comes). Different connections still
  * spread over every device. */
-static int session_device(gd__gpu_backend *be, const void *session) {
-  if (!session)
+static int session_device(gd__gpu_backend *be, uint64_t order_key) {
+  if (!order_key)
     return -1;
   for (size_t i = 0; i < be->ndev; i++) {
     gd__gpu_dev *dev = &be->devs[i];
@@ -99,7 +99,7 @@ static int session_device(gd__gpu_backend *be, const void *session) {
     pthread_mutex_lock(&dev->mu);
     if (dev->in_service && !dev->dead)
       for (gd__gpu_job *j = dev->jobs; j && !found; j = j->next)
-        found = j->owner && j->owner->session == session && !j->finished;
+        found = j->owner && j->owner->order_key == order_key && !j->finished;
     pthread_mutex_unlock(&dev->mu);
     if (found)
       return (int)i;
@@ -179,7 +179,7 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
   bool any = false;
   uint64_t largest = 0;
-  int hint = session_device(be, job->session);
+  int hint = session_device(be, job->order_key);
   if (hint < 0)
     hint = job->device;
   gd__gpu_dev *dev = pick_device(be, hint, gj->alloc_len, &any, &largest);
