@@ -1,34 +1,21 @@
 /*
- * gd_session.h - one client connection: reading with the streaming decoder,
- * admission of gemm requests, payloads read straight into the job's buffers,
- * replies written by msgid in any order, per-connection caps and
- * backpressure, idle and request-arrival timeouts.
+ * gd_session.h - client connections as the rest of the daemon sees them: accept, close, and
+ * the operations over every connection (SIGHUP limits, the drain deadline, the write backlog).
  *
- * Loop thread only. A session is freed in its close callback, never inside a
- * read or write callback. When it closes with jobs in flight, those jobs are
- * abandoned to the scheduler (running ones finish and are dropped there).
+ * A connection is layered, each layer calling only downwards:
+ *   gd_session.c   accept/refuse, the daemon's list of connections
+ *   gd_rpc.c       the protocol: decoder events, envelopes, methods, job events, backpressure,
+ *                  timeouts (their policy in gd_timeouts.c)
+ *   gd_conn.c      the transport: handles, reading into a buffer or a payload window, closing
+ *   gd_replyq.c    the reply queue: writes, ordering, zero-copy chunks and the staging hold
+ *   gd_call.c      the records of its gemm calls: its only way to the scheduler's job life
  *
- * Backpressure: the session stops reading (uv_read_stop) when the backend
- * asked it to pause, and, between messages, while it has
- * limits.max_requests_in_flight gemm jobs unanswered or
- * limits.max_buffered_bytes of replies queued for writing. Bytes already read
- * but not yet decoded are kept and decoded first when reading resumes.
- *
- * Replies: C is written from the backend's memory. Where that memory is shared
- * between jobs (GPU staging, ops.output_in_job_memory false) it is written
- * from there only while the socket takes it (small probe pieces are copied to
- * learn when it drains); what a slow client has not taken
- * gpu.staging_hold_ms after the chunk arrived is copied and the staging given
- * back, so a client that does not read holds no staging for longer. Such
- * copies are bounded by the connection's jobs in flight.
- *
- * Timeouts (one timer per session): timeouts.idle_ms with nothing in flight;
- * timeouts.request_ms for a request that started arriving (not counting time
- * the backend keeps reading paused: waiting for memory is not a stalled
- * client), and for replies
- * that have not moved by a byte (a client that stopped reading). A client
- * that shuts down its writing side still gets the replies to its complete
- * requests; then the session closes.
+ * Timeouts (one timer per connection): timeouts.idle_ms with nothing in flight;
+ * timeouts.request_ms for a request that started arriving (not counting time the backend keeps
+ * reading paused), and for replies that have not moved by a byte (a client that stopped
+ * reading). A client that shuts down its writing side still gets the replies to its complete
+ * requests; then the connection closes. When it closes with jobs in flight, those jobs are
+ * abandoned to the scheduler (running ones finish and are dropped there). Loop thread only.
  */
 #ifndef GD_SESSION_H
 #define GD_SESSION_H
@@ -37,7 +24,6 @@
 #include <uv.h>
 
 #include "gd_daemon.h"
-#include "gd_sched.h"
 
 typedef struct gd_session gd_session;
 
