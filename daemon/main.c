@@ -132,6 +132,9 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     return 1;
   }
   d.loop = &loop;
+  d.srv.loop = &loop;
+  d.srv.stats = &d.stats;
+  gd_daemon_net_limits(&d.cfg, &d.srv.limits);
   if (parse_listen(&d.cfg, addrs) != 0 || create_backend(&d.cfg, &d.backend) != 0)
     goto out_loop;
   gd_sched_limits limits = {d.cfg.max_jobs, d.cfg.memory_budget};
@@ -139,8 +142,10 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     gd_error("scheduler: %s", uv_strerror(rc));
     goto out_backend;
   }
+  d.srv.backend = d.backend;
+  d.srv.sched = d.sched;
   size_t n = listen_count(cli, &d.cfg, &adopt);
-  if (gd_listeners_open(&d, addrs, n, adopt, &d.listeners, err, sizeof err) != 0) {
+  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, err, sizeof err) != 0) {
     gd_error("%s", err);
     goto out_sched;
   }
@@ -164,7 +169,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
 out_listeners:
   gd_listeners_close(d.listeners);
   d.listeners = NULL;
-  gd_sessions_close_all(&d, "start-up failed");
+  gd_sessions_close_all(&d.srv, "start-up failed");
   uv_run(&loop, UV_RUN_DEFAULT);
 out_sched:
   /* Backend first: its workers may still post; then the completion queue. */

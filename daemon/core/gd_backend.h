@@ -5,7 +5,7 @@
  * pinned staging) implements gd_backend_ops. Only the scheduler calls them (gd_sched.h), on the
  * loop thread, and they must not block: no CUDA synchronisation, no BLAS, no file I/O. Work
  * happens on the backend's own threads (or in CUDA streams); results come back to the loop
- * through gd_backend_post() (gd_completion.h).
+ * through gd_completion_post() to b->sink (gd_completion.h).
  *
  * Life of a job, as the scheduler drives it (all on the loop thread):
  *
@@ -50,7 +50,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gd_completion.h"
 #include "gd_job.h"
 #include "gp_error.h"
 #include "gp_types.h"
@@ -107,7 +106,8 @@ typedef struct {
 /* Backend-independent part; backends embed it first. */
 struct gd_backend {
   const gd_backend_ops *ops;
-  struct gd_completion *sink; /* where gd_backend_post() delivers (set by the scheduler) */
+  struct gd_completion *sink; /* where the backend posts its events (gd_completion_post), set
+                                 by the scheduler */
 };
 
 #endif /* GD_BACKEND_H */

@@ -11,8 +11,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "gd_backend.h"
-
 struct gd_completion {
   pthread_mutex_t lock;
   gd_backend_event *events; /* under lock */
@@ -26,8 +24,7 @@ struct gd_completion {
   size_t batch_count, batch_next;
 };
 
-int gd_backend_post(gd_backend *b, const gd_backend_event *ev) {
-  gd_completion *q = b->sink;
+int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
   if (!q)
     return -EINVAL;
   assert(ev->job);

@@ -1,7 +1,7 @@
 /*
  * gd_completion.h - the completion queue: the one way back from backend threads to the loop.
  *
- * Backends answer every job through gd_backend_post() (any thread): the event is queued under a
+ * Backends answer every job through gd_completion_post() (any thread): the event is queued under a
  * lock and the loop is woken with uv_async_send (wake-ups coalesce; the loop drains the whole
  * queue each time). On the loop thread the queue hands each event, in posting order, to its
  * deliver callback (the scheduler's). Events of a job that is released meanwhile are dropped
@@ -23,9 +23,10 @@ typedef void (*gd_completion_deliver_cb)(gd_sched *to, const gd_backend_event *e
 int gd_completion_new(uv_loop_t *loop, gd_completion_deliver_cb deliver, gd_sched *to,
                       gd_completion **out);
 
-/* Thread-safe: queue ev for the loop and wake it. Returns 0, or -ENOMEM (the event is then
- * lost: callers preallocate where losing it matters), or -EINVAL without a queue. */
-int gd_backend_post(gd_backend *b, const gd_backend_event *ev);
+/* Thread-safe: queue ev for the loop and wake it. A backend posts to its gd_backend.sink.
+ * Returns 0, or -ENOMEM (the event is then lost: callers preallocate where losing it
+ * matters), or -EINVAL without a queue. */
+int gd_completion_post(gd_completion *q, const gd_backend_event *ev);
 
 /* Loop thread: job is about to be freed; drop its events still queued or still ahead in the
  * batch being delivered. */

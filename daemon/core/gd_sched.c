@@ -95,8 +95,9 @@ static void deliver(gd_sched *s, const gd_backend_event *ev) {
   /* The client is gone: consume what still comes, then let the job go. */
   if (ev->type == GD_EV_OUTPUT_CHUNK && s->backend->ops->output_consumed)
     s->backend->ops->output_consumed(s->backend, job, ev->data, ev->len);
+  uint64_t id = job->id;
   if (release_if_done(s, sj))
-    gd_debug("job %llu: client gone, dropped after it completed", (unsigned long long)job->id);
+    gd_debug("job %llu: client gone, dropped after it completed", (unsigned long long)id);
 }
 
 /* ---- set-up -------------------------------------------------------------- */
@@ -123,6 +124,8 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
 }
 
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits) { s->limits = *limits; }
+
+gd_sched_limits gd_sched_get_limits(const gd_sched *s) { return s->limits; }
 
 void gd_sched_set_draining(gd_sched *s) { s->draining = true; }
 

@@ -48,6 +48,8 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
 /* New limits (SIGHUP): apply to later admissions; jobs already admitted stay. */
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits);
 
+gd_sched_limits gd_sched_get_limits(const gd_sched *s);
+
 /* From now on every admission is refused with UNAVAILABLE. */
 void gd_sched_set_draining(gd_sched *s);
 

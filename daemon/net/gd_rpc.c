@@ -31,7 +31,7 @@ static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
 
 /* Counts and logs an error reply to msgid and sends it (unless the connection is closing). */
 static void send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
-  gd_stats_error(&s->d->stats, code);
+  gd_stats_error(s->d->stats, code);
   gd_info("conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id, (unsigned)msgid,
           gp_code_name(code), message);
   if (s->conn.closing)
@@ -67,7 +67,7 @@ static bool at_boundary(const gd_session *s) {
 
 /* Between messages: has this connection used its share for now? */
 static bool over_caps(const gd_session *s) {
-  const gd_config *cfg = &s->d->cfg;
+  const gd_net_limits *cfg = &s->d->limits;
   return s->conn.calls.in_flight >= cfg->max_requests_in_flight ||
          gd_replyq_backlog(&s->conn.out) >= cfg->max_buffered_bytes;
 }
@@ -171,10 +171,10 @@ static void refuse_current(gd_session *s, uint32_t msgid, int code, const char *
 
 /* ---- decoder events ------------------------------------------------------------ */
 
-static void count_request(gd_daemon *d, gp_method method) {
-  d->stats.requests++;
-  if ((unsigned)method < sizeof d->stats.requests_by_method / sizeof(uint64_t))
-    d->stats.requests_by_method[method]++;
+static void count_request(gd_server *d, gp_method method) {
+  d->stats->requests++;
+  if ((unsigned)method < sizeof d->stats->requests_by_method / sizeof(uint64_t))
+    d->stats->requests_by_method[method]++;
 }
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
@@ -248,7 +248,7 @@ static void on_message_end(gd_session *s) {
 }
 
 static void on_reject(gd_session *s, const gp_event *ev) {
-  gd_daemon *d = s->d;
+  gd_server *d = s->d;
   bool counted = s->in_request; /* its REQUEST event was counted already */
   drop_current(s);
   s->in_request = false;
@@ -258,7 +258,7 @@ static void on_reject(gd_session *s, const gp_event *ev) {
     send_error(s, ev->msgid, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
                ev->err.message);
   } else {
-    gd_stats_error(&d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
+    gd_stats_error(d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",
             (unsigned long long)s->conn.id, ev->err.message);
   }
@@ -278,7 +278,7 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
   case GP_EV_NEED_MORE: return;
   case GP_EV_REQUEST: on_request(s, ev); return;
   case GP_EV_NOTIFICATION:
-    s->d->stats.notifications++;
+    s->d->stats->notifications++;
     s->in_request = false;
     gd_debug("conn %llu: notification %s ignored", (unsigned long long)s->conn.id,
              gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
@@ -419,14 +419,14 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
 /* ---- the timer ---------------------------------------------------------------- */
 
 static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
-  const gd_config *cfg = &s->d->cfg;
+  const gd_net_limits *cfg = &s->d->limits;
   gd_timeout_state st = {
       .at_boundary = at_boundary(s), .paused = s->paused, .eof = s->eof,
       .in_flight = s->conn.calls.in_flight, .writes = s->conn.out.writes,
       .msg_started_us = s->msg_started_us, .last_activity_us = s->conn.last_activity_us,
       .write_progress_us = s->conn.out.write_progress_us,
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
-      .hold_ms = cfg->gpu.staging_hold_ms};
+      .hold_ms = cfg->staging_hold_ms};
   st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
   return gd_timeout_next(&st, due);
 }
@@ -468,7 +468,7 @@ void gd_rpc_start(gd_session *s) {
 }
 
 void gd_rpc_apply_limits(gd_session *s) {
-  gp_decoder_set_limits(s->dec, &s->d->cfg.proto);
+  gp_decoder_set_limits(s->dec, &s->d->limits.proto);
   gd_rpc_kick(&s->conn);
 }
 

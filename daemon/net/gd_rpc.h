@@ -20,14 +20,14 @@
 
 #include "gd_call.h"
 #include "gd_conn.h"
-#include "gd_daemon.h"
+#include "gd_server.h"
 #include "gp_decode.h"
 
 typedef struct gd_session gd_session;
 
 struct gd_session {
   gd_conn conn;              /* first: the transport's callbacks get &conn */
-  gd_daemon *d;
+  gd_server *d;
   struct gd_session *prev, *next;
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */

@@ -21,7 +21,7 @@ static void on_closing(gd_conn *c, const char *why) {
           (unsigned)c->calls.in_flight);
 }
 
-static void unlink_session(gd_daemon *d, gd_session *s) {
+static void unlink_session(gd_server *d, gd_session *s) {
   if (s->prev)
     s->prev->next = s->next;
   else if (d->sessions == s)
@@ -50,7 +50,7 @@ void gd_session_close(gd_session *s, const char *why) { gd_conn_close(&s->conn, 
 static void on_refused_close(uv_handle_t *handle) { free(handle); }
 
 /* Accept and close at once: the client sees EOF instead of hanging in the backlog. */
-static int refuse(gd_daemon *d, uv_stream_t *server, const char *why) {
+static int refuse(gd_server *d, uv_stream_t *server, const char *why) {
   uv_stream_t *tmp = malloc(server->type == UV_TCP ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
   if (!tmp)
     return UV_ENOMEM;
@@ -62,18 +62,18 @@ static int refuse(gd_daemon *d, uv_stream_t *server, const char *why) {
   }
   rc = uv_accept(server, tmp);
   uv_close((uv_handle_t *)tmp, on_refused_close);
-  d->stats.connections_refused++;
+  d->stats->connections_refused++;
   gd_warn("connection refused: %s", why);
   return rc;
 }
 
-static gd_session *new_session(gd_daemon *d) {
+static gd_session *new_session(gd_server *d) {
   gd_session *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  s->dec = gp_decoder_new(GP_ROLE_SERVER, &d->cfg.proto);
-  if (!s->dec || gd_conn_init(&s->conn, d->next_session_id + 1, d->sched, &d->stats,
-                              &d->cfg.gpu.staging_hold_ms, &conn_events) != 0) {
+  s->dec = gp_decoder_new(GP_ROLE_SERVER, &d->limits.proto);
+  if (!s->dec || gd_conn_init(&s->conn, d->next_session_id + 1, d->sched, d->stats,
+                              &d->limits.staging_hold_ms, &conn_events) != 0) {
     gp_decoder_free(s->dec);
     free(s);
     return NULL;
@@ -83,20 +83,20 @@ static gd_session *new_session(gd_daemon *d) {
 }
 
 /* Puts s on the daemon's list of sessions and counts it open. */
-static void link_session(gd_daemon *d, gd_session *s) {
+static void link_session(gd_server *d, gd_session *s) {
   d->next_session_id++;
   s->next = d->sessions;
   if (d->sessions)
     d->sessions->prev = s;
   d->sessions = s;
   d->connections++;
-  d->stats.connections_total++;
+  d->stats->connections_total++;
 }
 
-int gd_session_accept(gd_daemon *d, uv_stream_t *server) {
+int gd_session_accept(gd_server *d, uv_stream_t *server) {
   if (d->draining)
     return refuse(d, server, "shutting down");
-  if (d->connections >= d->cfg.max_connections)
+  if (d->connections >= d->limits.max_connections)
     return refuse(d, server, "limits.max_connections reached");
   gd_session *s = new_session(d);
   if (!s)
@@ -123,13 +123,13 @@ int gd_session_accept(gd_daemon *d, uv_stream_t *server) {
 
 /* ---- all sessions -------------------------------------------------------- */
 
-void gd_sessions_apply_limits(gd_daemon *d) {
+void gd_sessions_apply_limits(gd_server *d) {
   for (gd_session *s = d->sessions; s; s = s->next)
     if (!s->conn.closing)
       gd_rpc_apply_limits(s);
 }
 
-size_t gd_sessions_fail_pending(gd_daemon *d, const char *why) {
+size_t gd_sessions_fail_pending(gd_server *d, const char *why) {
   size_t answered = 0;
   for (gd_session *s = d->sessions; s; s = s->next)
     if (!s->conn.closing)
@@ -137,7 +137,7 @@ size_t gd_sessions_fail_pending(gd_daemon *d, const char *why) {
   return answered;
 }
 
-uint64_t gd_sessions_write_backlog(const gd_daemon *d) {
+uint64_t gd_sessions_write_backlog(const gd_server *d) {
   uint64_t total = 0;
   for (const gd_session *s = d->sessions; s; s = s->next)
     if (!s->conn.closing)
@@ -145,7 +145,7 @@ uint64_t gd_sessions_write_backlog(const gd_daemon *d) {
   return total;
 }
 
-void gd_sessions_close_all(gd_daemon *d, const char *why) {
+void gd_sessions_close_all(gd_server *d, const char *why) {
   for (gd_session *s = d->sessions; s; s = s->next)
     gd_session_close(s, why);
 }

@@ -23,29 +23,29 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#include "gd_daemon.h"
+#include "gd_server.h"
 
 typedef struct gd_session gd_session;
 
 /* Accepts one pending connection from server (a listening pipe or TCP handle) and starts
  * serving it. Over limits.max_connections (or while draining) the connection is accepted and
  * closed at once: the client sees EOF. Returns 0 or a uv error (logged by the caller). */
-int gd_session_accept(gd_daemon *d, uv_stream_t *server);
+int gd_session_accept(gd_server *d, uv_stream_t *server);
 
 /* Closes a session: stops reading, abandons its jobs, cancels its writes. why is logged. */
 void gd_session_close(gd_session *s, const char *why);
 
 /* Every session: new decoder limits (SIGHUP), then re-evaluates reading and timers. */
-void gd_sessions_apply_limits(gd_daemon *d);
+void gd_sessions_apply_limits(gd_server *d);
 
 /* Drain deadline reached: answer every job whose reply has not started with UNAVAILABLE and
  * abandon it. Returns how many were answered so. */
-size_t gd_sessions_fail_pending(gd_daemon *d, const char *why);
+size_t gd_sessions_fail_pending(gd_server *d, const char *why);
 
 /* Bytes of replies still queued for writing across all sessions. */
-uint64_t gd_sessions_write_backlog(const gd_daemon *d);
+uint64_t gd_sessions_write_backlog(const gd_server *d);
 
 /* Closes every session. */
-void gd_sessions_close_all(gd_daemon *d, const char *why);
+void gd_sessions_close_all(gd_server *d, const char *why);
 
 #endif /* GD_SESSION_H */

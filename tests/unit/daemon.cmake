@@ -27,3 +27,11 @@ if(TARGET gemmd)
   set_tests_properties(daemon_check_default_config PROPERTIES LABELS unit TIMEOUT 30
                        PASS_REGULAR_EXPRESSION "configuration ok")
 endif()
+
+# daemon/'s folders are layers that include and call one way, with no circle of files
+# (scripts/check-layers.py says which arrow broke the rule).
+add_test(NAME daemon_layers
+         COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/scripts/check-layers.py
+                 ${PROJECT_SOURCE_DIR}/daemon)
+set_tests_properties(daemon_layers PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "layers hold")

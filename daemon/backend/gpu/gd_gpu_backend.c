@@ -5,7 +5,7 @@
  * loop reserves a job's device memory from the pool of the least-loaded
  * device, lands payload bytes in that device's input staging buffers and
  * queues commands for its worker; completions come back from the worker
- * through gd_backend_post().
+ * through gd_completion_post().
  *
  * Input, per job, on the loop:
  *   - a job gets pool memory at prepare() if it fits now and nobody waits
@@ -214,7 +214,7 @@ static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
   gj->paused = false; /* every byte is in: no resume is owed (and none may follow the reply) */
   if (gj->mem_ready && !gj->run_queued) {
     gj->run_queued = true;
-    gd__gpu_worker_push(dev, &gj->run_cmd);
+    gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
   pthread_mutex_unlock(&dev->mu);
   return 0;
@@ -226,7 +226,7 @@ static void queue_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf, gd__gpu_job *gj) 
   buf->cmd.type = GD__CMD_OUT_FREE;
   buf->cmd.buf = buf;
   buf->cmd.job = gj;
-  gd__gpu_worker_push(dev, &buf->cmd);
+  gd__gpu_cmd_push(dev, &buf->cmd);
 }
 
 static void op_output_consumed(gd_backend *b, gd_job *job, const void *chunk, size_t len) {
@@ -273,7 +273,7 @@ static void op_release(gd_backend *b, gd_job *job) {
   } else if (!gj->run_queued && !gj->dropped) {
     gj->dropped = true;
     gj->run_cmd.type = GD__CMD_DROP; /* frees its memory after its copies, in FIFO order */
-    gd__gpu_worker_push(dev, &gj->run_cmd);
+    gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
   gd__gpu_job_unref(gj);
   pthread_mutex_unlock(&dev->mu);

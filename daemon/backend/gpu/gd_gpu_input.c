@@ -51,7 +51,7 @@ void gd__gpu_flush(gd__gpu_job *job) {
   buf->cmd.buf = buf;
   buf->cmd.job = job;
   dev->inflight_in++;
-  gd__gpu_worker_push(dev, &buf->cmd);
+  gd__gpu_cmd_push(dev, &buf->cmd);
 }
 
 static bool continues(const gd__gpu_buf *buf, gp_operand op, uint64_t offset) {
@@ -79,7 +79,7 @@ static int spill(gd__gpu_job *job, gp_operand op, uint64_t offset, const void *d
   job->refs++;
   if (job->mem_ready) {
     s->dst = job->op_dev[op] + offset;
-    gd__gpu_worker_push(job->dev, &s->cmd);
+    gd__gpu_cmd_push(job->dev, &s->cmd);
   } else {
     /* relative to the job's block until gd__gpu_job_assign_mem() adds the block's offset */
     uint64_t rel = 0;

@@ -1,9 +1,9 @@
 /*
  * gd_gpu_internal.h - the GPU backend's shared state, between its files:
  * gd_gpu_device.c (discovery, info), gd_gpu_staging.c (pinned buffers),
- * gd_gpu_pool.c (device memory), gd_gpu_worker.c (the per-device thread that
- * makes every CUDA call), gd_gpu_backend.c (the ops table, on the loop),
- * gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
+ * gd_gpu_pool.c (device memory), gd_gpu_cmd.c (the command FIFO to the
+ * worker), gd_gpu_worker.c (the per-device thread that makes every CUDA
+ * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
  * references, the memory FIFO, device failure; loop and worker) and
  * gd_gpu_info.c (info, stats, devices; on the loop).
  *
@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "gd_backend.h"
+#include "gd_completion.h"
 #include "gd_backend_gpu.h"
 #include "gd_gpu_pool.h"
 #include "gk_gpu.h"
@@ -216,8 +217,12 @@ bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out);
 int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err);
 /* Stops it: finishes the work in flight (synchronising its streams), joins, frees. */
 void gd__gpu_worker_stop(gd__gpu_dev *dev);
+
+/* ---- gd_gpu_cmd.c: the command FIFO, the only channel to the worker ---- */
 /* Under mu: appends a command and wakes the worker. */
-void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+void gd__gpu_cmd_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+/* Under mu, the worker: the oldest command, or NULL. */
+gd__gpu_cmd *gd__gpu_cmd_pop(gd__gpu_dev *dev);
 
 /* ---- gd_gpu_jobs.c (helpers the loop and the worker call, under mu) ---- */
 /* Posts ev for job when the job is still attached to a session; returns true when posted. */

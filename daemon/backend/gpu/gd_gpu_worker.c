@@ -39,23 +39,13 @@
 
 /* ---- the queue ---------------------------------------------------------- */
 
-void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
-  cmd->next = NULL;
-  if (dev->q_tail)
-    dev->q_tail->next = cmd;
-  else
-    dev->q_head = cmd;
-  dev->q_tail = cmd;
-  pthread_cond_signal(&dev->cv);
-}
-
 /* The host func of every copy: runs on CUDA's callback thread, where no CUDA call is allowed.
  * It only hands the completion node to the worker. */
 static void CUDART_CB host_func_done(void *arg) {
   gd__gpu_cmd *cmd = arg;
   gd__gpu_dev *dev = cmd->buf->dev;
   pthread_mutex_lock(&dev->mu);
-  gd__gpu_worker_push(dev, cmd);
+  gd__gpu_cmd_push(dev, cmd);
   pthread_mutex_unlock(&dev->mu);
 }
 
@@ -489,11 +479,8 @@ static void serve(gd__gpu_dev *dev) {
   bool synced = false;
   pthread_mutex_lock(&dev->mu);
   for (;;) {
-    if (dev->q_head) {
-      gd__gpu_cmd *cmd = dev->q_head;
-      dev->q_head = cmd->next;
-      if (!dev->q_head)
-        dev->q_tail = NULL;
+    gd__gpu_cmd *cmd = gd__gpu_cmd_pop(dev);
+    if (cmd) {
       synced = false;
       pthread_mutex_unlock(&dev->mu);
       handle(dev, cmd);

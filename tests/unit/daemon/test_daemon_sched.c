@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "gd_clock.h"
+#include "gd_completion.h"
 #include "gd_sched.h"
 
 /* ---- a fake backend that records what the scheduler asks of it ------------ */
@@ -288,7 +289,7 @@ typedef struct {
 
 static void *post_thread(void *arg) {
   post_arg *p = arg;
-  ck_assert_int_eq(gd_backend_post(p->b, &p->ev), 0);
+  ck_assert_int_eq(gd_completion_post(p->b->sink, &p->ev), 0);
   return NULL;
 }
 
