@@ -212,7 +212,10 @@ void gd__gpu_staging_destroy(gd__gpu_dev *dev);
 gd__gpu_buf *gd__gpu_staging_take(gd__gpu_dev *dev, bool out);
 bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out);
 
-/* ---- gd_gpu_worker.c ---- */
+/* ---- gd_gpu_worker.c: what the worker does with one command (worker thread only) ---- */
+void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+
+/* ---- gd_gpu_thread.c ---- */
 /* Starts the worker and waits for its start-up (device, context, streams, pool, staging). */
 int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err);
 /* Stops it: finishes the work in flight (synchronising its streams), joins, frees. */
