@@ -7,9 +7,9 @@
 #include "gd_completion.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct gd_completion {
   pthread_mutex_t lock;
@@ -26,11 +26,11 @@ struct gd_completion {
 
 int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
   if (!q)
-    return -EINVAL;
+    return GP_E_INTERNAL;
   assert(ev->job);
   int rc = 0;
   if (pthread_mutex_lock(&q->lock) != 0)
-    return -EINVAL;
+    return GP_E_INTERNAL;
   if (q->count == q->cap) {
     size_t cap = q->cap ? q->cap * 2 : 64;
     gd_backend_event *grown = realloc(q->events, cap * sizeof *grown);
@@ -38,7 +38,7 @@ int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
       q->events = grown;
       q->cap = cap;
     } else {
-      rc = -ENOMEM;
+      rc = GP_E_RESOURCE_EXHAUSTED;
     }
   }
   if (rc == 0)
@@ -84,21 +84,22 @@ static void on_async(uv_async_t *handle) {
 }
 
 int gd_completion_new(uv_loop_t *loop, gd_completion_deliver_cb deliver, gd_sched *to,
-                      gd_completion **out) {
+                      gd_completion **out, gp_error *err) {
   gd_completion *q = calloc(1, sizeof *q);
   if (!q)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "completion queue: out of memory");
   q->deliver = deliver;
   q->to = to;
-  if (pthread_mutex_init(&q->lock, NULL) != 0) {
+  int rc = pthread_mutex_init(&q->lock, NULL);
+  if (rc != 0) {
     free(q);
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_INTERNAL, "completion queue: %s", strerror(rc));
   }
-  int rc = uv_async_init(loop, &q->async, on_async);
+  rc = uv_async_init(loop, &q->async, on_async);
   if (rc != 0) {
     pthread_mutex_destroy(&q->lock);
     free(q);
-    return rc;
+    return gp_error_set(err, GP_E_INTERNAL, "completion queue: %s", uv_strerror(rc));
   }
   q->async.data = q;
   /* The queue alone must not keep the loop running: at shutdown uv_run returns once

@@ -13,19 +13,20 @@
 #include <uv.h>
 
 #include "gd_job.h"
+#include "gp_error.h"
 
 typedef struct gd_completion gd_completion;
 typedef struct gd_sched gd_sched;
 typedef void (*gd_completion_deliver_cb)(gd_sched *to, const gd_backend_event *ev);
 
 /* Creates the queue on loop; deliver(to, ev) gets every event on the loop thread. The async
- * handle does not keep the loop alive. Returns 0 or a negative uv error. */
+ * handle does not keep the loop alive. Returns 0, or a gp code with err filled. */
 int gd_completion_new(uv_loop_t *loop, gd_completion_deliver_cb deliver, gd_sched *to,
-                      gd_completion **out);
+                      gd_completion **out, gp_error *err);
 
 /* Thread-safe: queue ev for the loop and wake it. A backend posts to its gd_backend.sink.
- * Returns 0, or -ENOMEM (the event is then lost: callers preallocate where losing it
- * matters), or -EINVAL without a queue. */
+ * Returns 0, or GP_E_RESOURCE_EXHAUSTED when out of memory (the event is then lost: callers
+ * preallocate or retry where losing it matters), or GP_E_INTERNAL without a queue. */
 int gd_completion_post(gd_completion *q, const gd_backend_event *ev);
 
 /* Loop thread: job is about to be freed; drop its events still queued or still ahead in the

@@ -103,16 +103,16 @@ static void deliver(gd_sched *s, const gd_backend_event *ev) {
 /* ---- set-up -------------------------------------------------------------- */
 
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
-                 gd_stats *stats, gd_sched **out) {
+                 gd_stats *stats, gd_sched **out, gp_error *err) {
   gd_sched *s = calloc(1, sizeof *s);
   if (!s)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "scheduler: out of memory");
   s->loop = loop;
   s->backend = backend;
   s->limits = *limits;
   s->stats = stats;
   s->next_id = 1;
-  int rc = gd_completion_new(loop, deliver, s, &s->completion);
+  int rc = gd_completion_new(loop, deliver, s, &s->completion, err);
   if (rc != 0) {
     free(s);
     return rc;

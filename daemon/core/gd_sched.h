@@ -41,9 +41,9 @@ typedef struct {
 
 /* Creates the scheduler on loop and attaches it to backend (its completion queue becomes the
  * backend's sink). backend may be NULL in tests of the admission arithmetic (then prepare and
- * submit are skipped). stats may be NULL. Returns 0 or a negative uv error. */
+ * submit are skipped). stats may be NULL. Returns 0, or a gp code with err filled. */
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
-                 gd_stats *stats, gd_sched **out);
+                 gd_stats *stats, gd_sched **out, gp_error *err);
 
 /* New limits (SIGHUP): apply to later admissions; jobs already admitted stay. */
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits);

@@ -77,7 +77,7 @@ static void post_or_retry(cpu_backend *cb, const gd_backend_event *ev) {
     if (rc == 0)
       return;
     if (attempt == 0)
-      gd_warn("cpu backend: cannot queue a completion (%s); retrying", strerror(-rc));
+      gd_warn("cpu backend: cannot queue a completion (%s); retrying", gp_code_name(rc));
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, NULL);
   }

@@ -107,7 +107,7 @@ static void start(uint32_t max_jobs, uint64_t budget, bool with_backend) {
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   ck_assert_int_eq(uv_async_init(&loop, &keep_alive, NULL), 0);
   gd_sched_limits limits = {max_jobs, budget};
-  ck_assert_int_eq(gd_sched_new(&loop, with_backend ? &fake.base : NULL, &limits, &stats, &sched), 0);
+  ck_assert_int_eq(gd_sched_new(&loop, with_backend ? &fake.base : NULL, &limits, &stats, &sched, NULL), 0);
 }
 
 static void stop(void) {
