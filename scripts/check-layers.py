@@ -11,6 +11,10 @@ includes nor by calls: a module is a .c file with its .h, and module A calls mod
 names a function that B defines with external linkage. Headers outside daemon/ (proto/,
 kernels/, system headers) are below every layer and not checked here.
 
+One more rule inside backend/gpu/: a GPU job's fields are grouped by the thread that owns them
+(gd_gpu_internal.h). Files the loop runs (the ops, input, info) never touch job->work.*, and
+files the worker runs never touch job->loop.*.
+
 Exit status 0 when the rule holds, 1 with one line per violation otherwise.
 
 Usage: check-layers.py [DAEMON_DIR]   (default: daemon/ next to this script's folder)
@@ -131,9 +135,28 @@ def check(root):
                 if layer_of(owner + ".c") > layer_of(rel):
                     errors.append(f"{rel}: calls {ident} of {owner}.c, a higher layer")
 
+    errors += check_gpu_ownership(files)
     for kind, graph in (("includes", includes), ("calls", calls)):
         for cycle in find_cycles(graph):
             errors.append(f"a circle of {kind}: {' <-> '.join(cycle)}")
+    return errors
+
+
+GPU_LOOP_FILES = ("gd_gpu_backend.c", "gd_gpu_input.c", "gd_gpu_info.c")
+GPU_WORKER_FILES = ("gd_gpu_worker.c", "gd_gpu_thread.c")
+
+
+def check_gpu_ownership(files):
+    errors = []
+    for rel, text in sorted(files.items()):
+        name = os.path.basename(rel)
+        if not rel.startswith("backend/gpu/"):
+            continue
+        code = strip(text)
+        if name in GPU_LOOP_FILES and re.search(r"(->|\.)work\.", code):
+            errors.append(f"{rel}: the loop touches a job's worker-only fields (work.)")
+        if name in GPU_WORKER_FILES and re.search(r"(->|\.)loop\.", code):
+            errors.append(f"{rel}: the worker touches a job's loop-only fields (loop.)")
     return errors
 
 

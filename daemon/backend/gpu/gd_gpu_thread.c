@@ -129,11 +129,11 @@ static void worker_fini(gd__gpu_dev *dev) {
   /* After a sticky error these calls fail (and are ignored): the process cannot get that
    * device back, but whatever the driver can still release, it does. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
-    if (j->events_made) {
-      (void)cudaEventDestroy(j->ev_in);
-      (void)cudaEventDestroy(j->ev_c0);
-      (void)cudaEventDestroy(j->ev_c1);
-      j->events_made = false;
+    if (j->work.events_made) {
+      (void)cudaEventDestroy(j->work.ev_in);
+      (void)cudaEventDestroy(j->work.ev_c0);
+      (void)cudaEventDestroy(j->work.ev_c1);
+      j->work.events_made = false;
     }
   gd__gpu_staging_destroy(dev);
   if (dev->pool_base)

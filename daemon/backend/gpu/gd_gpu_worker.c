@@ -71,16 +71,16 @@ static void buf_free_locked(gd__gpu_buf *buf) {
 
 /* The worker is done with a job: no device work of it remains queued or running. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (job->events_made) {
-    (void)cudaEventDestroy(job->ev_in);
-    (void)cudaEventDestroy(job->ev_c0);
-    (void)cudaEventDestroy(job->ev_c1);
+  if (job->work.events_made) {
+    (void)cudaEventDestroy(job->work.ev_in);
+    (void)cudaEventDestroy(job->work.ev_c0);
+    (void)cudaEventDestroy(job->work.ev_c1);
   }
-  job->events_made = false;
+  job->work.events_made = false;
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
-    if (!job->failed && job->started)
+    if (!job->failed && job->work.started)
       dev->jobs_done++;
     gd__gpu_job_free_mem(job);
     gd__gpu_job_retire(job);
@@ -131,7 +131,7 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     (void)cudaGetLastError();
   }
   pthread_mutex_lock(&dev->mu);
-  buf->job->in_ms += ms;
+  buf->job->work.in_ms += ms;
   dev->bytes_h2d += buf->fill;
   dev->inflight_in--;
   buf_free_locked(buf);
@@ -160,21 +160,21 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 /* ---- compute ------------------------------------------------------------ */
 
 static cudaError_t job_events(gd__gpu_job *job) {
-  cudaError_t e = cudaEventCreate(&job->ev_in);
+  cudaError_t e = cudaEventCreate(&job->work.ev_in);
   if (e != cudaSuccess)
     return e;
-  e = cudaEventCreate(&job->ev_c0);
+  e = cudaEventCreate(&job->work.ev_c0);
   if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->ev_in);
+    (void)cudaEventDestroy(job->work.ev_in);
     return e;
   }
-  e = cudaEventCreate(&job->ev_c1);
+  e = cudaEventCreate(&job->work.ev_c1);
   if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->ev_in);
-    (void)cudaEventDestroy(job->ev_c0);
+    (void)cudaEventDestroy(job->work.ev_in);
+    (void)cudaEventDestroy(job->work.ev_c0);
     return e;
   }
-  job->events_made = true;
+  job->work.events_made = true;
   return cudaSuccess;
 }
 
@@ -203,14 +203,14 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   cudaError_t e = job_events(job);
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->ev_in, dev->s_in);
+    e = cudaEventRecord(job->work.ev_in, dev->s_in);
   }
   if (e == cudaSuccess) {
     what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, job->ev_in, 0);
+    e = cudaStreamWaitEvent(dev->s_compute, job->work.ev_in, 0);
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(job->ev_c0, dev->s_compute);
+    e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
   const gk_kernel *used = NULL;
   if (e == cudaSuccess) {
     gk_problem p;
@@ -220,14 +220,14 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->ev_c1, dev->s_compute);
+    e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
   if (e != cudaSuccess) {
     job_cuda_error(dev, job, what, e);
     return false;
   }
-  snprintf(job->result.device, sizeof(job->result.device), "cuda:%d", dev->ordinal);
-  snprintf(job->result.kernel, sizeof(job->result.kernel), "%s", used ? used->name : "?");
+  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
+  snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
   return true;
 }
 
@@ -241,20 +241,20 @@ static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
     skip = true;
   }
   pthread_mutex_unlock(&dev->mu);
-  job->result.m = job->hdr.m;
-  job->result.n = job->hdr.n;
-  job->result.batch = job->hdr.batch;
-  job->result.dtype = job->hdr.dtype;
-  job->result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
+  job->work.result.m = job->hdr.m;
+  job->work.result.n = job->hdr.n;
+  job->work.result.batch = job->hdr.batch;
+  job->work.result.dtype = job->hdr.dtype;
+  job->work.result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
   if (skip || !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
-  job->started = true;
-  job->in_outq = true;
-  job->out_next_job = NULL;
+  job->work.started = true;
+  job->work.in_outq = true;
+  job->work.out_next_job = NULL;
   if (dev->outq_tail)
-    dev->outq_tail->out_next_job = job;
+    dev->outq_tail->work.out_next_job = job;
   else
     dev->outq_head = job;
   dev->outq_tail = job;
@@ -265,11 +265,11 @@ static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 static void outq_pop(gd__gpu_dev *dev) {
   gd__gpu_job *job = dev->outq_head;
-  dev->outq_head = job->out_next_job;
+  dev->outq_head = job->work.out_next_job;
   if (!dev->outq_head)
     dev->outq_tail = NULL;
-  job->in_outq = false;
-  job->out_next_job = NULL;
+  job->work.in_outq = false;
+  job->work.out_next_job = NULL;
 }
 
 /* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
@@ -285,13 +285,13 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_unlock(&dev->mu);
   if (abandon) {
     outq_pop(dev);
-    if (job->inflight_out == 0)
+    if (job->work.inflight_out == 0)
       job_finish(dev, job);
     return true;
   }
   if (!buf)
     return false;
-  uint64_t off = job->out_next;
+  uint64_t off = job->work.out_next;
   size_t n = buf->cap;
   if (job->c_bytes - off < n)
     n = (size_t)(job->c_bytes - off);
@@ -302,7 +302,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaStreamWaitEvent";
   cudaError_t e = cudaSuccess;
   if (off == 0)
-    e = cudaStreamWaitEvent(dev->s_out, job->ev_c1, 0);
+    e = cudaStreamWaitEvent(dev->s_out, job->work.ev_c1, 0);
   if (e == cudaSuccess)
     e = cudaEventRecord(buf->ev_start, dev->s_out);
   bool queued = false;
@@ -319,8 +319,8 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaLaunchHostFunc(dev->s_out, host_func_done, &buf->done);
   }
   if (e == cudaSuccess) {
-    job->out_next += n;
-    job->inflight_out++;
+    job->work.out_next += n;
+    job->work.inflight_out++;
     if (buf->last)
       outq_pop(dev);
     return true;
@@ -341,18 +341,18 @@ static void pump_out(gd__gpu_dev *dev) {
 
 static void first_chunk_timings(gd__gpu_dev *dev, gd__gpu_job *job, float chunk_ms) {
   float compute_ms = 0.0f;
-  if (cudaEventElapsedTime(&compute_ms, job->ev_c0, job->ev_c1) != cudaSuccess) {
+  if (cudaEventElapsedTime(&compute_ms, job->work.ev_c0, job->work.ev_c1) != cudaSuccess) {
     compute_ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->result.compute_us = (uint64_t)(compute_ms * 1000.0f);
-  job->result.transfer_in_us = (uint64_t)(job->in_ms * 1000.0);
+  job->work.result.compute_us = (uint64_t)(compute_ms * 1000.0f);
+  job->work.result.transfer_in_us = (uint64_t)(job->work.in_ms * 1000.0);
   /* The reply's header leaves with the first chunk, before later chunks are copied: the time
    * of the whole copy out is extrapolated from the first chunk's rate. */
-  double per_byte = job->first_out_len ? chunk_ms / (double)job->first_out_len : 0.0;
-  job->result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
+  double per_byte = job->work.first_out_len ? chunk_ms / (double)job->work.first_out_len : 0.0;
+  job->work.result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
   pthread_mutex_lock(&dev->mu);
-  dev->busy_us += job->result.compute_us;
+  dev->busy_us += job->work.result.compute_us;
   pthread_mutex_unlock(&dev->mu);
 }
 
@@ -363,9 +363,9 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->inflight_out--;
+  job->work.inflight_out--;
   if (buf->dst == 0) {
-    job->first_out_len = buf->fill;
+    job->work.first_out_len = buf->fill;
     first_chunk_timings(dev, job, ms);
   }
   pthread_mutex_lock(&dev->mu);
@@ -373,7 +373,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   bool posted = false;
   if (!job->failed && job->owner && !dev->stopping) {
     if (buf->dst == 0)
-      job->owner->result = job->result;
+      job->owner->result = job->work.result;
     gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
                            .data = buf->host,
                            .len = buf->fill,
@@ -391,7 +391,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   if (!posted)
     buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);
-  if (!job->in_outq && job->inflight_out == 0)
+  if (!job->work.in_outq && job->work.inflight_out == 0)
     job_finish(dev, job);
   pthread_mutex_lock(&dev->mu);
   gd__gpu_job_unref(job);
