@@ -84,13 +84,13 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
   return best;
 }
 
-/* The device already serving a job of this session, or -1.
+/* The device already serving a job with this order_key (one connection), or -1.
  *
  * One connection's jobs stay on one device: its worker sends results back strictly in the order
  * the jobs ran, so the chunks of one reply are never interleaved with those of another reply on
  * the same connection (the session writes each chunk as it comes). Different connections still
  * spread over every device. */
-static int session_device(gd__gpu_backend *be, uint64_t order_key) {
+static int ordered_device(gd__gpu_backend *be, uint64_t order_key) {
   if (!order_key)
     return -1;
   for (size_t i = 0; i < be->ndev; i++) {
@@ -179,7 +179,7 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
   bool any = false;
   uint64_t largest = 0;
-  int hint = session_device(be, job->order_key);
+  int hint = ordered_device(be, job->order_key);
   if (hint < 0)
     hint = job->device;
   gd__gpu_dev *dev = pick_device(be, hint, gj->alloc_len, &any, &largest);
