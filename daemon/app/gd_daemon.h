@@ -27,7 +27,4 @@ typedef struct gd_daemon {
   gd_server srv;                  /* the connections' share (srv.draining: SIGTERM/SIGINT seen) */
 } gd_daemon;
 
-/* The config keys connections obey, from cfg. */
-void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out);
-
 #endif /* GD_DAEMON_H */

@@ -98,6 +98,7 @@ static void on_write(uv_write_t *req, int status) {
   bool resume = w->probe && q->shared_probe == w; /* not after a close dropped the chunk */
   if (resume)
     q->shared_probe = NULL;
+  assert(q->writes > 0 && q->write_bytes >= w->bytes);
   q->write_bytes -= w->bytes;
   q->writes--;
   q->write_progress_us = gd_now_us();
@@ -105,6 +106,7 @@ static void on_write(uv_write_t *req, int status) {
     q->stats->bytes_out += w->bytes;
   gd_call *rec = w->rec;
   if (rec) {
+    assert(rec->writes_pending > 0);
     rec->writes_pending--;
     if (w->give_back)
       give_back(q, rec, w->chunk, w->chunk_len);
@@ -240,11 +242,12 @@ static void release_held(gd_replyq *q) {
     *link = item->next;
     if (q->held_tail == &item->next)
       q->held_tail = link;
+    assert(q->held_bytes >= item->head_len + item->chunk_len);
     q->held_bytes -= item->head_len + item->chunk_len;
     gd_replyq_held copy = *item;
     free(item);
     if (!queue_write(q, copy.head, copy.head_len, copy.rec, copy.chunk, copy.chunk_len,
-                  copy.last))
+                     copy.last))
       return;
     if (copy.rec && !copy.last) {
       q->streaming = copy.rec;
