@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "gd_clock.h"
+#include "gd_completion.h"
 #include "gd_list.h"
 #include "gd_log.h"
 #include "gd_stats.h"
@@ -84,11 +85,11 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
 /* Losing a completion would leave its client waiting forever: retry while memory is short. */
 static void post_or_retry(cpu_backend *cb, const gd_backend_event *ev) {
   for (unsigned attempt = 0;; attempt++) {
-    int rc = gd_backend_post(&cb->base, ev);
+    int rc = gd_completion_post(cb->base.sink, ev);
     if (rc == 0)
       return;
     if (attempt == 0)
-      gd_warn("cpu backend: cannot queue a completion (%s); retrying", strerror(-rc));
+      gd_warn("cpu backend: cannot queue a completion (%s); retrying", gp_code_name(rc));
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, NULL);
   }

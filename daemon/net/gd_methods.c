@@ -54,8 +54,10 @@ static void pack_kernels(gd_backend *b, msgpack_packer *pk) {
     gd_pack_str(pk, names[i]);
 }
 
-static void pack_limits(const gd_config *cfg, msgpack_packer *pk) {
+static void pack_limits(const gd_server *d, msgpack_packer *pk) {
+  const gd_net_limits *cfg = &d->limits;
   const gp_limits *l = &cfg->proto;
+  gd_sched_limits queue = gd_sched_get_limits(d->sched);
   msgpack_pack_map(pk, 15);
   gd_pack_kv_u64(pk, "max_connections", cfg->max_connections);
   gd_pack_kv_u64(pk, "max_requests_in_flight", cfg->max_requests_in_flight);
@@ -69,12 +71,12 @@ static void pack_limits(const gd_config *cfg, msgpack_packer *pk) {
   gd_pack_kv_u64(pk, "max_batch", l->max_batch);
   gd_pack_kv_u64(pk, "max_work", l->max_work);
   gd_pack_kv_u64(pk, "max_operand_bytes", l->max_operand_bytes);
-  gd_pack_kv_u64(pk, "max_jobs", cfg->max_jobs);
-  gd_pack_kv_u64(pk, "memory_budget", cfg->memory_budget);
+  gd_pack_kv_u64(pk, "max_jobs", queue.max_jobs);
+  gd_pack_kv_u64(pk, "memory_budget", queue.memory_budget);
   gd_pack_kv_u64(pk, "timeout_idle_ms", cfg->idle_ms);
 }
 
-static void pack_info(gd_daemon *d, msgpack_packer *pk) {
+static void pack_info(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
   msgpack_pack_map(pk, 8);
   gd_pack_kv_str(pk, "version", GEMMD_VERSION);
@@ -89,7 +91,7 @@ static void pack_info(gd_daemon *d, msgpack_packer *pk) {
   for (int t = 0; t < GP_DTYPE_COUNT; t++)
     gd_pack_str(pk, gp_dtype_name((gp_dtype)t));
   gd_pack_str(pk, "limits");
-  pack_limits(&d->cfg, pk);
+  pack_limits(d, pk);
   gd_pack_str(pk, "backend_info");
   if (b->ops->pack_info)
     b->ops->pack_info(b, pk);
@@ -97,10 +99,10 @@ static void pack_info(gd_daemon *d, msgpack_packer *pk) {
     msgpack_pack_map(pk, 0);
 }
 
-static void pack_stats(gd_daemon *d, msgpack_packer *pk) {
+static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
   msgpack_pack_map(pk, GD_STATS_PAIRS + 6);
-  gd_stats_pack_pairs(&d->stats, gd_now_us(), pk);
+  gd_stats_pack_pairs(d->stats, gd_now_us(), pk);
   gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
   gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
   gd_pack_kv_u64(pk, "reserved_bytes", gd_sched_reserved_bytes(d->sched));
@@ -131,7 +133,7 @@ static int guarded_write(void *data, const char *buf, size_t len) {
   return 0;
 }
 
-int gd_methods_reply(gd_daemon *d, uint32_t msgid, gp_method method, msgpack_sbuffer *out,
+int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, msgpack_sbuffer *out,
                      gp_error *err) {
   if (method == GP_METHOD_PING) {
     if (gp_encode_pong_response(out, msgid) != 0)
