@@ -269,7 +269,10 @@ class Decoder:
             result, p = _object(buf, p)
             if result is not None:
                 raise ProtocolError("msgid %d: an error reply with a result" % msgid)
-            self.replies.append(Reply(msgid, from_wire(error), None))
+            exc = from_wire(error)
+            if isinstance(exc, ProtocolError):
+                raise exc
+            self.replies.append(Reply(msgid, exc, None))
             return p
         if dest is None:
             result, p = _object(buf, p)
