@@ -21,3 +21,14 @@ if(TARGET gemmd)
     TIMEOUT 600
     ENVIRONMENT "${GEMMD_PYTEST_ENV}")
 endif()
+
+# examples/ (C and Python) and PROTOCOL.md's minimal client
+if(TARGET gemmd)
+  add_test(NAME python_examples
+           COMMAND ${GEMMD_PYTEST} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_examples.py
+                   --gemmd $<TARGET_FILE:gemmd> --build-dir ${PROJECT_BINARY_DIR})
+  set_tests_properties(python_examples PROPERTIES
+    LABELS integration
+    TIMEOUT 600
+    ENVIRONMENT "${GEMMD_PYTEST_ENV}")
+endif()
