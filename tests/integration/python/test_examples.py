@@ -73,3 +73,14 @@ def test_protocol_md_client(daemon, fake_server):
     with pytest.raises(ConnectionError):
         call(gone, 1, "ping", [])
     gone.close()
+
+
+def test_readme_python_snippet(daemon, monkeypatch):
+    """The first screen of README.md, as a NumPy user would paste it."""
+    text = open(os.path.join(REPO, "README.md")).read()
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.setenv("GEMMD_ADDRESS", daemon.address())
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    a, b, c = namespace["a"], namespace["b"], namespace["c"]
+    h.assert_close(c, a, b, None, 1.0, 0.0, False, False, "f32", "README")
