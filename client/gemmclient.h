@@ -121,8 +121,11 @@ GC_EXPORT void gc_close(gc_conn *conn);
 GC_EXPORT const gc_error *gc_last_error(const gc_conn *conn);
 
 /* The socket, for callers that wait on it in their own event loop (POLLIN, and POLLOUT while
- * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Do not read, write or close it.
- * -1 once the connection has failed. */
+ * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Call gc_poll(conn, 0, ...) also
+ * before each wait: every call that drives the connection (gc_submit included) reads the
+ * replies that have arrived, so requests may be complete with nothing left on the socket to
+ * wake the loop (examples/gemm_poll_loop.c). Do not read, write or close it. -1 once the
+ * connection has failed. */
 GC_EXPORT int gc_fd(const gc_conn *conn);
 
 /* ---- gemm -------------------------------------------------------------- */

@@ -4,9 +4,10 @@
  *   GEMMD_ADDRESS=unix:/tmp/gemmd.sock ./gemm_poll_loop
  *
  * gc_submit() queues each request and returns at once; the program then waits on gc_fd()
- * next to its own descriptors (here a timer pipe stands in for them): POLLIN always, POLLOUT
- * while gc_pending_sends() > 0, and calls gc_poll(conn, 0, ...) when the socket is ready to
- * collect whatever completed, in any order. Each result is checked. */
+ * next to its own descriptors: POLLIN always, POLLOUT while gc_pending_sends() > 0. Before
+ * each wait it calls gc_poll(conn, 0, ...) to collect whatever completed, in any order;
+ * opts.user, handed back in gc_completion.user, says which job each one was. Each result is
+ * checked. */
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@ int main(void) {
     fprintf(stderr, "connect: %s\n", gc_last_error(NULL)->message);
     return 1;
   }
-  gc_req ids[JOBS];
+  gc_req req;
   for (int t = 0; t < JOBS; t++) {
     job *j = &jobs[t];
     for (int i = 0; i < M * K; i++) j->a[i] = (float)((i + t) % 17) / 17.0f - 0.5f;
@@ -55,21 +56,17 @@ int main(void) {
     opts.n = N;
     opts.k = K;
     opts.alpha = j->alpha;
-    if (gc_submit(conn, &opts, j->a, j->b, NULL, j->c, &ids[t]) != 0) {
+    opts.user = j; /* comes back in gc_completion.user */
+    if (gc_submit(conn, &opts, j->a, j->b, NULL, j->c, &req) != 0) {
       fprintf(stderr, "submit: %s\n", gc_last_error(conn)->message);
       return 1;
     }
   }
 
   int done = 0, wrong = 0;
-  while (done < JOBS) {
-    struct pollfd fds[1] = {{.fd = gc_fd(conn), .events = POLLIN}};
-    if (gc_pending_sends(conn) > 0) fds[0].events |= POLLOUT;
-    /* ... the program's own descriptors would sit beside it in fds[] ... */
-    if (poll(fds, 1, 10000) <= 0) {
-      fprintf(stderr, "no progress in 10 s\n");
-      return 1;
-    }
+  for (;;) {
+    /* Collect what has completed first: gc_submit and gc_poll read whatever replies have
+     * arrived, so a reply can be complete with nothing left on the socket to wake poll(). */
     gc_completion completed[JOBS];
     int count = gc_poll(conn, 0, completed, JOBS); /* 0: never blocks */
     if (count < 0) {
@@ -77,15 +74,23 @@ int main(void) {
       return 1;
     }
     for (int i = 0; i < count; i++) {
-      int t = 0;
-      while (t < JOBS && ids[t] != completed[i].req) t++;
-      if (t == JOBS || completed[i].error.code != 0) {
+      job *j = completed[i].user; /* opts.user of its gc_submit */
+      if (completed[i].error.code != 0) {
         fprintf(stderr, "request %u: %s\n", (unsigned)completed[i].req,
                 completed[i].error.message);
         return 1;
       }
-      if (check(&jobs[t]) != 0) wrong++;
+      if (check(j) != 0) wrong++;
       done++;
+    }
+    if (done == JOBS) break;
+
+    struct pollfd fds[1] = {{.fd = gc_fd(conn), .events = POLLIN}};
+    if (gc_pending_sends(conn) > 0) fds[0].events |= POLLOUT;
+    /* ... the program's own descriptors would sit beside it in fds[] ... */
+    if (poll(fds, 1, 10000) <= 0) {
+      fprintf(stderr, "no progress in 10 s (%zu requests in flight)\n", gc_in_flight(conn));
+      return 1;
     }
   }
   gc_close(conn);

@@ -239,3 +239,20 @@ def test_module_level_gemm_and_address_from_environment(daemon, rng, monkeypatch
     with gemmd.Client(daemon.address("unix")) as c:   # an explicit address wins
         assert c.address.startswith("unix:")
         c.ping()
+
+
+def test_torch_tensors(client, rng):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (python3-torch)")
+    a = torch.from_numpy(rng.standard_normal((17, 9)).astype(np.float32))
+    b = torch.from_numpy(rng.standard_normal((13, 9)).astype(np.float32))
+    got = client.gemm(a, b.T)                      # b.T: a column-major view, sent as b
+    h.assert_close(got, a.numpy(), b.numpy().T, None, 1.0, 0.0, False, False, "f32", "torch")
+    p = Problem(a, b.T, None, 1.0, 0.0, False, False, "exact")
+    assert p.hdr["trans_b"] is True
+    assert np.shares_memory(np.frombuffer(p.operands[1], np.uint8), b.numpy())
+    got = client.gemm(a.bfloat16(), b.T.bfloat16())   # no NumPy bfloat16: bits, or ml_dtypes
+    bits = got.view(np.uint16)
+    want_a = a.bfloat16().float().numpy()
+    want_b = b.T.bfloat16().float().numpy()
+    h.assert_close(h.bf16_bits_to_f32(bits), want_a, want_b, None, 1.0, 0.0, False, False,
+                   "bf16", "torch bf16")
