@@ -9,7 +9,6 @@ threads; one of them drives at a time.
 
 import math
 import select
-import socket
 import threading
 import time
 from collections import deque

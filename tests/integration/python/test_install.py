@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GEMMD_ADDRESS")}
