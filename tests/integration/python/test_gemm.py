@@ -256,3 +256,25 @@ def test_torch_tensors(client, rng):
     want_b = b.T.bfloat16().float().numpy()
     h.assert_close(h.bf16_bits_to_f32(bits), want_a, want_b, None, 1.0, 0.0, False, False,
                    "bf16", "torch bf16")
+
+
+def test_gib_operand_and_result(client, rng, quick):
+    """A 1 GiB operand out and a 1 GiB result back (the daemon's default max_operand_bytes),
+    both straight from and into the arrays; checked on sampled rows."""
+    if quick:
+        pytest.skip("quick run (sanitizer build or GEMMD_TEST_QUICK=1): no GiB transfers")
+    rows = rng.integers(0, 16384, 6)
+    a = rng.standard_normal((16384, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16384)).astype(np.float32)
+    c = client.gemm(a, b)                                   # 1 GiB back
+    assert c.nbytes == 1 << 30
+    h.assert_close(c[rows], a[rows], b, None, 1.0, 0.0, False, False, "f32", "1 GiB result")
+    del c
+    big = np.empty((8192, 32768), np.float32)               # 1 GiB out
+    big[:] = rng.standard_normal(32768).astype(np.float32)
+    big[rows % 8192] = rng.standard_normal((6, 32768)).astype(np.float32)
+    x = rng.standard_normal((32768, 3)).astype(np.float32)
+    y = client.gemm(big, x)
+    h.assert_close(y[rows % 8192], big[rows % 8192], x, None, 1.0, 0.0, False, False, "f32",
+                   "1 GiB operand")
+    h.assert_close(y[:4], big[:4], x, None, 1.0, 0.0, False, False, "f32", "1 GiB operand")
