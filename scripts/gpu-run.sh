@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu-run.sh [all|tests|daemon|bench|e2e] - the one script for the GPU machine (default: all).
 #
-#   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's GPU tests)
+#   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
+#          client's GPU tests)
 #   daemon build, then the daemon's whole integration suite on the GPU backend
 #          (GEMMD_TEST_BACKEND=gpu ctest -L integration -R daemon_)
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels

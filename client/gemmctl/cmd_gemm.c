@@ -27,7 +27,8 @@ static const char help[] =
     "bfloat16 bits with --dtype bf16 (the result is then written as <u2 too).\n"
     "2-D arrays are one matrix, 3-D arrays (batch, rows, cols) a batch. op(A) is m x k\n"
     "(A is stored k x m with --trans-a), op(B) is k x n, C is m x n. Both C and Fortran\n"
-    "order are accepted; little-endian only. --beta other than 0 needs --c.\n"
+    "order are accepted; little-endian only. --beta other than 0 needs --c; with --c\n"
+    "and no --beta, beta is 1 (C is added: C = alpha * op(A) * op(B) + C).\n"
     "A file name - means stdin (--a, --b, --c: one array each, read in that order) or stdout\n"
     "(--out: the summary then goes to stderr).\n"
     "Exit status: 0 ok, 1 error reply, 2 usage or input error, 3 connection error,\n"
@@ -37,6 +38,7 @@ typedef struct {
   const char *a_path, *b_path, *c_path, *out_path;
   gc_gemm_opts opts;
   bool have_dtype;
+  bool have_beta;
   gc_dtype dtype;
 } gemm_args;
 
@@ -68,6 +70,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
         break;
       case OPT_BETA:
         if (!gctl_parse_double("--beta", optarg, &args->opts.beta)) return GCTL_EXIT_USAGE;
+        args->have_beta = true;
         break;
       case OPT_TA: args->opts.trans_a = 1; break;
       case OPT_TB: args->opts.trans_b = 1; break;
@@ -89,6 +92,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
     fputs(help, stderr);
     return gctl_fail(g, GCTL_EXIT_USAGE, "gemm needs --a, --b and --out");
   }
+  if (args->c_path != NULL && !args->have_beta) args->opts.beta = 1.0; /* --c alone: C += */
   if (args->opts.beta != 0.0 && args->c_path == NULL)
     return gctl_fail(g, GCTL_EXIT_USAGE, "--beta %g needs --c (the C to scale)", args->opts.beta);
   return GCTL_EXIT_OK;

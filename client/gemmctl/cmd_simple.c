@@ -41,7 +41,7 @@ int gctl_cmd_ping(const gctl_global *g, int argc, char **argv) {
   return GCTL_EXIT_OK;
 }
 
-typedef int (*map_call_fn)(gc_conn *, int, void **, size_t *);
+typedef int (*map_call_fn)(gc_conn *, int64_t, void **, size_t *);
 
 static int map_command(const gctl_global *g, int argc, char **argv, const char *help,
                        map_call_fn call) {

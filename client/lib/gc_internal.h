@@ -75,6 +75,7 @@ typedef struct gc__request {
   /* receiving */
   gp_gemm_hdr expect;  /* gemm: what the reply must match */
   uint8_t *out;        /* gemm: the caller's C buffer; NULL when abandoned */
+  void *user;          /* gemm: gc_gemm_opts.user, for gc_completion */
   uint64_t out_bytes;
   uint64_t received;
   msgpack_sbuffer packed; /* call: the result object, packed */

@@ -76,7 +76,7 @@ def test_readme_example(ctx):
         shutil.copy(src, os.path.join(cmake_dir, "example.c"))
         with open(os.path.join(cmake_dir, "CMakeLists.txt"), "w") as f:
             f.write("cmake_minimum_required(VERSION 3.16)\nproject(app LANGUAGES C)\n"
-                    "find_package(gemmclient 0.1 REQUIRED)\n"
+                    "find_package(gemmclient 1.0 REQUIRED)\n"
                     "add_executable(app example.c)\n"
                     "target_link_libraries(app PRIVATE gemmclient::gemmclient)\n"
                     "target_compile_options(app PRIVATE %s)\ntarget_link_options(app PRIVATE %s)\n"
