@@ -69,7 +69,7 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   gp_gemm_hdr hdr;
   int64_t timeout;
   gc_error err;
-  void *user;
+  void *user = NULL;
   if (opts_to_hdr(opts, &hdr, &timeout, &user, &err) != 0) return 0;
   gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
   if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
@@ -111,7 +111,7 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
               const void *c, void *out, gc_req *req) {
   gp_gemm_hdr hdr;
   int64_t timeout_ms;
-  void *user;
+  void *user = NULL;
   gc_error err;
   if (req != NULL) *req = 0;
   if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, &err) != 0) return gc__conn_fail(conn, &err);

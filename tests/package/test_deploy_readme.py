@@ -49,7 +49,15 @@ import sys
 import tempfile
 import time
 
-PACKAGES = ["gemmd", "gemmctl", "libgemmclient0", "libgemmclient-dev", "python3-gemmclient"]
+def _soname_major():
+    """libgemmclient's package carries the soname's major: the project's major version."""
+    top = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "CMakeLists.txt")
+    with open(top) as f:
+        return re.search(r"project\(gemmd VERSION (\d+)\.", f.read()).group(1)
+
+
+LIBPKG = "libgemmclient" + _soname_major()
+PACKAGES = ["gemmd", "gemmctl", LIBPKG, "libgemmclient-dev", "python3-gemmclient"]
 SOCKET = "/run/gemmd/gemmd.sock"
 
 
@@ -146,7 +154,7 @@ class Deploy:
                 assert len(found) == 1, "%s matches %s" % (arg, found)
                 debs.append(found[0])
             self.run(["apt-get", "install", "-y", "--no-install-recommends"] + debs)
-            self.run(["dpkg-query", "-W", "gemmd", "gemmctl", "libgemmclient0"])
+            self.run(["dpkg-query", "-W", "gemmd", "gemmctl", LIBPKG])
         elif name in ("cmake", "ldconfig"):
             print("  (the /usr/local alternative: followed after the packages) %s" % line)
             self.prefix_steps.append(argv)
