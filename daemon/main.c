@@ -18,6 +18,7 @@
 #include "gd_listener.h"
 #include "gd_log.h"
 #include "gd_notify.h"
+#include "gd_ops_http.h"
 #include "gd_sched.h"
 #include "gd_session.h"
 #ifdef GEMMD_HAVE_CUDA
@@ -118,6 +119,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_daemon d;
   gd_lifecycle *lc = NULL;
   gd_notify *notify = NULL;
+  gd_ops_http *ops_http = NULL;
   gd_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
   char err[512];
@@ -144,6 +146,11 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     gd_error("%s", err);
     goto out_sched;
   }
+  if (d.cfg.metrics_listen[0] &&
+      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, err, sizeof err) != 0) {
+    gd_error("%s", err);
+    goto out_listeners;
+  }
   if ((rc = gd_notify_start(&loop, &notify)) != 0) {
     gd_error("watchdog timer: %s", uv_strerror(rc));
     goto out_listeners;
@@ -159,9 +166,11 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   /* Returns when the lifecycle closed every handle (shutdown). */
   rc = uv_run(&loop, UV_RUN_DEFAULT);
   status = 0;
+  gd_ops_http_stop(ops_http);
   goto out_sched;
 
 out_listeners:
+  gd_ops_http_stop(ops_http);
   gd_listeners_close(d.listeners);
   d.listeners = NULL;
   gd_sessions_close_all(&d, "start-up failed");

@@ -23,9 +23,11 @@ static void reply_simple(gd_session *s) {
   gp_error_clear(&err);
   if (gd_methods_reply(s->d, s->msgid, s->method, &sbuf, &err) != 0) {
     msgpack_sbuffer_destroy(&sbuf);
-    gd__session_send_error(s, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    gd__session_send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL,
+                               err.message);
     return;
   }
+  gd_stats_reply(&s->d->stats, s->method, 0);
   gd__session_write_sbuffer(s, &sbuf);
 }
 
@@ -163,8 +165,9 @@ static void on_reject(gd_session *s, const gp_event *ev) {
   if (ev->has_msgid) {
     if (!counted)
       count_request(d, ev->method);
-    gd__session_send_error(s, ev->msgid, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
-                           ev->err.message);
+    gd__session_send_error_for(s, ev->method, ev->msgid,
+                               ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
+                               ev->err.message);
   } else {
     gd_stats_error(&d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s", (unsigned long long)s->id,

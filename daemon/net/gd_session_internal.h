@@ -127,6 +127,9 @@ int gd__session_write_sbuffer(gd_session *s, msgpack_sbuffer *sbuf);
 
 /* Counts and logs an error reply to msgid and sends it (unless the session is closing). */
 void gd__session_send_error(gd_session *s, uint32_t msgid, int code, const char *message);
+/* The same for a request of another method than gemm (counted under that method). */
+void gd__session_send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                                const char *message);
 
 /* Sends one chunk of rec's result (ev, already checked to continue C) after head (owned, may be
  * NULL): from the job's memory, or, when the backend shares that memory between jobs, straight

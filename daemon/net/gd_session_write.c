@@ -84,8 +84,10 @@ static void reply_done(gd_session *s, gd__sjob *rec, bool ok) {
   gd_job *job = rec->job;
   gd__session_unlink_job(s, rec);
   free(rec);
-  if (ok)
+  if (ok) {
     s->d->stats.gemm_ok++;
+    gd_stats_reply(&s->d->stats, GP_METHOD_GEMM, 0);
+  }
   gd_sched_finish(s->d->sched, job, ok);
 }
 
@@ -295,10 +297,18 @@ int gd__session_write_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
 }
 
 void gd__session_send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+  gd__session_send_error_for(s, GP_METHOD_GEMM, msgid, code, message);
+}
+
+void gd__session_send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                                const char *message) {
   gd_daemon *d = s->d;
   gd_stats_error(&d->stats, code);
-  gd_info("conn %llu: msgid %u: %s: %s", (unsigned long long)s->id, (unsigned)msgid,
-          gp_code_name(code), message);
+  gd_stats_reply(&d->stats, method, code);
+  gd_log_ctx ctx = {.conn = s->id, .msgid = msgid, .has_msgid = true, .peer = s->peer,
+                    .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->id,
+          (unsigned)msgid, gp_code_name(code), message);
   if (s->closing)
     return;
   msgpack_sbuffer sbuf;

@@ -16,6 +16,8 @@ if(TARGET gemmd)
     connection_cap      # limits.max_connections
     listeners           # unix socket mode, stale/live socket files, long paths, TCP
     config              # --check-config and command-line overrides
+    metrics             # /metrics (promtool), /healthz, /readyz on metrics.listen
+    prometheus          # a real Prometheus scrapes gemmd; counters read back by its query API
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -51,7 +53,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
     GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
   target_link_libraries(gemmd_fake PRIVATE
     gemmproto gemmkernels_cpu
-    PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK Threads::Threads m)
+    PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK PkgConfig::MHD
+    Threads::Threads m)
 
   # reply_order: replies of other requests never land inside a result that leaves in several
   # chunks. memory_wait: time spent waiting for device memory is not a request timeout.

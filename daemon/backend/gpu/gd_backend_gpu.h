@@ -45,6 +45,9 @@ typedef struct {
   uint32_t staging_buffers;           /* per direction per device, >= 2 (default 2: double-buffered) */
   double memory_fraction;             /* of each device's free memory usable for jobs (default 0.9) */
   uint64_t memory_bytes;              /* absolute cap per device; 0 = use memory_fraction */
+  uint64_t memory_idle_ms;            /* a device idle this long gives its pool back (default
+                                       * 30000; 0 = keep what was reserved) */
+  uint64_t memory_keep_bytes;         /* reserved bytes kept when it does (default 0) */
   uint64_t staging_hold_ms;           /* a result chunk waits this long for a slow client before
                                        * it is copied off staging (default 20; the session's) */
   char kernel[64];                    /* "auto", or a kernel name from gk_kernels() ("tiled16", "cublas", ...) */

@@ -107,9 +107,15 @@ size_t gd__gpu_op_devices(gd_backend *b, gd_device_info *out, size_t max) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   size_t n = 0;
   for (size_t i = 0; i < be->ndev && n < max; i++) {
-    pthread_mutex_lock(&be->devs[i].mu);
-    out[n++] = be->devs[i].info;
-    pthread_mutex_unlock(&be->devs[i].mu);
+    gd__gpu_dev *dev = &be->devs[i];
+    pthread_mutex_lock(&dev->mu);
+    out[n] = dev->info;
+    out[n].busy_us = dev->busy_us;
+    out[n].memory_limit = dev->pool.size;
+    out[n].memory_reserved = dev->mem_reserved;
+    out[n].memory_in_use = dev->pool.in_use;
+    n++;
+    pthread_mutex_unlock(&dev->mu);
   }
   return n;
 }

@@ -185,6 +185,7 @@ struct gd__gpu_dev {
 
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
+  uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
 };
 
 struct gd__gpu_backend {

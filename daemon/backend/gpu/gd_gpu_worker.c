@@ -559,6 +559,7 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
                         "cuda:%d: cannot reserve the memory budget of %llu bytes: %s",
                         dev->ordinal, (unsigned long long)budget, cudaGetErrorString(e));
   dev->pool_base = base;
+  dev->mem_reserved = budget;
   if (gd__gpu_pool_init(&dev->pool, budget) != 0)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
   int rc = gd__gpu_staging_create(dev, err);
