@@ -17,6 +17,7 @@
 #include "gd_lifecycle.h"
 #include "gd_listener.h"
 #include "gd_log.h"
+#include "gd_log_journal.h"
 #include "gd_notify.h"
 #include "gd_ops_http.h"
 #include "gd_sched.h"
@@ -219,6 +220,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   gd_log_set_level(cfg.log_level);
+  gd_log_journal_setup(cfg.log_target);
   /* A client that closes while we write must cost an EPIPE, not the process. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
     gd_warn("cannot ignore SIGPIPE");

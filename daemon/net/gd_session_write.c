@@ -87,6 +87,12 @@ static void reply_done(gd_session *s, gd__sjob *rec, bool ok) {
   if (ok) {
     s->d->stats.gemm_ok++;
     gd_stats_reply(&s->d->stats, GP_METHOD_GEMM, 0);
+    uint64_t took = gd_now_us() - job->admitted_us;
+    gd_log_ctx ctx = {.conn = s->id, .msgid = job->msgid, .has_msgid = true, .peer = s->peer,
+                      .device = job->result.device, .duration_us = took, .has_duration = true};
+    gd_logx(GD_LOG_DEBUG, &ctx, "conn %llu: msgid %u: gemm answered in %llu us (%s, %s)",
+            (unsigned long long)s->id, (unsigned)job->msgid, (unsigned long long)took,
+            job->result.device, job->result.kernel);
   }
   gd_sched_finish(s->d->sched, job, ok);
 }

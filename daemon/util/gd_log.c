@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static atomic_int log_level = GD_LOG_INFO;
 static bool log_journal;
@@ -18,9 +20,19 @@ static const char *const target_names[] = {"auto", "journal", "stderr"};
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const int level_priority[] = {3, 4, 6, 7}; /* LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
 
-void gd_log_init(gd_log_level level) {
+/* JOURNAL_STREAM is "DEVICE:INODE" of the stream systemd connected; it counts only while
+ * stderr is still that stream (not redirected by whoever started us). */
+bool gd_log_stderr_is_journal(void) {
   const char *js = getenv("JOURNAL_STREAM");
-  log_journal = js && *js;
+  unsigned long long dev, ino;
+  struct stat st;
+  if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) != 0)
+    return false;
+  return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+void gd_log_init(gd_log_level level) {
+  log_journal = gd_log_stderr_is_journal();
   gd_log_set_level(level);
 }
 

@@ -1,8 +1,8 @@
 /*
  * gd_log.h - logging, one entry per event.
  *
- * By default each entry is a line on stderr: under systemd (JOURNAL_STREAM
- * set) it starts with a syslog priority "<3>".."<7>" that journald turns into
+ * By default each entry is a line on stderr: when stderr is the journal's
+ * stream (JOURNAL_STREAM names it) it starts with a syslog priority "<3>".."<7>" that journald turns into
  * the entry's priority; otherwise with "error: ", "warn: ", "info: " or
  * "debug: ". Thread-safe (one fprintf per line; stderr is unbuffered, lines
  * do not interleave within PIPE_BUF).
@@ -42,7 +42,7 @@ typedef struct {
   uint32_t msgid;       /* with conn: GEMMD_REQUEST_ID=CONN/MSGID */
   bool has_msgid;
   const char *peer;     /* the connection's peer (GEMMD_PEER) */
-  int device;           /* CUDA ordinal + 1 (0: none; GEMMD_DEVICE=cuda:N) */
+  const char *device;   /* "cuda:N" or "cpu" (GEMMD_DEVICE) */
   const char *code;     /* error code name (GEMMD_CODE) */
   uint64_t duration_us; /* GEMMD_DURATION_US */
   bool has_duration;
@@ -52,6 +52,10 @@ typedef struct {
 typedef void (*gd_log_sink)(gd_log_level level, const gd_log_ctx *ctx, const char *msg);
 /* NULL restores the stderr lines. Call before other threads start. */
 void gd_log_set_sink(gd_log_sink sink);
+
+/* True when stderr is the journal stream systemd connected (JOURNAL_STREAM names its device
+ * and inode). */
+bool gd_log_stderr_is_journal(void);
 
 /* Reads JOURNAL_STREAM once; call before any other thread starts. */
 void gd_log_init(gd_log_level level);

@@ -18,6 +18,7 @@ if(TARGET gemmd)
     config              # --check-config and command-line overrides
     metrics             # /metrics (promtool), /healthz, /readyz on metrics.listen
     prometheus          # a real Prometheus scrapes gemmd; counters read back by its query API
+    journal             # log_target journal: structured fields on a fake journal socket
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)

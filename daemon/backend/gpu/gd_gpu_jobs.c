@@ -5,6 +5,7 @@
  * service. Nothing here calls CUDA but cudaGetErrorName/String.
  */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gd_gpu_internal.h"
@@ -149,9 +150,13 @@ void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
   dev->dead = true;
   dev->in_service = false;
   dev->info.in_service = false;
-  gd_error("gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
-           "keep serving",
-           dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
+  char device[16];
+  snprintf(device, sizeof device, "cuda:%d", dev->ordinal);
+  gd_log_ctx ctx = {.device = device, .code = "UNAVAILABLE"};
+  gd_logx(GD_LOG_ERROR, &ctx,
+          "gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
+          "keep serving",
+          dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) {
     if (j->waiting_mem)
       gd__gpu_wait_remove(j);
