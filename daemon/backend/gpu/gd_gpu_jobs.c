@@ -92,6 +92,9 @@ void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off) {
     at += rounded;
   }
   job->refs++; /* the worker's, until it finishes the job */
+  job->alloc_cmd.type = GD__CMD_ALLOC;
+  job->alloc_cmd.job = job;
+  gd__gpu_worker_push(dev, &job->alloc_cmd); /* first: every copy of the job comes after it */
   while (job->pending) {
     gd__gpu_spill *s = job->pending;
     job->pending = s->next;

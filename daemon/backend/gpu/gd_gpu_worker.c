@@ -2,8 +2,11 @@
  * gd_gpu_worker.c - the thread that owns one GPU.
  *
  * It makes the device current once, creates the kernels' context, three
- * streams (copy in, compute, copy out), the memory pool (one cudaMalloc of
- * the whole budget) and the pinned staging, then serves its command queue:
+ * streams (copy in, compute, copy out), the memory pool (empty at first: it
+ * grows on demand, see gd_gpu_mem.c) and the pinned staging, then serves its
+ * command queue:
+ *
+ *   ALLOC     the job's device block from the pool, on the copy-in stream.
  *
  *   COPY_IN   staging buffer -> device on the copy-in stream, timed by the
  *             buffer's events; a host func queues IN_DONE when it lands.
@@ -101,6 +104,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
     (void)cudaEventDestroy(job->ev_c1);
   }
   job->events_made = false;
+  gd__gpu_mem_release(dev, job);
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
@@ -118,7 +122,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
 static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->dptr;
   pthread_mutex_unlock(&dev->mu);
   cudaError_t e = cudaSuccess;
   bool queued = false;
@@ -126,8 +130,8 @@ static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   if (!skip) {
     e = cudaEventRecord(buf->ev_start, dev->s_in);
     if (e == cudaSuccess)
-      e = cudaMemcpyAsync(dev->pool_base + buf->dst, buf->host, buf->fill, cudaMemcpyHostToDevice,
-                          dev->s_in);
+      e = cudaMemcpyAsync(gd__gpu_mem_at(job, buf->dst), buf->host, buf->fill,
+                          cudaMemcpyHostToDevice, dev->s_in);
     queued = e == cudaSuccess;
     if (e == cudaSuccess)
       e = cudaEventRecord(buf->ev_end, dev->s_in);
@@ -165,11 +169,11 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
   gd__gpu_job *job = spill->cmd.job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->dptr;
   pthread_mutex_unlock(&dev->mu);
   if (!skip) {
     /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
-    cudaError_t e = cudaMemcpyAsync(dev->pool_base + spill->dst, spill->data, spill->len,
+    cudaError_t e = cudaMemcpyAsync(gd__gpu_mem_at(job, spill->dst), spill->data, spill->len,
                                     cudaMemcpyHostToDevice, dev->s_in);
     if (e != cudaSuccess)
       job_cuda_error(dev, job, "copy in (pageable)", e);
@@ -202,7 +206,7 @@ static cudaError_t job_events(gd__gpu_job *job) {
   return cudaSuccess;
 }
 
-static void job_problem(const gd__gpu_dev *dev, const gd__gpu_job *job, gk_problem *p) {
+static void job_problem(const gd__gpu_job *job, gk_problem *p) {
   memset(p, 0, sizeof(*p));
   p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
   p->fast = job->hdr.precision == GP_PRECISION_FAST;
@@ -214,9 +218,9 @@ static void job_problem(const gd__gpu_dev *dev, const gd__gpu_job *job, gk_probl
   p->batch = (int64_t)job->hdr.batch;
   p->alpha = job->hdr.alpha;
   p->beta = job->hdr.beta;
-  p->a = dev->pool_base + job->op_dev[GP_OPERAND_A];
-  p->b = dev->pool_base + job->op_dev[GP_OPERAND_B];
-  p->c = dev->pool_base + job->op_dev[GP_OPERAND_C];
+  p->a = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_A]);
+  p->b = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]);
+  p->c = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]);
 }
 
 static void pump_out(gd__gpu_dev *dev);
@@ -238,7 +242,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   const gk_kernel *used = NULL;
   if (e == cudaSuccess) {
     gk_problem p;
-    job_problem(dev, job, &p);
+    job_problem(job, &p);
     what = "gemm launch";
     e = gk_gpu_gemm(dev->kctx, &p, dev->be->cfg.kernel, dev->s_compute, &used);
   }
@@ -258,7 +262,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   uint64_t now = gd_now_us();
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || !job->owner || dev->stopping;
+  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !job->dptr;
   if (!skip && job->deadline_us != 0 && now > job->deadline_us) {
     gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
                  (unsigned long long)job->hdr.timeout_ms);
@@ -332,7 +336,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   bool queued = false;
   if (e == cudaSuccess) {
     what = "copy out";
-    e = cudaMemcpyAsync(buf->host, dev->pool_base + job->op_dev[GP_OPERAND_C] + off, n,
+    e = cudaMemcpyAsync(buf->host, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off), n,
                         cudaMemcpyDeviceToHost, dev->s_out);
     queued = e == cudaSuccess;
   }
@@ -435,6 +439,9 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 
 static void handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   switch (cmd->type) {
+  case GD__CMD_ALLOC:
+    gd__gpu_mem_alloc(dev, cmd->job);
+    break;
   case GD__CMD_COPY_IN:
     handle_copy_in(dev, cmd->buf);
     break;
@@ -476,19 +483,41 @@ static bool dev_busy_locked(const gd__gpu_dev *dev) {
   return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
 }
 
-static void timed_wait(gd__gpu_dev *dev) {
+static void timed_wait(gd__gpu_dev *dev, uint64_t ms) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
-  ts.tv_nsec += GD__WATCHDOG_MS * 1000000L;
+  ts.tv_sec += (time_t)(ms / 1000u);
+  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
   ts.tv_sec += ts.tv_nsec / 1000000000L;
   ts.tv_nsec %= 1000000000L;
   (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
+}
+
+/* Under mu, nothing to do: sleeps until a command comes, or gives the pool's memory back once
+ * the device has been idle for gpu.memory_idle_ms. */
+static void idle(gd__gpu_dev *dev) {
+  uint64_t wait_ms = 0;
+  if (!gd__gpu_mem_trim_due(dev, gd_now_us(), &wait_ms)) {
+    pthread_cond_wait(&dev->cv, &dev->mu);
+    return;
+  }
+  if (wait_ms > 0) {
+    timed_wait(dev, wait_ms);
+    return;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  gd__gpu_mem_trim(dev);
+  pthread_mutex_lock(&dev->mu);
 }
 
 static void serve(gd__gpu_dev *dev) {
   bool synced = false;
   pthread_mutex_lock(&dev->mu);
   for (;;) {
+    if (dev->q_head || dev_busy_locked(dev)) {
+      dev->last_work_us = gd_now_us();
+      dev->trimmed = false;
+    }
     if (dev->q_head) {
       gd__gpu_cmd *cmd = dev->q_head;
       dev->q_head = cmd->next;
@@ -513,14 +542,14 @@ static void serve(gd__gpu_dev *dev) {
       continue;
     }
     if (dev_busy_locked(dev)) {
-      timed_wait(dev);
+      timed_wait(dev, GD__WATCHDOG_MS);
       if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
         pthread_mutex_unlock(&dev->mu);
         watchdog(dev);
         pthread_mutex_lock(&dev->mu);
       }
     } else {
-      pthread_cond_wait(&dev->cv, &dev->mu);
+      idle(dev);
     }
   }
   pthread_mutex_unlock(&dev->mu);
@@ -552,22 +581,19 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
   if (budget == 0)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
                         dev->ordinal, free_bytes, total_bytes);
-  void *base = NULL;
-  e = cudaMalloc(&base, budget);
-  if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE,
-                        "cuda:%d: cannot reserve the memory budget of %llu bytes: %s",
-                        dev->ordinal, (unsigned long long)budget, cudaGetErrorString(e));
-  dev->pool_base = base;
-  dev->mem_reserved = budget;
-  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
-  int rc = gd__gpu_staging_create(dev, err);
+  int rc = gd__gpu_mem_create(dev, err);
   if (rc != 0)
     return rc;
-  gd_info("gpu: cuda:%d %s: %llu MiB pool, %u x %zu KiB staging each way, kernel %s",
-          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20), dev->nbuf,
-          dev->staging_bytes >> 10, dev->be->cfg.kernel);
+  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  rc = gd__gpu_staging_create(dev, err);
+  if (rc != 0)
+    return rc;
+  gd_info("gpu: cuda:%d %s: memory on demand up to %llu MiB (given back after %llu ms idle), "
+          "%u x %zu KiB staging each way, kernel %s",
+          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20),
+          (unsigned long long)dev->be->cfg.memory_idle_ms, dev->nbuf, dev->staging_bytes >> 10,
+          dev->be->cfg.kernel);
   return 0;
 }
 
@@ -582,9 +608,7 @@ static void worker_fini(gd__gpu_dev *dev) {
       j->events_made = false;
     }
   gd__gpu_staging_destroy(dev);
-  if (dev->pool_base)
-    (void)cudaFree(dev->pool_base);
-  dev->pool_base = NULL;
+  gd__gpu_mem_destroy(dev);
   gd__gpu_pool_fini(&dev->pool);
   cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
   for (int i = 0; i < 3; i++) {
