@@ -196,7 +196,9 @@ static int start_mhd(gd_ops_http *h, const gd_addr *addr, char *err, size_t err_
   memset(&ss, 0, sizeof ss);
   if (resolve(addr, &ss, err, err_size) != 0)
     return -1;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+  /* AUTO: epoll on Linux; select() would refuse descriptors past FD_SETSIZE, which a daemon with
+   * a thousand client connections open reaches. */
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
   h->mhd = MHD_start_daemon(flags, addr->port, NULL, NULL, on_request, h,
