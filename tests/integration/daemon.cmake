@@ -62,7 +62,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
   # staging_hold: a client that does not read its result holds no staging other jobs need.
   # No SKIP_RETURN_CODE: the fake device is always there, so a skip is a failure.
   # memory_on_demand: no device memory at start, info and /metrics show it, given back idle.
-  foreach(name reply_order memory_wait staging_hold memory_on_demand)
+  # readyz: /readyz turns 503 when the only device leaves service (a fake fault).
+  foreach(name reply_order memory_wait staging_hold memory_on_demand readyz)
     add_test(NAME daemon_fake_${name}
              COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
                      --gemmd $<TARGET_FILE:gemmd_fake>)
