@@ -79,7 +79,8 @@ typedef struct gc_conn gc_conn;
 
 /*
  * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
- * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT". NULL
+ * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT", PORT
+ * 1..65535. NULL
  * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
  * after 10 seconds (gc_connect_with sets another limit).
  *
@@ -95,7 +96,7 @@ GC_EXPORT int gc_connect(const char *addr, gc_conn **out);
  * may grow at its end in minor versions, as gc_gemm_opts does). */
 typedef struct {
   size_t struct_size;        /* set by gc_connect_opts_init; do not change */
-  int connect_timeout_ms;    /* how long the connect itself may take; default 10000 */
+  int64_t connect_timeout_ms; /* how long the connect itself may take; default 10000 */
   /* The largest reply accepted, payload included (a larger one breaks the connection with
    * GC_E_INTERNAL before anything is reserved for it); default 3 GiB + 64 KiB, which fits
    * the largest result protocol v1 allows. */
@@ -121,8 +122,11 @@ GC_EXPORT void gc_close(gc_conn *conn);
 GC_EXPORT const gc_error *gc_last_error(const gc_conn *conn);
 
 /* The socket, for callers that wait on it in their own event loop (POLLIN, and POLLOUT while
- * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Do not read, write or close it.
- * -1 once the connection has failed. */
+ * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Call gc_poll(conn, 0, ...) also
+ * before each wait: every call that drives the connection (gc_submit included) reads the
+ * replies that have arrived, so requests may be complete with nothing left on the socket to
+ * wake the loop (examples/gemm_poll_loop.c). Do not read, write or close it. -1 once the
+ * connection has failed. */
 GC_EXPORT int gc_fd(const gc_conn *conn);
 
 /* ---- gemm -------------------------------------------------------------- */
@@ -161,6 +165,9 @@ typedef struct {
    * sent to the daemon as the request's timeout_ms, so the daemon does not
    * start work the caller no longer waits for. */
   int64_t timeout_ms;
+  /* Yours: handed back unchanged in gc_completion.user when gc_poll reports the request
+   * (e.g. the job it belongs to). Default NULL. */
+  void *user;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
@@ -211,6 +218,9 @@ GC_EXPORT int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, 
                         const void *c, void *out, gc_req *req);
 
 /*
+ * Timeouts: every timeout_ms in this header is an int64_t count of milliseconds;
+ * < 0 means no limit and 0 means only what is ready now.
+ *
  * Drives the connection until request req completes or timeout_ms passes
  * (< 0: no limit; 0: only what is ready now). On completion returns the
  * request's result (0 or an error code, details in gc_last_error), fills
@@ -219,13 +229,14 @@ GC_EXPORT int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, 
  * again, or gc_cancel it). GC_E_NOT_FOUND when req is not in flight (already
  * reported, cancelled, or never submitted).
  */
-GC_EXPORT int gc_wait(gc_conn *conn, gc_req req, int timeout_ms, gc_gemm_result *result);
+GC_EXPORT int gc_wait(gc_conn *conn, gc_req req, int64_t timeout_ms, gc_gemm_result *result);
 
 /* One completed request, as gc_poll reports it. */
 typedef struct {
   gc_req req;
   gc_error error;          /* error.code 0 on success */
   gc_gemm_result result;   /* gemm requests that succeeded */
+  void *user;              /* the request's gc_gemm_opts.user (NULL for other requests) */
 } gc_completion;
 
 /*
@@ -236,7 +247,7 @@ typedef struct {
  * or a negative code when the connection itself failed (every request in
  * flight is then completed with that error and reported by later calls).
  */
-GC_EXPORT int gc_poll(gc_conn *conn, int timeout_ms, gc_completion *done, size_t max);
+GC_EXPORT int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max);
 
 /* Requests submitted and not yet reported by gc_wait / gc_poll. */
 GC_EXPORT size_t gc_in_flight(const gc_conn *conn);
@@ -260,17 +271,40 @@ GC_EXPORT int gc_progress(const gc_conn *conn, gc_req req, uint64_t *sent, uint6
 /* ---- ping, info, stats ------------------------------------------------- */
 
 /* Round trip; 0 when the daemon answered "pong". timeout_ms < 0: no limit. */
-GC_EXPORT int gc_ping(gc_conn *conn, int timeout_ms);
+GC_EXPORT int gc_ping(gc_conn *conn, int64_t timeout_ms);
 
 /*
- * The daemon's info / stats maps (DESIGN.md: version, backend, devices,
- * limits / counters, queues, latencies) as one msgpack-encoded object in a
- * buffer the caller frees with gc_free(); unpack it with msgpack-c
- * (msgpack_unpack_next) or any msgpack library. On failure *buf is NULL.
+ * The daemon's info / stats maps (version, backend, devices, limits /
+ * counters, queues, latencies: proto/PROTOCOL.md) as one msgpack-encoded
+ * object in a buffer the caller frees with gc_free(). Read it with the
+ * gc_map_* functions below (no msgpack library needed), or unpack it with
+ * any msgpack library. On failure *buf is NULL.
  */
-GC_EXPORT int gc_info(gc_conn *conn, int timeout_ms, void **buf, size_t *len);
-GC_EXPORT int gc_stats(gc_conn *conn, int timeout_ms, void **buf, size_t *len);
+GC_EXPORT int gc_info(gc_conn *conn, int64_t timeout_ms, void **buf, size_t *len);
+GC_EXPORT int gc_stats(gc_conn *conn, int64_t timeout_ms, void **buf, size_t *len);
 GC_EXPORT void gc_free(void *buf);
+
+/*
+ * Reading an info or stats buffer (buf, len as gc_info / gc_stats gave them)
+ * by path: map keys and array indexes joined by dots, e.g. "backend",
+ * "limits.max_dim", "devices.0.name", "errors.INVALID_ARGUMENT"; "" is the
+ * top level. Each returns 0, GC_E_NOT_FOUND (no such key or index),
+ * GC_E_INVALID_ARGUMENT (the value has another type, or buf is not one
+ * msgpack object) or GC_E_RESOURCE_EXHAUSTED (a string longer than size - 1:
+ * out then holds its first size - 1 bytes). Thread-safe; buf is not changed.
+ */
+/* An integer that fits int64_t. */
+GC_EXPORT int gc_map_int(const void *buf, size_t len, const char *path, int64_t *out);
+/* A number (float or integer) as a double. */
+GC_EXPORT int gc_map_double(const void *buf, size_t len, const char *path, double *out);
+/* A string (or bin), NUL-terminated into out[size]; booleans read as "true" / "false". */
+GC_EXPORT int gc_map_string(const void *buf, size_t len, const char *path, char *out,
+                            size_t size);
+/* The number of elements of an array, or of keys of a map. */
+GC_EXPORT int gc_map_count(const void *buf, size_t len, const char *path, size_t *count);
+/* The index-th key (from 0, in the daemon's order) of the map at path. */
+GC_EXPORT int gc_map_key(const void *buf, size_t len, const char *path, size_t index, char *out,
+                         size_t size);
 
 /* ---- version ----------------------------------------------------------- */
 

@@ -2,6 +2,10 @@
  * main.c - gemmd: parse the command line, read the config, then start in
  * order (backend, scheduler, listeners, signals, systemd notify), run the
  * loop, and tear down in reverse through one cleanup path.
+ *
+ * Every step reports failure as a gp_error; the few APIs that speak libuv codes or fill a
+ * char buffer are converted where they are called (from_uv, from_text), and the one log line
+ * of a failed start-up is written in run().
  */
 #include <signal.h>
 #include <stdio.h>
@@ -30,77 +34,125 @@
 #define GEMMD_VERSION "0.0.0"
 #endif
 
+/* A libuv error as a gp_error: what failed, and libuv's reason. */
+static int from_uv(gp_error *err, int rc, const char *what) {
+  return gp_error_set(err, GP_E_INTERNAL, "%s: %s", what, uv_strerror(rc));
+}
+
+/* A message an API left in a char buffer (config, command line, listeners, addresses). */
+static int from_text(gp_error *err, int code, const char *prefix, const char *text) {
+  return gp_error_set(err, code, "%s%s", prefix, text);
+}
+
 /* Reads the config: --config FILE, else the default path when it exists, else defaults. Sets
  * *path to the file used (NULL for defaults). */
-static int load_config(const gd_cli *cli, gd_config *cfg, const char **path) {
-  char err[GD_CONFIG_ERROR_MAX];
+static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_error *err) {
+  char why[GD_CONFIG_ERROR_MAX];
   gd_config_default(cfg);
   *path = cli->config_path;
   if (!*path && access(GD_CONFIG_DEFAULT_PATH, F_OK) == 0)
     *path = GD_CONFIG_DEFAULT_PATH;
-  if (*path && gd_config_load_file(*path, cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "gemmd: %s\n", err);
-    return -1;
-  }
-  if (gd_cli_apply(cli, cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "gemmd: %s\n", err);
-    return -1;
-  }
+  if (*path && gd_config_load_file(*path, cfg, why, sizeof why) != 0)
+    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
+  if (gd_cli_apply(cli, cfg, why, sizeof why) != 0)
+    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
   return 0;
 }
 
-static int create_cpu(const gd_config *cfg, gd_backend **out) {
-  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads};
-  gp_error err;
-  gp_error_clear(&err);
-  if (gd_backend_cpu_create(&cpu, out, &err) != 0) {
-    gd_error("cpu backend: %s", err.message);
-    return -1;
-  }
+static int create_cpu(const gd_config *cfg, gd_backend **out, gp_error *err) {
+  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads, cfg->cpu_min_part_mflop};
+  gp_error cpu_err;
+  gp_error_clear(&cpu_err);
+  if (gd_backend_cpu_create(&cpu, out, &cpu_err) != 0)
+    return from_text(err, cpu_err.code, "cpu backend: ", cpu_err.message);
   gd_info("backend: cpu (OpenBLAS)");
   return 0;
 }
 
 /* backend: cpu, gpu (refuse to start without one) or auto (GPU when found, else CPU). */
-static int create_backend(const gd_config *cfg, gd_backend **out) {
+static int create_backend(const gd_config *cfg, gd_backend **out, gp_error *err) {
   if (cfg->backend == GD_BACKEND_CPU)
-    return create_cpu(cfg, out);
+    return create_cpu(cfg, out, err);
 #ifdef GEMMD_HAVE_CUDA
   int gpus = gd_gpu_count();
   /* backend gpu tries even with no device counted: the backend's error says why there is none
    * ("no CUDA device found: <CUDA's reason>"), which is what an operator needs to read. */
   if (gpus > 0 || cfg->backend == GD_BACKEND_GPU) {
-    gp_error err;
-    gp_error_clear(&err);
-    if (gd_backend_gpu_create(&cfg->gpu, out, &err) == 0) {
+    gp_error gpu_err;
+    gp_error_clear(&gpu_err);
+    if (gd_backend_gpu_create(&cfg->gpu, out, &gpu_err) == 0) {
       gd_info("backend: gpu (%d devices found)", gpus);
       return 0;
     }
-    if (cfg->backend == GD_BACKEND_GPU) {
-      gd_error("backend gpu: %s", err.message);
-      return -1;
-    }
-    gd_warn("backend auto: the GPU backend did not start (%s); using the CPU", err.message);
-    return create_cpu(cfg, out);
+    if (cfg->backend == GD_BACKEND_GPU)
+      return from_text(err, gpu_err.code, "backend gpu: ", gpu_err.message);
+    gd_warn("backend auto: the GPU backend did not start (%s); using the CPU", gpu_err.message);
+    return create_cpu(cfg, out, err);
   }
   gd_info("backend auto: no GPU found; using the CPU");
 #else
-  if (cfg->backend == GD_BACKEND_GPU) {
-    gd_error("backend gpu: this gemmd was built without CUDA");
-    return -1;
-  }
+  if (cfg->backend == GD_BACKEND_GPU)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "backend gpu: this gemmd was built without CUDA");
 #endif
-  return create_cpu(cfg, out);
+  return create_cpu(cfg, out, err);
 }
 
-static int parse_listen(const gd_config *cfg, gd_addr *addrs) {
+static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
   for (size_t i = 0; i < cfg->listen_count; i++) {
     char why[256];
-    if (gd_addr_parse(cfg->listen[i], &addrs[i], why, sizeof why) != 0) {
-      gd_error("listen: %s", why);
-      return -1;
-    }
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], why, sizeof why) != 0)
+      return from_text(err, GP_E_INVALID_ARGUMENT, "listen: ", why);
   }
+  return 0;
+}
+
+/* bind() through libuv reports a missing directory as "permission denied": say what it is. */
+static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t n,
+                             gp_error *err) {
+  for (size_t i = 0; i < n; i++) {
+    char why[GD_CONFIG_ERROR_MAX];
+    if (addrs[i].kind == GP_ADDR_UNIX &&
+        gd_config_check_socket_dir(addrs[i].path, false, why, sizeof why) != 0)
+      return gp_error_set(err, GP_E_UNAVAILABLE, "listen %s: %s", cfg->listen[i], why);
+  }
+  return 0;
+}
+
+/* The backend the config asks for, where that can be known without starting it. */
+static int check_backend(const gd_config *cfg) {
+#ifdef GEMMD_HAVE_CUDA
+  int gpus = gd_gpu_count();
+  if (cfg->backend == GD_BACKEND_GPU && gpus == 0) {
+    fprintf(stderr, "backend: gpu, but no CUDA device is usable here (use auto or cpu)\n");
+    return 1;
+  }
+  if (cfg->backend == GD_BACKEND_AUTO)
+    printf("note: backend auto: %d GPU(s) found; %s\n", gpus,
+           gpus > 0 ? "gemmd will use them" : "gemmd will serve from the CPU");
+#else
+  if (cfg->backend == GD_BACKEND_GPU) {
+    fprintf(stderr, "backend: gpu, but this gemmd was built without CUDA (use auto or cpu)\n");
+    return 1;
+  }
+#endif
+  return 0;
+}
+
+/* --check-config: the file parses (done by now), and what can be checked without starting
+ * is checked. Exit 0 with "configuration ok", else 1 with every problem found. */
+static int check_config(const gd_cli *cli, const gd_config *cfg, const char *config_path) {
+  const char *name = config_path ? config_path : "built-in defaults";
+  char problems[4 * GD_CONFIG_ERROR_MAX];
+  bool activated = gd_listeners_systemd_count() > 0 && cli->listen_count == 0;
+  int count = gd_config_check(cfg, activated, problems, sizeof problems);
+  fputs(problems, stderr);
+  count += check_backend(cfg);
+  if (count > 0) {
+    fprintf(stderr, "%s: %d problem%s: gemmd would not work with this configuration\n", name,
+            count, count == 1 ? "" : "s");
+    return 1;
+  }
+  printf("%s: configuration ok\n", name);
   return 0;
 }
 
@@ -121,43 +173,51 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_lifecycle *lc = NULL;
   gd_notify *notify = NULL;
   gd_ops_http *ops_http = NULL;
-  gd_addr addrs[GD_CONFIG_LISTEN_MAX];
+  gp_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
-  char err[512];
+  char why[512];
+  gp_error err;
   int rc;
 
+  gp_error_clear(&err);
   memset(&d, 0, sizeof d);
   d.cfg = *cfg;
   gd_stats_init(&d.stats);
   d.stats.started_us = gd_now_us();
   if ((rc = uv_loop_init(&loop)) != 0) {
-    gd_error("uv_loop_init: %s", uv_strerror(rc));
+    from_uv(&err, rc, "uv_loop_init");
+    gd_error("%s", err.message);
     return 1;
   }
   d.loop = &loop;
-  if (parse_listen(&d.cfg, addrs) != 0 || create_backend(&d.cfg, &d.backend) != 0)
+  d.srv.loop = &loop;
+  d.srv.stats = &d.stats;
+  gd_daemon_net_limits(&d.cfg, &d.srv.limits);
+  if (parse_listen(&d.cfg, addrs, &err) != 0 || create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;
   gd_sched_limits limits = {d.cfg.max_jobs, d.cfg.memory_budget};
-  if ((rc = gd_sched_new(&loop, d.backend, &limits, &gd_session_hooks, &d.stats, &d.sched)) != 0) {
-    gd_error("scheduler: %s", uv_strerror(rc));
+  if (gd_sched_new(&loop, d.backend, &limits, &d.stats, &d.sched, &err) != 0)
     goto out_backend;
-  }
+  d.srv.backend = d.backend;
+  d.srv.sched = d.sched;
   size_t n = listen_count(cli, &d.cfg, &adopt);
-  if (gd_listeners_open(&d, addrs, n, adopt, &d.listeners, err, sizeof err) != 0) {
-    gd_error("%s", err);
+  if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
+    goto out_sched;
+  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_sched;
   }
   if (d.cfg.metrics_listen[0] &&
-      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, err, sizeof err) != 0) {
-    gd_error("%s", err);
+      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, why, sizeof why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "metrics.listen: ", why);
     goto out_listeners;
   }
   if ((rc = gd_notify_start(&loop, &notify)) != 0) {
-    gd_error("watchdog timer: %s", uv_strerror(rc));
+    from_uv(&err, rc, "watchdog timer");
     goto out_listeners;
   }
   if ((rc = gd_lifecycle_start(&d, cli, config_path, notify, &lc)) != 0) {
-    gd_error("signal handlers: %s", uv_strerror(rc));
+    from_uv(&err, rc, "signal handlers");
     gd_notify_close(notify);
     goto out_listeners;
   }
@@ -174,7 +234,7 @@ out_listeners:
   gd_ops_http_stop(ops_http);
   gd_listeners_close(d.listeners);
   d.listeners = NULL;
-  gd_sessions_close_all(&d, "start-up failed");
+  gd_sessions_close_all(&d.srv, "start-up failed");
   uv_run(&loop, UV_RUN_DEFAULT);
 out_sched:
   /* Backend first: its workers may still post; then the completion queue. */
@@ -187,6 +247,8 @@ out_sched:
 out_backend:
   d.backend->ops->destroy(d.backend);
 out_loop:
+  if (err.code != GP_OK)
+    gd_error("%s", err.message);
   if (uv_loop_close(&loop) != 0)
     gd_warn("event loop closed with handles still open");
   if (status == 0)
@@ -213,12 +275,14 @@ int main(int argc, char **argv) {
     printf("gemmd %s (protocol %d)\n", GEMMD_VERSION, GP_PROTOCOL_VERSION);
     return 0;
   }
-  if (load_config(&cli, &cfg, &config_path) != 0)
+  gp_error cfg_err;
+  gp_error_clear(&cfg_err);
+  if (load_config(&cli, &cfg, &config_path, &cfg_err) != 0) {
+    fprintf(stderr, "gemmd: %s\n", cfg_err.message);
     return 1;
-  if (cli.check_config) {
-    printf("%s: configuration ok\n", config_path ? config_path : "built-in defaults");
-    return 0;
   }
+  if (cli.check_config)
+    return check_config(&cli, &cfg, config_path);
   gd_log_set_level(cfg.log_level);
   gd_log_journal_setup(cfg.log_target);
   /* A client that closes while we write must cost an EPIPE, not the process. */

@@ -1,7 +1,7 @@
 /*
- * 01_tiled.cu - "tiled16": the seeds' classic shared-memory tiled kernel.
+ * 01_tiled.cu - "tiled16": the classic shared-memory tiled kernel.
  *
- * The idea (as the seeds teach it). A naive kernel has each thread read a
+ * The idea. A naive kernel has each thread read a
  * whole row of A and a whole column of B from global memory to make one
  * output: every element of A is read n times and every element of B m times,
  * about 0.25 FLOP per byte, so the kernel waits on memory. Tiling shares the
@@ -13,7 +13,7 @@
  * tiles are overwritten. Each global element is now read n/TILE (or m/TILE)
  * times instead of n (m) times: TILE times less traffic.
  *
- * What this version adds to the seeds' code, so that it serves every request:
+ * What this version adds to the textbook kernel, so that it serves every request:
  *   - any m, n, k: loads outside the matrix write 0 into the tile (0 adds
  *     nothing to a dot product), and only threads inside C store;
  *   - transposes: the loads index the stored layout, and a transposed operand
@@ -27,7 +27,7 @@
  *     loaded and accumulate in f32; f64 accumulates in f64.
  *
  * Measured on an H200, 4096^3 (bench/RESULTS.md, "Baseline: tiled16"):
- * f32 7.72 TFLOP/s, 15% of cuBLAS SGEMM's 51.0 (the seeds document 8.1, 16%);
+ * f32 7.72 TFLOP/s, 15% of cuBLAS SGEMM's 51.0;
  * f64 4.62; f16 and bf16 7.83. The first version, which worked out its 64-bit
  * indices inside the k loop and read tile_a one word at a time, ran 6.20.
  */
@@ -202,7 +202,7 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
 
 extern "C" const gk_kernel gk_kernel_tiled16 = {
     "tiled16",
-    "the seeds' 16x16 shared-memory tiled kernel: every dtype, shape, transpose and batch",
+    "the classic 16x16 shared-memory tiled kernel: every dtype, shape, transpose and batch",
     tiled_supports,
     tiled_launch,
 };

@@ -7,7 +7,7 @@
  * grouped tile order for L2 (the kernel itself is in gk_fast_simt.cuh, shared with
  * 03_simt_f64.cu).
  *
- * What changed over 01 (tiled16, the seeds' kernel): each thread computes 64 outputs instead of
+ * What changed over 01 (tiled16, the classic tiled kernel): each thread computes 64 outputs instead of
  * one, so each shared-memory value feeds 8 FMAs instead of one; loads are 16 bytes wide; the next
  * k tile is fetched while the current one is multiplied.
  * Why: tiled16 is bound by shared-memory bandwidth (2 loads per FMA); at 8 FMAs per load the

@@ -8,7 +8,7 @@
  * accumulators already take 128 registers per thread; a 128x128 tile with 256 threads would
  * allow one block per SM and no latency hiding, 64x64 with 64 threads lets several blocks share
  * an SM. cuBLAS DGEMM uses the FP64 tensor cores (DMMA) and will stay about twice as fast; this
- * kernel is the correct, not-naive f64 path (issue 6).
+ * kernel is the correct, not-naive f64 path.
  *
  * Measured (H200, bench_kernels, run 2): 17.2 / 18.0 / 18.8 TFLOP/s at 2048^3 / 4096^3 / 8192^3
  * = 30% / 29% / 29% of cuBLAS DGEMM. Superseded by 06_dmma_f64.cu on compute capability >= 8.0

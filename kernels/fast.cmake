@@ -1,4 +1,4 @@
-# The fast kernels (issue 6), plugged into gemmkernels_gpu through the hook in kernels/gpu.cmake.
+# The fast kernels, plugged into gemmkernels_gpu through the hook in kernels/gpu.cmake.
 # One kernel per file, numbered by the idea it adds (see each file's opening comment and
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
 # TF32 kernels first (they only accept f32 with precision "fast"; the Hopper one, 08, takes

@@ -1,77 +1,16 @@
 /*
  * gk_cpu.c - the CPU path: OpenBLAS sgemm/dgemm, with f16 and bf16 widened to
- * f32 per batch element and rounded back (round to nearest even).
+ * f32 per batch element and rounded back (gp_half.h: round to nearest even).
  */
 #include "gk_cpu.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- conversions --------------------------------------------------------- */
-
-float gk_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  float mag;
-  if (exp == 0) {
-    mag = ldexpf((float)mant, -24); /* zero or subnormal: mant * 2^-24 */
-  } else if (exp == 31) {
-    mag = mant ? NAN : INFINITY;
-  } else {
-    mag = ldexpf((float)(mant | 0x400u), (int)exp - 25);
-  }
-  union { float f; uint32_t u; } v = {.f = mag};
-  v.u |= sign;
-  return v.f;
-}
-
-uint16_t gk_f32_to_f16(float f) {
-  union { float f; uint32_t u; } v = {.f = f};
-  uint16_t sign = (uint16_t)((v.u >> 16) & 0x8000u);
-  uint32_t abs = v.u & 0x7fffffffu;
-  if (abs >= 0x7f800000u) /* inf or nan (nan keeps a quiet payload bit) */
-    return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
-    return (uint16_t)(sign | 0x7c00u);
-  if (abs < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
-    if (abs < 0x33000000u) /* below half of the smallest subnormal: rounds to 0 */
-      return sign;
-    uint32_t exp = abs >> 23;
-    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - exp; /* 14..24: bits dropped to land on 2^-24 units */
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1u);
-    uint32_t mid = 1u << (shift - 1u);
-    if (rem > mid || (rem == mid && (half & 1u)))
-      half++;
-    return (uint16_t)(sign | half);
-  }
-  /* normal: rebias the exponent and round 13 dropped bits to nearest even */
-  uint32_t r = abs - 0x38000000u; /* exponent 127 -> 15 */
-  uint32_t half = r >> 13;
-  uint32_t rem = r & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
-    half++; /* a carry into the exponent is the right answer */
-  return (uint16_t)(sign | half);
-}
-
-float gk_bf16_to_f32(uint16_t h) {
-  union { float f; uint32_t u; } v = {.u = (uint32_t)h << 16};
-  return v.f;
-}
-
-uint16_t gk_f32_to_bf16(float f) {
-  union { float f; uint32_t u; } v = {.f = f};
-  if ((v.u & 0x7fffffffu) > 0x7f800000u) /* nan: keep it a (quiet) nan */
-    return (uint16_t)((v.u >> 16) | 0x40u);
-  uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
-  return (uint16_t)((v.u + rounding) >> 16);
-}
+#include "gp_half.h"
 
 /* ---- the GEMM ------------------------------------------------------------ */
 
@@ -90,51 +29,60 @@ static bool problem_ok(const gk_problem *p) {
   return gk_dtype_size(p->dtype) != 0;
 }
 
-size_t gk_cpu_scratch_bytes(const gk_problem *p) {
+size_t gk_cpu_scratch_bytes(const gk_problem *p) { return gk_cpu_scratch_bytes_split(p, 1); }
+
+size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts) {
   if (p->dtype != GK_F16 && p->dtype != GK_BF16)
     return 0;
-  /* one batch element of a, b and c widened to f32 */
-  return (size_t)(gk_problem_a_elems(p) + gk_problem_b_elems(p) + gk_problem_c_elems(p)) *
+  if (parts < 1)
+    parts = 1;
+  /* Each part widens its own rows of op(A) and C and a whole B: the rows add up to one A and
+   * one C, the copies of B to `parts`. */
+  return (size_t)(gk_problem_a_elems(p) + parts * gk_problem_b_elems(p) + gk_problem_c_elems(p)) *
          sizeof(float);
 }
 
 static void widen(const uint16_t *in, float *out, int64_t count, gk_dtype dtype) {
   if (dtype == GK_F16) {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f16_to_f32(in[i]);
+      out[i] = gp_f16_to_f32(in[i]);
   } else {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_bf16_to_f32(in[i]);
+      out[i] = gp_bf16_to_f32(in[i]);
   }
 }
 
 static void narrow(const float *in, uint16_t *out, int64_t count, gk_dtype dtype) {
   if (dtype == GK_F16) {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f32_to_f16(in[i]);
+      out[i] = gp_f32_to_f16(in[i]);
   } else {
     for (int64_t i = 0; i < count; i++)
-      out[i] = gk_f32_to_bf16(in[i]);
+      out[i] = gp_f32_to_bf16(in[i]);
   }
 }
 
+/* One CBLAS call: rows [r0, r0 + rows) of C for one batch element. */
 typedef struct {
   enum CBLAS_TRANSPOSE ta, tb;
   int m, n, k, lda, ldb, ldc;
 } blas_shape;
 
-static blas_shape shape_of(const gk_problem *p) {
+static blas_shape shape_of(const gk_problem *p, int64_t rows) {
   blas_shape s;
   s.ta = p->trans_a ? CblasTrans : CblasNoTrans;
   s.tb = p->trans_b ? CblasTrans : CblasNoTrans;
-  s.m = (int)p->m;
+  s.m = (int)rows;
   s.n = (int)p->n;
   s.k = (int)p->k;
-  s.lda = p->trans_a ? s.m : s.k; /* A stored k x m when transposed */
-  s.ldb = p->trans_b ? s.k : s.n; /* B stored n x k when transposed */
+  s.lda = p->trans_a ? (int)p->m : s.k; /* A stored k x m when transposed */
+  s.ldb = p->trans_b ? s.k : s.n;       /* B stored n x k when transposed */
   s.ldc = s.n;
   return s;
 }
+
+/* Where row r0 of op(A) starts: a row of A, or a column of A stored k x m when transposed. */
+static int64_t a_row_offset(const gk_problem *p, int64_t r0) { return p->trans_a ? r0 : r0 * p->k; }
 
 /* beta == 0 must not read C (NaN there must not propagate): clear it and let BLAS add 0 * 0. */
 static void run_f32(const blas_shape *s, float alpha, float beta, const float *a, const float *b,
@@ -153,47 +101,80 @@ static void run_f64(const blas_shape *s, double alpha, double beta, const double
               s->ldc);
 }
 
-static int run_half(const gk_problem *p, const blas_shape *s) {
+/* f16/bf16 rows [r0, r0 + rows) of batch element i: widen this part's rows of op(A) (a column
+ * block of A when transposed, gathered to a dense k x rows block), all of B and (beta != 0) the
+ * rows of C into scratch, sgemm, round back. */
+static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
+                          float *scratch) {
   int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_elems(p), nc = gk_problem_c_elems(p);
-  float *scratch = malloc(gk_cpu_scratch_bytes(p));
-  if (!scratch)
-    return -ENOMEM;
-  float *fa = scratch, *fb = fa + na, *fc = fb + nb;
-  const uint16_t *a = p->a, *b = p->b;
-  uint16_t *c = p->c;
-  for (int64_t i = 0; i < p->batch; i++) {
-    widen(a + i * na, fa, na, p->dtype);
-    widen(b + i * nb, fb, nb, p->dtype);
-    if (p->beta != 0.0)
-      widen(c + i * nc, fc, nc, p->dtype);
-    run_f32(s, (float)p->alpha, (float)p->beta, fa, fb, fc);
-    narrow(fc, c + i * nc, nc, p->dtype);
+  int64_t k = p->k, n = p->n, m = p->m;
+  const uint16_t *a = (const uint16_t *)p->a + i * na, *b = (const uint16_t *)p->b + i * nb;
+  uint16_t *c = (uint16_t *)p->c + i * nc + r0 * n;
+  float *fa = scratch, *fb = fa + rows * k, *fc = fb + nb;
+  blas_shape s = shape_of(p, rows);
+  if (p->trans_a) {
+    for (int64_t kk = 0; kk < k; kk++)
+      widen(a + kk * m + r0, fa + kk * rows, rows, p->dtype);
+    s.lda = (int)rows;
+  } else {
+    widen(a + r0 * k, fa, rows * k, p->dtype);
   }
-  free(scratch);
-  return 0;
+  widen(b, fb, nb, p->dtype);
+  if (p->beta != 0.0)
+    widen(c, fc, rows * n, p->dtype);
+  run_f32(&s, (float)p->alpha, (float)p->beta, fa, fb, fc);
+  narrow(fc, c, rows * n, p->dtype);
+}
+
+static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, float *scratch) {
+  int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_elems(p), nc = gk_problem_c_elems(p);
+  blas_shape s = shape_of(p, rows);
+  int64_t ao = i * na + a_row_offset(p, r0), co = i * nc + r0 * p->n;
+  switch (p->dtype) {
+  case GK_F32:
+    run_f32(&s, (float)p->alpha, (float)p->beta, (const float *)p->a + ao,
+            (const float *)p->b + i * nb, (float *)p->c + co);
+    break;
+  case GK_F64:
+    run_f64(&s, p->alpha, p->beta, (const double *)p->a + ao, (const double *)p->b + i * nb,
+            (double *)p->c + co);
+    break;
+  case GK_F16:
+  case GK_BF16:
+    run_half_rows(p, i, r0, rows, scratch);
+    break;
+  }
 }
 
 int gk_cpu_gemm(const gk_problem *p, const char **kernel) {
+  return gk_cpu_gemm_part(p, 0, 1, kernel);
+}
+
+/* The rows of all batch elements, batch * m of them, cut into `parts` near-equal runs; a run
+ * may cross from one batch element into the next. */
+int gk_cpu_gemm_part(const gk_problem *p, int64_t part, int64_t parts, const char **kernel) {
   if (kernel)
     *kernel = "openblas";
-  if (!problem_ok(p))
+  if (!problem_ok(p) || parts < 1 || part < 0 || part >= parts)
     return -EINVAL;
-  blas_shape s = shape_of(p);
-  int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_elems(p), nc = gk_problem_c_elems(p);
-  switch (p->dtype) {
-  case GK_F32:
-    for (int64_t i = 0; i < p->batch; i++)
-      run_f32(&s, (float)p->alpha, (float)p->beta, (const float *)p->a + i * na,
-              (const float *)p->b + i * nb, (float *)p->c + i * nc);
-    return 0;
-  case GK_F64:
-    for (int64_t i = 0; i < p->batch; i++)
-      run_f64(&s, p->alpha, p->beta, (const double *)p->a + i * na, (const double *)p->b + i * nb,
-              (double *)p->c + i * nc);
-    return 0;
-  case GK_F16:
-  case GK_BF16:
-    return run_half(p, &s);
+  if (p->batch > INT64_MAX / p->m || p->batch * p->m > INT64_MAX / parts)
+    return -EINVAL;
+  int64_t total = p->batch * p->m;
+  int64_t first = total * part / parts, last = total * (part + 1) / parts;
+  float *scratch = NULL;
+  if (p->dtype == GK_F16 || p->dtype == GK_BF16) {
+    int64_t rows = last - first < p->m ? last - first : p->m;
+    size_t bytes = (size_t)(rows * p->k + gk_problem_b_elems(p) + rows * p->n) * sizeof(float);
+    scratch = malloc(bytes ? bytes : 1);
+    if (!scratch)
+      return -ENOMEM;
   }
-  return -EINVAL;
+  for (int64_t row = first; row < last;) {
+    int64_t i = row / p->m, r0 = row % p->m;
+    int64_t rows = p->m - r0 < last - row ? p->m - r0 : last - row;
+    run_rows(p, i, r0, rows, scratch);
+    row += rows;
+  }
+  free(scratch);
+  return 0;
 }

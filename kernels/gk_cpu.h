@@ -20,14 +20,16 @@ size_t gk_cpu_scratch_bytes(const gk_problem *p);
  * -EINVAL for a malformed problem. Name of the kernel used goes to *kernel (static string). */
 int gk_cpu_gemm(const gk_problem *p, const char **kernel);
 
+/* Part `part` of `parts` of p: the batch * m rows of C cut into `parts` near-equal runs, so that
+ * several threads can share one problem (each writes only its own rows of C). The parts
+ * together do exactly what gk_cpu_gemm does. Same return codes. */
+int gk_cpu_gemm_part(const gk_problem *p, int64_t part, int64_t parts, const char **kernel);
+
+/* Scratch of a problem run as `parts` parts side by side (each widens its own copy of B). */
+size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts);
+
 /* Threads OpenBLAS may use inside one call (the daemon runs several calls side by side). */
 void gk_cpu_set_blas_threads(int threads);
-
-/* Conversions (also used by tests and the client for .npy f16/bf16). */
-float gk_f16_to_f32(uint16_t h);
-uint16_t gk_f32_to_f16(float f);
-float gk_bf16_to_f32(uint16_t h);
-uint16_t gk_f32_to_bf16(float f);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
  *          {lm*4, 32 + lm*4} and columns {ln*4, 16 + ln*4} of the warp tile.
  *
  * Each k step a thread reads two 4-vectors of A and two of B from shared memory (16-byte LDS for
- * f32) and does 64 FMAs: 8 FMAs per shared-memory load instead of the seeds' 1/2. A is stored
+ * f32) and does 64 FMAs: 8 FMAs per shared-memory load instead of tiled16's 1/2. A is stored
  * transposed in shared memory (As[k][m]) so the 8 A values a thread needs are contiguous too.
  * Within a warp the A reads touch 8 consecutive 16-byte vectors and the B reads 4: no bank
  * conflicts, and lanes with the same lm (ln) get a broadcast.

@@ -1,7 +1,7 @@
 /*
  * gk_gpu.h - the GPU kernel interface and selector.
  *
- * Every GPU kernel (the seeds' tiled kernel, the fast tiled kernels, the
+ * Every GPU kernel (the classic tiled kernel, the fast tiled kernels, the
  * tensor-core kernels, cuBLAS as the reference) is one gk_kernel entry in a
  * registry. The selector picks one by dtype, precision, shape and the
  * device's compute capability, or takes the one a config names.
@@ -22,13 +22,6 @@
  *   tiled16, then cublas. Code is built for sm_90a and compute_80 PTX: guard
  *   Hopper-only instructions with `#if __CUDA_ARCH__ >= 900` and let
  *   supports() refuse cc < 90.
- *
- * Changes to this header since the skeleton (all additive):
- *   - gk_gpu_ctx_device(), gk_gpu_ctx_props(), gk_gpu_ctx_cublas() accessors
- *     for kernels that need the SM count, shared-memory limits or cuBLAS;
- *   - gk_kernel_tiled16 and gk_kernel_cublas declared here;
- *   - gk_problem_check() (the shape/pointer checks every launch path does);
- *   - the auto rule spelled out: cuBLAS is never picked by "auto".
  */
 #ifndef GK_GPU_H
 #define GK_GPU_H
@@ -54,8 +47,8 @@ typedef struct {
   cudaError_t (*launch)(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream);
 } gk_kernel;
 
-/* The two kernels this file's owner keeps; the fast ones are reached through gk_kernels(). */
-extern const gk_kernel gk_kernel_tiled16; /* the seeds' 16x16 shared-memory tiled kernel: every problem */
+/* The two kernels that are always registered; the fast ones are reached through gk_kernels(). */
+extern const gk_kernel gk_kernel_tiled16; /* the classic 16x16 shared-memory tiled kernel: every problem */
 extern const gk_kernel gk_kernel_cublas;  /* cuBLAS, the reference; only when named */
 
 /* Creates the context for `device` (makes it current on the calling thread). cudaSuccess and

@@ -2,7 +2,7 @@
 #
 # Included from kernels/CMakeLists.txt when CUDA is there (and from
 # tests/gpu/standalone, the kernels-only build). Glob-free but extensible:
-# the fast kernels' engineer keeps kernels/fast.cmake, which appends
+# kernels/fast.cmake lists the fast kernels; for each it appends
 #   list(APPEND GK_GPU_SOURCES NN_name.cu)          # paths relative to kernels/
 #   list(APPEND GK_FAST_KERNELS gk_kernel_NAME)     # the gk_kernel symbol it defines
 # and the registry table (gk_registry_fast.inc) is generated from

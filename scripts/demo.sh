@@ -11,7 +11,7 @@ build=${1:-build}
 
 scripts/install-deps.sh || { echo "demo.sh: install the packages above first" >&2; exit 1; }
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target gemmd gemmctl
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target gemmd_installables
 
 # The default config listens on /run/gemmd/gemmd.sock; without root, use a
 # private socket instead.
@@ -22,8 +22,9 @@ else
 fi
 mkdir -p "$sockdir"
 addr="unix:$sockdir/gemmd.sock"
-pidfile="$top/$build/gemmd-demo.pid"
-log="$top/$build/gemmd-demo.log"
+case $build in /*) build_abs=$build ;; *) build_abs=$top/$build ;; esac
+pidfile="$build_abs/gemmd-demo.pid"
+log="$build_abs/gemmd-demo.log"
 
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "demo.sh: stopping the gemmd a previous demo started (pid $(cat "$pidfile"))"
@@ -31,7 +32,7 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   i=0; while kill -0 "$(cat "$pidfile")" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 fi
 
-"$build/daemon/gemmd" --check-config --config config/gemmd.yaml
+"$build/daemon/gemmd" --check-config --config config/gemmd.yaml --listen "$addr"
 setsid "$build/daemon/gemmd" --config config/gemmd.yaml --listen "$addr" >"$log" 2>&1 </dev/null &
 echo $! >"$pidfile"
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu-run.sh [all|tests|daemon|bench|e2e] - the one script for the GPU machine (default: all).
 #
-#   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's GPU tests)
+#   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
+#          client's GPU tests)
 #   daemon build, then the daemon's whole integration suite on the GPU backend
 #          (GEMMD_TEST_BACKEND=gpu ctest -L integration -R daemon_)
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
@@ -153,7 +154,7 @@ run_step() {
   note "$label: rc ${PIPESTATUS[0]} ($(elapsed))"
 }
 
-# Executables the benchmark areas build under bench/ (names chosen by their owners).
+# Finds an executable that bench/CMakeLists.txt builds (bench_kernels, bench_e2e) by name.
 find_bench() {
   find "$build/bench" -maxdepth 3 -type f -perm -u+x -name "$1" 2>/dev/null | sort | head -1
 }

@@ -27,7 +27,10 @@ static const char help[] =
     "bfloat16 bits with --dtype bf16 (the result is then written as <u2 too).\n"
     "2-D arrays are one matrix, 3-D arrays (batch, rows, cols) a batch. op(A) is m x k\n"
     "(A is stored k x m with --trans-a), op(B) is k x n, C is m x n. Both C and Fortran\n"
-    "order are accepted; little-endian only. --beta other than 0 needs --c.\n"
+    "order are accepted; little-endian only. --beta other than 0 needs --c; with --c\n"
+    "and no --beta, beta is 1 (C is added: C = alpha * op(A) * op(B) + C).\n"
+    "A file name - means stdin (--a, --b, --c: one array each, read in that order) or stdout\n"
+    "(--out: the summary then goes to stderr).\n"
     "Exit status: 0 ok, 1 error reply, 2 usage or input error, 3 connection error,\n"
     "4 output not written.\n";
 
@@ -35,6 +38,7 @@ typedef struct {
   const char *a_path, *b_path, *c_path, *out_path;
   gc_gemm_opts opts;
   bool have_dtype;
+  bool have_beta;
   gc_dtype dtype;
 } gemm_args;
 
@@ -66,6 +70,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
         break;
       case OPT_BETA:
         if (!gctl_parse_double("--beta", optarg, &args->opts.beta)) return GCTL_EXIT_USAGE;
+        args->have_beta = true;
         break;
       case OPT_TA: args->opts.trans_a = 1; break;
       case OPT_TB: args->opts.trans_b = 1; break;
@@ -87,6 +92,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
     fputs(help, stderr);
     return gctl_fail(g, GCTL_EXIT_USAGE, "gemm needs --a, --b and --out");
   }
+  if (args->c_path != NULL && !args->have_beta) args->opts.beta = 1.0; /* --c alone: C += */
   if (args->opts.beta != 0.0 && args->c_path == NULL)
     return gctl_fail(g, GCTL_EXIT_USAGE, "--beta %g needs --c (the C to scale)", args->opts.beta);
   return GCTL_EXIT_OK;
@@ -222,10 +228,12 @@ static int wait_with_progress(gc_conn *conn, gc_req req, gc_gemm_result *result)
 static void print_result(const gctl_global *g, const gemm_args *args, const gc_gemm_result *r,
                          double seconds) {
   const gc_gemm_opts *o = &args->opts;
+  /* --out -: stdout carries the .npy file, the summary goes beside it */
+  FILE *f = strcmp(args->out_path, GCTL_NPY_STDIO) == 0 ? stderr : stdout;
   if (g->json) {
-    printf("{\"ok\": true, \"command\": \"gemm\", \"out\": ");
-    gctl_json_string(stdout, args->out_path, strlen(args->out_path));
-    printf(", \"m\": %llu, \"n\": %llu, \"k\": %llu, \"batch\": %llu, \"dtype\": \"%s\", "
+    fprintf(f, "{\"ok\": true, \"command\": \"gemm\", \"out\": ");
+    gctl_json_string(f, args->out_path, strlen(args->out_path));
+    fprintf(f, ", \"m\": %llu, \"n\": %llu, \"k\": %llu, \"batch\": %llu, \"dtype\": \"%s\", "
            "\"device\": \"%s\", \"kernel\": \"%s\", \"seconds\": %.6f, \"timings_us\": "
            "{\"queue\": %llu, \"transfer_in\": %llu, \"compute\": %llu, \"transfer_out\": %llu}}\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
@@ -233,7 +241,7 @@ static void print_result(const gctl_global *g, const gemm_args *args, const gc_g
            (unsigned long long)r->queue_us, (unsigned long long)r->transfer_in_us,
            (unsigned long long)r->compute_us, (unsigned long long)r->transfer_out_us);
   } else {
-    printf("C (%llux%llu%s, %s) written to %s: %s, kernel %s, %.3f ms (compute %.3f ms)\n",
+    fprintf(f, "C (%llux%llu%s, %s) written to %s: %s, kernel %s, %.3f ms (compute %.3f ms)\n",
            (unsigned long long)o->m, (unsigned long long)o->n, o->batch > 1 ? " batched" : "",
            gctl_dtype_name(o->dtype), args->out_path, r->device, r->kernel, seconds * 1e3,
            (double)r->compute_us / 1e3);
@@ -242,6 +250,7 @@ static void print_result(const gctl_global *g, const gemm_args *args, const gc_g
 
 /* Fails before anything is sent when --out cannot be created: no work is wasted. */
 static int check_out_writable(const gctl_global *g, const char *path) {
+  if (strcmp(path, GCTL_NPY_STDIO) == 0) return GCTL_EXIT_OK;
   char copy[4096];
   snprintf(copy, sizeof copy, "%s", path);
   const char *dir = dirname(copy);

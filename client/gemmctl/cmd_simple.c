@@ -41,7 +41,7 @@ int gctl_cmd_ping(const gctl_global *g, int argc, char **argv) {
   return GCTL_EXIT_OK;
 }
 
-typedef int (*map_call_fn)(gc_conn *, int, void **, size_t *);
+typedef int (*map_call_fn)(gc_conn *, int64_t, void **, size_t *);
 
 static int map_command(const gctl_global *g, int argc, char **argv, const char *help,
                        map_call_fn call) {
@@ -67,8 +67,7 @@ static int map_command(const gctl_global *g, int argc, char **argv, const char *
     return gctl_fail_call(g, argv[0], &err);
   }
   if (g->json) {
-    gctl_print_json(stdout, &up.data);
-    fputc('\n', stdout);
+    gctl_print_json_reply(stdout, argv[0], &up.data);
   } else {
     gctl_print_text(stdout, &up.data, 0);
   }

@@ -22,8 +22,10 @@ enum {
 };
 
 typedef struct {
-  const char *addr; /* --connect, or NULL for GEMMD_ADDRESS / the default */
-  bool json;        /* --json */
+  const char *addr;        /* from --connect or GEMMD_ADDRESS (a bare path made unix:PATH), or
+                              NULL for the default */
+  const char *addr_source; /* "--connect", "GEMMD_ADDRESS", or NULL (the default) */
+  bool json;               /* --json */
 } gctl_global;
 
 typedef int (*gctl_command_fn)(const gctl_global *g, int argc, char **argv);
@@ -54,6 +56,9 @@ int64_t gctl_now_us(void);
 /* output.c: msgpack objects as JSON or as indented text; JSON strings. */
 void gctl_json_string(FILE *f, const char *s, size_t len);
 void gctl_print_json(FILE *f, const msgpack_object *o);
+/* A command's reply as one JSON line: {"ok": true, "command": NAME, then a map's own keys (or
+ * "reply": the value when it is not a map)}. */
+void gctl_print_json_reply(FILE *f, const char *command, const msgpack_object *o);
 void gctl_print_text(FILE *f, const msgpack_object *o, int indent);
 
 /* progress.c: a bar on stderr for transfers, shown only when stderr is a terminal and the

@@ -29,9 +29,9 @@ static const char usage_text[] =
     "                             random inputs, the daemon's answer against a float64\n"
     "                             reference: the error and PASS or FAIL\n"
     "\n"
-    "options:\n"
-    "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT; default: $GEMMD_ADDRESS,\n"
-    "                   then " GC_DEFAULT_ADDRESS "\n"
+    "options (before or after the command):\n"
+    "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT (a path with a / alone is\n"
+    "                   unix:PATH); default: $GEMMD_ADDRESS, then " GC_DEFAULT_ADDRESS "\n"
     "  --json           machine-readable output (one JSON object on stdout), errors included\n"
     "  --help           this text; `gemmctl COMMAND --help` for a command's own\n"
     "  --version        gemmctl's version\n"
@@ -84,11 +84,15 @@ int gctl_fail_call(const gctl_global *g, const char *what, const gc_error *err) 
 int gctl_connect(const gctl_global *g, gc_conn **conn) {
   if (gc_connect(g->addr, conn) == 0) return GCTL_EXIT_OK;
   const gc_error *err = gc_last_error(NULL);
-  fprintf(stderr, "gemmctl: cannot connect: %s (%s)\n", err->message, gc_code_name(err->code));
+  char message[sizeof err->message + 64];
+  /* name where the address came from: a stale GEMMD_ADDRESS is otherwise a puzzle */
+  snprintf(message, sizeof message, "%s%s%s", g->addr_source ? g->addr_source : "",
+           g->addr_source ? ": " : "", err->message);
+  fprintf(stderr, "gemmctl: cannot connect: %s (%s)\n", message, gc_code_name(err->code));
   if (g->json) {
     printf("{\"ok\": false, \"error\": {\"kind\": \"connection\", \"code\": \"%s\", \"message\": ",
            gc_code_name(err->code));
-    gctl_json_string(stdout, err->message, strlen(err->message));
+    gctl_json_string(stdout, message, strlen(message));
     printf("}, \"exit\": %d}\n", GCTL_EXIT_CONNECT);
   }
   /* a malformed address is a usage error, nothing answering is a connection error */
@@ -147,35 +151,82 @@ int64_t gctl_now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Global options come before the command: [--connect ADDR] [--json]. */
+/* One global option at argv[*i] (advancing *i past its value): 1 taken, 0 not a global
+ * option, or -1 after printing a usage error into *rc. */
+static int global_option(int argc, char **argv, int *i, gctl_global *g, int *rc) {
+  const char *arg = argv[*i];
+  if (strcmp(arg, "--json") == 0) {
+    g->json = true;
+  } else if (strcmp(arg, "--connect") == 0) {
+    if (*i + 1 >= argc) {
+      *rc = gctl_fail(g, GCTL_EXIT_USAGE, "--connect needs an address");
+      return -1;
+    }
+    g->addr = argv[++*i];
+  } else if (strncmp(arg, "--connect=", 10) == 0) {
+    g->addr = arg + 10;
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* Options before the command: the global ones, --help and --version. */
 static int parse_global(int argc, char **argv, gctl_global *g, int *next) {
-  int i = 1;
+  int i = 1, rc = GCTL_EXIT_OK;
   for (; i < argc && argv[i][0] == '-'; i++) {
-    const char *arg = argv[i];
-    if (strcmp(arg, "--json") == 0) {
-      g->json = true;
-    } else if (strcmp(arg, "--connect") == 0) {
-      if (i + 1 >= argc) return gctl_fail(g, GCTL_EXIT_USAGE, "--connect needs an address");
-      g->addr = argv[++i];
-    } else if (strncmp(arg, "--connect=", 10) == 0) {
-      g->addr = arg + 10;
-    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+    int taken = global_option(argc, argv, &i, g, &rc);
+    if (taken < 0) return rc;
+    if (taken > 0) continue;
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(usage_text, stdout);
       exit(GCTL_EXIT_OK);
-    } else if (strcmp(arg, "--version") == 0) {
+    } else if (strcmp(argv[i], "--version") == 0) {
       printf("gemmctl %s (libgemmclient %u)\n", GC_VERSION_STRING, gc_version());
       exit(GCTL_EXIT_OK);
-    } else {
-      fputs(usage_text, stderr);
-      return gctl_fail(g, GCTL_EXIT_USAGE, "unknown option \"%s\"", arg);
     }
+    fputs(usage_text, stderr);
+    return gctl_fail(g, GCTL_EXIT_USAGE, "unknown option \"%s\"", argv[i]);
   }
   *next = i;
   return GCTL_EXIT_OK;
 }
 
+/* Global options after the command (`gemmctl info --json`) are taken out of its arguments,
+ * up to a "--". argv is rewritten in place; returns the new count, or -1 (*rc set). */
+static int take_trailing_globals(int argc, char **argv, gctl_global *g, int *rc) {
+  int kept = 1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      while (i < argc) argv[kept++] = argv[i++];
+      break;
+    }
+    int taken = global_option(argc, argv, &i, g, rc);
+    if (taken < 0) return -1;
+    if (taken == 0) argv[kept++] = argv[i];
+  }
+  argv[kept] = NULL;
+  return kept;
+}
+
+/* The address: --connect, else GEMMD_ADDRESS, else the library's default (NULL). A bare
+ * path with a slash ("/run/gemmd/gemmd.sock", "./x.sock") means unix:PATH. */
+static void settle_address(gctl_global *g) {
+  static char unix_addr[4096 + 8];
+  g->addr_source = g->addr ? "--connect" : NULL;
+  if (!g->addr && getenv("GEMMD_ADDRESS") && *getenv("GEMMD_ADDRESS")) {
+    g->addr = getenv("GEMMD_ADDRESS");
+    g->addr_source = "GEMMD_ADDRESS";
+  }
+  if (g->addr && strncmp(g->addr, "unix:", 5) != 0 && strncmp(g->addr, "tcp:", 4) != 0 &&
+      strchr(g->addr, '/') != NULL && strlen(g->addr) < sizeof unix_addr - 5) {
+    snprintf(unix_addr, sizeof unix_addr, "unix:%s", g->addr);
+    g->addr = unix_addr;
+  }
+}
+
 int main(int argc, char **argv) {
-  gctl_global g = {NULL, false};
+  gctl_global g = {NULL, NULL, false};
   int first = 1;
   int rc = parse_global(argc, argv, &g, &first);
   if (rc != GCTL_EXIT_OK) return rc;
@@ -183,9 +234,12 @@ int main(int argc, char **argv) {
     fputs(usage_text, stderr);
     return gctl_fail(&g, GCTL_EXIT_USAGE, "no command given");
   }
+  int cmd_argc = take_trailing_globals(argc - first, argv + first, &g, &rc);
+  if (cmd_argc < 0) return rc;
+  settle_address(&g);
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(argv[first], commands[i].name) == 0)
-      return commands[i].fn(&g, argc - first, argv + first);
+      return commands[i].fn(&g, cmd_argc, argv + first);
   fputs(usage_text, stderr);
   return gctl_fail(&g, GCTL_EXIT_USAGE, "unknown command \"%s\"", argv[first]);
 }

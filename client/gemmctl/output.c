@@ -8,15 +8,51 @@
 
 #include "gemmctl.h"
 
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF), or 0 when the bytes there are not one. */
+static size_t utf8_sequence(const unsigned char *s, size_t len) {
+  unsigned char c = s[0];
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xbf; /* the range of the second byte */
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;      /* overlong */
+    else if (c == 0xed) hi = 0x9f; /* UTF-16 surrogates */
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;      /* overlong */
+    else if (c == 0xf4) hi = 0x8f; /* above U+10FFFF */
+  } else {
+    return 0;
+  }
+  if (len < n || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+/* A JSON string for any bytes: text that is not UTF-8 (a file name in another encoding) has
+ * each bad byte replaced by U+FFFD, so that the output is always valid JSON. */
 void gctl_json_string(FILE *f, const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
   fputc('"', f);
-  for (size_t i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+  for (size_t i = 0; i < len;) {
+    unsigned char ch = p[i];
+    size_t n = utf8_sequence(p + i, len - i);
+    if (n == 0) {
+      fputs("\\ufffd", f);
+      i++;
+      continue;
+    }
+    if (n > 1) fwrite(p + i, 1, n, f);
+    else if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
     else if (ch == '\n') fputs("\\n", f);
     else if (ch == '\t') fputs("\\t", f);
     else if (ch < 0x20 || ch == 0x7f) fprintf(f, "\\u%04x", ch);
     else fputc(ch, f);
+    i += n;
   }
   fputc('"', f);
 }
@@ -24,6 +60,22 @@ void gctl_json_string(FILE *f, const char *s, size_t len) {
 static void print_number(FILE *f, double v) {
   if (isfinite(v)) fprintf(f, "%.17g", v);
   else fputs("null", f); /* JSON has no inf or NaN */
+}
+
+/* A map's "key": value pairs, without the braces. */
+static void print_members(FILE *f, const msgpack_object *o) {
+  for (uint32_t i = 0; i < o->via.map.size; i++) {
+    const msgpack_object_kv *kv = &o->via.map.ptr[i];
+    if (i) fputs(", ", f);
+    if (kv->key.type == MSGPACK_OBJECT_STR) gctl_print_json(f, &kv->key);
+    else { /* JSON keys are strings */
+      fputc('"', f);
+      msgpack_object_print(f, kv->key);
+      fputc('"', f);
+    }
+    fputs(": ", f);
+    gctl_print_json(f, &kv->val);
+  }
 }
 
 void gctl_print_json(FILE *f, const msgpack_object *o) {
@@ -47,21 +99,25 @@ void gctl_print_json(FILE *f, const msgpack_object *o) {
       break;
     case MSGPACK_OBJECT_MAP:
       fputc('{', f);
-      for (uint32_t i = 0; i < o->via.map.size; i++) {
-        const msgpack_object_kv *kv = &o->via.map.ptr[i];
-        if (i) fputs(", ", f);
-        if (kv->key.type == MSGPACK_OBJECT_STR) gctl_print_json(f, &kv->key);
-        else { /* JSON keys are strings */
-          fputc('"', f);
-          msgpack_object_print(f, kv->key);
-          fputc('"', f);
-        }
-        fputs(": ", f);
-        gctl_print_json(f, &kv->val);
-      }
+      print_members(f, o);
       fputc('}', f);
       break;
   }
+}
+
+void gctl_print_json_reply(FILE *f, const char *command, const msgpack_object *o) {
+  fputs("{\"ok\": true, \"command\": ", f);
+  gctl_json_string(f, command, strlen(command));
+  if (o->type != MSGPACK_OBJECT_MAP) {
+    fputs(", \"reply\": ", f);
+    gctl_print_json(f, o);
+    fputs("}\n", f);
+    return;
+  }
+  /* the reply's keys beside ok and command, as gemm, bench and verify print theirs */
+  fputs(o->via.map.size ? ", " : "", f);
+  print_members(f, o);
+  fputs("}\n", f);
 }
 
 static bool is_scalar(const msgpack_object *o) {

@@ -10,7 +10,7 @@
 
 /* Sends method, waits for its reply; on success *packed (when not NULL) takes the result
  * object's msgpack bytes (caller frees). */
-static int call(gc_conn *conn, gp_method method, int timeout_ms, msgpack_sbuffer *packed) {
+static int call(gc_conn *conn, gp_method method, int64_t timeout_ms, msgpack_sbuffer *packed) {
   if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
   gc__request *r = gc__request_new(conn, GC__KIND_CALL);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -29,8 +29,8 @@ static int call(gc_conn *conn, gp_method method, int timeout_ms, msgpack_sbuffer
   if (rc != 0) return rc;
   if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0) {
     gc_cancel(conn, req);
-    return gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "no reply to %s within %d ms",
-                          gp_method_name(method), timeout_ms);
+    return gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "no reply to %s within %lld ms",
+                          gp_method_name(method), (long long)timeout_ms);
   }
   if (r->error.code == GC_OK && packed != NULL) {
     *packed = r->packed;
@@ -39,7 +39,7 @@ static int call(gc_conn *conn, gp_method method, int timeout_ms, msgpack_sbuffer
   return gc_wait(conn, req, 0, NULL);
 }
 
-int gc_ping(gc_conn *conn, int timeout_ms) {
+int gc_ping(gc_conn *conn, int64_t timeout_ms) {
   msgpack_sbuffer packed;
   msgpack_sbuffer_init(&packed);
   int rc = call(conn, GP_METHOD_PING, timeout_ms, &packed);
@@ -50,7 +50,7 @@ int gc_ping(gc_conn *conn, int timeout_ms) {
   return rc;
 }
 
-static int map_call(gc_conn *conn, gp_method method, int timeout_ms, void **buf, size_t *len) {
+static int map_call(gc_conn *conn, gp_method method, int64_t timeout_ms, void **buf, size_t *len) {
   msgpack_sbuffer packed;
   msgpack_sbuffer_init(&packed);
   if (buf) *buf = NULL;
@@ -66,11 +66,11 @@ static int map_call(gc_conn *conn, gp_method method, int timeout_ms, void **buf,
   return 0;
 }
 
-int gc_info(gc_conn *conn, int timeout_ms, void **buf, size_t *len) {
+int gc_info(gc_conn *conn, int64_t timeout_ms, void **buf, size_t *len) {
   return map_call(conn, GP_METHOD_INFO, timeout_ms, buf, len);
 }
 
-int gc_stats(gc_conn *conn, int timeout_ms, void **buf, size_t *len) {
+int gc_stats(gc_conn *conn, int64_t timeout_ms, void **buf, size_t *len) {
   return map_call(conn, GP_METHOD_STATS, timeout_ms, buf, len);
 }
 

@@ -65,10 +65,13 @@ int gc_connect_with(const char *addr, const gc_connect_opts *opts_in, gc_conn **
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "connect_timeout_ms must be >= 0 and max_reply_bytes >= 64");
   if (addr == NULL) addr = default_address();
-  gc__addr parsed;
-  int rc = gc__addr_parse(addr, &parsed, err);
-  if (rc != 0) return rc;
-  int fd = gc__addr_connect(&parsed, opts.connect_timeout_ms, err);
+  gp_addr parsed;
+  char why[GC_ERROR_MESSAGE_MAX];
+  if (gp_addr_parse(addr, GP_ADDR_CONNECT, &parsed, why, sizeof why) != 0)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%s", why);
+  /* poll() takes an int: a longer limit (over 24 days) waits that long */
+  int connect_ms = opts.connect_timeout_ms > INT_MAX ? INT_MAX : (int)opts.connect_timeout_ms;
+  int fd = gc__socket_connect(&parsed, connect_ms, err);
   if (fd < 0) return fd;
   gc_conn *conn = conn_new(fd, &opts);
   if (conn == NULL) {
@@ -144,13 +147,13 @@ static int report(gc_conn *conn, gc__request *r, gc_gemm_result *result) {
   return code;
 }
 
-int gc_wait(gc_conn *conn, gc_req req, int timeout_ms, gc_gemm_result *result) {
+int gc_wait(gc_conn *conn, gc_req req, int64_t timeout_ms, gc_gemm_result *result) {
   gc__request *r = find_live(conn, req);
   if (r == NULL) return gc__conn_failf(conn, GC_E_NOT_FOUND, "request %u is not in flight", req);
   if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0)
     return gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED,
-                          "request %u not complete after %d ms (still in flight)", req,
-                          timeout_ms);
+                          "request %u not complete after %lld ms (still in flight)", req,
+                          (long long)timeout_ms);
   return report(conn, r, result);
 }
 
@@ -161,13 +164,14 @@ static size_t reap(gc_conn *conn, gc_completion *done, size_t max) {
     done[n].req = r->msgid;
     done[n].error = r->error;
     done[n].result = r->result;
+    done[n].user = r->user;
     gc__request_reported(conn, r);
     n++;
   }
   return n;
 }
 
-int gc_poll(gc_conn *conn, int timeout_ms, gc_completion *done, size_t max) {
+int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max) {
   int64_t deadline = gc__deadline(timeout_ms);
   for (;;) {
     int rc = gc__io_progress(conn);

@@ -35,7 +35,7 @@ void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
 /* Copies the caller's opts (whatever version of the struct it has) over the defaults and
  * translates them into a wire header. */
 static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeout_ms,
-                       gc_error *err) {
+                       void **user, gc_error *err) {
   if (in == NULL || in->struct_size < OPTS_V1_SIZE)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "gemm options not set up with gc_gemm_opts_init");
@@ -61,6 +61,7 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->has_timeout = o.timeout_ms >= 0;
   hdr->timeout_ms = o.timeout_ms >= 0 ? (uint64_t)o.timeout_ms : 0;
   *timeout_ms = o.timeout_ms;
+  *user = o.user;
   return 0;
 }
 
@@ -68,7 +69,8 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   gp_gemm_hdr hdr;
   int64_t timeout;
   gc_error err;
-  if (opts_to_hdr(opts, &hdr, &timeout, &err) != 0) return 0;
+  void *user;
+  if (opts_to_hdr(opts, &hdr, &timeout, &user, &err) != 0) return 0;
   gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
   if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
   uint64_t bytes;
@@ -109,9 +111,10 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
               const void *c, void *out, gc_req *req) {
   gp_gemm_hdr hdr;
   int64_t timeout_ms;
+  void *user;
   gc_error err;
   if (req != NULL) *req = 0;
-  if (opts_to_hdr(opts, &hdr, &timeout_ms, &err) != 0) return gc__conn_fail(conn, &err);
+  if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, &err) != 0) return gc__conn_fail(conn, &err);
   if (a == NULL || b == NULL || out == NULL || req == NULL)
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT, "gemm needs a, b, out and req");
   /* Requests are checked against the protocol's own limits (what any daemon could accept);
@@ -132,6 +135,7 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
     return gc__conn_failf(conn, rc, "encoding the gemm request: %s", gp_strerror(rc));
   }
   r->out = out;
+  r->user = user;
   *req = r->msgid;
   rc = gc__request_start(conn, r);
   if (rc != 0) *req = 0;
@@ -143,15 +147,14 @@ int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *
   gc_req req;
   int rc = gc_submit(conn, opts, a, b, c, out, &req);
   if (rc != 0) return rc;
-  int64_t timeout = opts->timeout_ms;
-  int wait_ms = timeout < 0 ? -1 : timeout > INT_MAX ? INT_MAX : (int)timeout;
+  int64_t wait_ms = opts->timeout_ms < 0 ? -1 : opts->timeout_ms;
   rc = gc_wait(conn, req, wait_ms, result);
   /* Still in flight: the client-side limit struck (the daemon's own DEADLINE_EXCEEDED
    * reply has already been reported). Let go of the caller's buffers before returning. */
   if (rc == GC_E_DEADLINE_EXCEEDED && gc__reqtab_get(&conn->table, req) != NULL) {
     gc_cancel(conn, req);
-    gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "gemm not complete after %d ms (client side)",
-                   wait_ms);
+    gc__conn_failf(conn, GC_E_DEADLINE_EXCEEDED, "gemm not complete after %lld ms (client side)",
+                   (long long)wait_ms);
   }
   return rc;
 }

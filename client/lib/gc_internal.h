@@ -1,6 +1,6 @@
 /*
  * gc_internal.h - what the files of libgemmclient share: the connection and
- * request objects, the address parser, the request table and the I/O pump.
+ * request objects, connecting a socket, the request table and the I/O pump.
  * Not installed. Names here are gc__ (internal, hidden from the .so).
  */
 #ifndef GC_INTERNAL_H
@@ -12,30 +12,18 @@
 #include <sys/uio.h>
 
 #include "gemmclient.h"
+#include "gp_addr.h"
 #include "gp_decode.h"
 #include "gp_encode.h"
 #include "gp_error.h"
 #include "gp_types.h"
 
-/* ---- addresses (gc_addr.c) --------------------------------------------- */
+/* ---- sockets (gc_socket.c) ---------------------------------------------- */
 
-typedef enum { GC__ADDR_UNIX, GC__ADDR_TCP } gc__addr_kind;
-
-#define GC__ADDR_MAX 512
-typedef struct {
-  gc__addr_kind kind;
-  char path[108];           /* unix: sun_path, NUL-terminated */
-  char host[GC__ADDR_MAX];  /* tcp: name or numeric address, brackets removed */
-  char port[8];             /* tcp: decimal 1..65535 */
-} gc__addr;
-
-/* Parses "unix:PATH", "tcp:HOST:PORT" or "tcp:[V6]:PORT". 0, or GC_E_INVALID_ARGUMENT with
- * err naming what is wrong. */
-int gc__addr_parse(const char *text, gc__addr *out, gc_error *err);
-
-/* Opens a non-blocking, close-on-exec stream socket connected to addr, waiting at most
- * timeout_ms. Returns the fd, or a negative code with err filled. */
-int gc__addr_connect(const gc__addr *addr, int timeout_ms, gc_error *err);
+/* Opens a non-blocking, close-on-exec stream socket connected to addr (parsed by
+ * gp_addr_parse with GP_ADDR_CONNECT), waiting at most timeout_ms. Returns the fd, or a
+ * negative code with err filled. */
+int gc__socket_connect(const gp_addr *addr, int timeout_ms, gc_error *err);
 
 /* ---- errors (gc_error.c) ----------------------------------------------- */
 
@@ -87,6 +75,7 @@ typedef struct gc__request {
   /* receiving */
   gp_gemm_hdr expect;  /* gemm: what the reply must match */
   uint8_t *out;        /* gemm: the caller's C buffer; NULL when abandoned */
+  void *user;          /* gemm: gc_gemm_opts.user, for gc_completion */
   uint64_t out_bytes;
   uint64_t received;
   msgpack_sbuffer packed; /* call: the result object, packed */

@@ -45,6 +45,12 @@ typedef struct {
   void *owned_;
 } gctl_npy;
 
+/* The path that means stdin (gctl_npy_read) or stdout (gctl_npy_write). */
+#define GCTL_NPY_STDIO "-"
+
+/* Reads a .npy file: mapped when it is a regular file, read into memory when it is a pipe or
+ * other stream. GCTL_NPY_STDIO reads exactly one array from stdin, so several can follow one
+ * another there. */
 int gctl_npy_read(const char *path, gctl_npy *out, char *err, size_t errlen);
 
 /* Parses a header dict ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }") into
@@ -59,8 +65,8 @@ void gctl_npy_free(gctl_npy *a);
 /* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "<u2"). */
 const char *gctl_npy_descr(int dtype);
 
-/* Writes a C-order array. version: 1, 2 or 3, or 0 for the oldest that fits (1.0 unless
- * the header needs more than 65535 bytes). */
+/* Writes a C-order array (to stdout for GCTL_NPY_STDIO). version: 1, 2 or 3, or 0 for the
+ * oldest that fits (1.0 unless the header needs more than 65535 bytes). */
 int gctl_npy_write(const char *path, int dtype, int ndim, const uint64_t *shape,
                    const void *data, int version, char *err, size_t errlen);
 

@@ -232,13 +232,48 @@ static int map_data(int fd, const char *path, gctl_npy *a, uint64_t offset, uint
   return 0;
 }
 
-static int read_fd(int fd, const char *path, gctl_npy *a, char *err, size_t errlen) {
+/* Reads exactly a->nbytes from a stream (a pipe, or stdin) into memory of our own. The header's
+ * size is not trusted: the buffer grows with the data that actually arrives. */
+static int stream_data(int fd, const char *path, gctl_npy *a, char *err, size_t errlen) {
+  if (a->nbytes > SIZE_MAX) return fail(err, errlen, "%s: too large", path);
+  size_t want = (size_t)a->nbytes, have = 0, cap = 0;
+  uint8_t *buf = NULL;
+  while (have < want) {
+    if (have == cap) {
+      size_t next = cap == 0 ? (1u << 20) : cap * 2;
+      if (next > want || next < cap) next = want;
+      uint8_t *grown = realloc(buf, next);
+      if (grown == NULL) {
+        free(buf);
+        return fail(err, errlen, "out of memory for %zu bytes", next);
+      }
+      buf = grown;
+      cap = next;
+    }
+    ssize_t got = read(fd, buf + have, cap - have);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      free(buf);
+      return fail(err, errlen, "%s: the header promises %llu data bytes, the stream ended after "
+                  "%zu", path, (unsigned long long)a->nbytes, have);
+    }
+    have += (size_t)got;
+  }
+  a->owned_ = buf;
+  a->data = buf;
+  return 0;
+}
+
+static int read_fd(int fd, const char *path, bool stream, gctl_npy *a, char *err,
+                   size_t errlen) {
   struct stat st;
   if (fstat(fd, &st) != 0) return fail(err, errlen, "%s: %s", path, strerror(errno));
+  stream = stream || !S_ISREG(st.st_mode);
   uint32_t hlen = 0;
   if (read_preamble(fd, a, &hlen, err, errlen) != 0) return -1;
   uint64_t offset = (a->version_major == 1 ? 10u : 12u) + (uint64_t)hlen;
-  if ((uint64_t)st.st_size < offset) return fail(err, errlen, "%s: truncated header", path);
+  if (!stream && (uint64_t)st.st_size < offset)
+    return fail(err, errlen, "%s: truncated header", path);
   char *header = malloc(hlen + 1u);
   if (header == NULL) return fail(err, errlen, "out of memory");
   int rc = read_exact(fd, header, hlen);
@@ -246,18 +281,22 @@ static int read_fd(int fd, const char *path, gctl_npy *a, char *err, size_t errl
   if (rc == 0) rc = gctl_npy_parse_header(header, hlen, a, err, errlen);
   free(header);
   if (rc == 0) rc = element_count(a, err, errlen);
-  if (rc == 0) rc = map_data(fd, path, a, offset, (uint64_t)st.st_size, err, errlen);
+  if (rc == 0 && stream) rc = stream_data(fd, path, a, err, errlen);
+  else if (rc == 0) rc = map_data(fd, path, a, offset, (uint64_t)st.st_size, err, errlen);
   return rc;
 }
 
 int gctl_npy_read(const char *path, gctl_npy *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  bool use_stdin = strcmp(path, GCTL_NPY_STDIO) == 0;
+  if (use_stdin) path = "stdin";
+  int fd = use_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(err, errlen, "%s: %s", path, strerror(errno));
   char inner[GC_ERROR_MESSAGE_MAX];
   inner[0] = '\0';
-  int rc = read_fd(fd, path, out, inner, sizeof inner);
-  close(fd);
+  /* stdin is read as a stream, exactly one array: several arrays can follow one another */
+  int rc = read_fd(fd, path, use_stdin, out, inner, sizeof inner);
+  if (!use_stdin) close(fd);
   if (rc != 0) {
     gctl_npy_free(out);
     if (strncmp(inner, path, strlen(path)) == 0) return fail(err, errlen, "%s", inner);
@@ -373,13 +412,15 @@ int gctl_npy_write(const char *path, int dtype, int ndim, const uint64_t *shape,
   head[padded - 1] = '\n';
   uint64_t count = 1;
   for (int d = 0; d < ndim; d++) count *= shape[d];
-  FILE *f = fopen(path, "wb");
+  bool use_stdout = strcmp(path, GCTL_NPY_STDIO) == 0;
+  FILE *f = use_stdout ? stdout : fopen(path, "wb");
   if (f == NULL) return fail(err, errlen, "%s: %s", path, strerror(errno));
   int rc = write_all(f, head, padded);
   if (rc == 0) rc = write_all(f, data, count * dtype_size(dtype));
-  if (fclose(f) != 0) rc = -1;
+  if ((use_stdout ? fflush(f) : fclose(f)) != 0) rc = -1;
   if (rc != 0) {
     int saved = errno;
+    if (use_stdout) return fail(err, errlen, "stdout: write failed: %s", strerror(saved));
     unlink(path);
     return fail(err, errlen, "%s: write failed: %s", path, strerror(saved));
   }

@@ -14,15 +14,15 @@
 #include <math.h>
 #include <string.h>
 
-#include "gctl_half.h"
 #include "gctl_ref.h"
+#include "gp_half.h"
 
 double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
   switch (dtype) {
     case GC_DTYPE_F64: return ((const double *)buf)[i];
     case GC_DTYPE_F32: return ((const float *)buf)[i];
-    case GC_DTYPE_F16: return gctl_f16_to_f32(((const uint16_t *)buf)[i]);
-    case GC_DTYPE_BF16: return gctl_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case GC_DTYPE_F16: return gp_f16_to_f32(((const uint16_t *)buf)[i]);
+    case GC_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
   }
   return NAN;
 }
@@ -31,8 +31,8 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
   switch (dtype) {
     case GC_DTYPE_F64: ((double *)buf)[i] = v; break;
     case GC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gctl_f32_to_f16((float)v); break;
-    case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gctl_f32_to_bf16((float)v); break;
+    case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gp_f32_to_f16((float)v); break;
+    case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gp_f32_to_bf16((float)v); break;
   }
 }
 

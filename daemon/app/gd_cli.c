@@ -10,6 +10,7 @@
 const char *gd_cli_usage(void) {
   return "usage: gemmd [--config FILE] [--listen ADDR]... [--backend auto|gpu|cpu]\n"
          "             [--log-level error|warn|info|debug] [--check-config]\n"
+         "       gemmd -h|--help | -V|--version\n"
          "  ADDR: unix:PATH | tcp:HOST:PORT | tcp:[V6]:PORT\n"
          "  Without --config, reads " GD_CONFIG_DEFAULT_PATH " when it exists.\n";
 }
@@ -24,7 +25,8 @@ int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size)
   optind = 1;
   opterr = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, "+", options, NULL)) != -1) {
+  /* "+": stop at the first argument; ":": a missing value is ':', not '?'; -h and -V. */
+  while ((opt = getopt_long(argc, argv, "+:hV", options, NULL)) != -1) {
     switch (opt) {
     case 'c': cli->config_path = optarg; break;
     case 'l':
@@ -52,9 +54,11 @@ int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size)
     case 'C': cli->check_config = true; break;
     case 'h': cli->help = true; break;
     case 'V': cli->version = true; break;
+    case ':': snprintf(err, err_size, "option %s needs a value", argv[optind - 1]); return -1;
     default:
+      /* an unknown short option is in optopt; an unknown long one is the argument itself */
       if (optopt)
-        snprintf(err, err_size, "option --%s needs a value", argv[optind - 1] + 2);
+        snprintf(err, err_size, "unknown option -%c", optopt);
       else
         snprintf(err, err_size, "unknown option %s", argv[optind - 1]);
       return -1;
@@ -70,15 +74,15 @@ int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size)
 int gd_cli_apply(const gd_cli *cli, gd_config *cfg, char *err, size_t err_size) {
   if (cli->listen_count > 0) {
     for (size_t i = 0; i < cli->listen_count; i++) {
-      gd_addr addr;
+      gp_addr addr;
       char why[256];
-      if (gd_addr_parse(cli->listen[i], &addr, why, sizeof why) != 0) {
+      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0) {
         snprintf(err, err_size, "--listen: %s", why);
         return -1;
       }
     }
     for (size_t i = 0; i < cli->listen_count; i++)
-      snprintf(cfg->listen[i], GD_ADDR_TEXT_MAX, "%s", cli->listen[i]);
+      snprintf(cfg->listen[i], GP_ADDR_TEXT_MAX, "%s", cli->listen[i]);
     cfg->listen_count = cli->listen_count;
   }
   if (cli->has_backend)

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #define KIB 1024ull
@@ -50,6 +52,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
   cfg->blas_threads = 1;
+  cfg->cpu_min_part_mflop = 64;
   gd_gpu_config_default(&cfg->gpu);
 }
 
@@ -184,6 +187,7 @@ static const field timeouts_fields[] = {
 static const field cpu_fields[] = {
     FLD("threads", F_U32, cpu_threads, 0, 4096),
     FLD("blas_threads", F_U32, blas_threads, 1, 4096),
+    FLD("min_part_mflop", F_U32, cpu_min_part_mflop, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field gpu_fields[] = {
@@ -290,11 +294,11 @@ static int set_listen(walker *w, const yaml_node_t *node, gd_config *cfg) {
       return item ? -1 : node_error(w, node, "listen: bad item");
     if (cfg->listen_count == GD_CONFIG_LISTEN_MAX)
       return node_error(w, item, "listen: more than %d addresses", GD_CONFIG_LISTEN_MAX);
-    gd_addr addr;
+    gp_addr addr;
     char why[256];
-    if (gd_addr_parse(scalar_text(item), &addr, why, sizeof why) != 0)
+    if (gp_addr_parse(scalar_text(item), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
       return node_error(w, item, "listen: %s", why);
-    snprintf(cfg->listen[cfg->listen_count++], GD_ADDR_TEXT_MAX, "%s", scalar_text(item));
+    snprintf(cfg->listen[cfg->listen_count++], GP_ADDR_TEXT_MAX, "%s", scalar_text(item));
   }
   return 0;
 }
@@ -384,14 +388,14 @@ static int set_http(walker *w, const yaml_node_t *node, const field *f, char *ou
   }
   if (want_scalar(w, node, f->key) != 0)
     return -1;
-  gd_addr addr;
+  gp_addr addr;
   char why[256];
-  if (gd_addr_parse(scalar_text(node), &addr, why, sizeof why) != 0)
+  if (gp_addr_parse(scalar_text(node), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
     return node_error(w, node, "%s: %s", f->key, why);
-  if (addr.kind != GD_ADDR_TCP)
+  if (addr.kind != GP_ADDR_TCP)
     return node_error(w, node, "%s: expected tcp:HOST:PORT (the metrics server speaks HTTP "
                       "over TCP only), got \"%s\"", f->key, scalar_text(node));
-  snprintf(out, GD_ADDR_TEXT_MAX, "%s", scalar_text(node));
+  snprintf(out, GP_ADDR_TEXT_MAX, "%s", scalar_text(node));
   return 0;
 }
 
@@ -556,4 +560,129 @@ int gd_config_load_file(const char *path, gd_config *cfg, char *err, size_t err_
     rc = gd_config_load_string(path, text, len, cfg, err, err_size);
   free(text);
   return rc;
+}
+
+/* ---- checks beyond the schema ------------------------------------------- */
+
+/* Appends one line to a problem list; returns 1 (a count of problems). */
+static int problem(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int problem(char *out, size_t size, const char *fmt, ...) {
+  size_t used = strlen(out);
+  if (used + 1 >= size)
+    return 1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out + used, size - used, fmt, ap);
+  va_end(ap);
+  used = strlen(out);
+  if (used + 1 < size) {
+    out[used] = '\n';
+    out[used + 1] = '\0';
+  }
+  return 1;
+}
+
+/* "1024 (1 KiB)" for sizes that are whole binary units, else the number. */
+static const char *size_text(uint64_t bytes, char *buf, size_t size) {
+  static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  int unit = -1;
+  uint64_t v = bytes;
+  while (unit < 3 && v >= 1024 && v % 1024 == 0) {
+    v /= 1024;
+    unit++;
+  }
+  if (unit < 0)
+    snprintf(buf, size, "%llu", (unsigned long long)bytes);
+  else
+    snprintf(buf, size, "%llu (%llu %s)", (unsigned long long)bytes, (unsigned long long)v,
+             units[unit]);
+  return buf;
+}
+
+int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size) {
+  char dir[GP_ADDR_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    if (errno == ENOENT)
+      snprintf(why, why_size, "the directory %s does not exist", dir);
+    else
+      snprintf(why, why_size, "the directory %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    snprintf(why, why_size, "%s is not a directory", dir);
+    return -1;
+  }
+  if (need_write && access(dir, W_OK | X_OK) != 0) {
+    snprintf(why, why_size, "the directory %s is not writable for uid %u (%s)", dir,
+             (unsigned)geteuid(), strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* A socket directly in the service's runtime directory, which does not exist before systemd
+ * first creates it: not a problem yet. */
+static bool runtime_dir_pending(const char *path) {
+  size_t len = strlen(GD_CONFIG_RUNTIME_DIR);
+  struct stat st;
+  return strncmp(path, GD_CONFIG_RUNTIME_DIR "/", len + 1) == 0 &&
+         strchr(path + len + 1, '/') == NULL && stat(GD_CONFIG_RUNTIME_DIR, &st) != 0 &&
+         errno == ENOENT;
+}
+
+static int check_listen(const gd_config *cfg, bool socket_activated, char *out, size_t size) {
+  int count = 0;
+  if (cfg->listen_count == 0 && !socket_activated)
+    count += problem(out, size, "listen: the list is empty: gemmd would have nothing to listen on "
+                                "(an empty list works only under systemd socket activation)");
+  for (size_t i = 0; i < cfg->listen_count && !socket_activated; i++) {
+    gp_addr addr;
+    char why[GD_CONFIG_ERROR_MAX];
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
+      count += problem(out, size, "listen: %s", why);
+    else if (addr.kind == GP_ADDR_UNIX && runtime_dir_pending(addr.path))
+      problem(out, size, "note: listen %s: %s does not exist yet; systemd creates it "
+              "(tmpfiles.d/gemmd.conf, RuntimeDirectory=)", cfg->listen[i], GD_CONFIG_RUNTIME_DIR);
+    else if (addr.kind == GP_ADDR_UNIX &&
+             gd_config_check_socket_dir(addr.path, true, why, sizeof why) != 0)
+      count += problem(out, size, "listen %s: %s", cfg->listen[i], why);
+  }
+  return count;
+}
+
+/* Limits that contradict each other: each alone is in range, together they refuse what the
+ * other allows. */
+static int check_limits(const gd_config *cfg, char *out, size_t size) {
+  const gp_limits *p = &cfg->proto;
+  char a[64], b[64];
+  int count = 0;
+  if (p->max_message_bytes < p->max_header_bytes)
+    count += problem(out, size, "limits.max_message_bytes %s is smaller than "
+                     "limits.max_header_bytes %s: no header of the allowed size could arrive",
+                     size_text(p->max_message_bytes, a, sizeof a),
+                     size_text(p->max_header_bytes, b, sizeof b));
+  if (p->max_message_bytes < p->max_operand_bytes)
+    count += problem(out, size, "limits.max_message_bytes %s is smaller than "
+                     "limits.max_operand_bytes %s: every request is refused long before its "
+                     "operands reach their limit; raise max_message_bytes (3 x max_operand_bytes "
+                     "+ max_header_bytes carries a full request) or lower max_operand_bytes",
+                     size_text(p->max_message_bytes, a, sizeof a),
+                     size_text(p->max_operand_bytes, b, sizeof b));
+  return count;
+}
+
+int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size_t size) {
+  if (size > 0)
+    out[0] = '\0';
+  return check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
 }

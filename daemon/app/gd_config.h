@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gd_addr.h"
+#include "gp_addr.h"
 #include "gd_backend_gpu.h"
 #include "gd_log.h"
 #include "gp_types.h"
@@ -24,11 +24,13 @@
 #define GD_CONFIG_LISTEN_MAX 32
 #define GD_CONFIG_ERROR_MAX 512
 #define GD_CONFIG_DEFAULT_PATH "/etc/gemmd/gemmd.yaml"
+/* The service's runtime directory (gemmd.service's RuntimeDirectory=, tmpfiles.d/gemmd.conf). */
+#define GD_CONFIG_RUNTIME_DIR "/run/gemmd"
 
 typedef enum { GD_BACKEND_AUTO = 0, GD_BACKEND_GPU = 1, GD_BACKEND_CPU = 2 } gd_backend_kind;
 
 typedef struct {
-  char listen[GD_CONFIG_LISTEN_MAX][GD_ADDR_TEXT_MAX]; /* each parsed by gd_addr_parse */
+  char listen[GD_CONFIG_LISTEN_MAX][GP_ADDR_TEXT_MAX]; /* each parsed by gp_addr_parse */
   size_t listen_count;
   unsigned unix_socket_mode;       /* e.g. 0660 */
   gd_backend_kind backend;
@@ -51,11 +53,12 @@ typedef struct {
   /* cpu: */
   uint32_t cpu_threads;            /* 0 = number of cores */
   uint32_t blas_threads;
+  uint32_t cpu_min_part_mflop;
 
   gd_gpu_config gpu;
 
   /* metrics: (gd_ops_http.h) */
-  char metrics_listen[GD_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */
+  char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */
 } gd_config;
 
 /* The built-in defaults (equal to config/gemmd.yaml). */
@@ -72,6 +75,16 @@ int gd_config_load_string(const char *name, const char *text, size_t len, gd_con
 /* "123", "64MiB", "4 GiB", "16KiB", "1B" (suffixes B KiB MiB GiB TiB PiB EiB). 0 or -1 on a bad
  * form or overflow. */
 int gd_config_parse_size(const char *text, uint64_t *out);
+
+/* What a parsed config cannot do here, beyond what the parser checks: an empty listen list
+ * (without socket activation), a Unix socket whose directory is missing or not writable (but
+ * GD_CONFIG_RUNTIME_DIR, which systemd creates, may be missing: a "note: " line), limits that
+ * contradict each other. One line per problem (and note) into out; returns the problems. */
+int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size_t size);
+
+/* 0 when the directory of the Unix socket path exists (and with need_write, this process may
+ * create files there); -1 with the real cause in why. */
+int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size);
 
 const char *gd_backend_kind_name(gd_backend_kind kind);
 int gd_backend_kind_from_name(const char *name, gd_backend_kind *out);

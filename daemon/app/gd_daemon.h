@@ -12,9 +12,9 @@
 #include "gd_backend.h"
 #include "gd_config.h"
 #include "gd_sched.h"
+#include "gd_server.h"
 #include "gd_stats.h"
 
-struct gd_session;
 struct gd_listeners;
 
 typedef struct gd_daemon {
@@ -24,10 +24,7 @@ typedef struct gd_daemon {
   gd_backend *backend;
   gd_sched *sched;
   struct gd_listeners *listeners;
-  struct gd_session *sessions;    /* every open connection */
-  size_t connections;             /* sessions not yet closing */
-  uint64_t next_session_id;
-  bool draining;                  /* SIGTERM/SIGINT seen */
+  gd_server srv;                  /* the connections' share (srv.draining: SIGTERM/SIGINT seen) */
 } gd_daemon;
 
 #endif /* GD_DAEMON_H */

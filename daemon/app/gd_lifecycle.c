@@ -63,6 +63,17 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
   return true;
 }
 
+void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
+  *out = (gd_net_limits){.max_connections = cfg->max_connections,
+                         .max_requests_in_flight = cfg->max_requests_in_flight,
+                         .max_buffered_bytes = cfg->max_buffered_bytes,
+                         .proto = cfg->proto,
+                         .idle_ms = cfg->idle_ms,
+                         .request_ms = cfg->request_ms,
+                         .staging_hold_ms = cfg->gpu.staging_hold_ms,
+                         .unix_socket_mode = cfg->unix_socket_mode};
+}
+
 int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   gd_config *cur = &d->cfg;
   int restart = 0;
@@ -74,6 +85,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("backend");
   if (cur->cpu_threads != next->cpu_threads)
     restart += restart_key("cpu.threads");
+  if (cur->cpu_min_part_mflop != next->cpu_min_part_mflop)
+    restart += restart_key("cpu.min_part_mflop");
   if (cur->blas_threads != next->blas_threads)
     restart += restart_key("cpu.blas_threads");
   if (!same_gpu(&cur->gpu, &next->gpu))
@@ -93,13 +106,14 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->idle_ms = next->idle_ms;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
-  cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by the session */
+  cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
   gd_log_set_level(cur->log_level);
   if (d->sched) {
     gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};
     gd_sched_set_limits(d->sched, &limits);
   }
-  gd_sessions_apply_limits(d);
+  gd_daemon_net_limits(cur, &d->srv.limits);
+  gd_sessions_apply_limits(&d->srv);
   return restart;
 }
 
@@ -137,15 +151,15 @@ static void finish(gd_lifecycle *lc, const char *why) {
   if (lc->finished)
     return;
   lc->finished = true;
-  gd_info("shutdown: %s; closing %zu connections", why, lc->d->connections);
-  gd_sessions_close_all(lc->d, "daemon stopping");
+  gd_info("shutdown: %s; closing %zu connections", why, lc->d->srv.connections);
+  gd_sessions_close_all(&lc->d->srv, "daemon stopping");
   close_handles(lc);
 }
 
 static void on_poll(uv_timer_t *timer) {
   gd_lifecycle *lc = timer->data;
   gd_daemon *d = lc->d;
-  uint64_t backlog = gd_sessions_write_backlog(d);
+  uint64_t backlog = gd_sessions_write_backlog(&d->srv);
   if (!lc->expired && gd_sched_jobs(d->sched) == 0 && backlog == 0) {
     finish(lc, "every request answered");
     return;
@@ -164,7 +178,7 @@ static void expire(gd_lifecycle *lc) {
   lc->expired = true;
   lc->expired_at_us = gd_now_us();
   size_t answered =
-      gd_sessions_fail_pending(lc->d, "gemmd stopped before this request could finish");
+      gd_sessions_fail_pending(&lc->d->srv, "gemmd stopped before this request could finish");
   gd_warn("shutdown: timeouts.drain_ms is over: %zu unfinished requests answered UNAVAILABLE; "
           "waiting for replies already being written", answered);
 }
@@ -179,7 +193,7 @@ void gd_lifecycle_shutdown(gd_lifecycle *lc, const char *why) {
     return;
   }
   lc->draining = true;
-  d->draining = true;
+  d->srv.draining = true;
   gd_sched_set_draining(d->sched);
   gd_listeners_close(d->listeners);
   d->listeners = NULL;

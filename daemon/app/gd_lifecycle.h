@@ -30,6 +30,9 @@ typedef struct gd_lifecycle gd_lifecycle;
 int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
                        gd_notify *notify, gd_lifecycle **out);
 
+/* The config keys connections obey (net/gd_server.h), from cfg: at start-up and on SIGHUP. */
+void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out);
+
 /* The SIGHUP logic, exposed for tests: compares next with d->cfg, applies what can change live,
  * logs the rest. Returns the number of keys that needed a restart. */
 int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next);

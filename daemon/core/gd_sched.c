@@ -1,51 +1,39 @@
 /*
- * gd_sched.c - admission, accounting and the completion queue (see gd_sched.h).
+ * gd_sched.c - admission, accounting and the life of every job (see gd_sched.h).
+ *
+ * A job is released in one place, release_if_done(), once nobody needs it any more: its waiter
+ * let it go (finish, abandon, a failed submit) and, if the backend got it, the backend's final
+ * event arrived and every chunk handed to the waiter came back.
  */
 #include "gd_sched.h"
 
-#include <errno.h>
-#include <pthread.h>
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gd_clock.h"
+#include "gd_completion.h"
 #include "gd_list.h"
 #include "gd_log.h"
 
 #define GD_SCHED_MAX_DEVICES 64
 
 typedef struct sched_job {
-  gd_job job; /* first: the backend and the session only see this */
+  gd_job job; /* first: the backend and the waiter only see this */
   struct sched_job *prev, *next;
   bool submitted;      /* handed to the backend */
   bool final;          /* the backend's last event (last chunk or FAILED) reached the loop */
-  uint32_t chunks_out; /* chunks given to the session and not yet sent */
+  uint32_t chunks_out; /* chunks handed to the waiter and not yet given back */
   double work;         /* flops, for the device load */
 } sched_job;
-
-/* The completion queue: backend threads append under the lock and wake the loop; the loop swaps
- * the whole array out and handles it without holding the lock. */
-struct gd_backend_sink {
-  pthread_mutex_t lock;
-  gd_backend_event *events;
-  size_t count, cap;
-  uv_async_t async;
-  gd_sched *sched;
-};
 
 struct gd_sched {
   uv_loop_t *loop;
   gd_backend *backend;
   gd_sched_limits limits;
-  gd_sched_hooks hooks;
   gd_stats *stats;
-  struct gd_backend_sink sink;
-  bool sink_ready;
-  /* The batch on_async is handling (swapped out of the sink): a hook may release a job whose
-   * event is further on in it. */
-  gd_backend_event *batch;
-  size_t batch_count, batch_next;
-  sched_job *jobs; /* every job admitted and not yet freed */
+  gd_completion *completion;
+  sched_job *jobs; /* every job admitted and not yet released */
   size_t job_count, running;
   uint64_t reserved;
   uint64_t next_id;
@@ -55,170 +43,89 @@ struct gd_sched {
 
 static sched_job *to_sched_job(gd_job *job) { return (sched_job *)job; }
 
-/* ---- the completion queue ------------------------------------------------ */
+/* ---- the one release ------------------------------------------------------ */
 
-int gd_backend_post(gd_backend *b, const gd_backend_event *ev) {
-  struct gd_backend_sink *sink = b->sink;
-  if (!sink)
-    return -EINVAL;
-  int rc = 0;
-  if (pthread_mutex_lock(&sink->lock) != 0)
-    return -EINVAL;
-  if (sink->count == sink->cap) {
-    size_t cap = sink->cap ? sink->cap * 2 : 64;
-    gd_backend_event *grown = realloc(sink->events, cap * sizeof *grown);
-    if (grown) {
-      sink->events = grown;
-      sink->cap = cap;
-    } else {
-      rc = -ENOMEM;
-    }
-  }
-  if (rc == 0)
-    sink->events[sink->count++] = *ev;
-  pthread_mutex_unlock(&sink->lock);
-  if (rc == 0)
-    uv_async_send(&sink->async); /* cannot fail on a live handle; it coalesces */
-  return rc;
-}
-
-/* A job is about to be freed: events for it may still be queued (an INPUT_RESUME posted before
- * a job that was never submitted was abandoned) or later in the batch being handled. Clear
- * their job so that handle_event skips them instead of reading freed memory. */
-static void drop_events_of(gd_sched *s, const gd_job *job) {
-  for (size_t i = s->batch_next; i < s->batch_count; i++)
-    if (s->batch[i].job == job)
-      s->batch[i].job = NULL;
-  if (!s->sink_ready || pthread_mutex_lock(&s->sink.lock) != 0)
-    return;
-  for (size_t i = 0; i < s->sink.count; i++)
-    if (s->sink.events[i].job == job)
-      s->sink.events[i].job = NULL;
-  pthread_mutex_unlock(&s->sink.lock);
-}
-
-static void release_and_free(gd_sched *s, sched_job *sj) {
+static void release(gd_sched *s, sched_job *sj) {
   gd_job *job = &sj->job;
+  assert(!job->waiter && sj->chunks_out == 0);
+  assert(!sj->submitted || sj->final);
+  assert(s->job_count > 0 && s->reserved >= job->reserved_bytes);
+  assert(job->device >= 0 && job->device < GD_SCHED_MAX_DEVICES);
   if (s->backend)
     s->backend->ops->release(s->backend, job);
-  drop_events_of(s, job);
+  gd_completion_forget(s->completion, job);
   GD_LIST_UNLINK(s->jobs, sj);
   s->job_count--;
   s->reserved -= job->reserved_bytes;
-  if (job->device >= 0 && job->device < GD_SCHED_MAX_DEVICES)
-    s->device_load[job->device] -= sj->work;
-  if (sj->submitted && !sj->final)
-    s->running--; /* only at shutdown: the backend was destroyed under it */
+  s->device_load[job->device] -= sj->work;
   free(sj);
 }
 
-/* A job whose client is gone goes once the backend is done with it and its chunks are back. */
-static void maybe_release_orphan(gd_sched *s, sched_job *sj) {
-  if (!sj->job.session && sj->final && sj->chunks_out == 0) {
-    gd_debug("job %llu: client gone, dropped after it completed",
-             (unsigned long long)sj->job.id);
-    release_and_free(s, sj);
-  }
+/* Releases sj when its waiter let it go and the backend is done with it. true when released. */
+static bool release_if_done(gd_sched *s, sched_job *sj) {
+  if (sj->job.waiter || sj->chunks_out > 0 || (sj->submitted && !sj->final))
+    return false;
+  release(s, sj);
+  return true;
 }
+
+/* ---- events from the completion queue ------------------------------------ */
 
 static void mark_final(gd_sched *s, sched_job *sj) {
-  if (!sj->final) {
-    sj->final = true;
-    s->running--;
-  }
+  assert(sj->submitted && !sj->final);
+  assert(s->running > 0);
+  sj->final = true;
+  s->running--;
 }
 
-static void handle_event(gd_sched *s, const gd_backend_event *ev) {
-  if (!ev->job)
-    return; /* its job was released meanwhile (drop_events_of) */
+static void deliver(gd_sched *s, const gd_backend_event *ev) {
   sched_job *sj = to_sched_job(ev->job);
   gd_job *job = ev->job;
-  switch (ev->type) {
-  case GD_EV_INPUT_RESUME:
-    if (job->session)
-      s->hooks.resume(job->session, job);
-    return;
-  case GD_EV_OUTPUT_CHUNK:
-    if (ev->last)
+  if (ev->type == GD_EV_OUTPUT_CHUNK || ev->type == GD_EV_FAILED) {
+    assert(sj->submitted && !sj->final); /* nothing after the final event */
+    if (ev->type == GD_EV_FAILED || ev->last)
       mark_final(s, sj);
-    if (job->session) {
+  }
+  if (job->waiter) {
+    if (ev->type == GD_EV_OUTPUT_CHUNK)
       sj->chunks_out++;
-      s->hooks.output(job->session, job, ev);
-    } else {
-      if (s->backend->ops->output_consumed)
-        s->backend->ops->output_consumed(s->backend, job, ev->data, ev->len);
-      maybe_release_orphan(s, sj);
-    }
-    return;
-  case GD_EV_FAILED:
-    mark_final(s, sj);
-    if (job->session)
-      s->hooks.failed(job->session, job, &ev->err);
-    else
-      maybe_release_orphan(s, sj);
+    job->waiter->on_event(job->waiter, job, ev);
     return;
   }
-}
-
-static void on_async(uv_async_t *handle) {
-  gd_sched *s = handle->data;
-  struct gd_backend_sink *sink = &s->sink;
-  /* Swap the queue out so that backend threads can keep posting while we work. */
-  if (pthread_mutex_lock(&sink->lock) != 0)
-    return;
-  gd_backend_event *events = sink->events;
-  size_t count = sink->count;
-  sink->events = NULL;
-  sink->count = sink->cap = 0;
-  pthread_mutex_unlock(&sink->lock);
-  s->batch = events;
-  s->batch_count = count;
-  for (s->batch_next = 0; s->batch_next < count;) {
-    gd_backend_event ev = events[s->batch_next++];
-    handle_event(s, &ev);
-  }
-  s->batch = NULL;
-  s->batch_count = s->batch_next = 0;
-  free(events);
+  /* The client is gone: consume what still comes, then let the job go. */
+  if (ev->type == GD_EV_OUTPUT_CHUNK && s->backend->ops->output_consumed)
+    s->backend->ops->output_consumed(s->backend, job, ev->data, ev->len);
+  uint64_t id = job->id;
+  if (release_if_done(s, sj))
+    gd_debug("job %llu: client gone, dropped after it completed", (unsigned long long)id);
 }
 
 /* ---- set-up -------------------------------------------------------------- */
 
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
-                 const gd_sched_hooks *hooks, gd_stats *stats, gd_sched **out) {
+                 gd_stats *stats, gd_sched **out, gp_error *err) {
   gd_sched *s = calloc(1, sizeof *s);
   if (!s)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "scheduler: out of memory");
   s->loop = loop;
   s->backend = backend;
   s->limits = *limits;
-  if (hooks)
-    s->hooks = *hooks;
   s->stats = stats;
   s->next_id = 1;
-  s->sink.sched = s;
-  if (pthread_mutex_init(&s->sink.lock, NULL) != 0) {
-    free(s);
-    return UV_ENOMEM;
-  }
-  int rc = uv_async_init(loop, &s->sink.async, on_async);
+  int rc = gd_completion_new(loop, deliver, s, &s->completion, err);
   if (rc != 0) {
-    pthread_mutex_destroy(&s->sink.lock);
     free(s);
     return rc;
   }
-  s->sink.async.data = s;
-  /* The completion queue alone must not keep the loop running: at shutdown uv_run returns once
-   * connections, listeners and timers are closed, even with orphaned jobs still computing. */
-  uv_unref((uv_handle_t *)&s->sink.async);
-  s->sink_ready = true;
   if (backend)
-    backend->sink = &s->sink;
+    backend->sink = s->completion;
   *out = s;
   return 0;
 }
 
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits) { s->limits = *limits; }
+
+gd_sched_limits gd_sched_get_limits(const gd_sched *s) { return s->limits; }
 
 void gd_sched_set_draining(gd_sched *s) { s->draining = true; }
 
@@ -291,7 +198,8 @@ static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
 }
 
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   void *session, gd_job **out, gp_error *err) {
+                   uint64_t order_key, gd_job_waiter *waiter, gd_job **out, gp_error *err) {
+  assert(waiter && waiter->on_event);
   int rc = check_room(s, err);
   if (rc != 0)
     return rc;
@@ -310,7 +218,8 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   job->admitted_us = gd_now_us();
   job->deadline_us = deadline_of(hdr, job->admitted_us);
   job->backend = s->backend;
-  job->session = session;
+  job->order_key = order_key;
+  job->waiter = waiter;
   job->device = pick_device(s);
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)
@@ -346,21 +255,39 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   return 0;
 }
 
+bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+                           void **ptr, size_t *len) {
+  assert(!to_sched_job(job)->submitted && job->waiter);
+  if (!s->backend || !s->backend->ops->input_window)
+    return false;
+  return s->backend->ops->input_window(s->backend, job, operand, offset, ptr, len);
+}
+
+int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+                   const void *data, size_t len, bool *pause, gp_error *err) {
+  assert(!to_sched_job(job)->submitted && job->waiter);
+  if (!s->backend)
+    return 0;
+  gp_error_clear(err);
+  int rc = s->backend->ops->input(s->backend, job, operand, offset, data, len, pause, err);
+  if (rc != 0 && err && err->code == GP_OK)
+    gp_error_set(err, rc, "backend refused the payload");
+  return rc;
+}
+
 int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
   sched_job *sj = to_sched_job(job);
-  if (!s->backend) {
-    job->submitted_us = gd_now_us();
-    sj->submitted = true;
-    s->running++;
-    return 0;
-  }
-  gp_error_clear(err);
+  assert(!sj->submitted && job->waiter);
   job->submitted_us = gd_now_us();
+  if (!s->backend)
+    return 0; /* admission tests: nothing runs it, nothing will come back */
+  gp_error_clear(err);
   int rc = s->backend->ops->submit(s->backend, job, err);
   if (rc != 0) {
     if (err && err->code == GP_OK)
       gp_error_set(err, rc, "backend could not queue the request");
-    release_and_free(s, sj);
+    job->waiter = NULL;
+    release_if_done(s, sj); /* never ran: released now */
     return rc;
   }
   sj->submitted = true;
@@ -368,27 +295,30 @@ int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
   return 0;
 }
 
-void gd_sched_abandon(gd_sched *s, gd_job *job) {
-  sched_job *sj = to_sched_job(job);
-  if (!sj->submitted) {
-    release_and_free(s, sj);
-    return;
-  }
-  job->session = NULL;
-  job->session_data = NULL;
-  maybe_release_orphan(s, sj);
+bool gd_sched_chunks_in_job_memory(const gd_sched *s, const gd_job *job) {
+  (void)job;
+  return s->backend && s->backend->ops->output_in_job_memory;
 }
 
-void gd_sched_chunk_sent(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
+void gd_sched_chunk_done(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
   sched_job *sj = to_sched_job(job);
-  if (sj->chunks_out > 0)
-    sj->chunks_out--;
+  assert(sj->chunks_out > 0); /* each chunk comes back exactly once */
+  sj->chunks_out--;
   if (s->backend && s->backend->ops->output_consumed)
     s->backend->ops->output_consumed(s->backend, job, chunk, len);
-  maybe_release_orphan(s, sj);
+  release_if_done(s, sj);
+}
+
+void gd_sched_abandon(gd_sched *s, gd_job *job) {
+  assert(job->waiter);
+  job->waiter = NULL;
+  release_if_done(s, to_sched_job(job));
 }
 
 void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
+  sched_job *sj = to_sched_job(job);
+  assert(job->waiter && sj->chunks_out == 0);
+  assert(!sj->submitted || sj->final);
   if (s->stats) {
     uint64_t total = gd_now_us() - job->admitted_us;
     gd_hist_add(&s->stats->hist[GD_HIST_TOTAL], total);
@@ -397,7 +327,10 @@ void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
       gd_hist_add(&s->stats->hist[GD_HIST_COMPUTE], job->result.compute_us);
     }
   }
-  release_and_free(s, to_sched_job(job));
+  job->waiter = NULL;
+  bool released = release_if_done(s, sj);
+  assert(released);
+  (void)released;
 }
 
 size_t gd_sched_jobs(const gd_sched *s) { return s->job_count; }
@@ -406,10 +339,7 @@ uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
 
 /* ---- teardown ------------------------------------------------------------ */
 
-void gd_sched_close(gd_sched *s) {
-  if (s->sink_ready && !uv_is_closing((uv_handle_t *)&s->sink.async))
-    uv_close((uv_handle_t *)&s->sink.async, NULL);
-}
+void gd_sched_close(gd_sched *s) { gd_completion_close(s->completion); }
 
 void gd_sched_free(gd_sched *s) {
   if (!s)
@@ -421,7 +351,6 @@ void gd_sched_free(gd_sched *s) {
     free(sj);
     sj = next;
   }
-  free(s->sink.events);
-  pthread_mutex_destroy(&s->sink.lock);
+  gd_completion_free(s->completion);
   free(s);
 }

@@ -32,13 +32,13 @@
 typedef struct {
   gd_uv_stream h;
   gd_listeners *set;
-  char name[GD_ADDR_TEXT_MAX];
-  char unlink_path[GD_ADDR_PATH_MAX]; /* socket file we created, removed on close */
+  char name[GP_ADDR_TEXT_MAX];
+  char unlink_path[GP_ADDR_PATH_MAX]; /* socket file we created, removed on close */
   uint64_t last_error_log_us;
 } listener;
 
 struct gd_listeners {
-  gd_daemon *d;
+  gd_server *d;
   listener items[LISTENERS_MAX];
   size_t count;
   size_t open_handles;
@@ -57,7 +57,7 @@ static int fail(char *err, size_t err_size, const char *fmt, ...) {
 
 static void on_connection(uv_stream_t *server, int status) {
   listener *l = server->data;
-  gd_daemon *d = l->set->d;
+  gd_server *d = l->set->d;
   if (status < 0) {
     /* EMFILE and friends: rate-limit the log, libuv has shed the connection already */
     uint64_t now = gd_now_us();
@@ -110,7 +110,7 @@ static int clear_stale_socket(const char *path, char *err, size_t err_size) {
   return 0;
 }
 
-static int open_unix(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+static int open_unix(gd_server *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
   if (clear_stale_socket(addr->path, err, err_size) != 0)
     return -1;
   int rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
@@ -121,15 +121,15 @@ static int open_unix(gd_daemon *d, listener *l, const gd_addr *addr, char *err, 
   if (rc != 0)
     return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
   snprintf(l->unlink_path, sizeof l->unlink_path, "%s", addr->path);
-  if (chmod(addr->path, d->cfg.unix_socket_mode) != 0)
-    return fail(err, err_size, "%s: chmod %o: %s", l->name, d->cfg.unix_socket_mode,
+  if (chmod(addr->path, d->limits.unix_socket_mode) != 0)
+    return fail(err, err_size, "%s: chmod %o: %s", l->name, d->limits.unix_socket_mode,
                 strerror(errno));
   return 0;
 }
 
 /* ---- tcp ----------------------------------------------------------------- */
 
-static int open_tcp(gd_daemon *d, listener *l, const gd_addr *addr, char *err, size_t err_size) {
+static int open_tcp(gd_server *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = addr->ipv6_literal ? AF_INET6 : AF_UNSPEC;
@@ -163,7 +163,7 @@ int gd_listeners_systemd_count(void) {
   return n > 0 ? n : 0;
 }
 
-static int adopt_fd(gd_daemon *d, listener *l, int fd, char *err, size_t err_size) {
+static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_size) {
   int rc;
   if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
     snprintf(l->name, sizeof l->name, "systemd fd %d (unix)", fd);
@@ -209,9 +209,9 @@ static listener *next_slot(gd_listeners *set, char *err, size_t err_size) {
   return l;
 }
 
-static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool adopt_systemd,
+static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool adopt_systemd,
                     char *err, size_t err_size) {
-  gd_daemon *d = set->d;
+  gd_server *d = set->d;
   int fds = adopt_systemd ? sd_listen_fds(1) : 0;
   if (fds < 0)
     return fail(err, err_size, "sd_listen_fds: %s", strerror(-fds));
@@ -225,8 +225,8 @@ static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool 
     listener *l = next_slot(set, err, err_size);
     if (!l)
       return -1;
-    gd_addr_format(&addrs[i], l->name, sizeof l->name);
-    int rc = addrs[i].kind == GD_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
+    gp_addr_format(&addrs[i], l->name, sizeof l->name);
+    int rc = addrs[i].kind == GP_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
                                            : open_tcp(d, l, &addrs[i], err, err_size);
     if (rc != 0 || start_listening(l, err, err_size) != 0)
       return -1;
@@ -236,7 +236,7 @@ static int open_all(gd_listeners *set, const gd_addr *addrs, size_t count, bool 
   return 0;
 }
 
-int gd_listeners_open(gd_daemon *d, const gd_addr *addrs, size_t count, bool adopt_systemd,
+int gd_listeners_open(gd_server *d, const gp_addr *addrs, size_t count, bool adopt_systemd,
                       gd_listeners **out, char *err, size_t err_size) {
   gd_listeners *set = calloc(1, sizeof *set);
   if (!set)

@@ -1,7 +1,7 @@
 /*
  * gd_uv_stream.h - one stream socket handle, Unix (pipe) or TCP, as libuv sees it.
  *
- * Listeners (gd_listener.c) and sessions (gd_session_internal.h) each hold one. Which member is
+ * Listeners (gd_listener.c) and connections (gd_conn.h) each hold one. Which member is
  * live follows from how the handle was initialised (uv_pipe_init or uv_tcp_init); `handle` and
  * `stream` are valid views of either, so close, read and write code needs no case split.
  */

@@ -44,8 +44,8 @@ void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
   snap->jobs_running = d->sched ? gd_sched_running(d->sched) : 0;
   snap->host_reserved_bytes = d->sched ? gd_sched_reserved_bytes(d->sched) : 0;
   snap->host_budget_bytes = d->cfg.memory_budget;
-  snap->connections = d->connections;
-  snap->draining = d->draining;
+  snap->connections = d->srv.connections;
+  snap->draining = d->srv.draining;
   collect_devices(d, snap);
 }
 

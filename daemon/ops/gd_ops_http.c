@@ -17,10 +17,10 @@
 #include <time.h>
 #include <uv.h>
 
-#include "gd_addr.h"
 #include "gd_daemon.h"
 #include "gd_log.h"
 #include "gd_metrics.h"
+#include "gp_addr.h"
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -163,7 +163,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- start and stop ------------------------------------------------------- */
 
-static int resolve(const gd_addr *addr, struct sockaddr_storage *ss, char *err,
+static int resolve(const gp_addr *addr, struct sockaddr_storage *ss, char *err,
                    size_t err_size) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
@@ -191,7 +191,7 @@ static void free_http(gd_ops_http *h) {
 
 static void on_async_closed(uv_handle_t *handle) { free_http(handle->data); }
 
-static int start_mhd(gd_ops_http *h, const gd_addr *addr, char *err, size_t err_size) {
+static int start_mhd(gd_ops_http *h, const gp_addr *addr, char *err, size_t err_size) {
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
   if (resolve(addr, &ss, err, err_size) != 0)
@@ -208,9 +208,9 @@ static int start_mhd(gd_ops_http *h, const gd_addr *addr, char *err, size_t err_
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)GD_OPS_HTTP_TIMEOUT_S,
                             MHD_OPTION_END);
   if (!h->mhd) {
-    char text[GD_ADDR_TEXT_MAX];
+    char text[GP_ADDR_TEXT_MAX];
     snprintf(err, err_size, "metrics.listen: cannot serve HTTP on %s (in use, or not an "
-             "address of this host)", gd_addr_format(addr, text, sizeof text));
+             "address of this host)", gp_addr_format(addr, text, sizeof text));
     return -1;
   }
   return 0;
@@ -218,14 +218,14 @@ static int start_mhd(gd_ops_http *h, const gd_addr *addr, char *err, size_t err_
 
 int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, char *err,
                       size_t err_size) {
-  gd_addr addr;
+  gp_addr addr;
   char why[256];
   *out = NULL;
-  if (gd_addr_parse(listen, &addr, why, sizeof why) != 0) {
+  if (gp_addr_parse(listen, GP_ADDR_LISTEN, &addr, why, sizeof why) != 0) {
     snprintf(err, err_size, "metrics.listen: %s", why);
     return -1;
   }
-  if (addr.kind != GD_ADDR_TCP) {
+  if (addr.kind != GP_ADDR_TCP) {
     snprintf(err, err_size, "metrics.listen: %s: expected tcp:HOST:PORT", listen);
     return -1;
   }

@@ -21,9 +21,25 @@ add_executable(test_gpu_backend_fake
   ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_backend_fake.c
   ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
   ${GEMMD_GPU_BACKEND_SOURCES}
+  ${PROJECT_SOURCE_DIR}/daemon/backend/gpu/gd_gpu_config.c
   ${PROJECT_SOURCE_DIR}/daemon/util/gd_log.c)
 target_include_directories(test_gpu_backend_fake PRIVATE
   ${GEMMD_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto Threads::Threads m)
+target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto gemmhalf Threads::Threads m)
 add_test(NAME gpu_backend_fake COMMAND test_gpu_backend_fake)
 set_tests_properties(gpu_backend_fake PROPERTIES LABELS unit TIMEOUT 120)
+
+# The Python client's gemm and aio tests on the GPU backend (exit 77 without a GPU).
+if(TARGET gemmd)
+  add_test(NAME python_client_gpu
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/pytest_or_skip.py
+                   -q -p no:cacheprovider -p no:hypothesispytest
+                   ${CMAKE_CURRENT_LIST_DIR}/../integration/python/test_gemm.py
+                   ${CMAKE_CURRENT_LIST_DIR}/../integration/python/test_aio.py
+                   --gemmd $<TARGET_FILE:gemmd>)
+  set_tests_properties(python_client_gpu PROPERTIES
+    LABELS gpu
+    TIMEOUT 600
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT "GEMMD_TEST_BACKEND=gpu;PYTHONDONTWRITEBYTECODE=1")
+endif()

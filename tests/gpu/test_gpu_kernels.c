@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "gk_gpu.h"
+#include "gp_half.h"
 
 #define SKIP_CODE 77
 #define REF64_MAX_WORK (1200LL * 1000 * 1200 * 3) /* m*n*k*batch up to which the CPU reference runs */
@@ -48,56 +49,6 @@ static uint64_t rng_next(void) /* splitmix64 */
 /* Uniform in [-1, 1). */
 static double rng_uniform(void) { return (double)(rng_next() >> 11) * 0x1.0p-52 - 1.0; }
 
-static float f16_to_f32(uint16_t h)
-{
-  const unsigned exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0)
-    v = ldexpf((float)mant, -24);
-  else if (exp == 31)
-    v = mant ? NAN : INFINITY;
-  else
-    v = ldexpf((float)(mant | 0x400), (int)exp - 25);
-  return (h & 0x8000) ? -v : v;
-}
-
-/* Round to nearest even, subnormals included. */
-static uint16_t f32_to_f16(float f)
-{
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  const uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u)
-    return sign | (absx > 0x7f800000u ? 0x7e00 : 0x7c00);
-  if (absx >= 0x477ff000u) /* >= 65520: rounds to infinity */
-    return sign | 0x7c00;
-  if (absx < 0x38800000u) { /* below 2^-14: a subnormal half, in units of 2^-24 */
-    float v;
-    memcpy(&v, &absx, sizeof(v));
-    return sign | (uint16_t)lrintf(v * 16777216.0f);
-  }
-  const uint32_t rounded = absx + 0xfffu + ((absx >> 13) & 1u);
-  return sign | (uint16_t)((rounded - (112u << 23)) >> 13);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-  const uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, sizeof(f));
-  return f;
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffffu) > 0x7f800000u)
-    return 0x7fc0;
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 static size_t dtype_size(gk_dtype t) { return t == GK_F64 ? 8 : t == GK_F32 ? 4 : 2; }
 
 static const char *dtype_label(gk_dtype t, bool fast)
@@ -116,8 +67,8 @@ static double load(const void *buf, gk_dtype t, int64_t i)
   switch (t) {
   case GK_F32: return ((const float *)buf)[i];
   case GK_F64: return ((const double *)buf)[i];
-  case GK_F16: return f16_to_f32(((const uint16_t *)buf)[i]);
-  case GK_BF16: return bf16_to_f32(((const uint16_t *)buf)[i]);
+  case GK_F16: return gp_f16_to_f32(((const uint16_t *)buf)[i]);
+  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
   }
   return NAN;
 }
@@ -129,8 +80,8 @@ static void fill_random(void *buf, gk_dtype t, int64_t count)
     switch (t) {
     case GK_F32: ((float *)buf)[i] = (float)v; break;
     case GK_F64: ((double *)buf)[i] = v; break;
-    case GK_F16: ((uint16_t *)buf)[i] = f32_to_f16((float)v); break;
-    case GK_BF16: ((uint16_t *)buf)[i] = f32_to_bf16((float)v); break;
+    case GK_F16: ((uint16_t *)buf)[i] = gp_f32_to_f16((float)v); break;
+    case GK_BF16: ((uint16_t *)buf)[i] = gp_f32_to_bf16((float)v); break;
     }
   }
 }
@@ -400,7 +351,7 @@ static void run_matrix(test_env *env, bool quick)
     }
     if (quick)
       continue;
-    /* The seeds' example shape: every transpose, then alpha/beta/batch. */
+    /* A mid-sized odd shape (1000 x 800 x 1200): every transpose, then alpha/beta/batch. */
     for (int t = 0; t < 5; t++) {
       test_case tc = {mode.dtype, mode.fast, 1000, 800, 1200, 1, t & 1, (t >> 1) & 1,
                       1.0, 0.0, true, true};

@@ -19,6 +19,7 @@ if(TARGET gemmd)
     metrics             # /metrics (promtool), /healthz, /readyz on metrics.listen
     prometheus          # a real Prometheus scrapes gemmd; counters read back by its query API
     journal             # log_target journal: structured fields on a fake journal socket
+    check_config        # -h, option errors, --check-config's checks beyond the parser
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -36,13 +37,12 @@ endif()
 # runtime of tests/gpu/daemon/fake_cuda.c, so the GPU backend's paths through the session
 # (results in many staging-sized chunks, pause/resume) run end to end through real sockets on
 # a machine without a GPU, and under the sanitizers. It needs only the CUDA runtime headers
-# (no nvcc): built when they are found, also in -DGEMMD_WITH_CUDA=OFF builds. gcc only: the
-# fake's f16 path uses _Float16, which clang 14 lacks on x86.
-if(TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+# (no nvcc): built when they are found, also in -DGEMMD_WITH_CUDA=OFF builds.
+if(TARGET gemmd_core)
   find_path(GEMMD_CUDA_RUNTIME_INCLUDE cuda_runtime_api.h
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 endif()
-if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   add_executable(gemmd_fake
     ${PROJECT_SOURCE_DIR}/daemon/main.c
     ${GEMMD_CORE_SOURCES}
@@ -53,7 +53,7 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core AND CMAKE_C_COMPILER_ID STRE
   target_compile_definitions(gemmd_fake PRIVATE
     GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
   target_link_libraries(gemmd_fake PRIVATE
-    gemmproto gemmkernels_cpu
+    gemmproto gemmhalf gemmkernels_cpu
     PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK PkgConfig::MHD
     Threads::Threads m)
 

@@ -38,7 +38,9 @@ if(TARGET gemmd)
     "${CMAKE_INSTALL_SYSCONFDIR}/gemmd/gemmd.yaml"
     "${CMAKE_INSTALL_MANDIR}/man8/gemmd.8"
     "${CMAKE_INSTALL_MANDIR}/man1/gemmctl.1"
-    "${CMAKE_INSTALL_MANDIR}/man5/gemmd.yaml.5")
+    "${CMAKE_INSTALL_MANDIR}/man5/gemmd.yaml.5"
+    "${CMAKE_INSTALL_MANDIR}/man3/libgemmclient.3"
+    "${CMAKE_INSTALL_DOCDIR}/PROTOCOL.md")
   if(TARGET gemmctl)
     list(APPEND _sd_expect "${CMAKE_INSTALL_BINDIR}/gemmctl")
   endif()
@@ -61,6 +63,17 @@ if(TARGET gemmd)
                    --build ${PROJECT_BINARY_DIR} --cmake ${CMAKE_COMMAND}
                    --gemmd $<TARGET_FILE:gemmd> ${_sd_expect})
 
+  # `cmake --install` works after scripts/demo.sh's partial build (its target builds every
+  # file the install copies).
+  add_test(NAME install_after_demo_build
+           COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_install_targets.py
+                   --build ${PROJECT_BINARY_DIR} --demo ${PROJECT_SOURCE_DIR}/scripts/demo.sh)
+
+  # The build takes msgpack-c 6's names (msgpack-c, libmsgpack-c) as well as the old ones.
+  add_test(NAME build_msgpack_c6_names
+           COMMAND ${GEMMD_PYTHON3} ${_sd_dir}/test_msgpack_names.py
+                   --source ${PROJECT_SOURCE_DIR} --cmake ${CMAKE_COMMAND})
+
   # The man pages render without warnings and document every option the programs accept.
   set(_sd_gemmctl "")
   if(TARGET gemmctl)
@@ -72,7 +85,8 @@ if(TARGET gemmd)
                    --gemmctl "${_sd_gemmctl}")
 
   set_tests_properties(systemd_units_verify systemd_sysusers_tmpfiles systemd_socket_activation
-                       systemd_notify systemd_install_tree systemd_man_pages PROPERTIES
+                       systemd_notify systemd_install_tree systemd_man_pages
+                       install_after_demo_build build_msgpack_c6_names PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77

@@ -1,6 +1,6 @@
 # client/ unit tests (Check), label unit: the .npy reader and writer cross-checked with numpy,
-# addresses, error strings, client-side timeouts and lost connections (fake servers, no daemon),
-# and the shared library's exported symbols.
+# address refusals, error strings, client-side timeouts and lost connections (fake servers, no
+# daemon), and the shared library's exported symbols.
 set(_gc_unit ${CMAKE_CURRENT_LIST_DIR}/client)
 
 add_executable(test_client_npy ${_gc_unit}/test_client_npy.c)
@@ -12,7 +12,7 @@ add_test(NAME client_npy COMMAND test_client_npy)
 add_executable(test_client_lib ${_gc_unit}/test_client_lib.c)
 target_link_libraries(test_client_lib PRIVATE gemmclient_static gemmproto PkgConfig::CHECK
                                               Threads::Threads)
-# the test reaches into the library's internals (gc__addr_parse) and speaks proto itself
+# the fake servers speak proto themselves (gc_internal.h brings its headers)
 target_include_directories(test_client_lib PRIVATE ${CMAKE_SOURCE_DIR}/client/lib)
 add_test(NAME client_lib COMMAND test_client_lib)
 

@@ -1,13 +1,13 @@
 # daemon/ and the CPU path of kernels/: unit tests (Check), label unit.
 #   daemon_config   config parsing (defaults equal config/gemmd.yaml, every error form), sizes, CLI
-#   daemon_addr     listen address forms
 #   daemon_sched    admission arithmetic, memory budget, the job life against a fake backend
 #   daemon_stats    latency histogram buckets
+#   daemon_timeouts which connection timeout applies, and when
 #   daemon_metrics  the Prometheus text of a snapshot, readiness
 #   daemon_journal  journal entries' structured fields, when the journal is used
 #   kernels_cpu     the CPU GEMM against a float64 reference; f16/bf16 conversions
 if(TARGET gemmd_core)
-  foreach(t config addr sched stats metrics journal)
+  foreach(t config sched stats timeouts metrics journal)
     add_executable(test_daemon_${t} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_daemon_${t}.c)
     target_link_libraries(test_daemon_${t} PRIVATE gemmd_core PkgConfig::CHECK)
     add_test(NAME daemon_unit_${t} COMMAND test_daemon_${t})
@@ -29,3 +29,11 @@ if(TARGET gemmd)
   set_tests_properties(daemon_check_default_config PROPERTIES LABELS unit TIMEOUT 30
                        PASS_REGULAR_EXPRESSION "configuration ok")
 endif()
+
+# daemon/'s folders are layers that include and call one way, with no circle of files
+# (scripts/check-layers.py says which arrow broke the rule).
+add_test(NAME daemon_layers
+         COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/scripts/check-layers.py
+                 ${PROJECT_SOURCE_DIR}/daemon)
+set_tests_properties(daemon_layers PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "layers hold")

@@ -8,6 +8,7 @@
  */
 #include "gd_backend_cpu.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "gd_clock.h"
+#include "gd_completion.h"
 #include "gd_list.h"
 #include "gd_log.h"
 #include "gd_stats.h"
@@ -23,24 +25,35 @@
 
 #define CPU_THREADS_MAX 4096
 
+/* A job runs as one or more parts (row runs of C, gk_cpu_gemm_part), taken by whichever workers
+ * are free, in FIFO order: a lone large request uses every core, and a queue of many requests
+ * keeps every core busy with whole ones. */
 typedef struct cpu_job {
   gd_job *job;
   uint8_t *buf[3];               /* a, b, c */
-  struct cpu_job *queue_next;    /* in the FIFO while queued */
+  unsigned parts;                /* fixed at submit */
+  unsigned parts_taken;          /* lock: the next part a worker takes */
+  unsigned parts_done;           /* lock */
+  bool late;                     /* lock: its deadline had passed when its first part started */
+  int rc;                        /* lock: the first part's failure, 0 while none */
+  uint64_t start_us;             /* lock: when its first part started */
+  struct cpu_job *queue_next;    /* in the FIFO while parts are left to take */
   struct cpu_job *prev, *next;   /* live list (loop thread) */
 } cpu_job;
 
 typedef struct {
   gd_backend base; /* first */
   unsigned threads, blas_threads;
+  uint64_t min_part_flops;       /* 0: never split a job */
   pthread_t *workers;
   unsigned started;
   pthread_mutex_t lock;
   pthread_cond_t wake;
-  cpu_job *head, *tail;          /* FIFO of submitted jobs (lock) */
+  cpu_job *head, *tail;          /* FIFO of submitted jobs with parts left to take (lock) */
   bool stopping;                 /* lock */
   size_t busy;                   /* submitted, not yet completed (lock) */
   uint64_t busy_us, jobs_done;   /* lock */
+  uint64_t parts_run;            /* lock */
   cpu_job *live;                 /* loop thread */
 } cpu_backend;
 
@@ -72,11 +85,11 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
 /* Losing a completion would leave its client waiting forever: retry while memory is short. */
 static void post_or_retry(cpu_backend *cb, const gd_backend_event *ev) {
   for (unsigned attempt = 0;; attempt++) {
-    int rc = gd_backend_post(&cb->base, ev);
+    int rc = gd_completion_post(cb->base.sink, ev);
     if (rc == 0)
       return;
     if (attempt == 0)
-      gd_warn("cpu backend: cannot queue a completion (%s); retrying", strerror(-rc));
+      gd_warn("cpu backend: cannot queue a completion (%s); retrying", gp_code_name(rc));
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, NULL);
   }
@@ -91,25 +104,18 @@ static void post_failed(cpu_backend *cb, gd_job *job, const gp_error *err) {
   post_or_retry(cb, &ev);
 }
 
-static void run_job(cpu_backend *cb, cpu_job *cj) {
+/* The job's last part is done: post its result or its failure. The loop may free cj as soon as
+ * the event is posted, so nothing touches cj after that. */
+static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64_t start,
+                         uint64_t end) {
   gd_job *job = cj->job;
-  uint64_t start = gd_now_us();
   gp_error err;
-  if (job->deadline_us && start > job->deadline_us) {
+  if (late) {
     gp_error_set(&err, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms = %llu (queued %llu us)",
                  (unsigned long long)job->hdr.timeout_ms,
                  (unsigned long long)(start - job->admitted_us));
     post_failed(cb, job, &err);
     return;
-  }
-  gk_problem p = problem_of(job, cj);
-  const char *kernel = "openblas";
-  int rc = gk_cpu_gemm(&p, &kernel);
-  uint64_t end = gd_now_us();
-  if (pthread_mutex_lock(&cb->lock) == 0) {
-    cb->busy_us += end - start;
-    cb->jobs_done++;
-    pthread_mutex_unlock(&cb->lock);
   }
   if (rc != 0) {
     gp_error_set(&err, rc == -ENOMEM ? GP_E_RESOURCE_EXHAUSTED : GP_E_INTERNAL,
@@ -123,7 +129,7 @@ static void run_job(cpu_backend *cb, cpu_job *cj) {
   r->batch = job->hdr.batch;
   r->dtype = job->hdr.dtype;
   snprintf(r->device, sizeof r->device, "cpu");
-  snprintf(r->kernel, sizeof r->kernel, "%s", kernel);
+  snprintf(r->kernel, sizeof r->kernel, "openblas");
   r->queue_us = start - job->submitted_us; /* waiting for a worker, not for the payload */
   r->transfer_in_us = 0;
   r->compute_us = end - start;
@@ -139,37 +145,95 @@ static void run_job(cpu_backend *cb, cpu_job *cj) {
   post_or_retry(cb, &ev);
 }
 
-static void *worker_main(void *arg) {
-  cpu_backend *cb = arg;
-  for (;;) {
-    if (pthread_mutex_lock(&cb->lock) != 0)
-      return NULL;
-    while (!cb->stopping && !cb->head)
-      pthread_cond_wait(&cb->wake, &cb->lock);
-    if (cb->stopping) {
-      pthread_mutex_unlock(&cb->lock);
-      return NULL;
-    }
-    cpu_job *cj = cb->head;
+/* Takes the next part of the first queued job (lock held); the job leaves the queue with its
+ * last part. The first part to start checks the deadline for the whole job. */
+static cpu_job *take_part(cpu_backend *cb, unsigned *part, bool *late) {
+  cpu_job *cj = cb->head;
+  assert(cj && cj->parts_taken < cj->parts);
+  *part = cj->parts_taken++;
+  if (cj->parts_taken == cj->parts) {
     cb->head = cj->queue_next;
     if (!cb->head)
       cb->tail = NULL;
-    pthread_mutex_unlock(&cb->lock);
-    run_job(cb, cj);
-    if (pthread_mutex_lock(&cb->lock) == 0) {
-      cb->busy--;
-      pthread_mutex_unlock(&cb->lock);
-    }
   }
+  if (*part == 0) {
+    cj->start_us = gd_now_us();
+    cj->late = cj->job->deadline_us && cj->start_us > cj->job->deadline_us;
+  }
+  *late = cj->late;
+  return cj;
+}
+
+static void *worker_main(void *arg) {
+  cpu_backend *cb = arg;
+  if (pthread_mutex_lock(&cb->lock) != 0)
+    return NULL;
+  for (;;) {
+    while (!cb->stopping && !cb->head)
+      pthread_cond_wait(&cb->wake, &cb->lock);
+    if (cb->stopping)
+      break;
+    unsigned part;
+    bool late;
+    cpu_job *cj = take_part(cb, &part, &late);
+    if (cb->head)
+      pthread_cond_signal(&cb->wake); /* more parts or jobs: wake the next idle worker */
+    pthread_mutex_unlock(&cb->lock);
+
+    uint64_t t0 = gd_now_us();
+    int rc = 0;
+    if (!late) {
+      gk_problem p = problem_of(cj->job, cj);
+      rc = gk_cpu_gemm_part(&p, part, cj->parts, NULL);
+    }
+    uint64_t t1 = gd_now_us();
+
+    if (pthread_mutex_lock(&cb->lock) != 0)
+      return NULL;
+    cb->busy_us += t1 - t0;
+    cb->parts_run++;
+    if (rc != 0 && cj->rc == 0)
+      cj->rc = rc;
+    assert(cj->parts_done < cj->parts);
+    if (++cj->parts_done < cj->parts)
+      continue;
+    cb->jobs_done++;
+    assert(cb->busy > 0);
+    cb->busy--;
+    bool job_late = cj->late;
+    int job_rc = cj->rc;
+    uint64_t start = cj->start_us;
+    pthread_mutex_unlock(&cb->lock);
+    complete_job(cb, cj, job_late, job_rc, start, t1);
+    if (pthread_mutex_lock(&cb->lock) != 0)
+      return NULL;
+  }
+  pthread_mutex_unlock(&cb->lock);
+  return NULL;
+}
+
+/* How many parts a job runs as: one per min_part_flops of work, at most one per worker and
+ * per row of C. Depends on the shape alone, so host_bytes and submit agree. */
+static unsigned parts_of(const cpu_backend *cb, const gd_job *job) {
+  if (cb->min_part_flops == 0 || cb->threads < 2)
+    return 1;
+  const gp_gemm_hdr *h = &job->hdr;
+  double flops = 2.0 * (double)h->m * (double)h->n * (double)h->k * (double)h->batch;
+  double rows = (double)h->m * (double)h->batch;
+  double parts = flops / (double)cb->min_part_flops;
+  if (parts > cb->threads)
+    parts = cb->threads;
+  if (parts > rows)
+    parts = rows;
+  return parts < 1 ? 1 : (unsigned)parts;
 }
 
 /* ---- loop side ----------------------------------------------------------- */
 
 static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
-  (void)b;
   gk_problem p = problem_of(job, NULL);
   return job->operand_bytes[0] + job->operand_bytes[1] + job->operand_bytes[2] +
-         gk_cpu_scratch_bytes(&p);
+         gk_cpu_scratch_bytes_split(&p, parts_of(cpu_of(b), job));
 }
 
 static void free_cpu_job(cpu_job *cj) {
@@ -234,6 +298,8 @@ static int cpu_submit(gd_backend *b, gd_job *job, gp_error *err) {
   cpu_job *cj = job->backend_data;
   if (pthread_mutex_lock(&cb->lock) != 0)
     return gp_error_set(err, GP_E_INTERNAL, "cpu backend lock failed");
+  cj->parts = parts_of(cb, job);
+  cj->parts_taken = cj->parts_done = 0;
   cj->queue_next = NULL;
   if (cb->tail)
     cb->tail->queue_next = cj;
@@ -306,25 +372,27 @@ static size_t cpu_busy(gd_backend *b) {
 
 static void cpu_pack_info(gd_backend *b, msgpack_packer *pk) {
   cpu_backend *cb = cpu_of(b);
-  msgpack_pack_map(pk, 2);
+  msgpack_pack_map(pk, 3);
   gd_pack_kv_u64(pk, "threads", cb->threads);
   gd_pack_kv_u64(pk, "blas_threads", cb->blas_threads);
+  gd_pack_kv_u64(pk, "min_part_mflop", cb->min_part_flops / 1000000);
 }
 
 static void cpu_pack_stats(gd_backend *b, msgpack_packer *pk) {
   cpu_backend *cb = cpu_of(b);
-  uint64_t busy_us = 0, done = 0;
+  uint64_t busy_us = 0, done = 0, parts = 0;
   size_t busy = 0;
   if (pthread_mutex_lock(&cb->lock) == 0) {
     busy_us = cb->busy_us;
     done = cb->jobs_done;
+    parts = cb->parts_run;
     busy = cb->busy;
     pthread_mutex_unlock(&cb->lock);
   }
   msgpack_pack_map(pk, 1);
   gd_pack_str(pk, "devices");
   msgpack_pack_array(pk, 1);
-  msgpack_pack_map(pk, 5);
+  msgpack_pack_map(pk, 6);
   msgpack_pack_str(pk, 2);
   msgpack_pack_str_body(pk, "id", 2);
   msgpack_pack_int(pk, -1);
@@ -332,6 +400,7 @@ static void cpu_pack_stats(gd_backend *b, msgpack_packer *pk) {
   gd_pack_kv_u64(pk, "busy_us", busy_us);
   gd_pack_kv_u64(pk, "jobs", done);
   gd_pack_kv_u64(pk, "outstanding", busy);
+  gd_pack_kv_u64(pk, "parts", parts); /* pieces run: more than jobs when large ones were split */
 }
 
 static void stop_workers(cpu_backend *cb) {
@@ -393,6 +462,7 @@ int gd_backend_cpu_create(const gd_cpu_config *cfg, gd_backend **out, gp_error *
   if (cb->threads > CPU_THREADS_MAX)
     cb->threads = CPU_THREADS_MAX;
   cb->blas_threads = cfg->blas_threads ? cfg->blas_threads : 1;
+  cb->min_part_flops = (uint64_t)cfg->min_part_mflop * 1000000u;
   gk_cpu_set_blas_threads((int)cb->blas_threads);
   cb->workers = calloc(cb->threads, sizeof *cb->workers);
   if (!cb->workers || pthread_mutex_init(&cb->lock, NULL) != 0) {

@@ -1,7 +1,7 @@
 /*
  * gd_backend_cpu.h - the CPU backend: a pool of cpu.threads worker pthreads
- * running gk_cpu_gemm (OpenBLAS) on jobs whose a, b and c live in plain host
- * buffers. The session reads payloads straight into those buffers
+ * running gk_cpu_gemm_part (OpenBLAS) on jobs whose a, b and c live in plain host
+ * buffers; a large job is cut into row runs of C that several workers share. The session reads payloads straight into those buffers
  * (input_window) and the reply's C goes out from the c buffer (no copies).
  */
 #ifndef GD_BACKEND_CPU_H
@@ -13,6 +13,8 @@
 typedef struct {
   unsigned threads;      /* workers; 0 = number of cores */
   unsigned blas_threads; /* OpenBLAS threads inside one job (process-wide setting) */
+  unsigned min_part_mflop; /* a job is cut into parts of at least this much work, one per
+                              idle worker at most; 0 = never cut */
 } gd_cpu_config;
 
 /* Starts the workers. 0, or a gp_code with err filled (threads could not be created). */

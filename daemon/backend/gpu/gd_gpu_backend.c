@@ -5,7 +5,7 @@
  * loop reserves a job's device memory from the pool of the least-loaded
  * device, lands payload bytes in that device's input staging buffers and
  * queues commands for its worker; completions come back from the worker
- * through gd_backend_post().
+ * through gd_completion_post().
  *
  * Input, per job, on the loop:
  *   - a job gets pool memory at prepare() if it fits now and nobody waits
@@ -84,14 +84,14 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
   return best;
 }
 
-/* The device already serving a job of this session, or -1.
+/* The device already serving a job with this order_key (one connection), or -1.
  *
  * One connection's jobs stay on one device: its worker sends results back strictly in the order
  * the jobs ran, so the chunks of one reply are never interleaved with those of another reply on
  * the same connection (the session writes each chunk as it comes). Different connections still
  * spread over every device. */
-static int session_device(gd__gpu_backend *be, const void *session) {
-  if (!session)
+static int ordered_device(gd__gpu_backend *be, uint64_t order_key) {
+  if (!order_key)
     return -1;
   for (size_t i = 0; i < be->ndev; i++) {
     gd__gpu_dev *dev = &be->devs[i];
@@ -99,7 +99,7 @@ static int session_device(gd__gpu_backend *be, const void *session) {
     pthread_mutex_lock(&dev->mu);
     if (dev->in_service && !dev->dead)
       for (gd__gpu_job *j = dev->jobs; j && !found; j = j->next)
-        found = j->owner && j->owner->session == session && !j->finished;
+        found = j->owner && j->owner->order_key == order_key && !j->finished;
     pthread_mutex_unlock(&dev->mu);
     if (found)
       return (int)i;
@@ -179,7 +179,7 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
   bool any = false;
   uint64_t largest = 0;
-  int hint = session_device(be, job->session);
+  int hint = ordered_device(be, job->order_key);
   if (hint < 0)
     hint = job->device;
   gd__gpu_dev *dev = pick_device(be, hint, gj->alloc_len, &any, &largest);
@@ -214,7 +214,7 @@ static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
   gj->paused = false; /* every byte is in: no resume is owed (and none may follow the reply) */
   if (gj->mem_ready && !gj->run_queued) {
     gj->run_queued = true;
-    gd__gpu_worker_push(dev, &gj->run_cmd);
+    gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
   pthread_mutex_unlock(&dev->mu);
   return 0;
@@ -226,7 +226,7 @@ static void queue_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf, gd__gpu_job *gj) 
   buf->cmd.type = GD__CMD_OUT_FREE;
   buf->cmd.buf = buf;
   buf->cmd.job = gj;
-  gd__gpu_worker_push(dev, &buf->cmd);
+  gd__gpu_cmd_push(dev, &buf->cmd);
 }
 
 static void op_output_consumed(gd_backend *b, gd_job *job, const void *chunk, size_t len) {
@@ -257,8 +257,8 @@ static void op_release(gd_backend *b, gd_job *job) {
   pthread_mutex_lock(&dev->mu);
   gj->owner = NULL;
   gj->paused = false;
-  if (gj->cur)
-    gj->cur->fill = 0; /* nobody will read the result: copy nothing more */
+  if (gj->loop.cur)
+    gj->loop.cur->fill = 0; /* nobody will read the result: copy nothing more */
   gd__gpu_flush(gj);
   for (uint32_t i = 0; i < dev->nbuf; i++) {
     gd__gpu_buf *buf = &dev->out_bufs[i];
@@ -270,10 +270,10 @@ static void op_release(gd_backend *b, gd_job *job) {
   gd__gpu_job_free_spills(gj);
   if (!gj->mem_ready) {
     gd__gpu_job_retire(gj); /* the worker never had it */
-  } else if (!gj->run_queued && !gj->dropped) {
-    gj->dropped = true;
+  } else if (!gj->run_queued && !gj->loop.dropped) {
+    gj->loop.dropped = true;
     gj->run_cmd.type = GD__CMD_DROP; /* frees its memory after its copies, in FIFO order */
-    gd__gpu_worker_push(dev, &gj->run_cmd);
+    gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
   gd__gpu_job_unref(gj);
   pthread_mutex_unlock(&dev->mu);

@@ -9,21 +9,6 @@
 #include "gd_gpu_internal.h"
 #include "gd_log.h"
 
-#define MIB (1024ull * 1024ull)
-
-void gd_gpu_config_default(gd_gpu_config *cfg) {
-  memset(cfg, 0, sizeof(*cfg));
-  cfg->devices_auto = true;
-  cfg->staging_bytes = 64 * MIB;
-  cfg->staging_buffers = 2;
-  cfg->memory_fraction = 0.9;
-  cfg->memory_bytes = 0;
-  cfg->staging_hold_ms = 20;
-  cfg->memory_idle_ms = 30000;
-  cfg->memory_keep_bytes = 0;
-  snprintf(cfg->kernel, sizeof(cfg->kernel), "auto");
-}
-
 int gd_gpu_count(void) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

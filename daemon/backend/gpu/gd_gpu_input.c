@@ -28,15 +28,15 @@ static void claim(gd__gpu_job *job, gd__gpu_buf *buf, gp_operand op, uint64_t of
   buf->op_offset = offset;
   buf->fill = 0;
   buf->dst = job->op_dev[op] + offset;
-  job->cur = buf;
+  job->loop.cur = buf;
 }
 
 /* The job's current buffer goes to the worker (or back to the free set when empty). */
 void gd__gpu_flush(gd__gpu_job *job) {
-  gd__gpu_buf *buf = job->cur;
+  gd__gpu_buf *buf = job->loop.cur;
   if (!buf)
     return;
-  job->cur = NULL;
+  job->loop.cur = NULL;
   gd__gpu_dev *dev = job->dev;
   if (buf->fill == 0 || job->failed || dev->dead) {
     buf->state = GD__BUF_FREE;
@@ -51,7 +51,7 @@ void gd__gpu_flush(gd__gpu_job *job) {
   buf->cmd.buf = buf;
   buf->cmd.job = job;
   dev->inflight_in++;
-  gd__gpu_worker_push(dev, &buf->cmd);
+  gd__gpu_cmd_push(dev, &buf->cmd);
 }
 
 static bool continues(const gd__gpu_buf *buf, gp_operand op, uint64_t offset) {
@@ -79,7 +79,7 @@ static int spill(gd__gpu_job *job, gp_operand op, uint64_t offset, const void *d
   job->refs++;
   if (job->mem_ready) {
     s->dst = job->op_dev[op] + offset;
-    gd__gpu_worker_push(job->dev, &s->cmd);
+    gd__gpu_cmd_push(job->dev, &s->cmd);
   } else {
     /* relative to the job's block until gd__gpu_job_assign_mem() adds the block's offset */
     uint64_t rel = 0;
@@ -105,14 +105,14 @@ bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
   bool ok = false;
   pthread_mutex_lock(&dev->mu);
   if (!gj->failed && gj->mem_ready && !dev->dead) {
-    if (gj->cur && !continues(gj->cur, operand, offset))
+    if (gj->loop.cur && !continues(gj->loop.cur, operand, offset))
       gd__gpu_flush(gj);
-    if (!gj->cur) {
+    if (!gj->loop.cur) {
       gd__gpu_buf *buf = gd__gpu_staging_take(dev, false);
       if (buf)
         claim(gj, buf, operand, offset);
     }
-    gd__gpu_buf *buf = gj->cur;
+    gd__gpu_buf *buf = gj->loop.cur;
     if (buf) {
       uint64_t left = gj->bytes[operand] - offset;
       size_t room = buf->cap - buf->fill;
@@ -131,15 +131,15 @@ static size_t land(gd__gpu_job *job, gp_operand op, uint64_t offset, const uint8
                    size_t len) {
   size_t done = 0;
   while (done < len) {
-    if (job->cur && !continues(job->cur, op, offset + done))
+    if (job->loop.cur && !continues(job->loop.cur, op, offset + done))
       gd__gpu_flush(job);
-    if (!job->cur) {
+    if (!job->loop.cur) {
       gd__gpu_buf *buf = gd__gpu_staging_take(job->dev, false);
       if (!buf)
         break;
       claim(job, buf, op, offset + done);
     }
-    gd__gpu_buf *buf = job->cur;
+    gd__gpu_buf *buf = job->loop.cur;
     size_t n = buf->cap - buf->fill;
     if (n > len - done)
       n = len - done;
@@ -168,7 +168,7 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
   gd__gpu_dev *dev = gj->dev;
   int rc = 0;
   pthread_mutex_lock(&dev->mu);
-  gj->received += len;
+  gj->loop.received += len;
   if (gj->failed || dev->dead) {
     pthread_mutex_unlock(&dev->mu);
     return 0; /* its FAILED event is on the way; the bytes are of no use */
@@ -180,8 +180,8 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
     gj->failed = true; /* the session answers with err; later bytes are dropped */
     dev->jobs_failed++;
   } else {
-    bool more = gj->received < gd__gpu_job_input_total(gj);
-    bool room = gj->mem_ready && ((gj->cur && gj->cur->fill < gj->cur->cap) ||
+    bool more = gj->loop.received < gd__gpu_job_input_total(gj);
+    bool room = gj->mem_ready && ((gj->loop.cur && gj->loop.cur->fill < gj->loop.cur->cap) ||
                                   gd__gpu_staging_any_free(dev, false));
     if (more && !room) {
       gj->paused = true;

@@ -1,10 +1,10 @@
 /*
  * gd_gpu_internal.h - the GPU backend's shared state, between its files:
  * gd_gpu_device.c (discovery, info), gd_gpu_staging.c (pinned buffers),
- * gd_gpu_pool.c (the budget's accounting), gd_gpu_mem.c (device memory:
- * a growing CUDA memory pool, on the worker), gd_gpu_worker.c (the per-device thread that
- * makes every CUDA call), gd_gpu_backend.c (the ops table, on the loop),
- * gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
+ * gd_gpu_pool.c (the budget's accounting), gd_gpu_mem.c (device memory: a
+ * growing CUDA memory pool, on the worker), gd_gpu_cmd.c (the command FIFO to the
+ * worker), gd_gpu_worker.c (the per-device thread that makes every CUDA
+ * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
  * references, the memory FIFO, device failure; loop and worker) and
  * gd_gpu_info.c (info, stats, devices; on the loop).
  *
@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "gd_backend.h"
+#include "gd_completion.h"
 #include "gd_backend_gpu.h"
 #include "gd_gpu_pool.h"
 #include "gk_gpu.h"
@@ -104,15 +105,14 @@ struct gd__gpu_buf {
   gd__gpu_cmd done;   /* IN_DONE or OUT_DONE */
 };
 
+/* A job on one device. Fields are grouped by who may touch them: fixed at prepare (read
+ * anywhere without a lock), under the device's mu (the loop and the worker, through
+ * gd_gpu_jobs.c), the loop thread only, the worker thread only. The loop and the worker
+ * hand a job to each other only through commands (GD__CMD_RUN, GD__CMD_DROP, ...). */
 struct gd__gpu_job {
+  /* Fixed at prepare. A copy of what the worker needs: the scheduler's gd_job is not
+   * touched off the loop. */
   gd__gpu_dev *dev;
-  gd_job *owner;          /* the scheduler's job; NULL after release() */
-  int refs;               /* loop (until release) + worker (from mem assignment to finish) +
-                             one per staging buffer holding it */
-  gd__gpu_job *prev, *next; /* the device's list of live jobs */
-  gd__gpu_job *wait_next;   /* the device's FIFO of jobs waiting for pool memory */
-
-  /* A copy of what the worker needs: the scheduler's gd_job is not touched off the loop. */
   uint64_t id;
   gp_gemm_hdr hdr;
   bool has_c;
@@ -122,35 +122,47 @@ struct gd__gpu_job {
   uint64_t alloc_len;     /* pool bytes reserved for a, b, c */
   double load;            /* its share of the device load estimate */
 
-  /* Loop side (under mu). */
+  /* Under the device's mu. */
+  gd_job *owner;          /* the scheduler's job; NULL after release() */
+  int refs;               /* loop (until release) + worker (from mem assignment to finish) +
+                             one per staging buffer holding it */
+  gd__gpu_job *prev, *next; /* the device's list of live jobs */
+  gd__gpu_job *wait_next;   /* the device's FIFO of jobs waiting for pool memory */
   bool mem_ready;         /* pool bytes assigned: dev_off valid */
   bool waiting_mem;       /* in the device's FIFO for pool memory */
-  bool submitted, run_queued, dropped;
+  bool submitted, run_queued;
   bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
   bool retired;           /* its load was taken off the device */
-  uint64_t dev_off;       /* pool offset of the job's block */
-  uint64_t op_dev[3];     /* pool offsets of a, b, c */
-  uint64_t received;      /* payload bytes handed to input() */
-  gd__gpu_buf *cur;       /* the input staging buffer it is filling */
-  gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
-
-  /* Worker side. */
   bool failed;            /* a FAILED event was posted (or would have been) */
-  bool started;           /* RUN handled */
   bool mem_freed;
-  bool in_outq;           /* chunks of C still to be issued */
   bool finished;          /* the worker let go of it */
-  int inflight_out;       /* chunks copying */
-  uint64_t out_next;      /* next byte of C to copy out */
-  double in_ms;           /* staging copies in, summed from their events */
-  uint64_t first_out_len; /* bytes of the first chunk out (its rate times C: transfer_out_us) */
-  cudaEvent_t ev_in, ev_c0, ev_c1;
-  bool events_made;
-  gd__gpu_job *out_next_job; /* worker's FIFO of jobs copying C out */
-  gp_gemm_result_hdr result;
-  gd__gpu_cmd run_cmd;
-  gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC */
-  uint8_t *dptr;          /* worker: its device block (alloc_len bytes at pool offset dev_off) */
+  uint64_t dev_off;       /* pool offset of the job's block */
+  uint64_t op_dev[3];     /* pool offsets of a, b, c (fixed once mem_ready) */
+  gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
+  gd__gpu_cmd run_cmd;    /* RUN or DROP: pushed once */
+  gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
+
+  /* The loop thread only. */
+  struct {
+    uint64_t received;    /* payload bytes handed to input() */
+    gd__gpu_buf *cur;     /* the input staging buffer it is filling */
+    bool dropped;         /* DROP pushed: the client left before RUN */
+  } loop;
+
+  /* The worker thread only. */
+  struct {
+    bool started;         /* RUN handled */
+    bool in_outq;         /* chunks of C still to be issued */
+    int inflight_out;     /* chunks copying */
+    uint64_t out_next;    /* next byte of C to copy out */
+    double in_ms;         /* staging copies in, summed from their events */
+    uint64_t first_out_len; /* bytes of the first chunk out (its rate times C: transfer_out_us) */
+    cudaEvent_t ev_in, ev_c0, ev_c1;
+    bool events_made;
+    gd__gpu_job *out_next_job; /* the device's FIFO of jobs copying C out */
+    gp_gemm_result_hdr result;
+    uint8_t *dptr;        /* its device block (alloc_len bytes at pool offset dev_off) */
+  } work;
 };
 
 struct gd__gpu_dev {
@@ -232,14 +244,23 @@ uint8_t *gd__gpu_mem_at(const gd__gpu_job *job, uint64_t pool_off);
 bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wait_ms);
 /* Without mu: gives the pool's unused memory back down to gpu.memory_keep_bytes. */
 void gd__gpu_mem_trim(gd__gpu_dev *dev);
+/* Under mu: the device has work now (the idle time before a trim starts again). */
+void gd__gpu_mem_note_work(gd__gpu_dev *dev, uint64_t now_us);
 
-/* ---- gd_gpu_worker.c ---- */
+/* ---- gd_gpu_worker.c: what the worker does with one command (worker thread only) ---- */
+void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+
+/* ---- gd_gpu_thread.c ---- */
 /* Starts the worker and waits for its start-up (device, context, streams, pool, staging). */
 int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err);
 /* Stops it: finishes the work in flight (synchronising its streams), joins, frees. */
 void gd__gpu_worker_stop(gd__gpu_dev *dev);
+
+/* ---- gd_gpu_cmd.c: the command FIFO, the only channel to the worker ---- */
 /* Under mu: appends a command and wakes the worker. */
-void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+void gd__gpu_cmd_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+/* Under mu, the worker: the oldest command, or NULL. */
+gd__gpu_cmd *gd__gpu_cmd_pop(gd__gpu_dev *dev);
 
 /* ---- gd_gpu_jobs.c (helpers the loop and the worker call, under mu) ---- */
 /* Posts ev for job when the job is still attached to a session; returns true when posted. */

@@ -16,7 +16,7 @@ bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev) {
   if (!job->owner || job->dev->stopping)
     return false;
   ev->job = job->owner;
-  return gd_backend_post(&job->dev->be->base, ev) == 0;
+  return gd_completion_post(job->dev->be->base.sink, ev) == 0;
 }
 
 void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...) {
@@ -94,17 +94,17 @@ void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off) {
   job->refs++; /* the worker's, until it finishes the job */
   job->alloc_cmd.type = GD__CMD_ALLOC;
   job->alloc_cmd.job = job;
-  gd__gpu_worker_push(dev, &job->alloc_cmd); /* first: every copy of the job comes after it */
+  gd__gpu_cmd_push(dev, &job->alloc_cmd); /* first: every copy of the job comes after it */
   while (job->pending) {
     gd__gpu_spill *s = job->pending;
     job->pending = s->next;
     s->dst += off;
-    gd__gpu_worker_push(dev, &s->cmd);
+    gd__gpu_cmd_push(dev, &s->cmd);
   }
   job->pending_tail = &job->pending;
   if (job->submitted && !job->run_queued) {
     job->run_queued = true;
-    gd__gpu_worker_push(dev, &job->run_cmd);
+    gd__gpu_cmd_push(dev, &job->run_cmd);
   }
   resume(job);
 }

@@ -65,9 +65,9 @@ void gd__gpu_mem_destroy(gd__gpu_dev *dev) {
     return;
   /* Blocks of jobs a dead device never finished: CUDA releases them with the pool. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next)
-    if (j->dptr) {
-      (void)cudaFreeAsync(j->dptr, dev->s_in);
-      j->dptr = NULL;
+    if (j->work.dptr) {
+      (void)cudaFreeAsync(j->work.dptr, dev->s_in);
+      j->work.dptr = NULL;
     }
   (void)cudaMemPoolDestroy(dev->mempool);
   dev->mempool = NULL;
@@ -78,12 +78,12 @@ void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_lock(&dev->mu);
   bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
   pthread_mutex_unlock(&dev->mu);
-  if (skip || job->dptr)
+  if (skip || job->work.dptr)
     return;
   void *block = NULL;
   cudaError_t e = cudaMallocFromPoolAsync(&block, job->alloc_len, dev->mempool, dev->s_in);
   if (e == cudaSuccess) {
-    job->dptr = block;
+    job->work.dptr = block;
     refresh_reserved(dev);
     return;
   }
@@ -101,17 +101,17 @@ void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
 }
 
 void gd__gpu_mem_release(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (!job->dptr)
+  if (!job->work.dptr)
     return;
-  cudaError_t e = cudaFreeAsync(job->dptr, dev->s_in);
-  job->dptr = NULL;
+  cudaError_t e = cudaFreeAsync(job->work.dptr, dev->s_in);
+  job->work.dptr = NULL;
   if (e != cudaSuccess)
     (void)cudaGetLastError(); /* a dead device: the pool goes with it */
 }
 
 uint8_t *gd__gpu_mem_at(const gd__gpu_job *job, uint64_t pool_off) {
-  assert(job->dptr && pool_off >= job->dev_off && pool_off - job->dev_off <= job->alloc_len);
-  return job->dptr + (pool_off - job->dev_off);
+  assert(job->work.dptr && pool_off >= job->dev_off && pool_off - job->dev_off <= job->alloc_len);
+  return job->work.dptr + (pool_off - job->dev_off);
 }
 
 bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wait_ms) {
@@ -136,4 +136,9 @@ void gd__gpu_mem_trim(gd__gpu_dev *dev) {
   pthread_mutex_unlock(&dev->mu);
   gd_debug("gpu: cuda:%d idle: pool trimmed from %llu to %llu MiB", dev->ordinal,
            (unsigned long long)(before >> 20), (unsigned long long)(after >> 20));
+}
+
+void gd__gpu_mem_note_work(gd__gpu_dev *dev, uint64_t now_us) {
+  dev->last_work_us = now_us;
+  dev->trimmed = false;
 }

@@ -1,12 +1,8 @@
 /*
- * gd_gpu_worker.c - the thread that owns one GPU.
+ * gd_gpu_worker.c - what the thread that owns one GPU (gd_gpu_thread.c) does with each
+ * command of its queue (gd_gpu_cmd.c). Worker thread only:
  *
- * It makes the device current once, creates the kernels' context, three
- * streams (copy in, compute, copy out), the memory pool (empty at first: it
- * grows on demand, see gd_gpu_mem.c) and the pinned staging, then serves its
- * command queue:
- *
- *   ALLOC     the job's device block from the pool, on the copy-in stream.
+ *   ALLOC     the job's device block from the pool, on the copy-in stream (gd_gpu_mem.c).
  *
  *   COPY_IN   staging buffer -> device on the copy-in stream, timed by the
  *             buffer's events; a host func queues IN_DONE when it lands.
@@ -20,37 +16,16 @@
  *             kernel's event); each chunk's host func queues OUT_DONE and the
  *             worker posts it to the loop, which writes it to the socket while
  *             the next chunk copies; OUT_FREE gives the buffer back.
- *
- * The worker never waits on a stream while the daemon runs, so a command is
- * handled in microseconds. A kernel fault shows up nowhere by itself (the
- * host funcs after it never run), so while work is in flight the worker wakes
- * every GD__WATCHDOG_MS and asks each stream for its status: an error there
- * takes the device out of service. Only destroy synchronises.
  */
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gd_clock.h"
 #include "gd_gpu_internal.h"
 #include "gd_log.h"
 
-#define GD__WATCHDOG_MS 200
-
 /* ---- the queue ---------------------------------------------------------- */
-
-void gd__gpu_worker_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
-  cmd->next = NULL;
-  if (dev->q_tail)
-    dev->q_tail->next = cmd;
-  else
-    dev->q_head = cmd;
-  dev->q_tail = cmd;
-  pthread_cond_signal(&dev->cv);
-}
 
 /* The host func of every copy: runs on CUDA's callback thread, where no CUDA call is allowed.
  * It only hands the completion node to the worker. */
@@ -58,7 +33,7 @@ static void CUDART_CB host_func_done(void *arg) {
   gd__gpu_cmd *cmd = arg;
   gd__gpu_dev *dev = cmd->buf->dev;
   pthread_mutex_lock(&dev->mu);
-  gd__gpu_worker_push(dev, cmd);
+  gd__gpu_cmd_push(dev, cmd);
   pthread_mutex_unlock(&dev->mu);
 }
 
@@ -98,17 +73,17 @@ static void buf_free_locked(gd__gpu_buf *buf) {
 
 /* The worker is done with a job: no device work of it remains queued or running. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (job->events_made) {
-    (void)cudaEventDestroy(job->ev_in);
-    (void)cudaEventDestroy(job->ev_c0);
-    (void)cudaEventDestroy(job->ev_c1);
+  if (job->work.events_made) {
+    (void)cudaEventDestroy(job->work.ev_in);
+    (void)cudaEventDestroy(job->work.ev_c0);
+    (void)cudaEventDestroy(job->work.ev_c1);
   }
-  job->events_made = false;
+  job->work.events_made = false;
   gd__gpu_mem_release(dev, job);
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
-    if (!job->failed && job->started)
+    if (!job->failed && job->work.started)
       dev->jobs_done++;
     gd__gpu_job_free_mem(job);
     gd__gpu_job_retire(job);
@@ -122,7 +97,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
 static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->dptr;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
   pthread_mutex_unlock(&dev->mu);
   cudaError_t e = cudaSuccess;
   bool queued = false;
@@ -159,7 +134,7 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     (void)cudaGetLastError();
   }
   pthread_mutex_lock(&dev->mu);
-  buf->job->in_ms += ms;
+  buf->job->work.in_ms += ms;
   dev->bytes_h2d += buf->fill;
   dev->inflight_in--;
   buf_free_locked(buf);
@@ -169,7 +144,7 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
   gd__gpu_job *job = spill->cmd.job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->dptr;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
   pthread_mutex_unlock(&dev->mu);
   if (!skip) {
     /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
@@ -188,21 +163,21 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 /* ---- compute ------------------------------------------------------------ */
 
 static cudaError_t job_events(gd__gpu_job *job) {
-  cudaError_t e = cudaEventCreate(&job->ev_in);
+  cudaError_t e = cudaEventCreate(&job->work.ev_in);
   if (e != cudaSuccess)
     return e;
-  e = cudaEventCreate(&job->ev_c0);
+  e = cudaEventCreate(&job->work.ev_c0);
   if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->ev_in);
+    (void)cudaEventDestroy(job->work.ev_in);
     return e;
   }
-  e = cudaEventCreate(&job->ev_c1);
+  e = cudaEventCreate(&job->work.ev_c1);
   if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->ev_in);
-    (void)cudaEventDestroy(job->ev_c0);
+    (void)cudaEventDestroy(job->work.ev_in);
+    (void)cudaEventDestroy(job->work.ev_c0);
     return e;
   }
-  job->events_made = true;
+  job->work.events_made = true;
   return cudaSuccess;
 }
 
@@ -231,14 +206,14 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   cudaError_t e = job_events(job);
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->ev_in, dev->s_in);
+    e = cudaEventRecord(job->work.ev_in, dev->s_in);
   }
   if (e == cudaSuccess) {
     what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, job->ev_in, 0);
+    e = cudaStreamWaitEvent(dev->s_compute, job->work.ev_in, 0);
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(job->ev_c0, dev->s_compute);
+    e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
   const gk_kernel *used = NULL;
   if (e == cudaSuccess) {
     gk_problem p;
@@ -248,41 +223,41 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->ev_c1, dev->s_compute);
+    e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
   if (e != cudaSuccess) {
     job_cuda_error(dev, job, what, e);
     return false;
   }
-  snprintf(job->result.device, sizeof(job->result.device), "cuda:%d", dev->ordinal);
-  snprintf(job->result.kernel, sizeof(job->result.kernel), "%s", used ? used->name : "?");
+  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
+  snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
   return true;
 }
 
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   uint64_t now = gd_now_us();
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !job->dptr;
+  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !job->work.dptr;
   if (!skip && job->deadline_us != 0 && now > job->deadline_us) {
     gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
                  (unsigned long long)job->hdr.timeout_ms);
     skip = true;
   }
   pthread_mutex_unlock(&dev->mu);
-  job->result.m = job->hdr.m;
-  job->result.n = job->hdr.n;
-  job->result.batch = job->hdr.batch;
-  job->result.dtype = job->hdr.dtype;
-  job->result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
+  job->work.result.m = job->hdr.m;
+  job->work.result.n = job->hdr.n;
+  job->work.result.batch = job->hdr.batch;
+  job->work.result.dtype = job->hdr.dtype;
+  job->work.result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
   if (skip || !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
-  job->started = true;
-  job->in_outq = true;
-  job->out_next_job = NULL;
+  job->work.started = true;
+  job->work.in_outq = true;
+  job->work.out_next_job = NULL;
   if (dev->outq_tail)
-    dev->outq_tail->out_next_job = job;
+    dev->outq_tail->work.out_next_job = job;
   else
     dev->outq_head = job;
   dev->outq_tail = job;
@@ -293,11 +268,11 @@ static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 static void outq_pop(gd__gpu_dev *dev) {
   gd__gpu_job *job = dev->outq_head;
-  dev->outq_head = job->out_next_job;
+  dev->outq_head = job->work.out_next_job;
   if (!dev->outq_head)
     dev->outq_tail = NULL;
-  job->in_outq = false;
-  job->out_next_job = NULL;
+  job->work.in_outq = false;
+  job->work.out_next_job = NULL;
 }
 
 /* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
@@ -313,13 +288,13 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_unlock(&dev->mu);
   if (abandon) {
     outq_pop(dev);
-    if (job->inflight_out == 0)
+    if (job->work.inflight_out == 0)
       job_finish(dev, job);
     return true;
   }
   if (!buf)
     return false;
-  uint64_t off = job->out_next;
+  uint64_t off = job->work.out_next;
   size_t n = buf->cap;
   if (job->c_bytes - off < n)
     n = (size_t)(job->c_bytes - off);
@@ -330,7 +305,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaStreamWaitEvent";
   cudaError_t e = cudaSuccess;
   if (off == 0)
-    e = cudaStreamWaitEvent(dev->s_out, job->ev_c1, 0);
+    e = cudaStreamWaitEvent(dev->s_out, job->work.ev_c1, 0);
   if (e == cudaSuccess)
     e = cudaEventRecord(buf->ev_start, dev->s_out);
   bool queued = false;
@@ -347,8 +322,8 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaLaunchHostFunc(dev->s_out, host_func_done, &buf->done);
   }
   if (e == cudaSuccess) {
-    job->out_next += n;
-    job->inflight_out++;
+    job->work.out_next += n;
+    job->work.inflight_out++;
     if (buf->last)
       outq_pop(dev);
     return true;
@@ -369,18 +344,18 @@ static void pump_out(gd__gpu_dev *dev) {
 
 static void first_chunk_timings(gd__gpu_dev *dev, gd__gpu_job *job, float chunk_ms) {
   float compute_ms = 0.0f;
-  if (cudaEventElapsedTime(&compute_ms, job->ev_c0, job->ev_c1) != cudaSuccess) {
+  if (cudaEventElapsedTime(&compute_ms, job->work.ev_c0, job->work.ev_c1) != cudaSuccess) {
     compute_ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->result.compute_us = (uint64_t)(compute_ms * 1000.0f);
-  job->result.transfer_in_us = (uint64_t)(job->in_ms * 1000.0);
+  job->work.result.compute_us = (uint64_t)(compute_ms * 1000.0f);
+  job->work.result.transfer_in_us = (uint64_t)(job->work.in_ms * 1000.0);
   /* The reply's header leaves with the first chunk, before later chunks are copied: the time
    * of the whole copy out is extrapolated from the first chunk's rate. */
-  double per_byte = job->first_out_len ? chunk_ms / (double)job->first_out_len : 0.0;
-  job->result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
+  double per_byte = job->work.first_out_len ? chunk_ms / (double)job->work.first_out_len : 0.0;
+  job->work.result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
   pthread_mutex_lock(&dev->mu);
-  dev->busy_us += job->result.compute_us;
+  dev->busy_us += job->work.result.compute_us;
   pthread_mutex_unlock(&dev->mu);
 }
 
@@ -391,9 +366,9 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->inflight_out--;
+  job->work.inflight_out--;
   if (buf->dst == 0) {
-    job->first_out_len = buf->fill;
+    job->work.first_out_len = buf->fill;
     first_chunk_timings(dev, job, ms);
   }
   pthread_mutex_lock(&dev->mu);
@@ -401,7 +376,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   bool posted = false;
   if (!job->failed && job->owner && !dev->stopping) {
     if (buf->dst == 0)
-      job->owner->result = job->result;
+      job->owner->result = job->work.result;
     gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
                            .data = buf->host,
                            .len = buf->fill,
@@ -419,7 +394,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   if (!posted)
     buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);
-  if (!job->in_outq && job->inflight_out == 0)
+  if (!job->work.in_outq && job->work.inflight_out == 0)
     job_finish(dev, job);
   pthread_mutex_lock(&dev->mu);
   gd__gpu_job_unref(job);
@@ -435,9 +410,9 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   pump_out(dev);
 }
 
-/* ---- the thread --------------------------------------------------------- */
+/* ---- one command -------------------------------------------------------- */
 
-static void handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   switch (cmd->type) {
   case GD__CMD_ALLOC:
     gd__gpu_mem_alloc(dev, cmd->job);
@@ -464,209 +439,4 @@ static void handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
     handle_out_done(dev, cmd->buf);
     break;
   }
-}
-
-/* While work is in flight: a stream that reports an error (not "not ready") carries a fault
- * that no host func will ever report. */
-static void watchdog(gd__gpu_dev *dev) {
-  cudaStream_t streams[3] = {dev->s_in, dev->s_compute, dev->s_out};
-  for (int i = 0; i < 3; i++) {
-    cudaError_t e = cudaStreamQuery(streams[i]);
-    if (e != cudaSuccess && e != cudaErrorNotReady) {
-      gd__gpu_dev_kill(dev, "a queued copy or kernel", e);
-      return;
-    }
-  }
-}
-
-static bool dev_busy_locked(const gd__gpu_dev *dev) {
-  return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
-}
-
-static void timed_wait(gd__gpu_dev *dev, uint64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
-  ts.tv_sec += (time_t)(ms / 1000u);
-  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
-  ts.tv_sec += ts.tv_nsec / 1000000000L;
-  ts.tv_nsec %= 1000000000L;
-  (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
-}
-
-/* Under mu, nothing to do: sleeps until a command comes, or gives the pool's memory back once
- * the device has been idle for gpu.memory_idle_ms. */
-static void idle(gd__gpu_dev *dev) {
-  uint64_t wait_ms = 0;
-  if (!gd__gpu_mem_trim_due(dev, gd_now_us(), &wait_ms)) {
-    pthread_cond_wait(&dev->cv, &dev->mu);
-    return;
-  }
-  if (wait_ms > 0) {
-    timed_wait(dev, wait_ms);
-    return;
-  }
-  pthread_mutex_unlock(&dev->mu);
-  gd__gpu_mem_trim(dev);
-  pthread_mutex_lock(&dev->mu);
-}
-
-static void serve(gd__gpu_dev *dev) {
-  bool synced = false;
-  pthread_mutex_lock(&dev->mu);
-  for (;;) {
-    if (dev->q_head || dev_busy_locked(dev)) {
-      dev->last_work_us = gd_now_us();
-      dev->trimmed = false;
-    }
-    if (dev->q_head) {
-      gd__gpu_cmd *cmd = dev->q_head;
-      dev->q_head = cmd->next;
-      if (!dev->q_head)
-        dev->q_tail = NULL;
-      synced = false;
-      pthread_mutex_unlock(&dev->mu);
-      handle(dev, cmd);
-      pthread_mutex_lock(&dev->mu);
-      continue;
-    }
-    if (dev->stopping) {
-      if (synced || dev->dead)
-        break;
-      /* Destroy: let every copy land (its host func queues a completion) and serve those. */
-      pthread_mutex_unlock(&dev->mu);
-      (void)cudaStreamSynchronize(dev->s_in);
-      (void)cudaStreamSynchronize(dev->s_compute);
-      (void)cudaStreamSynchronize(dev->s_out);
-      pthread_mutex_lock(&dev->mu);
-      synced = true;
-      continue;
-    }
-    if (dev_busy_locked(dev)) {
-      timed_wait(dev, GD__WATCHDOG_MS);
-      if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
-        pthread_mutex_unlock(&dev->mu);
-        watchdog(dev);
-        pthread_mutex_lock(&dev->mu);
-      }
-    } else {
-      idle(dev);
-    }
-  }
-  pthread_mutex_unlock(&dev->mu);
-}
-
-static int worker_init(gd__gpu_dev *dev, gp_error *err) {
-  cudaError_t e = cudaSetDevice(dev->ordinal);
-  if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaSetDevice: %s", dev->ordinal,
-                        cudaGetErrorString(e));
-  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx);
-  if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: kernel context: %s", dev->ordinal,
-                        cudaGetErrorString(e));
-  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
-  for (int i = 0; i < 3; i++) {
-    e = cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking);
-    if (e != cudaSuccess)
-      return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaStreamCreate: %s", dev->ordinal,
-                          cudaGetErrorString(e));
-  }
-  size_t free_bytes = 0, total_bytes = 0;
-  e = cudaMemGetInfo(&free_bytes, &total_bytes);
-  if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaMemGetInfo: %s", dev->ordinal,
-                        cudaGetErrorString(e));
-  uint64_t budget = gd__gpu_device_budget(&dev->be->cfg, free_bytes);
-  budget &= ~(uint64_t)(GD_GPU_POOL_ALIGN - 1);
-  if (budget == 0)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
-                        dev->ordinal, free_bytes, total_bytes);
-  int rc = gd__gpu_mem_create(dev, err);
-  if (rc != 0)
-    return rc;
-  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
-  rc = gd__gpu_staging_create(dev, err);
-  if (rc != 0)
-    return rc;
-  gd_info("gpu: cuda:%d %s: memory on demand up to %llu MiB (given back after %llu ms idle), "
-          "%u x %zu KiB staging each way, kernel %s",
-          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20),
-          (unsigned long long)dev->be->cfg.memory_idle_ms, dev->nbuf, dev->staging_bytes >> 10,
-          dev->be->cfg.kernel);
-  return 0;
-}
-
-static void worker_fini(gd__gpu_dev *dev) {
-  /* After a sticky error these calls fail (and are ignored): the process cannot get that
-   * device back, but whatever the driver can still release, it does. */
-  for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
-    if (j->events_made) {
-      (void)cudaEventDestroy(j->ev_in);
-      (void)cudaEventDestroy(j->ev_c0);
-      (void)cudaEventDestroy(j->ev_c1);
-      j->events_made = false;
-    }
-  gd__gpu_staging_destroy(dev);
-  gd__gpu_mem_destroy(dev);
-  gd__gpu_pool_fini(&dev->pool);
-  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
-  for (int i = 0; i < 3; i++) {
-    if (*streams[i])
-      (void)cudaStreamDestroy(*streams[i]);
-    *streams[i] = NULL;
-  }
-  if (dev->kctx)
-    gk_gpu_ctx_destroy(dev->kctx);
-  dev->kctx = NULL;
-  (void)cudaGetLastError();
-}
-
-static void *worker_main(void *arg) {
-  gd__gpu_dev *dev = arg;
-  gp_error err;
-  gp_error_clear(&err);
-  int rc = worker_init(dev, &err);
-  pthread_mutex_lock(&dev->mu);
-  dev->init_err = err;
-  dev->init_done = true;
-  if (rc != 0)
-    dev->dead = true;
-  pthread_cond_broadcast(&dev->cv);
-  pthread_mutex_unlock(&dev->mu);
-  if (rc == 0)
-    serve(dev);
-  worker_fini(dev);
-  return NULL;
-}
-
-int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err) {
-  int rc = pthread_create(&dev->thread, NULL, worker_main, dev);
-  if (rc != 0)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cannot start its worker: %s",
-                        dev->ordinal, strerror(rc));
-  dev->thread_started = true;
-  pthread_mutex_lock(&dev->mu);
-  while (!dev->init_done)
-    pthread_cond_wait(&dev->cv, &dev->mu);
-  gp_error init_err = dev->init_err;
-  pthread_mutex_unlock(&dev->mu);
-  if (init_err.code != 0) {
-    gd__gpu_worker_stop(dev);
-    if (err)
-      *err = init_err;
-    return init_err.code;
-  }
-  return 0;
-}
-
-void gd__gpu_worker_stop(gd__gpu_dev *dev) {
-  if (!dev->thread_started)
-    return;
-  pthread_mutex_lock(&dev->mu);
-  dev->stopping = true;
-  pthread_cond_broadcast(&dev->cv);
-  pthread_mutex_unlock(&dev->mu);
-  (void)pthread_join(dev->thread, NULL);
-  dev->thread_started = false;
 }

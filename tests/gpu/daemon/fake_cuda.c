@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gk_gpu.h"
+#include "gp_half.h"
 
 #define FAKE_MAX_DEV 8
 #define FAKE_FREE_BYTES (256ull << 20)
@@ -666,13 +667,8 @@ static double at(const gk_problem *p, const void *base, int64_t i) {
   switch (p->dtype) {
   case GK_F64: return ((const double *)base)[i];
   case GK_F32: return ((const float *)base)[i];
-  case GK_F16: return (double)((const _Float16 *)base)[i];
-  case GK_BF16: {
-    uint32_t bits = (uint32_t)((const uint16_t *)base)[i] << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-  }
+  case GK_F16: return gp_f16_to_f32(((const uint16_t *)base)[i]);
+  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)base)[i]);
   }
   return 0;
 }
@@ -681,15 +677,8 @@ static void put(const gk_problem *p, int64_t i, double v) {
   switch (p->dtype) {
   case GK_F64: ((double *)p->c)[i] = v; break;
   case GK_F32: ((float *)p->c)[i] = (float)v; break;
-  case GK_F16: ((_Float16 *)p->c)[i] = (_Float16)(float)v; break;
-  case GK_BF16: {
-    float f = (float)v;
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    bits += 0x7FFF + ((bits >> 16) & 1); /* round to nearest even */
-    ((uint16_t *)p->c)[i] = (uint16_t)(bits >> 16);
-    break;
-  }
+  case GK_F16: ((uint16_t *)p->c)[i] = gp_f32_to_f16((float)v); break;
+  case GK_BF16: ((uint16_t *)p->c)[i] = gp_f32_to_bf16((float)v); break;
   }
 }
 

@@ -6,7 +6,7 @@
  * launch (INTERNAL), a sticky fault (the device leaves service, the other keeps serving),
  * clients vanishing before submit, and destroy with work outstanding. Results are checked
  * against a float64 reference with poisoned outputs. The test is the loop thread: it owns
- * gd_backend_post()'s queue and waits on it with a deadline, so a lost event is a failure, not
+ * gd_completion_post()'s queue and waits on it with a deadline, so a lost event is a failure, not
  * a hang.
  */
 #include <math.h>
@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "gd_backend_gpu.h"
+#include "gd_completion.h"
 #include "gd_gpu_pool.h"
 #include "gd_log.h"
 
@@ -32,7 +33,7 @@ static int failures;
     }                                                                                              \
   } while (0)
 
-/* ---- gd_backend_post: the loop's queue ---- */
+/* ---- gd_completion_post: the loop's queue ---- */
 
 typedef struct evnode {
   gd_backend_event ev;
@@ -42,8 +43,8 @@ static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
 static evnode *q_head, **q_tail = &q_head;
 
-int gd_backend_post(gd_backend *b, const gd_backend_event *ev) {
-  (void)b;
+int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
+  (void)q;
   evnode *n = malloc(sizeof(*n));
   if (!n)
     return -12;

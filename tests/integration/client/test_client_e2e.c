@@ -1,6 +1,6 @@
 /*
  * test_client_e2e.c - libgemmclient against a real gemmd (GEMMD_ADDRESS; run
- * by test_client_lib.py, which starts the daemon). Every result is checked
+ * by test_client_e2e.py, which starts the daemon). Every result is checked
  * against a float64 reference on fresh random inputs, with the output
  * poisoned so that an unwritten element fails.
  *
@@ -9,11 +9,11 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <msgpack.h>
 
 #include "gctl_ref.h"
 #include "gemmclient.h"
@@ -92,6 +92,7 @@ START_TEST(many_in_flight) {
     double alpha = pick(flags, 2) ? -0.5 : 1.0, beta = pick(flags, 2) ? 0.75 : 0.0;
     job_make(&jobs[i], pick(dims, 5), pick(dims, 5), pick(dims, 5), (gc_dtype)pick(dtypes, 4),
              pick(flags, 2), pick(flags, 2), alpha, beta, pick(batches, 4));
+    jobs[i].o.user = &jobs[i]; /* handed back in gc_completion.user */
     int rc = gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, jobs[i].c, jobs[i].out,
                        &jobs[i].req);
     ck_assert_msg(rc == 0, "submit %d: %s", i, gc_last_error(conn)->message);
@@ -107,6 +108,7 @@ START_TEST(many_in_flight) {
       ck_assert_msg(done[i].error.code == 0, "request %u: %s", done[i].req, done[i].error.message);
       for (int j = 0; j < N; j++) {
         if (jobs[j].req != done[i].req) continue;
+        ck_assert_ptr_eq(done[i].user, &jobs[j]);
         job_check(&jobs[j], "polled");
         jobs[j].req = 0;
       }
@@ -174,22 +176,42 @@ START_TEST(ping_and_info) {
   void *buf;
   size_t len;
   ck_assert_int_eq(gc_info(conn, 10000, &buf, &len), 0);
-  msgpack_unpacked up;
-  msgpack_unpacked_init(&up);
-  size_t off = 0;
-  ck_assert_int_eq(msgpack_unpack_next(&up, buf, len, &off), MSGPACK_UNPACK_SUCCESS);
-  ck_assert_int_eq(up.data.type, MSGPACK_OBJECT_MAP);
-  bool have_version = false, have_backend = false;
-  for (uint32_t i = 0; i < up.data.via.map.size; i++) {
-    msgpack_object_kv *kv = &up.data.via.map.ptr[i];
-    if (kv->key.type != MSGPACK_OBJECT_STR) continue;
-    if (kv->key.via.str.size == 7 && memcmp(kv->key.via.str.ptr, "version", 7) == 0)
-      have_version = true;
-    if (kv->key.via.str.size == 7 && memcmp(kv->key.via.str.ptr, "backend", 7) == 0)
-      have_backend = true;
+  /* read with gc_map_*: no msgpack library in the caller */
+  char text[64], tiny[3];
+  ck_assert_int_eq(gc_map_string(buf, len, "version", text, sizeof text), 0);
+  ck_assert_uint_gt(strlen(text), 0);
+  ck_assert_int_eq(gc_map_string(buf, len, "backend", text, sizeof text), 0);
+  ck_assert_msg(strcmp(text, "cpu") == 0 || strcmp(text, "gpu") == 0, "backend %s", text);
+  ck_assert_int_eq(gc_map_string(buf, len, "backend", tiny, sizeof tiny),
+                   GC_E_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(strlen(tiny), 2);
+  int64_t max_dim = 0;
+  ck_assert_int_eq(gc_map_int(buf, len, "limits.max_dim", &max_dim), 0);
+  ck_assert_int_ge(max_dim, 1);
+  double as_double = 0;
+  ck_assert_int_eq(gc_map_double(buf, len, "limits.max_dim", &as_double), 0);
+  ck_assert(as_double == (double)max_dim);
+  size_t count = 0, devices = 0;
+  ck_assert_int_eq(gc_map_count(buf, len, "", &count), 0);
+  ck_assert_uint_ge(count, 2);
+  ck_assert_int_eq(gc_map_count(buf, len, "devices", &devices), 0);
+  if (devices > 0) ck_assert_int_eq(gc_map_string(buf, len, "devices.0.name", text, sizeof text), 0);
+  bool have_limits = false;
+  for (size_t i = 0; i < count; i++) {
+    ck_assert_int_eq(gc_map_key(buf, len, "", i, text, sizeof text), 0);
+    have_limits = have_limits || strcmp(text, "limits") == 0;
   }
-  ck_assert(have_version && have_backend);
-  msgpack_unpacked_destroy(&up);
+  ck_assert(have_limits);
+  ck_assert_int_eq(gc_map_key(buf, len, "", count, text, sizeof text), GC_E_NOT_FOUND);
+  ck_assert_int_eq(gc_map_int(buf, len, "no_such_key", &max_dim), GC_E_NOT_FOUND);
+  ck_assert_int_eq(gc_map_int(buf, len, "limits.max_dim.x", &max_dim), GC_E_NOT_FOUND);
+  ck_assert_int_eq(gc_map_int(buf, len, "devices.99999", &max_dim), GC_E_NOT_FOUND);
+  ck_assert_int_eq(gc_map_int(buf, len, "backend", &max_dim), GC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(gc_map_int(buf, len - 1, "backend", &max_dim), GC_E_INVALID_ARGUMENT);
+  gc_free(buf);
+  ck_assert_int_eq(gc_stats(conn, 10000, &buf, &len), 0);
+  ck_assert_int_eq(gc_map_count(buf, len, "", &count), 0);
+  ck_assert_uint_ge(count, 1);
   gc_free(buf);
   gc_close(conn);
 }

@@ -99,7 +99,11 @@ def run_gemm_case(d, tmp, rng, m, n, k, dtype, trans_a=False, trans_b=False, alp
     save(os.path.join(tmp, "a.npy"), a, fortran)
     save(os.path.join(tmp, "b.npy"), b, fortran)
     argv = ["gemm", "--a", os.path.join(tmp, "a.npy"), "--b", os.path.join(tmp, "b.npy"),
-            "--out", os.path.join(tmp, "out.npy"), "--alpha", repr(alpha), "--beta", repr(beta)]
+            "--out", os.path.join(tmp, "out.npy"), "--alpha", repr(alpha)]
+    if beta is None:   # --c without --beta: beta is 1
+        beta = 1.0
+    else:
+        argv += ["--beta", repr(beta)]
     cv = None
     if use_c or beta != 0.0:
         c, cv = random_stored(rng, lead + (m, n), dtype)
@@ -128,6 +132,7 @@ def test_gemm_files(ctx):
             run_gemm_case(d, tmp, rng, 33, 17, 65, dtype, trans_a=True, alpha=-1.5)
         run_gemm_case(d, tmp, rng, 1, 1, 1, "f32")
         run_gemm_case(d, tmp, rng, 19, 23, 29, "f32", trans_b=True, beta=0.5)
+        run_gemm_case(d, tmp, rng, 8, 9, 10, "f32", beta=None, use_c=True)
         run_gemm_case(d, tmp, rng, 19, 23, 29, "f64", trans_a=True, trans_b=True, alpha=2.0,
                       beta=-1.0)
         # Fortran order: 2-D operands go out with the trans flag flipped, 3-D ones reordered

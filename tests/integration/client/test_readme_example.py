@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The README's libgemmclient example, as a user would build it: the ```c block between the
 client markers of README.md, compiled against the library installed with
-`cmake --install BUILD --prefix TMP --component gemmclient` three ways (pkg-config and the shared
+`cmake --install BUILD --prefix TMP --component C` for the components libgemmclient,
+libgemmclient-dev and gemmctl, three ways (pkg-config and the shared
 library, the static library, find_package(gemmclient) in a CMake project), each run against a
 live daemon with GEMMD_ADDRESS set.
   test_readme_example.py --gemmd PATH --readme README.md --build BUILD_DIR --cc CC
@@ -45,7 +46,8 @@ def test_readme_example(ctx):
     tmp = tempfile.mkdtemp(prefix="gc-readme-")
     try:
         prefix = os.path.join(tmp, "prefix")
-        run(["cmake", "--install", ARGS.build, "--prefix", prefix, "--component", "gemmclient"])
+        for component in ("libgemmclient", "libgemmclient-dev", "gemmctl"):
+            run(["cmake", "--install", ARGS.build, "--prefix", prefix, "--component", component])
         libdir = os.path.join(prefix, "lib")
         for name in ("include/gemmclient.h", "include/gemmclient_version.h",
                      "lib/libgemmclient.a", "lib/pkgconfig/gemmclient.pc",
@@ -74,7 +76,7 @@ def test_readme_example(ctx):
         shutil.copy(src, os.path.join(cmake_dir, "example.c"))
         with open(os.path.join(cmake_dir, "CMakeLists.txt"), "w") as f:
             f.write("cmake_minimum_required(VERSION 3.16)\nproject(app LANGUAGES C)\n"
-                    "find_package(gemmclient 0.1 REQUIRED)\n"
+                    "find_package(gemmclient 1.0 REQUIRED)\n"
                     "add_executable(app example.c)\n"
                     "target_link_libraries(app PRIVATE gemmclient::gemmclient)\n"
                     "target_compile_options(app PRIVATE %s)\ntarget_link_options(app PRIVATE %s)\n"

@@ -244,7 +244,13 @@ def test_deadline_exceeded(ctx):
                 data.append(h.Client.pack_gemm(msgid, hdr, a, b))
             # from a thread: on the GPU each job's payload waits for the one before it to finish
             sender = h.send_in_background(busy, b"".join(data))
-            time.sleep(min(0.05, one_job / 2))  # the first job has started
+            # Wait until the first busy job is with the backend (the small one then waits behind
+            # it), not a fixed time: under load (ASan, -j2) the busy payloads can still be
+            # arriving when a fixed sleep ends, and the small job would then run first.
+            wait_until = time.monotonic() + 60 * ctx.scale
+            while (h.dig(client.call("stats"), "jobs_running", 0) or 0) < 1:
+                assert time.monotonic() < wait_until, "the busy jobs never reached the worker"
+                time.sleep(0.005)
             small = good_hdr(timeout_ms=timeout_ms)
             expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
                          "timeout_ms %d behind %d %d^3 f64 jobs on one worker" % (

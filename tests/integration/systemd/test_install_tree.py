@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""`cmake --install` produces a tree a GPU box can run from (issue 7).
+"""`cmake --install` produces a tree a GPU box can run from.
 
 The build is installed with DESTDIR into a temporary directory, under the prefix it was
 configured for (so nothing outside the temporary directory is written, whatever absolute
@@ -8,7 +8,8 @@ directories a packager configured). Then:
     has; a relative entry is under the prefix, an absolute one under DESTDIR; globs allowed);
   - the installed units name files that the tree holds: ExecStart's gemmd and its --config;
   - the installed gemmd accepts the installed gemmd.yaml (--check-config);
-  - the installed gemmctl finds the installed libgemmclient;
+  - the installed gemmctl finds the installed libgemmclient by itself (its RPATH: no
+    LD_LIBRARY_PATH, no ldconfig);
   - a C program builds against the installed library through pkg-config and through
     find_package(gemmclient), and runs.
 
@@ -150,12 +151,16 @@ def check_gemmctl_loads(tree, bindir, libdir):
     gemmctl = tree.path(os.path.join(bindir, "gemmctl"))
     if not os.path.exists(gemmctl):
         return
-    code, out = run([gemmctl, "--connect", "unix:/nonexistent/gemmd.sock", "ping"],
-                    env=lib_env(tree, libdir), timeout=60)
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    proc = subprocess.run([gemmctl, "--connect", "unix:/nonexistent/gemmd.sock", "ping"], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    code, out = proc.returncode, proc.stdout.decode("utf-8", "replace")
     assert "error while loading shared libraries" not in out and code != 127, \
         "installed gemmctl does not start (exit %d):\n%s" % (code, out)
     assert code != 0, "gemmctl ping to a missing socket exited 0:\n%s" % out
-    print("  installed gemmctl loads libgemmclient (ping to nowhere: exit %d)" % code)
+    print("  installed gemmctl loads libgemmclient without LD_LIBRARY_PATH (ping to nowhere: "
+          "exit %d)" % code)
 
 
 def sanitizer_flags(gemmd):

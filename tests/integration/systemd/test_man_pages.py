@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""The man pages render cleanly and say what the programs do (issue 7).
+"""The man pages render cleanly and say what the programs do.
 
-  - gemmd(8), gemmctl(1) and gemmd.yaml(5) render with `man --warnings -l` (or groff -ww)
+  - gemmd(8), gemmctl(1), gemmd.yaml(5) and libgemmclient(3) render with `man --warnings -l` (or groff -ww)
     without a single warning, when man or groff is installed;
-  - every option of DESIGN.md's command-line contract is documented in its page;
+  - every option of the command-line contract (CONTRACT below) is documented in its page;
   - every option the built programs list in --help is documented (so the pages cannot fall
     behind the code), when the program has --help;
   - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name;
-  - each page's title line names the version `gemmd --version` prints.
+  - each page's title line names the version `gemmd --version` prints;
+  - every function client/gemmclient.h exports (GC_EXPORT) is named in libgemmclient(3).
 
 Run: test_man_pages.py --source DIR --gemmd PATH [--gemmctl PATH]
 """
@@ -20,9 +21,10 @@ import subprocess
 import sys
 
 PAGES = {"gemmd": "daemon/gemmd.8", "gemmctl": "client/gemmctl.1",
-         "gemmd.yaml": "systemd/gemmd.yaml.5"}
+         "gemmd.yaml": "systemd/gemmd.yaml.5", "libgemmclient": "client/libgemmclient.3"}
 
-# DESIGN.md, "Command-line contract".
+# The command-line contract: the options, commands and values each program must accept and
+# its page must document, whether or not --help lists them.
 CONTRACT = {
     "gemmd": ["--config", "--listen", "--backend", "--log-level", "--check-config",
               "auto", "gpu", "cpu"],
@@ -219,6 +221,18 @@ def main():
             print("ok: gemmd.yaml(5) documents all %d keys of config/gemmd.yaml" % len(keys))
     else:
         notes.append("no config/gemmd.yaml: config keys not compared")
+
+    header = os.path.join(args.source, "client", "gemmclient.h")
+    if os.path.exists(header) and "libgemmclient" in texts:
+        exported = re.findall(r"^GC_EXPORT [^(]*?\b(gc_\w+)\(", open(header).read(), re.M)
+        lacking = [f for f in exported if not documented(f, texts["libgemmclient"])]
+        if not exported:
+            failures.append("found no GC_EXPORT function in client/gemmclient.h")
+        elif lacking:
+            failures.append("libgemmclient(3) lacks functions gemmclient.h exports: %s" %
+                            " ".join(lacking))
+        else:
+            print("ok: libgemmclient(3) names all %d exported functions" % len(exported))
 
     for note in notes:
         print("note: " + note)

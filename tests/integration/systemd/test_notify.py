@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""sd_notify from gemmd, observed on a NOTIFY_SOCKET of our own (issue 7).
+"""sd_notify from gemmd, observed on a NOTIFY_SOCKET of our own.
 
 A Python AF_UNIX datagram socket stands in for systemd: gemmd is started with NOTIFY_SOCKET
 naming it, and the test checks what a Type=notify service with WatchdogSec= relies on:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gemmd under socket activation (issue 7): it adopts the sockets it is handed (LISTEN_FDS).
+"""gemmd under socket activation: it adopts the sockets it is handed (LISTEN_FDS).
 
 systemd-socket-activate plays systemd: it binds the listening sockets, waits for the first
 client, then execs gemmd with LISTEN_FDS/LISTEN_PID set (the same process, so LISTEN_PID is

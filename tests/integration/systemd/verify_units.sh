@@ -2,7 +2,7 @@
 # verify_units.sh UNIT_DIR INSTALLED_GEMMD BUILT_GEMMD [CONFIG_YAML [CLIENT_HEADER]]
 #
 # Checks the configured gemmd.service and gemmd.socket (from UNIT_DIR, the build's systemd/):
-#  1. every directive issue 7 asks for is there, with its value;
+#  1. every directive the units must carry is there, with its value (the list below);
 #  2. `systemd-analyze verify` has nothing to say about them. It exits 0 on unknown keys and
 #     unparsable values (it only logs them), so any output at all is a failure;
 #  3. `systemd-analyze security --offline` rates the service's exposure at 3.0 or better.
@@ -36,7 +36,9 @@ fi
 grep -q "^ExecStart=$built " "$tmp/gemmd.service" ||
   bad "ExecStart does not start with $installed: $(grep '^ExecStart=' "$unit_dir/gemmd.service")"
 
-# 1. The directives of issue 7, as exact lines (the unit files keep one setting a line).
+# 1. The directives the units must carry, as exact lines (the unit files keep one setting a
+#    line): notify and restart, the user and the GPU devices it may open, the sandbox, the
+#    runtime and config directories, and the socket.
 require() { # FILE LINE...
   file=$1; shift
   for line in "$@"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cross-checks gemmctl's .npy reader and writer with numpy (tests/unit/client/test_npy.c).
+"""Cross-checks gemmctl's .npy reader and writer with numpy (tests/unit/client/test_client_npy.c).
 
   npy_py.py write DIR   writes one file per (dtype, order, format version, shape) into DIR and
                         a manifest.txt: "file dtype fortran ndim s0 s1 s2"
@@ -64,22 +64,6 @@ def write(directory):
                     lines.append("%s %s %d %d %d %d %d" % (name, dtype, fortran, len(shape), *dims))
     with open(os.path.join(directory, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    # float32 -> f16 / bf16 rounding, bit for bit: numpy's astype(float16) and round-to-nearest-
-    # even bfloat16, over random values of every magnitude, ties, subnormals, overflow, inf, NaN
-    rng = np.random.default_rng(7)
-    vals = np.concatenate([
-        rng.standard_normal(20000) * np.exp2(rng.integers(-30, 20, 20000)),
-        np.float32(1) + np.arange(-4096, 4096) * np.float32(2.0**-13),  # f16 ties near 1
-        np.arange(0, 4096) * np.float32(2.0**-26),                      # f16 subnormals
-        [65504, 65519, 65520, 1e6, -1e6, np.inf, -np.inf, np.nan, 0.0, -0.0, 6.1e-5, 5.96e-8],
-    ]).astype("<f4")
-    np.save(os.path.join(directory, "conv_f32.npy"), vals)
-    with np.errstate(over="ignore"):  # overflow to inf is one of the cases
-        np.save(os.path.join(directory, "conv_f16.npy"), vals.astype("<f2").view("<u2"))
-    bits = vals.view("<u4").astype(np.uint64)
-    bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")
-    bf16 = np.where(np.isnan(vals), ((bits >> 16) | 0x40).astype("<u2"), bf16)
-    np.save(os.path.join(directory, "conv_bf16.npy"), bf16)
     # files the reader must refuse
     np.save(os.path.join(directory, "bad_bigendian.npy"), np.ones((2, 2), dtype=">f4"))
     np.save(os.path.join(directory, "bad_int.npy"), np.ones((2, 2), dtype="<i4"))

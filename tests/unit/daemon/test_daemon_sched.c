@@ -6,11 +6,13 @@
  */
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "gd_clock.h"
+#include "gd_completion.h"
 #include "gd_sched.h"
 
 /* ---- a fake backend that records what the scheduler asks of it ------------ */
@@ -57,23 +59,18 @@ static const gd_backend_ops fake_ops = {
     .name = "fake", .prepare = f_prepare, .submit = f_submit, .output_consumed = f_consumed,
     .release = f_release, .host_bytes = f_host_bytes, .destroy = f_destroy};
 
-/* hooks: record the events a live session would get */
+/* record the events a live connection would get */
 static int hook_outputs, hook_failures;
 static gp_error last_failure;
-static void h_output(void *session, gd_job *job, const gd_backend_event *ev) {
-  (void)session, (void)job, (void)ev;
-  hook_outputs++;
-}
-static void h_failed(void *session, gd_job *job, const gp_error *err) {
-  (void)session, (void)job;
+static void h_output(void) { hook_outputs++; }
+static void h_failed(const gp_error *err) {
   hook_failures++;
   last_failure = *err;
 }
 static int hook_resumes;
 static gd_job *abandon_on_resume; /* a resume hook that lets another job go (a session closing) */
 static gd_sched *sched;
-static void h_resume(void *session, gd_job *job) {
-  (void)session, (void)job;
+static void h_resume(void) {
   hook_resumes++;
   if (abandon_on_resume) {
     gd_job *other = abandon_on_resume;
@@ -81,7 +78,16 @@ static void h_resume(void *session, gd_job *job) {
     gd_sched_abandon(sched, other);
   }
 }
-static const gd_sched_hooks hooks = {h_output, h_failed, h_resume};
+/* the waiter every job gets: a live connection's record of the call */
+static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev) {
+  (void)w, (void)job;
+  switch (ev->type) {
+  case GD_EV_OUTPUT_CHUNK: h_output(); break;
+  case GD_EV_FAILED: h_failed(&ev->err); break;
+  case GD_EV_INPUT_RESUME: h_resume(); break;
+  }
+}
+static gd_job_waiter waiter = {on_job_event};
 
 /* ---- fixture ------------------------------------------------------------------ */
 
@@ -101,8 +107,7 @@ static void start(uint32_t max_jobs, uint64_t budget, bool with_backend) {
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   ck_assert_int_eq(uv_async_init(&loop, &keep_alive, NULL), 0);
   gd_sched_limits limits = {max_jobs, budget};
-  ck_assert_int_eq(gd_sched_new(&loop, with_backend ? &fake.base : NULL, &limits, &hooks, &stats,
-                                &sched), 0);
+  ck_assert_int_eq(gd_sched_new(&loop, with_backend ? &fake.base : NULL, &limits, &stats, &sched, NULL), 0);
 }
 
 static void stop(void) {
@@ -125,9 +130,8 @@ static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
 }
 
 static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
-  static int session; /* any non-NULL pointer */
   gp_error_clear(err);
-  return gd_sched_admit(sched, h, false, 7, &session, job, err);
+  return gd_sched_admit(sched, h, false, 7, 1, &waiter, job, err);
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -285,7 +289,7 @@ typedef struct {
 
 static void *post_thread(void *arg) {
   post_arg *p = arg;
-  ck_assert_int_eq(gd_backend_post(p->b, &p->ev), 0);
+  ck_assert_int_eq(gd_completion_post(p->b->sink, &p->ev), 0);
   return NULL;
 }
 
@@ -319,8 +323,8 @@ START_TEST(live_job_events_reach_the_session) {
   post_from_thread(job, GD_EV_OUTPUT_CHUNK, true);
   ck_assert_int_eq(hook_outputs, 2);
   ck_assert_uint_eq(gd_sched_running(sched), 0);
-  gd_sched_chunk_sent(sched, job, "xyz", 3);
-  gd_sched_chunk_sent(sched, job, "xyz", 3);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
   ck_assert_int_eq(fake.consumed, 2);
   ck_assert_int_eq(fake.released, 0);
   gd_sched_finish(sched, job, true);
@@ -363,7 +367,7 @@ START_TEST(orphan_with_a_chunk_still_being_written) {
   ck_assert_int_eq(hook_outputs, 1);
   gd_sched_abandon(sched, job); /* the connection closes with that write pending */
   ck_assert_int_eq(fake.released, 0);
-  gd_sched_chunk_sent(sched, job, "xyz", 3); /* the cancelled write comes back */
+  gd_sched_chunk_done(sched, job, "xyz", 3); /* the cancelled write comes back */
   ck_assert_int_eq(fake.released, 1);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   stop();
@@ -404,6 +408,26 @@ START_TEST(event_in_the_same_batch_for_a_job_released_by_a_hook) {
 }
 END_TEST
 
+#ifndef NDEBUG
+START_TEST(chunk_given_back_twice_aborts) {
+  /* the accounting is asserted, not clamped: a second give-back of one chunk is a bug */
+  start(10, 1u << 20, true);
+  gd_job *job = admit_small(true);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, false);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
+}
+END_TEST
+
+START_TEST(finish_with_a_chunk_out_aborts) {
+  start(10, 1u << 20, true);
+  gd_job *job = admit_small(true);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true);
+  gd_sched_finish(sched, job, true);
+}
+END_TEST
+#endif
+
 START_TEST(shutdown_frees_what_is_left) {
   /* the backend was destroyed under running jobs: gd_sched_free frees them, no release */
   start(10, 1u << 20, true);
@@ -429,6 +453,10 @@ int main(void) {
   tcase_add_test(tc, event_queued_for_a_job_released_before_submit);
   tcase_add_test(tc, event_in_the_same_batch_for_a_job_released_by_a_hook);
   tcase_add_test(tc, shutdown_frees_what_is_left);
+#ifndef NDEBUG
+  tcase_add_test_raise_signal(tc, chunk_given_back_twice_aborts, SIGABRT);
+  tcase_add_test_raise_signal(tc, finish_with_a_chunk_out_aborts, SIGABRT);
+#endif
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,9 +1,9 @@
 /*
  * The CPU path (gk_cpu.h): every dtype, both transposes, alpha and beta,
  * batch, odd sizes, against a float64 reference on fresh random inputs, with
- * the output poisoned so that an unwritten element fails. And the f16/bf16
- * conversions against independent float64 definitions of both formats.
- * GEMMD_TEST_SEED replays a run.
+ * the output poisoned so that an unwritten element fails (f16/bf16 through
+ * gp_half.h, tested in tests/unit/proto/test_proto_half.c). GEMMD_TEST_SEED
+ * replays a run.
  */
 #include <check.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "gk_cpu.h"
+#include "gp_half.h"
 
 static unsigned long seed;
 
@@ -29,8 +30,8 @@ static double get(gk_dtype t, const void *p, int64_t i) {
   switch (t) {
   case GK_F32: return ((const float *)p)[i];
   case GK_F64: return ((const double *)p)[i];
-  case GK_F16: return gk_f16_to_f32(((const uint16_t *)p)[i]);
-  case GK_BF16: return gk_bf16_to_f32(((const uint16_t *)p)[i]);
+  case GK_F16: return gp_f16_to_f32(((const uint16_t *)p)[i]);
+  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)p)[i]);
   }
   return NAN;
 }
@@ -39,8 +40,8 @@ static void set(gk_dtype t, void *p, int64_t i, double v) {
   switch (t) {
   case GK_F32: ((float *)p)[i] = (float)v; break;
   case GK_F64: ((double *)p)[i] = v; break;
-  case GK_F16: ((uint16_t *)p)[i] = gk_f32_to_f16((float)v); break;
-  case GK_BF16: ((uint16_t *)p)[i] = gk_f32_to_bf16((float)v); break;
+  case GK_F16: ((uint16_t *)p)[i] = gp_f32_to_f16((float)v); break;
+  case GK_BF16: ((uint16_t *)p)[i] = gp_f32_to_bf16((float)v); break;
   }
 }
 
@@ -68,8 +69,21 @@ static double acc_eps(gk_dtype t) { return t == GK_F64 ? 0x1p-53 : 0x1p-24; }
 
 /* ---- one problem ---------------------------------------------------------- */
 
-static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
-                          bool tb, double alpha, double beta) {
+/* Runs p whole (parts == 1) or as `parts` parts in a scrambled order, as workers would. */
+static void run_problem(const gk_problem *p, int64_t parts) {
+  const char *kernel = NULL;
+  if (parts == 1) {
+    ck_assert_int_eq(gk_cpu_gemm(p, &kernel), 0);
+    ck_assert_str_eq(kernel, "openblas");
+    return;
+  }
+  int64_t start = (int64_t)(drand48() * (double)parts); /* last to first, from a random part */
+  for (int64_t i = 0; i < parts; i++)
+    ck_assert_int_eq(gk_cpu_gemm_part(p, (start + parts - i) % parts, parts, NULL), 0);
+}
+
+static void check_problem_parts(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch,
+                                bool ta, bool tb, double alpha, double beta, int64_t parts) {
   size_t es = gk_dtype_size(t);
   gk_problem p = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
                   .batch = batch, .alpha = alpha, .beta = beta};
@@ -87,9 +101,7 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
   p.a = a;
   p.b = b;
   p.c = c;
-  const char *kernel = NULL;
-  ck_assert_int_eq(gk_cpu_gemm(&p, &kernel), 0);
-  ck_assert_str_eq(kernel, "openblas");
+  run_problem(&p, parts);
   for (int64_t q = 0; q < batch; q++) {
     for (int64_t i = 0; i < m; i++) {
       for (int64_t j = 0; j < n; j++) {
@@ -108,10 +120,12 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
                      out_eps(t) * 1e-4;
         double got = get(t, c, q * nc + i * n + j);
         ck_assert_msg(isfinite(got) && fabs(got - want) <= tol,
-                      "%s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d alpha=%g beta=%g: "
+                      "%s m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d alpha=%g beta=%g "
+                      "parts=%lld: "
                       "C[%lld][%lld][%lld] = %.17g, want %.17g (tol %.3g, seed %lu)",
                       gk_dtype_name(t), (long long)m, (long long)n, (long long)k,
-                      (long long)batch, ta, tb, alpha, beta, (long long)q, (long long)i,
+                      (long long)batch, ta, tb, alpha, beta, (long long)parts, (long long)q,
+                      (long long)i,
                       (long long)j, got, want, tol, seed);
       }
     }
@@ -121,6 +135,26 @@ static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t b
   free(c);
   free(c0);
 }
+
+static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
+                          bool tb, double alpha, double beta) {
+  check_problem_parts(t, m, n, k, batch, ta, tb, alpha, beta, 1);
+}
+
+/* Parts of one problem together equal the whole, however the rows fall across batch elements
+ * (runs that start mid-matrix and cross into the next), and a part count above the rows. */
+START_TEST(split_into_parts) {
+  static const int64_t shapes[][4] = {{7, 5, 3, 1}, {13, 9, 17, 3}, {1, 9, 4, 5}, {33, 17, 65, 2}};
+  static const int64_t parts[] = {2, 3, 7, 40};
+  gk_dtype t = (gk_dtype)_i;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (size_t pi = 0; pi < sizeof parts / sizeof parts[0]; pi++)
+      for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+          check_problem_parts(t, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], ta, tb,
+                              ta ? -0.75 : 1.0, tb ? 0.5 : 0.0, parts[pi]);
+}
+END_TEST
 
 START_TEST(every_form) {
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {1, 9, 17}, {13, 1, 5},
@@ -158,6 +192,9 @@ START_TEST(malformed_problems) {
   p.c = NULL;
   ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
   p.c = x;
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, 1, 1, NULL), 0); /* part past the last */
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, -1, 2, NULL), 0);
+  ck_assert_int_lt(gk_cpu_gemm_part(&p, 0, 0, NULL), 0);
   p.k = (int64_t)1 << 40; /* does not fit CBLAS's int */
   ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
 }
@@ -173,125 +210,6 @@ START_TEST(scratch_sizes) {
 }
 END_TEST
 
-/* ---- conversions ----------------------------------------------------------- */
-
-static uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-/* An independent f16 decoder in float64 (the IEEE binary16 definition). */
-static double f16_value(uint16_t h) {
-  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double mag = exp == 0 ? ldexp(mant, -24) : exp == 31 ? (mant ? NAN : INFINITY)
-                                                        : ldexp(mant | 0x400, exp - 25);
-  return (h & 0x8000) ? -mag : mag;
-}
-
-/* Reference rounding: the nearest binary16 by search over the finite ones, ties to even, and
- * overflow to inf from half an ulp past the largest (65520). */
-static uint16_t f16_reference(float f) {
-  double ax = fabs((double)f);
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  if (ax >= 65520.0)
-    return sign | 0x7c00;
-  uint16_t lo = 0, hi = 0x7bff; /* largest h with f16_value(h) <= ax */
-  while (lo < hi) {
-    uint16_t mid = (uint16_t)((lo + hi + 1) / 2);
-    if (f16_value(mid) <= ax)
-      lo = mid;
-    else
-      hi = (uint16_t)(mid - 1);
-  }
-  double below = f16_value(lo);
-  double above = lo == 0x7bff ? 65536.0 : f16_value((uint16_t)(lo + 1));
-  double dl = ax - below, dh = above - ax;
-  if (dl < dh || (dl == dh && !(lo & 1)))
-    return sign | lo;
-  return (uint16_t)(sign | (lo + 1));
-}
-
-START_TEST(f16_every_value_round_trips) {
-  for (uint32_t h = 0; h < 65536; h++) {
-    float f = gk_f16_to_f32((uint16_t)h);
-    double ref = f16_value((uint16_t)h);
-    if (isnan(ref)) {
-      ck_assert_msg(isnan(f), "0x%04x", h);
-      ck_assert(isnan(gk_f16_to_f32(gk_f32_to_f16(f))));
-      continue;
-    }
-    ck_assert_msg((double)f == ref && !signbit(f) == !signbit(ref), "0x%04x: %g, want %g", h, f,
-                  ref);
-    ck_assert_msg(gk_f32_to_f16(f) == h, "0x%04x -> %g -> 0x%04x", h, f, gk_f32_to_f16(f));
-  }
-}
-END_TEST
-
-START_TEST(f16_rounds_to_nearest_even) {
-  /* random bit patterns, and values around every f16 boundary (ties included) */
-  for (int i = 0; i < 100000; i++) {
-    uint32_t u;
-    if (i & 1) {
-      u = (uint32_t)mrand48();
-    } else {
-      /* an f16 value in f32 plus an offset near half an f16 ulp */
-      uint16_t h = (uint16_t)lrand48();
-      float f = gk_f16_to_f32(h);
-      u = f32_bits(f) + (uint32_t)(lrand48() % 8192) - 4096 + ((i & 2) ? 4096 : 0);
-    }
-    float f = bits_f32(u);
-    uint16_t got = gk_f32_to_f16(f);
-    if (isnan(f)) {
-      ck_assert(isnan(gk_f16_to_f32(got)));
-      continue;
-    }
-    uint16_t want = f16_reference(f);
-    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u,
-                  got, want, seed);
-  }
-}
-END_TEST
-
-/* bf16 reference: the nearest of the two bf16 neighbours in float64, ties to even. */
-static uint16_t bf16_reference(float f) {
-  uint32_t u = f32_bits(f);
-  uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-  double x = f, dl = fabs(x - gk_bf16_to_f32(lo));
-  float fh = gk_bf16_to_f32(hi);
-  /* past the largest bf16 the next step is 2^128 (rounding there overflows to inf) */
-  double dh = fabs(x - (isinf(fh) ? copysign(0x1p128, fh) : (double)fh));
-  if (dl < dh || (dl == dh && !(lo & 1)))
-    return lo;
-  return hi;
-}
-
-START_TEST(bf16_rounds_to_nearest_even) {
-  for (int i = 0; i < 100000; i++) {
-    uint32_t u = (uint32_t)mrand48();
-    if (i % 4 == 0)
-      u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
-    float f = bits_f32(u);
-    uint16_t got = gk_f32_to_bf16(f);
-    if (isnan(f)) {
-      ck_assert(isnan(gk_bf16_to_f32(got)));
-      continue;
-    }
-    uint16_t want = bf16_reference(f);
-    ck_assert_msg(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u,
-                  got, want, seed);
-  }
-  ck_assert_uint_eq(gk_f32_to_bf16(1.0f), 0x3f80);
-  ck_assert_uint_eq(gk_f32_to_bf16(-0.0f), 0x8000);
-  ck_assert_uint_eq(gk_f32_to_bf16(INFINITY), 0x7f80);
-}
-END_TEST
-
 int main(void) {
   seed_once();
   gk_cpu_set_blas_threads(1); /* as the daemon runs it; and idle BLAS threads would only spin */
@@ -300,16 +218,11 @@ int main(void) {
   TCase *gemm = tcase_create("gemm");
   tcase_set_timeout(gemm, 60);
   tcase_add_loop_test(gemm, every_form, GK_F32, GK_BF16 + 1);
+  tcase_add_loop_test(gemm, split_into_parts, GK_F32, GK_BF16 + 1);
   tcase_add_loop_test(gemm, bigger_than_any_tile, GK_F32, GK_BF16 + 1);
   tcase_add_test(gemm, malformed_problems);
   tcase_add_test(gemm, scratch_sizes);
   suite_add_tcase(s, gemm);
-  TCase *conv = tcase_create("conversions");
-  tcase_set_timeout(conv, 60);
-  tcase_add_test(conv, f16_every_value_round_trips);
-  tcase_add_test(conv, f16_rounds_to_nearest_even);
-  tcase_add_test(conv, bf16_rounds_to_nearest_even);
-  suite_add_tcase(s, conv);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

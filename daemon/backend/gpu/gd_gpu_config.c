@@ -1,0 +1,22 @@
+/*
+ * gd_gpu_config.c - the defaults of the `gpu:` section of gemmd.yaml. Needs no CUDA and is
+ * built in every configuration, so the same gemmd.yaml parses and validates with or without
+ * the GPU backend.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gd_backend_gpu.h"
+
+void gd_gpu_config_default(gd_gpu_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->devices_auto = true;
+  cfg->staging_bytes = 64ull * 1024 * 1024;
+  cfg->staging_buffers = 2;
+  cfg->memory_fraction = 0.9;
+  cfg->memory_bytes = 0;
+  cfg->staging_hold_ms = 20;
+  cfg->memory_idle_ms = 30000;
+  cfg->memory_keep_bytes = 0;
+  snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
+}

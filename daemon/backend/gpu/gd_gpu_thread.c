@@ -1,0 +1,220 @@
+/*
+ * gd_gpu_thread.c - the life of a device's worker thread: start-up (device, kernel context,
+ * streams, memory pool, pinned staging), the serving loop over the command FIFO (gd_gpu_cmd.c;
+ * each command handled by gd_gpu_worker.c), the watchdog, giving idle memory back (the pool
+ * itself is gd_gpu_mem.c), and shutdown.
+ *
+ * The worker never waits on a stream while the daemon runs, so a command is handled in
+ * microseconds. A kernel fault shows up nowhere by itself (the host funcs after it never run),
+ * so while work is in flight the worker wakes every GD__WATCHDOG_MS and asks each stream for
+ * its status: an error there takes the device out of service. Only destroy synchronises.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "gd_clock.h"
+#include "gd_gpu_internal.h"
+#include "gd_log.h"
+
+#define GD__WATCHDOG_MS 200
+
+/* While work is in flight: a stream that reports an error (not "not ready") carries a fault
+ * that no host func will ever report. */
+static void watchdog(gd__gpu_dev *dev) {
+  cudaStream_t streams[3] = {dev->s_in, dev->s_compute, dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    cudaError_t e = cudaStreamQuery(streams[i]);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+      gd__gpu_dev_kill(dev, "a queued copy or kernel", e);
+      return;
+    }
+  }
+}
+
+static bool dev_busy_locked(const gd__gpu_dev *dev) {
+  return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
+}
+
+static void timed_wait(gd__gpu_dev *dev, uint64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
+  ts.tv_sec += (time_t)(ms / 1000u);
+  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
+}
+
+/* Under mu, nothing to do: sleeps until a command comes, or gives the pool's memory back once
+ * the device has been idle for gpu.memory_idle_ms. */
+static void idle(gd__gpu_dev *dev) {
+  uint64_t wait_ms = 0;
+  if (!gd__gpu_mem_trim_due(dev, gd_now_us(), &wait_ms)) {
+    pthread_cond_wait(&dev->cv, &dev->mu);
+    return;
+  }
+  if (wait_ms > 0) {
+    timed_wait(dev, wait_ms);
+    return;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  gd__gpu_mem_trim(dev);
+  pthread_mutex_lock(&dev->mu);
+}
+
+static void serve(gd__gpu_dev *dev) {
+  bool synced = false;
+  pthread_mutex_lock(&dev->mu);
+  for (;;) {
+    if (dev->q_head || dev_busy_locked(dev))
+      gd__gpu_mem_note_work(dev, gd_now_us());
+    gd__gpu_cmd *cmd = gd__gpu_cmd_pop(dev);
+    if (cmd) {
+      synced = false;
+      pthread_mutex_unlock(&dev->mu);
+      gd__gpu_worker_handle(dev, cmd);
+      pthread_mutex_lock(&dev->mu);
+      continue;
+    }
+    if (dev->stopping) {
+      if (synced || dev->dead)
+        break;
+      /* Destroy: let every copy land (its host func queues a completion) and serve those. */
+      pthread_mutex_unlock(&dev->mu);
+      (void)cudaStreamSynchronize(dev->s_in);
+      (void)cudaStreamSynchronize(dev->s_compute);
+      (void)cudaStreamSynchronize(dev->s_out);
+      pthread_mutex_lock(&dev->mu);
+      synced = true;
+      continue;
+    }
+    if (dev_busy_locked(dev)) {
+      timed_wait(dev, GD__WATCHDOG_MS);
+      if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
+        pthread_mutex_unlock(&dev->mu);
+        watchdog(dev);
+        pthread_mutex_lock(&dev->mu);
+      }
+    } else {
+      idle(dev);
+    }
+  }
+  pthread_mutex_unlock(&dev->mu);
+}
+
+static int worker_init(gd__gpu_dev *dev, gp_error *err) {
+  cudaError_t e = cudaSetDevice(dev->ordinal);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaSetDevice: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: kernel context: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    e = cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking);
+    if (e != cudaSuccess)
+      return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaStreamCreate: %s", dev->ordinal,
+                          cudaGetErrorString(e));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  e = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (e != cudaSuccess)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaMemGetInfo: %s", dev->ordinal,
+                        cudaGetErrorString(e));
+  uint64_t budget = gd__gpu_device_budget(&dev->be->cfg, free_bytes);
+  budget &= ~(uint64_t)(GD_GPU_POOL_ALIGN - 1);
+  if (budget == 0)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
+                        dev->ordinal, free_bytes, total_bytes);
+  int rc = gd__gpu_mem_create(dev, err);
+  if (rc != 0)
+    return rc;
+  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  rc = gd__gpu_staging_create(dev, err);
+  if (rc != 0)
+    return rc;
+  gd_info("gpu: cuda:%d %s: memory on demand up to %llu MiB (given back after %llu ms idle), "
+          "%u x %zu KiB staging each way, kernel %s",
+          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20),
+          (unsigned long long)dev->be->cfg.memory_idle_ms, dev->nbuf, dev->staging_bytes >> 10,
+          dev->be->cfg.kernel);
+  return 0;
+}
+
+static void worker_fini(gd__gpu_dev *dev) {
+  /* After a sticky error these calls fail (and are ignored): the process cannot get that
+   * device back, but whatever the driver can still release, it does. */
+  for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
+    if (j->work.events_made) {
+      (void)cudaEventDestroy(j->work.ev_in);
+      (void)cudaEventDestroy(j->work.ev_c0);
+      (void)cudaEventDestroy(j->work.ev_c1);
+      j->work.events_made = false;
+    }
+  gd__gpu_staging_destroy(dev);
+  gd__gpu_mem_destroy(dev);
+  gd__gpu_pool_fini(&dev->pool);
+  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  for (int i = 0; i < 3; i++) {
+    if (*streams[i])
+      (void)cudaStreamDestroy(*streams[i]);
+    *streams[i] = NULL;
+  }
+  if (dev->kctx)
+    gk_gpu_ctx_destroy(dev->kctx);
+  dev->kctx = NULL;
+  (void)cudaGetLastError();
+}
+
+static void *worker_main(void *arg) {
+  gd__gpu_dev *dev = arg;
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = worker_init(dev, &err);
+  pthread_mutex_lock(&dev->mu);
+  dev->init_err = err;
+  dev->init_done = true;
+  if (rc != 0)
+    dev->dead = true;
+  pthread_cond_broadcast(&dev->cv);
+  pthread_mutex_unlock(&dev->mu);
+  if (rc == 0)
+    serve(dev);
+  worker_fini(dev);
+  return NULL;
+}
+
+int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err) {
+  int rc = pthread_create(&dev->thread, NULL, worker_main, dev);
+  if (rc != 0)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cannot start its worker: %s",
+                        dev->ordinal, strerror(rc));
+  dev->thread_started = true;
+  pthread_mutex_lock(&dev->mu);
+  while (!dev->init_done)
+    pthread_cond_wait(&dev->cv, &dev->mu);
+  gp_error init_err = dev->init_err;
+  pthread_mutex_unlock(&dev->mu);
+  if (init_err.code != 0) {
+    gd__gpu_worker_stop(dev);
+    if (err)
+      *err = init_err;
+    return init_err.code;
+  }
+  return 0;
+}
+
+void gd__gpu_worker_stop(gd__gpu_dev *dev) {
+  if (!dev->thread_started)
+    return;
+  pthread_mutex_lock(&dev->mu);
+  dev->stopping = true;
+  pthread_cond_broadcast(&dev->cv);
+  pthread_mutex_unlock(&dev->mu);
+  (void)pthread_join(dev->thread, NULL);
+  dev->thread_started = false;
+}

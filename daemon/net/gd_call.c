@@ -1,0 +1,96 @@
+/*
+ * gd_call.c - a connection's records of its gemm calls (see gd_call.h).
+ */
+#include "gd_call.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "gd_list.h"
+
+void gd_calls_init(gd_calls *l, gd_sched *sched) {
+  l->sched = sched;
+  l->head = NULL;
+  l->in_flight = 0;
+}
+
+int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                  uint64_t order_key,
+                  void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
+                  gd_call **out, gp_error *err) {
+  gd_call *c = calloc(1, sizeof *c);
+  if (!c)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  c->waiter.on_event = on_event;
+  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, order_key, &c->waiter, &c->job, err);
+  if (rc != 0) {
+    free(c);
+    return rc;
+  }
+  c->list = l;
+  c->msgid = msgid;
+  c->next = l->head;
+  if (l->head)
+    l->head->prev = c;
+  l->head = c;
+  l->in_flight++;
+  *out = c;
+  return 0;
+}
+
+static void unlink_call(gd_call *c) {
+  gd_calls *l = c->list;
+  GD_LIST_UNLINK(l->head, c);
+  c->prev = c->next = NULL;
+  if (!c->orphan) {
+    assert(l->in_flight > 0);
+    l->in_flight--;
+  }
+}
+
+void gd_call_chunk_done(gd_call *c, const void *data, size_t len) {
+  gd_sched_chunk_done(c->list->sched, c->job, data, len);
+}
+
+void gd_call_finish(gd_call *c, bool ok) {
+  assert(!c->orphan && c->writes_pending == 0);
+  gd_sched *sched = c->list->sched;
+  gd_job *job = c->job;
+  unlink_call(c);
+  free(c);
+  gd_sched_finish(sched, job, ok);
+}
+
+void gd_call_abandon(gd_call *c) {
+  assert(!c->orphan && c->writes_pending == 0);
+  gd_sched *sched = c->list->sched;
+  gd_job *job = c->job;
+  unlink_call(c);
+  free(c);
+  gd_sched_abandon(sched, job);
+}
+
+void gd_call_forget(gd_call *c) {
+  assert(!c->orphan);
+  unlink_call(c);
+  free(c);
+}
+
+void gd_calls_orphan_all(gd_calls *l) {
+  for (gd_call *c = l->head; c; c = c->next) {
+    if (c->orphan)
+      continue;
+    c->orphan = true;
+    l->in_flight--;
+    gd_sched_abandon(l->sched, c->job);
+  }
+  assert(l->in_flight == 0);
+}
+
+void gd_calls_free_all(gd_calls *l) {
+  while (l->head) {
+    gd_call *c = l->head;
+    l->head = c->next;
+    free(c);
+  }
+}

@@ -1,0 +1,206 @@
+/*
+ * gd_conn.c - the transport of one connection (see gd_conn.h).
+ *
+ * alloc_cb hands out the current job's payload window when the protocol layer has one, so
+ * payload bytes land where the backend wants them and are decoded in place; otherwise the
+ * connection's read buffer.
+ */
+#include "gd_conn.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gd_clock.h"
+
+#define CONN_OF(ptr, member) ((gd_conn *)((char *)(ptr)-offsetof(gd_conn, member)))
+
+/* ---- the reply queue's reports ------------------------------------------- */
+
+static void on_replyq_queued(gd_replyq *q) {
+  gd_conn *c = CONN_OF(q, out);
+  c->events->queued(c);
+}
+
+static void on_replyq_progress(gd_replyq *q) {
+  gd_conn *c = CONN_OF(q, out);
+  c->events->kick(c);
+}
+
+static void on_replyq_failed(gd_replyq *q, const char *why) {
+  gd_conn_close(CONN_OF(q, out), why);
+}
+
+static const gd_replyq_events replyq_events = {on_replyq_queued, on_replyq_progress,
+                                               on_replyq_failed};
+
+/* ---- set-up and accept ----------------------------------------------------- */
+
+int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
+                 const uint64_t *hold_ms, const gd_conn_events *events) {
+  memset(c, 0, sizeof *c);
+  c->rbuf = malloc(GD_CONN_READ_BUFFER_BYTES);
+  if (!c->rbuf)
+    return -1;
+  c->id = id;
+  c->stats = stats;
+  c->events = events;
+  c->pending = c->rbuf; /* never NULL, even when empty */
+  c->last_activity_us = gd_now_us();
+  gd_replyq_init(&c->out, &c->h.stream, stats, hold_ms, &replyq_events, id);
+  c->out.peer = c->peer; /* filled in once accepted */
+  gd_calls_init(&c->calls, sched);
+  return 0;
+}
+
+void gd_conn_free(gd_conn *c) {
+  assert(c->open_handles == 0);
+  gd_calls_free_all(&c->calls);
+  free(c->rbuf);
+  c->rbuf = NULL;
+}
+
+static void describe_peer(gd_conn *c) {
+  if (c->h.handle.type != UV_TCP) {
+    snprintf(c->peer, sizeof c->peer, "unix");
+    return;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof ss;
+  char host[64] = "?";
+  int port = 0;
+  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET6) {
+      uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof host);
+      port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    } else {
+      uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof host);
+      port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    }
+  }
+  snprintf(c->peer, sizeof c->peer, ss.ss_family == AF_INET6 ? "tcp [%s]:%d" : "tcp %s:%d", host,
+           port);
+}
+
+int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
+  snprintf(c->peer, sizeof c->peer, "?");
+  int rc = server->type == UV_TCP ? uv_tcp_init(loop, &c->h.tcp)
+                                  : uv_pipe_init(loop, &c->h.pipe, 0);
+  if (rc != 0)
+    return rc;
+  c->h.handle.data = c;
+  c->open_handles = 1;
+  rc = uv_timer_init(loop, &c->timer);
+  if (rc != 0)
+    return rc;
+  c->timer.data = c;
+  c->open_handles = 2;
+  rc = uv_accept(server, &c->h.stream);
+  if (rc != 0)
+    return rc;
+  describe_peer(c);
+  return 0;
+}
+
+/* ---- reading ----------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  gd_conn *c = handle->data;
+  (void)suggested;
+  void *ptr;
+  size_t len;
+  if (c->events->window(c, &ptr, &len)) {
+    assert(len > 0);
+    if (len > 0x40000000u)
+      len = 0x40000000u; /* uv_buf_t's length is an unsigned int */
+    *buf = uv_buf_init(ptr, (unsigned)len);
+    return;
+  }
+  *buf = uv_buf_init((char *)c->rbuf, GD_CONN_READ_BUFFER_BYTES);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  gd_conn *c = stream->data;
+  if (nread == 0)
+    return;
+  if (nread < 0) {
+    if (nread == UV_EOF) {
+      c->events->eof(c);
+    } else {
+      char why[128];
+      snprintf(why, sizeof why, "read error: %s", uv_strerror((int)nread));
+      gd_conn_close(c, why);
+    }
+    return;
+  }
+  assert(c->pending_len == 0); /* reading only once everything read was decoded */
+  c->stats->bytes_in += (uint64_t)nread;
+  c->last_activity_us = gd_now_us();
+  c->pending = (const uint8_t *)buf->base;
+  c->pending_len = (size_t)nread;
+  c->pending_in_window = buf->base != (char *)c->rbuf;
+  c->events->data(c);
+}
+
+void gd_conn_want_read(gd_conn *c, bool want) {
+  want = want && !c->closing && c->pending_len == 0;
+  if (want && !c->reading) {
+    int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
+    if (rc != 0) {
+      char why[128];
+      snprintf(why, sizeof why, "cannot read: %s", uv_strerror(rc));
+      gd_conn_close(c, why);
+      return;
+    }
+    c->reading = true;
+  } else if (!want && c->reading) {
+    uv_read_stop(&c->h.stream);
+    c->reading = false;
+  }
+}
+
+void gd_conn_consumed(gd_conn *c, size_t used) {
+  assert(used <= c->pending_len);
+  c->pending += used;
+  c->pending_len -= used;
+}
+
+void gd_conn_leave_window(gd_conn *c) {
+  if (!c->pending_in_window)
+    return;
+  c->pending_in_window = false;
+  c->pending = c->rbuf;
+  c->pending_len = 0;
+}
+
+/* ---- closing ----------------------------------------------------------------- */
+
+static void on_close(uv_handle_t *handle) {
+  gd_conn *c = handle->data;
+  assert(c->open_handles > 0);
+  if (--c->open_handles > 0)
+    return;
+  gd_conn_free(c);
+  c->events->closed(c);
+}
+
+void gd_conn_close(gd_conn *c, const char *why) {
+  if (c->closing)
+    return;
+  c->closing = true;
+  c->events->closing(c, why);
+  /* Jobs go back to the scheduler now; records stay until the close callback because
+   * cancelled writes still give their chunks back through them. */
+  gd_calls_orphan_all(&c->calls);
+  gd_replyq_drop(&c->out);
+  if (c->reading)
+    uv_read_stop(&c->h.stream);
+  c->reading = false;
+  if (c->open_handles == 2) {
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, on_close);
+  }
+  uv_close(&c->h.handle, on_close);
+}

@@ -1,0 +1,85 @@
+/*
+ * gd_conn.h - the transport of one connection: its two libuv handles (the stream and one
+ * timer), the read side (a read buffer, or the current job's payload window, and the bytes read
+ * but not yet decoded), the reply queue (gd_replyq.h), the records of its calls (gd_call.h), and
+ * closing.
+ *
+ * The transport has no policy: the protocol layer above it (gd_rpc.h) says where payload bytes
+ * land, whether to read, and what to do with bytes that arrived, through gd_conn_events.
+ *
+ * Closing (gd_conn_close) abandons every call, drops the reply queue, stops reading and closes
+ * both handles; the connection is freed (events->closed) in the last close callback, never
+ * inside a read or write callback. Loop thread only.
+ */
+#ifndef GD_CONN_H
+#define GD_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "gd_call.h"
+#include "gd_replyq.h"
+#include "gd_stats.h"
+#include "gd_uv_stream.h"
+
+#define GD_CONN_READ_BUFFER_BYTES (64 * 1024)
+
+typedef struct gd_conn gd_conn;
+
+typedef struct {
+  /* Where the next bytes should land instead of the read buffer (a payload window): true with
+   * *ptr, *len (len > 0). */
+  bool (*window)(gd_conn *c, void **ptr, size_t *len);
+  void (*data)(gd_conn *c);    /* bytes arrived: c->pending, c->pending_len */
+  void (*eof)(gd_conn *c);     /* the client shut its side */
+  void (*kick)(gd_conn *c);    /* the reply backlog shrank: maybe read again */
+  void (*queued)(gd_conn *c);  /* a reply write was queued: re-arm the timer */
+  void (*closing)(gd_conn *c, const char *why); /* gd_conn_close began */
+  void (*closed)(gd_conn *c);  /* both handles closed: free what embeds c */
+} gd_conn_events;
+
+struct gd_conn {
+  gd_uv_stream h;
+  uv_timer_t timer;          /* the protocol layer's; closed with the stream */
+  int open_handles;          /* handle + timer: closed() when both close callbacks ran */
+  uint64_t id;
+  char peer[80];
+  gd_stats *stats;           /* bytes_in */
+  const gd_conn_events *events;
+
+  uint8_t *rbuf;             /* GD_CONN_READ_BUFFER_BYTES */
+  const uint8_t *pending;    /* bytes read and not yet decoded (in rbuf or a job's window) */
+  size_t pending_len;
+  bool pending_in_window;    /* pending points into the current job's buffer */
+  bool reading, closing;
+  uint64_t last_activity_us; /* the last byte read */
+
+  gd_replyq out;
+  gd_calls calls;
+};
+
+/* Sets up c (read buffer, reply queue, call list); no handle yet. -1 when out of memory. */
+int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
+                 const uint64_t *hold_ms, const gd_conn_events *events);
+/* Frees what gd_conn_init allocated, for a connection whose handles never opened. */
+void gd_conn_free(gd_conn *c);
+
+/* Accepts the pending connection of server into c: 0, or a uv error after which c is closing
+ * already (closed() follows) when open_handles > 0, else untouched. */
+int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server);
+
+/* Reads while want is true, else stops. May close c (uv_read_start failed). */
+void gd_conn_want_read(gd_conn *c, bool want);
+
+/* Bytes of pending were decoded. */
+void gd_conn_consumed(gd_conn *c, size_t used);
+/* Forgets pending bytes that are in the current job's window (the job is going away); the
+ * caller made the decoder count them off first. */
+void gd_conn_leave_window(gd_conn *c);
+
+/* Closes c (see the top). why is logged by the closing callback. Idempotent. */
+void gd_conn_close(gd_conn *c, const char *why);
+
+#endif /* GD_CONN_H */

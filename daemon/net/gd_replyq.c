@@ -1,0 +1,533 @@
+/*
+ * gd_replyq.c - a connection's reply queue (see gd_replyq.h): writes, replies held while a
+ * result is half-way out, and chunks in shared staging written while the socket takes them.
+ *
+ * Copying every shared chunk (64 MiB of fresh pages) took a 4096^3 f32 round trip from 43.9 to
+ * 75.5 ms on an H200, hence the staging hold: while the socket takes a chunk, it goes out from
+ * staging through uv_try_write; when the socket is full, a small copied probe piece is queued
+ * with uv_write, and its callback (the socket drained) resumes writing from staging. Only a
+ * chunk still not out staging_hold_ms after it arrived is copied and given back.
+ */
+#include "gd_replyq.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gd_clock.h"
+#include "gd_log.h"
+
+/* The piece copied and queued when the socket refuses a shared chunk: its write callback says
+ * the socket drained. Small enough for malloc to reuse heap memory (no fresh pages to fault). */
+#define PROBE_BYTES (64 * 1024)
+
+/* A reply (or a chunk of one) that is ready while another result is half-way out: the
+ * arguments of write_out, kept until that result's last chunk has been queued. */
+struct gd_replyq_held {
+  struct gd_replyq_held *next;
+  char *head;              /* owned, may be NULL */
+  size_t head_len;
+  gd_call *rec;            /* a chunk of a gemm result; NULL for other replies */
+  const void *chunk;       /* the job's own memory (ops.output_in_job_memory), or NULL */
+  size_t chunk_len;
+  bool last;
+};
+
+struct gd_replyq_shared {
+  struct gd_replyq_shared *next;
+  gd_call *rec;
+  char *head;              /* the reply's head (owned) for its first chunk, else NULL */
+  size_t head_len;
+  const char *data;        /* the backend's memory, len bytes: given back once, when out */
+  size_t len;
+  size_t sent;             /* of head_len + len: written, or copied into a queued write */
+  bool last;
+  uint64_t started_us;     /* when it arrived: the hold limit counts from here */
+};
+
+typedef struct {
+  uv_write_t req;
+  gd_replyq *q;
+  gd_call *rec;              /* a chunk of a gemm result; NULL for other replies */
+  char *head;                /* our encoded bytes (owned), may be NULL */
+  const void *chunk;
+  size_t chunk_len;
+  bool last;
+  bool give_back;            /* chunk is the backend's memory: hand it back when written */
+  bool probe;                /* a piece of the open shared chunk: its callback resumes pump */
+  size_t bytes;
+} wreq;
+
+static void release_held(gd_replyq *q);
+static void pump(gd_replyq *q);
+
+/* The one place a chunk leaves the queue: given back to its job, exactly once. */
+static void give_back(gd_replyq *q, gd_call *c, const void *data, size_t len) {
+  (void)q;
+  gd_call_chunk_done(c, data, len);
+}
+
+/* The socket cannot take this connection's replies: the connection closes (and drops q). */
+static void fail(gd_replyq *q, const char *why) {
+  if (!q->dropped)
+    q->events->failed(q, why);
+  assert(q->dropped);
+}
+
+static void progress(gd_replyq *q) {
+  if (!q->dropped)
+    q->events->progress(q);
+}
+
+static void free_wreq(wreq *w) {
+  free(w->head);
+  free(w);
+}
+
+/* The last byte of rec's reply is out (or failed): the job is answered. */
+static void reply_done(gd_replyq *q, gd_call *rec, bool ok) {
+  if (ok) {
+    q->stats->gemm_ok++;
+    gd_stats_reply(q->stats, GP_METHOD_GEMM, 0);
+    const gd_job *job = rec->job;
+    uint64_t took = gd_now_us() - job->admitted_us;
+    gd_log_ctx ctx = {.conn = q->conn_id, .msgid = rec->msgid, .has_msgid = true,
+                      .peer = q->peer, .device = job->result.device, .duration_us = took,
+                      .has_duration = true};
+    gd_logx(GD_LOG_DEBUG, &ctx, "conn %llu: msgid %u: gemm answered in %llu us (%s, %s)",
+            (unsigned long long)q->conn_id, (unsigned)rec->msgid, (unsigned long long)took,
+            job->result.device, job->result.kernel);
+  }
+  gd_call_finish(rec, ok);
+}
+
+static void on_write(uv_write_t *req, int status) {
+  wreq *w = req->data;
+  gd_replyq *q = w->q;
+  bool resume = w->probe && q->shared_probe == w; /* not after a close dropped the chunk */
+  if (resume)
+    q->shared_probe = NULL;
+  assert(q->writes > 0 && q->write_bytes >= w->bytes);
+  q->write_bytes -= w->bytes;
+  q->writes--;
+  q->write_progress_us = gd_now_us();
+  if (status == 0)
+    q->stats->bytes_out += w->bytes;
+  gd_call *rec = w->rec;
+  if (rec) {
+    assert(rec->writes_pending > 0);
+    rec->writes_pending--;
+    if (w->give_back)
+      give_back(q, rec, w->chunk, w->chunk_len);
+    if (!rec->orphan && (w->last || (rec->reply_out && rec->writes_pending == 0)))
+      reply_done(q, rec, status == 0);
+  }
+  free_wreq(w);
+  if (status < 0 && status != UV_ECANCELED && !q->dropped) {
+    char why[128];
+    snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
+    fail(q, why);
+    return;
+  }
+  if (resume)
+    pump(q); /* the socket drained: go on writing the open shared chunk from staging */
+  progress(q); /* the write backlog shrank: maybe decode and read again */
+}
+
+/* A write request for head and chunk, or NULL (out of memory). bufs gets nbufs entries. */
+static wreq *new_wreq(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
+                      const void *chunk, size_t chunk_len, bool last, uv_buf_t bufs[2],
+                      unsigned *nbufs) {
+  wreq *w = calloc(1, sizeof *w);
+  if (!w)
+    return NULL;
+  *w = (wreq){.q = q, .rec = rec, .head = head, .chunk = chunk, .chunk_len = chunk_len,
+              .last = last, .give_back = chunk != NULL, .bytes = head_len + chunk_len};
+  w->req.data = w;
+  /* set by hand: uv_buf_init takes an unsigned int, a chunk of C may be larger */
+  if (head_len) {
+    bufs[*nbufs].base = head;
+    bufs[(*nbufs)++].len = head_len;
+  }
+  if (chunk_len) {
+    bufs[*nbufs].base = (char *)chunk;
+    bufs[(*nbufs)++].len = chunk_len;
+  }
+  return w;
+}
+
+/* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
+ * the queued request (libuv's until on_write), or NULL when the write could not be queued (the
+ * connection is then closing; the chunk, if any, is given back to the scheduler). Callers go
+ * through write_out, which keeps results whole. */
+static wreq *queue_write(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
+                         const void *chunk, size_t chunk_len, bool last) {
+  uv_buf_t bufs[2];
+  unsigned nbufs = 0;
+  wreq *w = new_wreq(q, head, head_len, rec, chunk, chunk_len, last, bufs, &nbufs);
+  int rc = (!w || q->dropped) ? UV_ENOMEM : 0;
+  if (rc == 0)
+    rc = uv_write(&w->req, q->stream, bufs, nbufs, on_write);
+  if (rc != 0) {
+    if (w)
+      free_wreq(w);
+    else
+      free(head);
+    if (rec && chunk)
+      give_back(q, rec, chunk, chunk_len);
+    if (!q->dropped) {
+      char why[128];
+      snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
+      fail(q, why);
+    }
+    return NULL;
+  }
+  if (rec)
+    rec->writes_pending++;
+  if (q->writes == 0)
+    q->write_progress_us = gd_now_us();
+  q->writes++;
+  q->write_bytes += w->bytes;
+  q->events->queued(q); /* arms the stalled-reader timeout */
+  return w;
+}
+
+static bool must_hold(const gd_replyq *q, const gd_call *rec) {
+  return q->streaming && q->streaming != rec;
+}
+
+static int hold(gd_replyq *q, char *head, size_t head_len, gd_call *rec, const void *chunk,
+                size_t chunk_len, bool last) {
+  gd_replyq_held *item = calloc(1, sizeof *item);
+  if (!item) {
+    free(head);
+    if (rec && chunk)
+      give_back(q, rec, chunk, chunk_len);
+    fail(q, "out of memory holding a reply");
+    return -1;
+  }
+  *item = (gd_replyq_held){NULL, head, head_len, rec, chunk, chunk_len, last};
+  if (!q->held_head)
+    q->held_tail = &q->held_head;
+  *q->held_tail = item;
+  q->held_tail = &item->next;
+  q->held_bytes += head_len + chunk_len;
+  return 0;
+}
+
+/* Bytes of rec's result were queued: it is now the open result until its last chunk. */
+static void note_queued(gd_replyq *q, gd_call *rec, bool last) {
+  if (!rec)
+    return;
+  if (!last) {
+    q->streaming = rec;
+  } else if (q->streaming == rec) {
+    q->streaming = NULL;
+    release_held(q);
+  }
+}
+
+/* Queues a reply, or holds it while another result is half-way out (see the top). */
+static int write_out(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
+                     const void *chunk, size_t chunk_len, bool last) {
+  if (must_hold(q, rec))
+    return hold(q, head, head_len, rec, chunk, chunk_len, last);
+  if (!queue_write(q, head, head_len, rec, chunk, chunk_len, last))
+    return -1;
+  note_queued(q, rec, last);
+  return 0;
+}
+
+/* The open result ended: queue what was held, in order. A held chunk of another result makes
+ * that one the open result; what follows it stays held, except its own later chunks. */
+static void release_held(gd_replyq *q) {
+  gd_replyq_held **link = &q->held_head;
+  while (*link && !q->dropped) {
+    gd_replyq_held *item = *link;
+    if (must_hold(q, item->rec)) {
+      link = &item->next;
+      continue;
+    }
+    *link = item->next;
+    if (q->held_tail == &item->next)
+      q->held_tail = link;
+    assert(q->held_bytes >= item->head_len + item->chunk_len);
+    q->held_bytes -= item->head_len + item->chunk_len;
+    gd_replyq_held copy = *item;
+    free(item);
+    if (!queue_write(q, copy.head, copy.head_len, copy.rec, copy.chunk, copy.chunk_len,
+                     copy.last))
+      return;
+    if (copy.rec && !copy.last) {
+      q->streaming = copy.rec;
+    } else if (copy.rec && q->streaming == copy.rec) {
+      q->streaming = NULL;
+      link = &q->held_head; /* everything held may go now: start over */
+    }
+  }
+}
+
+void gd_replyq_drop(gd_replyq *q) {
+  q->dropped = true;
+  while (q->held_head) {
+    gd_replyq_held *item = q->held_head;
+    q->held_head = item->next;
+    free(item->head);
+    if (item->rec && item->chunk)
+      give_back(q, item->rec, item->chunk, item->chunk_len);
+    free(item);
+  }
+  q->held_tail = &q->held_head;
+  q->held_bytes = 0;
+  while (q->shared_head) {
+    gd_replyq_shared *c = q->shared_head;
+    q->shared_head = c->next;
+    free(c->head);
+    give_back(q, c->rec, c->data, c->len);
+    free(c);
+  }
+  q->shared_tail = &q->shared_head;
+  q->shared_probe = NULL; /* its callback (cancelled) must not resume anything */
+  q->streaming = NULL;
+}
+
+int gd_replyq_send(gd_replyq *q, char *data, size_t len) {
+  return write_out(q, data, len, NULL, NULL, 0, false);
+}
+
+/* ---- chunks in shared memory (see the top) ------------------------------- */
+
+/* The last byte of rec's reply left through uv_try_write: answered now, or by the callback of
+ * its last write still pending (rec must outlive those callbacks). */
+static void answer_when_written(gd_replyq *q, gd_call *rec) {
+  if (rec->writes_pending == 0)
+    reply_done(q, rec, true);
+  else
+    rec->reply_out = true;
+}
+
+/* Takes the open chunk off the list and gives its memory back to the backend (exactly once). */
+static void close_shared(gd_replyq *q, gd_replyq_shared *c) {
+  q->shared_head = c->next;
+  if (!q->shared_head)
+    q->shared_tail = &q->shared_head;
+  free(c->head);
+  give_back(q, c->rec, c->data, c->len);
+  free(c);
+}
+
+/* Copies n bytes of c's head + data, starting at byte from of them, into dst. */
+static void copy_range(const gd_replyq_shared *c, size_t from, size_t n, char *dst) {
+  if (from < c->head_len) {
+    size_t h = c->head_len - from < n ? c->head_len - from : n;
+    memcpy(dst, c->head + from, h);
+    dst += h;
+    from += h;
+    n -= h;
+  }
+  if (n)
+    memcpy(dst, c->data + (from - c->head_len), n);
+}
+
+/* Writes what the socket takes of c now. Returns 1 when all of c is out, 0 when the socket
+ * refused (some or all), or a uv error. */
+static int try_write_shared(gd_replyq *q, gd_replyq_shared *c) {
+  size_t total = c->head_len + c->len;
+  while (c->sent < total) {
+    uv_buf_t bufs[2];
+    unsigned nbufs = 0;
+    /* set by hand: uv_buf_init takes an unsigned int */
+    if (c->sent < c->head_len) {
+      bufs[nbufs].base = c->head + c->sent;
+      bufs[nbufs++].len = c->head_len - c->sent;
+    }
+    size_t data_from = c->sent > c->head_len ? c->sent - c->head_len : 0;
+    if (data_from < c->len) {
+      bufs[nbufs].base = (char *)c->data + data_from;
+      bufs[nbufs++].len = c->len - data_from;
+    }
+    /* EAGAIN while earlier writes are queued in libuv, so bytes stay in order */
+    int n = uv_try_write(q->stream, bufs, nbufs);
+    if (n == UV_EAGAIN || n == 0)
+      return 0;
+    if (n < 0)
+      return n;
+    c->sent += (size_t)n;
+    q->stats->bytes_out += (uint64_t)n;
+    q->write_progress_us = gd_now_us();
+    if (c->sent < total)
+      return 0; /* a partial write: the socket buffer is full */
+  }
+  return 1;
+}
+
+/* All of the open chunk is out: give it back; rec's result stays open, or is answered. */
+static void shared_done(gd_replyq *q, gd_replyq_shared *c) {
+  gd_call *rec = c->rec;
+  bool last = c->last;
+  close_shared(q, c);
+  if (!last)
+    return; /* q->streaming stays rec until its last chunk */
+  if (q->streaming == rec)
+    q->streaming = NULL;
+  answer_when_written(q, rec);
+  release_held(q);
+}
+
+/* The hold limit passed (slow) or at most a probe piece is left: copy what is left of the open
+ * chunk into one write and give the staging back now. May close the session. */
+static void shared_copy_rest(gd_replyq *q, gd_replyq_shared *c, bool slow) {
+  size_t rest_len = c->head_len + c->len - c->sent;
+  char *rest = malloc(rest_len);
+  if (rest)
+    copy_range(c, c->sent, rest_len, rest);
+  gd_call *rec = c->rec;
+  bool last = c->last;
+  if (slow)
+    gd_debug("conn %llu: msgid %u: %zu bytes of a result chunk copied off staging after %llu ms",
+             (unsigned long long)q->conn_id, (unsigned)rec->msgid, rest_len,
+             (unsigned long long)((gd_now_us() - c->started_us) / 1000u));
+  close_shared(q, c);
+  if (!rest) {
+    fail(q, "out of memory copying a reply");
+    return;
+  }
+  write_out(q, rest, rest_len, rec, NULL, 0, last); /* rec is streaming: queued, not held */
+}
+
+/* The socket refused c: queue a copied probe piece behind whatever libuv holds; its callback
+ * (the socket drained) resumes pump. */
+static void shared_probe(gd_replyq *q, gd_replyq_shared *c) {
+  char *piece = malloc(PROBE_BYTES);
+  if (!piece) {
+    fail(q, "out of memory copying a reply");
+    return;
+  }
+  copy_range(c, c->sent, PROBE_BYTES, piece);
+  wreq *w = queue_write(q, piece, PROBE_BYTES, c->rec, NULL, 0, false);
+  if (!w)
+    return; /* closing: the chunk was dropped */
+  w->probe = true;
+  q->shared_probe = w;
+  c->sent += PROBE_BYTES;
+}
+
+static bool hold_passed(const gd_replyq *q, const gd_replyq_shared *c, uint64_t now) {
+  return now - c->started_us >= *q->hold_ms * 1000u;
+}
+
+/* Writes the shared chunks from staging while the socket takes them (see the top). Waits while
+ * a probe is in flight: its callback calls pump again; the session's timer calls
+ * gd_replyq_expire when the hold limit passes first. */
+static void pump(gd_replyq *q) {
+  while (q->shared_head && !q->shared_probe && !q->dropped) {
+    gd_replyq_shared *c = q->shared_head;
+    int rc = try_write_shared(q, c);
+    if (rc < 0) {
+      char why[128];
+      snprintf(why, sizeof why, "write failed: %s", uv_strerror(rc));
+      fail(q, why); /* gives the chunk back */
+      return;
+    }
+    if (rc == 1)
+      shared_done(q, c);
+    else if (hold_passed(q, c, gd_now_us()))
+      shared_copy_rest(q, c, true);
+    else if (c->head_len + c->len - c->sent <= PROBE_BYTES)
+      shared_copy_rest(q, c, false);
+    else
+      shared_probe(q, c);
+  }
+}
+
+/* A chunk in memory the backend shares between jobs: written from there while the socket takes
+ * it (pump), after the shared chunks of rec before it. */
+static void open_shared_chunk(gd_replyq *q, gd_call *rec, char *head, size_t head_len,
+                              const void *data, size_t len, bool last) {
+  gd_replyq_shared *c = calloc(1, sizeof *c);
+  if (!c) {
+    free(head);
+    give_back(q, rec, data, len);
+    fail(q, "out of memory writing a reply");
+    return;
+  }
+  *c = (gd_replyq_shared){NULL, rec, head, head_len, data, len, 0, last, gd_now_us()};
+  if (!q->shared_head)
+    q->shared_tail = &q->shared_head;
+  *q->shared_tail = c;
+  q->shared_tail = &c->next;
+  q->streaming = rec; /* other replies are held until its last chunk is out */
+  pump(q);
+  progress(q);
+}
+
+bool gd_replyq_hold_since(const gd_replyq *q, uint64_t *since_us) {
+  if (!q->shared_head)
+    return false;
+  *since_us = q->shared_head->started_us;
+  return true;
+}
+
+void gd_replyq_expire(gd_replyq *q) {
+  uint64_t now = gd_now_us();
+  while (q->shared_head && !q->dropped && hold_passed(q, q->shared_head, now))
+    shared_copy_rest(q, q->shared_head, true);
+  pump(q);
+  progress(q);
+}
+
+/* Another result is half-way out: copy this chunk (and its head) and free the staging slot at
+ * once, as for a slow client. */
+static void hold_shared_chunk(gd_replyq *q, gd_call *rec, char *head, size_t head_len,
+                              const void *data, size_t len, bool last) {
+  size_t total = head_len + len;
+  char *copy = malloc(total ? total : 1);
+  if (copy) {
+    if (head_len)
+      memcpy(copy, head, head_len);
+    if (len)
+      memcpy(copy + head_len, data, len);
+  }
+  free(head);
+  give_back(q, rec, data, len);
+  if (!copy) {
+    fail(q, "out of memory holding a reply");
+    return;
+  }
+  hold(q, copy, total, rec, NULL, 0, last);
+}
+
+void gd_replyq_chunk(gd_replyq *q, gd_call *c, char *head, size_t head_len, const void *data,
+                     size_t len, bool last, bool in_job_memory) {
+  assert(!q->dropped);
+  if (in_job_memory)
+    write_out(q, head, head_len, c, data, len, last);
+  else if (must_hold(q, c))
+    hold_shared_chunk(q, c, head, head_len, data, len, last);
+  else
+    open_shared_chunk(q, c, head, head_len, data, len, last);
+}
+
+uint64_t gd_replyq_backlog(const gd_replyq *q) { return q->write_bytes + q->held_bytes; }
+
+void gd_replyq_look_for_progress(gd_replyq *q) {
+  /* libuv reports a write only when it is complete; a shrinking queue is progress too */
+  size_t queued = uv_stream_get_write_queue_size(q->stream);
+  if (q->writes > 0 && queued != q->write_queue_seen) {
+    q->write_queue_seen = queued;
+    q->write_progress_us = gd_now_us();
+  }
+}
+
+void gd_replyq_init(gd_replyq *q, uv_stream_t *stream, gd_stats *stats, const uint64_t *hold_ms,
+                    const gd_replyq_events *events, uint64_t conn_id) {
+  memset(q, 0, sizeof *q);
+  q->stream = stream;
+  q->stats = stats;
+  q->hold_ms = hold_ms;
+  q->events = events;
+  q->conn_id = conn_id;
+  q->held_tail = &q->held_head;
+  q->shared_tail = &q->shared_head;
+}

@@ -1,0 +1,507 @@
+/*
+ * gd_rpc.c - the protocol layer of a connection (see gd_rpc.h): decoding what the transport
+ * read, each decoder event (requests counted, gemm calls admitted, payloads handed to the
+ * scheduler, a finished message answered or submitted, rejected messages answered with an
+ * error, a protocol error closing the connection), the job events of its calls, reading and
+ * the timer.
+ */
+#include "gd_rpc.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "gd_clock.h"
+#include "gd_log.h"
+#include "gd_methods.h"
+#include "gd_timeouts.h"
+#include "gp_encode.h"
+
+static gd_session *session_of(gd_conn *c) { return (gd_session *)c; /* conn is first */ }
+
+static void process(gd_session *s);
+static void update_timer(gd_session *s);
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
+  size_t len = sbuf->size;
+  gd_replyq_send(&s->conn.out, msgpack_sbuffer_release(sbuf), len);
+}
+
+/* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
+ * is closing). */
+static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                           const char *message) {
+  gd_stats_error(s->d->stats, code);
+  gd_stats_reply(s->d->stats, method, code);
+  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
+                    .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
+          (unsigned)msgid, gp_code_name(code), message);
+  if (s->conn.closing)
+    return;
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  if (gp_encode_error_response(&sbuf, msgid, code, message) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    gd_conn_close(&s->conn, "out of memory encoding an error reply");
+    return;
+  }
+  send_sbuffer(s, &sbuf);
+}
+
+/* An error reply to a gemm request. */
+static void send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+  send_error_for(s, GP_METHOD_GEMM, msgid, code, message);
+}
+
+static void reply_simple(gd_session *s) {
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  gp_error err;
+  gp_error_clear(&err);
+  if (gd_methods_reply(s->d, s->msgid, s->method, &sbuf, &err) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    return;
+  }
+  gd_stats_reply(s->d->stats, s->method, 0);
+  send_sbuffer(s, &sbuf);
+}
+
+/* ---- reading and backpressure ------------------------------------------------ */
+
+static bool at_boundary(const gd_session *s) {
+  return gp_decoder_message_bytes(s->dec) == 0 && !s->in_request;
+}
+
+/* Between messages: has this connection used its share for now? */
+static bool over_caps(const gd_session *s) {
+  const gd_net_limits *cfg = &s->d->limits;
+  return s->conn.calls.in_flight >= cfg->max_requests_in_flight ||
+         gd_replyq_backlog(&s->conn.out) >= cfg->max_buffered_bytes;
+}
+
+static bool may_decode(const gd_session *s) {
+  if (s->conn.closing || s->paused || s->eof)
+    return false;
+  return !(at_boundary(s) && over_caps(s));
+}
+
+static void update_reading(gd_session *s) { gd_conn_want_read(&s->conn, may_decode(s)); }
+
+/* The backend accepted the bytes but wants no more for now (GPU: waiting for device memory or
+ * a staging buffer). That wait is the daemon's, not a stalled client's: timeouts.request_ms
+ * stops counting until resume_reading. */
+static void pause_reading(gd_session *s) {
+  if (s->paused)
+    return;
+  s->paused = true;
+  s->paused_since_us = gd_now_us();
+}
+
+static void resume_reading(gd_session *s) {
+  if (!s->paused)
+    return;
+  s->paused = false;
+  s->msg_started_us += gd_now_us() - s->paused_since_us;
+}
+
+bool gd_rpc_window(gd_conn *c, void **ptr, size_t *len) {
+  gd_session *s = session_of(c);
+  gp_operand operand;
+  uint64_t offset, remaining;
+  if (!s->cur || !gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) ||
+      !gd_sched_input_window(s->d->sched, s->cur->job, operand, offset, ptr, len) || *len == 0)
+    return false;
+  if (*len > remaining)
+    *len = (size_t)remaining; /* never read past this payload into the job's memory */
+  return *len > 0;
+}
+
+void gd_rpc_data(gd_conn *c) { process(session_of(c)); }
+
+/* Something that held this connection back went away (a reply was written, a call answered,
+ * limits changed): decode what is already read, then read more if allowed. May close. */
+void gd_rpc_kick(gd_conn *c) {
+  gd_session *s = session_of(c);
+  if (c->closing)
+    return;
+  if (s->eof) {
+    if (c->calls.in_flight == 0 && c->out.writes == 0)
+      gd_conn_close(c, "closed by client");
+    return;
+  }
+  if (c->pending_len > 0) {
+    process(s); /* ends with update_reading and update_timer */
+    return;
+  }
+  update_reading(s);
+  if (!c->closing)
+    update_timer(s);
+}
+
+void gd_rpc_queued(gd_conn *c) { update_timer(session_of(c)); }
+
+/* ---- the current call ---------------------------------------------------------- */
+
+/* Bytes read into the current job's window and not decoded yet are all payload of the current
+ * message: let the decoder count them off now, before the job and its memory go. */
+static void consume_window_bytes(gd_session *s) {
+  gd_conn *c = &s->conn;
+  while (c->pending_in_window && c->pending_len > 0) {
+    gp_event ev;
+    size_t used = gp_decoder_feed(s->dec, c->pending, c->pending_len, &ev);
+    gd_conn_consumed(c, used);
+    if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL || ev.type == GP_EV_MESSAGE_END)
+      break;
+  }
+  gd_conn_leave_window(c);
+}
+
+/* Drops the request being read before it was submitted, with any pause it asked for. The caller
+ * makes the decoder skip the rest of the message (or it already does). No-op without one. */
+static void drop_current(gd_session *s) {
+  gd_call *call = s->cur;
+  if (!call)
+    return;
+  consume_window_bytes(s);
+  s->cur = NULL;
+  s->paused = false;
+  gd_call_abandon(call);
+}
+
+/* The current message is answered with an error now: skip the rest of it, drop its call. */
+static void refuse_current(gd_session *s, uint32_t msgid, int code, const char *message) {
+  gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
+  drop_current(s);
+  s->in_request = false;
+  send_error(s, msgid, code, message);
+}
+
+/* ---- decoder events ------------------------------------------------------------ */
+
+static void count_request(gd_server *d, gp_method method) {
+  d->stats->requests++;
+  if ((unsigned)method < sizeof d->stats->requests_by_method / sizeof(uint64_t))
+    d->stats->requests_by_method[method]++;
+}
+
+static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
+
+static void on_gemm_request(gd_session *s, const gp_event *ev) {
+  gp_error err;
+  gp_error_clear(&err);
+  gd_call *call = NULL;
+  int rc = gd_call_admit(&s->conn.calls, &ev->gemm, ev->has_c, ev->msgid, s->conn.id,
+                         on_job_event, &call, &err);
+  if (rc != 0) {
+    refuse_current(s, ev->msgid, rc, err.message);
+    return;
+  }
+  s->cur = call;
+  gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
+           (unsigned long long)s->conn.id, (unsigned)ev->msgid, gp_dtype_name(ev->gemm.dtype),
+           (unsigned long long)ev->gemm.m, (unsigned long long)ev->gemm.n,
+           (unsigned long long)ev->gemm.k, (unsigned long long)ev->gemm.batch,
+           (unsigned long long)call->job->id);
+}
+
+static void on_request(gd_session *s, const gp_event *ev) {
+  count_request(s->d, ev->method);
+  s->in_request = true;
+  s->method = ev->method;
+  s->msgid = ev->msgid;
+  s->cur = NULL;
+  if (ev->method == GP_METHOD_GEMM)
+    on_gemm_request(s, ev);
+  else
+    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)s->conn.id, (unsigned)ev->msgid,
+             gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
+}
+
+static void on_payload(gd_session *s, const gp_event *ev) {
+  gd_call *call = s->cur;
+  if (!call)
+    return; /* a payload of a request we refused: the decoder skips those itself */
+  gp_error err;
+  bool pause = false;
+  int rc = gd_sched_input(s->d->sched, call->job, ev->operand, ev->offset, ev->data, ev->len,
+                          &pause, &err);
+  if (rc != 0) {
+    refuse_current(s, call->msgid, rc, err.message);
+    return;
+  }
+  if (pause)
+    pause_reading(s);
+}
+
+static void on_message_end(gd_session *s) {
+  if (!s->in_request)
+    return; /* the end of a notification */
+  s->in_request = false;
+  if (s->method != GP_METHOD_GEMM) {
+    reply_simple(s);
+    return;
+  }
+  gd_call *call = s->cur;
+  s->cur = NULL;
+  if (!call)
+    return;
+  gp_error err;
+  int rc = gd_sched_submit(s->d->sched, call->job, &err);
+  if (rc != 0) { /* the scheduler released the job */
+    uint32_t msgid = call->msgid;
+    gd_call_forget(call);
+    send_error(s, msgid, rc, err.message);
+  }
+}
+
+static void on_reject(gd_session *s, const gp_event *ev) {
+  gd_server *d = s->d;
+  bool counted = s->in_request; /* its REQUEST event was counted already */
+  drop_current(s);
+  s->in_request = false;
+  if (ev->has_msgid) {
+    if (!counted)
+      count_request(d, ev->method);
+    send_error_for(s, ev->method, ev->msgid,
+                   ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT, ev->err.message);
+  } else {
+    gd_stats_error(d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
+    gd_info("conn %llu: message without a readable msgid dropped: %s",
+            (unsigned long long)s->conn.id, ev->err.message);
+  }
+}
+
+static void on_fatal(gd_session *s, const gp_event *ev, const uint8_t *at, size_t len) {
+  char prefix[160];
+  gd_log_clean(prefix, sizeof prefix, at, len < 32 ? len : 32);
+  gd_warn("conn %llu: protocol error: %s (bytes at the error: \"%s\")",
+          (unsigned long long)s->conn.id, ev->err.message, prefix);
+  gd_conn_close(&s->conn, "protocol error");
+}
+
+/* Handles one decoder event; at/left are the bytes after it (for a protocol error's log). */
+static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, size_t left) {
+  switch (ev->type) {
+  case GP_EV_NEED_MORE: return;
+  case GP_EV_REQUEST: on_request(s, ev); return;
+  case GP_EV_NOTIFICATION:
+    s->d->stats->notifications++;
+    s->in_request = false;
+    gd_debug("conn %llu: notification %s ignored", (unsigned long long)s->conn.id,
+             gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
+    return;
+  case GP_EV_PAYLOAD: on_payload(s, ev); return;
+  case GP_EV_MESSAGE_END: on_message_end(s); return;
+  case GP_EV_REJECT: on_reject(s, ev); return;
+  case GP_EV_FATAL: on_fatal(s, ev, at, left); return;
+  case GP_EV_RESPONSE:
+    gd_conn_close(&s->conn, "a client sent a response");
+    return;
+  }
+}
+
+/* Decodes pending bytes until they are used up or the connection must stop, then updates
+ * reading and the timer (unless it closed meanwhile). */
+static void process(gd_session *s) {
+  gd_conn *c = &s->conn;
+  while (may_decode(s)) {
+    if (at_boundary(s) && c->pending_len > 0)
+      s->msg_started_us = gd_now_us();
+    gp_event ev;
+    size_t used = gp_decoder_feed(s->dec, c->pending, c->pending_len, &ev);
+    gd_conn_consumed(c, used);
+    handle_event(s, &ev, c->pending, c->pending_len);
+    if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL)
+      break;
+  }
+  if (c->closing)
+    return;
+  update_reading(s);
+  update_timer(s);
+}
+
+/* The client closed its side. A request cut short is dropped at once (it can never complete);
+ * replies to the complete ones still go out, for a client that only shut down writing. */
+void gd_rpc_eof(gd_conn *c) {
+  gd_session *s = session_of(c);
+  s->eof = true;
+  if (!at_boundary(s)) {
+    gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)c->id,
+            c->peer);
+    drop_current(s);
+    s->in_request = false;
+  }
+  update_reading(s);
+  if (!c->closing)
+    update_timer(s);
+  gd_rpc_kick(c);
+}
+
+/* ---- job events of this connection's calls ----------------------------------- */
+
+/* The reply's bytes go out in the order posted: a gap, an overlap or a short C would corrupt
+ * the stream for every later reply on this connection. */
+static bool continues_c(const gd_call *call, const gd_backend_event *ev, uint64_t c_bytes) {
+  return !(ev->offset != call->next_offset || ev->len > c_bytes - call->next_offset ||
+           (ev->last && call->next_offset + ev->len != c_bytes));
+}
+
+/* The gemm response head (owned) into *head, or -1 when out of memory. */
+static int encode_head(const gd_call *call, char **head, size_t *head_len) {
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  if (gp_encode_gemm_response_head(&sbuf, call->msgid, &call->job->result,
+                                   call->job->operand_bytes[GP_OPERAND_C]) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    return -1;
+  }
+  *head_len = sbuf.size;
+  *head = msgpack_sbuffer_release(&sbuf);
+  return 0;
+}
+
+/* A chunk of call's result: checked, headed on the first, handed to the reply queue (which
+ * owns it from there); a chunk refused here is given back at once. */
+static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev) {
+  char *head = NULL;
+  size_t head_len = 0;
+  uint64_t c_bytes = call->job->operand_bytes[GP_OPERAND_C];
+  const char *bad = NULL;
+  if (!continues_c(call, ev, c_bytes)) {
+    gd_error("conn %llu: msgid %u: backend chunk at %llu+%zu does not continue C (%llu of %llu "
+             "bytes sent)", (unsigned long long)s->conn.id, (unsigned)call->msgid,
+             (unsigned long long)ev->offset, ev->len, (unsigned long long)call->next_offset,
+             (unsigned long long)c_bytes);
+    bad = "internal error: bad result chunk";
+  } else if (!call->head_sent && encode_head(call, &head, &head_len) != 0) {
+    bad = "out of memory encoding a reply";
+  }
+  if (bad) {
+    gd_call_chunk_done(call, ev->data, ev->len);
+    gd_conn_close(&s->conn, bad);
+    return;
+  }
+  call->next_offset += ev->len;
+  call->head_sent = true;
+  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)s->conn.id,
+           (unsigned)call->msgid, ev->len, ev->last ? " (last)" : "");
+  gd_replyq_chunk(&s->conn.out, call, head, head_len, ev->data, ev->len, ev->last,
+                  gd_sched_chunks_in_job_memory(s->d->sched, call->job));
+}
+
+static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
+  if (call->head_sent) {
+    /* Half a reply is out: the stream cannot carry an error for it any more. */
+    gd_error("conn %llu: msgid %u failed after its reply started: %s",
+             (unsigned long long)s->conn.id, (unsigned)call->msgid, err->message);
+    gd_conn_close(&s->conn, "a result failed half-way");
+    return;
+  }
+  uint32_t msgid = call->msgid;
+  gd_call_finish(call, false);
+  send_error(s, msgid, err->code ? err->code : GP_E_INTERNAL, err->message);
+  gd_rpc_kick(&s->conn);
+}
+
+static void job_resume(gd_session *s) {
+  if (s->paused) {
+    resume_reading(s);
+    process(s);
+  }
+}
+
+/* The waiter of every call this layer admits (gd_job.h). */
+static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev) {
+  gd_call *call = (gd_call *)w; /* the waiter is the record's first member */
+  gd_session *s = (gd_session *)((char *)call->list - offsetof(gd_session, conn.calls));
+  assert(call->job == job && !call->orphan && !s->conn.closing);
+  (void)job;
+  switch (ev->type) {
+  case GD_EV_OUTPUT_CHUNK: job_output(s, call, ev); return;
+  case GD_EV_FAILED: job_failed(s, call, &ev->err); return;
+  case GD_EV_INPUT_RESUME: job_resume(s); return;
+  }
+}
+
+/* ---- the timer ---------------------------------------------------------------- */
+
+static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
+  const gd_net_limits *cfg = &s->d->limits;
+  gd_timeout_state st = {
+      .at_boundary = at_boundary(s), .paused = s->paused, .eof = s->eof,
+      .in_flight = s->conn.calls.in_flight, .writes = s->conn.out.writes,
+      .msg_started_us = s->msg_started_us, .last_activity_us = s->conn.last_activity_us,
+      .write_progress_us = s->conn.out.write_progress_us,
+      .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
+      .hold_ms = cfg->staging_hold_ms};
+  st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
+  return gd_timeout_next(&st, due);
+}
+
+static void on_timer(uv_timer_t *timer) {
+  gd_session *s = session_of(timer->data);
+  uint64_t due = 0;
+  gd_replyq_look_for_progress(&s->conn.out);
+  gd_timeout_kind kind = next_timeout(s, &due);
+  if (kind == GD_TIMEOUT_HOLD && gd_now_us() >= due) {
+    gd_replyq_expire(&s->conn.out); /* copies, gives staging back, kicks (may close) */
+    if (s->conn.closing)
+      return;
+  } else if (kind != GD_TIMEOUT_NONE && gd_now_us() >= due) {
+    gd_conn_close(&s->conn, gd_timeout_why(kind));
+    return;
+  }
+  update_timer(s);
+}
+
+/* (Re)arms the timer for the earliest timeout that applies now, or stops it. */
+static void update_timer(gd_session *s) {
+  uint64_t due = 0;
+  if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
+    uv_timer_stop(&s->conn.timer);
+    return;
+  }
+  uint64_t now = gd_now_us();
+  uint64_t left_ms = due <= now ? 0 : (due - now + 999u) / 1000u;
+  uv_timer_start(&s->conn.timer, on_timer, left_ms, 0); /* cannot fail on an initialised timer */
+}
+
+/* ---- the connection as a whole ------------------------------------------------- */
+
+void gd_rpc_start(gd_session *s) {
+  update_reading(s);
+  if (!s->conn.closing)
+    update_timer(s);
+}
+
+void gd_rpc_apply_limits(gd_session *s) {
+  gp_decoder_set_limits(s->dec, &s->d->limits.proto);
+  gd_rpc_kick(&s->conn);
+}
+
+size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
+  size_t answered = 0;
+  gd_call *call = s->conn.calls.head;
+  while (call) {
+    gd_call *next = call->next;
+    if (!call->head_sent && !call->orphan) {
+      uint32_t msgid = call->msgid;
+      if (s->cur == call) {
+        gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
+        drop_current(s);
+        s->in_request = false;
+      } else {
+        gd_call_abandon(call);
+      }
+      send_error(s, msgid, GP_E_UNAVAILABLE, why);
+      answered++;
+    }
+    call = next;
+  }
+  gd_rpc_kick(&s->conn);
+  return answered;
+}

@@ -1,0 +1,43 @@
+/*
+ * gd_server.h - what the connections of one daemon share: the loop, their limits, the daemon's
+ * counters, the scheduler and backend they hand jobs to, and the list of open connections. The
+ * application (app/) fills it from the config and keeps the limits current on SIGHUP. Loop
+ * thread only.
+ */
+#ifndef GD_SERVER_H
+#define GD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "gd_backend.h"
+#include "gd_sched.h"
+#include "gd_stats.h"
+#include "gp_types.h"
+
+/* The config keys connections obey (gd_config.h names them). */
+typedef struct {
+  uint32_t max_connections;
+  uint32_t max_requests_in_flight; /* per connection */
+  uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
+  gp_limits proto;                 /* the decoder's */
+  uint64_t idle_ms, request_ms;    /* 0 disables */
+  uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
+  unsigned unix_socket_mode;       /* listeners' socket files */
+} gd_net_limits;
+
+typedef struct gd_server {
+  uv_loop_t *loop;
+  gd_net_limits limits;            /* live: SIGHUP replaces them */
+  gd_stats *stats;
+  gd_backend *backend;
+  gd_sched *sched;
+  struct gd_session *sessions;     /* every open connection */
+  size_t connections;              /* sessions not yet closing */
+  uint64_t next_session_id;
+  bool draining;                   /* refuse new connections */
+} gd_server;
+
+#endif /* GD_SERVER_H */

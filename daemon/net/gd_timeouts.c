@@ -1,0 +1,39 @@
+/*
+ * gd_timeouts.c - a connection's timeout policy (see gd_timeouts.h).
+ */
+#include "gd_timeouts.h"
+
+static void consider(gd_timeout_kind *kind, uint64_t *due, gd_timeout_kind k, uint64_t since,
+                     uint64_t ms) {
+  uint64_t at = since + ms * 1000u;
+  if (*kind == GD_TIMEOUT_NONE || at < *due) {
+    *kind = k;
+    *due = at;
+  }
+}
+
+gd_timeout_kind gd_timeout_next(const gd_timeout_state *st, uint64_t *due) {
+  gd_timeout_kind kind = GD_TIMEOUT_NONE;
+  if (st->holding)
+    consider(&kind, due, GD_TIMEOUT_HOLD, st->hold_since_us, st->hold_ms);
+  if (st->writes > 0 && st->request_ms)
+    consider(&kind, due, GD_TIMEOUT_STALLED, st->write_progress_us, st->request_ms);
+  if (st->eof)
+    return kind; /* nothing more can arrive; jobs in flight end by themselves */
+  if (!st->at_boundary && !st->paused && st->request_ms)
+    consider(&kind, due, GD_TIMEOUT_REQUEST, st->msg_started_us, st->request_ms);
+  if (st->at_boundary && st->in_flight == 0 && st->writes == 0 && st->idle_ms)
+    consider(&kind, due, GD_TIMEOUT_IDLE, st->last_activity_us, st->idle_ms);
+  return kind;
+}
+
+const char *gd_timeout_why(gd_timeout_kind kind) {
+  switch (kind) {
+  case GD_TIMEOUT_REQUEST: return "request did not finish arriving within timeouts.request_ms";
+  case GD_TIMEOUT_IDLE: return "idle for timeouts.idle_ms";
+  case GD_TIMEOUT_STALLED: return "client read nothing of its replies for timeouts.request_ms";
+  case GD_TIMEOUT_NONE:
+  case GD_TIMEOUT_HOLD: break;
+  }
+  return "timeout";
+}

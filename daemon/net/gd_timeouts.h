@@ -1,0 +1,42 @@
+/*
+ * gd_timeouts.h - which of a connection's timeouts applies now, and when it falls due: a pure
+ * function of the connection's state, so the policy reads (and tests) apart from the timer.
+ *
+ *   request: a message started arriving and has not finished within request_ms (not counting
+ *            time reading was paused for the backend: waiting for memory is not a stalled
+ *            client);
+ *   idle:    nothing in flight and nothing read for idle_ms;
+ *   stalled: replies queued and not one byte of them written for request_ms (a client that
+ *            stopped reading would otherwise hold its jobs' memory for ever);
+ *   hold:    a result chunk in shared staging not all out staging_hold_ms after it arrived
+ *            (not a close: its rest is copied and the staging given back).
+ * 0 disables idle_ms and request_ms.
+ */
+#ifndef GD_TIMEOUTS_H
+#define GD_TIMEOUTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+  GD_TIMEOUT_NONE, GD_TIMEOUT_REQUEST, GD_TIMEOUT_IDLE, GD_TIMEOUT_STALLED, GD_TIMEOUT_HOLD
+} gd_timeout_kind;
+
+typedef struct {
+  bool at_boundary;          /* between messages */
+  bool paused;               /* reading paused for the backend */
+  bool eof;                  /* nothing more can arrive */
+  bool holding;              /* a shared chunk is open since hold_since_us */
+  uint32_t in_flight;        /* calls not answered */
+  uint32_t writes;           /* writes queued */
+  uint64_t msg_started_us, last_activity_us, write_progress_us, hold_since_us;
+  uint64_t idle_ms, request_ms, hold_ms;
+} gd_timeout_state;
+
+/* The earliest timeout that applies to st, with *due (monotonic us); NONE when none does. */
+gd_timeout_kind gd_timeout_next(const gd_timeout_state *st, uint64_t *due);
+
+/* Why a connection closes on kind (REQUEST, IDLE or STALLED), for the log. */
+const char *gd_timeout_why(gd_timeout_kind kind);
+
+#endif /* GD_TIMEOUTS_H */

@@ -1,0 +1,78 @@
+"""python3 -m gemmd: check a daemon from Python (gemmctl stays the command line tool).
+
+    python3 -m gemmd [--connect ADDR] ping | info | stats | check [--dtype f32] [--size N]
+
+info and stats print JSON; check multiplies random matrices on the daemon and compares the
+result with NumPy's. Exit status: 0 success, 1 an error reply or a wrong result, 3 no
+connection (as gemmctl).
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from . import Client, ConnectError, ConnectionLost, Error
+from ._arrays import BFLOAT16
+
+_DTYPES = {"f32": (np.float32, 1e-5), "f64": (np.float64, 1e-12), "f16": (np.float16, 1e-2),
+           "bf16": (BFLOAT16, 5e-2)}
+
+
+def _check(client, dtype_name, size):
+    dtype, tol = _DTYPES[dtype_name]
+    if dtype is None:
+        print("bf16 needs ml_dtypes (python3 -c 'import ml_dtypes')", file=sys.stderr)
+        return 1
+    rng = np.random.default_rng()
+    m, n, k = size, size + 1, size + 2
+    a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (k, n)).astype(dtype)
+    future = client.submit(a, b)
+    c = future.result()
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    err = np.abs(c.astype(np.float64) - want)
+    ok = bool(np.all(err <= tol * max(1.0, np.sqrt(k)) * scale + 1e-30))
+    print("%s %dx%dx%d %s on %s (%s): %s" % ("PASS" if ok else "FAIL", m, n, k, dtype_name,
+                                             future.report.get("device"),
+                                             future.report.get("kernel"),
+                                             "max error %.3g" % float(err.max())))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m gemmd", description=__doc__.split("\n")[0])
+    parser.add_argument("--connect", metavar="ADDR",
+                        help="unix:PATH or tcp:HOST:PORT; default $GEMMD_ADDRESS, then "
+                             "unix:/run/gemmd/gemmd.sock")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ping", help="round trip")
+    sub.add_parser("info", help="the daemon's info map as JSON")
+    sub.add_parser("stats", help="the daemon's stats map as JSON")
+    check = sub.add_parser("check", help="random matrices on the daemon against NumPy")
+    check.add_argument("--dtype", choices=sorted(_DTYPES), default="f32")
+    check.add_argument("--size", type=int, default=257)
+    args = parser.parse_args(argv)
+    try:
+        with Client(args.connect, timeout=args.timeout) as client:
+            if args.command == "ping":
+                print("pong (%.1f ms)" % (client.ping() * 1e3))
+            elif args.command in ("info", "stats"):
+                json.dump(getattr(client, args.command)(), sys.stdout, indent=2, default=repr)
+                print()
+            else:
+                return _check(client, args.dtype, args.size)
+    except (ConnectError, ConnectionLost) as exc:
+        print("gemmd: %s" % exc.message, file=sys.stderr)
+        return 3
+    except Error as exc:
+        print("gemmd: %s" % exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""From the caller's arrays to gemm operands and back: dtypes, shapes, layouts, bf16.
+
+Operands are sent from the caller's memory when the protocol allows it: a row-major (C-order)
+matrix as it is, a column-major one (or any whose last two axes are swapped views of a row-major
+block) as its transpose with the trans flag flipped. Only other layouts, and big-endian data,
+are copied first.
+"""
+
+import numpy as np
+
+try:  # optional: NumPy has no bfloat16 of its own
+    import ml_dtypes
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # bf16 is then uint16 bit patterns
+    ml_dtypes = None
+    BFLOAT16 = None
+
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+_WIRE_NAMES = {np.dtype("float32"): "f32", np.dtype("float64"): "f64",
+               np.dtype("float16"): "f16", np.dtype("uint16"): "bf16"}
+if BFLOAT16 is not None:
+    _WIRE_NAMES[BFLOAT16] = "bf16"
+
+
+def wire_dtype(dtype):
+    """The protocol's name for a NumPy dtype; TypeError for one gemm does not take."""
+    name = _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("="))
+    if name is None:
+        raise TypeError("gemm takes float32, float64, float16 and bfloat16 (ml_dtypes.bfloat16, "
+                        "or uint16 bit patterns), not %s: convert with .astype()" % dtype)
+    return name
+
+
+def _torch_bf16(obj):
+    """A PyTorch bfloat16 CPU tensor as a NumPy view (NumPy itself cannot take it)."""
+    import torch  # only reached for an object that is a torch tensor
+    bits = obj.detach().view(torch.int16).numpy().view(np.uint16)
+    return bits.view(BFLOAT16) if BFLOAT16 is not None else bits
+
+
+def as_array(obj, what):
+    """obj as a NumPy array without a copy: anything with __array__ or the buffer protocol
+    (NumPy arrays, PyTorch CPU tensors, memoryviews with a format)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if type(obj).__module__.startswith("torch") and str(getattr(obj, "dtype", "")) == \
+            "torch.bfloat16":
+        return _torch_bf16(obj)
+    if hasattr(obj, "__array__"):
+        return np.asarray(obj)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError("%s: a %s is neither an array (no __array__) nor a buffer" %
+                        (what, type(obj).__name__)) from None
+    if view.format in ("B", "b", "c") and view.ndim <= 1:
+        raise TypeError("%s: a buffer of bytes has no element type or shape; pass a NumPy "
+                        "array (e.g. np.frombuffer(buf, np.float32).reshape(m, k))" % what)
+    return np.asarray(view)
+
+
+def _check_dims(arr, what):
+    if arr.ndim not in (2, 3):
+        raise ValueError("%s must be 2-D (a matrix) or 3-D (a batch), got shape %s" %
+                         (what, arr.shape))
+    if 0 in arr.shape:
+        raise ValueError("%s has an empty dimension: shape %s" % (what, arr.shape))
+
+
+def _little(arr):
+    return arr if arr.dtype.byteorder != ">" else arr.astype(arr.dtype.newbyteorder("<"))
+
+
+def operand(arr, trans, what):
+    """(bytes view to send, trans flag to send, rows, cols of the stored matrix as sent) for
+    a 2-D or 3-D array meant as op(arr) with op = transpose when trans."""
+    arr = _little(arr)
+    if arr.flags.c_contiguous:
+        sent, flag = arr, trans
+    else:
+        swapped = np.swapaxes(arr, -1, -2)
+        if swapped.flags.c_contiguous:
+            sent, flag = swapped, not trans   # column-major: its transpose is row-major
+        else:
+            sent, flag = np.ascontiguousarray(arr), trans
+    return byte_view(sent), bool(flag), sent.shape[-2], sent.shape[-1]
+
+
+def byte_view(arr):
+    """A flat byte memoryview of a C-contiguous array (no copy)."""
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+class Problem:
+    """One gemm call checked and laid out: the header to send, the operand views, and the
+    shape and dtype of the result."""
+
+    def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision):
+        a = as_array(a, "a")
+        b = as_array(b, "b")
+        _check_dims(a, "a")
+        _check_dims(b, "b")
+        if a.ndim != b.ndim:
+            raise ValueError("a is %d-D and b %d-D: give both as matrices or both as batches" %
+                             (a.ndim, b.ndim))
+        if a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
+            raise TypeError("a is %s and b is %s: gemm takes one dtype for both" %
+                            (a.dtype, b.dtype))
+        self.dtype = wire_dtype(a.dtype)
+        self.np_dtype = a.dtype.newbyteorder("<")
+        op_a = np.swapaxes(a, -1, -2) if trans_a else a
+        op_b = np.swapaxes(b, -1, -2) if trans_b else b
+        m, k = op_a.shape[-2:]
+        k_b, n = op_b.shape[-2:]
+        if k != k_b:
+            raise ValueError("op(a) is %dx%d and op(b) %dx%d: the inner dimensions differ" %
+                             (m, k, k_b, n))
+        self.batch = a.shape[0] if a.ndim == 3 else None
+        if self.batch is not None and b.shape[0] != self.batch:
+            raise ValueError("a holds %d matrices and b %d" % (self.batch, b.shape[0]))
+        self.shape = (m, n) if self.batch is None else (self.batch, m, n)
+        a_view, flag_a, _, _ = operand(a, trans_a, "a")
+        b_view, flag_b, _, _ = operand(b, trans_b, "b")
+        self.operands = [a_view, b_view]
+        if beta != 0 and c is None:
+            raise ValueError("beta is %r: c is required" % (beta,))
+        if c is not None and beta != 0:
+            self.operands.append(self._c_operand(c))
+        self.hdr = {"m": int(m), "n": int(n), "k": int(k), "dtype": self.dtype,
+                    "trans_a": flag_a, "trans_b": flag_b,
+                    "alpha": float(alpha), "beta": float(beta)}
+        if self.batch is not None:
+            self.hdr["batch"] = int(self.batch)
+        if precision not in ("exact", "fast"):
+            raise ValueError("precision must be 'exact' or 'fast', not %r" % (precision,))
+        if precision != "exact":
+            self.hdr["precision"] = precision
+
+    @property
+    def nbytes(self):
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * ELEMENT_BYTES[self.dtype]
+
+    def _c_operand(self, c):
+        c = as_array(c, "c")
+        if c.shape != self.shape:
+            raise ValueError("c has shape %s, the result %s" % (c.shape, self.shape))
+        if c.dtype.newbyteorder("=") != self.np_dtype.newbyteorder("="):
+            raise TypeError("c is %s, a and b %s" % (c.dtype, self.np_dtype))
+        return byte_view(np.ascontiguousarray(_little(c)))   # C goes row-major on the wire
+
+    def result_array(self, out):
+        """(array the caller gets, array the reply lands in): out itself when it is row-major,
+        else a new array whose contents are copied into out afterwards."""
+        if out is None:
+            result = np.empty(self.shape, self.np_dtype)
+            return result, result
+        if not isinstance(out, np.ndarray):
+            out = as_array(out, "out")
+        if out.shape != self.shape:
+            raise ValueError("out has shape %s, the result %s" % (out.shape, self.shape))
+        if out.dtype != self.np_dtype:
+            raise TypeError("out is %s, the result %s" % (out.dtype, self.np_dtype))
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+        if out.flags.c_contiguous:
+            return out, out
+        return out, np.empty(self.shape, self.np_dtype)

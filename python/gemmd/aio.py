@@ -1,0 +1,246 @@
+"""The asyncio client: gemmd.aio.Client.
+
+    async with gemmd.aio.Client(address) as client:
+        c = await client.gemm(a, b)
+        results = await asyncio.gather(*(client.gemm(x, b) for x in batches))
+
+Every coroutine call is one request; any number may be in flight on one connection (replies
+come back in any order). Operands are sent from the caller's arrays and results received
+straight into the result array, as in the blocking client (loop.sock_sendall and
+sock_recv_into on the connection's socket: asyncio's transports would copy them). A call that
+times out or is cancelled is given up: its reply is thrown away and bytes of it not yet sent go
+out as zeros.
+"""
+
+import asyncio
+import socket
+import time
+
+from . import _address
+from ._arrays import Problem
+from ._calls import Call, Table, zeros_like_pieces
+from ._errors import ConnectError, ConnectionLost, ProtocolError, Timeout
+from ._wire import Decoder
+from .client import timeout_ms
+
+_RECV_CHUNK = 1 << 20
+_SEND_SLICE = 16 << 20   # operands go out in slices so that a given-up call stops using them
+
+
+class Client:
+    """A connection to gemmd for asyncio programs. Connect with `async with Client(address)`
+    or `client = await Client.connect(address)`; close with `await client.close()`.
+    address, timeout and connect_timeout as for gemmd.Client."""
+
+    def __init__(self, address=None, *, timeout=None, connect_timeout=10.0):
+        self.address = _address.resolve(address)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._sock = None
+        self._table = Table()
+        self._futures = {}
+        self._decoder = Decoder(self._table.destination)
+        self._sendq = None
+        self._tasks = []
+        self._failure = None
+        self._features = None
+
+    @classmethod
+    async def connect(cls, address=None, **kwargs):
+        client = cls(address, **kwargs)
+        await client._connect()
+        return client
+
+    async def __aenter__(self):
+        if self._sock is None:
+            await self._connect()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+        return False
+
+    async def _connect(self):
+        loop = asyncio.get_running_loop()
+        family, target = _address.parse(self.address)
+        if family == socket.AF_UNIX:
+            candidates = [(socket.AF_UNIX, target)]
+        else:
+            infos = await loop.getaddrinfo(*target, type=socket.SOCK_STREAM)
+            candidates = [(info[0], info[4]) for info in infos]
+        last = None
+        for fam, sockaddr in candidates:
+            sock = socket.socket(fam, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, sockaddr), self.connect_timeout)
+            except asyncio.TimeoutError:
+                sock.close()
+                raise ConnectError("connecting to %s timed out" % self.address,
+                                   "DEADLINE_EXCEEDED") from None
+            except OSError as exc:
+                sock.close()
+                last = exc
+                continue
+            _address.configure(sock)
+            self._sock = sock
+            self._sendq = asyncio.Queue()
+            self._tasks = [loop.create_task(self._reader()), loop.create_task(self._writer())]
+            return
+        raise ConnectError("cannot connect to %s: %s" % (self.address, last))
+
+    async def close(self):
+        """Closes the connection; calls in flight fail with ConnectionLost."""
+        if self._failure is None:
+            self._fail(ConnectionLost("the client closed the connection"))
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._tasks = []
+
+    @property
+    def closed(self):
+        return self._failure is not None
+
+    # ---- the API (arguments as gemmd.Client's)
+    async def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
+                   precision="exact", timeout=None, out=None):
+        """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm."""
+        timeout = self.timeout if timeout is None else timeout
+        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision)
+        ms = timeout_ms(timeout)
+        if ms is not None:
+            problem.hdr["timeout_ms"] = ms
+        return await self._request("gemm", timeout, problem, out)
+
+    async def ping(self, timeout=None):
+        """Round trip; returns the seconds it took."""
+        start = time.monotonic()
+        await self._request("ping", timeout)
+        return time.monotonic() - start
+
+    async def info(self, timeout=None):
+        return await self._request("info", timeout)
+
+    async def stats(self, timeout=None):
+        return await self._request("stats", timeout)
+
+    async def features(self):
+        """The optional features the daemon announces (info's "features"; empty if none)."""
+        if self._features is None:
+            features = (await self.info()).get("features", [])
+            self._features = frozenset(f for f in features if isinstance(f, str))
+        return self._features
+
+    @property
+    def in_flight(self):
+        return len(self._table)
+
+    # ---- requests
+    async def _request(self, method, timeout, problem=None, out=None):
+        if self._failure is not None:
+            raise type(self._failure)(self._failure.message)
+        if self._sock is None:
+            raise ConnectError("not connected: use `async with Client(...)` or "
+                               "`await Client.connect(...)`")
+        timeout = self.timeout if timeout is None else timeout
+        call = Call(self._table.new_msgid(), method, problem, out)
+        future = asyncio.get_running_loop().create_future()
+        self._table.calls[call.msgid] = call
+        self._futures[call.msgid] = future
+        self._sendq.put_nowait(call)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except asyncio.TimeoutError:
+            self._abandon(call)
+            raise Timeout("no reply from gemmd on %s within %gs" %
+                          (self.address, timeout)) from None
+        except asyncio.CancelledError:
+            self._abandon(call)
+            raise
+
+    def _abandon(self, call):
+        call.abandon()
+        future = self._futures.pop(call.msgid, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    # ---- the connection's two tasks
+    async def _writer(self):
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                call = await self._sendq.get()
+                pieces, call.pieces = call.pieces, None
+                for i, piece in enumerate(pieces):
+                    view = memoryview(piece)
+                    for start in range(0, max(len(view), 1), _SEND_SLICE):
+                        part = view[start:start + _SEND_SLICE]
+                        if i % 2 == 1 and call.msgid not in self._futures:
+                            for zero in zeros_like_pieces(part):   # given up on
+                                await loop.sock_sendall(self._sock, zero)
+                        else:
+                            await loop.sock_sendall(self._sock, part)
+        except OSError as exc:
+            self._fail(ConnectionLost("sending to gemmd on %s failed: %s" % (self.address, exc)))
+
+    async def _reader(self):
+        loop = asyncio.get_running_loop()
+        buf = bytearray(_RECV_CHUNK)
+        try:
+            while True:
+                window = self._decoder.window()
+                count = await loop.sock_recv_into(self._sock, window if window is not None
+                                                  else buf)
+                if count == 0:
+                    self._fail(ConnectionLost("gemmd on %s closed the connection%s" % (
+                        self.address, "" if self._decoder.idle else " in the middle of a reply")))
+                    return
+                if window is not None:
+                    self._decoder.advance(count)
+                else:
+                    self._decoder.feed(memoryview(buf)[:count])
+                self._complete(self._decoder.replies)
+        except ProtocolError as exc:
+            self._fail(ProtocolError("gemmd on %s: %s" % (self.address, exc.message)))
+        except OSError as exc:
+            self._fail(ConnectionLost("gemmd on %s reset the connection: %s" %
+                                      (self.address, exc)))
+
+    def _complete(self, replies):
+        while replies:
+            reply = replies.pop(0)
+            call = self._table.calls.pop(reply.msgid)
+            future = self._futures.pop(reply.msgid, None)
+            if future is None or future.done():
+                continue
+            try:
+                value, error = call.outcome(reply)
+            except ProtocolError as exc:
+                future.set_exception(exc)
+                raise
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+    def _fail(self, error):
+        if self._failure is not None:
+            return
+        self._failure = error
+        if self._sock is not None:
+            self._sock.close()
+        futures = list(self._futures.values())
+        self._futures.clear()
+        self._table.calls.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(type(error)(error.message))
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()

@@ -1,0 +1,75 @@
+/*
+ * A connection's timeout policy (gd_timeouts.h): which timeout applies in each state and when
+ * it falls due.
+ */
+#include <check.h>
+#include <stdlib.h>
+
+#include "gd_timeouts.h"
+
+static gd_timeout_state base(void) {
+  gd_timeout_state st = {.at_boundary = true, .idle_ms = 1000, .request_ms = 500,
+                         .hold_ms = 20, .last_activity_us = 1000000, .msg_started_us = 2000000,
+                         .write_progress_us = 3000000, .hold_since_us = 4000000};
+  return st;
+}
+
+START_TEST(idle_only_with_nothing_in_flight) {
+  gd_timeout_state st = base();
+  uint64_t due = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_IDLE);
+  ck_assert_uint_eq(due, 1000000 + 1000 * 1000);
+  st.in_flight = 1;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  st.idle_ms = 0;
+  st.in_flight = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE); /* 0 disables */
+}
+END_TEST
+
+START_TEST(request_stops_counting_while_paused) {
+  gd_timeout_state st = base();
+  st.at_boundary = false;
+  uint64_t due = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_REQUEST);
+  ck_assert_uint_eq(due, 2000000 + 500 * 1000);
+  st.paused = true; /* waiting for the backend is not a stalled client */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+}
+END_TEST
+
+START_TEST(stalled_reader_and_hold_apply_after_eof) {
+  gd_timeout_state st = base();
+  st.eof = true;
+  st.writes = 2;
+  uint64_t due = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_STALLED);
+  ck_assert_uint_eq(due, 3000000 + 500 * 1000);
+  st.holding = true; /* 4 s + 20 ms is later than 3 s + 500 ms */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_STALLED);
+  st.hold_since_us = 3000000;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_HOLD);
+  ck_assert_uint_eq(due, 3000000 + 20 * 1000);
+}
+END_TEST
+
+START_TEST(every_close_has_a_reason) {
+  ck_assert_ptr_nonnull(gd_timeout_why(GD_TIMEOUT_REQUEST));
+  ck_assert_str_ne(gd_timeout_why(GD_TIMEOUT_IDLE), gd_timeout_why(GD_TIMEOUT_STALLED));
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon_timeouts");
+  TCase *tc = tcase_create("timeouts");
+  tcase_add_test(tc, idle_only_with_nothing_in_flight);
+  tcase_add_test(tc, request_stops_counting_while_paused);
+  tcase_add_test(tc, stalled_reader_and_hold_apply_after_eof);
+  tcase_add_test(tc, every_close_has_a_reason);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
