@@ -21,7 +21,9 @@
 #include "gd_lifecycle.h"
 #include "gd_listener.h"
 #include "gd_log.h"
+#include "gd_log_journal.h"
 #include "gd_notify.h"
+#include "gd_ops_http.h"
 #include "gd_sched.h"
 #include "gd_session.h"
 #ifdef GEMMD_HAVE_CUDA
@@ -170,6 +172,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_daemon d;
   gd_lifecycle *lc = NULL;
   gd_notify *notify = NULL;
+  gd_ops_http *ops_http = NULL;
   gp_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
   char why[512];
@@ -204,6 +207,11 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_sched;
   }
+  if (d.cfg.metrics_listen[0] &&
+      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, why, sizeof why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "metrics.listen: ", why);
+    goto out_listeners;
+  }
   if ((rc = gd_notify_start(&loop, &notify)) != 0) {
     from_uv(&err, rc, "watchdog timer");
     goto out_listeners;
@@ -219,9 +227,11 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   /* Returns when the lifecycle closed every handle (shutdown). */
   rc = uv_run(&loop, UV_RUN_DEFAULT);
   status = 0;
+  gd_ops_http_stop(ops_http);
   goto out_sched;
 
 out_listeners:
+  gd_ops_http_stop(ops_http);
   gd_listeners_close(d.listeners);
   d.listeners = NULL;
   gd_sessions_close_all(&d.srv, "start-up failed");
@@ -274,6 +284,7 @@ int main(int argc, char **argv) {
   if (cli.check_config)
     return check_config(&cli, &cfg, config_path);
   gd_log_set_level(cfg.log_level);
+  gd_log_journal_setup(cfg.log_target);
   /* A client that closes while we write must cost an EPIPE, not the process. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
     gd_warn("cannot ignore SIGPIPE");

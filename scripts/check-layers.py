@@ -3,7 +3,7 @@
 
 The folders of daemon/ are layers, lowest first:
 
-    util/  <  core/  <  backend/cpu/, backend/gpu/  <  net/  <  app/  <  main.c
+    util/  <  core/  <  backend/cpu/, backend/gpu/  <  net/  <  app/  <  ops/  <  main.c
 
 A file may include headers of its own layer or a lower one, never of a higher one, and one
 backend never includes the other. Inside daemon/ no files may form a circle, neither by
@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-LAYERS = {"util": 0, "core": 1, "backend": 2, "net": 3, "app": 4, "": 5}
+LAYERS = {"util": 0, "core": 1, "backend": 2, "net": 3, "app": 4, "ops": 5, "": 6}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # a function defined at the start of a line, not static: "type name(" ... "{"
 DEFINITION = re.compile(r"^(?!static\b)[A-Za-z_][\w \*]*?\b([a-z_][a-z0-9_]*)\(([^;{]*?)\)\s*\{",

@@ -30,6 +30,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->unix_socket_mode = 0660;
   cfg->backend = GD_BACKEND_AUTO;
   cfg->log_level = GD_LOG_INFO;
+  cfg->log_target = GD_LOG_TARGET_AUTO;
   cfg->max_connections = 1024;
   cfg->max_requests_in_flight = 64;
   cfg->max_buffered_bytes = 256 * MIB;
@@ -131,6 +132,8 @@ typedef enum {
   F_SIZE,     /* size into uint64_t */
   F_SIZE32,   /* size into uint32_t */
   F_LEVEL,    /* log level */
+  F_TARGET,   /* auto | journal | stderr */
+  F_HTTP,     /* "" (off) or one tcp: address */
   F_BACKEND,  /* auto | gpu | cpu */
   F_MODE,     /* octal file mode */
   F_LISTEN,   /* list of addresses */
@@ -195,6 +198,12 @@ static const field gpu_fields[] = {
     FLD("memory_fraction", F_FRACTION, gpu.memory_fraction, 0, 0),
     FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, UINT64_MAX),
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
+    FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
+    FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, UINT64_MAX),
+    {NULL, 0, 0, 0, 0, NULL}};
+
+static const field metrics_fields[] = {
+    FLD("listen", F_HTTP, metrics_listen, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field root_fields[] = {
@@ -202,11 +211,13 @@ static const field root_fields[] = {
     FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 07777),
     FLD("backend", F_BACKEND, backend, 0, 0),
     FLD("log_level", F_LEVEL, log_level, 0, 0),
+    FLD("log_target", F_TARGET, log_target, 0, 0),
     {"limits", F_SECTION, 0, 0, 0, limits_fields},
     {"queue", F_SECTION, 0, 0, 0, queue_fields},
     {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
     {"cpu", F_SECTION, 0, 0, 0, cpu_fields},
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
+    {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* ---- the walker ---------------------------------------------------------- */
@@ -368,6 +379,26 @@ static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned
 static int walk_mapping(walker *w, const yaml_node_t *node, const field *fields,
                         const char *section);
 
+/* metrics.listen: empty (off) or one tcp: address; a Unix path is refused (the HTTP server
+ * binds TCP only). */
+static int set_http(walker *w, const yaml_node_t *node, const field *f, char *out) {
+  if (is_null(node) || (node->type == YAML_SCALAR_NODE && *scalar_text(node) == '\0')) {
+    out[0] = '\0';
+    return 0;
+  }
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  gp_addr addr;
+  char why[256];
+  if (gp_addr_parse(scalar_text(node), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
+    return node_error(w, node, "%s: %s", f->key, why);
+  if (addr.kind != GP_ADDR_TCP)
+    return node_error(w, node, "%s: expected tcp:HOST:PORT (the metrics server speaks HTTP "
+                      "over TCP only), got \"%s\"", f->key, scalar_text(node));
+  snprintf(out, GP_ADDR_TEXT_MAX, "%s", scalar_text(node));
+  return 0;
+}
+
 static int set_field(walker *w, const yaml_node_t *value, const field *f) {
   char *base = (char *)w->cfg;
   uint64_t v;
@@ -399,6 +430,14 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
       return node_error(w, value, "backend: expected auto, gpu or cpu, got \"%s\"",
                         scalar_text(value));
     return 0;
+  case F_TARGET:
+    if (want_scalar(w, value, f->key) != 0)
+      return -1;
+    if (gd_log_target_from_name(scalar_text(value), &w->cfg->log_target) != 0)
+      return node_error(w, value, "log_target: expected auto, journal or stderr, got \"%s\"",
+                        scalar_text(value));
+    return 0;
+  case F_HTTP: return set_http(w, value, f, base + f->offset);
   case F_MODE: return set_mode(w, value, f, &w->cfg->unix_socket_mode);
   case F_LISTEN: return set_listen(w, value, w->cfg);
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);

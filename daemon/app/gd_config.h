@@ -35,6 +35,7 @@ typedef struct {
   unsigned unix_socket_mode;       /* e.g. 0660 */
   gd_backend_kind backend;
   gd_log_level log_level;
+  gd_log_target log_target;        /* auto: the journal when JOURNAL_STREAM is set */
 
   /* limits: */
   uint32_t max_connections;
@@ -55,6 +56,9 @@ typedef struct {
   uint32_t cpu_min_part_mflop;
 
   gd_gpu_config gpu;
+
+  /* metrics: (gd_ops_http.h) */
+  char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */
 } gd_config;
 
 /* The built-in defaults (equal to config/gemmd.yaml). */

@@ -54,6 +54,7 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
   if (a->devices_auto != b->devices_auto || a->device_count != b->device_count ||
       a->staging_bytes != b->staging_bytes || a->staging_buffers != b->staging_buffers ||
       a->memory_fraction != b->memory_fraction || a->memory_bytes != b->memory_bytes ||
+      a->memory_idle_ms != b->memory_idle_ms || a->memory_keep_bytes != b->memory_keep_bytes ||
       strcmp(a->kernel, b->kernel) != 0)
     return false;
   for (size_t i = 0; i < a->device_count; i++)
@@ -90,6 +91,10 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("cpu.blas_threads");
   if (!same_gpu(&cur->gpu, &next->gpu))
     restart += restart_key("gpu");
+  if (strcmp(cur->metrics_listen, next->metrics_listen) != 0)
+    restart += restart_key("metrics.listen");
+  if (cur->log_target != next->log_target)
+    restart += restart_key("log_target");
   /* Live: log level, limits, queue, timeouts. */
   cur->log_level = next->log_level;
   cur->max_connections = next->max_connections;

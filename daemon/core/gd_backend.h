@@ -62,6 +62,11 @@ typedef struct {
   int sm_count;
   int cc_major, cc_minor;
   bool in_service;            /* false after a sticky device error */
+  /* Live figures, filled by devices() (0 where a backend has none): */
+  uint64_t busy_us;           /* time spent computing */
+  uint64_t memory_limit;      /* device bytes the backend may reserve for jobs (its cap) */
+  uint64_t memory_reserved;   /* device bytes reserved now */
+  uint64_t memory_in_use;     /* of those, held by jobs now */
 } gd_device_info;
 
 typedef struct {

@@ -30,11 +30,22 @@ void gd_hist_add(gd_hist *h, uint64_t us) {
     h->max_us = us;
 }
 
-void gd_stats_error(gd_stats *s, int code) {
+unsigned gd_stats_code_index(int code) {
+  if (code == 0)
+    return 0;
   int index = -code;
   if (index <= 0 || index >= GD_STATS_CODES)
     index = -GP_E_INTERNAL;
-  s->errors_by_code[index]++;
+  return (unsigned)index;
+}
+
+void gd_stats_error(gd_stats *s, int code) {
+  s->errors_by_code[gd_stats_code_index(code ? code : GP_E_INTERNAL)]++;
+}
+
+void gd_stats_reply(gd_stats *s, gp_method method, int code) {
+  unsigned m = (unsigned)method < GD_STATS_METHODS ? (unsigned)method : GP_METHOD_UNKNOWN;
+  s->replies[m][gd_stats_code_index(code)]++;
 }
 
 void gd_pack_str(msgpack_packer *pk, const char *s) {

@@ -18,6 +18,7 @@
 
 #define GD_HIST_BUCKETS 32
 #define GD_STATS_CODES 10 /* index 0: OK, index -code for GP_E_* */
+#define GD_STATS_METHODS 5 /* indexed by gp_method (UNKNOWN included) */
 
 typedef struct {
   uint64_t counts[GD_HIST_BUCKETS];
@@ -32,7 +33,8 @@ typedef enum { GD_HIST_QUEUED = 0, GD_HIST_COMPUTE = 1, GD_HIST_TOTAL = 2 } gd_h
 typedef struct {
   uint64_t started_us;                  /* monotonic, for uptime */
   uint64_t requests;                    /* every request answered or refused */
-  uint64_t requests_by_method[5];       /* indexed by gp_method (UNKNOWN included) */
+  uint64_t requests_by_method[GD_STATS_METHODS];
+  uint64_t replies[GD_STATS_METHODS][GD_STATS_CODES]; /* replies sent, by method and code */
   uint64_t notifications;
   uint64_t errors_by_code[GD_STATS_CODES];
   uint64_t bytes_in, bytes_out;
@@ -51,6 +53,10 @@ void gd_hist_add(gd_hist *h, uint64_t us);
 
 /* Counts an error reply with code (a GP_E_* value). */
 void gd_stats_error(gd_stats *s, int code);
+/* Counts a reply to a method with code (0: a result; else a GP_E_* value). */
+void gd_stats_reply(gd_stats *s, gp_method method, int code);
+/* Index of code in errors_by_code and replies (an unknown code counts as INTERNAL). */
+unsigned gd_stats_code_index(int code);
 
 /* Packs the histogram as {"bounds_us": [...], "counts": [...], "count", "sum_us", "max_us"};
  * bounds_us[i] is bucket i's exclusive upper bound, the last one omitted (open-ended). */

@@ -50,6 +50,7 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
   c->pending = c->rbuf; /* never NULL, even when empty */
   c->last_activity_us = gd_now_us();
   gd_replyq_init(&c->out, &c->h.stream, stats, hold_ms, &replyq_events, id);
+  c->out.peer = c->peer; /* filled in once accepted */
   gd_calls_init(&c->calls, sched);
   return 0;
 }

@@ -87,8 +87,18 @@ static void free_wreq(wreq *w) {
 
 /* The last byte of rec's reply is out (or failed): the job is answered. */
 static void reply_done(gd_replyq *q, gd_call *rec, bool ok) {
-  if (ok)
+  if (ok) {
     q->stats->gemm_ok++;
+    gd_stats_reply(q->stats, GP_METHOD_GEMM, 0);
+    const gd_job *job = rec->job;
+    uint64_t took = gd_now_us() - job->admitted_us;
+    gd_log_ctx ctx = {.conn = q->conn_id, .msgid = rec->msgid, .has_msgid = true,
+                      .peer = q->peer, .device = job->result.device, .duration_us = took,
+                      .has_duration = true};
+    gd_logx(GD_LOG_DEBUG, &ctx, "conn %llu: msgid %u: gemm answered in %llu us (%s, %s)",
+            (unsigned long long)q->conn_id, (unsigned)rec->msgid, (unsigned long long)took,
+            job->result.device, job->result.kernel);
+  }
   gd_call_finish(rec, ok);
 }
 

@@ -40,10 +40,11 @@ typedef struct {
 
 struct gd_replyq {
   uv_stream_t *stream;
-  gd_stats *stats;            /* bytes_out, gemm_ok */
+  gd_stats *stats;            /* bytes_out, gemm_ok, replies */
   const uint64_t *hold_ms;    /* gpu.staging_hold_ms, live (SIGHUP) */
   const gd_replyq_events *events;
   uint64_t conn_id;           /* for logs */
+  const char *peer;           /* for logs: the connection's peer text, or NULL */
   bool dropped;               /* the connection is closing: nothing more is written */
 
   uint64_t write_bytes;       /* queued in uv_write */

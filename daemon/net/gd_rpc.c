@@ -29,11 +29,16 @@ static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
   gd_replyq_send(&s->conn.out, msgpack_sbuffer_release(sbuf), len);
 }
 
-/* Counts and logs an error reply to msgid and sends it (unless the connection is closing). */
-static void send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+/* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
+ * is closing). */
+static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                           const char *message) {
   gd_stats_error(s->d->stats, code);
-  gd_info("conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id, (unsigned)msgid,
-          gp_code_name(code), message);
+  gd_stats_reply(s->d->stats, method, code);
+  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
+                    .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
+          (unsigned)msgid, gp_code_name(code), message);
   if (s->conn.closing)
     return;
   msgpack_sbuffer sbuf;
@@ -46,6 +51,11 @@ static void send_error(gd_session *s, uint32_t msgid, int code, const char *mess
   send_sbuffer(s, &sbuf);
 }
 
+/* An error reply to a gemm request. */
+static void send_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+  send_error_for(s, GP_METHOD_GEMM, msgid, code, message);
+}
+
 static void reply_simple(gd_session *s) {
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
@@ -53,9 +63,10 @@ static void reply_simple(gd_session *s) {
   gp_error_clear(&err);
   if (gd_methods_reply(s->d, s->msgid, s->method, &sbuf, &err) != 0) {
     msgpack_sbuffer_destroy(&sbuf);
-    send_error(s, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
     return;
   }
+  gd_stats_reply(s->d->stats, s->method, 0);
   send_sbuffer(s, &sbuf);
 }
 
@@ -255,8 +266,8 @@ static void on_reject(gd_session *s, const gp_event *ev) {
   if (ev->has_msgid) {
     if (!counted)
       count_request(d, ev->method);
-    send_error(s, ev->msgid, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
-               ev->err.message);
+    send_error_for(s, ev->method, ev->msgid,
+                   ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT, ev->err.message);
   } else {
     gd_stats_error(d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",

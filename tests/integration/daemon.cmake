@@ -16,6 +16,9 @@ if(TARGET gemmd)
     connection_cap      # limits.max_connections
     listeners           # unix socket mode, stale/live socket files, long paths, TCP
     config              # --check-config and command-line overrides
+    metrics             # /metrics (promtool), /healthz, /readyz on metrics.listen
+    prometheus          # a real Prometheus scrapes gemmd; counters read back by its query API
+    journal             # log_target journal: structured fields on a fake journal socket
     check_config        # -h, option errors, --check-config's checks beyond the parser
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -51,13 +54,16 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     GEMMD_HAVE_CUDA=1 GEMMD_VERSION="${PROJECT_VERSION}")
   target_link_libraries(gemmd_fake PRIVATE
     gemmproto gemmhalf gemmkernels_cpu
-    PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK Threads::Threads m)
+    PkgConfig::UV PkgConfig::YAML PkgConfig::SYSTEMD PkgConfig::MSGPACK PkgConfig::MHD
+    Threads::Threads m)
 
   # reply_order: replies of other requests never land inside a result that leaves in several
   # chunks. memory_wait: time spent waiting for device memory is not a request timeout.
   # staging_hold: a client that does not read its result holds no staging other jobs need.
   # No SKIP_RETURN_CODE: the fake device is always there, so a skip is a failure.
-  foreach(name reply_order memory_wait staging_hold)
+  # memory_on_demand: no device memory at start, info and /metrics show it, given back idle.
+  # readyz: /readyz turns 503 when the only device leaves service (a fake fault).
+  foreach(name reply_order memory_wait staging_hold memory_on_demand readyz)
     add_test(NAME daemon_fake_${name}
              COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
                      --gemmd $<TARGET_FILE:gemmd_fake>)

@@ -346,6 +346,10 @@ static size_t cpu_devices(gd_backend *b, gd_device_info *out, size_t max) {
   out[0].memory_bytes = host_memory();
   out[0].sm_count = (int)cb->threads;
   out[0].in_service = true;
+  if (pthread_mutex_lock(&cb->lock) == 0) {
+    out[0].busy_us = cb->busy_us;
+    pthread_mutex_unlock(&cb->lock);
+  }
   return 1;
 }
 

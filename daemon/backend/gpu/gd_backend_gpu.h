@@ -6,7 +6,7 @@
  *
  * What it promises the scheduler (beyond gd_backend.h):
  *   - prepare() refuses with RESOURCE_EXHAUSTED only a job that can never fit
- *     a device's pool (a + b + c, each rounded to 256 bytes), and with
+ *     a device's budget (a + b + c, each rounded to 256 bytes), and with
  *     UNAVAILABLE when no device is in service. A job that fits later waits:
  *     input_window() then lends nothing and input() pauses the session until
  *     memory is assigned (FIFO per device). The job goes to the device already
@@ -43,8 +43,11 @@ typedef struct {
   size_t device_count;
   uint64_t staging_bytes;             /* size of each pinned staging buffer (default 64 MiB) */
   uint32_t staging_buffers;           /* per direction per device, >= 2 (default 2: double-buffered) */
-  double memory_fraction;             /* of each device's free memory usable for jobs (default 0.9) */
+  double memory_fraction;             /* cap: of each device's memory free at start (default 0.9) */
   uint64_t memory_bytes;              /* absolute cap per device; 0 = use memory_fraction */
+  uint64_t memory_idle_ms;            /* a device idle this long gives its pool back (default
+                                       * 30000; 0 = keep what was reserved) */
+  uint64_t memory_keep_bytes;         /* reserved bytes kept when it does (default 0) */
   uint64_t staging_hold_ms;           /* a result chunk waits this long for a slow client before
                                        * it is copied off staging (default 20; the session's) */
   char kernel[64];                    /* "auto", or a kernel name from gk_kernels() ("tiled16", "cublas", ...) */
@@ -59,8 +62,9 @@ int gd_gpu_count(void);
 /* Checks cfg (staging_buffers 2..64, staging_bytes 4 KiB..1 GiB, memory_fraction in (0, 1],
  * kernel "auto" or a name from gk_kernels(): GP_E_INVALID_ARGUMENT naming the key), then starts
  * one worker per configured device: each makes its device current, creates the kernels'
- * context and streams, takes its memory budget with one cudaMalloc (memory_bytes, or
- * memory_fraction of the memory free at start) and pins its staging. A device that fails is
+ * context and streams, an empty memory pool capped at its budget (memory_bytes, or
+ * memory_fraction of the memory free at start; it grows as jobs need memory and gives it back
+ * after memory_idle_ms idle, see gd_gpu_mem.c) and pins its staging. A device that fails is
  * left out with a warning. Returns 0 and *out, or GP_E_UNAVAILABLE with "no CUDA device found:
  * <reason>" / "no usable CUDA device: <reason>" when none can be used. Call before the loop
  * runs (it waits for the workers' start-up); the caller owns *out (ops->destroy). */

@@ -16,5 +16,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->memory_fraction = 0.9;
   cfg->memory_bytes = 0;
   cfg->staging_hold_ms = 20;
+  cfg->memory_idle_ms = 30000;
+  cfg->memory_keep_bytes = 0;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

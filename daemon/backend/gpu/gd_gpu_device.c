@@ -78,7 +78,7 @@ uint64_t gd__gpu_device_budget(const gd_gpu_config *cfg, uint64_t free_bytes) {
       f = 0.9;
     budget = (uint64_t)((double)free_bytes * f);
   }
-  /* Never more than is free now: one cudaMalloc of the whole budget must succeed. */
+  /* Never more than is free now: the pool could not grow past it. */
   if (budget > free_bytes)
     budget = free_bytes;
   return budget;

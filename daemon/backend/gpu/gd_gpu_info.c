@@ -18,11 +18,12 @@ static void pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t v) {
   msgpack_pack_uint64(pk, v);
 }
 
-/* One device's map in info.devices: info as read under mu, pool its budget in bytes. */
-static void pack_device_info(msgpack_packer *pk, const gd_device_info *info, uint64_t pool) {
+/* One device's map in info.devices: info as read under mu, with its memory figures (pool_bytes:
+ * the cap; pool_reserved: taken from the driver now; pool_in_use: held by jobs now). */
+static void pack_device_info(msgpack_packer *pk, const gd_device_info *info) {
   char cc[16];
   snprintf(cc, sizeof(cc), "%d.%d", info->cc_major, info->cc_minor);
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 10);
   pack_str(pk, "id");
   msgpack_pack_int(pk, info->id);
   pack_str(pk, "device");
@@ -32,7 +33,9 @@ static void pack_device_info(msgpack_packer *pk, const gd_device_info *info, uin
   pack_str(pk, "name");
   pack_str(pk, info->name);
   pack_kv_u64(pk, "memory", info->memory_bytes);
-  pack_kv_u64(pk, "pool_bytes", pool);
+  pack_kv_u64(pk, "pool_bytes", info->memory_limit);
+  pack_kv_u64(pk, "pool_reserved", info->memory_reserved);
+  pack_kv_u64(pk, "pool_in_use", info->memory_in_use);
   pack_str(pk, "sms");
   msgpack_pack_int(pk, info->sm_count);
   pack_str(pk, "compute_capability");
@@ -44,6 +47,21 @@ static void pack_device_info(msgpack_packer *pk, const gd_device_info *info, uin
     msgpack_pack_false(pk);
 }
 
+/* Device i's info with its live figures, read under its mu. */
+static bool device_at(gd__gpu_backend *be, size_t i, gd_device_info *out) {
+  if (i >= be->ndev)
+    return false;
+  gd__gpu_dev *dev = &be->devs[i];
+  pthread_mutex_lock(&dev->mu);
+  *out = dev->info;
+  out->busy_us = dev->busy_us;
+  out->memory_limit = dev->pool.size;
+  out->memory_reserved = dev->mem_reserved;
+  out->memory_in_use = dev->pool.in_use;
+  pthread_mutex_unlock(&dev->mu);
+  return true;
+}
+
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   msgpack_pack_map(pk, 6);
@@ -52,12 +70,9 @@ void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk) {
   pack_str(pk, "devices");
   msgpack_pack_array(pk, be->ndev);
   for (size_t i = 0; i < be->ndev; i++) {
-    gd__gpu_dev *dev = &be->devs[i];
-    pthread_mutex_lock(&dev->mu);
-    gd_device_info info = dev->info;
-    uint64_t pool = dev->pool.size;
-    pthread_mutex_unlock(&dev->mu);
-    pack_device_info(pk, &info, pool);
+    gd_device_info info;
+    if (device_at(be, i, &info))
+      pack_device_info(pk, &info);
   }
   size_t nk = 0;
   const gk_kernel *const *kernels = gk_kernels(&nk);
@@ -84,12 +99,14 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
   for (size_t i = 0; i < be->ndev; i++) {
     gd__gpu_dev *dev = &be->devs[i];
     pthread_mutex_lock(&dev->mu);
-    uint64_t v[] = {dev->busy_us,   dev->jobs_done, dev->jobs_failed, dev->bytes_h2d,
-                    dev->bytes_d2h, dev->pool.in_use, dev->pool.size, dev->active};
+    uint64_t v[] = {dev->busy_us,   dev->jobs_done,    dev->jobs_failed,  dev->bytes_h2d,
+                    dev->bytes_d2h, dev->pool.in_use,  dev->pool.size,    dev->mem_reserved,
+                    dev->active};
     bool in_service = dev->in_service;
     pthread_mutex_unlock(&dev->mu);
-    static const char *const keys[] = {"busy_us",   "jobs",        "jobs_failed", "bytes_h2d",
-                                       "bytes_d2h", "pool_in_use", "pool_bytes",  "active"};
+    static const char *const keys[] = {"busy_us",     "jobs",       "jobs_failed",
+                                       "bytes_h2d",   "bytes_d2h",  "pool_in_use",
+                                       "pool_bytes",  "pool_reserved", "active"};
     msgpack_pack_map(pk, 2 + sizeof(keys) / sizeof(keys[0]));
     pack_str(pk, "id");
     msgpack_pack_int(pk, dev->ordinal);
@@ -106,11 +123,8 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
 size_t gd__gpu_op_devices(gd_backend *b, gd_device_info *out, size_t max) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   size_t n = 0;
-  for (size_t i = 0; i < be->ndev && n < max; i++) {
-    pthread_mutex_lock(&be->devs[i].mu);
-    out[n++] = be->devs[i].info;
-    pthread_mutex_unlock(&be->devs[i].mu);
-  }
+  while (n < max && device_at(be, n, &out[n]))
+    n++;
   return n;
 }
 

@@ -1,7 +1,8 @@
 /*
  * gd_gpu_internal.h - the GPU backend's shared state, between its files:
  * gd_gpu_device.c (discovery, info), gd_gpu_staging.c (pinned buffers),
- * gd_gpu_pool.c (device memory), gd_gpu_cmd.c (the command FIFO to the
+ * gd_gpu_pool.c (the budget's accounting), gd_gpu_mem.c (device memory: a
+ * growing CUDA memory pool, on the worker), gd_gpu_cmd.c (the command FIFO to the
  * worker), gd_gpu_worker.c (the per-device thread that makes every CUDA
  * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
  * references, the memory FIFO, device failure; loop and worker) and
@@ -52,6 +53,7 @@ typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
 
 typedef enum {
+  GD__CMD_ALLOC,    /* loop: pool memory was assigned: take the job's device block (job) */
   GD__CMD_COPY_IN,  /* loop: an input staging buffer is full: copy it to the device (buf) */
   GD__CMD_SPILL_IN, /* loop: bytes that found no staging buffer: pageable copy (spill) */
   GD__CMD_RUN,      /* loop: every input byte was queued: compute, then send C back (job) */
@@ -74,7 +76,7 @@ struct gd__gpu_cmd {
 typedef struct gd__gpu_spill {
   gd__gpu_cmd cmd;               /* GD__CMD_SPILL_IN; first member: the node is the spill */
   struct gd__gpu_spill *next;    /* pending list of a job still waiting for device memory */
-  uint64_t dst;                  /* byte offset in the device pool */
+  uint64_t dst;                  /* byte offset in the device pool (accounting: gd_gpu_mem.c) */
   size_t len;
   uint8_t data[];
 } gd__gpu_spill;
@@ -138,6 +140,7 @@ struct gd__gpu_job {
   uint64_t op_dev[3];     /* pool offsets of a, b, c (fixed once mem_ready) */
   gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
   gd__gpu_cmd run_cmd;    /* RUN or DROP: pushed once */
+  gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
 
   /* The loop thread only. */
   struct {
@@ -158,6 +161,7 @@ struct gd__gpu_job {
     bool events_made;
     gd__gpu_job *out_next_job; /* the device's FIFO of jobs copying C out */
     gp_gemm_result_hdr result;
+    uint8_t *dptr;        /* its device block (alloc_len bytes at pool offset dev_off) */
   } work;
 };
 
@@ -181,7 +185,7 @@ struct gd__gpu_dev {
   /* Worker-owned CUDA objects. */
   gk_gpu_ctx *kctx;
   cudaStream_t s_in, s_compute, s_out;
-  uint8_t *pool_base;           /* device pointer of the whole budget */
+  cudaMemPool_t mempool;        /* where jobs' device blocks come from (gd_gpu_mem.c) */
   gd__gpu_job *outq_head, *outq_tail;
 
   /* Under mu. */
@@ -197,6 +201,9 @@ struct gd__gpu_dev {
 
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
+  uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
+  uint64_t last_work_us;        /* the worker last handled a command or had work in flight */
+  bool trimmed;                 /* the pool was trimmed since last_work_us */
 };
 
 struct gd__gpu_backend {
@@ -222,6 +229,23 @@ void gd__gpu_staging_destroy(gd__gpu_dev *dev);
 /* Under mu: a free buffer of that direction, or NULL. */
 gd__gpu_buf *gd__gpu_staging_take(gd__gpu_dev *dev, bool out);
 bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out);
+
+/* ---- gd_gpu_mem.c (worker thread) ---- */
+/* Creates the device's memory pool (empty: it grows on demand). */
+int gd__gpu_mem_create(gd__gpu_dev *dev, gp_error *err);
+void gd__gpu_mem_destroy(gd__gpu_dev *dev);
+/* GD__CMD_ALLOC: takes job->dptr from the pool, or fails the job (RESOURCE_EXHAUSTED). */
+void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job);
+/* Frees job->dptr in stream order (copy-in stream); no-op without one. */
+void gd__gpu_mem_release(gd__gpu_dev *dev, gd__gpu_job *job);
+/* The device address of pool offset pool_off inside job's block. */
+uint8_t *gd__gpu_mem_at(const gd__gpu_job *job, uint64_t pool_off);
+/* Under mu, the device idle: true when a trim is pending; *wait_ms until it is due (0: now). */
+bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wait_ms);
+/* Without mu: gives the pool's unused memory back down to gpu.memory_keep_bytes. */
+void gd__gpu_mem_trim(gd__gpu_dev *dev);
+/* Under mu: the device has work now (the idle time before a trim starts again). */
+void gd__gpu_mem_note_work(gd__gpu_dev *dev, uint64_t now_us);
 
 /* ---- gd_gpu_worker.c: what the worker does with one command (worker thread only) ---- */
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);

@@ -5,6 +5,7 @@
  * service. Nothing here calls CUDA but cudaGetErrorName/String.
  */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gd_gpu_internal.h"
@@ -91,6 +92,9 @@ void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off) {
     at += rounded;
   }
   job->refs++; /* the worker's, until it finishes the job */
+  job->alloc_cmd.type = GD__CMD_ALLOC;
+  job->alloc_cmd.job = job;
+  gd__gpu_cmd_push(dev, &job->alloc_cmd); /* first: every copy of the job comes after it */
   while (job->pending) {
     gd__gpu_spill *s = job->pending;
     job->pending = s->next;
@@ -149,9 +153,13 @@ void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
   dev->dead = true;
   dev->in_service = false;
   dev->info.in_service = false;
-  gd_error("gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
-           "keep serving",
-           dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
+  char device[16];
+  snprintf(device, sizeof device, "cuda:%d", dev->ordinal);
+  gd_log_ctx ctx = {.device = device, .code = "UNAVAILABLE"};
+  gd_logx(GD_LOG_ERROR, &ctx,
+          "gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
+          "keep serving",
+          dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) {
     if (j->waiting_mem)
       gd__gpu_wait_remove(j);

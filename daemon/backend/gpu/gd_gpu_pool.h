@@ -1,12 +1,14 @@
 /*
  * gd_gpu_pool.h - the sub-allocator of one device's memory pool.
  *
- * The GPU backend takes each device's whole budget with one cudaMalloc at
- * start and hands out pieces of it from here, so a request that does not fit
- * is seen by counting, never by an out-of-memory error in the middle of a job.
- * This file is pure host bookkeeping over offsets (no CUDA): first fit over a
- * sorted list of free extents, coalesced on free, every piece aligned to
- * GD_GPU_POOL_ALIGN bytes.
+ * The GPU backend counts every job's device bytes against each device's
+ * budget here before the worker takes them from the device's CUDA memory pool
+ * (gd_gpu_mem.c), so a request that does not fit is seen by counting, never by
+ * an out-of-memory error in the middle of a job (the pool's growth can fail
+ * only when the job's block is taken, before any copy). This file is pure host
+ * bookkeeping over offsets (no CUDA): first fit over a sorted list of free
+ * extents, coalesced on free, every piece aligned to GD_GPU_POOL_ALIGN bytes.
+ * A job's offsets locate its operands inside its own device block.
  *
  * Not thread-safe: the caller holds the device's lock.
  */
@@ -17,7 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* cudaMalloc's own alignment; every kernel's vector loads are satisfied by it. */
+/* CUDA's allocation alignment (cudaMalloc and memory pools); every kernel's vector loads are
+ * satisfied by it. */
 #define GD_GPU_POOL_ALIGN 256u
 
 typedef struct {

@@ -1,7 +1,8 @@
 /*
  * gd_gpu_thread.c - the life of a device's worker thread: start-up (device, kernel context,
  * streams, memory pool, pinned staging), the serving loop over the command FIFO (gd_gpu_cmd.c;
- * each command handled by gd_gpu_worker.c), the watchdog, and shutdown.
+ * each command handled by gd_gpu_worker.c), the watchdog, giving idle memory back (the pool
+ * itself is gd_gpu_mem.c), and shutdown.
  *
  * The worker never waits on a stream while the daemon runs, so a command is handled in
  * microseconds. A kernel fault shows up nowhere by itself (the host funcs after it never run),
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gd_clock.h"
 #include "gd_gpu_internal.h"
 #include "gd_log.h"
 
@@ -34,19 +36,39 @@ static bool dev_busy_locked(const gd__gpu_dev *dev) {
   return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
 }
 
-static void timed_wait(gd__gpu_dev *dev) {
+static void timed_wait(gd__gpu_dev *dev, uint64_t ms) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
-  ts.tv_nsec += GD__WATCHDOG_MS * 1000000L;
+  ts.tv_sec += (time_t)(ms / 1000u);
+  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
   ts.tv_sec += ts.tv_nsec / 1000000000L;
   ts.tv_nsec %= 1000000000L;
   (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
+}
+
+/* Under mu, nothing to do: sleeps until a command comes, or gives the pool's memory back once
+ * the device has been idle for gpu.memory_idle_ms. */
+static void idle(gd__gpu_dev *dev) {
+  uint64_t wait_ms = 0;
+  if (!gd__gpu_mem_trim_due(dev, gd_now_us(), &wait_ms)) {
+    pthread_cond_wait(&dev->cv, &dev->mu);
+    return;
+  }
+  if (wait_ms > 0) {
+    timed_wait(dev, wait_ms);
+    return;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  gd__gpu_mem_trim(dev);
+  pthread_mutex_lock(&dev->mu);
 }
 
 static void serve(gd__gpu_dev *dev) {
   bool synced = false;
   pthread_mutex_lock(&dev->mu);
   for (;;) {
+    if (dev->q_head || dev_busy_locked(dev))
+      gd__gpu_mem_note_work(dev, gd_now_us());
     gd__gpu_cmd *cmd = gd__gpu_cmd_pop(dev);
     if (cmd) {
       synced = false;
@@ -68,14 +90,14 @@ static void serve(gd__gpu_dev *dev) {
       continue;
     }
     if (dev_busy_locked(dev)) {
-      timed_wait(dev);
+      timed_wait(dev, GD__WATCHDOG_MS);
       if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
         pthread_mutex_unlock(&dev->mu);
         watchdog(dev);
         pthread_mutex_lock(&dev->mu);
       }
     } else {
-      pthread_cond_wait(&dev->cv, &dev->mu);
+      idle(dev);
     }
   }
   pthread_mutex_unlock(&dev->mu);
@@ -107,21 +129,19 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
   if (budget == 0)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
                         dev->ordinal, free_bytes, total_bytes);
-  void *base = NULL;
-  e = cudaMalloc(&base, budget);
-  if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE,
-                        "cuda:%d: cannot reserve the memory budget of %llu bytes: %s",
-                        dev->ordinal, (unsigned long long)budget, cudaGetErrorString(e));
-  dev->pool_base = base;
-  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
-  int rc = gd__gpu_staging_create(dev, err);
+  int rc = gd__gpu_mem_create(dev, err);
   if (rc != 0)
     return rc;
-  gd_info("gpu: cuda:%d %s: %llu MiB pool, %u x %zu KiB staging each way, kernel %s",
-          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20), dev->nbuf,
-          dev->staging_bytes >> 10, dev->be->cfg.kernel);
+  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  rc = gd__gpu_staging_create(dev, err);
+  if (rc != 0)
+    return rc;
+  gd_info("gpu: cuda:%d %s: memory on demand up to %llu MiB (given back after %llu ms idle), "
+          "%u x %zu KiB staging each way, kernel %s",
+          dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20),
+          (unsigned long long)dev->be->cfg.memory_idle_ms, dev->nbuf, dev->staging_bytes >> 10,
+          dev->be->cfg.kernel);
   return 0;
 }
 
@@ -136,9 +156,7 @@ static void worker_fini(gd__gpu_dev *dev) {
       j->work.events_made = false;
     }
   gd__gpu_staging_destroy(dev);
-  if (dev->pool_base)
-    (void)cudaFree(dev->pool_base);
-  dev->pool_base = NULL;
+  gd__gpu_mem_destroy(dev);
   gd__gpu_pool_fini(&dev->pool);
   cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
   for (int i = 0; i < 3; i++) {

@@ -2,6 +2,8 @@
  * gd_gpu_worker.c - what the thread that owns one GPU (gd_gpu_thread.c) does with each
  * command of its queue (gd_gpu_cmd.c). Worker thread only:
  *
+ *   ALLOC     the job's device block from the pool, on the copy-in stream (gd_gpu_mem.c).
+ *
  *   COPY_IN   staging buffer -> device on the copy-in stream, timed by the
  *             buffer's events; a host func queues IN_DONE when it lands.
  *   SPILL_IN  the rare bytes that found no staging buffer: a pageable copy.
@@ -77,6 +79,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
     (void)cudaEventDestroy(job->work.ev_c1);
   }
   job->work.events_made = false;
+  gd__gpu_mem_release(dev, job);
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
@@ -94,7 +97,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
 static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
   pthread_mutex_unlock(&dev->mu);
   cudaError_t e = cudaSuccess;
   bool queued = false;
@@ -102,8 +105,8 @@ static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   if (!skip) {
     e = cudaEventRecord(buf->ev_start, dev->s_in);
     if (e == cudaSuccess)
-      e = cudaMemcpyAsync(dev->pool_base + buf->dst, buf->host, buf->fill, cudaMemcpyHostToDevice,
-                          dev->s_in);
+      e = cudaMemcpyAsync(gd__gpu_mem_at(job, buf->dst), buf->host, buf->fill,
+                          cudaMemcpyHostToDevice, dev->s_in);
     queued = e == cudaSuccess;
     if (e == cudaSuccess)
       e = cudaEventRecord(buf->ev_end, dev->s_in);
@@ -141,11 +144,11 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
   gd__gpu_job *job = spill->cmd.job;
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
   pthread_mutex_unlock(&dev->mu);
   if (!skip) {
     /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
-    cudaError_t e = cudaMemcpyAsync(dev->pool_base + spill->dst, spill->data, spill->len,
+    cudaError_t e = cudaMemcpyAsync(gd__gpu_mem_at(job, spill->dst), spill->data, spill->len,
                                     cudaMemcpyHostToDevice, dev->s_in);
     if (e != cudaSuccess)
       job_cuda_error(dev, job, "copy in (pageable)", e);
@@ -178,7 +181,7 @@ static cudaError_t job_events(gd__gpu_job *job) {
   return cudaSuccess;
 }
 
-static void job_problem(const gd__gpu_dev *dev, const gd__gpu_job *job, gk_problem *p) {
+static void job_problem(const gd__gpu_job *job, gk_problem *p) {
   memset(p, 0, sizeof(*p));
   p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
   p->fast = job->hdr.precision == GP_PRECISION_FAST;
@@ -190,9 +193,9 @@ static void job_problem(const gd__gpu_dev *dev, const gd__gpu_job *job, gk_probl
   p->batch = (int64_t)job->hdr.batch;
   p->alpha = job->hdr.alpha;
   p->beta = job->hdr.beta;
-  p->a = dev->pool_base + job->op_dev[GP_OPERAND_A];
-  p->b = dev->pool_base + job->op_dev[GP_OPERAND_B];
-  p->c = dev->pool_base + job->op_dev[GP_OPERAND_C];
+  p->a = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_A]);
+  p->b = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]);
+  p->c = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]);
 }
 
 static void pump_out(gd__gpu_dev *dev);
@@ -214,7 +217,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   const gk_kernel *used = NULL;
   if (e == cudaSuccess) {
     gk_problem p;
-    job_problem(dev, job, &p);
+    job_problem(job, &p);
     what = "gemm launch";
     e = gk_gpu_gemm(dev->kctx, &p, dev->be->cfg.kernel, dev->s_compute, &used);
   }
@@ -234,7 +237,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   uint64_t now = gd_now_us();
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || !job->owner || dev->stopping;
+  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !job->work.dptr;
   if (!skip && job->deadline_us != 0 && now > job->deadline_us) {
     gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
                  (unsigned long long)job->hdr.timeout_ms);
@@ -308,7 +311,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   bool queued = false;
   if (e == cudaSuccess) {
     what = "copy out";
-    e = cudaMemcpyAsync(buf->host, dev->pool_base + job->op_dev[GP_OPERAND_C] + off, n,
+    e = cudaMemcpyAsync(buf->host, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off), n,
                         cudaMemcpyDeviceToHost, dev->s_out);
     queued = e == cudaSuccess;
   }
@@ -411,6 +414,9 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   switch (cmd->type) {
+  case GD__CMD_ALLOC:
+    gd__gpu_mem_alloc(dev, cmd->job);
+    break;
   case GD__CMD_COPY_IN:
     handle_copy_in(dev, cmd->buf);
     break;

@@ -8,6 +8,11 @@
  * through alpha: 777 makes the launch fail (not sticky), 666 makes the kernel "fault" when it
  * runs (sticky: every later call on that device fails and nothing queued after it runs, as with
  * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2).
+ *
+ * Stream-ordered memory pools keep CUDA's accounting: a pool reserves device memory in 2 MiB
+ * steps as allocations need it (failing when the device's FAKE_FREE_BYTES, less what other
+ * pools and fake_cuda_hold() take, runs out), cudaFreeAsync returns a block when its stream
+ * reaches it, and cudaMemPoolTrimTo gives unused reserved memory back.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -43,7 +48,7 @@ struct CUevent_st {
   double t_ms;
 };
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT, OP_FREE };
 typedef struct op {
   int kind;
   void *dst;
@@ -118,8 +123,161 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
+/* ---- memory pools (see the top) ---- */
+
+#define FAKE_POOL_STEP (2ull << 20)
+
+struct CUmemPoolHandle_st {
+  int device;
+  size_t reserved, used; /* g_mu */
+  uint64_t threshold;
+};
+
+typedef struct fblock { /* a block handed out by a pool */
+  void *p;
+  size_t n;
+  bool freed; /* cudaFreeAsync was called: its bytes serve later allocations in stream order */
+  cudaMemPool_t pool;
+  struct fblock *next;
+} fblock;
+static fblock *g_blocks; /* g_mu */
+
+static size_t g_pool_reserved[FAKE_MAX_DEV]; /* g_mu: every pool's reserve per device */
+static size_t g_held[FAKE_MAX_DEV];          /* g_mu: memory "other processes" hold */
+
+/* Test hooks: memory another process holds on device; what the pools of device reserve. */
+void fake_cuda_hold(int device, size_t bytes);
+size_t fake_cuda_reserved(int device);
+
+void fake_cuda_hold(int device, size_t bytes) {
+  pthread_mutex_lock(&g_mu);
+  g_held[device] = bytes;
+  pthread_mutex_unlock(&g_mu);
+}
+
+size_t fake_cuda_reserved(int device) {
+  pthread_mutex_lock(&g_mu);
+  size_t n = g_pool_reserved[device];
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props) {
+  if (props->allocType != cudaMemAllocationTypePinned ||
+      props->location.type != cudaMemLocationTypeDevice || props->location.id < 0 ||
+      props->location.id >= fake_count())
+    return ret(cudaErrorInvalidValue);
+  *pool = calloc(1, sizeof(**pool));
+  if (!*pool)
+    return ret(cudaErrorMemoryAllocation);
+  (*pool)->device = props->location.id;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  pthread_mutex_lock(&g_mu);
+  for (fblock **pp = &g_blocks; *pp;) {
+    fblock *b = *pp;
+    if (b->pool != pool) {
+      pp = &b->next;
+      continue;
+    }
+    *pp = b->next;
+    free(b->p);
+    free(b);
+  }
+  g_pool_reserved[pool->device] -= pool->reserved;
+  pthread_mutex_unlock(&g_mu);
+  free(pool);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+  if (attr != cudaMemPoolAttrReleaseThreshold)
+    return ret(cudaErrorInvalidValue);
+  pool->threshold = *(uint64_t *)value;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr, void *value) {
+  pthread_mutex_lock(&g_mu);
+  cudaError_t e = cudaSuccess;
+  switch (attr) {
+  case cudaMemPoolAttrReleaseThreshold: *(uint64_t *)value = pool->threshold; break;
+  case cudaMemPoolAttrReservedMemCurrent: *(uint64_t *)value = pool->reserved; break;
+  case cudaMemPoolAttrUsedMemCurrent: *(uint64_t *)value = pool->used; break;
+  default: e = cudaErrorInvalidValue; break;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return e == cudaSuccess ? e : ret(e);
+}
+
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t pool, cudaStream_t s) {
+  cudaError_t d = dead_of(s->device);
+  if (d)
+    return ret(d);
+  fblock *b = calloc(1, sizeof(*b));
+  void *mem = malloc(n ? n : 1);
+  if (!b || !mem)
+    abort();
+  memset(mem, 0xA5, n); /* garbage, like fresh device memory */
+  pthread_mutex_lock(&g_mu);
+  size_t spare = pool->reserved - pool->used;
+  if (spare < n) {
+    size_t grow = (n - spare + FAKE_POOL_STEP - 1) / FAKE_POOL_STEP * FAKE_POOL_STEP;
+    if (g_pool_reserved[pool->device] + g_held[pool->device] + grow > FAKE_FREE_BYTES) {
+      pthread_mutex_unlock(&g_mu);
+      free(b);
+      free(mem);
+      return ret(cudaErrorMemoryAllocation);
+    }
+    pool->reserved += grow;
+    g_pool_reserved[pool->device] += grow;
+  }
+  pool->used += n;
+  b->p = mem;
+  b->n = n;
+  b->pool = pool;
+  b->next = g_blocks;
+  g_blocks = b;
+  pthread_mutex_unlock(&g_mu);
+  *p = mem;
+  return cudaSuccess;
+}
+
+/* OP_FREE, when its stream reaches it: the block goes back to its pool. */
+static void pool_free(fblock *b) {
+  bool found = false;
+  pthread_mutex_lock(&g_mu);
+  for (fblock **pp = &g_blocks; *pp; pp = &(*pp)->next) {
+    if (*pp == b) { /* else its pool was destroyed first, and the block with it */
+      *pp = b->next;
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (found) {
+    free(b->p);
+    free(b);
+  }
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  pthread_mutex_lock(&g_mu);
+  size_t floor = pool->used > keep ? pool->used : keep;
+  if (pool->reserved > floor) {
+    g_pool_reserved[pool->device] -= pool->reserved - floor;
+    pool->reserved = floor;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
-  *free_bytes = FAKE_FREE_BYTES;
+  pthread_mutex_lock(&g_mu);
+  *free_bytes = FAKE_FREE_BYTES - g_pool_reserved[t_device] - g_held[t_device];
+  pthread_mutex_unlock(&g_mu);
   *total = 1ull << 30;
   return cudaSuccess;
 }
@@ -275,6 +433,9 @@ static void exec(struct CUstream_st *s, op *o) {
   case OP_GEMM:
     gemm_run(&o->p);
     break;
+  case OP_FREE:
+    pool_free(o->arg);
+    break;
   case OP_FAULT:
     pthread_mutex_lock(&g_mu);
     g_dead[s->device] = cudaErrorIllegalAddress;
@@ -414,6 +575,27 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
       abort();
     memcpy(o->tmp, src, n);
   }
+  return push(s, o);
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  /* Every allocation of the backend is on the copy-in stream, where it frees too: an
+   * allocation queued after this free may reuse its bytes, so they count as free at once. The
+   * host memory itself goes when the stream reaches the free. */
+  fblock *block = NULL;
+  pthread_mutex_lock(&g_mu);
+  for (fblock *b = g_blocks; b && !block; b = b->next)
+    if (b->p == p && !b->freed)
+      block = b;
+  if (block) {
+    block->freed = true;
+    block->pool->used -= block->n;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (!block)
+    return ret(cudaErrorInvalidValue);
+  op *o = new_op(OP_FREE);
+  o->arg = block;
   return push(s, o);
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_gpu_backend_fake.c - the GPU backend's host logic, driven the way the daemon's scheduler
  * and sessions drive it, over fake_cuda.c (no GPU needed): staging windows and copies, pause and
- * resume, spills, chunked output, jobs waiting for pool memory, RESOURCE_EXHAUSTED, a failing
+ * resume, spills, chunked output, jobs waiting for pool memory, RESOURCE_EXHAUSTED, device
+ * memory taken on demand up to the cap and given back after idle, a failing
  * launch (INTERNAL), a sticky fault (the device leaves service, the other keeps serving),
  * clients vanishing before submit, and destroy with work outstanding. Results are checked
  * against a float64 reference with poisoned outputs. The test is the loop thread: it owns
@@ -447,6 +448,144 @@ static void scenario_destroy_busy(void) {
     tjob_free(&jobs[i]);
 }
 
+/* ---- device memory on demand (gd_gpu_mem.c) ---- */
+
+/* fake_cuda.c's hooks: memory another process holds; what a device's pools reserve. */
+void fake_cuda_hold(int device, size_t bytes);
+size_t fake_cuda_reserved(int device);
+
+#define MIB (1ull << 20)
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Polls devices() until every device's reserved and in-use bytes are at most the given ones;
+ * false after ms. */
+static bool wait_memory(gd_backend *be, uint64_t reserved, uint64_t in_use, int ms) {
+  for (int waited = 0;; waited += 20) {
+    gd_device_info info[2];
+    size_t n = be->ops->devices(be, info, 2);
+    bool ok = n == 2;
+    for (size_t i = 0; i < n; i++)
+      ok = ok && info[i].memory_reserved <= reserved && info[i].memory_in_use <= in_use;
+    if (ok)
+      return true;
+    if (waited >= ms)
+      return false;
+    sleep_ms(20);
+  }
+}
+
+static gd_backend *make_pool(uint64_t cap, uint64_t idle_ms, uint64_t keep) {
+  gd_gpu_config cfg;
+  gd_gpu_config_default(&cfg);
+  cfg.staging_bytes = 65536;
+  cfg.memory_bytes = cap;
+  cfg.memory_idle_ms = idle_ms;
+  cfg.memory_keep_bytes = keep;
+  gd_backend *be = NULL;
+  gp_error err;
+  gp_error_clear(&err);
+  CHECK(gd_backend_gpu_create(&cfg, &be, &err) == 0 && be, "create: %s", err.message);
+  return be;
+}
+
+/* 256 x 256 x 256 f64 jobs hold 1.5 MiB of device memory each. info (may be NULL) gets the
+ * devices as the last job finished, before the (slow) check of the results. */
+static void run_f64_jobs(gd_backend *be, int count, uint64_t first_id, const char *what,
+                         gd_device_info *info) {
+  tjob *jobs = calloc((size_t)count, sizeof(tjob));
+  for (int i = 0; i < count; i++)
+    tjob_init(&jobs[i], first_id + (uint64_t)i, 256, 256, 256, GP_DTYPE_F64, i & 1, false, 1.0,
+              i % 3 ? 0.0 : -0.5, 1);
+  run_jobs(be, jobs, count, 50000);
+  if (info)
+    CHECK(be->ops->devices(be, info, 2) == 2, "two devices");
+  for (int i = 0; i < count; i++) {
+    CHECK(!jobs[i].failed, "%s: job %d failed (%d): it should have waited for memory", what, i,
+          jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], what);
+    tjob_free(&jobs[i]);
+  }
+  free(jobs);
+}
+
+static void scenario_memory_on_demand(void) {
+  /* Cap 4 MiB per device: two 1.5 MiB jobs at once, the others wait (not fail). */
+  const uint64_t cap = 4 * MIB;
+  gd_backend *be = make_pool(cap, 1000, 0);
+  if (!be)
+    return;
+  gd_device_info info[2];
+  CHECK(be->ops->devices(be, info, 2) == 2, "two devices");
+  for (int d = 0; d < 2; d++) {
+    CHECK(info[d].memory_reserved == 0 && fake_cuda_reserved(d) == 0,
+          "cuda:%d holds %llu bytes before any job: nothing is taken at start", d,
+          (unsigned long long)info[d].memory_reserved);
+    CHECK(info[d].memory_limit == cap, "cuda:%d cap %llu", d,
+          (unsigned long long)info[d].memory_limit);
+  }
+  run_f64_jobs(be, 12, 700, "grow", info);
+  /* grown, within the cap (the driver reserves in 2 MiB steps) */
+  uint64_t grown = 0;
+  for (int d = 0; d < 2; d++) {
+    CHECK(info[d].memory_reserved <= cap && info[d].memory_in_use <= info[d].memory_reserved,
+          "cuda:%d reserved %llu, in use %llu, cap %llu", d,
+          (unsigned long long)info[d].memory_reserved, (unsigned long long)info[d].memory_in_use,
+          (unsigned long long)cap);
+    grown += info[d].memory_reserved;
+  }
+  CHECK(grown >= 2 * MIB, "the pools did not grow: %llu bytes", (unsigned long long)grown);
+  /* idle for memory_idle_ms: every byte goes back to the driver */
+  CHECK(wait_memory(be, 0, 0, 5000), "the pools were not trimmed after 1 s idle");
+  for (int d = 0; d < 2; d++)
+    CHECK(fake_cuda_reserved(d) == 0, "cuda:%d still holds %zu bytes at the driver", d,
+          fake_cuda_reserved(d));
+  /* and grow again */
+  run_f64_jobs(be, 4, 720, "grow after trim", NULL);
+  /* another process took the memory: the job fails with RESOURCE_EXHAUSTED, no hang */
+  CHECK(wait_memory(be, 0, 0, 5000), "not trimmed before the hold");
+  fake_cuda_hold(0, (256 * MIB) - MIB);
+  fake_cuda_hold(1, (256 * MIB) - MIB);
+  tjob starved;
+  tjob_init(&starved, 730, 256, 256, 256, GP_DTYPE_F64, false, false, 1.0, 0.0, 1);
+  run_jobs(be, &starved, 1, 50000);
+  CHECK(starved.failed && starved.fail_code == GP_E_RESOURCE_EXHAUSTED,
+        "no memory at the driver: failed %d code %d", starved.failed, starved.fail_code);
+  tjob_free(&starved);
+  fake_cuda_hold(0, 0);
+  fake_cuda_hold(1, 0);
+  run_f64_jobs(be, 2, 740, "after the hold", NULL);
+  be->ops->destroy(be);
+  for (int d = 0; d < 2; d++)
+    CHECK(fake_cuda_reserved(d) == 0, "cuda:%d: %zu bytes left after destroy", d,
+          fake_cuda_reserved(d));
+
+  /* memory_keep_bytes stays reserved through a trim; memory_idle_ms 0 never trims */
+  be = make_pool(8 * MIB, 300, 3 * MIB);
+  if (be) {
+    run_f64_jobs(be, 8, 800, "keep", NULL);
+    CHECK(wait_memory(be, 3 * MIB, 0, 5000), "not trimmed down to memory_keep_bytes");
+    be->ops->devices(be, info, 2);
+    CHECK(info[0].memory_reserved + info[1].memory_reserved >= 3 * MIB,
+          "trimmed below memory_keep_bytes: %llu + %llu",
+          (unsigned long long)info[0].memory_reserved, (unsigned long long)info[1].memory_reserved);
+    be->ops->destroy(be);
+  }
+  be = make_pool(8 * MIB, 0, 0);
+  if (be) {
+    run_f64_jobs(be, 4, 900, "no trim", NULL);
+    sleep_ms(400);
+    be->ops->devices(be, info, 2);
+    CHECK(info[0].memory_reserved + info[1].memory_reserved > 0,
+          "memory_idle_ms 0 gave the memory back");
+    be->ops->destroy(be);
+  }
+}
+
 /* The pool's sub-allocator alone: random sizes in and out, no two live pieces overlap, every
  * piece aligned, and everything coalesces back into one free extent. */
 static void scenario_pool(void) {
@@ -491,6 +630,7 @@ int main(void) {
   scenario_many(4096, 16, 70, 5000);     /* tiny staging: pauses, spills, many chunks */
   scenario_many(1 << 20, 24, 120, 70000); /* roomy staging, more jobs than buffers */
   scenario_memory();
+  scenario_memory_on_demand();
   scenario_faults();
   scenario_destroy_busy();
   gd_backend *none = NULL;

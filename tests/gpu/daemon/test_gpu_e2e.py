@@ -220,14 +220,19 @@ TESTS = [test_info_lists_gpu, test_forms, test_kernel_preference, test_chunked_s
          test_tiny_staging_concurrent, test_pipelined, test_concurrent_clients, test_memory_budget,
          test_big]
 
-if __name__ == "__main__":
+def gpu_main(tests):
+    """Runs tests (h.main) when gemmd serves from a GPU here; else exits 77 with the reason."""
     try:
         gemmd = h.find_gemmd()
     except h.DaemonError as exc:
         print("FAIL: %s" % exc)
-        sys.exit(1)
+        return 1
     why = probe(gemmd)
     if why is not None:
         print("SKIP: no CUDA device (%s)" % str(why).strip())
-        sys.exit(77)
-    sys.exit(h.main(TESTS))
+        return 77
+    return h.main(tests)
+
+
+if __name__ == "__main__":
+    sys.exit(gpu_main(TESTS))

@@ -60,13 +60,4 @@ def test_memory_wait_is_not_a_request_timeout(ctx):
 
 
 if __name__ == "__main__":
-    try:
-        gemmd = h.find_gemmd()
-    except h.DaemonError as exc:
-        print("FAIL: %s" % exc)
-        sys.exit(1)
-    why = e2e.probe(gemmd)
-    if why is not None:
-        print("SKIP: no CUDA device (%s)" % str(why).strip())
-        sys.exit(77)
-    sys.exit(h.main([test_memory_wait_is_not_a_request_timeout]))
+    sys.exit(e2e.gpu_main([test_memory_wait_is_not_a_request_timeout]))

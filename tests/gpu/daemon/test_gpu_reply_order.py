@@ -42,13 +42,4 @@ def test_small_replies_during_chunked_result(ctx):
 
 
 if __name__ == "__main__":
-    try:
-        gemmd = h.find_gemmd()
-    except h.DaemonError as exc:
-        print("FAIL: %s" % exc)
-        sys.exit(1)
-    why = e2e.probe(gemmd)
-    if why is not None:
-        print("SKIP: no CUDA device (%s)" % str(why).strip())
-        sys.exit(77)
-    sys.exit(h.main([test_small_replies_during_chunked_result]))
+    sys.exit(e2e.gpu_main([test_small_replies_during_chunked_result]))

@@ -86,14 +86,5 @@ def test_reading_client_zero_copy(ctx):
 
 
 if __name__ == "__main__":
-    try:
-        gemmd = h.find_gemmd()
-    except h.DaemonError as exc:
-        print("FAIL: %s" % exc)
-        sys.exit(1)
-    why = e2e.probe(gemmd)
-    if why is not None:
-        print("SKIP: no CUDA device (%s)" % str(why).strip())
-        sys.exit(77)
-    sys.exit(h.main([test_slow_reader_gives_staging_back, test_close_while_chunk_in_staging,
-                     test_reading_client_zero_copy]))
+    sys.exit(e2e.gpu_main([test_slow_reader_gives_staging_back, test_close_while_chunk_in_staging,
+                           test_reading_client_zero_copy]))

@@ -66,6 +66,10 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_double_eq(a->gpu.memory_fraction, b->gpu.memory_fraction);
   ck_assert_uint_eq(a->gpu.memory_bytes, b->gpu.memory_bytes);
   ck_assert_str_eq(a->gpu.kernel, b->gpu.kernel);
+  ck_assert_uint_eq(a->gpu.memory_idle_ms, b->gpu.memory_idle_ms);
+  ck_assert_uint_eq(a->gpu.memory_keep_bytes, b->gpu.memory_keep_bytes);
+  ck_assert_int_eq(a->log_target, b->log_target);
+  ck_assert_str_eq(a->metrics_listen, b->metrics_listen);
 }
 
 /* Every field set to something else first: a key the file lacks would show. */
@@ -88,6 +92,10 @@ static void scramble(gd_config *cfg) {
   cfg->gpu.memory_fraction = 0.1;
   cfg->gpu.memory_bytes = 1;
   strcpy(cfg->gpu.kernel, "x");
+  cfg->gpu.memory_idle_ms = 1;
+  cfg->gpu.memory_keep_bytes = 1;
+  cfg->log_target = GD_LOG_TARGET_STDERR;
+  strcpy(cfg->metrics_listen, "tcp:1.2.3.4:5");
 }
 
 START_TEST(default_file_equals_builtin) {
@@ -121,8 +129,14 @@ START_TEST(every_key_parses) {
           "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
           "cpu: {threads: 4, blas_threads: 2}\n"
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
-          "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n",
+          "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
+          "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
+          "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n",
           &cfg);
+  ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
+  ck_assert_uint_eq(cfg.gpu.memory_keep_bytes, 64u << 20);
+  ck_assert_int_eq(cfg.log_target, GD_LOG_TARGET_JOURNAL);
+  ck_assert_str_eq(cfg.metrics_listen, "tcp:127.0.0.1:9464");
   ck_assert_uint_eq(cfg.listen_count, 3);
   ck_assert_str_eq(cfg.listen[2], "tcp:[::1]:7001");
   ck_assert_uint_eq(cfg.unix_socket_mode, 0600);
@@ -188,6 +202,9 @@ START_TEST(errors_name_line_and_column) {
   load_bad("limits:\n  max_buffered_bytes: 99999999999999999999\n", "test.yaml:2:23:", "size");
   load_bad("backend: tpu\n", "test.yaml:1:10:", "auto, gpu or cpu");
   load_bad("log_level: loud\n", "test.yaml:1:12:", "error, warn, info or debug");
+  load_bad("log_target: syslog\n", "test.yaml:1:13:", "auto, journal or stderr");
+  load_bad("metrics:\n  listen: unix:/tmp/m.sock\n", "test.yaml:2:11:", "tcp:HOST:PORT");
+  load_bad("metrics:\n  listen: tcp:127.0.0.1\n", "test.yaml:2:11:", "listen");
   load_bad("unix_socket_mode: \"0999\"\n", "test.yaml:1:19:", "octal");
   load_bad("listen: unix:/tmp/x\n", "test.yaml:1:9:", "list");
   load_bad("listen:\n  - ftp:x\n", "test.yaml:2:5:", "unix: or tcp:");
