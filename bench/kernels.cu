@@ -118,7 +118,8 @@ const variant kVariants[] = {
     {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
     {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
     {0, SIMT_F32_SPLITK(2)},                {0, SIMT_F32_SPLITK(3)},
-    {0, SIMT_F32_SPLITK(4)},
+    {0, SIMT_F32_SPLITK(4)},                {0, SIMT_F32_SPLITK(5)},
+    {0, SIMT_F32_SPLITK(6)},                {0, SIMT_F32_SPLITK(8)},
     {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 4)},
     {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
     {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
@@ -532,6 +533,33 @@ void print_table(const std::vector<row> &rows, bool markdown, const char *device
   }
 }
 
+/* How many blocks and clusters of 09's kernel (f32, NN, 16-byte rows) fit on the device at once. */
+void print_splitk_occupancy() {
+  using layout = gk__simt_splitk_layout<float, 128, 128, 8, true>;
+  auto kernel = gk__simt_splitk_gemm<float, 128, 128, 8, true, false, false, true>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)layout::SMEM_BYTES));
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, layout::SMEM_BYTES));
+  printf("simt_f32_splitk: %zu B shared memory, %d blocks per SM; clusters at once:", layout::SMEM_BYTES, per_sm);
+  for (int s = 1; s <= GK_SPLITK_MAX; ++s) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(s * 64, 1, 1);
+    cfg.blockDim = dim3(256, 1, 1);
+    cfg.dynamicSmemBytes = layout::SMEM_BYTES;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)s, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+    printf(" S=%d: %d (%d blocks)", s, clusters, clusters * s);
+  }
+  printf("\n");
+}
+
 int usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64] "
@@ -598,6 +626,7 @@ int main(int argc, char **argv) {
     rows.push_back(r);
   };
   if (opt.variants) {
+    print_splitk_occupancy();
     for (const variant &v : kVariants) {
       const mode &md = kModes[v.mode];
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;

@@ -130,6 +130,10 @@ struct gk__simt_splitk_launcher {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)layout::SMEM_BYTES);
     if (err != cudaSuccess) return err;
+    /* all of the SM's shared memory for blocks, so that two blocks (2 x 66 KB) fit */
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
     const gk__simt_args<T> args = gk__simt_make_args<T>(p);
     const int64_t blocks = tiles(p) * s;
     if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
