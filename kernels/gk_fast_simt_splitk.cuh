@@ -16,10 +16,16 @@
  * sums in the same order every run); it differs from the one-block kernel only by the rounding
  * of S partial sums instead of one chain.
  *
- * The split count S (gk__simt_splits) comes from a small cost model: with up to two blocks per
- * SM (02's register budget), the busiest SM runs ceil(blocks / SMs) blocks of ceil(k_tiles / S)
- * k tiles each, plus the reduction, costed as SPLIT_COST k tiles per block; the cheapest S in
- * 1..8 wins (8: the portable cluster size), the smallest on a tie.
+ * One block per SM: the launch asks for more than half of an SM's shared memory. With two
+ * blocks' room per SM the cluster scheduler put both blocks of a 2-cluster on one SM (measured:
+ * 1024^3 with S = 2 fell from 30.8 to 23.8 TFLOP/s when two fitted), which gains nothing.
+ *
+ * The split count S (gk__simt_splits) comes from a small cost model in "k tiles of one block
+ * alone on an SM": 02 (S = 1) runs two blocks per SM where the grid has more blocks than SMs,
+ * each at 1/GK_SIMT_PAIR_RATE of that speed (02 measured 0.306 TFLOP/s per SM alone, 0.34 in
+ * pairs: 1.8); a split grid runs ceil(tiles * S / SMs) rounds of one block per SM, each
+ * ceil(k_tiles / S) k tiles plus GK_SPLITK_COST for the reduction; the cheapest S in 1..8 wins
+ * (8: the portable cluster size), the smallest on a tie.
  */
 #ifndef GK_FAST_SIMT_SPLITK_CUH
 #define GK_FAST_SIMT_SPLITK_CUH
@@ -28,18 +34,20 @@
 
 #include "gk_fast_simt.cuh"
 
-#define GK_SPLITK_MAX 8   /* the portable cluster size */
-#define GK_SPLITK_COST 2  /* the reduction of one block, in k tiles of the main loop */
+#define GK_SPLITK_MAX 8      /* the portable cluster size */
+#define GK_SPLITK_COST 4     /* the reduction of one block, in k tiles of the main loop */
+#define GK_SIMT_PAIR_RATE 18 /* tenths: a k tile of two blocks sharing an SM, against one alone */
 
 /* The number of k slices for a grid of `tiles` blocks (the batch included) of k_tiles k tiles
  * each on `sms` SMs; 1 when splitting does not pay. Every slice gets at least 2 k tiles. */
 static inline int gk__simt_splits(int64_t tiles, int64_t k_tiles, int sms) {
   if (sms < 1 || tiles < 1 || k_tiles < 1) return 1;
   int best = 1;
-  int64_t best_cost = ((tiles + sms - 1) / sms) * k_tiles;
+  int64_t best_cost = tiles <= sms ? 10 * k_tiles
+                                   : (tiles + 2 * sms - 1) / (2 * sms) * GK_SIMT_PAIR_RATE * k_tiles;
   for (int s = 2; s <= GK_SPLITK_MAX && 2 * s <= k_tiles; ++s) {
-    const int64_t per_sm = (tiles * s + sms - 1) / sms;
-    const int64_t cost = per_sm * ((k_tiles + s - 1) / s + GK_SPLITK_COST);
+    const int64_t rounds = (tiles * s + sms - 1) / sms;
+    const int64_t cost = 10 * rounds * ((k_tiles + s - 1) / s + GK_SPLITK_COST);
     if (cost < best_cost) best = s, best_cost = cost;
   }
   return best;
@@ -54,9 +62,10 @@ struct gk__simt_splitk_layout {
 };
 
 /* grid.x = tiles * splits (cluster (splits, 1, 1): the blocks of one tile are consecutive),
- * grid.z = batch entries of this chunk. */
+ * grid.z = batch entries of this chunk. One block per SM, so the whole register file is there:
+ * launch bounds (NT, 1), no spills. */
 template <typename T, int BM, int BN, int BK, bool ASYNC, bool TA, bool TB, bool VEC>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), 2)
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), 1)
     gk__simt_splitk_gemm(gk__simt_args<T> args, int splits) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -95,12 +104,17 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 2)
   const int vecs = (r1 - r0) * (BN / 4);
   for (int v = threadIdx.x; v < vecs; v += cta::NT) {
     const int row = r0 + v / (BN / 4), col = (v % (BN / 4)) * 4;
-    gk__v4<T> sum = gk__ld4(cluster.map_shared_rank(smem, 0) + row * RP + col);
-    for (int s = 1; s < splits; ++s) {
-      const gk__v4<T> part = gk__ld4(cluster.map_shared_rank(smem, s) + row * RP + col);
+    /* every block's part first (independent loads, all in flight), then the sum in rank order */
+    gk__v4<T> parts[GK_SPLITK_MAX];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sum.v[e] += part.v[e];
-    }
+    for (int s = 0; s < GK_SPLITK_MAX; ++s)
+      if (s < splits) parts[s] = gk__ld4(cluster.map_shared_rank(smem, s) + row * RP + col);
+    gk__v4<T> sum = parts[0];
+#pragma unroll
+    for (int s = 1; s < GK_SPLITK_MAX; ++s)
+      if (s < splits)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum.v[e] += parts[s].v[e];
     cta::store4(args, c, m0 + row, n0 + col, sum);
   }
   cluster.sync(); /* 4. */
@@ -124,15 +138,27 @@ struct gk__simt_splitk_launcher {
     return gk__simt_splits(tiles(p) * p->batch, (p->k + BK - 1) / BK, sms);
   }
 
+  /* Sets kernel's shared-memory limits for one block per SM (see the file comment); *smem: the
+   * dynamic shared memory to launch it with. */
+  template <typename K>
+  static cudaError_t prepare(K kernel, size_t *smem) {
+    int device = 0, per_sm = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess)
+      err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    if (err != cudaSuccess) return err;
+    *smem = layout::SMEM_BYTES > (size_t)per_sm / 2 ? layout::SMEM_BYTES : (size_t)per_sm / 2 + 1024;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
+  }
+
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run_split(const gk_problem *p, int s, cudaStream_t stream) {
     auto kernel = gk__simt_splitk_gemm<T, BM, BN, BK, ASYNC, TA, TB, VEC>;
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)layout::SMEM_BYTES);
-    if (err != cudaSuccess) return err;
-    /* all of the SM's shared memory for blocks, so that two blocks (2 x 66 KB) fit */
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
+    size_t smem = 0;
+    cudaError_t err = prepare(kernel, &smem);
     if (err != cudaSuccess) return err;
     const gk__simt_args<T> args = gk__simt_make_args<T>(p);
     const int64_t blocks = tiles(p) * s;
@@ -141,7 +167,7 @@ struct gk__simt_splitk_launcher {
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3((unsigned)blocks, 1, count);
       cfg.blockDim = dim3(NT, 1, 1);
-      cfg.dynamicSmemBytes = layout::SMEM_BYTES;
+      cfg.dynamicSmemBytes = smem;
       cfg.stream = stream;
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeClusterDimension;
