@@ -533,29 +533,17 @@ void print_table(const std::vector<row> &rows, bool markdown, const char *device
   }
 }
 
-/* How many blocks and clusters of 09's kernel (f32, NN, 16-byte rows) fit on the device at once. */
+/* How many blocks and clusters of 09's kernel fit on the device at once. */
 void print_splitk_occupancy() {
   using launcher = gk__simt_splitk_launcher<float, 128, 128, 8, true>;
   auto kernel = gk__simt_splitk_gemm<float, 128, 128, 8, true, false, false, true>;
   size_t smem = 0;
   CHECK(launcher::prepare(kernel, &smem));
-  int per_sm = 0;
+  int per_sm = 0, clusters[GK_SPLITK_MAX + 1];
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem));
+  CHECK(launcher::clusters_at_once(clusters));
   printf("simt_f32_splitk: %zu B shared memory, %d blocks per SM; clusters at once:", smem, per_sm);
-  for (int s = 1; s <= GK_SPLITK_MAX; ++s) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(s * 64, 1, 1);
-    cfg.blockDim = dim3(256, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)s, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    printf(" S=%d: %d (%d blocks)", s, clusters, clusters * s);
-  }
+  for (int s = 1; s <= GK_SPLITK_MAX; ++s) printf(" S=%d: %d", s, clusters[s]);
   printf("\n");
 }
 

@@ -23,30 +23,42 @@
  * The split count S (gk__simt_splits) comes from a small cost model in "k tiles of one block
  * alone on an SM": 02 (S = 1) runs two blocks per SM where the grid has more blocks than SMs,
  * each at 1/GK_SIMT_PAIR_RATE of that speed (02 measured 0.306 TFLOP/s per SM alone, 0.34 in
- * pairs: 1.8); a split grid runs ceil(tiles * S / SMs) rounds of one block per SM, each
- * ceil(k_tiles / S) k tiles plus GK_SPLITK_COST for the reduction; the cheapest S in 1..8 wins
- * (8: the portable cluster size), the smallest on a tie.
+ * pairs: 1.8); a split grid runs ceil(tiles / clusters(S)) rounds, clusters(S) being how many
+ * S-clusters fit at once (cudaOccupancyMaxActiveClusters: clusters live in one GPC, so on the
+ * H200 only 39 3-clusters fit, 117 of 132 SMs), each round ceil(k_tiles / S) k tiles plus
+ * GK_SPLITK_COST for the reduction (fitted to the measured S = 2..8 at 1024^3 and
+ * 1000x1200x800); the cheapest S in 1..8 wins (8: the portable cluster size), the smallest on a
+ * tie.
  */
 #ifndef GK_FAST_SIMT_SPLITK_CUH
 #define GK_FAST_SIMT_SPLITK_CUH
 
 #include <cooperative_groups.h>
 
+#include <atomic>
+
 #include "gk_fast_simt.cuh"
 
 #define GK_SPLITK_MAX 8      /* the portable cluster size */
-#define GK_SPLITK_COST 4     /* the reduction of one block, in k tiles of the main loop */
+#define GK_SPLITK_COST 6     /* the reduction of one block, in k tiles of the main loop */
 #define GK_SIMT_PAIR_RATE 18 /* tenths: a k tile of two blocks sharing an SM, against one alone */
 
-/* The number of k slices for a grid of `tiles` blocks (the batch included) of k_tiles k tiles
- * each on `sms` SMs; 1 when splitting does not pay. Every slice gets at least 2 k tiles. */
-static inline int gk__simt_splits(int64_t tiles, int64_t k_tiles, int sms) {
+/* clusters[s]: S-clusters of 09's kernel resident at once on the H200 (132 SMs), as
+ * cudaOccupancyMaxActiveClusters reported it there; supports() decides with these, the launch
+ * with the device's own. */
+static const int gk__splitk_h200_clusters[GK_SPLITK_MAX + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
+
+/* The number of k slices for a grid of `tiles` tiles (the batch included) of k_tiles k tiles
+ * each on `sms` SMs that hold clusters[s] S-clusters at once; 1 when splitting does not pay.
+ * Every slice gets at least 2 k tiles. */
+static inline int gk__simt_splits(int64_t tiles, int64_t k_tiles, int sms, const int *clusters) {
   if (sms < 1 || tiles < 1 || k_tiles < 1) return 1;
   int best = 1;
   int64_t best_cost = tiles <= sms ? 10 * k_tiles
                                    : (tiles + 2 * sms - 1) / (2 * sms) * GK_SIMT_PAIR_RATE * k_tiles;
   for (int s = 2; s <= GK_SPLITK_MAX && 2 * s <= k_tiles; ++s) {
-    const int64_t rounds = (tiles * s + sms - 1) / sms;
+    if (clusters[s] < 1) continue;
+    const int64_t rounds = (tiles + clusters[s] - 1) / clusters[s];
     const int64_t cost = 10 * rounds * ((k_tiles + s - 1) / s + GK_SPLITK_COST);
     if (cost < best_cost) best = s, best_cost = cost;
   }
@@ -133,9 +145,46 @@ struct gk__simt_splitk_launcher {
   static int64_t tiles(const gk_problem *p) {
     return ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
   }
-  static int splits(const gk_problem *p, int sms) {
+  static int splits(const gk_problem *p, int sms, const int *clusters) {
     if (FIXED_SPLITS > 0) return FIXED_SPLITS;
-    return gk__simt_splits(tiles(p) * p->batch, (p->k + BK - 1) / BK, sms);
+    return gk__simt_splits(tiles(p) * p->batch, (p->k + BK - 1) / BK, sms, clusters);
+  }
+
+  /* clusters[s] for s = 1..GK_SPLITK_MAX on the current device (clusters[0] = 0): asked once
+   * per device and kept (the answer depends only on the device and this kernel). */
+  static cudaError_t clusters_at_once(int clusters[GK_SPLITK_MAX + 1]) {
+    constexpr int kDevices = 64;
+    static std::atomic<int> known[kDevices][GK_SPLITK_MAX + 1];
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    if (device >= 0 && device < kDevices && known[device][1].load() > 0) {
+      for (int s = 0; s <= GK_SPLITK_MAX; ++s) clusters[s] = known[device][s].load();
+      return cudaSuccess;
+    }
+    auto kernel = gk__simt_splitk_gemm<T, BM, BN, BK, ASYNC, false, false, true>;
+    size_t smem = 0;
+    err = prepare(kernel, &smem);
+    if (err != cudaSuccess) return err;
+    clusters[0] = 0;
+    for (int s = 1; s <= GK_SPLITK_MAX; ++s) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(s * 64, 1, 1);
+      cfg.blockDim = dim3(NT, 1, 1);
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = (unsigned)s;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      err = cudaOccupancyMaxActiveClusters(&clusters[s], kernel, &cfg);
+      if (err != cudaSuccess) return err;
+    }
+    if (device >= 0 && device < kDevices)
+      for (int s = GK_SPLITK_MAX; s >= 0; --s) known[device][s].store(clusters[s]); /* [1] last */
+    return cudaSuccess;
   }
 
   /* Sets kernel's shared-memory limits for one block per SM (see the file comment); *smem: the
@@ -180,10 +229,10 @@ struct gk__simt_splitk_launcher {
     });
   }
 
-  /* The bench's entry (gk__simt_launcher's signature): S from FIXED_SPLITS or for 132 SMs. */
+  /* The bench's entry (gk__simt_launcher's signature): S from FIXED_SPLITS or for the H200. */
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-    return run_split<TA, TB, VEC>(p, splits(p, 132), stream);
+    return run_split<TA, TB, VEC>(p, splits(p, 132, gk__splitk_h200_clusters), stream);
   }
 
   static cudaError_t launch_split(const gk_problem *p, int s, cudaStream_t stream) {
