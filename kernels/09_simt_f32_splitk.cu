@@ -15,7 +15,7 @@
  * Measured: see bench/RESULTS.md, "09 simt_f32_splitk".
  *
  * Selection: supports() accepts f32 on compute capability >= 9.0 (clusters) when the cost model
- * (gk__simt_splits, with the H200's 132 SMs and cluster occupancy) splits k; registered before
+ * (gk__simt_plan, with the H200's 132 SMs and cluster occupancy) splits k; registered before
  * simt_f32, so `auto` takes it exactly there. At launch the model runs again with the device's
  * own SM count and cluster occupancy, and when that says "do not split" the problem goes to
  * simt_f32 unchanged.
@@ -37,7 +37,7 @@ constexpr int kTunedSms = 132; /* H100 SXM and H200 */
 
 bool simt_f32_splitk_supports(const gk_problem *p, int cc) {
   return p->dtype == GK_F32 && cc >= 90 && gk__fits_int32(p) &&
-         splitk_f32::splits(p, kTunedSms, gk__splitk_h200_clusters) > 1;
+         splitk_f32::plan(p, kTunedSms, gk__splitk_h200_clusters).s1 > 1;
 }
 
 cudaError_t simt_f32_splitk_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
@@ -47,9 +47,9 @@ cudaError_t simt_f32_splitk_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStr
   cudaError_t err = splitk_f32::clusters_at_once(clusters);
   if (err != cudaSuccess) return err;
   const int sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : kTunedSms;
-  const int s = splitk_f32::splits(p, sms, clusters);
-  if (s <= 1) return gk_kernel_simt_f32.launch(ctx, p, stream);
-  return splitk_f32::launch_split(p, s, stream);
+  const gk__splitk_plan plan = splitk_f32::plan(p, sms, clusters);
+  if (plan.s1 <= 1) return gk_kernel_simt_f32.launch(ctx, p, stream);
+  return splitk_f32::launch_plan(p, plan, stream);
 }
 
 } // namespace

@@ -20,7 +20,7 @@
  * blocks' room per SM the cluster scheduler put both blocks of a 2-cluster on one SM (measured:
  * 1024^3 with S = 2 fell from 30.8 to 23.8 TFLOP/s when two fitted), which gains nothing.
  *
- * The split count S (gk__simt_splits) comes from a small cost model in "k tiles of one block
+ * The split count S (gk__simt_plan) comes from a small cost model in "k tiles of one block
  * alone on an SM": 02 (S = 1) runs two blocks per SM where the grid has more blocks than SMs,
  * each at 1/GK_SIMT_PAIR_RATE of that speed (02 measured 0.306 TFLOP/s per SM alone, 0.34 in
  * pairs: 1.8); a split grid runs ceil(tiles / clusters(S)) rounds, clusters(S) being how many
@@ -48,19 +48,40 @@
  * with the device's own. */
 static const int gk__splitk_h200_clusters[GK_SPLITK_MAX + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
 
-/* The number of k slices for a grid of `tiles` tiles (the batch included) of k_tiles k tiles
- * each on `sms` SMs that hold clusters[s] S-clusters at once; 1 when splitting does not pay.
- * Every slice gets at least 2 k tiles. */
-static inline int gk__simt_splits(int64_t tiles, int64_t k_tiles, int sms, const int *clusters) {
-  if (sms < 1 || tiles < 1 || k_tiles < 1) return 1;
-  int best = 1;
-  int64_t best_cost = tiles <= sms ? 10 * k_tiles
-                                   : (tiles + 2 * sms - 1) / (2 * sms) * GK_SIMT_PAIR_RATE * k_tiles;
-  for (int s = 2; s <= GK_SPLITK_MAX && 2 * s <= k_tiles; ++s) {
-    if (clusters[s] < 1) continue;
-    const int64_t rounds = (tiles + clusters[s] - 1) / clusters[s];
-    const int64_t cost = 10 * rounds * ((k_tiles + s - 1) / s + GK_SPLITK_COST);
-    if (cost < best_cost) best = s, best_cost = cost;
+/* How a problem runs: tiles [0, tiles1) as clusters of s1 blocks, then, in a second launch, the
+ * rest as clusters of s2 (0: no second launch). s1 = 1: no split at all (02's kernel). */
+struct gk__splitk_plan {
+  int s1;
+  int64_t tiles1;
+  int s2;
+};
+
+/* The cheapest plan by the cost model (file comment) for `tiles` tiles per problem, `batch`
+ * problems, k_tiles k tiles, on `sms` SMs holding clusters[s] S-clusters at once. Each slice
+ * gets at least 2 k tiles. A second launch (batch 1 only) takes the tiles left over after
+ * whole rounds of the first: 1000x1200x800 is 80 tiles, 66 2-clusters fit, so 66 tiles run as
+ * 2-clusters and the other 14 as 8-clusters instead of a second, nearly empty round. */
+static inline gk__splitk_plan gk__simt_plan(int64_t tiles, int64_t batch, int64_t k_tiles,
+                                            int sms, const int *clusters) {
+  gk__splitk_plan best = {1, tiles, 0};
+  const int64_t all = tiles * batch;
+  if (sms < 1 || all < 1 || k_tiles < 1) return best;
+  int64_t best_cost = all <= sms ? 10 * k_tiles
+                                 : (all + 2 * sms - 1) / (2 * sms) * GK_SIMT_PAIR_RATE * k_tiles;
+  /* one round of s-clusters, in tenths of a k tile */
+  auto round = [&](int s) { return 10 * ((k_tiles + s - 1) / s + GK_SPLITK_COST); };
+  auto usable = [&](int s) { return 2 * s <= k_tiles && clusters[s] >= 1; };
+  for (int s = 2; s <= GK_SPLITK_MAX; ++s) {
+    if (!usable(s)) continue;
+    const int64_t cost = (all + clusters[s] - 1) / clusters[s] * round(s);
+    if (cost < best_cost) best = {s, tiles, 0}, best_cost = cost;
+    const int64_t full = all / clusters[s], rest = all - full * clusters[s];
+    if (batch != 1 || full < 1 || rest == 0) continue;
+    for (int s2 = 2; s2 <= GK_SPLITK_MAX; ++s2) {
+      if (!usable(s2)) continue;
+      const int64_t cost2 = full * round(s) + (rest + clusters[s2] - 1) / clusters[s2] * round(s2);
+      if (cost2 < best_cost) best = {s, full * clusters[s], s2}, best_cost = cost2;
+    }
   }
   return best;
 }
@@ -73,12 +94,12 @@ struct gk__simt_splitk_layout {
   static constexpr size_t SMEM_BYTES = MAIN > STAGE ? MAIN : STAGE;
 };
 
-/* grid.x = tiles * splits (cluster (splits, 1, 1): the blocks of one tile are consecutive),
- * grid.z = batch entries of this chunk. One block per SM, so the whole register file is there:
+/* grid.x = tiles * splits (cluster (splits, 1, 1): the blocks of one tile are consecutive) for
+ * the tiles from tile0 on, grid.z = batch entries of this chunk. One block per SM, so the whole register file is there:
  * launch bounds (NT, 1), no spills. */
 template <typename T, int BM, int BN, int BK, bool ASYNC, bool TA, bool TB, bool VEC>
 __global__ void __launch_bounds__((BM / 8) * (BN / 8), 1)
-    gk__simt_splitk_gemm(gk__simt_args<T> args, int splits) {
+    gk__simt_splitk_gemm(gk__simt_args<T> args, int splits, int tile0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   using cta = gk__simt_cta<T, BM, BN, BK, ASYNC, TA, TB, VEC>;
@@ -90,8 +111,8 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 1)
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = (int)cluster.block_rank();
   int tile_m, tile_n;
-  gk__raster_pid((int)(blockIdx.x / splits), (args.m + BM - 1) / BM, (args.n + BN - 1) / BN,
-                 &tile_m, &tile_n);
+  gk__raster_pid(tile0 + (int)(blockIdx.x / splits), (args.m + BM - 1) / BM,
+                 (args.n + BN - 1) / BN, &tile_m, &tile_n);
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int64_t z = blockIdx.z;
   const int k_tiles = (args.k + BK - 1) / BK;
@@ -131,12 +152,31 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), 1)
   }
   cluster.sync(); /* 4. */
 #else
-  (void)args, (void)splits; /* sm_90 and later only: supports() refuses older devices */
+  (void)args, (void)splits, (void)tile0; /* sm_90 and later only: supports() refuses older devices */
 #endif
 }
 
-/* Host side. FIXED_SPLITS 0: the cost model picks S for the device's SM count; otherwise S is
- * that number (the bench's variants). Launches with S = 1 too (one block per cluster). */
+/* A launch of blocks x count blocks of NT threads in clusters of s along x, with smem bytes of
+ * dynamic shared memory; attr: storage for the one attribute. */
+static inline cudaLaunchConfig_t gk__cluster_config(int64_t blocks, unsigned count, int nt,
+                                                    size_t smem, int s, cudaStream_t stream,
+                                                    cudaLaunchAttribute *attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)blocks, 1, count);
+  cfg.blockDim = dim3((unsigned)nt, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = (unsigned)s;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+/* Host side. FIXED_SPLITS 0: the cost model plans the launches for the device; otherwise one
+ * launch with S = FIXED_SPLITS (the bench's variants). */
 template <typename T, int BM, int BN, int BK, bool ASYNC, int FIXED_SPLITS = 0>
 struct gk__simt_splitk_launcher {
   using layout = gk__simt_splitk_layout<T, BM, BN, BK, ASYNC>;
@@ -145,9 +185,25 @@ struct gk__simt_splitk_launcher {
   static int64_t tiles(const gk_problem *p) {
     return ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
   }
-  static int splits(const gk_problem *p, int sms, const int *clusters) {
-    if (FIXED_SPLITS > 0) return FIXED_SPLITS;
-    return gk__simt_splits(tiles(p) * p->batch, (p->k + BK - 1) / BK, sms, clusters);
+  static gk__splitk_plan plan(const gk_problem *p, int sms, const int *clusters) {
+    if (FIXED_SPLITS > 0) return {FIXED_SPLITS, tiles(p), 0};
+    return gk__simt_plan(tiles(p), p->batch, (p->k + BK - 1) / BK, sms, clusters);
+  }
+
+  /* Sets kernel's shared-memory limits for one block per SM (see the file comment); *smem: the
+   * dynamic shared memory to launch it with. */
+  template <typename K>
+  static cudaError_t prepare(K kernel, size_t *smem) {
+    int device = 0, per_sm = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess)
+      err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    if (err != cudaSuccess) return err;
+    *smem = layout::SMEM_BYTES > (size_t)per_sm / 2 ? layout::SMEM_BYTES : (size_t)per_sm / 2 + 1024;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
   }
 
   /* clusters[s] for s = 1..GK_SPLITK_MAX on the current device (clusters[0] = 0): asked once
@@ -168,17 +224,8 @@ struct gk__simt_splitk_launcher {
     if (err != cudaSuccess) return err;
     clusters[0] = 0;
     for (int s = 1; s <= GK_SPLITK_MAX; ++s) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(s * 64, 1, 1);
-      cfg.blockDim = dim3(NT, 1, 1);
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = (unsigned)s;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = gk__cluster_config(s * 64, 1, NT, smem, s, 0, &attr);
       err = cudaOccupancyMaxActiveClusters(&clusters[s], kernel, &cfg);
       if (err != cudaSuccess) return err;
     }
@@ -187,58 +234,42 @@ struct gk__simt_splitk_launcher {
     return cudaSuccess;
   }
 
-  /* Sets kernel's shared-memory limits for one block per SM (see the file comment); *smem: the
-   * dynamic shared memory to launch it with. */
-  template <typename K>
-  static cudaError_t prepare(K kernel, size_t *smem) {
-    int device = 0, per_sm = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess)
-      err = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    if (err != cudaSuccess) return err;
-    *smem = layout::SMEM_BYTES > (size_t)per_sm / 2 ? layout::SMEM_BYTES : (size_t)per_sm / 2 + 1024;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               cudaSharedmemCarveoutMaxShared);
-    if (err != cudaSuccess) return err;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem);
-  }
-
+  /* One launch: tiles [tile0, tile0 + ntiles) of every problem as s-clusters. */
   template <bool TA, bool TB, bool VEC>
-  static cudaError_t run_split(const gk_problem *p, int s, cudaStream_t stream) {
+  static cudaError_t run_split(const gk_problem *p, int s, int64_t tile0, int64_t ntiles,
+                               cudaStream_t stream) {
     auto kernel = gk__simt_splitk_gemm<T, BM, BN, BK, ASYNC, TA, TB, VEC>;
     size_t smem = 0;
     cudaError_t err = prepare(kernel, &smem);
     if (err != cudaSuccess) return err;
     const gk__simt_args<T> args = gk__simt_make_args<T>(p);
-    const int64_t blocks = tiles(p) * s;
-    if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
+    const int64_t blocks = ntiles * s;
+    if (blocks > INT32_MAX || tile0 + ntiles > INT32_MAX) return cudaErrorInvalidConfiguration;
     return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3((unsigned)blocks, 1, count);
-      cfg.blockDim = dim3(NT, 1, 1);
-      cfg.dynamicSmemBytes = smem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = (unsigned)s;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      return cudaLaunchKernelEx(&cfg, kernel, gk__args_at(args, first), s);
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t cfg = gk__cluster_config(blocks, count, NT, smem, s, stream, &attr);
+      return cudaLaunchKernelEx(&cfg, kernel, gk__args_at(args, first), s, (int)tile0);
     });
   }
 
-  /* The bench's entry (gk__simt_launcher's signature): S from FIXED_SPLITS or for the H200. */
+  /* The bench's entry (gk__simt_launcher's signature): one launch, S = FIXED_SPLITS. */
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-    return run_split<TA, TB, VEC>(p, splits(p, 132, gk__splitk_h200_clusters), stream);
+    static_assert(FIXED_SPLITS > 0, "the bench's variants fix the split count");
+    return run_split<TA, TB, VEC>(p, FIXED_SPLITS, 0, tiles(p), stream);
   }
 
-  static cudaError_t launch_split(const gk_problem *p, int s, cudaStream_t stream) {
-    if (!gk__fits_int32(p) || s < 1 || s > GK_SPLITK_MAX) return cudaErrorInvalidValue;
+  /* The plan's one or two launches (pl.s1 >= 1). */
+  static cudaError_t launch_plan(const gk_problem *p, const gk__splitk_plan &pl, cudaStream_t stream) {
+    if (!gk__fits_int32(p) || pl.s1 < 1 || pl.s1 > GK_SPLITK_MAX || pl.s2 < 0 ||
+        pl.s2 > GK_SPLITK_MAX || pl.tiles1 < 1 || pl.tiles1 > tiles(p))
+      return cudaErrorInvalidValue;
     return gk__with_layout(p, gk__simt_vec<T>(p), [&](auto ta, auto tb, auto vec) {
-      return run_split<decltype(ta)::value, decltype(tb)::value, decltype(vec)::value>(p, s, stream);
+      constexpr bool TA = decltype(ta)::value, TB = decltype(tb)::value, VEC = decltype(vec)::value;
+      cudaError_t err = run_split<TA, TB, VEC>(p, pl.s1, 0, pl.tiles1, stream);
+      if (err == cudaSuccess && pl.s2 > 0 && pl.tiles1 < tiles(p))
+        err = run_split<TA, TB, VEC>(p, pl.s2, pl.tiles1, tiles(p) - pl.tiles1, stream);
+      return err;
     });
   }
 };
