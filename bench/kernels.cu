@@ -110,6 +110,12 @@ bool any_problem(const gk_problem *, int) { return true; }
   {"simt_f32_splitk_s" #S, "", any_problem,                                                    \
    launch_nn<gk__simt_splitk_launcher<float, 128, 128, 8, true, S>>}
 
+/* 09's kernel with one cluster-of-one per tile: a plain one-block-per-SM kernel with dynamic
+ * shared memory, for tiles too big for 02's static shared memory */
+#define SIMT_F32_ONE_PER_SM(BM, BN, BK)                                                        \
+  {"simt_f32_1sm_" #BM "x" #BN "x" #BK, "", any_problem,                                       \
+   launch_nn<gk__simt_splitk_launcher<float, BM, BN, BK, true, 1>>}
+
 struct variant {
   int mode; /* index into kModes */
   gk_kernel kernel;
@@ -117,6 +123,7 @@ struct variant {
 const variant kVariants[] = {
     {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
     {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
+    {0, SIMT_F32_ONE_PER_SM(256, 128, 16)}, {0, SIMT_F32_ONE_PER_SM(128, 256, 16)},
     {0, SIMT_F32_SPLITK(2)},                {0, SIMT_F32_SPLITK(3)},
     {0, SIMT_F32_SPLITK(4)},                {0, SIMT_F32_SPLITK(5)},
     {0, SIMT_F32_SPLITK(6)},                {0, SIMT_F32_SPLITK(8)},
