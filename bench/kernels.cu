@@ -116,6 +116,10 @@ bool any_problem(const gk_problem *, int) { return true; }
   {"simt_f32_1sm_" #BM "x" #BN "x" #BK, "", any_problem,                                       \
    launch_nn<gk__simt_splitk_launcher<float, BM, BN, BK, true, 1>>}
 
+#define DMMA_F64K(BM, BN, BK, WM, WN, S, K)                                                    \
+  {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K, "", any_problem,          \
+   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K>>>}
+
 struct variant {
   int mode; /* index into kModes */
   gk_kernel kernel;
@@ -130,6 +134,9 @@ const variant kVariants[] = {
     {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 4)},
     {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
     {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
+    {4, DMMA_F64K(64, 64, 16, 2, 2, 4, 8)},  {4, DMMA_F64K(64, 64, 16, 4, 2, 4, 8)},
+    {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},
+    {4, DMMA_F64K(64, 64, 32, 2, 2, 3, 8)},
 };
 const shape kVariantShapes[] = {
     {"1024^3", 1024, 1024, 1024, 1, true},
