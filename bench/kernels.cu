@@ -24,8 +24,9 @@
  * Everything goes through gk_gpu.h: gk_select for ours, gk_kernel_by_name("cublas") for cuBLAS.
  *
  * --variants instead times other tile configurations of the fast kernels (instantiated here from
- * their templates, no transpose, aligned rows) at 2048^3 to 8192^3, with the same checks: the
- * tuning table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
+ * their templates, no transpose, aligned rows; 09's split counts forced) at 1024^3,
+ * 1000x1200x800 and 2048^3 to 8192^3 (--quick: up to 4096^3), with the same checks: the tuning
+ * table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -3,16 +3,21 @@
  * to fill the GPU, k split over a thread-block cluster (Hopper).
  *
  * Tiling: 02's (128 x 128 block tile, BK = 8, 256 threads, 8 x 8 outputs per thread, cp.async
- * for the operand that needs no transpose), S = 2..8 blocks per tile as one cluster, block r
- * over the r-th slice of k; the S partial tiles are summed through distributed shared memory,
- * each block reducing and writing BM/S rows (gk_fast_simt_splitk.cuh).
+ * for the operand that needs no transpose), S = 2..8 blocks per tile as one cluster, one block
+ * per SM (115 KB of shared memory asked, 167 registers), block r over the r-th slice of k; the S
+ * partial tiles are summed through distributed shared memory, each block reducing and writing
+ * BM/S rows; one launch, or two where whole rounds of clusters leave tiles over
+ * (gk_fast_simt_splitk.cuh).
  *
  * What changed over 02: 02 runs one block per tile, so 1024^3 (64 tiles) or 1000x1200x800 (80)
  * leaves 52-68 of the 132 SMs idle; its per-SM rate with one block was already ~90% of a full
  * machine's, so spreading the same tiles over S times the blocks should gain nearly S-fold where
  * S * tiles fits the machine, less the reduction (64 KB of shared-memory traffic per block).
  *
- * Measured: see bench/RESULTS.md, "09 simt_f32_splitk".
+ * Measured (H200, bench_kernels, run 5 at 27cb90d, against cuBLAS at its best in the same run):
+ * 1024^3 32.6 TFLOP/s = 105% (S = 2; 02: 19.6 = 56%), 1000x1200x800 26.4 = 98% (66 tiles as
+ * 2-clusters, then 14 as 8-clusters; 02: 21.9 = 78%); 94-99% over the other runs
+ * (bench/RESULTS.md, "09 simt_f32_splitk", with what did not help: two blocks per SM, S = 3).
  *
  * Selection: supports() accepts f32 on compute capability >= 9.0 (clusters) when the cost model
  * (gk__simt_plan, with the H200's 132 SMs and cluster occupancy) splits k; registered before
