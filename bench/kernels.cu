@@ -2,7 +2,7 @@
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
  *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64]
- *                 [--seed N] [--reps N] [--variants]
+ *                 [--seed N] [--reps N] [--variants] [--ex-only]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64) and shape (1024^3, 2048^3,
  * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3):
@@ -11,18 +11,26 @@
  *      into another; ||ours - cublas|| / ||cublas|| must be under the dtype's tolerance and no
  *      element may be left NaN, else the row says FAIL and its time is not reported;
  *   3. both are timed with CUDA events: 2 warm-ups, then the median of N runs, rotating among
- *      enough input sets that A and B of one set are never all still in L2 (>= 3x 50 MB).
+ *      enough input sets that A and B of one set are never all still in L2 (>= 3x 50 MB);
+ *   4. cuBLAS at its best: besides cublasGemmStridedBatchedEx (the "cublas" kernel: default
+ *      algorithm, the handle's default workspace), cublasLt's first LT_ALGOS heuristic
+ *      algorithms with a 64 MiB workspace, and for f16/bf16 also with f32 output (D in f32: a
+ *      different output type, so C = D is f32); each candidate's output is checked against
+ *      cublasGemmStridedBatchedEx's before it is timed, and the fastest checked candidate is
+ *      the cuBLAS figure of the row ("via": ex, lt, lt-f32out).
  * The last lines are the table (plain, or Markdown with --markdown for bench/RESULTS.md).
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
  * Everything goes through gk_gpu.h: gk_select for ours, gk_kernel_by_name("cublas") for cuBLAS.
  *
  * --variants instead times other tile configurations of the fast kernels (instantiated here from
- * their templates, no transpose, aligned rows) at 2048^3 to 8192^3, with the same checks: the
- * tuning table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
+ * their templates, no transpose, aligned rows; 09's split counts forced) at 1024^3,
+ * 1000x1200x800 and 2048^3 to 8192^3 (--quick: up to 4096^3), with the same checks: the tuning
+ * table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +45,7 @@
 #include "gk_fast_dmma.cuh"
 #include "gk_fast_mma16.cuh"
 #include "gk_fast_simt.cuh"
+#include "gk_fast_simt_splitk.cuh"
 #include "gk_fast_tf32.cuh"
 #include "gk_gpu.h"
 
@@ -98,6 +107,20 @@ bool any_problem(const gk_problem *, int) { return true; }
   {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
    launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S>>>}
 
+#define SIMT_F32_SPLITK(S)                                                                     \
+  {"simt_f32_splitk_s" #S, "", any_problem,                                                    \
+   launch_nn<gk__simt_splitk_launcher<float, 128, 128, 8, true, S>>}
+
+/* 09's kernel with one cluster-of-one per tile: a plain one-block-per-SM kernel with dynamic
+ * shared memory, for tiles too big for 02's static shared memory */
+#define SIMT_F32_ONE_PER_SM(BM, BN, BK)                                                        \
+  {"simt_f32_1sm_" #BM "x" #BN "x" #BK, "", any_problem,                                       \
+   launch_nn<gk__simt_splitk_launcher<float, BM, BN, BK, true, 1>>}
+
+#define DMMA_F64K(BM, BN, BK, WM, WN, S, K)                                                    \
+  {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K, "", any_problem,          \
+   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K>>>}
+
 struct variant {
   int mode; /* index into kModes */
   gk_kernel kernel;
@@ -105,14 +128,24 @@ struct variant {
 const variant kVariants[] = {
     {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
     {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
+    {0, SIMT_F32_ONE_PER_SM(256, 128, 16)}, {0, SIMT_F32_ONE_PER_SM(128, 256, 16)},
+    {0, SIMT_F32_SPLITK(2)},                {0, SIMT_F32_SPLITK(3)},
+    {0, SIMT_F32_SPLITK(4)},                {0, SIMT_F32_SPLITK(5)},
+    {0, SIMT_F32_SPLITK(6)},                {0, SIMT_F32_SPLITK(8)},
     {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 4)},
     {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
     {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
+    {4, DMMA_F64K(64, 64, 16, 2, 2, 4, 8)},  {4, DMMA_F64K(64, 64, 16, 4, 2, 4, 8)},
+    {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},
+    {4, DMMA_F64K(64, 64, 32, 2, 2, 3, 8)},  {4, DMMA_F64K(64, 128, 16, 2, 4, 4, 8)},
+    {4, DMMA_F64K(128, 64, 16, 8, 2, 3, 8)},
 };
 const shape kVariantShapes[] = {
-    {"2048^3", 2048, 2048, 2048, 1, false},
+    {"1024^3", 1024, 1024, 1024, 1, true},
+    {"1000x1200x800", 1000, 1200, 800, 1, true},
+    {"2048^3", 2048, 2048, 2048, 1, true},
     {"4096^3", 4096, 4096, 4096, 1, true},
-    {"8192^3", 8192, 8192, 8192, 1, true},
+    {"8192^3", 8192, 8192, 8192, 1, false},
 };
 
 /* ---- device helpers ---------------------------------------------------------------------- */
@@ -142,8 +175,8 @@ __device__ __forceinline__ double as_double<double>(double v) {
 }
 
 /* sums[0] += (x - ref)^2, sums[1] += ref^2, sums[2] += count of non-finite x */
-template <typename T>
-__global__ void diff_norms(const T *x, const T *ref, int64_t count, double *sums) {
+template <typename T, typename R>
+__global__ void diff_norms(const T *x, const R *ref, int64_t count, double *sums) {
   double d2 = 0, r2 = 0, bad = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -177,6 +210,9 @@ __global__ void diff_norms(const T *x, const T *ref, int64_t count, double *sums
   } while (0)
 
 size_t elem_size(gk_dtype t) { return t == GK_F64 ? 8 : t == GK_F32 ? 4 : 2; }
+cudaDataType_t cuda_type(gk_dtype t) {
+  return t == GK_F64 ? CUDA_R_64F : t == GK_F32 ? CUDA_R_32F : t == GK_F16 ? CUDA_R_16F : CUDA_R_16BF;
+}
 
 void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stream) {
   const int threads = 256, blocks = 1024;
@@ -189,18 +225,28 @@ void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stre
   CHECK(cudaGetLastError());
 }
 
-/* Relative Frobenius difference of x to ref, and the count of non-finite elements of x. */
-double rel_diff(gk_dtype t, const void *x, const void *ref, int64_t count, double *sums,
-                int64_t *nonfinite, cudaStream_t stream) {
-  CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+template <typename R>
+void launch_diff(gk_dtype tx, const void *x, const R *ref, int64_t count, double *sums,
+                 cudaStream_t stream) {
   const int threads = 256, blocks = 1024;
+  switch (tx) {
+  case GK_F32: diff_norms<<<blocks, threads, 0, stream>>>((const float *)x, ref, count, sums); break;
+  case GK_F64: diff_norms<<<blocks, threads, 0, stream>>>((const double *)x, ref, count, sums); break;
+  case GK_F16: diff_norms<<<blocks, threads, 0, stream>>>((const __half *)x, ref, count, sums); break;
+  case GK_BF16: diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, ref, count, sums); break;
+  }
+}
+
+/* Relative Frobenius difference of x (of type tx) to ref (of type t), and the count of
+ * non-finite elements of x. */
+double rel_diff(gk_dtype tx, const void *x, gk_dtype t, const void *ref, int64_t count,
+                double *sums, int64_t *nonfinite, cudaStream_t stream) {
+  CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
   switch (t) {
-  case GK_F32: diff_norms<<<blocks, threads, 0, stream>>>((const float *)x, (const float *)ref, count, sums); break;
-  case GK_F64: diff_norms<<<blocks, threads, 0, stream>>>((const double *)x, (const double *)ref, count, sums); break;
-  case GK_F16: diff_norms<<<blocks, threads, 0, stream>>>((const __half *)x, (const __half *)ref, count, sums); break;
-  case GK_BF16:
-    diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)ref, count, sums);
-    break;
+  case GK_F32: launch_diff(tx, x, (const float *)ref, count, sums, stream); break;
+  case GK_F64: launch_diff(tx, x, (const double *)ref, count, sums, stream); break;
+  case GK_F16: launch_diff(tx, x, (const __half *)ref, count, sums, stream); break;
+  case GK_BF16: launch_diff(tx, x, (const __nv_bfloat16 *)ref, count, sums, stream); break;
   }
   CHECK(cudaGetLastError());
   double host[3];
@@ -213,37 +259,41 @@ double rel_diff(gk_dtype t, const void *x, const void *ref, int64_t count, doubl
 struct row {
   const char *mode_name, *shape_label, *kernel;
   double ours_tflops, cublas_tflops, err, tol;
+  double ex_tflops;    /* cublasGemmStridedBatchedEx alone */
+  const char *via;     /* which cuBLAS path gave cublas_tflops: "ex", "lt", "lt-f32out" */
   bool pass;
   const char *why; /* failure reason, or NULL */
 };
 
 struct options {
   bool quick = false, markdown = false, variants = false;
+  bool ex_only = false; /* the cuBLAS figure from cublasGemmStridedBatchedEx alone, no cublasLt */
   const char *kernel = "auto";
   const char *only_dtype = NULL;
   uint64_t seed = 0;
   int reps = 0; /* 0: chosen from the run time */
 };
 
-/* Median milliseconds of `reps` launches of k on problems rotating over the input sets. */
-double time_kernel(gk_gpu_ctx *ctx, const gk_kernel *k, std::vector<gk_problem> &sets,
-                   cudaStream_t stream, int reps, bool *ok) {
+/* Median milliseconds of `reps` calls of launch(set index), rotating over nsets input sets. */
+template <typename F>
+double time_launches(F launch, int nsets, cudaStream_t stream, int reps, bool *ok) {
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   *ok = true;
   for (int i = 0; i < 2; ++i) /* warm-up: module load, cuBLAS heuristics */
-    if (k->launch(ctx, &sets[i % sets.size()], stream) != cudaSuccess) *ok = false;
+    if (launch(i % nsets) != cudaSuccess) *ok = false;
   std::vector<float> ms;
   for (int i = 0; i < reps && *ok; ++i) {
     CHECK(cudaEventRecord(start, stream));
-    if (k->launch(ctx, &sets[i % sets.size()], stream) != cudaSuccess) *ok = false;
+    if (launch(i % nsets) != cudaSuccess) *ok = false;
     CHECK(cudaEventRecord(stop, stream));
     CHECK(cudaEventSynchronize(stop));
     float t;
     CHECK(cudaEventElapsedTime(&t, start, stop));
     ms.push_back(t);
   }
+  CHECK(cudaStreamSynchronize(stream));
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));
   if (!*ok || ms.empty()) return NAN;
@@ -251,10 +301,127 @@ double time_kernel(gk_gpu_ctx *ctx, const gk_kernel *k, std::vector<gk_problem> 
   return ms[ms.size() / 2];
 }
 
+/* Median milliseconds of `reps` launches of k on problems rotating over the input sets. */
+double time_kernel(gk_gpu_ctx *ctx, const gk_kernel *k, std::vector<gk_problem> &sets,
+                   cudaStream_t stream, int reps, bool *ok) {
+  return time_launches([&](int s) { return k->launch(ctx, &sets[s], stream); }, (int)sets.size(),
+                       stream, reps, ok);
+}
+
+/* ---- cuBLAS at its best: cublasLt with a workspace and the heuristic's candidates ---------- */
+
+#define LT_ALGOS 4
+#define LT_WORKSPACE (64u << 20)
+
+struct lt_state {
+  cublasLtHandle_t handle = NULL;
+  void *workspace = NULL;
+};
+
+/* One cublasLt problem: p's operands (row-major, read column-major as in 00_cublas.cu: C^T =
+ * op(B)^T op(A)^T) with the output in out_type; the heuristic's first LT_ALGOS algorithms. */
+struct lt_plan {
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+  cublasLtMatmulHeuristicResult_t algos[LT_ALGOS];
+  int count = 0;
+  bool f64 = false;
+
+  ~lt_plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+
+  static bool layout(cublasLtMatrixLayout_t *out, cudaDataType_t type, uint64_t rows,
+                     uint64_t cols, int64_t ld, int32_t batch, int64_t stride) {
+    if (cublasLtMatrixLayoutCreate(out, type, rows, cols, ld) != CUBLAS_STATUS_SUCCESS) return false;
+    return cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                            sizeof(batch)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &stride, sizeof(stride)) == CUBLAS_STATUS_SUCCESS;
+  }
+
+  bool init(const lt_state &lt, const gk_problem &p, cudaDataType_t out_type) {
+    cudaDataType_t in_type = p.dtype == GK_F64 ? CUDA_R_64F : p.dtype == GK_F32 ? CUDA_R_32F
+                             : p.dtype == GK_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    cublasComputeType_t compute = p.dtype == GK_F64 ? CUBLAS_COMPUTE_64F
+                                  : (p.dtype == GK_F32 && p.fast) ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                  : CUBLAS_COMPUTE_32F;
+    f64 = p.dtype == GK_F64;
+    if (cublasLtMatmulDescCreate(&op, compute, f64 ? CUDA_R_64F : CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b)) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof(op_a)) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    const int32_t batch = (int32_t)p.batch;
+    /* first operand: stored B (k x n row-major = n x k column-major, or n x k when trans_b) */
+    if (!layout(&a, in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n,
+                batch, p.k * p.n) ||
+        !layout(&b, in_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k,
+                batch, p.m * p.k) ||
+        !layout(&c, out_type, p.n, p.m, p.n, batch, p.m * p.n))
+      return false;
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return false;
+    size_t ws = LT_WORKSPACE;
+    bool ok = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof(ws)) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulAlgoGetHeuristic(lt.handle, op, a, b, c, c, pref, LT_ALGOS, algos,
+                                             &count) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreferenceDestroy(pref);
+    return ok && count > 0;
+  }
+
+  cudaError_t run(const lt_state &lt, int i, const gk_problem &p, void *out,
+                  cudaStream_t stream) const {
+    const float alpha_f = (float)p.alpha, beta_f = (float)p.beta;
+    const double alpha_d = p.alpha, beta_d = p.beta;
+    const void *alpha = f64 ? (const void *)&alpha_d : (const void *)&alpha_f;
+    const void *beta = f64 ? (const void *)&beta_d : (const void *)&beta_f;
+    cublasStatus_t st = cublasLtMatmul(lt.handle, op, alpha, p.b, a, p.a, b, beta, out, c, out, c,
+                                       &algos[i].algo, lt.workspace, LT_WORKSPACE, stream);
+    return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+  }
+};
+
+/* The fastest checked cublasLt candidate for `sets` (output in out_type into out, of type tout
+ * for the check against ref of type md.dtype): its TFLOP/s into *best when faster. */
+void lt_candidates(const lt_state &lt, const mode &md, std::vector<gk_problem> &sets,
+                   cudaDataType_t out_type, gk_dtype tout, void *out, const void *ref,
+                   int64_t c_elems, double flops, int reps, double *sums, cudaStream_t stream,
+                   double *best, const char **via, const char *label) {
+  lt_plan plan;
+  if (!plan.init(lt, sets[0], out_type)) {
+    printf("    cublasLt %s: no algorithm\n", label);
+    return;
+  }
+  for (int i = 0; i < plan.count; ++i) {
+    CHECK(cudaMemsetAsync(out, 0xFF, (size_t)c_elems * (tout == GK_F64 ? 8 : tout == GK_F32 ? 4 : 2), stream));
+    if (plan.run(lt, i, sets[0], out, stream) != cudaSuccess) continue;
+    int64_t nonfinite = 0;
+    double err = rel_diff(tout, out, md.dtype, ref, c_elems, sums, &nonfinite, stream);
+    if (nonfinite > 0 || !(err <= md.tol)) {
+      printf("    cublasLt %s algo %d: check failed (%.1e, %lld non-finite)\n", label, i, err,
+             (long long)nonfinite);
+      continue;
+    }
+    bool ok;
+    double ms = time_launches([&](int s) { return plan.run(lt, i, sets[s], out, stream); },
+                              (int)sets.size(), stream, reps, &ok);
+    if (!ok) continue;
+    double tflops = flops / (ms * 1e-3) / 1e12;
+    if (isnan(*best) || tflops > *best) *best = tflops, *via = label;
+  }
+}
+
 /* One row: `forced` (a variant) or the selector's choice, against cuBLAS. */
 row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &opt,
-              cudaStream_t stream, double *sums, const gk_kernel *forced) {
-  row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, false, NULL};
+              cudaStream_t stream, double *sums, const gk_kernel *forced, const lt_state *lt) {
+  row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, NAN, "-", false, NULL};
   const int cc = gk_gpu_ctx_cc(ctx);
   const size_t es = elem_size(md.dtype);
   const int64_t a_elems = sh.m * sh.k * sh.batch, b_elems = sh.k * sh.n * sh.batch;
@@ -313,7 +480,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     if (e3 != cudaSuccess) exit(2); /* a fault leaves the context unusable */
   } else {
     int64_t nonfinite = 0;
-    r.err = rel_diff(md.dtype, c_ours, c_ref, c_elems, sums, &nonfinite, stream);
+    r.err = rel_diff(md.dtype, c_ours, md.dtype, c_ref, c_elems, sums, &nonfinite, stream);
     if (nonfinite > 0) r.why = "unwritten/NaN outputs";
     else if (!(r.err <= md.tol)) r.why = "error over tolerance";
     else r.pass = true;
@@ -333,8 +500,19 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     double ms_ref = time_kernel(ctx, ref, ref_sets, stream, reps, &ok_ref);
     CHECK(cudaStreamSynchronize(stream));
     if (ok_ours) r.ours_tflops = flops / (ms_ours * 1e-3) / 1e12;
-    if (ok_ref) r.cublas_tflops = flops / (ms_ref * 1e-3) / 1e12;
+    if (ok_ref) r.cublas_tflops = r.ex_tflops = flops / (ms_ref * 1e-3) / 1e12, r.via = "ex";
     if (!ok_ours) r.pass = false, r.why = "launch error while timing";
+    if (lt != NULL) {
+      /* the check reference again: timing left another input set's product in c_ref */
+      CHECK(ref->launch(ctx, &ref_sets[0], stream));
+      std::vector<gk_problem> lt_sets(ref_sets);
+      void *c_lt = dalloc((size_t)c_elems * std::max<size_t>(es, 4));
+      lt_candidates(*lt, md, lt_sets, cuda_type(md.dtype), md.dtype, c_lt, c_ref, c_elems, flops,
+                    reps, sums, stream, &r.cublas_tflops, &r.via, "lt");
+      if (md.dtype == GK_F16 || md.dtype == GK_BF16)
+        lt_candidates(*lt, md, lt_sets, CUDA_R_32F, GK_F32, c_lt, c_ref, c_elems, flops, reps,
+                      sums, stream, &r.cublas_tflops, &r.via, "lt-f32out");
+    }
   }
   for (void *p : buffers) CHECK(cudaFree(p));
   return r;
@@ -344,11 +522,11 @@ void print_table(const std::vector<row> &rows, bool markdown, const char *device
   if (markdown) {
     printf("\nDevice: %s; commit %s; median of N CUDA-event timings, inputs rotated past L2.\n\n",
            device, GEMMD_GIT_COMMIT);
-    printf("| kernel | dtype | shape (m×n×k) | ours TFLOP/s | cuBLAS TFLOP/s | ratio | rel. diff | check |\n");
-    printf("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |\n");
+    printf("| kernel | dtype | shape (m×n×k) | ours TFLOP/s | cuBLAS TFLOP/s (best) | via | cublasGemmEx TFLOP/s | ratio | rel. diff | check |\n");
+    printf("| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |\n");
   } else {
-    printf("\n%-28s %-5s %-14s %10s %10s %7s %9s  %s\n", "kernel", "dtype", "shape", "ours",
-           "cublas", "ratio", "rel.diff", "check");
+    printf("\n%-28s %-5s %-14s %10s %10s %-9s %10s %7s %9s  %s\n", "kernel", "dtype", "shape",
+           "ours", "cublas", "via", "gemmex", "ratio", "rel.diff", "check");
   }
   for (const row &r : rows) {
     char ours[32], ref[32], ratio[32], err[32];
@@ -360,19 +538,35 @@ void print_table(const std::vector<row> &rows, bool markdown, const char *device
     char check[96];
     snprintf(check, sizeof(check), "%s%s%s", r.pass ? "PASS" : "FAIL", r.why ? ": " : "",
              r.why ? r.why : "");
+    char ex[32];
+    snprintf(ex, sizeof(ex), isnan(r.ex_tflops) ? "-" : "%.1f", r.ex_tflops);
     if (markdown)
-      printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.kernel, r.mode_name, r.shape_label,
-             ours, ref, ratio, err, check);
+      printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.kernel, r.mode_name,
+             r.shape_label, ours, ref, r.via, ex, ratio, err, check);
     else
-      printf("%-28s %-5s %-14s %10s %10s %7s %9s  %s\n", r.kernel, r.mode_name, r.shape_label,
-             ours, ref, ratio, err, check);
+      printf("%-28s %-5s %-14s %10s %10s %-9s %10s %7s %9s  %s\n", r.kernel, r.mode_name,
+             r.shape_label, ours, ref, r.via, ex, ratio, err, check);
   }
+}
+
+/* How many blocks and clusters of 09's kernel fit on the device at once. */
+void print_splitk_occupancy() {
+  using launcher = gk__simt_splitk_launcher<float, 128, 128, 8, true>;
+  auto kernel = gk__simt_splitk_gemm<float, 128, 128, 8, true, false, false, true>;
+  size_t smem = 0;
+  CHECK(launcher::prepare(kernel, &smem));
+  int per_sm = 0, clusters[GK_SPLITK_MAX + 1];
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem));
+  CHECK(launcher::clusters_at_once(clusters));
+  printf("simt_f32_splitk: %zu B shared memory, %d blocks per SM; clusters at once:", smem, per_sm);
+  for (int s = 1; s <= GK_SPLITK_MAX; ++s) printf(" S=%d: %d", s, clusters[s]);
+  printf("\n");
 }
 
 int usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64] "
-          "[--seed N] [--reps N] [--variants]\n",
+          "[--seed N] [--reps N] [--variants] [--ex-only]\n",
           argv0);
   return 2;
 }
@@ -386,6 +580,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--quick") == 0) opt.quick = true;
     else if (strcmp(argv[i], "--markdown") == 0) opt.markdown = true;
     else if (strcmp(argv[i], "--variants") == 0) opt.variants = true;
+    else if (strcmp(argv[i], "--ex-only") == 0) opt.ex_only = true;
     else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) opt.kernel = argv[++i];
     else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) opt.only_dtype = argv[++i];
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) opt.seed = strtoull(argv[++i], NULL, 10);
@@ -412,33 +607,48 @@ int main(int argc, char **argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   double *sums = NULL;
   CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
+  lt_state lt_storage;
+  const lt_state *lt = NULL;
+  if (!opt.ex_only) {
+    if (cublasLtCreate(&lt_storage.handle) != CUBLAS_STATUS_SUCCESS) {
+      fprintf(stderr, "bench_kernels: cublasLtCreate failed\n");
+      return 2;
+    }
+    CHECK(cudaMalloc(&lt_storage.workspace, LT_WORKSPACE));
+    lt = &lt_storage;
+  }
 
   std::vector<row> rows;
   bool all_pass = true;
   auto record = [&](const row &r) {
-    printf("  %-28s %-5s %-14s ours %8.1f  cublas %8.1f TFLOP/s  diff %.1e  %s\n", r.kernel,
-           r.mode_name, r.shape_label, r.ours_tflops, r.cublas_tflops, r.err,
-           r.pass ? "PASS" : "FAIL");
+    printf("  %-28s %-5s %-14s ours %8.1f  cublas %8.1f (%s; gemmex %.1f) TFLOP/s  diff %.1e  %s\n",
+           r.kernel, r.mode_name, r.shape_label, r.ours_tflops, r.cublas_tflops, r.via,
+           r.ex_tflops, r.err, r.pass ? "PASS" : "FAIL");
     fflush(stdout);
     all_pass = all_pass && r.pass;
     rows.push_back(r);
   };
   if (opt.variants) {
+    print_splitk_occupancy();
     for (const variant &v : kVariants) {
       const mode &md = kModes[v.mode];
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
       for (const shape &sh : kVariantShapes)
-        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel));
+        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel, lt));
     }
   } else {
     for (const mode &md : kModes) {
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
       for (const shape &sh : kShapes)
-        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL));
+        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
     }
   }
   print_table(rows, opt.markdown, device);
   CHECK(cudaFree(sums));
+  if (lt != NULL) {
+    CHECK(cudaFree(lt_storage.workspace));
+    cublasLtDestroy(lt_storage.handle);
+  }
   CHECK(cudaStreamDestroy(stream));
   gk_gpu_ctx_destroy(ctx);
   return all_pass ? 0 : 1;

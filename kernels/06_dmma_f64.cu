@@ -18,7 +18,9 @@
  * = 48% / 47% / 48% of cuBLAS DGEMM (03: 29%).
  *
  * Contract: f64, any m, n, k (unaligned rows: scalar loads, same kernel), both transposes,
- * alpha/beta (beta == 0: C not read), any batch. Needs compute capability >= 8.0 (DMMA).
+ * alpha/beta (beta == 0: C not read), any batch. Needs compute capability >= 8.0 (DMMA). On
+ * compute capability 9.0, 10_dmma16_f64.cu (the same kernel on the sm_90 mma shapes) comes
+ * first.
  */
 #include "gk_fast_dmma.cuh"
 #include "gk_gpu.h"

@@ -3,8 +3,10 @@
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
 # TF32 kernels first (they only accept f32 with precision "fast"; the Hopper one, 08, takes
 # cc 9.0, TMA-describable operands and every transpose but TN, before mma.sync, 05), then the
-# exact SIMT f32 kernel;
-# for f64 the tensor-core kernel (06) before the SIMT one (03, kept for GPUs without DMMA); for
+# exact SIMT f32 kernels (09, split-K over a cluster, takes only the short grids it splits on
+# cc >= 9.0; 02 the rest);
+# for f64 the Hopper tensor-core kernel (10, sm_90 mma shapes), then 06 (m8n8k4, cc >= 8.0), then
+# the SIMT one (03, kept for GPUs without DMMA); for
 # f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
 list(APPEND GK_GPU_SOURCES
   02_simt_f32.cu
@@ -13,12 +15,16 @@ list(APPEND GK_GPU_SOURCES
   05_mma_tf32.cu
   06_dmma_f64.cu
   07_wgmma_f16.cu
-  08_wgmma_tf32.cu)
+  08_wgmma_tf32.cu
+  09_simt_f32_splitk.cu
+  10_dmma16_f64.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_wgmma_tf32
   gk_kernel_mma_tf32
+  gk_kernel_simt_f32_splitk
   gk_kernel_simt_f32
   gk_kernel_wgmma_f16
   gk_kernel_mma_f16
+  gk_kernel_dmma16_f64
   gk_kernel_dmma_f64
   gk_kernel_simt_f64)

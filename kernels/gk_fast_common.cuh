@@ -68,11 +68,10 @@ static inline cudaError_t gk__for_batch_chunks(int64_t batch, F launch_chunk) {
 
 /* ---- host side: the launch of the mma.sync kernels (04, 05, 06) ---------------------------- */
 
-/* Their argument struct (a, b, c of T; m, n, k; lda, ldb; batch strides; alpha, beta of S;
- * beta_zero; c_pair) filled from p. c_pair: n even and c aligned to two elements, so that the
- * epilogue (gk__store_pair) may store two outputs at once. */
+/* The fields every kernel's argument struct has (a, b, c of T; m, n, k; lda, ldb; batch
+ * strides; alpha, beta of S; beta_zero), filled from p; the caller sets the rest. */
 template <class Args, typename T, typename S>
-static inline Args gk__mma_args(const gk_problem *p) {
+static inline Args gk__common_args(const gk_problem *p) {
   Args args;
   args.a = static_cast<const T *>(p->a);
   args.b = static_cast<const T *>(p->b);
@@ -82,6 +81,24 @@ static inline Args gk__mma_args(const gk_problem *p) {
   args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
   args.alpha = (S)p->alpha, args.beta = (S)p->beta;
   args.beta_zero = p->beta == 0.0;
+  return args;
+}
+
+/* args moved to batch entry `first` (the start of a launch chunk). */
+template <class Args>
+static inline Args gk__args_at(const Args &args, int64_t first) {
+  Args chunk = args;
+  chunk.a += first * args.stride_a;
+  chunk.b += first * args.stride_b;
+  chunk.c += first * args.stride_c;
+  return chunk;
+}
+
+/* The mma.sync kernels' arguments: the common ones and c_pair (n even and c aligned to two
+ * elements, so that the epilogue, gk__store_pair, may store two outputs at once). */
+template <class Args, typename T, typename S>
+static inline Args gk__mma_args(const gk_problem *p) {
+  Args args = gk__common_args<Args, T, S>(p);
   args.c_pair = gk__aligned(p->c, 2 * sizeof(T)) && p->n % 2 == 0;
   return args;
 }
@@ -100,11 +117,7 @@ static inline cudaError_t gk__launch_tiles(Kernel kernel, size_t smem, const Arg
   const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    Args chunk = args;
-    chunk.a += first * args.stride_a;
-    chunk.b += first * args.stride_b;
-    chunk.c += first * args.stride_c;
-    kernel<<<dim3((unsigned)tiles, 1, count), NT, smem, stream>>>(chunk);
+    kernel<<<dim3((unsigned)tiles, 1, count), NT, smem, stream>>>(gk__args_at(args, first));
     return cudaGetLastError();
   });
 }
@@ -129,9 +142,9 @@ static inline cudaError_t gk__launch_layouts(const gk_problem *p, cudaStream_t s
 
 /* ---- device side --------------------------------------------------------------------------- */
 
-/* Maps the linear block id to (tile_m, tile_n) in grouped order (see the file comment). */
-__device__ __forceinline__ void gk__raster(int tiles_m, int tiles_n, int *tile_m, int *tile_n) {
-  int pid = (int)blockIdx.x;
+/* Maps the linear tile id pid to (tile_m, tile_n) in grouped order (see the file comment). */
+__device__ __forceinline__ void gk__raster_pid(int pid, int tiles_m, int tiles_n, int *tile_m,
+                                               int *tile_n) {
   int per_group = GK_GROUP_M * tiles_n;
   int group = pid / per_group;
   int first_m = group * GK_GROUP_M;
@@ -139,6 +152,10 @@ __device__ __forceinline__ void gk__raster(int tiles_m, int tiles_n, int *tile_m
   int in_group = pid - group * per_group;
   *tile_m = first_m + in_group % group_rows;
   *tile_n = in_group / group_rows;
+}
+/* The same for one block per tile: pid = blockIdx.x. */
+__device__ __forceinline__ void gk__raster(int tiles_m, int tiles_n, int *tile_m, int *tile_n) {
+  gk__raster_pid((int)blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
 }
 
 __device__ __forceinline__ uint32_t gk__smem_addr(const void *ptr) {

@@ -8,15 +8,21 @@
 
 #include "gk_fast_common.cuh"
 
-/* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async stages. */
-template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_>
+/* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async
+ * stages; MMA_K 4: mma.sync m8n8k4 (sm_80); 8 or 16: m16n8k8 / m16n8k16 (sm_90 only,
+ * 10_dmma16_f64.cu). */
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, int MMA_K_ = 4>
 struct gk__dmma_cfg {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, MMA_K = MMA_K_;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, NT = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; /* the warp tile */
-  static constexpr int MI = WM / 8, NI = WN / 8;             /* m8n8k4 tiles per warp */
-  static_assert(WM % 8 == 0 && WN % 8 == 0, "a warp tile is a grid of 8x8 mma tiles");
-  static_assert(BK % 8 == 0, "an even number of k4 steps per tile (fragment buffers alternate)");
+  static constexpr int MMA_M = MMA_K == 4 ? 8 : 16;          /* the mma tile: MMA_M x 8 x MMA_K */
+  static constexpr int MI = WM / MMA_M, NI = WN / 8;         /* mma tiles per warp */
+  static constexpr int A_FRAG = MMA_M * MMA_K / 32, B_FRAG = MMA_K / 4; /* doubles per thread */
+  static constexpr int C_FRAG = MMA_M / 4;
+  static_assert(MMA_K == 4 || MMA_K == 8 || MMA_K == 16, "m8n8k4, m16n8k8 or m16n8k16");
+  static_assert(WM % MMA_M == 0 && WN % 8 == 0, "a warp tile is a grid of mma tiles");
+  static_assert(BK % (2 * MMA_K) == 0, "an even number of mma k steps per tile (fragment buffers alternate)");
 };
 
 /* Shared layout of one stage: operands keep their global layout. Row pitches are 4 doubles
@@ -50,6 +56,32 @@ __device__ __forceinline__ void gk__dmma884(double d[2], double a, double b) {
                : "d"(a), "d"(b));
 }
 
+/* m16n8k16, f64 (sm_90): a[i] is A(g + 8*(i%2), t + 4*(i/2)), b[i] is B(t + 4*i, g), d[i] is
+ * D(g + 8*(i/2), 2t + i%2), with g = lane/4, t = lane%4. */
+__device__ __forceinline__ void gk__dmma16816(double d[4], const double a[8], const double b[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7,%8,%9,%10,%11}, {%12,%13,%14,%15}, {%0,%1,%2,%3};\n"
+               : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+               : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
+                 "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#else
+  (void)d, (void)a, (void)b; /* the kernels that use it are for cc >= 9.0 only */
+#endif
+}
+
+/* m16n8k8, f64 (sm_90): the same pattern with a[0..3], b[0..1]. */
+__device__ __forceinline__ void gk__dmma1688(double d[4], const double a[4], const double b[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+               : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+#else
+  (void)d, (void)a, (void)b; /* the kernels that use it are for cc >= 9.0 only */
+#endif
+}
+
 template <class C, bool TA, bool TB, bool VEC>
 __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
   using T = double;
@@ -77,31 +109,39 @@ __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
   };
 
   const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
-  const int g = lane / 4, t = lane % 4; /* fragment: A (row g, k t), B (k t, col g) */
+  const int g = lane / 4, t = lane % 4; /* fragment: A (row g, k t), B (k t, col g), + offsets */
+  constexpr int MMA_M = C::MMA_M, MMA_K = C::MMA_K, AF = C::A_FRAG, BF = C::B_FRAG;
 
-  /* One k4 step's fragments: one double of A per m8 tile, one of B per n8 tile. */
-  auto load_frags = [&](double(&af)[MI], double(&bf)[NI], int st, int kk) {
+  /* One mma k step's fragments: element e of A's (of an MMA_M x MMA_K tile) is at row
+   * g + 8*(e%2), k t + 4*(e/2); element e of B's (MMA_K x 8) at k t + 4*e, column g. */
+  auto load_frags = [&](double(&af)[MI][AF], double(&bf)[NI][BF], int st, int kk) {
     const T *sa = smem + st * L::STAGE_ELEMS, *sb = sa + L::A_ELEMS;
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int r = wm + i * 8 + g;
-      af[i] = TA ? sa[(kk + t) * L::A_PITCH + r] : sa[r * L::A_PITCH + kk + t];
-    }
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int col = wn + j * 8 + g;
-      bf[j] = TB ? sb[col * L::B_PITCH + kk + t] : sb[(kk + t) * L::B_PITCH + col];
-    }
+      for (int e = 0; e < AF; ++e) {
+        const int r = wm + i * MMA_M + g + 8 * (e % 2), kc = kk + t + 4 * (e / 2);
+        af[i][e] = TA ? sa[kc * L::A_PITCH + r] : sa[r * L::A_PITCH + kc];
+      }
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < BF; ++e) {
+        const int col = wn + j * 8 + g, kr = kk + t + 4 * e;
+        bf[j][e] = TB ? sb[col * L::B_PITCH + kr] : sb[kr * L::B_PITCH + col];
+      }
   };
 
-  double acc[MI][NI][2];
+  double acc[MI][NI][C::C_FRAG];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < NI; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < C::C_FRAG; ++e) acc[i][j][e] = 0.0;
 
   /* Pipeline as in gk_fast_mma16.cuh: STAGES tiles in flight, two fragment sets. */
-  constexpr int KSTEPS = BK / 4;
+  constexpr int KSTEPS = BK / MMA_K;
   const int k_tiles = (args.k + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -113,7 +153,7 @@ __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
   if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1);
   gk__cp_async_commit();
 
-  double af[2][MI], bf[2][NI];
+  double af[2][MI][AF], bf[2][NI][BF];
   load_frags(af[0], bf[0], 0, 0);
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int st = kt % STAGES;
@@ -121,7 +161,7 @@ __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
     for (int step = 0; step < KSTEPS; ++step) {
       const int cur = step & 1, nxt = cur ^ 1;
       if (step + 1 < KSTEPS) {
-        load_frags(af[nxt], bf[nxt], st, (step + 1) * 4);
+        load_frags(af[nxt], bf[nxt], st, (step + 1) * MMA_K);
       } else if (kt + 1 < k_tiles) {
         gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
         __syncthreads();
@@ -132,18 +172,24 @@ __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NI; ++j) gk__dmma884(acc[i][j], af[cur][i], bf[cur][j]);
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (MMA_K == 16) gk__dmma16816(acc[i][j], af[cur][i], bf[cur][j]);
+          else if constexpr (MMA_K == 8) gk__dmma1688(acc[i][j], af[cur][i], bf[cur][j]);
+          else gk__dmma884(acc[i][j], af[cur][i][0], bf[cur][j][0]);
+        }
     }
   }
   gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
 
-  /* Accumulator (i, j): (row g, cols 2t, 2t+1) of the 8x8 tile. */
+  /* Accumulator (i, j), pair h: (row g + 8h, cols 2t, 2t+1) of the MMA_M x 8 tile. */
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j)
-      gk__store_pair(args, c, m0 + wm + i * 8 + g, n0 + wn + j * 8 + 2 * t, acc[i][j][0],
-                     acc[i][j][1]);
+#pragma unroll
+      for (int h = 0; h < C::C_FRAG / 2; ++h)
+        gk__store_pair(args, c, m0 + wm + i * MMA_M + 8 * h + g, n0 + wn + j * 8 + 2 * t,
+                       acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 }
 
 /* Host side: the launcher for one configuration C. */

@@ -29,6 +29,8 @@
 #ifndef GK_FAST_SIMT_CUH
 #define GK_FAST_SIMT_CUH
 
+#include <type_traits>
+
 #include "gk_fast_common.cuh"
 
 template <typename T>
@@ -126,17 +128,20 @@ struct gk__simt_stage {
   }
 };
 
-/* MIN_BLOCKS: blocks per SM the register budget must allow (launch bounds).
+/*
+ * One block's work, shared by the kernels below (gk__simt_gemm: one block per tile of C;
+ * gk__simt_splitk_gemm in 09: a cluster of blocks per tile, each over a slice of k).
  * ASYNC: the operand that needs no transpose (A when trans_a, B when not trans_b) goes global ->
  * shared by cp.async instead of through registers (only with VEC), freeing its staging
- * registers. */
-template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC, bool TA, bool TB,
-          bool VEC>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
-    gk__simt_gemm(gk__simt_args<T> args) {
-  constexpr int NT = (BM / 8) * (BN / 8);
-  constexpr int PAD = 4;
-  constexpr int PA = BM + PAD, PB = BN + PAD;
+ * registers.
+ */
+template <typename T, int BM, int BN, int BK, bool ASYNC, bool TA, bool TB, bool VEC>
+struct gk__simt_cta {
+  static constexpr int NT = (BM / 8) * (BN / 8);
+  static constexpr int PAD = 4;
+  static constexpr int PA = BM + PAD, PB = BN + PAD;
+  /* shared memory of the main loop: two buffers of each operand's k tile */
+  static constexpr int A_ELEMS = 2 * BK * PA, B_ELEMS = 2 * BK * PB;
   static_assert(BM % 64 == 0 && BN % 32 == 0, "the block tile is a grid of 64x32 warp tiles");
   static_assert(BK % 4 == 0, "k tiles are loaded as 4-vectors");
 
@@ -144,118 +149,187 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
   using stage_a = gk__simt_stage<T, TA ? BK : BM, TA ? BM : BK, PA, NT, VEC, !TA>;
   /* B tile: stored BK x BN (n contiguous) or BN x BK when trans_b (transposed into smem). */
   using stage_b = gk__simt_stage<T, TB ? BN : BK, TB ? BK : BN, PB, NT, VEC, TB>;
-  constexpr bool A_DIRECT = ASYNC && VEC && TA, B_DIRECT = ASYNC && VEC && !TB;
+  static constexpr bool A_DIRECT = ASYNC && VEC && TA, B_DIRECT = ASYNC && VEC && !TB;
 
-  __shared__ __align__(16) T as[2][BK * PA];
-  __shared__ __align__(16) T bs[2][BK * PB];
+  /* acc[i][j] is the tile's element (row_of(i), col_of(j)) (see the file comment). */
+  static __device__ __forceinline__ int row_of(int i) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return (warp / (BN / 32)) * 64 + (i / 4) * 32 + (lane / 4) * 4 + (i % 4);
+  }
+  static __device__ __forceinline__ int col_of(int j) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return (warp % (BN / 32)) * 32 + (j / 4) * 16 + (lane % 4) * 4 + (j % 4);
+  }
 
-  const int tid = threadIdx.x;
+  /* acc = the BM x BN tile at (m0, n0) of A*B over k tiles [kt0, kt1) (acc = 0 when empty);
+   * a, b: this batch entry's operands; as, bs: A_ELEMS and B_ELEMS of shared memory. Ends
+   * with a __syncthreads, so the caller may reuse as and bs at once. */
+  static __device__ __forceinline__ void mainloop(const gk__simt_args<T> &args, const T *a,
+                                                  const T *b, int m0, int n0, int kt0, int kt1,
+                                                  T *as, T *bs, T (&acc)[8][8]) {
+    const int tid = threadIdx.x;
+    /* Each operand's tile origin and how it advances per k tile. */
+    const T *a_tile = TA ? a + (int64_t)kt0 * BK * args.lda + m0
+                         : a + (int64_t)m0 * args.lda + (int64_t)kt0 * BK;
+    const T *b_tile = TB ? b + (int64_t)n0 * args.ldb + (int64_t)kt0 * BK
+                         : b + (int64_t)kt0 * BK * args.ldb + n0;
+    const int64_t a_step = TA ? (int64_t)BK * args.lda : BK;
+    const int64_t b_step = TB ? BK : (int64_t)BK * args.ldb;
+    const int m_left = args.m - m0, n_left = args.n - n0;
+
+    stage_a ga;
+    stage_b gb;
+    /* Loads k tile k0: direct operands by cp.async into shared buffer buf, the others into
+     * registers (stored by store_k_tile after the FMAs). */
+    int k_left = args.k - kt0 * BK; /* of the next k tile to load */
+    auto load_k_tile = [&](int buf) {
+      T *as_buf = as + buf * (BK * PA), *bs_buf = bs + buf * (BK * PB);
+      if (A_DIRECT) gk__load_tile<T, BK, BM, PA, NT, true>(as_buf, a_tile, args.lda, k_left, m_left, tid);
+      else if (TA)  ga.load(a_tile, args.lda, k_left, m_left, tid);
+      else          ga.load(a_tile, args.lda, m_left, k_left, tid);
+      if (B_DIRECT) gk__load_tile<T, BK, BN, PB, NT, true>(bs_buf, b_tile, args.ldb, k_left, n_left, tid);
+      else if (TB)  gb.load(b_tile, args.ldb, n_left, k_left, tid);
+      else          gb.load(b_tile, args.ldb, k_left, n_left, tid);
+      if (A_DIRECT || B_DIRECT) gk__cp_async_commit();
+      a_tile += a_step;
+      b_tile += b_step;
+      k_left -= BK;
+    };
+    auto store_k_tile = [&](int buf) {
+      if (!A_DIRECT) ga.store(as + buf * (BK * PA), tid);
+      if (!B_DIRECT) gb.store(bs + buf * (BK * PB), tid);
+      if (A_DIRECT || B_DIRECT) gk__cp_async_wait<0>();
+    };
+
+    const int warp = tid / 32, lane = tid % 32;
+    const int wm = (warp / (BN / 32)) * 64, wn = (warp % (BN / 32)) * 32;
+    const int lm = lane / 4, ln = lane % 4;
+
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+    if (kt0 >= kt1) return;
+
+    load_k_tile(0);
+    store_k_tile(0);
+    __syncthreads();
+
+    const int count = kt1 - kt0;
+    for (int kt = 0; kt < count; ++kt) {
+      const int cur = kt & 1;
+      if (kt + 1 < count) load_k_tile(cur ^ 1); /* in flight during the FMAs */
+      const T *as_cur = as + cur * (BK * PA), *bs_cur = bs + cur * (BK * PB);
+
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        const T *arow = as_cur + kk * PA + wm + lm * 4;
+        const T *brow = bs_cur + kk * PB + wn + ln * 4;
+        gk__v4<T> a_lo = gk__ld4(arow), a_hi = gk__ld4(arow + 32);
+        gk__v4<T> b_lo = gk__ld4(brow), b_hi = gk__ld4(brow + 16);
+        T av[8] = {a_lo.v[0], a_lo.v[1], a_lo.v[2], a_lo.v[3],
+                   a_hi.v[0], a_hi.v[1], a_hi.v[2], a_hi.v[3]};
+        T bv[8] = {b_lo.v[0], b_lo.v[1], b_lo.v[2], b_lo.v[3],
+                   b_hi.v[0], b_hi.v[1], b_hi.v[2], b_hi.v[3]};
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+      }
+
+      if (kt + 1 < count) store_k_tile(cur ^ 1);
+      __syncthreads();
+    }
+  }
+
+  /* acc[i][jh*4 .. jh*4 + 3]: four neighbours in a row of the tile, at (row_of(i), col_of(jh*4)). */
+  static __device__ __forceinline__ gk__v4<T> acc4(const T (&acc)[8][8], int i, int jh) {
+    gk__v4<T> v;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v.v[e] = acc[i][jh * 4 + e];
+    return v;
+  }
+
+  /* C(row, col .. col + 3) = alpha * sum + beta * C, only what lies inside C (row < m). */
+  static __device__ __forceinline__ void store4(const gk__simt_args<T> &args, T *c, int row,
+                                                int col, const gk__v4<T> &sum) {
+    if (row >= args.m) return;
+    T *crow = c + (int64_t)row * args.n;
+    gk__v4<T> out;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out.v[e] = args.alpha * sum.v[e];
+    if (args.c_vec && col + 3 < args.n) {
+      if (!args.beta_zero) {
+        gk__v4<T> old = gk__ld4(crow + col);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out.v[e] = fma(args.beta, old.v[e], out.v[e]);
+      }
+      gk__st4(crow + col, out);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (col + e >= args.n) break;
+        T v = out.v[e];
+        if (!args.beta_zero) v = fma(args.beta, crow[col + e], v);
+        crow[col + e] = v;
+      }
+    }
+  }
+};
+
+/* One block per BM x BN tile of C over all of k. MIN_BLOCKS: blocks per SM the register budget
+ * must allow (launch bounds). */
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC, bool TA, bool TB,
+          bool VEC>
+__global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
+    gk__simt_gemm(gk__simt_args<T> args) {
+  using cta = gk__simt_cta<T, BM, BN, BK, ASYNC, TA, TB, VEC>;
+  __shared__ __align__(16) T as[cta::A_ELEMS];
+  __shared__ __align__(16) T bs[cta::B_ELEMS];
+
   int tile_m, tile_n;
   gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-
-  /* Each operand's tile origin and how it advances per k tile. */
-  const T *a_tile = TA ? a + m0 : a + (int64_t)m0 * args.lda;
-  const T *b_tile = TB ? b + (int64_t)n0 * args.ldb : b + n0;
-  const int64_t a_step = TA ? (int64_t)BK * args.lda : BK;
-  const int64_t b_step = TB ? BK : (int64_t)BK * args.ldb;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  stage_a ga;
-  stage_b gb;
-  /* Loads k tile k0: direct operands by cp.async into shared buffer buf, the others into
-   * registers (stored by store_k_tile after the FMAs). */
-  auto load_k_tile = [&](int k0, int buf) {
-    int k_left = args.k - k0;
-    if (A_DIRECT) gk__load_tile<T, BK, BM, PA, NT, true>(as[buf], a_tile, args.lda, k_left, m_left, tid);
-    else if (TA)  ga.load(a_tile, args.lda, k_left, m_left, tid);
-    else          ga.load(a_tile, args.lda, m_left, k_left, tid);
-    if (B_DIRECT) gk__load_tile<T, BK, BN, PB, NT, true>(bs[buf], b_tile, args.ldb, k_left, n_left, tid);
-    else if (TB)  gb.load(b_tile, args.ldb, n_left, k_left, tid);
-    else          gb.load(b_tile, args.ldb, k_left, n_left, tid);
-    if (A_DIRECT || B_DIRECT) gk__cp_async_commit();
-    a_tile += a_step;
-    b_tile += b_step;
-  };
-  auto store_k_tile = [&](int buf) {
-    if (!A_DIRECT) ga.store(as[buf], tid);
-    if (!B_DIRECT) gb.store(bs[buf], tid);
-    if (A_DIRECT || B_DIRECT) gk__cp_async_wait<0>();
-  };
-
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = (warp / (BN / 32)) * 64, wn = (warp % (BN / 32)) * 32;
-  const int lm = lane / 4, ln = lane % 4;
-
   T acc[8][8];
+  cta::mainloop(args, args.a + z * args.stride_a, args.b + z * args.stride_b, m0, n0, 0,
+                (args.k + BK - 1) / BK, as, bs, acc);
+
+  T *c = args.c + z * args.stride_c;
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+    for (int jh = 0; jh < 2; ++jh)
+      cta::store4(args, c, m0 + cta::row_of(i), n0 + cta::col_of(jh * 4), cta::acc4(acc, i, jh));
+}
 
-  const int k_tiles = (args.k + BK - 1) / BK;
-  load_k_tile(0, 0);
-  store_k_tile(0);
-  __syncthreads();
+/* Host side: the kernel arguments for p (the whole batch; launchers offset them per chunk). */
+template <typename T>
+static inline gk__simt_args<T> gk__simt_make_args(const gk_problem *p) {
+  gk__simt_args<T> args = gk__common_args<gk__simt_args<T>, T, T>(p);
+  args.c_vec = gk__aligned(p->c, 16) && p->n % 4 == 0;
+  return args;
+}
 
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int cur = kt & 1;
-    if (kt + 1 < k_tiles) load_k_tile((kt + 1) * BK, cur ^ 1); /* in flight during the FMAs */
-
-#pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      const T *arow = as[cur] + kk * PA + wm + lm * 4;
-      const T *brow = bs[cur] + kk * PB + wn + ln * 4;
-      gk__v4<T> a_lo = gk__ld4(arow), a_hi = gk__ld4(arow + 32);
-      gk__v4<T> b_lo = gk__ld4(brow), b_hi = gk__ld4(brow + 16);
-      T av[8] = {a_lo.v[0], a_lo.v[1], a_lo.v[2], a_lo.v[3],
-                 a_hi.v[0], a_hi.v[1], a_hi.v[2], a_hi.v[3]};
-      T bv[8] = {b_lo.v[0], b_lo.v[1], b_lo.v[2], b_lo.v[3],
-                 b_hi.v[0], b_hi.v[1], b_hi.v[2], b_hi.v[3]};
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-    }
-
-    if (kt + 1 < k_tiles) store_k_tile(cur ^ 1);
-    __syncthreads();
+/* Calls f(TA, TB, VEC) with p's transposes and vec as std::bool_constant arguments: the one
+ * place that turns the run-time layout into template instantiations. */
+template <typename F>
+static inline cudaError_t gk__with_layout(const gk_problem *p, bool vec, F f) {
+  using yes = std::true_type;
+  using no = std::false_type;
+  if (p->trans_a) {
+    if (p->trans_b) return vec ? f(yes(), yes(), yes()) : f(yes(), yes(), no());
+    return vec ? f(yes(), no(), yes()) : f(yes(), no(), no());
   }
+  if (p->trans_b) return vec ? f(no(), yes(), yes()) : f(no(), yes(), no());
+  return vec ? f(no(), no(), yes()) : f(no(), no(), no());
+}
 
-  /* Epilogue: acc[i][j] is C(m0 + wm + (i/4)*32 + lm*4 + i%4, n0 + wn + (j/4)*16 + ln*4 + j%4). */
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int row = m0 + wm + (i / 4) * 32 + lm * 4 + (i % 4);
-    if (row >= args.m) continue;
-    T *crow = c + (int64_t)row * args.n;
-#pragma unroll
-    for (int jh = 0; jh < 2; ++jh) {
-      const int col = n0 + wn + jh * 16 + ln * 4;
-      gk__v4<T> out;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) out.v[e] = args.alpha * acc[i][jh * 4 + e];
-      if (args.c_vec && col + 3 < args.n) {
-        if (!args.beta_zero) {
-          gk__v4<T> old = gk__ld4(crow + col);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) out.v[e] = fma(args.beta, old.v[e], out.v[e]);
-        }
-        gk__st4(crow + col, out);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (col + e >= args.n) break;
-          T v = out.v[e];
-          if (!args.beta_zero) v = fma(args.beta, crow[col + e], v);
-          crow[col + e] = v;
-        }
-      }
-    }
-  }
+/* Whether the SIMT kernels may use 4-vector loads of whole rows: for f32 a 4-vector is one
+ * 16-byte load, for f64 two, so 16-byte row alignment with ld % 4 == 0 covers both. */
+template <typename T>
+static inline bool gk__simt_vec(const gk_problem *p) {
+  return gk__rows_vectorizable(p, 4) && gk__rows_vectorizable(p, (int)(16 / sizeof(T)));
 }
 
 /* Host side: builds the arguments, picks the instantiation, launches every batch chunk. */
@@ -263,42 +337,22 @@ template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC = false
 struct gk__simt_launcher {
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-    gk__simt_args<T> args;
-    args.a = static_cast<const T *>(p->a);
-    args.b = static_cast<const T *>(p->b);
-    args.c = static_cast<T *>(p->c);
-    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
-    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
-    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
-    args.alpha = (T)p->alpha, args.beta = (T)p->beta;
-    args.beta_zero = p->beta == 0.0;
-    args.c_vec = gk__aligned(p->c, 16) && p->n % 4 == 0;
+    const gk__simt_args<T> args = gk__simt_make_args<T>(p);
     const int64_t tiles = ((p->m + BM - 1) / BM) * ((p->n + BN - 1) / BN);
     if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
     return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-      gk__simt_args<T> chunk = args;
-      chunk.a += first * args.stride_a;
-      chunk.b += first * args.stride_b;
-      chunk.c += first * args.stride_c;
       dim3 grid((unsigned)tiles, 1, count);
-      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, ASYNC, TA, TB, VEC><<<grid, (BM / 8) * (BN / 8), 0, stream>>>(chunk);
+      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, ASYNC, TA, TB, VEC>
+          <<<grid, (BM / 8) * (BN / 8), 0, stream>>>(gk__args_at(args, first));
       return cudaGetLastError();
     });
   }
 
-  template <bool TA, bool TB>
-  static cudaError_t pick_vec(const gk_problem *p, cudaStream_t stream) {
-    /* 4-vectors of T must be 16-byte loads for f32; for f64 a 4-vector is two 16-byte loads,
-     * so 16-byte row alignment with ld % 4 == 0 covers both. */
-    bool vec = gk__rows_vectorizable(p, 4) && gk__rows_vectorizable(p, (int)(16 / sizeof(T)));
-    return vec ? run<TA, TB, true>(p, stream) : run<TA, TB, false>(p, stream);
-  }
-
   static cudaError_t launch(const gk_problem *p, cudaStream_t stream) {
     if (!gk__fits_int32(p)) return cudaErrorInvalidValue;
-    if (p->trans_a)
-      return p->trans_b ? pick_vec<true, true>(p, stream) : pick_vec<true, false>(p, stream);
-    return p->trans_b ? pick_vec<false, true>(p, stream) : pick_vec<false, false>(p, stream);
+    return gk__with_layout(p, gk__simt_vec<T>(p), [&](auto ta, auto tb, auto vec) {
+      return run<decltype(ta)::value, decltype(tb)::value, decltype(vec)::value>(p, stream);
+    });
   }
 };
 

@@ -501,24 +501,12 @@ struct gk__wgmma_launcher {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)C::SMEM_BYTES);
     if (err != cudaSuccess) return err;
-    gk__mma16_args<T> args;
-    args.a = static_cast<const T *>(p->a);
-    args.b = static_cast<const T *>(p->b);
-    args.c = static_cast<T *>(p->c);
-    args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
-    args.lda = gk__lda(p), args.ldb = gk__ldb(p);
-    args.stride_a = p->m * p->k, args.stride_b = p->k * p->n, args.stride_c = p->m * p->n;
-    args.alpha = (float)p->alpha, args.beta = (float)p->beta;
-    args.beta_zero = p->beta == 0.0;
-    args.c_pair = gk__aligned(p->c, 4) && p->n % 2 == 0;
+    const gk__mma16_args<T> args = gk__mma_args<gk__mma16_args<T>, T, float>(p);
     const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
     if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
     const bool bf16 = p->dtype == GK_BF16;
     return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-      gk__mma16_args<T> chunk = args;
-      chunk.a += first * args.stride_a;
-      chunk.b += first * args.stride_b;
-      chunk.c += first * args.stride_c;
+      const gk__mma16_args<T> chunk = gk__args_at(args, first);
       CUtensorMap map_a, map_b;
       /* stored A: m x k (K-major) or k x m; stored B: k x n or n x k (K-major) */
       cudaError_t map_err =

@@ -328,8 +328,12 @@ static void run_matrix(test_env *env, bool quick)
 {
   static const int64_t small[][3] = {{1, 1, 1}, {7, 7, 7}, {1, 1000, 3}, {33, 17, 65}, {127, 129, 63},
                                      /* rows of 16 bytes in f16/bf16: small shapes the TMA kernels take */
-                                     {40, 24, 48}, {9, 16, 24}, {200, 136, 72}};
-  static const int64_t quick_shapes[][3] = {{1, 1, 1}, {7, 7, 7}, {33, 17, 65}, {40, 35, 33}, {40, 24, 48}, {9, 16, 24}};
+                                     {40, 24, 48}, {9, 16, 24}, {200, 136, 72},
+                                     /* f32 split-K over clusters (09): S = 8; S = 3 on 6x6 tiles; 72
+                                      * tiles as 66 2-clusters, then 6 8-clusters (two launches) */
+                                     {40, 35, 200}, {700, 650, 488}, {1100, 1000, 400}};
+  static const int64_t quick_shapes[][3] = {{1, 1, 1}, {7, 7, 7}, {33, 17, 65}, {40, 35, 33}, {40, 24, 48}, {9, 16, 24},
+                                            {40, 35, 200}, {33, 17, 123}};
   for (size_t mi = 0; mi < MODE_COUNT; mi++) {
     const dtype_mode mode = all_modes[mi];
     const size_t nshapes = quick ? sizeof(quick_shapes) / sizeof(quick_shapes[0])
