@@ -10,7 +10,7 @@ mkdir -p .deps/python
 cd .deps
 apt-get download libuv1 libuv1-dev libmsgpackc2 libmsgpack-dev libyaml-0-2 libyaml-dev \
   check libsubunit0 libsubunit-dev libopenblas-dev libopenblas0 libopenblas0-pthread \
-  libopenblas-pthread-dev libsystemd-dev libsystemd0
+  libopenblas-pthread-dev libsystemd-dev libsystemd0 libmicrohttpd12 libmicrohttpd-dev
 # The C extension is built for Debian's Python 3.11; msgpack falls back to pure Python without it.
 rm -rf python/msgpack
 cp -r /usr/lib/python3/dist-packages/msgpack python/msgpack

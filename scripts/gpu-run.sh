@@ -55,6 +55,12 @@ if ! pkg-config --exists msgpack openblas check 2>/dev/null && ls .deps/*.deb >/
   done
   export PKG_CONFIG_LIBDIR=/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/deps/usr/share/pkgconfig:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=/opt/deps
+  # libmicrohttpd.pc names gnutls only as Requires.private (static linking): the machine's own
+  # libgnutls.so.30 serves the shared library, so a stub .pc is all pkg-config needs here.
+  if [ ! -f /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc ]; then
+    printf 'Name: gnutls\nDescription: stub for the GPU machine (shared lib from the system)\nVersion: 3.7.9\nLibs:\nCflags:\n' \
+      >/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
+  fi
   export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
   # msgpack.pc names no -L (its libdir is a system one), so the linker must look there itself
   export LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
