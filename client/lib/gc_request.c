@@ -35,14 +35,14 @@ void gc__request_release(gc__request *r) {
 }
 
 int gc__request_start(gc_conn *conn, gc__request *r) {
+  /* An idle socket may have been closed by the daemon (timeouts.idle_ms): read first (r not
+   * yet known), so that r goes to a fresh socket instead of spending a retry on a dead one. */
+  if (!conn->broken && conn->wire_count == 0) (void)gc__io_progress(conn);
   if (gc__reqtab_put(&conn->table, r) != 0) {
     request_free(r);
     return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory for the request table");
   }
   r->in_table = true;
-  /* An idle socket may have been closed by the daemon (timeouts.idle_ms): read first, so
-   * that r goes to a fresh socket instead of spending a retry on a dead one. */
-  if (!conn->broken && conn->wire_count == 0) (void)gc__io_progress(conn);
   gc__link_submit(conn, r);
   /* Send what the socket takes now. A failure finishes r with the error: the caller hears
    * of it from gc_wait / gc_poll like any other outcome. */

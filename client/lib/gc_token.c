@@ -12,7 +12,7 @@
 
 static int copy_token(const char *text, size_t len, char **out, gc_error *err) {
   if (len > GC__TOKEN_MAX)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "the token is longer than %d bytes",
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "token: longer than %d bytes",
                          GC__TOKEN_MAX);
   char *copy = malloc(len + 1);
   if (copy == NULL) return gc__error_set(err, GC_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -43,18 +43,21 @@ static ssize_t read_small_file(const char *path, char *buf, size_t cap) {
   return (ssize_t)have;
 }
 
-static int token_from_file(const char *path, char **out, gc_error *err) {
+/* source names where the path came from in messages ("" or "GEMMD_TOKEN_FILE: "). */
+static int token_from_file(const char *path, const char *source, char **out, gc_error *err) {
   char buf[GC__TOKEN_MAX + 2];
   ssize_t len = read_small_file(path, buf, GC__TOKEN_MAX + 2);
   if (len < 0)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "token file %s: %s", path, strerror(errno));
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s: %s", source, path,
+                         strerror(errno));
   /* one line: a trailing newline (CRLF too) is not part of the token */
   if (len > 0 && buf[len - 1] == '\n') len--;
   if (len > 0 && buf[len - 1] == '\r') len--;
   if (len > GC__TOKEN_MAX)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "token file %s: longer than %d bytes", path,
-                         GC__TOKEN_MAX);
-  if (len == 0) return gc__error_set(err, GC_E_INVALID_ARGUMENT, "token file %s is empty", path);
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s: longer than %d bytes",
+                         source, path, GC__TOKEN_MAX);
+  if (len == 0)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s is empty", source, path);
   return copy_token(buf, (size_t)len, out, err);
 }
 
@@ -66,10 +69,10 @@ static const char *env_nonempty(const char *name) {
 int gc__token_resolve(const char *token, const char *token_file, char **out, gc_error *err) {
   *out = NULL;
   if (token != NULL) return token[0] == '\0' ? 0 : copy_token(token, strlen(token), out, err);
-  if (token_file != NULL) return token_from_file(token_file, out, err);
+  if (token_file != NULL) return token_from_file(token_file, "", out, err);
   const char *env = env_nonempty("GEMMD_TOKEN");
   if (env != NULL) return copy_token(env, strlen(env), out, err);
   env = env_nonempty("GEMMD_TOKEN_FILE");
-  if (env != NULL) return token_from_file(env, out, err);
+  if (env != NULL) return token_from_file(env, "GEMMD_TOKEN_FILE: ", out, err);
   return 0;
 }

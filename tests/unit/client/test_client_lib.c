@@ -122,7 +122,8 @@ typedef enum {
                              answer in order */
   FAKE_UNAVAILABLE_FIRST, /* the first connection answers every request UNAVAILABLE at its
                              header (as a draining daemon does); later ones answer in order */
-  FAKE_ONE_SHOT,  /* answers one request per connection, then closes it (an idle timeout) */
+  FAKE_ONE_SHOT,  /* answers one request per connection, then closes it once the test says
+                     (fake_close_idle: an idle timeout) */
   FAKE_IN_ORDER,  /* answers each request as it ends */
 } fake_mode;
 
@@ -145,6 +146,7 @@ typedef struct {
   atomic_int connections; /* accepted so far */
   atomic_int closed;      /* closed by the server so far */
   atomic_int auths;       /* tokens accepted */
+  atomic_int close_idle;  /* FAKE_ONE_SHOT closes connections up to this one (from 1) */
 } fake_server;
 
 typedef struct {
@@ -301,7 +303,13 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
       for (int i = answered; i < nseen; i++) reply(fd, &seen[i], mode);
     }
     answered = nseen;
-    if (mode == FAKE_ONE_SHOT && answered > 0) break;
+    if (mode == FAKE_ONE_SHOT && answered > 0) {
+      while (atomic_load(&fs->close_idle) <= atomic_load(&fs->closed)) {
+        struct pollfd hangup = {.fd = fd, .events = POLLRDHUP};
+        if (poll(&hangup, 1, 1) > 0) break; /* the client went first */
+      }
+      break;
+    }
   }
 out:
   free(seen);
@@ -360,6 +368,13 @@ static void fake_start_on(fake_server *fs, fake_mode mode, int expect, unsigned 
 
 static void fake_start(fake_server *fs, fake_mode mode, int expect, char *addr, size_t addrlen) {
   fake_start_on(fs, mode, expect, 0, addr, addrlen);
+}
+
+/* FAKE_ONE_SHOT: lets the server close its idle connection, and waits until it has. */
+static void fake_close_idle(fake_server *fs) {
+  int next = atomic_load(&fs->closed) + 1;
+  atomic_store(&fs->close_idle, next);
+  while (atomic_load(&fs->closed) < next) usleep(1000);
 }
 
 static void fake_stop(fake_server *fs) {
@@ -666,19 +681,23 @@ START_TEST(async_retry_completes_once) {
 END_TEST
 
 /* The daemon closed the idle socket: the next call goes on a fresh one, without spending a
- * retry (max_retries 0). */
+ * retry (so max_retries 0 works too). */
 START_TEST(idle_close_then_call) {
   fake_server fs;
   char addr[160];
   fake_start(&fs, FAKE_ONE_SHOT, 0, addr, sizeof addr);
-  gc_conn *conn = connect_opts(addr, 0, NULL, NULL);
-  for (int i = 1; i <= 3; i++) {
-    ck_assert_int_eq(tiny_gemm(conn), 0);
-    while (atomic_load(&fs.closed) < i) usleep(1000); /* the server has closed it */
+  static const int retries[] = {GC_DEFAULT_MAX_RETRIES, 0};
+  for (int r = 0; r < 2; r++) {
+    gc_conn *conn = connect_opts(addr, retries[r], NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+      ck_assert_int_eq(tiny_gemm(conn), 0); /* its reply is in, the socket still open */
+      fake_close_idle(&fs);
+    }
+    ck_assert_int_eq(gc_ping(conn, 5000), 0);
+    fake_close_idle(&fs);
+    gc_close(conn);
   }
-  ck_assert_int_eq(gc_ping(conn, 5000), 0);
-  ck_assert_int_eq(atomic_load(&fs.connections), 4);
-  gc_close(conn);
+  ck_assert_int_eq(atomic_load(&fs.connections), 8);
   fake_stop(&fs);
 }
 END_TEST
@@ -763,9 +782,9 @@ START_TEST(token_sent_on_tcp) {
   /* every fresh socket sends the token again: this daemon closes each after one answer */
   fake_start_on(&fs, FAKE_ONE_SHOT, 0, FAKE_TCP | FAKE_NEEDS_TOKEN, addr, sizeof addr);
   conn = connect_opts(addr, 0, FAKE_TOKEN, NULL);
-  for (int i = 1; i <= 3; i++) {
-    ck_assert_int_eq(tiny_gemm(conn), 0);
-    while (atomic_load(&fs.closed) < i) usleep(1000); /* the server has closed it */
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(tiny_gemm(conn), 0); /* its reply is in, the socket still open */
+    fake_close_idle(&fs);
   }
   ck_assert_int_eq(atomic_load(&fs.auths), 3);
   gc_close(conn);
