@@ -90,7 +90,8 @@ typedef struct gc_conn gc_conn;
  * its socket is lost, or the daemon answers a request with GC_E_UNAVAILABLE
  * (it is draining), the connection moves to the next address that answers;
  * requests in flight go again there under the same gc_req (see
- * gc_connect_opts.max_retries). A socket the daemon closed while idle is
+ * gc_connect_opts.max_retries). After an UNAVAILABLE answer the move waits
+ * until the requests still on the draining daemon are answered (or cancelled). A socket the daemon closed while idle is
  * replaced on the next call. While the library reconnects, a call may block
  * for up to the connect limit per address.
  *

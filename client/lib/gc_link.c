@@ -194,8 +194,22 @@ int gc__link_open(gc_conn *conn) {
   return rc;
 }
 
+static void count_live(gc__request *r, void *arg) {
+  if (r->on_wire && !r->abandoned) ++*(size_t *)arg;
+}
+
+/* A retiring socket may close once no request the caller still waits for is on it (cancelled
+ * ones and leftover zeros go with it; a request waiting for its zeros is parked by the
+ * close). Only scanned while retiring, which is rare. */
+static bool retiring_idle(const gc_conn *conn) {
+  if (conn->wire_count == 0) return true;
+  size_t live = 0;
+  gc__reqtab_each(&conn->table, count_live, &live);
+  return live == 0;
+}
+
 int gc__link_maintain(gc_conn *conn) {
-  if (!conn->broken && conn->retiring && conn->wire_count == 0 && conn->send_head == NULL)
+  if (!conn->broken && conn->retiring && retiring_idle(conn))
     gc__io_break(conn, GC_E_UNAVAILABLE, "the daemon answered UNAVAILABLE: trying another");
   if (!conn->broken || conn->park_head == NULL) return conn->broken ? conn->broken_error.code : 0;
   int rc = gc__link_open(conn);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -125,6 +126,8 @@ typedef enum {
   FAKE_ONE_SHOT,  /* answers one request per connection, then closes it once the test says
                      (fake_close_idle: an idle timeout) */
   FAKE_IN_ORDER,  /* answers each request as it ends */
+  FAKE_UNAVAILABLE_ONE,   /* the first connection answers its first request UNAVAILABLE and
+                             the others never; later ones answer in order */
 } fake_mode;
 
 #define FAKE_TOKEN "sesame"
@@ -147,6 +150,7 @@ typedef struct {
   atomic_int closed;      /* closed by the server so far */
   atomic_int auths;       /* tokens accepted */
   atomic_int close_idle;  /* FAKE_ONE_SHOT closes connections up to this one (from 1) */
+  atomic_int refusals;    /* UNAVAILABLE answers written */
 } fake_server;
 
 typedef struct {
@@ -285,8 +289,11 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
       p += used;
       len -= used;
       if (ev.type == GP_EV_NEED_MORE) break;
-      if (ev.type == GP_EV_REQUEST && mode == FAKE_UNAVAILABLE_FIRST)
+      if (ev.type == GP_EV_REQUEST &&
+          (mode == FAKE_UNAVAILABLE_FIRST || (mode == FAKE_UNAVAILABLE_ONE && nseen == 0))) {
         reply_error(fd, ev.msgid, GP_E_UNAVAILABLE, "draining");
+        atomic_fetch_add(&fs->refusals, 1);
+      }
       if (ev.type == GP_EV_REQUEST && nseen < 1024) {
         seen[nseen].msgid = ev.msgid;
         seen[nseen].method = ev.method;
@@ -295,7 +302,8 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
       if (ev.type == GP_EV_MESSAGE_END) nseen++;
       if (ev.type == GP_EV_FATAL) goto out;
     }
-    if (mode == FAKE_SILENT || mode == FAKE_UNAVAILABLE_FIRST) continue;
+    if (mode == FAKE_SILENT || mode == FAKE_UNAVAILABLE_FIRST || mode == FAKE_UNAVAILABLE_ONE)
+      continue;
     if (mode == FAKE_REVERSE && nseen < fs->expect) continue;
     if (mode == FAKE_REVERSE) {
       for (int i = nseen - 1; i >= answered; i--) reply(fd, &seen[i], mode);
@@ -319,7 +327,8 @@ out:
 /* The mode of the index-th connection: the *_FIRST modes serve later ones normally. */
 static fake_mode mode_of(fake_mode mode, int index) {
   if (mode == FAKE_HANGUP_FIRST) return index == 0 ? FAKE_HANGUP : FAKE_IN_ORDER;
-  if (mode == FAKE_UNAVAILABLE_FIRST && index > 0) return FAKE_IN_ORDER;
+  if ((mode == FAKE_UNAVAILABLE_FIRST || mode == FAKE_UNAVAILABLE_ONE) && index > 0)
+    return FAKE_IN_ORDER;
   return mode;
 }
 
@@ -368,6 +377,13 @@ static void fake_start_on(fake_server *fs, fake_mode mode, int expect, unsigned 
 
 static void fake_start(fake_server *fs, fake_mode mode, int expect, char *addr, size_t addrlen) {
   fake_start_on(fs, mode, expect, 0, addr, addrlen);
+}
+
+/* The address of a fake on a Unix socket (valid until the next call). */
+static const char *fs_addr(const fake_server *fs) {
+  static char addr[160];
+  snprintf(addr, sizeof addr, "unix:%s", fs->path);
+  return addr;
 }
 
 /* FAKE_ONE_SHOT: lets the server close its idle connection, and waits until it has. */
@@ -569,12 +585,23 @@ START_TEST(lost_connection) {
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
   ck_assert_int_eq(atomic_load(&fs.connections), 2 * (1 + GC_DEFAULT_MAX_RETRIES));
   gc_close(conn);
-  /* max_retries 0: no second attempt */
-  char addr[160];
-  snprintf(addr, sizeof addr, "unix:%s", fs.path);
-  conn = connect_opts(addr, 0, NULL, NULL);
+  /* a caller built against the 1.0 header (gc_connect_opts ending at max_reply_bytes) gets the
+   * default retries */
+  union {
+    gc_connect_opts opts;
+    unsigned char bytes[sizeof(gc_connect_opts)];
+  } old;
+  memset(&old, 0xa5, sizeof old); /* what lies past the old struct must not be read */
+  gc_connect_opts_init_sized(&old.opts,
+                             offsetof(gc_connect_opts, max_reply_bytes) + sizeof(uint64_t));
+  ck_assert_int_eq(gc_connect_with(fs_addr(&fs), &old.opts, &conn), 0);
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
-  ck_assert_int_eq(atomic_load(&fs.connections), 2 * (1 + GC_DEFAULT_MAX_RETRIES) + 1);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * (1 + GC_DEFAULT_MAX_RETRIES));
+  gc_close(conn);
+  /* max_retries 0: no second attempt */
+  conn = connect_opts(fs_addr(&fs), 0, NULL, NULL);
+  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * (1 + GC_DEFAULT_MAX_RETRIES) + 1);
   gc_close(conn);
   fake_stop(&fs);
 }
@@ -674,6 +701,40 @@ START_TEST(async_retry_completes_once) {
   for (int i = 0; i < N; i++) ck_assert_int_eq(reported[i], 1);
   ck_assert_int_eq(gc_poll(conn, 0, done, 8), 0);
   ck_assert_uint_eq(gc_in_flight(conn), 0);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* After an UNAVAILABLE answer the socket retires: new requests wait (parked) until no request
+ * the caller waits for is left on it; parked and in-flight requests can be cancelled; then the
+ * retried one completes on a fresh socket. */
+START_TEST(cancel_while_retiring) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_UNAVAILABLE_ONE, 0);
+  static float a[4], b[4], out[3][4];
+  gc_gemm_opts o;
+  small_opts(&o, 2, 2, 2);
+  gc_req r1, r2, r3;
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[0], &r1), 0);
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[1], &r2), 0);
+  while (atomic_load(&fs.refusals) < 1) usleep(1000); /* r1's UNAVAILABLE is on its way */
+  gc_completion done[4];
+  ck_assert_int_eq(gc_poll(conn, 0, done, 4), 0); /* r1 parked, r2 unanswered */
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[2], &r3), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), 3);
+  ck_assert_uint_eq(gc_pending_sends(conn), 0); /* r3 waits for the next socket */
+  ck_assert_int_eq(atomic_load(&fs.connections), 1);
+  ck_assert_int_eq(gc_cancel(conn, r3), 0); /* parked */
+  ck_assert_int_eq(gc_cancel(conn, r2), 0); /* on the retiring socket: it may close now */
+  ck_assert_uint_eq(gc_in_flight(conn), 1);
+  gc_gemm_result res;
+  ck_assert_int_eq(gc_wait(conn, r1, 5000, &res), 0);
+  ck_assert_uint_eq(res.compute_us, r1);
+  assert_filled(out[0], sizeof out[0], r1);
+  ck_assert_int_eq(gc_wait(conn, r3, 0, NULL), GC_E_NOT_FOUND);
+  ck_assert_int_eq(tiny_gemm(conn), 0);
   ck_assert_int_eq(atomic_load(&fs.connections), 2);
   gc_close(conn);
   fake_stop(&fs);
@@ -929,6 +990,7 @@ int main(void) {
   tcase_add_test(fake, async_retry_completes_once);
   tcase_add_test(fake, unavailable_answer_retried);
   tcase_add_test(fake, idle_close_then_call);
+  tcase_add_test(fake, cancel_while_retiring);
   tcase_add_test(fake, two_addresses_one_dead);
   tcase_add_test(fake, round_robin_by_connection);
   tcase_add_test(fake, token_sent_on_tcp);
