@@ -9,9 +9,12 @@
  *   test_client_e2e scaleout GEMMD_ADDRESS a list: a dead address, then a daemon that closes
  *                            idle connections quickly (GEMMD_TEST_IDLE_SLEEP_MS outlasts it)
  *   test_client_e2e token    GEMMD_ADDRESS a TCP address of a daemon wanting GEMMD_TOKEN
+ *   test_client_e2e drain    GEMMD_ADDRESS "A,B": A (pid GEMMD_TEST_DRAIN_PID) is sent SIGTERM
+ *                            with work queued; what it does not finish goes to B
  */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,6 +343,32 @@ START_TEST(idle_close_and_dead_address) {
 }
 END_TEST
 
+/* drain mode: the first connection of a process starts at the list's first address, A. A is
+ * told to drain with work queued: the requests it answers UNAVAILABLE, or that its closing
+ * connection loses, complete on B, each once and right. */
+START_TEST(draining_daemon_retried) {
+  const char *pid_env = getenv("GEMMD_TEST_DRAIN_PID");
+  ck_assert_ptr_nonnull(pid_env);
+  gc_conn *conn = connect_env();
+  enum { N = 24 };
+  static job jobs[N];
+  for (int i = 0; i < N; i++) {
+    job_make(&jobs[i], 192, 192, 192, GC_DTYPE_F64, 0, 0, 1.0, 0.0, 1);
+    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, NULL, jobs[i].out,
+                               &jobs[i].req), 0);
+  }
+  ck_assert_int_eq(kill((pid_t)strtol(pid_env, NULL, 10), SIGTERM), 0);
+  for (int i = 0; i < N; i++) {
+    int rc = gc_wait(conn, jobs[i].req, 60000, NULL);
+    ck_assert_msg(rc == 0, "request %d beside a draining daemon: %s", i,
+                  gc_last_error(conn)->message);
+    job_check(&jobs[i], "beside a draining daemon");
+    job_free(&jobs[i]);
+  }
+  gc_close(conn);
+}
+END_TEST
+
 /* token mode: GEMMD_TOKEN gets the requests served; a wrong token gets UNAUTHENTICATED. */
 START_TEST(token_accepted_and_refused) {
   gc_conn *conn = connect_env();
@@ -367,6 +396,8 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, daemon_errors_propagate);
   } else if (strcmp(mode, "scaleout") == 0) {
     tcase_add_test(tc, idle_close_and_dead_address);
+  } else if (strcmp(mode, "drain") == 0) {
+    tcase_add_test(tc, draining_daemon_retried);
   } else if (strcmp(mode, "token") == 0) {
     tcase_add_test(tc, token_accepted_and_refused);
   } else {
