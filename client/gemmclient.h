@@ -123,7 +123,7 @@ typedef struct {
    * the largest result protocol v1 allows. */
   uint64_t max_reply_bytes;
   /* Since 1.1. The token for TCP sockets; NULL (the default): token_file, then $GEMMD_TOKEN,
-   * then $GEMMD_TOKEN_FILE; "" sends none. At most 4096 bytes. Copied by gc_connect_with. */
+   * then $GEMMD_TOKEN_FILE; "" sends none. At most 256 bytes (the protocol's limit). Copied by gc_connect_with. */
   const char *token;
   /* Since 1.1. A file holding the token (used when token is NULL); default NULL. */
   const char *token_file;

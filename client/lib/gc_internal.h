@@ -114,7 +114,7 @@ void gc__reqtab_each(const gc__reqtab *t, void (*fn)(gc__request *r, void *arg),
 /* ---- addresses and the token (gc_addrlist.c, gc_token.c) ------------------ */
 
 #define GC__ADDRS_MAX 64        /* addresses in one comma-separated list */
-#define GC__TOKEN_MAX 4096      /* bytes of a token (and of a token file) */
+#define GC__TOKEN_MAX 256       /* bytes of a token: the protocol's limit (PROTOCOL.md, auth) */
 
 /* Parses a comma-separated list of addresses (spaces around items ignored) into a new array
  * (*out, caller frees). 0, or a negative code with err filled. */

@@ -22,7 +22,7 @@ static int copy_token(const char *text, size_t len, char **out, gc_error *err) {
   return 0;
 }
 
-/* Reads at most GC__TOKEN_MAX + 1 bytes of path into buf; the count, or -1 (errno set). */
+/* Reads at most cap bytes of path into buf; the count, or -1 (errno set). */
 static ssize_t read_small_file(const char *path, char *buf, size_t cap) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
@@ -50,9 +50,8 @@ static int token_from_file(const char *path, const char *source, char **out, gc_
   if (len < 0)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s: %s", source, path,
                          strerror(errno));
-  /* one line: a trailing newline (CRLF too) is not part of the token */
+  /* one trailing newline is not part of the token (as the daemon reads auth.token_file) */
   if (len > 0 && buf[len - 1] == '\n') len--;
-  if (len > 0 && buf[len - 1] == '\r') len--;
   if (len > GC__TOKEN_MAX)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s: longer than %d bytes",
                          source, path, GC__TOKEN_MAX);

@@ -899,13 +899,27 @@ START_TEST(connect_option_refusals) {
   copts.token_file = "/nonexistent/token";
   ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "/nonexistent/token"));
-  /* a token over 4096 bytes */
-  static char big[5000];
+  /* a token over the protocol's 256 bytes */
+  static char big[258];
   memset(big, 'x', sizeof big - 1);
   copts.token_file = NULL;
   copts.token = big;
   ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
   ck_assert_ptr_null(conn);
+  big[256] = '\0'; /* 256 bytes: accepted (the connect then fails: nothing listens) */
+  ck_assert_int_eq(gc_connect_with("unix:/nonexistent/x", &copts, &conn), GC_E_UNAVAILABLE);
+  /* a token file: one trailing newline is not counted, anything longer is refused */
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/gc_token_big_%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%sx\n", big);
+  fclose(f);
+  copts.token = NULL;
+  copts.token_file = path;
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "longer than 256"));
+  unlink(path);
   /* lists: an empty item, too many items */
   ck_assert_int_eq(gc_connect("unix:/a,,unix:/b", &conn), GC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "empty address"));
