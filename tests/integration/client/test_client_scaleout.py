@@ -97,8 +97,8 @@ def test_token(ctx):
     tmp = tempfile.mkdtemp(prefix="gemmd-token-")
     try:
         token_file = os.path.join(tmp, "token")
-        with open(token_file, "w") as f:
-            f.write(TOKEN + "\n")
+        with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(TOKEN + "\n")  # the daemon wants it unreadable by others
         token_run(ctx, token_file)
     finally:
         shutil.rmtree(tmp)
