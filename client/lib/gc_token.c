@@ -57,6 +57,9 @@ static int token_from_file(const char *path, const char *source, char **out, gc_
                          source, path, GC__TOKEN_MAX);
   if (len == 0)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s is empty", source, path);
+  if (memchr(buf, '\0', (size_t)len) != NULL) /* the token travels as a C string */
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%stoken file %s holds a NUL byte", source,
+                         path);
   return copy_token(buf, (size_t)len, out, err);
 }
 

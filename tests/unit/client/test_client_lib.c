@@ -919,6 +919,12 @@ START_TEST(connect_option_refusals) {
   copts.token_file = path;
   ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "longer than 256"));
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fwrite("ab\0c\n", 1, 5, f);
+  fclose(f);
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "NUL"));
   unlink(path);
   /* lists: an empty item, too many items */
   ck_assert_int_eq(gc_connect("unix:/a,,unix:/b", &conn), GC_E_INVALID_ARGUMENT);
