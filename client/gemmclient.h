@@ -89,11 +89,12 @@ typedef struct gc_conn gc_conn;
  * over the process's connections) and takes the first one that answers. When
  * its socket is lost, or the daemon answers a request with GC_E_UNAVAILABLE
  * (it is draining), the connection moves to the next address that answers;
- * requests in flight go again there under the same gc_req (see
- * gc_connect_opts.max_retries). After an UNAVAILABLE answer the move waits
- * until the requests still on the draining daemon are answered (or cancelled). A socket the daemon closed while idle is
- * replaced on the next call. While the library reconnects, a call may block
- * for up to the connect limit per address.
+ * the gemms in flight go again there under the same gc_req (see
+ * gc_connect_opts.max_retries; ping, info and stats fail with the error).
+ * After an UNAVAILABLE answer the move waits until the requests still on the
+ * draining daemon are answered (or cancelled). A socket the daemon closed
+ * while idle is replaced on the next call. While the library reconnects, a
+ * call may block for up to the connect limit per address.
  *
  * Token: a TCP socket sends the token first, when there is one:
  * gc_connect_opts.token or .token_file, else $GEMMD_TOKEN, else the file named
@@ -109,7 +110,7 @@ typedef struct gc_conn gc_conn;
  */
 GC_EXPORT int gc_connect(const char *addr, gc_conn **out);
 
-/* The number of times a request goes again after a lost socket or an UNAVAILABLE answer,
+/* The number of times a gemm goes again after a lost socket or an UNAVAILABLE answer,
  * when gc_connect_opts.max_retries is not set. */
 #define GC_DEFAULT_MAX_RETRIES 2
 
@@ -127,8 +128,8 @@ typedef struct {
   const char *token;
   /* Since 1.1. A file holding the token (used when token is NULL); default NULL. */
   const char *token_file;
-  /* Since 1.1. How many times a request may go again, on another socket, after its socket was
-   * lost or the daemon answered GC_E_UNAVAILABLE (every v1 request is idempotent); 0 never.
+  /* Since 1.1. How many times a gemm may go again, on another socket, after its socket was
+   * lost or the daemon answered GC_E_UNAVAILABLE (a gemm has no side effects); 0 never.
    * Other errors are never retried. Default GC_DEFAULT_MAX_RETRIES; at most 100. */
   int max_retries;
 } gc_connect_opts;
@@ -285,7 +286,8 @@ GC_EXPORT int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, si
 /* Requests submitted and not yet reported by gc_wait / gc_poll. */
 GC_EXPORT size_t gc_in_flight(const gc_conn *conn);
 
-/* Requests whose bytes are not all sent yet. */
+/* Requests whose bytes are not all sent yet; 0 while nothing can go out before the daemon
+ * answers the token (a TCP connection's first request). */
 GC_EXPORT size_t gc_pending_sends(const gc_conn *conn);
 
 /*

@@ -32,7 +32,7 @@ static const char usage_text[] =
     "options (before or after the command):\n"
     "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT (a path with a / alone is\n"
     "                   unix:PATH), or a comma-separated list of them: the first that answers\n"
-    "                   serves, a request lost with its connection goes again on another;\n"
+    "                   serves, a gemm lost with its connection goes again on another;\n"
     "                   default: $GEMMD_ADDRESS, then " GC_DEFAULT_ADDRESS "\n"
     "  --token-file FILE  the token TCP connections send first (one line); default:\n"
     "                   $GEMMD_TOKEN, then the file named by $GEMMD_TOKEN_FILE\n"

@@ -150,7 +150,9 @@ int gc_fd(const gc_conn *conn) { return conn->fd; }
 
 size_t gc_in_flight(const gc_conn *conn) { return conn->table.count - conn->abandoned_count; }
 
-size_t gc_pending_sends(const gc_conn *conn) { return conn->send_count; }
+size_t gc_pending_sends(const gc_conn *conn) {
+  return gc__io_may_send(conn) ? conn->send_count : 0; /* POLLOUT would only spin */
+}
 
 int64_t gc__deadline(int64_t timeout_ms) {
   return timeout_ms < 0 ? -1 : gc__now_ms() + timeout_ms;

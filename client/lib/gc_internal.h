@@ -219,6 +219,8 @@ int gc__io_wait(gc_conn *conn, int64_t deadline_ms);
  * (gc__link_lost), with any other code finished with code and message. */
 void gc__io_break(gc_conn *conn, int code, const char *message);
 int64_t gc__now_ms(void);
+/* Whether anything queued may go out now (not while the token's answer is awaited). */
+bool gc__io_may_send(const gc_conn *conn);
 
 /* Sets conn->last_error from err and returns err->code. */
 int gc__conn_fail(gc_conn *conn, const gc_error *err);

@@ -53,7 +53,7 @@ void gc__io_break(gc_conn *conn, int code, const char *message) {
   conn->send_count = 0;
   gc__request *list = NULL;
   gc__reqtab_each(&conn->table, collect, &list);
-  /* a lost socket: each request may go again on the next one (gc__link_maintain) */
+  /* a lost socket: each gemm may go again on the next one (gc__link_maintain) */
   bool lost = code == GC_E_UNAVAILABLE;
   for (gc__request *r = list, *next; r != NULL; r = next) {
     next = r->tmp_next;
@@ -122,12 +122,12 @@ static void sendq_pop(gc_conn *conn) {
 }
 
 /* While the daemon has not accepted the token, only the token goes out. */
-static bool may_send(const gc_conn *conn) {
+bool gc__io_may_send(const gc_conn *conn) {
   return conn->send_head != NULL && (!conn->auth_waiting || conn->send_head->kind == GC__KIND_AUTH);
 }
 
 static int send_some(gc_conn *conn) {
-  while (may_send(conn)) {
+  while (gc__io_may_send(conn)) {
     gc__request *r = conn->send_head;
     struct iovec iov[GC__IOV_MAX];
     int n = remaining_iov(r, iov);
@@ -381,7 +381,7 @@ int gc__io_progress(gc_conn *conn) {
 int gc__io_wait(gc_conn *conn, int64_t deadline_ms) {
   if (conn->broken) return conn->broken_error.code;
   struct pollfd pfd = {.fd = conn->fd, .events = POLLIN};
-  if (may_send(conn)) pfd.events |= POLLOUT;
+  if (gc__io_may_send(conn)) pfd.events |= POLLOUT;
   for (;;) {
     int timeout = -1;
     if (deadline_ms >= 0) {

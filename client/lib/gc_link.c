@@ -2,7 +2,9 @@
  * gc_link.c - a connection's link to its daemons: one socket at a time, opened at the next
  * address of the list that answers; the token sent first on a TCP socket; requests parked
  * while there is no socket to carry them and re-sent, under their own msgids, on the next
- * one (a lost socket, an UNAVAILABLE answer: a gemm is idempotent, so is every v1 method).
+ * one (a lost socket, an UNAVAILABLE answer: a gemm has no side effects). Ping, info and
+ * stats are not repeated. A socket lost while idle costs nothing: requests after it simply go
+ * to the next one.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -89,7 +91,8 @@ void gc__link_submit(gc_conn *conn, gc__request *r) {
 
 void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err) {
   gc__link_wire_leave(conn, r);
-  if (r->abandoned || (!r->retry_pending && r->retries >= conn->max_retries)) {
+  bool may_retry = r->kind == GC__KIND_GEMM && r->retries < conn->max_retries;
+  if (r->abandoned || (!r->retry_pending && !may_retry)) {
     gc__request_finish(conn, r, err);
     return;
   }

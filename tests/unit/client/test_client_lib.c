@@ -578,14 +578,18 @@ static gc_conn *connect_opts(const char *addr, int max_retries, const char *toke
 /* A socket lost before the reply: the request goes again on a fresh one, max_retries times;
  * then the call fails with UNAVAILABLE. */
 START_TEST(lost_connection) {
+  enum { TRIES = 1 + GC_DEFAULT_MAX_RETRIES };
   fake_server fs;
   gc_conn *conn = fake_connect(&fs, FAKE_HANGUP, 0);
-  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
   ck_assert_int_eq(gc_last_error(conn)->code, GC_E_UNAVAILABLE);
-  ck_assert_int_eq(atomic_load(&fs.connections), 1 + GC_DEFAULT_MAX_RETRIES);
+  ck_assert_int_eq(atomic_load(&fs.connections), TRIES);
   /* the next call reconnects (and is lost again) */
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2 * TRIES);
+  /* ping, info and stats are not repeated */
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
-  ck_assert_int_eq(atomic_load(&fs.connections), 2 * (1 + GC_DEFAULT_MAX_RETRIES));
+  ck_assert_int_eq(atomic_load(&fs.connections), 2 * TRIES + 1);
   gc_close(conn);
   /* a caller built against the 1.0 header (gc_connect_opts ending at max_reply_bytes) gets the
    * default retries */
@@ -597,13 +601,13 @@ START_TEST(lost_connection) {
   gc_connect_opts_init_sized(&old.opts,
                              offsetof(gc_connect_opts, max_reply_bytes) + sizeof(uint64_t));
   ck_assert_int_eq(gc_connect_with(fs_addr(&fs), &old.opts, &conn), 0);
-  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
-  ck_assert_int_eq(atomic_load(&fs.connections), 3 * (1 + GC_DEFAULT_MAX_RETRIES));
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * TRIES + 1);
   gc_close(conn);
   /* max_retries 0: no second attempt */
   conn = connect_opts(fs_addr(&fs), 0, NULL, NULL);
-  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
-  ck_assert_int_eq(atomic_load(&fs.connections), 3 * (1 + GC_DEFAULT_MAX_RETRIES) + 1);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * TRIES + 2);
   gc_close(conn);
   fake_stop(&fs);
 }
