@@ -200,6 +200,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     goto out_backend;
   d.srv.backend = d.backend;
   d.srv.sched = d.sched;
+  gd_sched_on_room(d.sched, gd_sessions_room, &d.srv);
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;

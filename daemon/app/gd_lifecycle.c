@@ -160,7 +160,8 @@ static void on_poll(uv_timer_t *timer) {
   gd_lifecycle *lc = timer->data;
   gd_daemon *d = lc->d;
   uint64_t backlog = gd_sessions_write_backlog(&d->srv);
-  if (!lc->expired && gd_sched_jobs(d->sched) == 0 && backlog == 0) {
+  if (!lc->expired && gd_sched_jobs(d->sched) + gd_sched_delivering(d->sched) == 0 &&
+      backlog == 0 && !d->srv.wait_head) {
     finish(lc, "every request answered");
     return;
   }
@@ -194,7 +195,7 @@ void gd_lifecycle_shutdown(gd_lifecycle *lc, const char *why) {
   }
   lc->draining = true;
   d->srv.draining = true;
-  gd_sched_set_draining(d->sched);
+  gd_sched_set_draining(d->sched); /* wakes requests waiting for admission: UNAVAILABLE */
   gd_listeners_close(d->listeners);
   d->listeners = NULL;
   char status[128];

@@ -21,6 +21,7 @@ static gd_session *session_of(gd_conn *c) { return (gd_session *)c; /* conn is f
 
 static void process(gd_session *s);
 static void update_timer(gd_session *s);
+static void on_timer(uv_timer_t *timer);
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -84,7 +85,7 @@ static bool over_caps(const gd_session *s) {
 }
 
 static bool may_decode(const gd_session *s) {
-  if (s->conn.closing || s->paused || s->eof)
+  if (s->conn.closing || s->paused || s->eof || s->waiting)
     return false;
   return !(at_boundary(s) && over_caps(s));
 }
@@ -190,22 +191,109 @@ static void count_request(gd_server *d, gp_method method) {
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
 
-static void on_gemm_request(gd_session *s, const gp_event *ev) {
+/* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL (nothing done), or
+ * a gp code (refused and answered). */
+static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
   gd_call *call = NULL;
-  int rc = gd_call_admit(&s->conn.calls, &ev->gemm, ev->has_c, ev->msgid, s->conn.id,
-                         on_job_event, &call, &err);
+  int rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, on_job_event, &call,
+                         &err);
+  if (rc == GD_SCHED_FULL) {
+    gd_debug("conn %llu: msgid %u: waits for room: %s", (unsigned long long)s->conn.id,
+             (unsigned)s->msgid, err.message);
+    return rc;
+  }
   if (rc != 0) {
-    refuse_current(s, ev->msgid, rc, err.message);
-    return;
+    refuse_current(s, s->msgid, rc, err.message);
+    return rc;
   }
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
-           (unsigned long long)s->conn.id, (unsigned)ev->msgid, gp_dtype_name(ev->gemm.dtype),
-           (unsigned long long)ev->gemm.m, (unsigned long long)ev->gemm.n,
-           (unsigned long long)ev->gemm.k, (unsigned long long)ev->gemm.batch,
-           (unsigned long long)call->job->id);
+           (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),
+           (unsigned long long)hdr->m, (unsigned long long)hdr->n, (unsigned long long)hdr->k,
+           (unsigned long long)hdr->batch, (unsigned long long)call->job->id);
+  return 0;
+}
+
+/* ---- waiting for admission (see gd_rpc.h) ----------------------------------- */
+
+static void wait_link(gd_session *s) {
+  gd_server *d = s->d;
+  s->wait_prev = d->wait_tail;
+  s->wait_next = NULL;
+  if (d->wait_tail)
+    d->wait_tail->wait_next = s;
+  else
+    d->wait_head = s;
+  d->wait_tail = s;
+}
+
+static void wait_unlink(gd_session *s) {
+  gd_server *d = s->d;
+  if (s->wait_prev)
+    s->wait_prev->wait_next = s->wait_next;
+  else
+    d->wait_head = s->wait_next;
+  if (s->wait_next)
+    s->wait_next->wait_prev = s->wait_prev;
+  else
+    d->wait_tail = s->wait_prev;
+  s->wait_prev = s->wait_next = NULL;
+}
+
+static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
+  assert(!s->waiting && !s->cur);
+  s->waiting = true;
+  s->wait_hdr = *hdr;
+  s->wait_has_c = has_c;
+  s->wait_since_us = gd_now_us();
+  s->d->stats->admission_waits++;
+  wait_link(s);
+}
+
+/* Leaves the FIFO; the time spent waiting does not count against timeouts.request_ms. The next
+ * waiter is woken: room that was meant for s may be its. */
+static void stop_waiting(gd_session *s) {
+  if (!s->waiting)
+    return;
+  wait_unlink(s);
+  s->waiting = false;
+  s->wake = false;
+  s->msg_started_us += gd_now_us() - s->wait_since_us;
+  gd_rpc_room(s->d);
+}
+
+static void wake(gd_session *s) {
+  if (s->wake)
+    return;
+  s->wake = true;
+  uv_timer_start(&s->conn.timer, on_timer, 0, 0); /* cannot fail on an initialised timer */
+}
+
+/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
+ * woken, to be answered UNAVAILABLE. */
+void gd_rpc_room(void *server) {
+  gd_server *d = server;
+  for (gd_session *s = d->wait_head; s; s = d->draining ? s->wait_next : NULL)
+    wake(s);
+}
+
+void gd_rpc_closing(gd_session *s) { stop_waiting(s); }
+
+/* The first waiter's timer fired after room appeared: it tries again (the FIFO keeps it first
+ * while still full); admitted or refused, it reads on. */
+static void retry_admission(gd_session *s) {
+  s->wake = false;
+  if (admit_gemm(s, &s->wait_hdr, s->wait_has_c) != GD_SCHED_FULL)
+    stop_waiting(s);
+  gd_rpc_kick(&s->conn);
+}
+
+static void on_gemm_request(gd_session *s, const gp_event *ev) {
+  /* behind connections already waiting: first come, first served */
+  if (s->d->wait_head || admit_gemm(s, &ev->gemm, ev->has_c) == GD_SCHED_FULL)
+    start_waiting(s, &ev->gemm, ev->has_c);
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {
@@ -329,6 +417,7 @@ static void process(gd_session *s) {
 void gd_rpc_eof(gd_conn *c) {
   gd_session *s = session_of(c);
   s->eof = true;
+  stop_waiting(s);
   if (!at_boundary(s)) {
     gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)c->id,
             c->peer);
@@ -432,7 +521,7 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
 static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
   const gd_net_limits *cfg = &s->d->limits;
   gd_timeout_state st = {
-      .at_boundary = at_boundary(s), .paused = s->paused, .eof = s->eof,
+      .at_boundary = at_boundary(s), .paused = s->paused || s->waiting, .eof = s->eof,
       .in_flight = s->conn.calls.in_flight, .writes = s->conn.out.writes,
       .msg_started_us = s->msg_started_us, .last_activity_us = s->conn.last_activity_us,
       .write_progress_us = s->conn.out.write_progress_us,
@@ -444,6 +533,10 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
 
 static void on_timer(uv_timer_t *timer) {
   gd_session *s = session_of(timer->data);
+  if (s->wake) {
+    retry_admission(s);
+    return;
+  }
   uint64_t due = 0;
   gd_replyq_look_for_progress(&s->conn.out);
   gd_timeout_kind kind = next_timeout(s, &due);
@@ -461,6 +554,8 @@ static void on_timer(uv_timer_t *timer) {
 /* (Re)arms the timer for the earliest timeout that applies now, or stops it. */
 static void update_timer(gd_session *s) {
   uint64_t due = 0;
+  if (s->wake)
+    return; /* a retry of admission is due now: its tick re-arms the timer */
   if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
     uv_timer_stop(&s->conn.timer);
     return;
@@ -485,6 +580,11 @@ void gd_rpc_apply_limits(gd_session *s) {
 
 size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
   size_t answered = 0;
+  if (s->waiting) {
+    stop_waiting(s);
+    refuse_current(s, s->msgid, GP_E_UNAVAILABLE, why);
+    answered++;
+  }
   gd_call *call = s->conn.calls.head;
   while (call) {
     gd_call *next = call->next;

@@ -35,6 +35,7 @@ typedef struct gd_server {
   gd_backend *backend;
   gd_sched *sched;
   struct gd_session *sessions;     /* every open connection */
+  struct gd_session *wait_head, *wait_tail; /* FIFO of connections waiting for admission */
   size_t connections;              /* sessions not yet closing */
   uint64_t next_session_id;
   bool draining;                   /* refuse new connections */

@@ -17,6 +17,7 @@ static void on_closing(gd_conn *c, const char *why) {
   assert(s->d->connections > 0);
   s->d->connections--;
   s->cur = NULL;
+  gd_rpc_closing(s);
   gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)c->id, c->peer, why,
           (unsigned)c->calls.in_flight);
 }
@@ -144,6 +145,8 @@ uint64_t gd_sessions_write_backlog(const gd_server *d) {
       total += gd_replyq_backlog(&s->conn.out);
   return total;
 }
+
+void gd_sessions_room(void *server) { gd_rpc_room(server); }
 
 void gd_sessions_close_all(gd_server *d, const char *why) {
   for (gd_session *s = d->sessions; s; s = s->next)

@@ -151,7 +151,7 @@ START_TEST(operand_totals) {
 }
 END_TEST
 
-START_TEST(max_jobs_refuses) {
+START_TEST(max_jobs_waits) {
   start(2, 1u << 30, false);
   gp_gemm_hdr h = hdr_of(4, 4, 4);
   gd_job *j1, *j2, *j3;
@@ -159,7 +159,7 @@ START_TEST(max_jobs_refuses) {
   ck_assert_int_eq(admit(&h, &j1, &err), 0);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   ck_assert_uint_eq(gd_sched_jobs(sched), 2);
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL); /* waits: it fits an idle daemon */
   ck_assert_ptr_nonnull(strstr(err.message, "queue.max_jobs"));
   gd_sched_abandon(sched, j1); /* never submitted: gone at once */
   ck_assert_uint_eq(gd_sched_jobs(sched), 1);
@@ -187,7 +187,7 @@ START_TEST(memory_budget_from_the_header) {
   ck_assert_uint_eq(j1->reserved_bytes, 1200);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400);
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
   ck_assert_ptr_nonnull(strstr(err.message, "600 of queue.memory_budget left"));
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400); /* a refusal reserves nothing */
   ck_assert_int_eq(gd_sched_submit(sched, j1, &err), 0);
@@ -217,7 +217,7 @@ START_TEST(backend_host_bytes_and_prepare) {
   ck_assert_uint_eq(j1->reserved_bytes, 2200);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   gd_job *j3;
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
   ck_assert_int_eq(fake.prepared, 2); /* refused before prepare */
   gd_sched_abandon(sched, j2);
   fake.refuse_prepare = 1;
@@ -341,6 +341,42 @@ START_TEST(live_job_events_reach_the_session) {
 }
 END_TEST
 
+static int rooms;
+static void on_room(void *arg) {
+  ck_assert_ptr_eq(arg, &fake);
+  rooms++;
+}
+
+/* A job whose result is complete and waits only on its client's reading stops taking shared
+ * room: a client that never reads must not lock others out of queue.max_jobs or the budget. */
+START_TEST(delivering_job_leaves_the_shared_queue) {
+  start(1, 1200, true); /* one 2x2x2 f32 job (48 bytes) fills max_jobs */
+  rooms = 0;
+  gd_sched_on_room(sched, on_room, &fake);
+  gd_job *job = admit_small(true);
+  gd_job *other;
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &other, &err), GD_SCHED_FULL);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true); /* final; its chunk not written yet */
+  ck_assert_int_eq(rooms, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  ck_assert_uint_eq(gd_sched_delivering(sched), 1);
+  ck_assert_uint_eq(gd_sched_delivering_bytes(sched), 48);
+  ck_assert_int_eq(admit(&h, &other, &err), 0);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
+  gd_sched_finish(sched, job, true);
+  ck_assert_uint_eq(gd_sched_delivering(sched), 0);
+  ck_assert_uint_eq(gd_sched_delivering_bytes(sched), 0);
+  ck_assert_int_eq(rooms, 1); /* a delivering job's release frees no shared room */
+  gd_sched_abandon(sched, other);
+  ck_assert_int_eq(rooms, 2);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
 START_TEST(orphan_released_after_its_final_event) {
   start(10, 1u << 20, true);
   gd_job *job = admit_small(true);
@@ -442,7 +478,8 @@ int main(void) {
   Suite *s = suite_create("daemon_sched");
   TCase *tc = tcase_create("sched");
   tcase_add_test(tc, operand_totals);
-  tcase_add_test(tc, max_jobs_refuses);
+  tcase_add_test(tc, max_jobs_waits);
+  tcase_add_test(tc, delivering_job_leaves_the_shared_queue);
   tcase_add_test(tc, memory_budget_from_the_header);
   tcase_add_test(tc, backend_host_bytes_and_prepare);
   tcase_add_test(tc, draining_refuses);
