@@ -118,6 +118,17 @@ static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t 
   return 0;
 }
 
+/* A socket mode that lets anyone connect is allowed (a lab machine may want it), not quietly. */
+static void warn_socket_mode(const gd_config *cfg, const gp_addr *addrs, size_t n) {
+  const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
+  for (size_t i = 0; i < n && warning; i++) {
+    if (addrs[i].kind == GP_ADDR_UNIX) {
+      gd_warn("unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
+      return;
+    }
+  }
+}
+
 /* The backend the config asks for, where that can be known without starting it. */
 static int check_backend(const gd_config *cfg) {
 #ifdef GEMMD_HAVE_CUDA
@@ -204,6 +215,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;
+  warn_socket_mode(&d.cfg, addrs, n);
   if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_sched;

@@ -19,6 +19,15 @@
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
 #define GIB (1024ull * MIB)
+#define TIB (1024ull * GIB)
+
+/* Upper bounds of the size keys: far above any real use, low enough that no value switches a
+ * limit off (UINT64_MAX used to) or overflows the sums made of it. */
+#define MAX_BUFFERED_MAX (64 * GIB)    /* reply bytes queued for one connection */
+#define MAX_MESSAGE_MAX (16 * GIB)     /* three 4 GiB - 1 operands and a header */
+#define MAX_HEADER_MAX (64 * MIB)      /* one request less its payloads */
+#define HOST_MEMORY_MAX (64 * TIB)     /* memory_budget, gpu.memory_bytes, memory_keep_bytes */
+#define MAX_WORK_MAX (1ull << 62)      /* m*n*k*batch: 2*work flops still fit in 64 bits */
 
 /* A config file is small; a bigger one is a mistake (or an attack on --check-config). */
 #define GD_CONFIG_FILE_MAX (1024 * 1024)
@@ -156,24 +165,24 @@ typedef struct field {
 static const field limits_fields[] = {
     FLD("max_connections", F_U32, max_connections, 1, 1000000),
     FLD("max_requests_in_flight", F_U32, max_requests_in_flight, 1, 1u << 20),
-    FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, UINT64_MAX),
-    FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, UINT64_MAX),
-    FLD("max_header_bytes", F_SIZE32, proto.max_header_bytes, 64, UINT32_MAX),
+    FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, MAX_BUFFERED_MAX),
+    FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, MAX_MESSAGE_MAX),
+    FLD("max_header_bytes", F_SIZE32, proto.max_header_bytes, 64, MAX_HEADER_MAX),
     /* a gemm request nests 3 deep ([0, id, "gemm", [hdr{...}, ...]]) */
     FLD("max_depth", F_U32, proto.max_depth, 3, 1024),
     FLD("max_items", F_U32, proto.max_items, 16, UINT32_MAX),
     /* method names and header keys are strings: "max_operand_bytes" is 17 bytes */
-    FLD("max_string_bytes", F_SIZE32, proto.max_string_bytes, 32, UINT32_MAX),
+    FLD("max_string_bytes", F_SIZE32, proto.max_string_bytes, 32, MAX_HEADER_MAX),
     FLD("max_dim", F_U64, proto.max_dim, 1, UINT32_MAX),
     FLD("max_batch", F_U64, proto.max_batch, 1, UINT32_MAX),
-    FLD("max_work", F_U64, proto.max_work, 1, UINT64_MAX),
+    FLD("max_work", F_U64, proto.max_work, 1, MAX_WORK_MAX),
     /* msgpack bin32 carries at most 4 GiB - 1 */
     FLD("max_operand_bytes", F_SIZE, proto.max_operand_bytes, 1, UINT32_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field queue_fields[] = {
     FLD("max_jobs", F_U32, max_jobs, 1, 1u << 24),
-    FLD("memory_budget", F_SIZE, memory_budget, 1, UINT64_MAX),
+    FLD("memory_budget", F_SIZE, memory_budget, 1, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */
@@ -196,10 +205,10 @@ static const field gpu_fields[] = {
     FLD("staging_buffers", F_U32, gpu.staging_buffers, 2, 64),
     FLD("staging_hold_ms", F_U64, gpu.staging_hold_ms, 0, WEEK_MS),
     FLD("memory_fraction", F_FRACTION, gpu.memory_fraction, 0, 0),
-    FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, UINT64_MAX),
+    FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, HOST_MEMORY_MAX),
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
-    FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, UINT64_MAX),
+    FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {
@@ -208,7 +217,8 @@ static const field metrics_fields[] = {
 
 static const field root_fields[] = {
     FLD("listen", F_LISTEN, listen, 0, 0),
-    FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 07777),
+    /* permission bits only: setuid, setgid and sticky mean nothing good on a socket */
+    FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 0777),
     FLD("backend", F_BACKEND, backend, 0, 0),
     FLD("log_level", F_LEVEL, log_level, 0, 0),
     FLD("log_target", F_TARGET, log_target, 0, 0),
@@ -371,7 +381,8 @@ static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned
     v = v * 8 + (unsigned)(*s - '0');
   }
   if (v > f->max)
-    return node_error(w, node, "%s: mode %o is out of range", f->key, v);
+    return node_error(w, node, "%s: mode %04o is out of range: permission bits only, at most "
+                      "0777 (no setuid, setgid or sticky bit)", f->key, v);
   *out = v;
   return 0;
 }
@@ -681,8 +692,18 @@ static int check_limits(const gd_config *cfg, char *out, size_t size) {
   return count;
 }
 
+const char *gd_config_socket_mode_warning(unsigned mode) {
+  /* connecting to a Unix socket takes write permission on it */
+  if (mode & 0002)
+    return "lets every local user connect (others may write); use 0660 and a group";
+  return NULL;
+}
+
 int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size_t size) {
   if (size > 0)
     out[0] = '\0';
+  const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
+  if (warning && cfg->listen_count > 0)
+    problem(out, size, "warning: unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
   return check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
 }

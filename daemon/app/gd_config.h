@@ -86,6 +86,9 @@ int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size
  * create files there); -1 with the real cause in why. */
 int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size);
 
+/* Why unix_socket_mode is risky (world-writable: anyone may connect), or NULL. */
+const char *gd_config_socket_mode_warning(unsigned mode);
+
 const char *gd_backend_kind_name(gd_backend_kind kind);
 int gd_backend_kind_from_name(const char *name, gd_backend_kind *out);
 

@@ -226,6 +226,48 @@ START_TEST(errors_name_line_and_column) {
 }
 END_TEST
 
+/* Every size key has an upper bound: no value may switch a limit off (issue 17). */
+START_TEST(size_keys_have_upper_bounds) {
+  static const char *const keys[] = {
+      "limits:\n  max_buffered_bytes: %s\n", "limits:\n  max_message_bytes: %s\n",
+      "limits:\n  max_header_bytes: %s\n",   "limits:\n  max_string_bytes: %s\n",
+      "limits:\n  max_work: %s\n",           "queue:\n  memory_budget: %s\n",
+      "gpu:\n  memory_bytes: %s\n",          "gpu:\n  memory_keep_bytes: %s\n"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char text[128];
+    snprintf(text, sizeof text, keys[i], "18446744073709551615");
+    load_bad(text, "test.yaml:2:", "out of range");
+  }
+  load_bad("limits:\n  max_message_bytes: 18446744073709551615\n", "test.yaml:2:22:",
+           "out of range 64..17179869184");
+  gd_config cfg;
+  load_ok("limits:\n  max_message_bytes: 16GiB\n  max_buffered_bytes: 64GiB\n", &cfg);
+  ck_assert_uint_eq(cfg.proto.max_message_bytes, 16ull << 30);
+}
+END_TEST
+
+/* unix_socket_mode: permission bits only; world access parses but is warned about. */
+START_TEST(socket_mode_range_and_warning) {
+  load_bad("unix_socket_mode: \"7777\"\n", "test.yaml:1:19:", "no setuid, setgid or sticky");
+  load_bad("unix_socket_mode: \"1777\"\n", "test.yaml:1:19:", "at most 0777");
+  load_bad("unix_socket_mode: \"4660\"\n", "test.yaml:1:19:", "out of range");
+  gd_config cfg;
+  char out[1024];
+  load_ok("unix_socket_mode: \"0777\"\n", &cfg);
+  ck_assert_uint_eq(cfg.unix_socket_mode, 0777);
+  load_ok("unix_socket_mode: \"0666\"\nlisten: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 0); /* a warning only */
+  ck_assert_msg(strstr(out, "warning: unix_socket_mode 0666 lets every local user connect"),
+                "%s", out);
+  ck_assert_ptr_null(gd_config_socket_mode_warning(0660));
+  ck_assert_ptr_null(gd_config_socket_mode_warning(0664)); /* read alone cannot connect */
+  ck_assert_ptr_nonnull(gd_config_socket_mode_warning(0662));
+  load_ok("listen: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 0);
+  ck_assert_ptr_null(strstr(out, "warning"));
+}
+END_TEST
+
 START_TEST(failed_load_leaves_config_alone) {
   gd_config cfg;
   char err[GD_CONFIG_ERROR_MAX];
@@ -358,6 +400,8 @@ int main(void) {
   tcase_add_test(tc, partial_and_empty_files);
   tcase_add_test(tc, errors_name_line_and_column);
   tcase_add_test(tc, failed_load_leaves_config_alone);
+  tcase_add_test(tc, size_keys_have_upper_bounds);
+  tcase_add_test(tc, socket_mode_range_and_warning);
   tcase_add_test(tc, sizes);
   tcase_add_test(tc, command_line);
   tcase_add_test(tc, command_line_overrides);
