@@ -203,6 +203,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   d.loop = &loop;
   d.srv.loop = &loop;
   d.srv.stats = &d.stats;
+  d.srv.unix_socket_gid = -1; /* until the config names one: never root's group by default */
   gd_daemon_net_limits(&d.cfg, &d.srv.limits);
   if (parse_listen(&d.cfg, addrs, &err) != 0 || create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;
@@ -215,6 +216,11 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;
+  char gid_why[GD_CONFIG_ERROR_MAX];
+  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, gid_why, sizeof gid_why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "", gid_why);
+    goto out_sched;
+  }
   warn_socket_mode(&d.cfg, addrs, n);
   if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);

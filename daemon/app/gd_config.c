@@ -7,6 +7,7 @@
 #include "gd_config.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -149,6 +150,7 @@ typedef enum {
   F_DEVICES,  /* auto | [ids] */
   F_FRACTION, /* 0 < x <= 1 */
   F_KERNEL,   /* a name */
+  F_GROUP,    /* a group name or number; empty = none */
   F_SECTION,  /* a nested mapping */
 } field_type;
 
@@ -219,6 +221,7 @@ static const field root_fields[] = {
     FLD("listen", F_LISTEN, listen, 0, 0),
     /* permission bits only: setuid, setgid and sticky mean nothing good on a socket */
     FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 0777),
+    FLD("unix_socket_group", F_GROUP, unix_socket_group, 0, 0),
     FLD("backend", F_BACKEND, backend, 0, 0),
     FLD("log_level", F_LEVEL, log_level, 0, 0),
     FLD("log_target", F_TARGET, log_target, 0, 0),
@@ -368,6 +371,30 @@ static int set_name(walker *w, const yaml_node_t *node, const field *f, char *ou
   return 0;
 }
 
+/* A group name as useradd/groupadd allow it ([A-Za-z0-9_.-], not starting with '-'; a trailing
+ * '$' for machine accounts), or a number; an empty value means none. */
+static int set_group(walker *w, const yaml_node_t *node, const field *f, char *out, size_t size) {
+  if (is_null(node)) {
+    out[0] = '\0';
+    return 0;
+  }
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  const char *s = scalar_text(node);
+  size_t len = strlen(s);
+  if (len >= size)
+    return node_error(w, node, "%s: longer than %zu characters", f->key, size - 1);
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || (c == '-' && i > 0) || (c == '$' && i == len - 1 && i > 0);
+    if (!ok)
+      return node_error(w, node, "%s: \"%s\" is not a group name or number", f->key, s);
+  }
+  memcpy(out, s, len + 1);
+  return 0;
+}
+
 static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned *out) {
   if (want_scalar(w, node, f->key) != 0)
     return -1;
@@ -450,6 +477,8 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
     return 0;
   case F_HTTP: return set_http(w, value, f, base + f->offset);
   case F_MODE: return set_mode(w, value, f, &w->cfg->unix_socket_mode);
+  case F_GROUP:
+    return set_group(w, value, f, w->cfg->unix_socket_group, sizeof w->cfg->unix_socket_group);
   case F_LISTEN: return set_listen(w, value, w->cfg);
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
   case F_FRACTION: return set_fraction(w, value, f, &w->cfg->gpu.memory_fraction);
@@ -692,6 +721,32 @@ static int check_limits(const gd_config *cfg, char *out, size_t size) {
   return count;
 }
 
+int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size) {
+  const char *name = cfg->unix_socket_group;
+  *gid = -1;
+  if (!name[0])
+    return 0;
+  uint64_t number;
+  if (parse_uint(name, &number) == 0) {
+    if (number >= (uint64_t)(gid_t)-1) { /* (gid_t)-1 means "no change" to chown */
+      snprintf(why, why_size, "unix_socket_group: %s is not a valid gid", name);
+      return -1;
+    }
+    *gid = (long)number;
+    return 0;
+  }
+  struct group grp, *found = NULL;
+  char buf[16384];
+  int rc = getgrnam_r(name, &grp, buf, sizeof buf, &found);
+  if (rc != 0 || !found) {
+    snprintf(why, why_size, "unix_socket_group: no group \"%s\"%s%s", name, rc ? ": " : "",
+             rc ? strerror(rc) : "");
+    return -1;
+  }
+  *gid = (long)found->gr_gid;
+  return 0;
+}
+
 const char *gd_config_socket_mode_warning(unsigned mode) {
   /* connecting to a Unix socket takes write permission on it */
   if (mode & 0002)
@@ -705,5 +760,10 @@ int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size
   const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
   if (warning && cfg->listen_count > 0)
     problem(out, size, "warning: unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
-  return check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
+  int count = 0;
+  long gid;
+  char why[GD_CONFIG_ERROR_MAX];
+  if (gd_config_socket_gid(cfg, &gid, why, sizeof why) != 0)
+    count += problem(out, size, "%s", why);
+  return count + check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
 }

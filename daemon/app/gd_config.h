@@ -23,6 +23,7 @@
 
 #define GD_CONFIG_LISTEN_MAX 32
 #define GD_CONFIG_ERROR_MAX 512
+#define GD_CONFIG_GROUP_MAX 64
 #define GD_CONFIG_DEFAULT_PATH "/etc/gemmd/gemmd.yaml"
 /* The service's runtime directory (gemmd.service's RuntimeDirectory=, tmpfiles.d/gemmd.conf). */
 #define GD_CONFIG_RUNTIME_DIR "/run/gemmd"
@@ -33,6 +34,7 @@ typedef struct {
   char listen[GD_CONFIG_LISTEN_MAX][GP_ADDR_TEXT_MAX]; /* each parsed by gp_addr_parse */
   size_t listen_count;
   unsigned unix_socket_mode;       /* e.g. 0660 */
+  char unix_socket_group[GD_CONFIG_GROUP_MAX]; /* name or number; "" = the process's group */
   gd_backend_kind backend;
   gd_log_level log_level;
   gd_log_target log_target;        /* auto: the journal when JOURNAL_STREAM is set */
@@ -85,6 +87,10 @@ int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size
 /* 0 when the directory of the Unix socket path exists (and with need_write, this process may
  * create files there); -1 with the real cause in why. */
 int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size);
+
+/* The gid of unix_socket_group: 0 with *gid (-1: none configured, leave the process's group),
+ * or -1 with the cause in why (no such group). Reads the group database: start-up only. */
+int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size);
 
 /* Why unix_socket_mode is risky (world-writable: anyone may connect), or NULL. */
 const char *gd_config_socket_mode_warning(unsigned mode);

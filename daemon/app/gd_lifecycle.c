@@ -81,6 +81,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("listen");
   if (cur->unix_socket_mode != next->unix_socket_mode)
     restart += restart_key("unix_socket_mode");
+  if (strcmp(cur->unix_socket_group, next->unix_socket_group) != 0)
+    restart += restart_key("unix_socket_group");
   if (cur->backend != next->backend)
     restart += restart_key("backend");
   if (cur->cpu_threads != next->cpu_threads)

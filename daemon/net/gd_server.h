@@ -39,6 +39,7 @@ typedef struct gd_server {
   size_t connections;              /* sessions not yet closing */
   uint64_t next_session_id;
   bool draining;                   /* refuse new connections */
+  long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
 } gd_server;
 
 #endif /* GD_SERVER_H */

@@ -36,6 +36,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   for (size_t i = 0; i < a->listen_count; i++)
     ck_assert_str_eq(a->listen[i], b->listen[i]);
   ck_assert_uint_eq(a->unix_socket_mode, b->unix_socket_mode);
+  ck_assert_str_eq(a->unix_socket_group, b->unix_socket_group);
   ck_assert_int_eq(a->backend, b->backend);
   ck_assert_int_eq(a->log_level, b->log_level);
   ck_assert_uint_eq(a->max_connections, b->max_connections);
@@ -76,6 +77,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
 static void scramble(gd_config *cfg) {
   cfg->listen_count = 0;
   cfg->unix_socket_mode = 0;
+  strcpy(cfg->unix_socket_group, "scrambled");
   cfg->backend = GD_BACKEND_CPU;
   cfg->log_level = GD_LOG_DEBUG;
   cfg->max_connections = cfg->max_requests_in_flight = 1;
@@ -120,7 +122,7 @@ END_TEST
 START_TEST(every_key_parses) {
   gd_config cfg;
   load_ok("listen:\n  - unix:/tmp/x.sock\n  - tcp:127.0.0.1:7000\n  - tcp:[::1]:7001\n"
-          "unix_socket_mode: \"0600\"\nbackend: cpu\nlog_level: debug\n"
+          "unix_socket_mode: \"0600\"\nunix_socket_group: gemmd\nbackend: cpu\nlog_level: debug\n"
           "limits:\n  max_connections: 10\n  max_requests_in_flight: 3\n"
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
@@ -140,6 +142,7 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.listen_count, 3);
   ck_assert_str_eq(cfg.listen[2], "tcp:[::1]:7001");
   ck_assert_uint_eq(cfg.unix_socket_mode, 0600);
+  ck_assert_str_eq(cfg.unix_socket_group, "gemmd");
   ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
   ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
   ck_assert_uint_eq(cfg.max_connections, 10);
@@ -265,6 +268,33 @@ START_TEST(socket_mode_range_and_warning) {
   load_ok("listen: [unix:/tmp/t.sock]\n", &cfg);
   ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 0);
   ck_assert_ptr_null(strstr(out, "warning"));
+}
+END_TEST
+
+/* unix_socket_group: a name or a number, resolved at start (and by --check-config). */
+START_TEST(socket_group) {
+  gd_config cfg;
+  char why[GD_CONFIG_ERROR_MAX], out[1024];
+  long gid;
+  load_ok("unix_socket_group: \"\"\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, -1); /* none: the process's group */
+  load_ok("unix_socket_group:\n", &cfg);
+  ck_assert_str_eq(cfg.unix_socket_group, "");
+  load_ok("unix_socket_group: 4242\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, 4242);
+  load_ok("unix_socket_group: root\n", &cfg); /* in every group database */
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, 0);
+  load_ok("unix_socket_group: no-such-group-here\nlisten: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
+  ck_assert_msg(strstr(why, "no group \"no-such-group-here\""), "%s", why);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 1);
+  load_bad("unix_socket_group: \"a b\"\n", "test.yaml:1:20:", "not a group name");
+  load_bad("unix_socket_group: \"-x\"\n", "test.yaml:1:20:", "not a group name");
+  load_ok("unix_socket_group: 4294967295\n", &cfg); /* (gid_t)-1 means "no change" */
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
 }
 END_TEST
 
@@ -402,6 +432,7 @@ int main(void) {
   tcase_add_test(tc, failed_load_leaves_config_alone);
   tcase_add_test(tc, size_keys_have_upper_bounds);
   tcase_add_test(tc, socket_mode_range_and_warning);
+  tcase_add_test(tc, socket_group);
   tcase_add_test(tc, sizes);
   tcase_add_test(tc, command_line);
   tcase_add_test(tc, command_line_overrides);
