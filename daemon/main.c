@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "gd_backend_cpu.h"
@@ -118,6 +119,14 @@ static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t 
   return 0;
 }
 
+/* RLIMIT_NOFILE's soft limit, what accept runs into; 0 when unlimited or unknown. */
+static uint64_t fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return 0;
+  return (uint64_t)rl.rlim_cur;
+}
+
 /* A socket mode that lets anyone connect is allowed (a lab machine may want it), not quietly. */
 static void warn_socket_mode(const gd_config *cfg, const gp_addr *addrs, size_t n) {
   const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
@@ -204,6 +213,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   d.srv.loop = &loop;
   d.srv.stats = &d.stats;
   d.srv.unix_socket_gid = -1; /* until the config names one: never root's group by default */
+  d.srv.fd_limit = fd_limit();
   gd_daemon_net_limits(&d.cfg, &d.srv.limits);
   if (parse_listen(&d.cfg, addrs, &err) != 0 || create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;

@@ -42,6 +42,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->log_level = GD_LOG_INFO;
   cfg->log_target = GD_LOG_TARGET_AUTO;
   cfg->max_connections = 1024;
+  cfg->reserved_fds = 32;
   cfg->max_requests_in_flight = 64;
   cfg->max_buffered_bytes = 256 * MIB;
   gp_limits_default(&cfg->proto);
@@ -166,6 +167,7 @@ typedef struct field {
 
 static const field limits_fields[] = {
     FLD("max_connections", F_U32, max_connections, 1, 1000000),
+    FLD("reserved_fds", F_U32, reserved_fds, 4, 65536),
     FLD("max_requests_in_flight", F_U32, max_requests_in_flight, 1, 1u << 20),
     FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, MAX_BUFFERED_MAX),
     FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, MAX_MESSAGE_MAX),

@@ -1,11 +1,13 @@
 /*
  * gd_listener.c - see gd_listener.h.
  *
- * libuv's accept path already keeps a spare file descriptor for EMFILE
- * (uv__emfile_trick in src/unix/stream.c: it closes its reserve fd, accepts
- * and closes the pending connections, reopens the reserve), so a daemon out
- * of descriptors sheds connections instead of spinning on a readable
- * listener; we only log when that happens.
+ * libuv's accept path keeps a spare file descriptor for EMFILE (it closes
+ * its reserve fd, accepts and closes the pending connections, reopens the
+ * reserve), so a daemon out of descriptors sheds connections instead of
+ * spinning on a readable listener, but it reports that to us only sometimes.
+ * So gd_session_accept drops a connection before the descriptors run out
+ * (limits.reserved_fds), counted and logged; an accept error libuv does
+ * report is counted and logged the same way.
  */
 #include "gd_listener.h"
 
@@ -59,8 +61,11 @@ static int fail(char *err, size_t err_size, const char *fmt, ...) {
 static void on_connection(uv_stream_t *server, int status) {
   listener *l = server->data;
   gd_server *d = l->set->d;
+  if (status == UV_EMFILE || status == UV_ENFILE) {
+    gd_sessions_note_dropped(d, l->name); /* libuv shed the connection already */
+    return;
+  }
   if (status < 0) {
-    /* EMFILE and friends: rate-limit the log, libuv has shed the connection already */
     uint64_t now = gd_now_us();
     if (now - l->last_error_log_us > 1000000u) {
       gd_warn("%s: accept failed: %s", l->name, uv_strerror(status));

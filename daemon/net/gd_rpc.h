@@ -38,6 +38,7 @@ struct gd_session {
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
+  bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */

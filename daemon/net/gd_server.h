@@ -20,6 +20,7 @@
 /* The config keys connections obey (gd_config.h names them). */
 typedef struct {
   uint32_t max_connections;
+  uint32_t reserved_fds;           /* a connection whose fd leaves fewer free is dropped */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */
@@ -40,6 +41,9 @@ typedef struct gd_server {
   uint64_t next_session_id;
   bool draining;                   /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
+  uint64_t fd_limit;               /* RLIMIT_NOFILE (soft); 0: unknown, no fd check */
+  uint64_t fd_drop_logged_us;      /* rate limit of the out-of-descriptors warning */
+  uint64_t fd_drops_unlogged;      /* dropped since that warning */
 } gd_server;
 
 #endif /* GD_SERVER_H */

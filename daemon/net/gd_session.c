@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "gd_clock.h"
 #include "gd_log.h"
 #include "gd_rpc.h"
 
@@ -18,6 +19,8 @@ static void on_closing(gd_conn *c, const char *why) {
   s->d->connections--;
   s->cur = NULL;
   gd_rpc_closing(s);
+  if (s->quiet)
+    return;
   gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)c->id, c->peer, why,
           (unsigned)c->calls.in_flight);
 }
@@ -94,6 +97,30 @@ static void link_session(gd_server *d, gd_session *s) {
   d->stats->connections_total++;
 }
 
+/* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
+ * with no trace: a connection whose descriptor leaves fewer than limits.reserved_fds free is
+ * closed at once, counted, and logged at most once a second. */
+static bool fds_short(const gd_server *d, const gd_session *s) {
+  uv_os_fd_t fd;
+  if (d->fd_limit == 0 || uv_fileno(&s->conn.h.handle, &fd) != 0)
+    return false;
+  return (uint64_t)fd + d->limits.reserved_fds >= d->fd_limit;
+}
+
+void gd_sessions_note_dropped(gd_server *d, const char *where) {
+  d->stats->connections_dropped++;
+  d->fd_drops_unlogged++;
+  uint64_t now = gd_now_us();
+  if (d->fd_drop_logged_us && now - d->fd_drop_logged_us < 1000000u)
+    return;
+  gd_warn("%s: %llu connection(s) dropped: out of file descriptors (RLIMIT_NOFILE %llu, "
+          "limits.reserved_fds %u, %zu connections open)", where,
+          (unsigned long long)d->fd_drops_unlogged, (unsigned long long)d->fd_limit,
+          (unsigned)d->limits.reserved_fds, d->connections);
+  d->fd_drop_logged_us = now;
+  d->fd_drops_unlogged = 0;
+}
+
 int gd_session_accept(gd_server *d, uv_stream_t *server) {
   if (d->draining)
     return refuse(d, server, "shutting down");
@@ -114,6 +141,12 @@ int gd_session_accept(gd_server *d, uv_stream_t *server) {
     char why[128];
     snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
     gd_conn_close(&s->conn, why);
+    return 0;
+  }
+  if (fds_short(d, s)) {
+    s->quiet = true;
+    gd_conn_close(&s->conn, "out of file descriptors");
+    gd_sessions_note_dropped(d, s->conn.peer);
     return 0;
   }
   gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->conn.id, s->conn.peer,

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """limits.max_connections: past the cap a connection is refused cleanly (EOF or an error
 reply, never a result), the connections already open keep working, and a slot that frees is
-taken by the next client."""
+taken by the next client. Out of file descriptors (RLIMIT_NOFILE), connections past
+limits.reserved_fds are dropped, counted (stats connections_dropped) and logged."""
 import os
 import sys
 import time
@@ -50,13 +51,6 @@ def test_connection_cap(ctx):
             client.close()
 
 
-class LowFdDaemon(h.Daemon):
-    """gemmd under `ulimit -n 64`: out of file descriptors long before max_connections."""
-
-    def command(self):
-        return ["/bin/sh", "-c", 'ulimit -n 64 && exec "$@"', "sh"] + super().command()
-
-
 def _cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -66,7 +60,7 @@ def _cpu_seconds(pid):
 def test_out_of_file_descriptors(ctx):
     """Connections past the process's fd limit are refused or wait, the daemon neither dies nor
     spins on accept (EMFILE), and serves again once clients leave."""
-    d = LowFdDaemon(ctx.gemmd)
+    d = h.ShellDaemon(ctx.gemmd, "ulimit -n 64")  # out of fds long before max_connections
     with d:
         clients, refused = [], 0
         for _ in range(100):
@@ -120,5 +114,34 @@ def _four(d):
     return clients
 
 
+def _ping_or_closed(client):
+    """True when client is served, False when the daemon closed it."""
+    try:
+        client.request("ping")
+        return client.read_reply().result == "pong"
+    except (h.ConnectionClosed, OSError):
+        return False
+
+
+def test_out_of_descriptors_counted(ctx):
+    """Dropped for want of descriptors: counted in stats and logged (they used to leave no
+    trace), the rest served."""
+    config = {"limits": {"max_connections": 1000, "reserved_fds": 16}}
+    with h.ShellDaemon(ctx.gemmd, "ulimit -n 64", config=config) as d:
+        clients = [d.connect(timeout=10 * ctx.scale) for _ in range(80)]
+        served = [c for c in clients if _ping_or_closed(c)]
+        assert 0 < len(served) < 80, "%d of 80 served under RLIMIT_NOFILE 64" % len(served)
+        for client in clients:
+            client.close()
+        h.wait_until(lambda: _served(d), 10 * ctx.scale, "a connection served again")
+        with d.connect() as client:
+            stats = client.call("stats")
+            h.check_gemm(client, ctx.rng, 4, 5, 6, "f32")
+        dropped = 80 - len(served)
+        assert stats["connections_dropped"] == dropped, (stats["connections_dropped"], dropped)
+        assert "connection(s) dropped: out of file descriptors" in d.log(), d.log_tail()
+
+
 if __name__ == "__main__":
-    sys.exit(h.main([test_connection_cap, test_out_of_file_descriptors]))
+    sys.exit(h.main([test_connection_cap, test_out_of_file_descriptors,
+                     test_out_of_descriptors_counted]))

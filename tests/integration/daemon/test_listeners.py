@@ -120,19 +120,9 @@ def test_tcp_only(ctx):
 
 
 
-class _UmaskDaemon(h.Daemon):
-    """gemmd started under a given umask (inherited, as from a shell or a unit's UMask=)."""
-    umask = 0
-
-    def command(self):
-        return ["/bin/sh", "-c", "umask %03o && exec \"$@\"" % self.umask, "gemmd"] + \
-            super().command()
-
-
 def test_socket_mode_whatever_the_umask(ctx):
     for umask in (0o000, 0o077, 0o777):
-        d = _UmaskDaemon(ctx.gemmd, config={"unix_socket_mode": "0640"})
-        d.umask = umask
+        d = h.ShellDaemon(ctx.gemmd, "umask %03o" % umask, config={"unix_socket_mode": "0640"})
         with d, d.connect() as client:
             assert _mode(d.unix_path) == 0o640, "umask %03o: socket mode %o, expected 0640" % (
                 umask, _mode(d.unix_path))
