@@ -280,6 +280,7 @@ out_loop:
     gd_error("%s", err.message);
   if (uv_loop_close(&loop) != 0)
     gd_warn("event loop closed with handles still open");
+  gd_peers_free(&d.srv.peers);
   if (status == 0)
     gd_info("gemmd stopped");
   return status;

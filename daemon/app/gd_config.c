@@ -42,6 +42,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->log_level = GD_LOG_INFO;
   cfg->log_target = GD_LOG_TARGET_AUTO;
   cfg->max_connections = 1024;
+  cfg->max_connections_per_peer = 768;
   cfg->reserved_fds = 32;
   cfg->max_requests_in_flight = 64;
   cfg->max_buffered_bytes = 256 * MIB;
@@ -167,6 +168,7 @@ typedef struct field {
 
 static const field limits_fields[] = {
     FLD("max_connections", F_U32, max_connections, 1, 1000000),
+    FLD("max_connections_per_peer", F_U32, max_connections_per_peer, 1, 1000000),
     FLD("reserved_fds", F_U32, reserved_fds, 4, 65536),
     FLD("max_requests_in_flight", F_U32, max_requests_in_flight, 1, 1u << 20),
     FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, MAX_BUFFERED_MAX),

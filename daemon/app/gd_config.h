@@ -41,6 +41,7 @@ typedef struct {
 
   /* limits: */
   uint32_t max_connections;
+  uint32_t max_connections_per_peer; /* one uid (Unix) or address (TCP) */
   uint32_t reserved_fds;           /* file descriptors a new connection must leave free */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */

@@ -66,6 +66,7 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
 void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
   *out = (gd_net_limits){.max_connections = cfg->max_connections,
                          .reserved_fds = cfg->reserved_fds,
+                         .max_connections_per_peer = cfg->max_connections_per_peer,
                          .max_requests_in_flight = cfg->max_requests_in_flight,
                          .max_buffered_bytes = cfg->max_buffered_bytes,
                          .proto = cfg->proto,
@@ -102,6 +103,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->log_level = next->log_level;
   cur->max_connections = next->max_connections;
   cur->reserved_fds = next->reserved_fds;
+  cur->max_connections_per_peer = next->max_connections_per_peer;
   cur->max_requests_in_flight = next->max_requests_in_flight;
   cur->max_buffered_bytes = next->max_buffered_bytes;
   cur->proto = next->proto;

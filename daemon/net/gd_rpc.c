@@ -281,6 +281,12 @@ void gd_rpc_room(void *server) {
 
 void gd_rpc_closing(gd_session *s) { stop_waiting(s); }
 
+bool gd_rpc_idle(const gd_session *s) {
+  const gd_conn *c = &s->conn;
+  return !c->closing && at_boundary(s) && !s->waiting && c->pending_len == 0 &&
+         c->calls.in_flight == 0 && c->out.writes == 0 && gd_replyq_backlog(&c->out) == 0;
+}
+
 /* The first waiter's timer fired after room appeared: it tries again (the FIFO keeps it first
  * while still full); admitted or refused, it reads on. */
 static void retry_admission(gd_session *s) {

@@ -39,6 +39,7 @@ struct gd_session {
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
   bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
+  bool peer_counted;         /* counted in the server's gd_peers */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
@@ -67,6 +68,10 @@ void gd_rpc_queued(gd_conn *c);
 /* The scheduler's room callback (gd_sched_on_room), arg the gd_server: wakes the first
  * connection waiting for admission. */
 void gd_rpc_room(void *server);
+
+/* Nothing in flight, nothing being read or written, no request waiting: closing it loses no
+ * work (the per-peer caps may close it to make room). */
+bool gd_rpc_idle(const gd_session *s);
 
 /* The connection closes: it leaves the FIFO of waiting connections. */
 void gd_rpc_closing(gd_session *s);

@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "gd_backend.h"
+#include "gd_peers.h"
 #include "gd_sched.h"
 #include "gd_stats.h"
 #include "gp_types.h"
@@ -21,6 +22,7 @@
 typedef struct {
   uint32_t max_connections;
   uint32_t reserved_fds;           /* a connection whose fd leaves fewer free is dropped */
+  uint32_t max_connections_per_peer; /* per uid (Unix) or address (TCP) */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */
@@ -38,6 +40,7 @@ typedef struct gd_server {
   struct gd_session *sessions;     /* every open connection */
   struct gd_session *wait_head, *wait_tail; /* FIFO of connections waiting for admission */
   size_t connections;              /* sessions not yet closing */
+  gd_peers peers;                  /* those sessions counted per peer */
   uint64_t next_session_id;
   bool draining;                   /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */

@@ -32,7 +32,7 @@ def _refused(d, ctx):
 def test_connection_cap(ctx):
     with ctx.daemon(config={"limits": {"max_connections": 4}}) as d:
         # the harness's readiness probe has closed; wait until the daemon has noticed
-        first = h.wait_until(lambda: _four(d), 5 * ctx.scale, "4 connections to be served")
+        first = h.wait_until(lambda: _n_served(d, 4), 5 * ctx.scale, "4 connections to be served")
         assert _refused(d, ctx), "a 5th connection was not refused"
         assert _refused(d, ctx), "a 6th connection was not refused"
         for client in first:
@@ -102,9 +102,10 @@ def _served(d):
     return None
 
 
-def _four(d):
+def _n_served(d, n):
+    """n connections, each served a ping, or None (all closed again)."""
     clients = []
-    for _ in range(4):
+    for _ in range(n):
         client = _served(d)
         if client is None:
             for c in clients:
@@ -142,6 +143,52 @@ def test_out_of_descriptors_counted(ctx):
         assert "connection(s) dropped: out of file descriptors" in d.log(), d.log_tail()
 
 
+def test_per_peer_cap(ctx):
+    """One peer (here one uid on the Unix socket) may hold limits.max_connections_per_peer."""
+    config = {"limits": {"max_connections": 100, "max_connections_per_peer": 3}}
+    with ctx.daemon(config=config, tcp=True) as d:
+        mine = h.wait_until(lambda: _n_served(d, 3), 5 * ctx.scale, "3 connections served")
+        assert _refused(d, ctx), "a 4th connection of the same uid was not refused"
+        with d.connect("tcp") as other:  # another peer still gets in
+            h.check_gemm(other, ctx.rng, 4, 3, 2, "f32")
+        for client in mine:
+            assert client.call("ping") == "pong"
+            client.close()
+
+
+def _half_request(client):
+    """Leaves client in the middle of a request: busy, never idle."""
+    packed = h.Client.pack_gemm(1, {"m": 8, "n": 8, "k": 8, "dtype": "f32"}, b"\0" * 256,
+                                b"\0" * 256)
+    client.send_raw(packed[:len(packed) // 2])
+
+
+def test_full_daemon_evicts_greediest_idle(ctx):
+    """Full: a newcomer from a peer with fewer connections closes the greediest peer's oldest
+    idle connection, never a busy one."""
+    config = {"limits": {"max_connections": 4}, "timeouts": {"request_ms": 60000}}
+    with ctx.daemon(config=config, tcp=True) as d:
+        greedy = h.wait_until(lambda: _n_served(d, 4), 5 * ctx.scale, "4 connections served")
+        for client in greedy[1:]:
+            _half_request(client)
+        with d.connect("tcp") as newcomer:
+            h.check_gemm(newcomer, ctx.rng, 5, 5, 5, "f64")
+            assert greedy[0].is_closed(5 * ctx.scale), "the oldest idle connection stayed open"
+            # the other three are busy: nothing to evict, the next newcomer is refused
+            try:
+                extra = d.connect("tcp", timeout=5 * ctx.scale)
+                extra.request("ping")
+                reply = extra.read_reply(3 * ctx.scale)
+                raise AssertionError("a 5th connection with nothing idle was served: %r" % (
+                    reply,))
+            except (h.ConnectionClosed, OSError):
+                pass
+            assert "closed to make room" in d.log(), d.log_tail()
+        for client in greedy:
+            client.close()
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_connection_cap, test_out_of_file_descriptors,
-                     test_out_of_descriptors_counted]))
+                     test_out_of_descriptors_counted, test_per_peer_cap,
+                     test_full_daemon_evicts_greediest_idle]))

@@ -41,6 +41,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_int_eq(a->log_level, b->log_level);
   ck_assert_uint_eq(a->max_connections, b->max_connections);
   ck_assert_uint_eq(a->reserved_fds, b->reserved_fds);
+  ck_assert_uint_eq(a->max_connections_per_peer, b->max_connections_per_peer);
   ck_assert_uint_eq(a->max_requests_in_flight, b->max_requests_in_flight);
   ck_assert_uint_eq(a->max_buffered_bytes, b->max_buffered_bytes);
   ck_assert_uint_eq(a->proto.max_message_bytes, b->proto.max_message_bytes);
@@ -83,6 +84,7 @@ static void scramble(gd_config *cfg) {
   cfg->log_level = GD_LOG_DEBUG;
   cfg->max_connections = cfg->max_requests_in_flight = 1;
   cfg->reserved_fds = 5;
+  cfg->max_connections_per_peer = 5;
   cfg->max_buffered_bytes = 1;
   memset(&cfg->proto, 0, sizeof cfg->proto);
   cfg->max_jobs = 1;
@@ -125,7 +127,7 @@ START_TEST(every_key_parses) {
   gd_config cfg;
   load_ok("listen:\n  - unix:/tmp/x.sock\n  - tcp:127.0.0.1:7000\n  - tcp:[::1]:7001\n"
           "unix_socket_mode: \"0600\"\nunix_socket_group: gemmd\nbackend: cpu\nlog_level: debug\n"
-          "limits:\n  max_connections: 10\n  reserved_fds: 8\n  max_requests_in_flight: 3\n"
+          "limits:\n  max_connections: 10\n  reserved_fds: 8\n  max_connections_per_peer: 6\n  max_requests_in_flight: 3\n"
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
           "  max_operand_bytes: \"512 MiB\"\n"
@@ -149,6 +151,7 @@ START_TEST(every_key_parses) {
   ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
   ck_assert_uint_eq(cfg.max_connections, 10);
   ck_assert_uint_eq(cfg.reserved_fds, 8);
+  ck_assert_uint_eq(cfg.max_connections_per_peer, 6);
   ck_assert_uint_eq(cfg.max_requests_in_flight, 3);
   ck_assert_uint_eq(cfg.max_buffered_bytes, 1u << 20);
   ck_assert_uint_eq(cfg.proto.max_message_bytes, 2ull << 30);
