@@ -60,6 +60,9 @@ void gd_config_default(gd_config *cfg) {
   cfg->max_jobs = 256;
   cfg->memory_budget = 4 * GIB;
   cfg->idle_ms = 300000;
+  cfg->min_receive_rate = 1 * MIB;
+  cfg->min_rate_bytes = 64 * MIB;
+  cfg->min_rate_grace_ms = 5000;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -197,6 +200,9 @@ static const field timeouts_fields[] = {
     FLD("idle_ms", F_U64, idle_ms, 0, WEEK_MS),
     FLD("request_ms", F_U64, request_ms, 0, WEEK_MS),
     FLD("drain_ms", F_U64, drain_ms, 0, WEEK_MS),
+    FLD("min_receive_rate", F_SIZE, min_receive_rate, 0, MAX_MESSAGE_MAX),
+    FLD("min_rate_bytes", F_SIZE, min_rate_bytes, 1, MAX_MESSAGE_MAX),
+    FLD("min_rate_grace_ms", F_U64, min_rate_grace_ms, 0, WEEK_MS),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field cpu_fields[] = {

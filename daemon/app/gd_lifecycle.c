@@ -71,6 +71,9 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .max_buffered_bytes = cfg->max_buffered_bytes,
                          .proto = cfg->proto,
                          .idle_ms = cfg->idle_ms,
+                         .min_receive_rate = cfg->min_receive_rate,
+                         .min_rate_bytes = cfg->min_rate_bytes,
+                         .min_rate_grace_ms = cfg->min_rate_grace_ms,
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode};
@@ -110,6 +113,9 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->max_jobs = next->max_jobs;
   cur->memory_budget = next->memory_budget;
   cur->idle_ms = next->idle_ms;
+  cur->min_receive_rate = next->min_receive_rate;
+  cur->min_rate_bytes = next->min_rate_bytes;
+  cur->min_rate_grace_ms = next->min_rate_grace_ms;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */

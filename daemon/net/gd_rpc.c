@@ -524,6 +524,14 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
 
 /* ---- the timer ---------------------------------------------------------------- */
 
+/* The payload bytes of the gemm being read (0 for anything else): what makes it large. */
+static uint64_t payload_bytes(const gd_session *s) {
+  if (!s->cur)
+    return 0;
+  const uint64_t *b = s->cur->job->operand_bytes;
+  return b[GP_OPERAND_A] + b[GP_OPERAND_B] + b[GP_OPERAND_C];
+}
+
 static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
   const gd_net_limits *cfg = &s->d->limits;
   gd_timeout_state st = {
@@ -532,7 +540,9 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
       .msg_started_us = s->msg_started_us, .last_activity_us = s->conn.last_activity_us,
       .write_progress_us = s->conn.out.write_progress_us,
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
-      .hold_ms = cfg->staging_hold_ms};
+      .hold_ms = cfg->staging_hold_ms, .msg_bytes = gp_decoder_message_bytes(s->dec),
+      .payload_bytes = payload_bytes(s), .min_rate = cfg->min_receive_rate,
+      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms};
   st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
   return gd_timeout_next(&st, due);
 }

@@ -27,6 +27,9 @@ typedef struct {
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */
   uint64_t idle_ms, request_ms;    /* 0 disables */
+  uint64_t min_receive_rate;       /* bytes a second for large requests; 0 disables */
+  uint64_t min_rate_bytes;         /* payloads from this size on are held to it */
+  uint64_t min_rate_grace_ms;      /* the rate counts after this start */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
 } gd_net_limits;

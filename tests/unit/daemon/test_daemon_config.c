@@ -58,6 +58,9 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->idle_ms, b->idle_ms);
   ck_assert_uint_eq(a->request_ms, b->request_ms);
   ck_assert_uint_eq(a->drain_ms, b->drain_ms);
+  ck_assert_uint_eq(a->min_receive_rate, b->min_receive_rate);
+  ck_assert_uint_eq(a->min_rate_bytes, b->min_rate_bytes);
+  ck_assert_uint_eq(a->min_rate_grace_ms, b->min_rate_grace_ms);
   ck_assert_uint_eq(a->cpu_threads, b->cpu_threads);
   ck_assert_uint_eq(a->blas_threads, b->blas_threads);
   ck_assert_uint_eq(a->cpu_min_part_mflop, b->cpu_min_part_mflop);
@@ -90,6 +93,7 @@ static void scramble(gd_config *cfg) {
   cfg->max_jobs = 1;
   cfg->memory_budget = 1;
   cfg->idle_ms = cfg->request_ms = cfg->drain_ms = 1;
+  cfg->min_receive_rate = cfg->min_rate_bytes = cfg->min_rate_grace_ms = 3;
   cfg->cpu_threads = cfg->blas_threads = 3;
   cfg->gpu.devices_auto = false;
   cfg->gpu.staging_bytes = 1;
@@ -132,7 +136,8 @@ START_TEST(every_key_parses) {
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
           "  max_operand_bytes: \"512 MiB\"\n"
           "queue: {max_jobs: 9, memory_budget: 3GiB}\n"
-          "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
+          "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6, min_receive_rate: 64KiB,\n"
+          "           min_rate_bytes: 1MiB, min_rate_grace_ms: 250}\n"
           "cpu: {threads: 4, blas_threads: 2}\n"
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
           "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
@@ -152,6 +157,9 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.max_connections, 10);
   ck_assert_uint_eq(cfg.reserved_fds, 8);
   ck_assert_uint_eq(cfg.max_connections_per_peer, 6);
+  ck_assert_uint_eq(cfg.min_receive_rate, 64 * 1024);
+  ck_assert_uint_eq(cfg.min_rate_bytes, 1 << 20);
+  ck_assert_uint_eq(cfg.min_rate_grace_ms, 250);
   ck_assert_uint_eq(cfg.max_requests_in_flight, 3);
   ck_assert_uint_eq(cfg.max_buffered_bytes, 1u << 20);
   ck_assert_uint_eq(cfg.proto.max_message_bytes, 2ull << 30);
