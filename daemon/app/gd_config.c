@@ -59,6 +59,8 @@ void gd_config_default(gd_config *cfg) {
   cfg->proto.max_operand_bytes = 1 * GIB;
   cfg->max_jobs = 256;
   cfg->memory_budget = 4 * GIB;
+  cfg->connection_memory_share = 0.5;
+  cfg->peer_memory_share = 0.75;
   cfg->idle_ms = 300000;
   cfg->min_receive_rate = 1 * MIB;
   cfg->min_rate_bytes = 64 * MIB;
@@ -192,6 +194,8 @@ static const field limits_fields[] = {
 static const field queue_fields[] = {
     FLD("max_jobs", F_U32, max_jobs, 1, 1u << 24),
     FLD("memory_budget", F_SIZE, memory_budget, 1, HOST_MEMORY_MAX),
+    FLD("connection_memory_share", F_FRACTION, connection_memory_share, 0, 0),
+    FLD("peer_memory_share", F_FRACTION, peer_memory_share, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */
@@ -491,7 +495,7 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
     return set_group(w, value, f, w->cfg->unix_socket_group, sizeof w->cfg->unix_socket_group);
   case F_LISTEN: return set_listen(w, value, w->cfg);
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
-  case F_FRACTION: return set_fraction(w, value, f, &w->cfg->gpu.memory_fraction);
+  case F_FRACTION: return set_fraction(w, value, f, (double *)((char *)w->cfg + f->offset));
   case F_KERNEL: return set_name(w, value, f, w->cfg->gpu.kernel, sizeof w->cfg->gpu.kernel);
   case F_SECTION: return walk_mapping(w, value, f->sub, f->key);
   }

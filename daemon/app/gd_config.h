@@ -49,7 +49,9 @@ typedef struct {
 
   /* queue: */
   uint32_t max_jobs;               /* daemon-wide, admitted and not yet answered */
-  uint64_t memory_budget;          /* host bytes of jobs in flight */
+  uint64_t memory_budget;
+  double connection_memory_share;  /* (0, 1] of memory_budget */
+  double peer_memory_share;          /* host bytes of jobs in flight */
 
   /* timeouts: (0 disables idle_ms and request_ms) */
   uint64_t idle_ms, request_ms, drain_ms;

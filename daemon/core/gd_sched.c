@@ -218,6 +218,30 @@ static uint64_t deadline_of(const gp_gemm_hdr *hdr, uint64_t now_us) {
   return now_us + ms * 1000u;
 }
 
+static bool within(uint64_t used, uint64_t host, uint64_t limit) {
+  return limit == 0 || used == 0 || (host <= limit && used <= limit - host);
+}
+
+/* The requester's own share first: over it, it waits for its own jobs, outside the line for
+ * shared room (which it would otherwise block). */
+static int check_share(const gd_sched_share *share, uint64_t host, gp_error *err) {
+  if (!share)
+    return 0;
+  if (!within(share->conn_used, host, share->conn_limit)) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the connection holds %llu bytes of "
+                 "queue.memory_budget, its share is %llu", (unsigned long long)share->conn_used,
+                 (unsigned long long)share->conn_limit);
+    return GD_SCHED_OVER_SHARE;
+  }
+  if (!within(share->peer_used, host, share->peer_limit)) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the peer holds %llu bytes of "
+                 "queue.memory_budget, its share is %llu", (unsigned long long)share->peer_used,
+                 (unsigned long long)share->peer_limit);
+    return GD_SCHED_OVER_SHARE;
+  }
+  return 0;
+}
+
 /* A request that can never fit is refused; one that fits an idle daemon waits (GD_SCHED_FULL). */
 static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
   uint64_t left = s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
@@ -241,7 +265,8 @@ static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
 }
 
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, gd_job_waiter *waiter, gd_job **out, gp_error *err) {
+                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   gd_job **out, gp_error *err) {
   assert(waiter && waiter->on_event);
   if (s->draining)
     return gp_error_set(err, GP_E_UNAVAILABLE, "gemmd is shutting down");
@@ -268,6 +293,10 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
   rc = check_budget(s, host, err);
+  if (rc == 0 || rc == GD_SCHED_FULL) {
+    int own = check_share(share, host, err);
+    rc = own ? own : rc;
+  }
   if (rc != 0) {
     free(sj);
     return rc;

@@ -7,6 +7,8 @@
  *   - draining                              -> UNAVAILABLE
  *   - host bytes (a + b + c + scratch) over queue.memory_budget itself
  *                                           -> RESOURCE_EXHAUSTED (can never fit)
+ *   - the host bytes over the connection's or the peer's share (gd_sched_share)
+ *                                           -> GD_SCHED_OVER_SHARE: the caller waits for its own
  *   - queue.max_jobs jobs already admitted, or the host bytes over what is left of the
  *     budget                                -> GD_SCHED_FULL: the caller waits for room
  *   - backend prepare() refuses             -> its error
@@ -42,6 +44,17 @@ typedef struct gd_sched gd_sched;
 /* gd_sched_admit's answer for a request that fits an idle daemon but not now (positive: never a
  * gp code). err still names what is full, for the log. */
 #define GD_SCHED_FULL 1
+/* ... for a request over its connection's or its peer's share of the budget (see
+ * gd_sched_share): it waits for that connection's or peer's own jobs, not in the shared line. */
+#define GD_SCHED_OVER_SHARE 2
+
+/* What the requester already holds of queue.memory_budget, and its shares (0: no share). A
+ * requester holding nothing may always go up to the whole budget: a share bounds how much
+ * more one holder adds, it never refuses a request outright. */
+typedef struct {
+  uint64_t conn_used, conn_limit;
+  uint64_t peer_used, peer_limit;
+} gd_sched_share;
 
 typedef struct {
   uint32_t max_jobs;
@@ -68,10 +81,11 @@ void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg);
 void gd_sched_set_draining(gd_sched *s);
 
 /* Admits a gemm whose header has been parsed and validated. On success *out is a new job whose
- * events go to waiter; order_key as in gd_job.h (0: none). On failure returns the code and fills
- * err naming the cause. */
+ * events go to waiter; order_key as in gd_job.h (0: none); share may be NULL. On failure
+ * returns the code and fills err naming the cause. */
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, gd_job_waiter *waiter, gd_job **out, gp_error *err);
+                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   gd_job **out, gp_error *err);
 
 /* Payload input, before submit: where the next bytes of operand at offset may land (false:
  * nowhere in particular, hand them to gd_sched_input), and the bytes themselves (*pause: stop

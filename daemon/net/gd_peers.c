@@ -30,6 +30,7 @@ int gd_peers_add(gd_peers *p, const char *key) {
     p->cap = cap;
   }
   item = &p->items[p->n++];
+  memset(item, 0, sizeof *item);
   snprintf(item->key, sizeof item->key, "%s", key);
   item->count = 1;
   return 0;
@@ -47,6 +48,26 @@ void gd_peers_remove(gd_peers *p, const char *key) {
 uint32_t gd_peers_count(const gd_peers *p, const char *key) {
   const gd_peer_count *item = find(p, key);
   return item ? item->count : 0;
+}
+
+void gd_peers_charge(gd_peers *p, const char *key, uint64_t bytes) {
+  gd_peer_count *item = find(p, key);
+  assert(item);
+  if (item)
+    item->reserved += bytes;
+}
+
+void gd_peers_uncharge(gd_peers *p, const char *key, uint64_t bytes) {
+  gd_peer_count *item = find(p, key);
+  if (!item)
+    return;
+  assert(item->reserved >= bytes);
+  item->reserved -= bytes;
+}
+
+uint64_t gd_peers_reserved(const gd_peers *p, const char *key) {
+  const gd_peer_count *item = find(p, key);
+  return item ? item->reserved : 0;
 }
 
 const gd_peer_count *gd_peers_greediest(const gd_peers *p) {

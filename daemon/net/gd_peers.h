@@ -16,6 +16,7 @@
 typedef struct {
   char key[GD_PEER_KEY_MAX];
   uint32_t count;
+  uint64_t reserved;       /* budget bytes its connections' jobs hold until computed */
 } gd_peer_count;
 
 typedef struct {
@@ -29,6 +30,12 @@ int gd_peers_add(gd_peers *p, const char *key);
 void gd_peers_remove(gd_peers *p, const char *key);
 /* Open connections of key (0 for a peer not seen). */
 uint32_t gd_peers_count(const gd_peers *p, const char *key);
+/* Budget bytes held by key's jobs: charge adds, uncharge takes off (a peer no longer listed
+ * has nothing to take off: its last connection closed). */
+void gd_peers_charge(gd_peers *p, const char *key, uint64_t bytes);
+void gd_peers_uncharge(gd_peers *p, const char *key, uint64_t bytes);
+uint64_t gd_peers_reserved(const gd_peers *p, const char *key);
+
 /* The peer with the most open connections, or NULL when there is none. */
 const gd_peer_count *gd_peers_greediest(const gd_peers *p);
 void gd_peers_free(gd_peers *p);

@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gd_clock.h"
 #include "gd_log.h"
@@ -191,16 +192,34 @@ static void count_request(gd_server *d, gp_method method) {
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
 
-/* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL (nothing done), or
- * a gp code (refused and answered). */
+/* What this connection and its peer hold of the budget, and their shares
+ * (queue.connection_memory_share; queue.peer_memory_share only while another peer is
+ * connected: alone, a peer takes no room from anyone). */
+static gd_sched_share share_of(const gd_session *s) {
+  const gd_server *d = s->d;
+  double budget = (double)gd_sched_get_limits(d->sched).memory_budget;
+  gd_sched_share share = {
+      .conn_used = s->conn.calls.reserved,
+      .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
+      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key)};
+  if (d->peers.n > 1)
+    share.peer_limit = (uint64_t)(budget * d->limits.peer_memory_share);
+  return share;
+}
+
+static bool must_wait(int rc) { return rc == GD_SCHED_FULL || rc == GD_SCHED_OVER_SHARE; }
+
+/* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL or
+ * GD_SCHED_OVER_SHARE (nothing done), or a gp code (refused and answered). */
 static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
   gd_call *call = NULL;
-  int rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, on_job_event, &call,
-                         &err);
-  if (rc == GD_SCHED_FULL) {
-    gd_debug("conn %llu: msgid %u: waits for room: %s", (unsigned long long)s->conn.id,
+  gd_sched_share share = share_of(s);
+  int rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, &share, on_job_event,
+                         &call, &err);
+  if (must_wait(rc)) {
+    gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
              (unsigned)s->msgid, err.message);
     return rc;
   }
@@ -208,6 +227,8 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
     refuse_current(s, s->msgid, rc, err.message);
     return rc;
   }
+  if (s->peer_counted)
+    gd_peers_charge(&s->d->peers, s->conn.peer_key, call->counted);
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
            (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),
@@ -242,23 +263,34 @@ static void wait_unlink(gd_session *s) {
   s->wait_prev = s->wait_next = NULL;
 }
 
-static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
-  assert(!s->waiting && !s->cur);
+/* A gemm header waits: in the FIFO for shared room (GD_SCHED_FULL), or, over its own share
+ * (GD_SCHED_OVER_SHARE), out of line until its connection's or peer's jobs are computed. */
+static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int why) {
+  assert(!s->waiting && !s->cur && must_wait(why));
   s->waiting = true;
+  s->in_line = why == GD_SCHED_FULL;
   s->wait_hdr = *hdr;
   s->wait_has_c = has_c;
   s->wait_since_us = gd_now_us();
   s->d->stats->admission_waits++;
-  wait_link(s);
+  if (s->in_line)
+    wait_link(s);
+  else
+    s->d->share_waiters++;
 }
 
-/* Leaves the FIFO; the time spent waiting does not count against timeouts.request_ms. The next
- * waiter is woken: room that was meant for s may be its. */
+/* Stops waiting; the time spent waiting does not count against timeouts.request_ms. The next
+ * in line is woken: room that was meant for s may be its. */
 static void stop_waiting(gd_session *s) {
   if (!s->waiting)
     return;
-  wait_unlink(s);
-  s->waiting = false;
+  if (s->in_line) {
+    wait_unlink(s);
+  } else {
+    assert(s->d->share_waiters > 0);
+    s->d->share_waiters--;
+  }
+  s->waiting = s->in_line = false;
   s->wake = false;
   s->msg_started_us += gd_now_us() - s->wait_since_us;
   gd_rpc_room(s->d);
@@ -277,9 +309,29 @@ void gd_rpc_room(void *server) {
   gd_server *d = server;
   for (gd_session *s = d->wait_head; s; s = d->draining ? s->wait_next : NULL)
     wake(s);
+  if (!d->draining || d->share_waiters == 0)
+    return;
+  for (gd_session *s = d->sessions; s; s = s->next)
+    if (s->waiting && !s->in_line && !s->conn.closing)
+      wake(s);
 }
 
 void gd_rpc_closing(gd_session *s) { stop_waiting(s); }
+
+/* Budget bytes of one of s's jobs stopped counting (computed, or let go): its peer's count goes
+ * down, and whoever of that peer waits over its share tries again. */
+static void on_uncounted(gd_calls *l, uint64_t bytes) {
+  gd_session *s = (gd_session *)((char *)l - offsetof(gd_session, conn.calls));
+  gd_server *d = s->d;
+  if (s->peer_counted)
+    gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
+  if (d->share_waiters == 0)
+    return;
+  for (gd_session *o = d->sessions; o; o = o->next)
+    if (o->waiting && !o->in_line && !o->conn.closing &&
+        strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
+      wake(o);
+}
 
 bool gd_rpc_idle(const gd_session *s) {
   const gd_conn *c = &s->conn;
@@ -287,19 +339,28 @@ bool gd_rpc_idle(const gd_session *s) {
          c->calls.in_flight == 0 && c->out.writes == 0 && gd_replyq_backlog(&c->out) == 0;
 }
 
-/* The first waiter's timer fired after room appeared: it tries again (the FIFO keeps it first
- * while still full); admitted or refused, it reads on. */
+/* A waiter's timer fired after room appeared: it tries again. Still waiting for the same thing,
+ * it keeps its place (the first in line stays first); waiting for the other thing now, it moves;
+ * admitted or refused, it reads on. */
 static void retry_admission(gd_session *s) {
   s->wake = false;
-  if (admit_gemm(s, &s->wait_hdr, s->wait_has_c) != GD_SCHED_FULL)
+  int rc = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
+  bool still = s->in_line ? rc == GD_SCHED_FULL : rc == GD_SCHED_OVER_SHARE;
+  if (!still) {
+    gp_gemm_hdr hdr = s->wait_hdr;
+    bool has_c = s->wait_has_c;
     stop_waiting(s);
+    if (must_wait(rc))
+      start_waiting(s, &hdr, has_c, rc);
+  }
   gd_rpc_kick(&s->conn);
 }
 
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
-  /* behind connections already waiting: first come, first served */
-  if (s->d->wait_head || admit_gemm(s, &ev->gemm, ev->has_c) == GD_SCHED_FULL)
-    start_waiting(s, &ev->gemm, ev->has_c);
+  /* behind connections already in line: first come, first served */
+  int rc = s->d->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  if (must_wait(rc))
+    start_waiting(s, &ev->gemm, ev->has_c, rc);
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {
@@ -515,6 +576,8 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
   gd_session *s = (gd_session *)((char *)call->list - offsetof(gd_session, conn.calls));
   assert(call->job == job && !call->orphan && !s->conn.closing);
   (void)job;
+  if (ev->type == GD_EV_FAILED || (ev->type == GD_EV_OUTPUT_CHUNK && ev->last))
+    gd_call_uncount(call); /* computed: it holds no shared budget any more (gd_sched.h) */
   switch (ev->type) {
   case GD_EV_OUTPUT_CHUNK: job_output(s, call, ev); return;
   case GD_EV_FAILED: job_failed(s, call, &ev->err); return;
@@ -584,6 +647,7 @@ static void update_timer(gd_session *s) {
 /* ---- the connection as a whole ------------------------------------------------- */
 
 void gd_rpc_start(gd_session *s) {
+  s->conn.calls.uncounted = on_uncounted;
   update_reading(s);
   if (!s->conn.closing)
     update_timer(s);

@@ -14,7 +14,9 @@
  * queue.memory_budget: GD_SCHED_FULL) is not refused; its connection stops reading and waits in
  * the server's FIFO of waiting connections. When the scheduler reports room, the first waiter's
  * timer fires at once and admission is tried again; a waiter that gets in wakes the next one.
- * Waiting does not count against timeouts.request_ms.
+ * A gemm over its connection's or peer's share of the budget (GD_SCHED_OVER_SHARE) waits out
+ * of line, so it never blocks other connections; it tries again when a job of its peer is
+ * computed or let go. Waiting does not count against timeouts.request_ms.
  *
  * Loop thread only.
  */
@@ -51,6 +53,8 @@ struct gd_session {
 
   /* a gemm header waiting for room in the scheduler (see the top) */
   bool waiting;
+  bool in_line;              /* waiting in the server's FIFO for shared room; else over its
+                              * connection's or peer's share, out of line */
   bool wake;                 /* room appeared: try again on the next timer tick */
   gp_gemm_hdr wait_hdr;
   bool wait_has_c;

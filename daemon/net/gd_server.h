@@ -23,6 +23,8 @@ typedef struct {
   uint32_t max_connections;
   uint32_t reserved_fds;           /* a connection whose fd leaves fewer free is dropped */
   uint32_t max_connections_per_peer; /* per uid (Unix) or address (TCP) */
+  double connection_memory_share;  /* of queue.memory_budget, for one connection */
+  double peer_memory_share;        /* ... for one peer, while other peers are connected */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */
@@ -42,6 +44,7 @@ typedef struct gd_server {
   gd_sched *sched;
   struct gd_session *sessions;     /* every open connection */
   struct gd_session *wait_head, *wait_tail; /* FIFO of connections waiting for admission */
+  size_t share_waiters;            /* connections waiting over their share, out of line */
   size_t connections;              /* sessions not yet closing */
   gd_peers peers;                  /* those sessions counted per peer */
   uint64_t next_session_id;

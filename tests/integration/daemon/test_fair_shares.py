@@ -111,6 +111,38 @@ def test_waiting_request_answered_on_shutdown(ctx):
         d.stop(sig=None)
 
 
+def test_peer_over_its_share_waits_alone(ctx):
+    """Two peers (the Unix uid, TCP loopback): a peer holding most of its share waits with its
+    next request, out of line, while the other peer is served; then it is served too."""
+    n = 200  # a + b + c: 480 KB
+    config = {"queue": {"memory_budget": "1600KiB", "peer_memory_share": 0.5}}  # 819 KB
+    hdr = {"m": n, "n": n, "k": n, "dtype": "f32"}
+    with ctx.daemon(config=config, tcp=True) as d:
+        other_peer = d.connect("tcp")  # makes the peer share apply
+        holder = d.connect()  # its job is admitted at the header and stalls mid-payload
+        a0, b0 = h.random_operands(ctx.rng, n, n, n, "f32")
+        packed = h.Client.pack_gemm(1, hdr, a0, b0)
+        holder.send_raw(packed[:len(packed) // 2])
+        h.wait_until(lambda: _stats(d)["reserved_bytes"] >= 480000, 10 * ctx.scale,
+                     "the holder's job to be admitted")
+        second = d.connect()  # same uid: 480 + 480 KB is over the peer's 819 KB
+        a1, b1 = h.random_operands(ctx.rng, n, n, n, "f32")
+        sender = h.send_in_background(second, h.Client.pack_gemm(2, hdr, a1, b1))
+        h.wait_until(lambda: _stats(d)["admission_waits"] >= 1, 10 * ctx.scale,
+                     "the second request of the peer to wait over its share")
+        a2, b2 = h.random_operands(ctx.rng, n, n, n, "f32")
+        _, out = other_peer.gemm(hdr, a2, b2, timeout=10 * ctx.scale)  # not held up by it
+        h.assert_close(out, a2, b2, None, 1.0, 0.0, False, False, "f32", "the other peer")
+        holder.send_raw(packed[len(packed) // 2:])
+        _, out = holder.gemm_result(1, hdr, timeout=10 * ctx.scale)
+        h.assert_close(out, a0, b0, None, 1.0, 0.0, False, False, "f32", "the holder")
+        _, out = second.gemm_result(2, hdr, timeout=10 * ctx.scale)
+        h.assert_close(out, a1, b1, None, 1.0, 0.0, False, False, "f32", "the waiter")
+        sender.join(10 * ctx.scale)
+        for client in (other_peer, holder, second):
+            client.close()
+
+
 def _stats(d):
     with d.connect() as client:
         return client.call("stats")
@@ -120,4 +152,5 @@ if __name__ == "__main__":
     sys.exit(h.main([test_non_readers_do_not_fill_max_jobs,
                      test_non_readers_do_not_hold_the_budget,
                      test_defaults_hold_32_clients_64_in_flight,
-                     test_waiting_request_answered_on_shutdown]))
+                     test_waiting_request_answered_on_shutdown,
+                     test_peer_over_its_share_waits_alone]))

@@ -55,6 +55,8 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->proto.max_operand_bytes, b->proto.max_operand_bytes);
   ck_assert_uint_eq(a->max_jobs, b->max_jobs);
   ck_assert_uint_eq(a->memory_budget, b->memory_budget);
+  ck_assert(a->connection_memory_share == b->connection_memory_share);
+  ck_assert(a->peer_memory_share == b->peer_memory_share);
   ck_assert_uint_eq(a->idle_ms, b->idle_ms);
   ck_assert_uint_eq(a->request_ms, b->request_ms);
   ck_assert_uint_eq(a->drain_ms, b->drain_ms);
@@ -92,6 +94,7 @@ static void scramble(gd_config *cfg) {
   memset(&cfg->proto, 0, sizeof cfg->proto);
   cfg->max_jobs = 1;
   cfg->memory_budget = 1;
+  cfg->connection_memory_share = cfg->peer_memory_share = 0.01;
   cfg->idle_ms = cfg->request_ms = cfg->drain_ms = 1;
   cfg->min_receive_rate = cfg->min_rate_bytes = cfg->min_rate_grace_ms = 3;
   cfg->cpu_threads = cfg->blas_threads = 3;
@@ -135,7 +138,8 @@ START_TEST(every_key_parses) {
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
           "  max_operand_bytes: \"512 MiB\"\n"
-          "queue: {max_jobs: 9, memory_budget: 3GiB}\n"
+          "queue: {max_jobs: 9, memory_budget: 3GiB, connection_memory_share: 0.25,\n"
+          "        peer_memory_share: 0.5}\n"
           "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6, min_receive_rate: 64KiB,\n"
           "           min_rate_bytes: 1MiB, min_rate_grace_ms: 250}\n"
           "cpu: {threads: 4, blas_threads: 2}\n"
@@ -157,6 +161,7 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.max_connections, 10);
   ck_assert_uint_eq(cfg.reserved_fds, 8);
   ck_assert_uint_eq(cfg.max_connections_per_peer, 6);
+  ck_assert(cfg.connection_memory_share == 0.25 && cfg.peer_memory_share == 0.5);
   ck_assert_uint_eq(cfg.min_receive_rate, 64 * 1024);
   ck_assert_uint_eq(cfg.min_rate_bytes, 1 << 20);
   ck_assert_uint_eq(cfg.min_rate_grace_ms, 250);

@@ -131,7 +131,7 @@ static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
 
 static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
   gp_error_clear(err);
-  return gd_sched_admit(sched, h, false, 7, 1, &waiter, job, err);
+  return gd_sched_admit(sched, h, false, 7, 1, NULL, &waiter, job, err);
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -341,6 +341,40 @@ START_TEST(live_job_events_reach_the_session) {
 }
 END_TEST
 
+/* A connection's and a peer's share of the budget (issue 17): over it the request waits for
+ * its own (GD_SCHED_OVER_SHARE), never refused; holding nothing, anything up to the budget. */
+START_TEST(memory_shares) {
+  start(100, 10000, false);
+  gp_gemm_hdr h = hdr_of(10, 10, 10); /* 1200 bytes */
+  gd_job *job;
+  gp_error err;
+  gd_sched_share share = {.conn_used = 0, .conn_limit = 1000, .peer_used = 0, .peer_limit = 0};
+  gp_error_clear(&err);
+  /* holding nothing: over the share is fine */
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  gd_sched_abandon(sched, job);
+  share.conn_used = 1; /* holding something: 1 + 1200 is over 1000 */
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+                   GD_SCHED_OVER_SHARE);
+  ck_assert_ptr_nonnull(strstr(err.message, "connection holds 1 bytes"));
+  share.conn_limit = 1201;
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  gd_sched_abandon(sched, job);
+  share.peer_used = 9000; /* the peer's share now */
+  share.peer_limit = 10000;
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+                   GD_SCHED_OVER_SHARE);
+  ck_assert_ptr_nonnull(strstr(err.message, "peer holds 9000 bytes"));
+  /* never fits the budget: refused, whatever the share says */
+  gp_gemm_hdr big = hdr_of(100, 100, 100);
+  ck_assert_int_eq(gd_sched_admit(sched, &big, false, 1, 1, &share, &waiter, &job, &err),
+                   GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  stop();
+}
+END_TEST
+
 static int rooms;
 static void on_room(void *arg) {
   ck_assert_ptr_eq(arg, &fake);
@@ -480,6 +514,7 @@ int main(void) {
   tcase_add_test(tc, operand_totals);
   tcase_add_test(tc, max_jobs_waits);
   tcase_add_test(tc, delivering_job_leaves_the_shared_queue);
+  tcase_add_test(tc, memory_shares);
   tcase_add_test(tc, memory_budget_from_the_header);
   tcase_add_test(tc, backend_host_bytes_and_prepare);
   tcase_add_test(tc, draining_refuses);
