@@ -115,14 +115,26 @@ def test_peer_over_its_share_waits_alone(ctx):
     """Two peers (the Unix uid, TCP loopback): a peer holding most of its share waits with its
     next request, out of line, while the other peer is served; then it is served too."""
     n = 200  # a + b + c: 480 KB
-    config = {"queue": {"memory_budget": "1600KiB", "peer_memory_share": 0.5}}  # 819 KB
+    config = {"queue": {"memory_budget": "1600KiB", "peer_memory_share": 0.5},  # 819 KB
+              "timeouts": {"request_ms": 200}}
     hdr = {"m": n, "n": n, "k": n, "dtype": "f32"}
     with ctx.daemon(config=config, tcp=True) as d:
         other_peer = d.connect("tcp")  # makes the peer share apply
-        holder = d.connect()  # its job is admitted at the header and stalls mid-payload
+        holder = d.connect()  # open before the quitter: the peer stays listed when it leaves
+        # The daemon closes a stalled request of the same peer: what its job held must not
+        # stay counted on the peer.
+        quitter = d.connect()
         a0, b0 = h.random_operands(ctx.rng, n, n, n, "f32")
         packed = h.Client.pack_gemm(1, hdr, a0, b0)
-        holder.send_raw(packed[:len(packed) // 2])
+        quitter.send_raw(packed[:len(packed) // 2])
+        assert quitter.is_closed(10 * ctx.scale), "request_ms did not close the quitter"
+        quitter.close()
+        config["timeouts"]["request_ms"] = 60000  # the holder below stalls on purpose
+        d.write_config(config)
+        d.send_signal(signal.SIGHUP)
+        h.wait_until(lambda: "reloaded" in d.log(), 10 * ctx.scale, "the reload")
+        assert _stats(d)["reserved_bytes"] == 0
+        holder.send_raw(packed[:len(packed) // 2])  # admitted at the header, stalls mid-payload
         h.wait_until(lambda: _stats(d)["reserved_bytes"] >= 480000, 10 * ctx.scale,
                      "the holder's job to be admitted")
         second = d.connect()  # same uid: 480 + 480 KB is over the peer's 819 KB
