@@ -272,7 +272,6 @@ static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int
   s->wait_hdr = *hdr;
   s->wait_has_c = has_c;
   s->wait_since_us = gd_now_us();
-  s->d->stats->admission_waits++;
   if (s->in_line)
     wait_link(s);
   else
@@ -316,21 +315,29 @@ void gd_rpc_room(void *server) {
       wake(s);
 }
 
-void gd_rpc_closing(gd_session *s) { stop_waiting(s); }
-
-/* Budget bytes of one of s's jobs stopped counting (computed, or let go): its peer's count goes
- * down, and whoever of that peer waits over its share tries again. */
-static void on_uncounted(gd_calls *l, uint64_t bytes) {
-  gd_session *s = (gd_session *)((char *)l - offsetof(gd_session, conn.calls));
+/* Budget bytes of s's jobs stopped counting (computed, or let go): its peer's count goes down,
+ * and whoever of that peer waits over its share tries again. */
+static void peer_uncharge(gd_session *s, uint64_t bytes) {
   gd_server *d = s->d;
-  if (s->peer_counted)
-    gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
+  if (!s->peer_counted || bytes == 0)
+    return;
+  gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
   if (d->share_waiters == 0)
     return;
   for (gd_session *o = d->sessions; o; o = o->next)
     if (o->waiting && !o->in_line && !o->conn.closing &&
         strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
       wake(o);
+}
+
+static void on_uncounted(gd_calls *l, uint64_t bytes) {
+  peer_uncharge((gd_session *)((char *)l - offsetof(gd_session, conn.calls)), bytes);
+}
+
+void gd_rpc_closing(gd_session *s) {
+  stop_waiting(s);
+  peer_uncharge(s, s->conn.calls.reserved); /* its jobs are let go right after this */
+  s->conn.calls.uncounted = NULL;
 }
 
 bool gd_rpc_idle(const gd_session *s) {
@@ -359,8 +366,10 @@ static void retry_admission(gd_session *s) {
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
   /* behind connections already in line: first come, first served */
   int rc = s->d->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
-  if (must_wait(rc))
+  if (must_wait(rc)) {
+    s->d->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
+  }
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {

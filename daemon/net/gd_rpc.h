@@ -77,7 +77,7 @@ void gd_rpc_room(void *server);
  * work (the per-peer caps may close it to make room). */
 bool gd_rpc_idle(const gd_session *s);
 
-/* The connection closes: it leaves the FIFO of waiting connections. */
+/* The connection closes: it stops waiting, and what its jobs hold is no longer its peer's. */
 void gd_rpc_closing(gd_session *s);
 
 /* A new connection: starts reading and the timer. */

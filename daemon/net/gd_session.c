@@ -20,11 +20,8 @@ static void on_closing(gd_conn *c, const char *why) {
   s->d->connections--;
   s->cur = NULL;
   gd_rpc_closing(s);
-  if (s->peer_counted) {
-    /* its jobs are let go right after this: what they held is no longer the peer's */
-    gd_peers_uncharge(&s->d->peers, c->peer_key, c->calls.reserved);
+  if (s->peer_counted)
     gd_peers_remove(&s->d->peers, c->peer_key);
-  }
   s->peer_counted = false;
   if (s->quiet)
     return;
