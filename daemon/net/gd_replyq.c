@@ -63,6 +63,12 @@ typedef struct {
 static void release_held(gd_replyq *q);
 static void pump(gd_replyq *q);
 
+/* libuv's write queue size as of now: the stalled-reader timer counts only a change after this
+ * as the client's progress (a write queued or finished is accounted for here, not there). */
+static void note_queue_size(gd_replyq *q) {
+  q->write_queue_seen = uv_stream_get_write_queue_size(q->stream);
+}
+
 /* The one place a chunk leaves the queue: given back to its job, exactly once. */
 static void give_back(gd_replyq *q, gd_call *c, const void *data, size_t len) {
   (void)q;
@@ -113,6 +119,7 @@ static void on_write(uv_write_t *req, int status) {
   q->write_bytes -= w->bytes;
   q->writes--;
   q->write_progress_us = gd_now_us();
+  note_queue_size(q);
   if (status == 0)
     q->stats->bytes_out += w->bytes;
   gd_call *rec = w->rec;
@@ -190,6 +197,7 @@ static wreq *queue_write(gd_replyq *q, char *head, size_t head_len, gd_call *rec
     q->write_progress_us = gd_now_us();
   q->writes++;
   q->write_bytes += w->bytes;
+  note_queue_size(q);
   q->events->queued(q); /* arms the stalled-reader timeout */
   return w;
 }

@@ -10,6 +10,7 @@ if(TARGET gemmd)
     errors              # every error code the daemon produces
     disconnects         # clients vanishing mid-payload and with a job running
     backpressure        # max_requests_in_flight, max_buffered_bytes
+    fair_shares         # non-readers block only themselves; full daemon means wait, not refuse
     timeouts            # idle and request-arrival timeouts
     shutdown            # SIGTERM with requests in flight
     reload              # SIGHUP re-reads the config
