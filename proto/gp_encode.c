@@ -209,24 +209,46 @@ static int pack_name(msgpack_packer *pk, const char name[GP_NAME_MAX]) {
   return GP_OK;
 }
 
+/* [1, msgid, nil, [out_hdr with extra more pairs to follow: the caller packs them. */
+static int pack_result_head(msgpack_packer *pk, uint32_t msgid, const gp_gemm_result_hdr *rh,
+                            uint32_t extra) {
+  if ((unsigned)rh->dtype >= GP_DTYPE_COUNT)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(gp_pack_response_head(pk, msgid));
+  PACK(msgpack_pack_array(pk, 2));
+  PACK(msgpack_pack_map(pk, 7 + extra));
+  PACK(pack_key_uint(pk, "m", rh->m));
+  PACK(pack_key_uint(pk, "n", rh->n));
+  PACK(pack_key_cstr(pk, "dtype", gp_dtype_name(rh->dtype)));
+  PACK(pack_key_uint(pk, "batch", rh->batch));
+  PACK_KEY(pk, "device");
+  PACK(pack_name(pk, rh->device));
+  PACK_KEY(pk, "kernel");
+  PACK(pack_name(pk, rh->kernel));
+  PACK_KEY(pk, "timings");
+  return pack_timings(pk, rh);
+}
+
 int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
                                  const gp_gemm_result_hdr *rh, uint64_t c_bytes) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-  if (c_bytes > UINT32_MAX || (unsigned)rh->dtype >= GP_DTYPE_COUNT)
+  if (c_bytes > UINT32_MAX)
     return GP_E_INVALID_ARGUMENT;
-  PACK(gp_pack_response_head(&pk, msgid));
-  PACK(msgpack_pack_array(&pk, 2));
-  PACK(msgpack_pack_map(&pk, 7));
-  PACK(pack_key_uint(&pk, "m", rh->m));
-  PACK(pack_key_uint(&pk, "n", rh->n));
-  PACK(pack_key_cstr(&pk, "dtype", gp_dtype_name(rh->dtype)));
-  PACK(pack_key_uint(&pk, "batch", rh->batch));
-  PACK_KEY(&pk, "device");
-  PACK(pack_name(&pk, rh->device));
-  PACK_KEY(&pk, "kernel");
-  PACK(pack_name(&pk, rh->kernel));
-  PACK_KEY(&pk, "timings");
-  PACK(pack_timings(&pk, rh));
+  PACK(pack_result_head(&pk, msgid, rh, 0));
   return pack_bin_header(&pk, c_bytes);
+}
+
+int gp_encode_gemm_response_shm(msgpack_sbuffer *out, uint32_t msgid,
+                                const gp_gemm_result_hdr *rh, uint64_t region, uint64_t offset,
+                                uint64_t c_bytes) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  PACK(pack_result_head(&pk, msgid, rh, 1));
+  PACK_KEY(&pk, "out");
+  PACK(msgpack_pack_map(&pk, 3));
+  PACK(pack_key_uint(&pk, "region", region));
+  PACK(pack_key_uint(&pk, "offset", offset));
+  PACK(pack_key_uint(&pk, "bytes", c_bytes));
+  return msgpack_pack_nil(&pk) == 0 ? GP_OK : GP_E_RESOURCE_EXHAUSTED;
 }

@@ -65,4 +65,10 @@ int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid);
 int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
                                  const gp_gemm_result_hdr *rh, uint64_t c_bytes);
 
+/* A whole gemm reply whose result was written into a shared-memory region instead:
+ * [1, msgid, nil, [out_hdr + {"out": {"region", "offset", "bytes"}}, nil]]. */
+int gp_encode_gemm_response_shm(msgpack_sbuffer *out, uint32_t msgid,
+                                const gp_gemm_result_hdr *rh, uint64_t region, uint64_t offset,
+                                uint64_t c_bytes);
+
 #endif /* GP_ENCODE_H */

@@ -30,6 +30,8 @@ typedef struct gd_call {
   bool reply_out;          /* its last byte left through uv_try_write while writes of it were
                             * still pending: the last of those answers the job */
   bool orphan;             /* the connection closed: job abandoned, only chunks come back */
+  bool shm_out;            /* the result goes into a shared-memory region (gd_shm_calls.h) */
+  uint64_t out_region, out_offset;
 } gd_call;
 
 struct gd_calls {

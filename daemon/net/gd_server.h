@@ -14,6 +14,7 @@
 
 #include "gd_backend.h"
 #include "gd_sched.h"
+#include "gd_shm.h"
 #include "gd_stats.h"
 #include "gp_types.h"
 
@@ -26,6 +27,7 @@ typedef struct {
   uint64_t idle_ms, request_ms;    /* 0 disables */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
+  gd_shm_limits shm;               /* shm.* */
 } gd_net_limits;
 
 typedef struct gd_server {
@@ -38,6 +40,7 @@ typedef struct gd_server {
   size_t connections;              /* sessions not yet closing */
   uint64_t next_session_id;
   bool draining;                   /* refuse new connections */
+  gd_shm_totals shm;               /* shared-memory regions of every connection */
 } gd_server;
 
 #endif /* GD_SERVER_H */
