@@ -85,6 +85,8 @@ typedef struct {
   bool is_gemm_result;       /* RESPONSE: the result is [out_hdr, c] */
   gp_gemm_result_hdr result_hdr;
   uint64_t result_bytes;     /* RESPONSE of a gemm: length of c that PAYLOAD events will carry */
+  bool result_in_shm;        /* RESPONSE of a gemm: [out_hdr, nil], out_hdr naming "out": the
+                                result went into shared memory; no PAYLOAD follows */
   const msgpack_object *result; /* RESPONSE of anything else: valid until the next feed call */
   gp_operand operand;        /* PAYLOAD */
   uint64_t offset;           /* PAYLOAD: where data starts within its operand */

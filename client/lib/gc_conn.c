@@ -108,6 +108,7 @@ void gc_close(gc_conn *conn) {
     gc__request_release(r);
   }
   gc__reqtab_free(&conn->table);
+  gc__shm_free_all(conn);
   gp_decoder_free(conn->decoder);
   free(conn->rbuf);
   free(conn);
