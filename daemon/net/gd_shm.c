@@ -180,24 +180,34 @@ static int map_region(gd_shm *t, int fd, uint64_t size, uint64_t *id, gp_error *
   return 0;
 }
 
-int gd_shm_register(gd_shm *t, const gd_shm_limits *lim, uint64_t size, uint64_t *id,
-                    gp_error *err) {
-  int fd = pop_fd(t);
+/* Everything a registration must pass before the mapping, in the order a client would want
+ * to hear of it. */
+static int check_request(const gd_shm *t, const gd_shm_limits *lim, uint64_t size, int fd,
+                         gp_error *err) {
   if (!t->totals || !lim->enabled)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
-                        t->totals ? "shared memory is disabled (shm.enabled)"
-                                  : "shared memory needs a Unix socket connection");
+                        "shared memory needs a Unix socket connection (and shm.enabled)");
+  if (size == 0 || size > SIZE_MAX)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "size: must be 1..%zu, got %llu",
+                        (size_t)SIZE_MAX, (unsigned long long)size);
+  int rc = check_quota(t, lim, size, err);
+  if (rc != 0)
+    return rc;
   if (fd < 0)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "shm_register: no file descriptor came with the request (send a memfd "
                         "with SCM_RIGHTS on the request's first byte)");
-  int rc;
-  if (size == 0 || size > SIZE_MAX)
-    rc = gp_error_set(err, GP_E_INVALID_ARGUMENT, "size: must be 1..%zu, got %llu",
-                       (size_t)SIZE_MAX, (unsigned long long)size);
-  else if ((rc = check_fd(fd, size, err)) == 0 && (rc = check_quota(t, lim, size, err)) == 0)
+  return check_fd(fd, size, err);
+}
+
+int gd_shm_register(gd_shm *t, const gd_shm_limits *lim, uint64_t size, uint64_t *id,
+                    gp_error *err) {
+  int fd = pop_fd(t); /* consumed whatever happens: keeps requests and descriptors paired */
+  int rc = check_request(t, lim, size, fd, err);
+  if (rc == 0)
     rc = map_region(t, fd, size, id, err);
-  close(fd); /* the mapping keeps the memory */
+  if (fd >= 0)
+    close(fd); /* the mapping keeps the memory */
   return rc;
 }
 

@@ -174,8 +174,9 @@ static bool event_equal(const tp_event *a, const tp_event *b) {
       a->payload_len != b->payload_len || a->arg != b->arg || a->region != b->region ||
       a->offset != b->offset)
     return false;
-  if ((a->type == GP_EV_PAYLOAD || a->type == GP_EV_OPERAND_REF) &&
-      (a->operand != b->operand || memcmp(a->payload, b->payload, a->payload_len) != 0))
+  if ((a->type == GP_EV_PAYLOAD || a->type == GP_EV_OPERAND_REF) && a->operand != b->operand)
+    return false;
+  if (a->type == GP_EV_PAYLOAD && memcmp(a->payload, b->payload, a->payload_len) != 0)
     return false;
   return true;
 }
