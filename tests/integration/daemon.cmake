@@ -75,6 +75,17 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
         "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
 
+  # shared memory on the GPU backend: operands copied from regions into staging (pausing while
+  # it is full), results written into regions.
+  add_test(NAME daemon_fake_shm
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_shm.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_shm PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason
            COMMAND gemmd_fake --backend gpu --config ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)

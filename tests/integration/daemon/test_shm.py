@@ -183,6 +183,19 @@ def test_operands_in_two_regions(ctx, d, client):
     assert shm_stats(client) == (2, 2 << 16)
 
 
+def test_larger_than_staging(ctx):
+    """Operands from regions many staging buffers long: on the GPU backend the copy pauses
+    while staging is full and resumes; results still exact."""
+    with ctx.daemon(config={"gpu": {"staging_bytes": "64KiB"}}) as d, d.connect() as client:
+        region = Region(4 << 20).register(client)
+        for dtype in ("f32", "f64"):
+            region.used = 0
+            checked_gemm(ctx, client, region, 300, 260, 280, dtype, "abco", alpha=1.0,
+                         beta=0.5)
+            region.used = 0
+            checked_gemm(ctx, client, region, 300, 260, 280, dtype, "ao")
+
+
 @with_daemon
 def test_unregister_and_reuse(ctx, d, client):
     region = Region(4096).register(client)
@@ -367,7 +380,7 @@ def test_released_with_the_connection(ctx):
 
 if __name__ == "__main__":
     sys.exit(h.main([test_features_announce_shm_on_unix_only, test_every_dtype_in_shm,
-                     test_operands_in_two_regions, test_unregister_and_reuse,
+                     test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
                      test_registration_refused, test_truncation_refused_by_the_seal,
                      test_ranges_checked, test_output_overlapping_an_input_refused, test_quotas,
                      test_disabled, test_tcp_refused, test_released_with_the_connection]))
