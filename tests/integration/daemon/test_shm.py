@@ -340,6 +340,16 @@ def test_quotas(ctx):
         assert shm_stats(one) == (3, 16384)
 
 
+def test_no_regions_allowed(ctx):
+    """With max_regions_per_connection 0 every descriptor is closed on arrival: the refusal
+    still names the quota, not a missing descriptor."""
+    with ctx.daemon(config={"shm": {"max_regions_per_connection": 0}}) as d, \
+            d.connect() as client:
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(4096).register, client, what="none")
+        assert "max_regions_per_connection" in msg, msg
+        assert client.call("ping") == "pong"
+
+
 def test_disabled(ctx):
     with ctx.daemon(config={"shm": {"enabled": False}}) as d, d.connect() as client:
         assert "shm" not in client.call("info")["features"]
@@ -383,4 +393,4 @@ if __name__ == "__main__":
                      test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
                      test_registration_refused, test_truncation_refused_by_the_seal,
                      test_ranges_checked, test_output_overlapping_an_input_refused, test_quotas,
-                     test_disabled, test_tcp_refused, test_released_with_the_connection]))
+                     test_no_regions_allowed, test_disabled, test_tcp_refused, test_released_with_the_connection]))
