@@ -56,8 +56,8 @@ void gd_config_default(gd_config *cfg) {
   gd_gpu_config_default(&cfg->gpu);
   cfg->shm.enabled = true;
   cfg->shm.max_regions_per_connection = 16;
-  cfg->shm.max_bytes_per_connection = 4 * GIB;
-  cfg->shm.max_bytes_total = 16 * GIB;
+  cfg->shm.max_bytes_per_connection = 2 * GIB;
+  cfg->shm.max_bytes_total = 2 * GIB;
 }
 
 const char *gd_backend_kind_name(gd_backend_kind kind) {

@@ -35,7 +35,8 @@ struct gd_sched {
   gd_completion *completion;
   sched_job *jobs; /* every job admitted and not yet released */
   size_t job_count, running;
-  uint64_t reserved;
+  uint64_t reserved;   /* jobs' and extra */
+  uint64_t extra;      /* of it, outside jobs (gd_sched_reserve) */
   uint64_t next_id;
   bool draining;
   double device_load[GD_SCHED_MAX_DEVICES];
@@ -336,6 +337,21 @@ void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
 size_t gd_sched_jobs(const gd_sched *s) { return s->job_count; }
 size_t gd_sched_running(const gd_sched *s) { return s->running; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
+
+int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
+  int rc = check_budget(s, bytes, err);
+  if (rc != 0)
+    return rc;
+  s->reserved += bytes;
+  s->extra += bytes;
+  return 0;
+}
+
+void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
+  assert(s->extra >= bytes && s->reserved >= bytes);
+  s->extra -= bytes;
+  s->reserved -= bytes;
+}
 
 /* ---- teardown ------------------------------------------------------------ */
 

@@ -14,9 +14,10 @@
 
 #include "gd_log.h"
 
-void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, uint32_t fd_cap) {
+void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, gd_sched *sched, uint32_t fd_cap) {
   memset(t, 0, sizeof *t);
   t->totals = totals;
+  t->sched = sched;
   t->fd_cap = fd_cap < GD_SHM_FDS_MAX ? fd_cap : GD_SHM_FDS_MAX;
 }
 
@@ -29,6 +30,7 @@ static void unmap(gd_shm *t, uint32_t i) {
   t->bytes -= r->size;
   t->totals->bytes -= r->size;
   t->totals->regions--;
+  gd_sched_unreserve(t->sched, r->size);
   t->regions[i] = t->regions[--t->count];
 }
 
@@ -169,15 +171,21 @@ static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
 }
 
 static int map_region(gd_shm *t, int fd, uint64_t size, uint64_t *id, gp_error *err) {
+  int rc = gd_sched_reserve(t->sched, size, err);
+  if (rc != 0)
+    return rc;
   void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED)
-    return gp_error_set(err, errno == ENOMEM ? GP_E_RESOURCE_EXHAUSTED : GP_E_INVALID_ARGUMENT,
-                         "shm_register: mmap: %s", strerror(errno));
-  if (add_region(t, base, size, id) != 0) {
-    munmap(base, (size_t)size);
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "shm_register: out of memory");
+    rc = gp_error_set(err, errno == ENOMEM ? GP_E_RESOURCE_EXHAUSTED : GP_E_INVALID_ARGUMENT,
+                      "shm_register: mmap: %s", strerror(errno));
+  else if (add_region(t, base, size, id) != 0)
+    rc = gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "shm_register: out of memory");
+  if (rc != 0) {
+    if (base != MAP_FAILED)
+      munmap(base, (size_t)size);
+    gd_sched_unreserve(t->sched, size);
   }
-  return 0;
+  return rc;
 }
 
 /* Everything a registration must pass before the mapping, in the order a client would want

@@ -11,7 +11,8 @@
  *
  * Registering checks the descriptor (a regular file sealed against shrinking, at least as long
  * as declared: a client cannot truncate it under the daemon's mapping and make it fault), the
- * quotas, then maps it MAP_SHARED once and closes the descriptor. Every (offset, length) a
+ * quotas and queue.memory_budget (pages of a region the daemon touches are charged to the
+ * daemon), then maps it MAP_SHARED once and closes the descriptor. Every (offset, length) a
  * request names is checked against the mapping without overflow. All regions go with their
  * connection. Loop thread only.
  */
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gd_sched.h"
 #include "gp_error.h"
 
 /* Descriptors that may wait for their shm_register, at most (and at most
@@ -51,6 +53,7 @@ typedef struct {
 
 typedef struct {
   gd_shm_totals *totals;               /* NULL: shared memory off for this connection */
+  gd_sched *sched;                     /* regions count against queue.memory_budget */
   gd_shm_region *regions;              /* count of them, in a block of cap */
   uint32_t count, cap;
   uint64_t bytes;
@@ -61,7 +64,7 @@ typedef struct {
 
 /* Turns shared memory on for a connection (before it reads): descriptors are then received,
  * at most fd_cap (and GD_SHM_FDS_MAX) waiting at a time. */
-void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, uint32_t fd_cap);
+void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, gd_sched *sched, uint32_t fd_cap);
 /* Unmaps every region and closes every queued descriptor. */
 void gd_shm_free(gd_shm *t);
 

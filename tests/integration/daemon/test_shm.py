@@ -340,6 +340,25 @@ def test_quotas(ctx):
         assert shm_stats(one) == (3, 16384)
 
 
+def test_regions_count_against_the_memory_budget(ctx):
+    config = {"queue": {"memory_budget": "1MiB"}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        region = Region(512 << 10).register(client)
+        assert client.call("stats")["reserved_bytes"] == 512 << 10
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(768 << 10).register, client,
+                           what="over the budget")
+        assert "queue.memory_budget" in msg, msg
+        big = np.ones((256, 256))                       # 3 x 256 KiB in f32: over 512 KiB
+        if h.TEST_BACKEND == "cpu":   # the CPU holds a job's operands in host memory
+            expect_error("RESOURCE_EXHAUSTED", client.gemm,
+                         {"m": 256, "n": 256, "k": 256, "dtype": "f32"}, big, big,
+                         what="gemm over what the region left of the budget")
+        client.call("shm_unregister", [region.id])
+        assert client.call("stats")["reserved_bytes"] == 0
+        out_hdr, c = client.gemm({"m": 256, "n": 256, "k": 256, "dtype": "f32"}, big, big)
+        assert np.all(c == 256.0)
+
+
 def test_no_regions_allowed(ctx):
     """With max_regions_per_connection 0 every descriptor is closed on arrival: the refusal
     still names the quota, not a missing descriptor."""
@@ -393,4 +412,5 @@ if __name__ == "__main__":
                      test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
                      test_registration_refused, test_truncation_refused_by_the_seal,
                      test_ranges_checked, test_output_overlapping_an_input_refused, test_quotas,
-                     test_no_regions_allowed, test_disabled, test_tcp_refused, test_released_with_the_connection]))
+                     test_regions_count_against_the_memory_budget, test_no_regions_allowed,
+                     test_disabled, test_tcp_refused, test_released_with_the_connection]))
