@@ -48,10 +48,13 @@ void gd_shm_free(gd_shm *t) {
 
 static void on_taken_close(uv_handle_t *h) { free(h); }
 
-/* The next descriptor libuv holds for pipe, as our own (close-on-exec) descriptor; -1 when
- * that fails (libuv then closes its copy). libuv hands received descriptors out only through
- * uv_accept into a handle, so one goes into a scratch pipe handle that is closed at once. */
-static int take_one(uv_pipe_t *pipe) {
+/* Takes the next descriptor libuv holds for pipe into *fd, as our own (close-on-exec) one.
+ * libuv hands received descriptors out only through uv_accept into a handle, so it goes into
+ * a scratch pipe handle that is closed at once. Returns 1 (*fd ours), 0 (taken out of libuv
+ * but lost: *fd is -1) or -1 (out of memory: still libuv's, which closes it with the
+ * connection). */
+static int take_one(uv_pipe_t *pipe, int *fd) {
+  *fd = -1;
   uv_pipe_t *tmp = malloc(sizeof *tmp);
   if (!tmp)
     return -1;
@@ -59,26 +62,25 @@ static int take_one(uv_pipe_t *pipe) {
     free(tmp);
     return -1;
   }
-  int fd = -1;
   uv_os_fd_t raw;
   if (uv_accept((uv_stream_t *)pipe, (uv_stream_t *)tmp) == 0 &&
       uv_fileno((uv_handle_t *)tmp, &raw) == 0)
-    fd = fcntl(raw, F_DUPFD_CLOEXEC, 3);
+    *fd = fcntl(raw, F_DUPFD_CLOEXEC, 3);
   uv_close((uv_handle_t *)tmp, on_taken_close); /* closes raw */
-  return fd;
+  return *fd >= 0 ? 1 : 0;
 }
 
 void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
   while (uv_pipe_pending_count(pipe) > 0) {
-    int fd = take_one(pipe);
-    if (fd < 0) {
-      gd_warn("shm: a received descriptor could not be taken: %s", strerror(errno));
-      if (t->totals)
-        t->totals->fds_dropped++;
-      continue; /* uv_accept moved past it, or failed and closed it */
+    int fd;
+    int taken = take_one(pipe, &fd);
+    if (taken < 0) {
+      gd_warn("shm: out of memory taking a received descriptor");
+      return; /* tried again after the next read */
     }
-    if (!t->totals || t->fd_count >= t->fd_cap) {
-      close(fd);
+    if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap) {
+      if (fd >= 0)
+        close(fd);
       if (t->totals)
         t->totals->fds_dropped++;
       continue;
@@ -116,15 +118,15 @@ static int check_fd(int fd, uint64_t size, gp_error *err) {
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
-                         "shm_register: the descriptor is not a sealable memfd: %s",
-                         strerror(errno));
+                        "shm_register: the descriptor is not a sealable memfd: %s",
+                        strerror(errno));
   if (!(seals & F_SEAL_SHRINK))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "shm_register: the memfd must be sealed with F_SEAL_SHRINK");
   if ((uint64_t)st.st_size < size)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
-                         "shm_register: the memfd holds %lld bytes, less than the %llu declared",
-                         (long long)st.st_size, (unsigned long long)size);
+                        "shm_register: the memfd holds %lld bytes, less than the %llu declared",
+                        (long long)st.st_size, (unsigned long long)size);
   return 0;
 }
 
@@ -137,18 +139,18 @@ static int check_quota(const gd_shm *t, const gd_shm_limits *lim, uint64_t size,
                        gp_error *err) {
   if (t->count >= lim->max_regions_per_connection)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                         "shm_register: %u regions already registered "
-                         "(shm.max_regions_per_connection)", (unsigned)t->count);
+                        "shm_register: %u regions already registered "
+                        "(shm.max_regions_per_connection)", (unsigned)t->count);
   if (!fits(t->bytes, size, lim->max_bytes_per_connection))
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                         "shm_register: %llu more bytes are over shm.max_bytes_per_connection "
-                         "(%llu, %llu registered)", (unsigned long long)size,
-                         (unsigned long long)lim->max_bytes_per_connection,
-                         (unsigned long long)t->bytes);
+                        "shm_register: %llu more bytes are over shm.max_bytes_per_connection "
+                        "(%llu, %llu registered)", (unsigned long long)size,
+                        (unsigned long long)lim->max_bytes_per_connection,
+                        (unsigned long long)t->bytes);
   if (!fits(t->totals->bytes, size, lim->max_bytes_total))
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                         "shm_register: %llu more bytes are over shm.max_bytes_total (%llu)",
-                         (unsigned long long)size, (unsigned long long)lim->max_bytes_total);
+                        "shm_register: %llu more bytes are over shm.max_bytes_total (%llu)",
+                        (unsigned long long)size, (unsigned long long)lim->max_bytes_total);
   return 0;
 }
 
