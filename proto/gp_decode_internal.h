@@ -32,6 +32,7 @@ typedef enum {
   GP__K_PARAMS_SKIP, /* params ignored; bins directly inside are payloads (not header bytes) */
   GP__K_PARAMS_GEMM, /* [hdr, a, b(, c)] */
   GP__K_HDR,         /* the gemm header map */
+  GP__K_PARAMS_AUTH, /* [token] */
   GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
   GP__K_OUT_HDR,     /* client: the gemm reply header map */
   GP__K_TIMINGS,     /* client: out_hdr.timings */

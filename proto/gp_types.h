@@ -42,10 +42,15 @@ typedef enum {
   GP_METHOD_PING,
   GP_METHOD_INFO,
   GP_METHOD_STATS,
+  GP_METHOD_AUTH,
 } gp_method;
-/* "gemm", "ping", "info", "stats"; NULL for GP_METHOD_UNKNOWN. */
+/* "gemm", "ping", "info", "stats", "auth"; NULL for GP_METHOD_UNKNOWN. */
 const char *gp_method_name(gp_method m);
 gp_method gp_method_from_name(const char *name, size_t len);
+
+/* The longest token `auth` compares: the decoder keeps this many bytes of the token; a longer
+ * one can never match. */
+#define GP_AUTH_TOKEN_MAX 256
 
 typedef enum { GP_OPERAND_A = 0, GP_OPERAND_B = 1, GP_OPERAND_C = 2 } gp_operand;
 /* "a", "b", "c" */

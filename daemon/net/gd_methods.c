@@ -78,7 +78,7 @@ static void pack_limits(const gd_server *d, msgpack_packer *pk) {
 
 static void pack_info(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 9);
   gd_pack_kv_str(pk, "version", GEMMD_VERSION);
   gd_pack_kv_u64(pk, "protocol", GP_PROTOCOL_VERSION);
   gd_pack_kv_str(pk, "backend", b->ops->name);
@@ -92,6 +92,9 @@ static void pack_info(gd_server *d, msgpack_packer *pk) {
     gd_pack_str(pk, gp_dtype_name((gp_dtype)t));
   gd_pack_str(pk, "limits");
   pack_limits(d, pk);
+  gd_pack_str(pk, "features"); /* optional protocol features a client may use */
+  msgpack_pack_array(pk, 1);
+  gd_pack_str(pk, "auth");
   gd_pack_str(pk, "backend_info");
   if (b->ops->pack_info)
     b->ops->pack_info(b, pk);
@@ -140,6 +143,10 @@ int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, msgpack_sbu
       return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
     return 0;
   }
+  if (method == GP_METHOD_AUTH) /* the caller checked the token */
+    return gp_encode_true_response(out, msgid) != 0
+               ? gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory")
+               : 0;
   if (method != GP_METHOD_INFO && method != GP_METHOD_STATS)
     return gp_error_set(err, GP_E_UNIMPLEMENTED, "method not implemented");
   guarded g = {out, 0};

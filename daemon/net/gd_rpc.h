@@ -1,6 +1,6 @@
 /*
  * gd_rpc.h - the protocol layer of a connection: the streaming decoder, msgid and envelopes,
- * dispatch of methods (ping/info/stats answered here, gemm admitted through gd_call.h), the
+ * dispatch of methods (ping/info/stats/auth answered here, gemm admitted through gd_call.h), the
  * job events of its calls, backpressure, and the timeouts. Below it: the transport (gd_conn.h,
  * gd_replyq.h) and the call records (gd_call.h). Above it: gd_session.c (accept, the list of
  * connections), which hands its transport events to the functions here.
@@ -32,12 +32,16 @@ struct gd_session {
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
+  bool tcp;                  /* accepted on a TCP listener */
+  bool authenticated;        /* may use every method (gd_auth.h) */
+  bool hangup;               /* stop reading, close once replies are out (a wrong token) */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
   gp_method method;
   uint32_t msgid;
   gd_call *cur;              /* its call, for a gemm */
+  bool token_ok;             /* auth: the token it carried matched */
   uint64_t msg_started_us;   /* moved on by the time spent paused */
   uint64_t paused_since_us;
 };
@@ -49,8 +53,9 @@ void gd_rpc_eof(gd_conn *c);
 void gd_rpc_kick(gd_conn *c);
 void gd_rpc_queued(gd_conn *c);
 
-/* A new connection: starts reading and the timer. */
-void gd_rpc_start(gd_session *s);
+/* A new connection (tcp: accepted on a TCP listener): its authentication state, then starts
+ * reading and the timer. */
+void gd_rpc_start(gd_session *s, bool tcp);
 
 /* New decoder limits (SIGHUP), then re-evaluates reading and the timer. */
 void gd_rpc_apply_limits(gd_session *s);
