@@ -219,6 +219,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   if (parse_listen(&d.cfg, addrs, &err) != 0 || start_auth(&d.cfg, &d.srv.token, &err) != 0 ||
       create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;
+  d.srv.exposed_tcp_ok = d.srv.token.len > 0 || d.cfg.allow_unauthenticated_tcp;
   gd_sched_limits limits = {d.cfg.max_jobs, d.cfg.memory_budget};
   if (gd_sched_new(&loop, d.backend, &limits, &d.stats, &d.sched, &err) != 0)
     goto out_backend;

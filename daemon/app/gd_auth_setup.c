@@ -3,13 +3,13 @@
  */
 #include "gd_auth_setup.h"
 
-#include <arpa/inet.h>
+#include "gd_auth.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,20 +83,7 @@ int gd_auth_load_token(const gd_config *cfg, gd_auth_token *out, char *why, size
 }
 
 bool gd_auth_exposed(const gp_addr *addr) {
-  if (addr->kind != GP_ADDR_TCP)
-    return false;
-  struct in_addr v4;
-  struct in6_addr v6;
-  if (strcasecmp(addr->host, "localhost") == 0)
-    return false;
-  if (inet_pton(AF_INET, addr->host, &v4) == 1)
-    return (ntohl(v4.s_addr) >> 24) != 127;
-  if (inet_pton(AF_INET6, addr->host, &v6) == 1) {
-    if (IN6_IS_ADDR_LOOPBACK(&v6))
-      return false;
-    return !(IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
-  }
-  return true; /* a host name (or a zoned literal): what it resolves to is not known here */
+  return addr->kind == GP_ADDR_TCP && gd_auth_exposed_host(addr->host);
 }
 
 const char *gd_auth_first_exposed(const gd_config *cfg) {

@@ -3,9 +3,9 @@
  * refusing a TCP listener that anyone on the network could use without a token.
  *
  * The token file must be a regular file that neither its group nor others may read, holding
- * 1..GP_AUTH_TOKEN_MAX bytes after one trailing newline is stripped. A TCP address is exposed
- * unless it is a loopback literal (127.0.0.0/8, ::1, ::ffff:127.x.y.z) or the name localhost:
- * other host names count as exposed, since what they resolve to is not known here.
+ * 1..GP_AUTH_TOKEN_MAX bytes after one trailing newline is stripped. Which TCP addresses are
+ * exposed: gd_auth_exposed_host (net/gd_auth.h), which also checks the sockets systemd hands
+ * over (gd_server.exposed_tcp_ok).
  *
  * Start-up, --check-config and SIGHUP; loop thread only.
  */

@@ -38,6 +38,8 @@ typedef struct gd_server {
   uv_loop_t *loop;
   gd_net_limits limits;            /* live: SIGHUP replaces them */
   gd_auth_token token;             /* live: SIGHUP re-reads it */
+  bool exposed_tcp_ok;             /* a token, or auth.allow_unauthenticated_tcp: listeners
+                                      systemd hands over may be reachable from elsewhere */
   gd_stats *stats;
   gd_backend *backend;
   gd_sched *sched;
