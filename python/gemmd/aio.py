@@ -27,7 +27,8 @@ from ._wire import Decoder
 from .client import timeout_ms
 
 _RECV_CHUNK = 1 << 20
-_SEND_SLICE = 16 << 20   # operands go out in slices so that a given-up call stops using them
+_SEND_SLICE = 16 << 20
+_REOPEN_PAUSE_S = 0.1    # as in the blocking client   # operands go out in slices so that a given-up call stops using them
 
 
 class Client:
@@ -158,11 +159,15 @@ class Client:
         async with self._opening:
             if self._failure is None:
                 return                  # another call reconnected meanwhile
-            try:
-                await self._connect()
-            except ConnectError as exc:
-                raise ConnectionLost("%s; reconnecting failed: %s" %
-                                     (self._failure.message, exc.message)) from None
+            for attempt in range(self.retries + 1):   # as gemmd.Client._reopen
+                try:
+                    await self._connect()
+                    return
+                except ConnectError as exc:
+                    if attempt == self.retries:
+                        raise ConnectionLost("%s; reconnecting failed: %s" %
+                                             (self._failure.message, exc.message)) from None
+                    await asyncio.sleep(_REOPEN_PAUSE_S * (1 << attempt))
 
     async def close(self):
         """Closes the connection; calls in flight fail with ConnectionLost."""

@@ -26,6 +26,7 @@ from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from ._wire import Decoder
 
 _RECV_CHUNK = 1 << 20
+_REOPEN_PAUSE_S = 0.1   # before the 2nd attempt at a new connection; doubles for each next
 _SLICE_S = 0.05        # a driver looks at newly queued sends at least this often
 
 
@@ -191,6 +192,18 @@ class Client:
                                (",".join(self.addresses), last.message), last.code)
         raise last
 
+    def _reopen(self):
+        """_open() after a lost connection: up to 1 + retries attempts, pausing between them
+        (a proxy may still hand the first one to the box that just went away)."""
+        for attempt in range(self.retries + 1):
+            try:
+                self._open()
+                return
+            except ConnectError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(_REOPEN_PAUSE_S * (1 << attempt))
+
     # ---- context manager, closing
     def __enter__(self):
         return self
@@ -311,7 +324,7 @@ class Client:
         if self._closed:
             self._raise_if_failed()
         try:
-            self._open()
+            self._reopen()
         except ConnectError as exc:
             raise ConnectionLost("%s; reconnecting failed: %s" %
                                  (self._failure.message, exc.message)) from None
@@ -511,7 +524,7 @@ class Client:
         if not futures:
             return
         try:
-            self._open()
+            self._reopen()
         except ConnectError as exc:
             for future in futures:
                 future._set(None, ConnectionLost("%s; reconnecting failed: %s" %
