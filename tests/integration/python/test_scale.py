@@ -214,3 +214,32 @@ def test_aio_spread_retry_idle_token(fresh_daemon, tmp_path, rng):
         assert info.value.code == "UNAUTHENTICATED"
     run(main())
     assert os.environ.get("GEMMD_TOKEN") is None
+
+
+def test_aio_unavailable_retried_elsewhere(fresh_daemon, rng):
+    draining = fresh_daemon(config={"cpu": {"threads": 1, "blas_threads": 1},
+                                    "timeouts": {"drain_ms": 60000}})
+    other = fresh_daemon()
+    both = "%s,%s" % (draining.address(), other.address())
+    a, b = operands(rng)
+    big = rng.standard_normal((1200, 1200))
+
+    async def main():
+        for _ in range(2):
+            c = await gemmd.aio.Client.connect(both)
+            if c.address == draining.address():
+                break
+            await c.close()
+        assert c.address == draining.address()
+        async with gemmd.aio.Client(draining.address(), retries=0) as keeper:
+            busy = asyncio.ensure_future(keeper.gemm(big, big))   # keeps it draining
+            await asyncio.sleep(0.1)
+            draining.send_signal(signal.SIGTERM)
+            h.wait_until(lambda: "draining" in draining.log(), 10 * draining.scale, "the drain")
+            check(await c.gemm(a, b), a, b)
+            assert c.address == other.address()
+            assert "UNAVAILABLE" in draining.log(), draining.log_tail()
+            check(await busy, big, big)
+        await c.close()
+    run(main())
+    draining.stop(sig=None)
