@@ -195,6 +195,7 @@ static void hang_up(gd_session *s) {
 /* The end of an auth request: true, or UNAUTHENTICATED (and, on TCP, the end of the
  * connection: a client guessing tokens gets one guess per connection). */
 static void reply_auth(gd_session *s) {
+  assert(s->method == GP_METHOD_AUTH && !s->in_request);
   if (s->token_ok) {
     s->authenticated = true;
     reply_simple(s);
@@ -516,6 +517,7 @@ static void update_timer(gd_session *s) {
 void gd_rpc_start(gd_session *s, bool tcp) {
   s->tcp = tcp;
   s->authenticated = gd_auth_trusted_at_accept(s->d, tcp);
+  assert(tcp || s->authenticated); /* a Unix socket's file mode is its guard */
   update_reading(s);
   if (!s->conn.closing)
     update_timer(s);
