@@ -163,14 +163,13 @@ START_TEST(every_key_parses) {
           "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
           "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
           "shm: {enabled: false, max_regions_per_connection: 0, max_bytes_per_connection: 1MiB,"
-          " max_bytes_total: 2GiB}\n",
+          " max_bytes_total: 2GiB}\n"
+          "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
           &cfg);
   ck_assert(!cfg.shm.enabled);
   ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
   ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
   ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
-          "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
-          &cfg);
   ck_assert_str_eq(cfg.auth_token_file, "/etc/gemmd/token");
   ck_assert(cfg.allow_unauthenticated_tcp);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
