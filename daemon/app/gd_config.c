@@ -200,6 +200,9 @@ static const field gpu_fields[] = {
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, UINT64_MAX),
+    FLD("small_job_bytes", F_SIZE, gpu.small_job_bytes, 0, 64ull << 20),
+    FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),
+    FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {

@@ -46,6 +46,7 @@ static hostalloc *g_host;
 struct CUevent_st {
   uint64_t gen, done_gen;
   double t_ms;
+  int device;
 };
 
 enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT, OP_FREE };
@@ -152,6 +153,14 @@ size_t fake_cuda_reserved(int device);
 void fake_cuda_hold(int device, size_t bytes) {
   pthread_mutex_lock(&g_mu);
   g_held[device] = bytes;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* Test hook: every device usable again, as in a new process (call with no backend running). */
+void fake_cuda_revive(void);
+void fake_cuda_revive(void) {
+  pthread_mutex_lock(&g_mu);
+  memset(g_dead, 0, sizeof g_dead);
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -369,7 +378,20 @@ cudaError_t cudaPeekAtLastError(void) { return t_last; }
 
 cudaError_t cudaEventCreate(cudaEvent_t *ev) {
   *ev = calloc(1, sizeof(struct CUevent_st));
+  if (*ev)
+    (*ev)->device = t_device;
   return *ev ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* Done when its last record ran; a device's sticky error shows here too, as on a GPU. */
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  cudaError_t d = dead_of(ev->device);
+  if (d)
+    return ret(d);
+  pthread_mutex_lock(&g_mu);
+  bool done = ev->done_gen >= ev->gen;
+  pthread_mutex_unlock(&g_mu);
+  return done ? cudaSuccess : cudaErrorNotReady;
 }
 
 /* CUDA lets an event be destroyed while a record of it is still queued (its resources go once
