@@ -84,6 +84,17 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     ENVIRONMENT
       "FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
 
+  # small_jobs: the small-job lane from several connections beside large jobs, off, and SIGTERM
+  # with small jobs in flight; two fake devices.
+  add_test(NAME daemon_fake_small_jobs
+           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_small_jobs.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_small_jobs PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason
            COMMAND gemmd_fake --backend gpu --config ${PROJECT_SOURCE_DIR}/config/gemmd.yaml)

@@ -209,6 +209,8 @@ struct gd__gpu_dev {
   cudaMemPool_t mempool;        /* where jobs' device blocks come from (gd_gpu_mem.c) */
   gd__gpu_job *outq_head, *outq_tail;
   cudaStream_t s_small;         /* the small-job lane's stream (NULL when the lane is off) */
+  gk_gpu_ctx *kctx_small;       /* the lane's own kernel context: a cuBLAS handle (and its
+                                 * workspace) is not shared between concurrent streams */
   gd__gpu_slot *small_head, *small_tail; /* slots in flight on s_small, in stream order */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
 
@@ -296,9 +298,10 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
 /* The job's problem on the device, its operands at a, b and c. */
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
                          uint8_t *c);
-/* Launches the job's kernel on stream and names the device and kernel in its result. */
-cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gd__gpu_job *job, const gk_problem *p,
-                           cudaStream_t stream);
+/* Launches the job's kernel with kctx on stream and names the device and kernel in its
+ * result. */
+cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
+                           const gk_problem *p, cudaStream_t stream);
 
 /* ---- gd_gpu_small.c: the small-job lane's slots (worker at start/destroy; loop ops) ---- */
 /* Creates the slots, their memory, events and stream when gpu.small_job_bytes is on and

@@ -55,10 +55,10 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->c = c;
 }
 
-cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gd__gpu_job *job, const gk_problem *p,
-                           cudaStream_t stream) {
+cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
+                           const gk_problem *p, cudaStream_t stream) {
   const gk_kernel *used = NULL;
-  cudaError_t e = gk_gpu_gemm(dev->kctx, p, dev->be->cfg.kernel, stream, &used);
+  cudaError_t e = gk_gpu_gemm(kctx, p, dev->be->cfg.kernel, stream, &used);
   snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
   snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
   return e;

@@ -85,6 +85,12 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cannot take %llu bytes for small slots: %s",
                         dev->ordinal, (unsigned long long)total, cudaGetErrorString(e));
   dev->slot_dev = dptr;
+  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx_small);
+  if (e != cudaSuccess) {
+    dev->kctx_small = NULL;
+    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: small lane kernel context: %s",
+                        dev->ordinal, cudaGetErrorString(e));
+  }
   e = cudaStreamCreateWithFlags(&dev->s_small, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     dev->s_small = NULL;
@@ -102,6 +108,9 @@ void gd__gpu_small_destroy(gd__gpu_dev *dev) {
         (void)cudaEventDestroy(dev->slots[i].ev[k]);
   if (dev->s_small)
     (void)cudaStreamDestroy(dev->s_small);
+  if (dev->kctx_small)
+    gk_gpu_ctx_destroy(dev->kctx_small);
+  dev->kctx_small = NULL;
   if (dev->slot_dev)
     (void)cudaFree(dev->slot_dev);
   if (dev->slot_host)

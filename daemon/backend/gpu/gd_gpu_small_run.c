@@ -47,7 +47,7 @@ static cudaError_t queue_pass(gd__gpu_dev *dev, gd__gpu_slot *slot, const char *
     gd__gpu_job_problem(job, &p, slot->dptr + off[GP_OPERAND_A], slot->dptr + off[GP_OPERAND_B],
                         slot->dptr + off[GP_OPERAND_C]);
     *what = "gemm launch";
-    e = gd__gpu_launch(dev, job, &p, s);
+    e = gd__gpu_launch(dev, dev->kctx_small, job, &p, s);
   }
   if (e == cudaSuccess) {
     *what = "cudaEventRecord";

@@ -185,7 +185,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
                         gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]),
                         gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]));
     what = "gemm launch";
-    e = gd__gpu_launch(dev, job, &p, dev->s_compute);
+    e = gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
