@@ -58,6 +58,9 @@ typedef struct {
                                        * device (default 64) */
   uint64_t small_poll_us;             /* the worker looks at the small jobs in flight at least
                                        * this often (default 20; 0 = spin) */
+  uint32_t max_batch_jobs;            /* small jobs of one shape already queued on a device run as
+                                       * one batched launch of at most this many (default 32;
+                                       * 1 = one launch per job) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

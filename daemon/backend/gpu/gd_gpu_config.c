@@ -21,5 +21,6 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->small_job_bytes = 1024 * 1024;
   cfg->small_slots = 64;
   cfg->small_poll_us = 20;
+  cfg->max_batch_jobs = 32;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

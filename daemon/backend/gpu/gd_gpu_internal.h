@@ -56,6 +56,8 @@ typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
 
+#define GD__GPU_BATCH_BUCKETS 6
+
 typedef enum {
   GD__CMD_ALLOC,    /* loop: pool memory was assigned: take the job's device block (job) */
   GD__CMD_COPY_IN,  /* loop: an input staging buffer is full: copy it to the device (buf) */
@@ -171,19 +173,24 @@ struct gd__gpu_job {
   } work;
 };
 
-/* A small-job slot (gd_gpu_small.c): one job's a, b and c side by side, pinned on the host and
- * as large on the device, with the events of its one pass (copy in, kernel, copy out). The job
- * is embedded, so a small job costs no allocation. */
+/* A small-job slot (gd_gpu_small.c): one job's a, b and c side by side in pinned host memory,
+ * with the events of a pass (copy in, kernel, copy out) when it leads a batch. The job is
+ * embedded, so a small job costs no allocation. On the device, a batch's operands lie in the
+ * lane's batch area (gd_gpu_small_run.c). */
 struct gd__gpu_slot {
   gd__gpu_job job;        /* valid while in_use */
-  uint8_t *host, *dptr;   /* slot_bytes each: pinned host, device */
+  uint8_t *host;          /* slot_bytes, pinned */
   uint64_t off[3];        /* a, b, c within the slot (fixed at prepare) */
   uint64_t in_len;        /* bytes copied in: a and b, and c when sent */
   cudaEvent_t ev[4];      /* before the copy in, before the kernel, after it, after the copy out */
   bool in_use;            /* under mu */
   bool posted;            /* under mu: C handed to the loop, until output_consumed() */
   gd__gpu_slot *next_free; /* under mu */
-  gd__gpu_slot *next_run;  /* worker: the FIFO of slots in flight on the small stream */
+  /* The worker only. */
+  gd__gpu_slot *next_run;  /* the FIFO of batches in flight on the small stream (leaders) */
+  gd__gpu_slot *batch_next; /* the next job of its batch */
+  uint32_t batch_n;       /* leader: jobs in the batch */
+  uint64_t dev_off[3];    /* its a, b, c in the batch area */
 };
 
 struct gd__gpu_dev {
@@ -211,7 +218,8 @@ struct gd__gpu_dev {
   cudaStream_t s_small;         /* the small-job lane's stream (NULL when the lane is off) */
   gk_gpu_ctx *kctx_small;       /* the lane's own kernel context: a cuBLAS handle (and its
                                  * workspace) is not shared between concurrent streams */
-  gd__gpu_slot *small_head, *small_tail; /* slots in flight on s_small, in stream order */
+  gd__gpu_slot *small_head, *small_tail; /* batches in flight on s_small, in stream order */
+  uint8_t *small_area;          /* device memory of the batch in flight: max_batch_jobs slots */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
 
   /* Under mu. */
@@ -228,11 +236,12 @@ struct gd__gpu_dev {
   uint32_t nslots;
   size_t slot_bytes;
   gd__gpu_slot *slot_free;      /* free slots */
-  uint8_t *slot_host, *slot_dev; /* the slots' memory, one allocation each (worker) */
+  uint8_t *slot_host;           /* the slots' pinned memory, one allocation (worker) */
 
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
   uint64_t small_jobs;          /* jobs that took the small lane */
+  uint64_t small_batches[GD__GPU_BATCH_BUCKETS]; /* batches of 1, 2-3, 4-7, ... 32+ jobs */
   uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
   uint64_t last_work_us;        /* the worker last handled a command or had work in flight */
   bool trimmed;                 /* the pool was trimmed since last_work_us */

@@ -29,6 +29,7 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
     skip = true;
   }
   pthread_mutex_unlock(&dev->mu);
+  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
   job->work.result.m = job->hdr.m;
   job->work.result.n = job->hdr.n;
   job->work.result.batch = job->hdr.batch;

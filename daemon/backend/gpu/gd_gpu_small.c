@@ -5,11 +5,12 @@
  *
  * A job whose a, b and c (each rounded to GD_GPU_POOL_ALIGN) fit gpu.small_job_bytes takes a
  * free slot at prepare: the socket reads its payload straight into the slot's pinned memory
- * (input_window), the worker copies the slot in one piece, runs the kernel and copies C back on
- * the lane's own stream (gd_gpu_small_run.c), and the reply is written from the slot. The slot's
- * device memory was taken at start, out of the device's budget, so a small job needs neither the
- * memory pool, nor a staging buffer, nor an allocation: it never waits behind a large job. A
- * small job that finds no slot free takes the staging path like any other.
+ * (input_window), the worker copies it to the device, runs the kernel (batched with the small
+ * jobs of its shape already waiting) and copies C back into the slot on the lane's own stream
+ * (gd_gpu_small_run.c), and the reply is written from the slot. The lane's device memory (a batch
+ * area of gpu.max_batch_jobs slots) was taken at start, out of the device's budget, so a small job
+ * needs neither the memory pool, nor a staging buffer, nor an allocation: it never waits behind a
+ * large job. A small job that finds no slot free takes the staging path like any other.
  *
  * References on a slot's job are the ones of any job (gd_gpu_jobs.c): the loop's until
  * release(), the worker's from prepare until its pass is finished (or release() before submit),
@@ -39,10 +40,9 @@ static int slot_events(gd__gpu_dev *dev, gd__gpu_slot *slot, gp_error *err) {
 
 /* Makes the slots over the lane's memory; dev->slot_host and slot_dev are allocated. */
 static int slots_init(gd__gpu_dev *dev, gp_error *err) {
-  for (uint32_t i = 0; i < dev->nslots; i++) {
+  for (uint32_t i = dev->nslots; i-- > 0;) { /* slot 0 first: jobs in a row take adjacent slots */
     gd__gpu_slot *slot = &dev->slots[i];
     slot->host = dev->slot_host + (size_t)i * dev->slot_bytes;
-    slot->dptr = dev->slot_dev + (size_t)i * dev->slot_bytes;
     int rc = slot_events(dev, slot, err);
     if (rc != 0)
       return rc;
@@ -59,10 +59,11 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
       !gd__gpu_pool_round(cfg->small_job_bytes, &slot_bytes))
     return 0;
   uint64_t total = slot_bytes * cfg->small_slots; /* <= 64 MiB x 4096: no overflow */
-  if (total > *budget / GD__SMALL_BUDGET_SHARE) {
-    gd_info("gpu: cuda:%d: small-job lane off: %u slots of %llu bytes would take more than a "
-            "quarter of its %llu-byte budget",
-            dev->ordinal, cfg->small_slots, (unsigned long long)slot_bytes,
+  uint64_t area = slot_bytes * cfg->max_batch_jobs; /* <= 64 MiB x 1024 */
+  if (area > *budget / GD__SMALL_BUDGET_SHARE) {
+    gd_info("gpu: cuda:%d: small-job lane off: a batch area of %u slots of %llu bytes would take "
+            "more than a quarter of its %llu-byte budget",
+            dev->ordinal, cfg->max_batch_jobs, (unsigned long long)slot_bytes,
             (unsigned long long)*budget);
     return 0;
   }
@@ -80,11 +81,12 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
                         "gpu.small_job_bytes): %s",
                         dev->ordinal, (unsigned long long)total, cudaGetErrorString(e));
   dev->slot_host = host;
-  e = cudaMalloc(&dptr, (size_t)total);
+  e = cudaMalloc(&dptr, (size_t)area);
   if (e != cudaSuccess)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cannot take %llu bytes for small slots: %s",
-                        dev->ordinal, (unsigned long long)total, cudaGetErrorString(e));
-  dev->slot_dev = dptr;
+    return gp_error_set(err, GP_E_UNAVAILABLE,
+                        "cuda:%d: cannot take %llu bytes for small jobs' batches: %s",
+                        dev->ordinal, (unsigned long long)area, cudaGetErrorString(e));
+  dev->small_area = dptr;
   e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx_small);
   if (e != cudaSuccess) {
     dev->kctx_small = NULL;
@@ -97,7 +99,7 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaStreamCreate: %s", dev->ordinal,
                         cudaGetErrorString(e));
   }
-  *budget -= total;
+  *budget -= area;
   return slots_init(dev, err);
 }
 
@@ -111,14 +113,14 @@ void gd__gpu_small_destroy(gd__gpu_dev *dev) {
   if (dev->kctx_small)
     gk_gpu_ctx_destroy(dev->kctx_small);
   dev->kctx_small = NULL;
-  if (dev->slot_dev)
-    (void)cudaFree(dev->slot_dev);
+  if (dev->small_area)
+    (void)cudaFree(dev->small_area);
   if (dev->slot_host)
     (void)cudaFreeHost(dev->slot_host);
   /* The slots themselves (dev->slots) stay until the device's teardown: the jobs in them are
    * on its list of jobs until then. */
   dev->s_small = NULL;
-  dev->slot_dev = dev->slot_host = NULL;
+  dev->small_area = dev->slot_host = NULL;
   (void)cudaGetLastError();
 }
 

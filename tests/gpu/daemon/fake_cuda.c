@@ -564,7 +564,38 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return d ? ret(d) : cudaSuccess;
 }
 
+/* Test hooks: while a device is stalled, a cudaEventRecord for it waits (the caller, such as
+ * its worker, is held there); how many callers wait now. */
+static bool g_stall[FAKE_MAX_DEV];
+static int g_stalled[FAKE_MAX_DEV];
+void fake_cuda_stall(int device, bool on);
+int fake_cuda_stalled(int device);
+
+void fake_cuda_stall(int device, bool on) {
+  pthread_mutex_lock(&g_mu);
+  g_stall[device] = on;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
+int fake_cuda_stalled(int device) {
+  pthread_mutex_lock(&g_mu);
+  int n = g_stalled[device];
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+static void stall_point(int device) {
+  pthread_mutex_lock(&g_mu);
+  g_stalled[device]++;
+  while (g_stall[device])
+    pthread_cond_wait(&g_cv, &g_mu);
+  g_stalled[device]--;
+  pthread_mutex_unlock(&g_mu);
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  stall_point(s->device);
   op *o = new_op(OP_RECORD);
   pthread_mutex_lock(&g_mu);
   o->gen = ++ev->gen;
@@ -598,6 +629,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     memcpy(o->tmp, src, n);
   }
   return push(s, o);
+}
+
+/* Row by row, in stream order (the sources are pinned: no staging). */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t s) {
+  if (width > dpitch || width > spitch)
+    return ret(cudaErrorInvalidPitchValue);
+  for (size_t r = 0; r < height; r++) {
+    cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + r * dpitch, (const uint8_t *)src + r * spitch,
+                                    width, kind, s);
+    if (e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {

@@ -584,6 +584,8 @@ static void scenario_destroy_busy(void) {
 void fake_cuda_hold(int device, size_t bytes);
 size_t fake_cuda_reserved(int device);
 void fake_cuda_revive(void);
+void fake_cuda_stall(int device, bool on);
+int fake_cuda_stalled(int device);
 
 #define MIB (1ull << 20)
 
@@ -768,6 +770,71 @@ static void scenario_cpulist(void) {
     CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
 }
 
+/* The small jobs of one shape waiting on a device run as one batched launch; batches split by
+ * shape; a job whose deadline passed leaves its batch alone; adjacent slots copy as one. The
+ * worker is held in its first job's pass (a stalled fake device) while the others queue. */
+static void scenario_small_batches(void) {
+  uint32_t slots = g_small_slots;
+  g_small_slots = 32;
+  gd_backend *be = make(65536, 0);
+  g_small_slots = slots;
+  if (!be)
+    return;
+  enum { N = 18 };
+  tjob jobs[N];
+  tjob_init(&jobs[0], 1000, 7, 5, 3, GP_DTYPE_F32, false, false, 1.0, 0.0, 1);
+  for (int i = 1; i < 14; i++) { /* three shapes, interleaved: they must split */
+    int sh = i % 3;
+    tjob_init(&jobs[i], 1000 + (uint64_t)i, 9 + sh * 4, 13 - sh, 6 + sh, sh == 2 ? GP_DTYPE_F64
+              : GP_DTYPE_F32, sh == 1, sh == 2, 0.5 + sh, sh == 1 ? 0.5 : 0.0,
+              sh == 0 ? 1 + (i / 3) % 2 : 1); /* X: batch 1 and 2 mixed */
+  }
+  jobs[13].job.deadline_us = 2; /* an X job past its deadline: it alone fails */
+  for (int i = 14; i < N; i++)   /* in a row: adjacent slots */
+    tjob_init(&jobs[i], 1000 + (uint64_t)i, 11, 3, 17, GP_DTYPE_F64, true, true, -2.0, -1.0, 1);
+  for (int i = 0; i < N; i++) {
+    gp_error err;
+    gp_error_clear(&err);
+    jobs[i].job.device = 0;
+    CHECK(be->ops->prepare(be, &jobs[i].job, &err) == 0, "prepare %d: %s", i, err.message);
+    jobs[i].prepared = true;
+  }
+  fake_cuda_stall(0, true);
+  while (jobs[0].phase == T_FEED)
+    feed_piece(be, &jobs[0], 1 << 20);
+  for (int waited = 0; fake_cuda_stalled(0) == 0 && waited < 5000; waited++)
+    sleep_ms(1);
+  CHECK(fake_cuda_stalled(0) == 1, "the worker is not held in the first pass");
+  for (int i = 1; i < N; i++)
+    while (jobs[i].phase == T_FEED)
+      feed_piece(be, &jobs[i], 1 << 20);
+  fake_cuda_stall(0, false);
+  run_jobs(be, jobs, N, 1 << 20);
+  for (int i = 0; i < N; i++) {
+    if (i == 13) {
+      CHECK(jobs[i].failed && jobs[i].fail_code == GP_E_DEADLINE_EXCEEDED, "deadline in a "
+            "batch: %d", jobs[i].fail_code);
+    } else {
+      CHECK(!jobs[i].failed, "batched job %d failed (%d)", i, jobs[i].fail_code);
+      if (!jobs[i].failed)
+        tjob_verify(&jobs[i], "batches");
+    }
+    tjob_free(&jobs[i]);
+  }
+  gd__gpu_dev *dev = &((gd__gpu_backend *)be)->devs[0];
+  pthread_mutex_lock(&dev->mu);
+  uint64_t one = dev->small_batches[0], four = dev->small_batches[2], jobs_n = dev->small_jobs;
+  uint64_t all = 0;
+  for (int b = 0; b < GD__GPU_BATCH_BUCKETS; b++)
+    all += dev->small_batches[b];
+  pthread_mutex_unlock(&dev->mu);
+  CHECK(jobs_n == N, "%llu small jobs", (unsigned long long)jobs_n);
+  CHECK(one == 1 && four == 4 && all == 5, "batches: %llu of 1, %llu of 4-7, %llu in all "
+        "(want 1, 4 and 5: one per shape)", (unsigned long long)one, (unsigned long long)four,
+        (unsigned long long)all);
+  be->ops->destroy(be);
+}
+
 int main(void) {
   gd_log_init(GD_LOG_WARN);
   srand(12345);
@@ -786,6 +853,7 @@ int main(void) {
   scenario_many(1 << 20, 24, 120, 70000);
   scenario_destroy_busy();
   scenario_small_beside_large();
+  scenario_small_batches();
   scenario_faults();
   fake_cuda_revive();
   scenario_small_fault();
