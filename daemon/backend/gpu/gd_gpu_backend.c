@@ -149,9 +149,8 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_job tmp;
   if (!gpu_job_init(&tmp, job, err))
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
-  gd__gpu_job *gj = gd__gpu_small_take(be, &tmp, job->device);
+  gd__gpu_job *gj = gd__gpu_small_take(be, &tmp, job);
   if (gj) { /* the small lane: a slot, no pool memory, no staging */
-    gj->owner = job;
     job->device = (int)(gj->dev - be->devs);
     job->backend_data = gj;
     return 0;

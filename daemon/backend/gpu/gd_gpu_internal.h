@@ -318,10 +318,11 @@ cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
 int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err);
 /* Frees the lane's CUDA objects and memory (the slots array goes at the device's teardown). */
 void gd__gpu_small_destroy(gd__gpu_dev *dev);
-/* Loop: a free slot on the least-loaded device in service (the scheduler's pick first) for a
- * job already sized in tmp; its embedded job is a copy of tmp, placed on that device. NULL when
- * the job is not small or no slot is free (the job then takes the staging path). */
-gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, int hint);
+/* Loop: a free slot on the least-loaded device in service (the scheduler's pick, owner->device,
+ * first) for owner's job already sized in tmp; its embedded job is a copy of tmp, owned by owner
+ * and placed on that device. NULL when the job is not small or no slot is free (the job then
+ * takes the staging path). */
+gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, gd_job *owner);
 /* Loop ops for a job in a slot (they take mu themselves). */
 bool gd__gpu_small_window(gd__gpu_job *gj, gp_operand operand, uint64_t offset, void **ptr,
                           size_t *len);

@@ -173,10 +173,10 @@ static void slot_layout(gd__gpu_slot *slot) {
                             : slot->off[GP_OPERAND_B] + job->bytes[GP_OPERAND_B];
 }
 
-gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, int hint) {
+gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, gd_job *owner) {
   if (be->cfg.small_job_bytes == 0 || tmp->alloc_len > be->cfg.small_job_bytes)
     return NULL;
-  gd__gpu_dev *dev = lock_device_with_slot(be, hint);
+  gd__gpu_dev *dev = lock_device_with_slot(be, owner->device);
   if (!dev)
     return NULL;
   gd__gpu_slot *slot = dev->slot_free;
@@ -189,6 +189,7 @@ gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, int
   gd__gpu_job *gj = &slot->job;
   gj->slot = slot;
   gj->dev = dev;
+  gj->owner = owner; /* before the job is on the device's list: a device fault must reach it */
   gj->pending_tail = &gj->pending;
   slot_layout(slot);
   gj->next = dev->jobs;
