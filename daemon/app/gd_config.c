@@ -204,6 +204,7 @@ static const field gpu_fields[] = {
     FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),
     FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
     FLD("max_batch_jobs", F_U32, gpu.max_batch_jobs, 1, 1024),
+    FLD("max_queue_delay_us", F_U64, gpu.max_queue_delay_us, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_clock.h"
 #include "gd_gpu_internal.h"
 #include "gd_log.h"
 
@@ -193,6 +194,8 @@ static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
   pthread_mutex_lock(&dev->mu);
   gd__gpu_flush(gj);
   gj->submitted = true;
+  if (gj->slot)
+    gj->submit_us = gd_now_us();
   gj->paused = false; /* every byte is in: no resume is owed (and none may follow the reply) */
   if ((gj->mem_ready || gj->slot) && !gj->run_queued) {
     gj->run_queued = true; /* a slot's job: its worker reference was taken at prepare */

@@ -22,5 +22,6 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->small_slots = 64;
   cfg->small_poll_us = 20;
   cfg->max_batch_jobs = 32;
+  cfg->max_queue_delay_us = 0;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

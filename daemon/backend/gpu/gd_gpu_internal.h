@@ -139,6 +139,7 @@ struct gd__gpu_job {
   bool mem_ready;         /* pool bytes assigned: dev_off valid */
   bool waiting_mem;       /* in the device's FIFO for pool memory */
   bool submitted, run_queued;
+  uint64_t submit_us;     /* when submit() came (a small batch's delay counts from it) */
   bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
   bool retired;           /* its load was taken off the device */
   bool failed;            /* a FAILED event was posted (or would have been) */
@@ -220,6 +221,8 @@ struct gd__gpu_dev {
                                  * workspace) is not shared between concurrent streams */
   gd__gpu_slot *small_head, *small_tail; /* batches in flight on s_small, in stream order */
   uint8_t *small_area;          /* device memory of the batch in flight: max_batch_jobs slots */
+  gd__gpu_slot *forming, *forming_tail; /* a batch waiting gpu.max_queue_delay_us for more */
+  uint32_t forming_n;
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
 
   /* Under mu. */
@@ -336,6 +339,10 @@ void gd__gpu_small_release(gd__gpu_job *gj);
 void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot);
 /* Finishes the slots whose pass completed (polled with their last event), in stream order. */
 void gd__gpu_small_poll(gd__gpu_dev *dev);
+/* A batch waiting for more jobs (gpu.max_queue_delay_us): takes the newly queued jobs of its
+ * shape and sends it when full, due, or the daemon stops. Returns the microseconds until it is
+ * due (0: none waits). */
+uint64_t gd__gpu_small_forming(gd__gpu_dev *dev);
 
 /* ---- gd_gpu_thread.c ---- */
 /* Starts the worker and waits for its start-up (device, context, streams, pool, staging). */

@@ -3,7 +3,10 @@
  *
  * SMALL_RUN takes its job and, in the manner of a dynamic batcher, every other SMALL_RUN of the
  * same shape (dtype, m, n, k, transposes, precision, alpha, beta) already waiting in the
- * device's command queue, up to gpu.max_batch_jobs: nothing is held back to grow a batch. The
+ * device's command queue, up to gpu.max_batch_jobs. By default nothing is held back to grow a
+ * batch; with gpu.max_queue_delay_us a batch not full waits (one at a time, as dev->forming) for
+ * more of its shape until that long after its first job's submit, and a small job of another
+ * shape sends it on its way. The
  * batch's whole pass is queued at once on the lane's stream: its a, b and c (when beta reads
  * it) copied into the batch area as one batched problem (each operand's matrices back to back,
  * as a client's batch would be), one launch, C copied back into each slot, with the leader
@@ -245,15 +248,8 @@ static void count_batch(gd__gpu_dev *dev, uint32_t n) {
   pthread_mutex_unlock(&dev->mu);
 }
 
-void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
-  assert(slot->in_use && dev->s_small);
-  gd__gpu_slot *tail = slot;
-  slot->batch_next = NULL;
-  uint32_t max = dev->be->cfg.max_batch_jobs;
-  pthread_mutex_lock(&dev->mu);
-  if (max > 1)
-    (void)take_same_shape(dev, slot, &tail, max - 1);
-  pthread_mutex_unlock(&dev->mu);
+/* Sends the batch led by slot: admission, layout, the pass queued and put in flight. */
+static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   gd__gpu_slot *lead = admit_batch(dev, slot);
   if (!lead)
     return;
@@ -278,6 +274,64 @@ void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   if (queued && !gd__gpu_dev_dead(dev))
     (void)cudaStreamSynchronize(dev->s_small);
   finish_batch(dev, lead);
+}
+
+/* ---- waiting for more (gpu.max_queue_delay_us) ---------------------------- */
+
+static void send_forming(gd__gpu_dev *dev) {
+  gd__gpu_slot *lead = dev->forming;
+  dev->forming = dev->forming_tail = NULL;
+  dev->forming_n = 0;
+  send_batch(dev, lead);
+}
+
+uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
+  if (!dev->forming)
+    return 0;
+  uint32_t max = dev->be->cfg.max_batch_jobs;
+  pthread_mutex_lock(&dev->mu);
+  dev->forming_n +=
+      take_same_shape(dev, dev->forming, &dev->forming_tail, max - dev->forming_n);
+  bool stop = dev->stopping || dev->dead;
+  pthread_mutex_unlock(&dev->mu);
+  uint64_t due = dev->forming->job.submit_us + dev->be->cfg.max_queue_delay_us;
+  uint64_t now = gd_now_us();
+  if (stop || dev->forming_n >= max || now >= due) {
+    send_forming(dev);
+    return 0;
+  }
+  return due - now;
+}
+
+void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
+  assert(slot->in_use && dev->s_small);
+  uint32_t max = dev->be->cfg.max_batch_jobs;
+  if (dev->forming) { /* a waiting batch: this job joins it, or sends it on its way */
+    if (dev->forming_n < max && same_shape(&dev->forming->job.hdr, &slot->job.hdr)) {
+      slot->batch_next = NULL;
+      dev->forming_tail->batch_next = slot;
+      dev->forming_tail = slot;
+      dev->forming_n++;
+      (void)gd__gpu_small_forming(dev);
+      return;
+    }
+    send_forming(dev);
+  }
+  gd__gpu_slot *tail = slot;
+  slot->batch_next = NULL;
+  uint32_t n = 1;
+  pthread_mutex_lock(&dev->mu);
+  if (max > 1)
+    n += take_same_shape(dev, slot, &tail, max - 1);
+  pthread_mutex_unlock(&dev->mu);
+  if (dev->be->cfg.max_queue_delay_us > 0 && n < max) {
+    dev->forming = slot;
+    dev->forming_tail = tail;
+    dev->forming_n = n;
+    (void)gd__gpu_small_forming(dev); /* already due: sent now */
+    return;
+  }
+  send_batch(dev, slot);
 }
 
 /* ---- completion ----------------------------------------------------------- */

@@ -50,10 +50,13 @@ static void timed_wait_us(gd__gpu_dev *dev, uint64_t us) {
 
 static void timed_wait(gd__gpu_dev *dev, uint64_t ms) { timed_wait_us(dev, ms * 1000u); }
 
-/* Under mu, small jobs in flight and no command: waits gpu.small_poll_us for a command (0: only
- * yields the CPU), then runs the watchdog when it is due. */
-static void small_wait(gd__gpu_dev *dev) {
+/* Under mu, small jobs in flight or a batch waiting for more (due in forming_us) and no command:
+ * waits gpu.small_poll_us for a command (0: only yields the CPU), or until the waiting batch is
+ * due, then runs the watchdog when it is due. */
+static void small_wait(gd__gpu_dev *dev, uint64_t forming_us) {
   uint64_t us = dev->be->cfg.small_poll_us;
+  if (dev->forming && forming_us > 0 && (!dev->small_head || forming_us < us))
+    us = forming_us;
   if (us > 0) {
     timed_wait_us(dev, us);
   } else {
@@ -93,8 +96,10 @@ static void serve(gd__gpu_dev *dev) {
   for (;;) {
     if (dev->q_head || dev_busy_locked(dev))
       gd__gpu_mem_note_work(dev, gd_now_us());
-    if (dev->small_head) {
+    uint64_t forming_us = 0;
+    if (dev->small_head || dev->forming) {
       pthread_mutex_unlock(&dev->mu);
+      forming_us = gd__gpu_small_forming(dev);
       gd__gpu_small_poll(dev);
       pthread_mutex_lock(&dev->mu);
     }
@@ -107,7 +112,7 @@ static void serve(gd__gpu_dev *dev) {
       continue;
     }
     if (dev->stopping) {
-      if ((synced || dev->dead) && !dev->small_head)
+      if ((synced || dev->dead) && !dev->small_head && !dev->forming)
         break;
       /* Destroy: let every copy land (its host func queues a completion) and serve those. */
       pthread_mutex_unlock(&dev->mu);
@@ -120,8 +125,8 @@ static void serve(gd__gpu_dev *dev) {
       synced = true;
       continue;
     }
-    if (dev->small_head && !dev->dead) {
-      small_wait(dev);
+    if ((dev->small_head || dev->forming) && !dev->dead) {
+      small_wait(dev, forming_us);
     } else if (dev_busy_locked(dev)) {
       timed_wait(dev, GD__WATCHDOG_MS);
       if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {

@@ -338,6 +338,7 @@ static void run_jobs(gd_backend *be, tjob *jobs, int count, size_t max_piece) {
 /* The small-job lane of the backends made here (gpu.small_job_bytes, gpu.small_slots). */
 static uint64_t g_small_bytes;
 static uint32_t g_small_slots = 8;
+static uint64_t g_queue_delay_us; /* gpu.max_queue_delay_us */
 
 static gd_backend *make(uint64_t staging, uint64_t memory_bytes) {
   gd_gpu_config cfg;
@@ -346,6 +347,7 @@ static gd_backend *make(uint64_t staging, uint64_t memory_bytes) {
   cfg.memory_bytes = memory_bytes;
   cfg.small_job_bytes = g_small_bytes;
   cfg.small_slots = g_small_slots;
+  cfg.max_queue_delay_us = g_queue_delay_us;
   gd_backend *be = NULL;
   gp_error err;
   gp_error_clear(&err);
@@ -835,6 +837,39 @@ static void scenario_small_batches(void) {
   be->ops->destroy(be);
 }
 
+/* gpu.max_queue_delay_us (2 s): a batch not full waits for more of its shape and leaves when due;
+ * a job of another shape sends a waiting batch on its way and waits in its place. */
+static void scenario_small_delay(void) {
+  g_queue_delay_us = 2000000;
+  gd_backend *be = make(65536, 0);
+  g_queue_delay_us = 0;
+  if (!be)
+    return;
+  enum { N = 6 };
+  tjob jobs[N];
+  for (int i = 0; i < N; i++) {
+    tjob_init(&jobs[i], 1100 + (uint64_t)i, i < 3 ? 10 : 9 + i, 9, 8, GP_DTYPE_F32, false, true,
+              1.0, 0.0, 1);
+    jobs[i].job.device = 0;
+  }
+  run_jobs(be, jobs, 3, 1 << 20); /* three of one shape: one batch, sent when due */
+  run_jobs(be, jobs + 3, 1, 1 << 20); /* alone: a batch of one, when due */
+  run_jobs(be, jobs + 4, 2, 1 << 20); /* two shapes: the second sends the first on its way */
+  for (int i = 0; i < N; i++) {
+    CHECK(!jobs[i].failed, "delayed job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "delay");
+    tjob_free(&jobs[i]);
+  }
+  gd__gpu_dev *dev = &((gd__gpu_backend *)be)->devs[0];
+  pthread_mutex_lock(&dev->mu);
+  uint64_t one = dev->small_batches[0], two_three = dev->small_batches[1];
+  pthread_mutex_unlock(&dev->mu);
+  CHECK(one == 3 && two_three == 1, "delay: %llu batches of 1, %llu of 2-3 (want 3 and 1)",
+        (unsigned long long)one, (unsigned long long)two_three);
+  be->ops->destroy(be);
+}
+
 int main(void) {
   gd_log_init(GD_LOG_WARN);
   srand(12345);
@@ -854,6 +889,7 @@ int main(void) {
   scenario_destroy_busy();
   scenario_small_beside_large();
   scenario_small_batches();
+  scenario_small_delay();
   scenario_faults();
   fake_cuda_revive();
   scenario_small_fault();
