@@ -54,8 +54,8 @@ typedef struct {
   uint64_t small_job_bytes;           /* a job whose a, b and c (each rounded to 256 bytes) fit
                                        * this many bytes takes the small-job lane (default 1 MiB;
                                        * 0 = off: every job takes the staging path) */
-  uint32_t small_slots;               /* slots of small_job_bytes per device, pinned and on the
-                                       * device (default 64) */
+  uint32_t small_slots;               /* pinned slots of small_job_bytes per device (default
+                                       * 256) */
   uint64_t small_poll_us;             /* the worker looks at the small jobs in flight at least
                                        * this often (default 20; 0 = spin) */
   uint32_t max_batch_jobs;            /* small jobs of one shape already queued on a device run as
