@@ -231,13 +231,18 @@ static const field gpu_fields[] = {
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
+    FLD("small_job_bytes", F_SIZE, gpu.small_job_bytes, 0, 64ull << 20),
+    FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),
+    FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
+    FLD("max_batch_jobs", F_U32, gpu.max_batch_jobs, 1, 1024),
+    FLD("max_queue_delay_us", F_U64, gpu.max_queue_delay_us, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field shm_fields[] = {
     FLD("enabled", F_BOOL, shm.enabled, 0, 0),
     FLD("max_regions_per_connection", F_U32, shm.max_regions_per_connection, 0, 1u << 16),
-    FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, UINT64_MAX),
-    FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, UINT64_MAX),
+    FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, HOST_MEMORY_MAX),
+    FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {

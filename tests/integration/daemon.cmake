@@ -66,7 +66,14 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # No SKIP_RETURN_CODE: the fake device is always there, so a skip is a failure.
   # memory_on_demand: no device memory at start, info and /metrics show it, given back idle.
   # readyz: /readyz turns 503 when the only device leaves service (a fake fault).
-  foreach(name reply_order memory_wait staging_hold memory_on_demand readyz)
+  # On two fake devices: spread (one pipelining connection's jobs go to both, replies whole and
+  # right); small_jobs (the small-job lane from several connections beside large jobs, the lane
+  # off, SIGTERM with small jobs in flight).
+  foreach(name reply_order memory_wait staging_hold memory_on_demand readyz spread small_jobs)
+    set(fake_devices 1)
+    if(name STREQUAL "spread" OR name STREQUAL "small_jobs")
+      set(fake_devices 2)
+    endif()
     add_test(NAME daemon_fake_${name}
              COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
                      --gemmd $<TARGET_FILE:gemmd_fake>)
@@ -74,18 +81,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
       LABELS integration
       TIMEOUT 300
       ENVIRONMENT
-        "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+        "FAKE_CUDA_DEVICES=${fake_devices};PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
-
-  # spread: one pipelining connection's jobs go to both fake devices, replies whole and right.
-  add_test(NAME daemon_fake_spread
-           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_spread.py
-                   --gemmd $<TARGET_FILE:gemmd_fake>)
-  set_tests_properties(daemon_fake_spread PROPERTIES
-    LABELS integration
-    TIMEOUT 300
-    ENVIRONMENT
-      "FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
 
   # shared memory on the GPU backend: operands copied from regions into staging (pausing while
   # it is full), results written into regions.

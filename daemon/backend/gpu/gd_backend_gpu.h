@@ -51,6 +51,19 @@ typedef struct {
   uint64_t staging_hold_ms;           /* a result chunk waits this long for a slow client before
                                        * it is copied off staging (default 20; the session's) */
   char kernel[64];                    /* "auto", or a kernel name from gk_kernels() ("tiled16", "cublas", ...) */
+  uint64_t small_job_bytes;           /* a job whose a, b and c (each rounded to 256 bytes) fit
+                                       * this many bytes takes the small-job lane (default 1 MiB;
+                                       * 0 = off: every job takes the staging path) */
+  uint32_t small_slots;               /* pinned slots of small_job_bytes per device (default
+                                       * 256) */
+  uint64_t small_poll_us;             /* the worker looks at the small jobs in flight at least
+                                       * this often (default 20; 0 = spin) */
+  uint32_t max_batch_jobs;            /* small jobs of one shape already queued on a device run as
+                                       * one batched launch of at most this many (default 32;
+                                       * 1 = one launch per job) */
+  uint64_t max_queue_delay_us;        /* a small batch not yet full may wait this long after its
+                                       * first job's submit for more of its shape (default 0: only
+                                       * what already waits is batched) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_clock.h"
 #include "gd_gpu_internal.h"
 #include "gd_log.h"
 
@@ -91,14 +92,10 @@ static double job_load(const gd__gpu_job *job) {
          (double)(gd__gpu_job_input_total(job) + job->c_bytes) / 5e9;
 }
 
-/* The backend's copy of what the worker needs from job, with its pool size worked out; NULL
- * with err set (out of memory, an operand too large). */
-static gd__gpu_job *new_gpu_job(const gd_job *job, gp_error *err) {
-  gd__gpu_job *gj = calloc(1, sizeof(*gj));
-  if (!gj) {
-    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
-    return NULL;
-  }
+/* Fills gj with the backend's copy of what the worker needs from job, its pool size and load
+ * worked out; false with err set (an operand too large). */
+static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
+  memset(gj, 0, sizeof(*gj));
   gj->id = job->id;
   gj->hdr = job->hdr;
   gj->has_c = job->has_c;
@@ -109,11 +106,10 @@ static gd__gpu_job *new_gpu_job(const gd_job *job, gp_error *err) {
   gj->admitted_us = job->admitted_us;
   gj->deadline_us = job->deadline_us;
   gj->pending_tail = &gj->pending;
-  if (!job_sizes(gj, err)) {
-    free(gj);
-    return NULL;
-  }
-  return gj;
+  if (!job_sizes(gj, err))
+    return false;
+  gj->load = job_load(gj);
+  return true;
 }
 
 /* No device can ever hold need pool bytes: why, in err. */
@@ -151,9 +147,20 @@ static void place_on_device(gd__gpu_dev *dev, gd__gpu_job *gj) {
 
 static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
-  gd__gpu_job *gj = new_gpu_job(job, err);
-  if (!gj)
+  gd__gpu_job tmp;
+  if (!gpu_job_init(&tmp, job, err))
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
+  gd__gpu_job *gj = gd__gpu_small_take(be, &tmp, job);
+  if (gj) { /* the small lane: a slot, no pool memory, no staging */
+    job->device = (int)(gj->dev - be->devs);
+    job->backend_data = gj;
+    return 0;
+  }
+  gj = malloc(sizeof(*gj));
+  if (!gj)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  *gj = tmp;
+  gj->pending_tail = &gj->pending;
   bool any = false;
   uint64_t largest = 0;
   /* Each job goes where the load is least, also within one connection: the connection's reply
@@ -171,7 +178,6 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gj->refs = 1; /* the loop's, until release() */
   gj->run_cmd.type = GD__CMD_RUN;
   gj->run_cmd.job = gj;
-  gj->load = job_load(gj);
   pthread_mutex_lock(&dev->mu);
   place_on_device(dev, gj);
   pthread_mutex_unlock(&dev->mu);
@@ -188,9 +194,11 @@ static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
   pthread_mutex_lock(&dev->mu);
   gd__gpu_flush(gj);
   gj->submitted = true;
+  if (gj->slot)
+    gj->submit_us = gd_now_us();
   gj->paused = false; /* every byte is in: no resume is owed (and none may follow the reply) */
-  if (gj->mem_ready && !gj->run_queued) {
-    gj->run_queued = true;
+  if ((gj->mem_ready || gj->slot) && !gj->run_queued) {
+    gj->run_queued = true; /* a slot's job: its worker reference was taken at prepare */
     gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
   pthread_mutex_unlock(&dev->mu);
@@ -212,6 +220,10 @@ static void op_output_consumed(gd_backend *b, gd_job *job, const void *chunk, si
   gd__gpu_job *gj = gd__gpu_job_of(job);
   if (!gj)
     return;
+  if (gj->slot) {
+    gd__gpu_small_consumed(gj, chunk);
+    return;
+  }
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu);
   for (uint32_t i = 0; i < dev->nbuf; i++) {
@@ -230,6 +242,10 @@ static void op_release(gd_backend *b, gd_job *job) {
   if (!gj)
     return;
   job->backend_data = NULL;
+  if (gj->slot) {
+    gd__gpu_small_release(gj);
+    return;
+  }
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu);
   gj->owner = NULL;
@@ -274,10 +290,14 @@ static void dev_teardown(gd__gpu_dev *dev) {
     if (j->owner)
       j->owner->backend_data = NULL;
     gd__gpu_job_free_spills(j);
-    free(j);
+    if (!j->slot) /* a slot's job goes with the slots */
+      free(j);
     j = next;
   }
   dev->jobs = NULL;
+  free(dev->slots);
+  dev->slots = NULL;
+  dev->slot_free = NULL;
   pthread_cond_destroy(&dev->cv);
   pthread_mutex_destroy(&dev->mu);
 }

@@ -18,5 +18,10 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->staging_hold_ms = 20;
   cfg->memory_idle_ms = 30000;
   cfg->memory_keep_bytes = 0;
+  cfg->small_job_bytes = 1024 * 1024;
+  cfg->small_slots = 256;
+  cfg->small_poll_us = 20;
+  cfg->max_batch_jobs = 32;
+  cfg->max_queue_delay_us = 0;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

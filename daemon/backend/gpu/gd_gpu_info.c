@@ -91,6 +91,16 @@ void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk) {
   pack_kv_u64(pk, "staging_buffers", be->cfg.staging_buffers);
 }
 
+/* The small lane's batches by size: {"1": n, "2-3": n, ..., "32+": n}. */
+static void pack_batches(msgpack_packer *pk, const uint64_t *batches) {
+  static const char *const names[GD__GPU_BATCH_BUCKETS] = {"1", "2-3", "4-7", "8-15", "16-31",
+                                                           "32+"};
+  pack_str(pk, "small_batches");
+  msgpack_pack_map(pk, GD__GPU_BATCH_BUCKETS);
+  for (int i = 0; i < GD__GPU_BATCH_BUCKETS; i++)
+    pack_kv_u64(pk, names[i], batches[i]);
+}
+
 void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   msgpack_pack_map(pk, 1);
@@ -101,13 +111,16 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
     pthread_mutex_lock(&dev->mu);
     uint64_t v[] = {dev->busy_us,   dev->jobs_done,    dev->jobs_failed,  dev->bytes_h2d,
                     dev->bytes_d2h, dev->pool.in_use,  dev->pool.size,    dev->mem_reserved,
-                    dev->active};
+                    dev->active,    dev->small_jobs};
     bool in_service = dev->in_service;
+    uint64_t batches[GD__GPU_BATCH_BUCKETS];
+    memcpy(batches, dev->small_batches, sizeof batches);
     pthread_mutex_unlock(&dev->mu);
     static const char *const keys[] = {"busy_us",     "jobs",       "jobs_failed",
                                        "bytes_h2d",   "bytes_d2h",  "pool_in_use",
-                                       "pool_bytes",  "pool_reserved", "active"};
-    msgpack_pack_map(pk, 2 + sizeof(keys) / sizeof(keys[0]));
+                                       "pool_bytes",  "pool_reserved", "active",
+                                       "small_jobs"};
+    msgpack_pack_map(pk, 3 + sizeof(keys) / sizeof(keys[0]));
     pack_str(pk, "id");
     msgpack_pack_int(pk, dev->ordinal);
     pack_str(pk, "in_service");
@@ -117,6 +130,7 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
       msgpack_pack_false(pk);
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
       pack_kv_u64(pk, keys[k], v[k]);
+    pack_batches(pk, batches);
   }
 }
 

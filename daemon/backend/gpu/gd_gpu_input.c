@@ -101,6 +101,8 @@ bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
   gd__gpu_job *gj = gd__gpu_job_of(job);
   if (!gj || operand > GP_OPERAND_C || offset >= gj->bytes[operand])
     return false;
+  if (gj->slot)
+    return gd__gpu_small_window(gj, operand, offset, ptr, len);
   gd__gpu_dev *dev = gj->dev;
   bool ok = false;
   pthread_mutex_lock(&dev->mu);
@@ -165,6 +167,8 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
       len > gj->bytes[operand] - offset)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "payload bytes past the end of operand %s",
                         gp_operand_name(operand));
+  if (gj->slot)
+    return gd__gpu_small_input(gj, operand, offset, data, len);
   gd__gpu_dev *dev = gj->dev;
   int rc = 0;
   pthread_mutex_lock(&dev->mu);

@@ -5,7 +5,9 @@
  * growing CUDA memory pool, on the worker), gd_gpu_cmd.c (the command FIFO to the
  * worker), gd_gpu_worker.c (the per-device thread that makes every CUDA
  * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
- * references, the memory FIFO, device failure; loop and worker) and
+ * references, the memory FIFO, device failure; loop and worker),
+ * gd_gpu_run.c (what every run shares, on the worker), gd_gpu_small.c and
+ * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker) and
  * gd_gpu_info.c (info, stats, devices; on the loop).
  *
  * Threads and who may call CUDA
@@ -52,6 +54,9 @@ typedef struct gd__gpu_dev gd__gpu_dev;
 typedef struct gd__gpu_job gd__gpu_job;
 typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
+typedef struct gd__gpu_slot gd__gpu_slot;
+
+#define GD__GPU_BATCH_BUCKETS 6
 
 typedef enum {
   GD__CMD_ALLOC,    /* loop: pool memory was assigned: take the job's device block (job) */
@@ -62,6 +67,7 @@ typedef enum {
   GD__CMD_OUT_FREE, /* loop: an output chunk went out: its staging buffer is free (buf) */
   GD__CMD_IN_DONE,  /* host func: a staging buffer's copy to the device finished (buf) */
   GD__CMD_OUT_DONE, /* host func: a chunk of C reached its output staging buffer (buf) */
+  GD__CMD_SMALL_RUN, /* loop: a small job's payload is in its slot: copy, compute, copy (job) */
 } gd__gpu_cmd_type;
 
 struct gd__gpu_cmd {
@@ -122,6 +128,7 @@ struct gd__gpu_job {
   uint64_t admitted_us, deadline_us;
   uint64_t alloc_len;     /* pool bytes reserved for a, b, c */
   double load;            /* its share of the device load estimate */
+  gd__gpu_slot *slot;     /* the small-job slot it lives in (gd_gpu_small.c), or NULL */
 
   /* Under the device's mu. */
   gd_job *owner;          /* the scheduler's job; NULL after release() */
@@ -132,6 +139,7 @@ struct gd__gpu_job {
   bool mem_ready;         /* pool bytes assigned: dev_off valid */
   bool waiting_mem;       /* in the device's FIFO for pool memory */
   bool submitted, run_queued;
+  uint64_t submit_us;     /* when submit() came (a small batch's delay counts from it) */
   bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
   bool retired;           /* its load was taken off the device */
   bool failed;            /* a FAILED event was posted (or would have been) */
@@ -166,6 +174,26 @@ struct gd__gpu_job {
   } work;
 };
 
+/* A small-job slot (gd_gpu_small.c): one job's a, b and c side by side in pinned host memory,
+ * with the events of a pass (copy in, kernel, copy out) when it leads a batch. The job is
+ * embedded, so a small job costs no allocation. On the device, a batch's operands lie in the
+ * lane's batch area (gd_gpu_small_run.c). */
+struct gd__gpu_slot {
+  gd__gpu_job job;        /* valid while in_use */
+  uint8_t *host;          /* slot_bytes, pinned */
+  uint64_t off[3];        /* a, b, c within the slot (fixed at prepare) */
+  uint64_t in_len;        /* bytes copied in: a and b, and c when sent */
+  cudaEvent_t ev[4];      /* before the copy in, before the kernel, after it, after the copy out */
+  bool in_use;            /* under mu */
+  bool posted;            /* under mu: C handed to the loop, until output_consumed() */
+  gd__gpu_slot *next_free; /* under mu */
+  /* The worker only. */
+  gd__gpu_slot *next_run;  /* the FIFO of batches in flight on the small stream (leaders) */
+  gd__gpu_slot *batch_next; /* the next job of its batch */
+  uint32_t batch_n;       /* leader: jobs in the batch */
+  uint64_t dev_off[3];    /* its a, b, c in the batch area */
+};
+
 struct gd__gpu_dev {
   gd__gpu_backend *be;
   int ordinal;
@@ -188,6 +216,14 @@ struct gd__gpu_dev {
   cudaStream_t s_in, s_compute, s_out;
   cudaMemPool_t mempool;        /* where jobs' device blocks come from (gd_gpu_mem.c) */
   gd__gpu_job *outq_head, *outq_tail;
+  cudaStream_t s_small;         /* the small-job lane's stream (NULL when the lane is off) */
+  gk_gpu_ctx *kctx_small;       /* the lane's own kernel context: a cuBLAS handle (and its
+                                 * workspace) is not shared between concurrent streams */
+  gd__gpu_slot *small_head, *small_tail; /* batches in flight on s_small, in stream order */
+  uint8_t *small_area;          /* device memory of the batch in flight: max_batch_jobs slots */
+  gd__gpu_slot *forming, *forming_tail; /* a batch waiting gpu.max_queue_delay_us for more */
+  uint32_t forming_n;
+  uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
 
   /* Under mu. */
   gd__gpu_pool pool;
@@ -199,9 +235,16 @@ struct gd__gpu_dev {
   double load;                  /* estimated seconds of queued work */
   size_t active;                /* prepared and not finished by the worker */
   int inflight_in;              /* staging copies in flight (for the watchdog) */
+  gd__gpu_slot *slots;          /* small_slots of them, or NULL when the lane is off */
+  uint32_t nslots;
+  size_t slot_bytes;
+  gd__gpu_slot *slot_free;      /* free slots */
+  uint8_t *slot_host;           /* the slots' pinned memory, one allocation (worker) */
 
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
+  uint64_t small_jobs;          /* jobs that took the small lane */
+  uint64_t small_batches[GD__GPU_BATCH_BUCKETS]; /* batches of 1, 2-3, 4-7, ... 32+ jobs */
   uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
   uint64_t last_work_us;        /* the worker last handled a command or had work in flight */
   bool trimmed;                 /* the pool was trimmed since last_work_us */
@@ -259,6 +302,48 @@ void gd__gpu_mem_note_work(gd__gpu_dev *dev, uint64_t now_us);
 /* ---- gd_gpu_worker.c: what the worker does with one command (worker thread only) ---- */
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 
+/* ---- gd_gpu_run.c: what every run shares (worker thread) ---- *//* A CUDA call for job failed: the job gets INTERNAL; a sticky error kills the device. */
+void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e);
+/* Whether job may start now (no lock held; a passed deadline fails it); fills its result's
+ * shape and queue time either way. */
+bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64_t now_us);
+/* The job's problem on the device, its operands at a, b and c. */
+void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
+                         uint8_t *c);
+/* Launches the job's kernel with kctx on stream and names the device and kernel in its
+ * result. */
+cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
+                           const gk_problem *p, cudaStream_t stream);
+
+/* ---- gd_gpu_small.c: the small-job lane's slots (worker at start/destroy; loop ops) ---- */
+/* Creates the slots, their memory, events and stream when gpu.small_job_bytes is on and
+ * *budget can spare them (taking their device bytes off *budget); else leaves the lane off. */
+int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err);
+/* Frees the lane's CUDA objects and memory (the slots array goes at the device's teardown). */
+void gd__gpu_small_destroy(gd__gpu_dev *dev);
+/* Loop: a free slot on the least-loaded device in service (the scheduler's pick, owner->device,
+ * first) for owner's job already sized in tmp; its embedded job is a copy of tmp, owned by owner
+ * and placed on that device. NULL when the job is not small or no slot is free (the job then
+ * takes the staging path). */
+gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, gd_job *owner);
+/* Loop ops for a job in a slot (they take mu themselves). */
+bool gd__gpu_small_window(gd__gpu_job *gj, gp_operand operand, uint64_t offset, void **ptr,
+                          size_t *len);
+int gd__gpu_small_input(gd__gpu_job *gj, gp_operand operand, uint64_t offset, const void *data,
+                        size_t len);
+void gd__gpu_small_consumed(gd__gpu_job *gj, const void *chunk);
+void gd__gpu_small_release(gd__gpu_job *gj);
+
+/* ---- gd_gpu_small_run.c: the small lane on the worker ---- */
+/* GD__CMD_SMALL_RUN: copy in, kernel, copy out on the small stream, all queued at once. */
+void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot);
+/* Finishes the slots whose pass completed (polled with their last event), in stream order. */
+void gd__gpu_small_poll(gd__gpu_dev *dev);
+/* A batch waiting for more jobs (gpu.max_queue_delay_us): takes the newly queued jobs of its
+ * shape and sends it when full, due, or the daemon stops. Returns the microseconds until it is
+ * due (0: none waits). */
+uint64_t gd__gpu_small_forming(gd__gpu_dev *dev);
+
 /* ---- gd_gpu_thread.c ---- */
 /* Starts the worker and waits for its start-up (device, context, streams, pool, staging). */
 int gd__gpu_worker_start(gd__gpu_dev *dev, gp_error *err);
@@ -286,6 +371,8 @@ void gd__gpu_job_retire(gd__gpu_job *job);
 void gd__gpu_job_free_mem(gd__gpu_job *job);
 /* A staging buffer was freed: wake the sessions paused for one. */
 void gd__gpu_staging_freed(gd__gpu_dev *dev);
+/* Without mu: whether the device's context is unusable. */
+bool gd__gpu_dev_dead(gd__gpu_dev *dev);
 /* A sticky error: out of service, every job of the device fails. */
 void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e);
 /* Frees the spills still waiting in the job's pending list, dropping the reference of each. */

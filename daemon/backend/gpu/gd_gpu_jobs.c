@@ -4,6 +4,7 @@
  * jobs waiting for pool memory and handing memory to them, and taking a dead device out of
  * service. Nothing here calls CUDA but cudaGetErrorName/String.
  */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +47,24 @@ void gd__gpu_job_free_spills(gd__gpu_job *job) {
   job->pending_tail = &job->pending;
 }
 
+/* The slot's job was let go by everyone: the slot is free again. */
+static void slot_put(gd__gpu_slot *slot) {
+  gd__gpu_dev *dev = slot->job.dev;
+  assert(slot->in_use && !slot->posted);
+  slot->in_use = false;
+  slot->next_free = dev->slot_free;
+  dev->slot_free = slot;
+}
+
 void gd__gpu_job_unref(gd__gpu_job *job) {
   if (--job->refs > 0)
     return;
   gd__gpu_dev *dev = job->dev;
   GD_LIST_UNLINK(dev->jobs, job);
-  free(job);
+  if (job->slot)
+    slot_put(job->slot); /* the job lives in the slot */
+  else
+    free(job);
 }
 
 void gd__gpu_job_retire(gd__gpu_job *job) {
@@ -142,6 +155,13 @@ void gd__gpu_job_free_mem(gd__gpu_job *job) {
   job->mem_freed = true;
   gd__gpu_pool_free(&job->dev->pool, job->dev_off, job->alloc_len);
   assign_waiters(job->dev);
+}
+
+bool gd__gpu_dev_dead(gd__gpu_dev *dev) {
+  pthread_mutex_lock(&dev->mu);
+  bool dead = dev->dead;
+  pthread_mutex_unlock(&dev->mu);
+  return dead;
 }
 
 void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {

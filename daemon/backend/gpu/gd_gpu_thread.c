@@ -9,6 +9,7 @@
  * so while work is in flight the worker wakes every GD__WATCHDOG_MS and asks each stream for
  * its status: an error there takes the device out of service. Only destroy synchronises.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -22,8 +23,8 @@
 /* While work is in flight: a stream that reports an error (not "not ready") carries a fault
  * that no host func will ever report. */
 static void watchdog(gd__gpu_dev *dev) {
-  cudaStream_t streams[3] = {dev->s_in, dev->s_compute, dev->s_out};
-  for (int i = 0; i < 3; i++) {
+  cudaStream_t streams[4] = {dev->s_in, dev->s_compute, dev->s_out, dev->s_small};
+  for (int i = 0; i < 4 && streams[i]; i++) {
     cudaError_t e = cudaStreamQuery(streams[i]);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
       gd__gpu_dev_kill(dev, "a queued copy or kernel", e);
@@ -33,17 +34,43 @@ static void watchdog(gd__gpu_dev *dev) {
 }
 
 static bool dev_busy_locked(const gd__gpu_dev *dev) {
-  return !dev->dead && (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head);
+  return !dev->dead &&
+         (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head || dev->small_head);
 }
 
-static void timed_wait(gd__gpu_dev *dev, uint64_t ms) {
+static void timed_wait_us(gd__gpu_dev *dev, uint64_t us) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts); /* pthread_cond_timedwait's default clock */
-  ts.tv_sec += (time_t)(ms / 1000u);
-  ts.tv_nsec += (long)(ms % 1000u) * 1000000L;
+  ts.tv_sec += (time_t)(us / 1000000u);
+  ts.tv_nsec += (long)(us % 1000000u) * 1000L;
   ts.tv_sec += ts.tv_nsec / 1000000000L;
   ts.tv_nsec %= 1000000000L;
   (void)pthread_cond_timedwait(&dev->cv, &dev->mu, &ts);
+}
+
+static void timed_wait(gd__gpu_dev *dev, uint64_t ms) { timed_wait_us(dev, ms * 1000u); }
+
+/* Under mu, small jobs in flight or a batch waiting for more (due in forming_us) and no command:
+ * waits gpu.small_poll_us for a command (0: only yields the CPU), or until the waiting batch is
+ * due, then runs the watchdog when it is due. */
+static void small_wait(gd__gpu_dev *dev, uint64_t forming_us) {
+  uint64_t us = dev->be->cfg.small_poll_us;
+  if (dev->forming && forming_us > 0 && (!dev->small_head || forming_us < us))
+    us = forming_us;
+  if (us > 0) {
+    timed_wait_us(dev, us);
+  } else {
+    pthread_mutex_unlock(&dev->mu);
+    (void)sched_yield();
+    pthread_mutex_lock(&dev->mu);
+  }
+  uint64_t now = gd_now_us();
+  if (dev->q_head || dev->stopping || now - dev->watchdog_us < GD__WATCHDOG_MS * 1000u)
+    return;
+  dev->watchdog_us = now;
+  pthread_mutex_unlock(&dev->mu);
+  watchdog(dev);
+  pthread_mutex_lock(&dev->mu);
 }
 
 /* Under mu, nothing to do: sleeps until a command comes, or gives the pool's memory back once
@@ -69,6 +96,13 @@ static void serve(gd__gpu_dev *dev) {
   for (;;) {
     if (dev->q_head || dev_busy_locked(dev))
       gd__gpu_mem_note_work(dev, gd_now_us());
+    uint64_t forming_us = 0;
+    if (dev->small_head || dev->forming) {
+      pthread_mutex_unlock(&dev->mu);
+      forming_us = gd__gpu_small_forming(dev);
+      gd__gpu_small_poll(dev);
+      pthread_mutex_lock(&dev->mu);
+    }
     gd__gpu_cmd *cmd = gd__gpu_cmd_pop(dev);
     if (cmd) {
       synced = false;
@@ -78,18 +112,22 @@ static void serve(gd__gpu_dev *dev) {
       continue;
     }
     if (dev->stopping) {
-      if (synced || dev->dead)
+      if ((synced || dev->dead) && !dev->small_head && !dev->forming)
         break;
       /* Destroy: let every copy land (its host func queues a completion) and serve those. */
       pthread_mutex_unlock(&dev->mu);
       (void)cudaStreamSynchronize(dev->s_in);
       (void)cudaStreamSynchronize(dev->s_compute);
       (void)cudaStreamSynchronize(dev->s_out);
+      if (dev->s_small)
+        (void)cudaStreamSynchronize(dev->s_small);
       pthread_mutex_lock(&dev->mu);
       synced = true;
       continue;
     }
-    if (dev_busy_locked(dev)) {
+    if ((dev->small_head || dev->forming) && !dev->dead) {
+      small_wait(dev, forming_us);
+    } else if (dev_busy_locked(dev)) {
       timed_wait(dev, GD__WATCHDOG_MS);
       if (!dev->q_head && !dev->stopping && dev_busy_locked(dev)) {
         pthread_mutex_unlock(&dev->mu);
@@ -131,6 +169,8 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: no device memory free (%zu of %zu)",
                         dev->ordinal, free_bytes, total_bytes);
   int rc = gd__gpu_mem_create(dev, err);
+  if (rc == 0)
+    rc = gd__gpu_small_create(dev, &budget, err); /* its device memory comes off the budget */
   if (rc != 0)
     return rc;
   if (gd__gpu_pool_init(&dev->pool, budget) != 0)
@@ -139,10 +179,10 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
   if (rc != 0)
     return rc;
   gd_info("gpu: cuda:%d %s: memory on demand up to %llu MiB (given back after %llu ms idle), "
-          "%u x %zu KiB staging each way, kernel %s",
+          "%u x %zu KiB staging each way, %u small-job slots of %zu KiB, kernel %s",
           dev->ordinal, dev->info.name, (unsigned long long)(budget >> 20),
           (unsigned long long)dev->be->cfg.memory_idle_ms, dev->nbuf, dev->staging_bytes >> 10,
-          dev->be->cfg.kernel);
+          dev->nslots, dev->slot_bytes >> 10, dev->be->cfg.kernel);
   return 0;
 }
 
@@ -156,6 +196,7 @@ static void worker_fini(gd__gpu_dev *dev) {
       (void)cudaEventDestroy(j->work.ev_c1);
       j->work.events_made = false;
     }
+  gd__gpu_small_destroy(dev);
   gd__gpu_staging_destroy(dev);
   gd__gpu_mem_destroy(dev);
   gd__gpu_pool_fini(&dev->pool);

@@ -39,26 +39,6 @@ static void CUDART_CB host_func_done(void *arg) {
 
 /* ---- errors ------------------------------------------------------------- */
 
-/* A CUDA call for job failed: the job gets INTERNAL; a sticky error kills the device. */
-static void job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
-  if (gd__gpu_error_is_sticky(e)) {
-    gd__gpu_dev_kill(dev, what, e);
-    return;
-  }
-  (void)cudaGetLastError(); /* a non-sticky error: clear it so the next call starts clean */
-  pthread_mutex_lock(&dev->mu);
-  if (job)
-    gd__gpu_fail(job, GP_E_INTERNAL, "cuda:%d: %s: %s", dev->ordinal, what, cudaGetErrorString(e));
-  pthread_mutex_unlock(&dev->mu);
-}
-
-static bool dev_dead(gd__gpu_dev *dev) {
-  pthread_mutex_lock(&dev->mu);
-  bool dead = dev->dead;
-  pthread_mutex_unlock(&dev->mu);
-  return dead;
-}
-
 /* Under mu: a buffer goes back to the free set and lets go of its job. */
 static void buf_free_locked(gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
@@ -116,9 +96,9 @@ static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     }
     if (e == cudaSuccess)
       return; /* IN_DONE frees the buffer */
-    job_cuda_error(dev, job, what, e);
+    gd__gpu_job_cuda_error(dev, job, what, e);
     /* The buffer must not be refilled while a copy may still read it. */
-    if (queued && !dev_dead(dev))
+    if (queued && !gd__gpu_dev_dead(dev))
       (void)cudaStreamSynchronize(dev->s_in);
   }
   pthread_mutex_lock(&dev->mu);
@@ -151,7 +131,7 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
     cudaError_t e = cudaMemcpyAsync(gd__gpu_mem_at(job, spill->dst), spill->data, spill->len,
                                     cudaMemcpyHostToDevice, dev->s_in);
     if (e != cudaSuccess)
-      job_cuda_error(dev, job, "copy in (pageable)", e);
+      gd__gpu_job_cuda_error(dev, job, "copy in (pageable)", e);
   }
   pthread_mutex_lock(&dev->mu);
   dev->bytes_h2d += spill->len;
@@ -181,22 +161,7 @@ static cudaError_t job_events(gd__gpu_job *job) {
   return cudaSuccess;
 }
 
-static void job_problem(const gd__gpu_job *job, gk_problem *p) {
-  memset(p, 0, sizeof(*p));
-  p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
-  p->fast = job->hdr.precision == GP_PRECISION_FAST;
-  p->trans_a = job->hdr.trans_a;
-  p->trans_b = job->hdr.trans_b;
-  p->m = (int64_t)job->hdr.m;
-  p->n = (int64_t)job->hdr.n;
-  p->k = (int64_t)job->hdr.k;
-  p->batch = (int64_t)job->hdr.batch;
-  p->alpha = job->hdr.alpha;
-  p->beta = job->hdr.beta;
-  p->a = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_A]);
-  p->b = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]);
-  p->c = gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]);
-}
+
 
 static void pump_out(gd__gpu_dev *dev);
 
@@ -214,42 +179,29 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   }
   if (e == cudaSuccess)
     e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
-  const gk_kernel *used = NULL;
   if (e == cudaSuccess) {
     gk_problem p;
-    job_problem(job, &p);
+    gd__gpu_job_problem(job, &p, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_A]),
+                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]),
+                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]));
     what = "gemm launch";
-    e = gk_gpu_gemm(dev->kctx, &p, dev->be->cfg.kernel, dev->s_compute, &used);
+    e = gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
     e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
   if (e != cudaSuccess) {
-    job_cuda_error(dev, job, what, e);
+    gd__gpu_job_cuda_error(dev, job, what, e);
     return false;
   }
-  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
-  snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
   return true;
 }
 
+
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
-  uint64_t now = gd_now_us();
-  pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !job->work.dptr;
-  if (!skip && job->deadline_us != 0 && now > job->deadline_us) {
-    gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
-                 (unsigned long long)job->hdr.timeout_ms);
-    skip = true;
-  }
-  pthread_mutex_unlock(&dev->mu);
-  job->work.result.m = job->hdr.m;
-  job->work.result.n = job->hdr.n;
-  job->work.result.batch = job->hdr.batch;
-  job->work.result.dtype = job->hdr.dtype;
-  job->work.result.queue_us = now > job->admitted_us ? now - job->admitted_us : 0;
-  if (skip || !run_launch(dev, job)) {
+  if (!gd__gpu_run_admit(dev, job, job->work.dptr != NULL, gd_now_us()) ||
+      !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
@@ -328,8 +280,8 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
       outq_pop(dev);
     return true;
   }
-  job_cuda_error(dev, job, what, e);
-  if (queued && !dev_dead(dev))
+  gd__gpu_job_cuda_error(dev, job, what, e);
+  if (queued && !gd__gpu_dev_dead(dev))
     (void)cudaStreamSynchronize(dev->s_out);
   pthread_mutex_lock(&dev->mu);
   buf_free_locked(buf);
@@ -437,6 +389,9 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
     break;
   case GD__CMD_OUT_DONE:
     handle_out_done(dev, cmd->buf);
+    break;
+  case GD__CMD_SMALL_RUN:
+    gd__gpu_small_run(dev, cmd->job->slot);
     break;
   }
 }

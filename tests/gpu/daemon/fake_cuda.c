@@ -46,6 +46,7 @@ static hostalloc *g_host;
 struct CUevent_st {
   uint64_t gen, done_gen;
   double t_ms;
+  int device;
 };
 
 enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT, OP_FREE };
@@ -152,6 +153,14 @@ size_t fake_cuda_reserved(int device);
 void fake_cuda_hold(int device, size_t bytes) {
   pthread_mutex_lock(&g_mu);
   g_held[device] = bytes;
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* Test hook: every device usable again, as in a new process (call with no backend running). */
+void fake_cuda_revive(void);
+void fake_cuda_revive(void) {
+  pthread_mutex_lock(&g_mu);
+  memset(g_dead, 0, sizeof g_dead);
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -369,7 +378,20 @@ cudaError_t cudaPeekAtLastError(void) { return t_last; }
 
 cudaError_t cudaEventCreate(cudaEvent_t *ev) {
   *ev = calloc(1, sizeof(struct CUevent_st));
+  if (*ev)
+    (*ev)->device = t_device;
   return *ev ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* Done when its last record ran; a device's sticky error shows here too, as on a GPU. */
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+  cudaError_t d = dead_of(ev->device);
+  if (d)
+    return ret(d);
+  pthread_mutex_lock(&g_mu);
+  bool done = ev->done_gen >= ev->gen;
+  pthread_mutex_unlock(&g_mu);
+  return done ? cudaSuccess : cudaErrorNotReady;
 }
 
 /* CUDA lets an event be destroyed while a record of it is still queued (its resources go once
@@ -542,7 +564,38 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return d ? ret(d) : cudaSuccess;
 }
 
+/* Test hooks: while a device is stalled, a cudaEventRecord for it waits (the caller, such as
+ * its worker, is held there); how many callers wait now. */
+static bool g_stall[FAKE_MAX_DEV];
+static int g_stalled[FAKE_MAX_DEV];
+void fake_cuda_stall(int device, bool on);
+int fake_cuda_stalled(int device);
+
+void fake_cuda_stall(int device, bool on) {
+  pthread_mutex_lock(&g_mu);
+  g_stall[device] = on;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
+int fake_cuda_stalled(int device) {
+  pthread_mutex_lock(&g_mu);
+  int n = g_stalled[device];
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+static void stall_point(int device) {
+  pthread_mutex_lock(&g_mu);
+  g_stalled[device]++;
+  while (g_stall[device])
+    pthread_cond_wait(&g_cv, &g_mu);
+  g_stalled[device]--;
+  pthread_mutex_unlock(&g_mu);
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  stall_point(s->device);
   op *o = new_op(OP_RECORD);
   pthread_mutex_lock(&g_mu);
   o->gen = ++ev->gen;
@@ -576,6 +629,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     memcpy(o->tmp, src, n);
   }
   return push(s, o);
+}
+
+/* Row by row, in stream order (the sources are pinned: no staging). */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t s) {
+  if (width > dpitch || width > spitch)
+    return ret(cudaErrorInvalidPitchValue);
+  for (size_t r = 0; r < height; r++) {
+    cudaError_t e = cudaMemcpyAsync((uint8_t *)dst + r * dpitch, (const uint8_t *)src + r * spitch,
+                                    width, kind, s);
+    if (e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {

@@ -96,6 +96,9 @@ typedef struct {
   uint64_t fed[3];
   int cur_op;
   bool paused, prepared, failed, vanish;
+  bool hold;                   /* keep its result chunks unconsumed until the others are done */
+  gd_backend_event held[64];
+  int nheld;
   int fail_code;
   tphase phase;
   uint64_t received;
@@ -243,6 +246,10 @@ static void handle(gd_backend *be, tjob *jobs, int count, const gd_backend_event
     t->paused = false;
     break;
   case GD_EV_OUTPUT_CHUNK:
+    if (t->hold && t->nheld < 64) {
+      t->held[t->nheld++] = *ev;
+      break;
+    }
     CHECK(ev->offset + ev->len <= t->job.operand_bytes[2], "chunk past C");
     CHECK(ev->offset == t->received, "chunk at %llu, expected %llu",
           (unsigned long long)ev->offset, (unsigned long long)t->received);
@@ -267,8 +274,26 @@ static void handle(gd_backend *be, tjob *jobs, int count, const gd_backend_event
 }
 
 /* Runs jobs to completion, interleaving their payloads in random pieces. */
+/* Once every job but the held ones is done, the held chunks are consumed. */
+static void unhold(gd_backend *be, tjob *jobs, int count) {
+  for (int i = 0; i < count; i++)
+    if (jobs[i].phase != T_DONE && !jobs[i].hold)
+      return;
+  for (int i = 0; i < count; i++) {
+    tjob *t = &jobs[i];
+    if (!t->hold)
+      continue;
+    t->hold = false;
+    for (int h = 0; h < t->nheld; h++)
+      handle(be, jobs, count, &t->held[h]);
+    t->nheld = 0;
+  }
+}
+
 static void run_jobs(gd_backend *be, tjob *jobs, int count, size_t max_piece) {
   for (int i = 0; i < count; i++) {
+    if (jobs[i].prepared)
+      continue;
     gp_error err;
     gp_error_clear(&err);
     int rc = be->ops->prepare(be, &jobs[i].job, &err);
@@ -296,6 +321,7 @@ static void run_jobs(gd_backend *be, tjob *jobs, int count, size_t max_piece) {
     }
     if (all_done)
       break;
+    unhold(be, jobs, count);
     gd_backend_event ev;
     bool got = next_event(&ev, progress ? 0 : 10000);
     if (!got && !progress) {
@@ -309,11 +335,19 @@ static void run_jobs(gd_backend *be, tjob *jobs, int count, size_t max_piece) {
   }
 }
 
+/* The small-job lane of the backends made here (gpu.small_job_bytes, gpu.small_slots). */
+static uint64_t g_small_bytes;
+static uint32_t g_small_slots = 8;
+static uint64_t g_queue_delay_us; /* gpu.max_queue_delay_us */
+
 static gd_backend *make(uint64_t staging, uint64_t memory_bytes) {
   gd_gpu_config cfg;
   gd_gpu_config_default(&cfg);
   cfg.staging_bytes = staging;
   cfg.memory_bytes = memory_bytes;
+  cfg.small_job_bytes = g_small_bytes;
+  cfg.small_slots = g_small_slots;
+  cfg.max_queue_delay_us = g_queue_delay_us;
   gd_backend *be = NULL;
   gp_error err;
   gp_error_clear(&err);
@@ -333,6 +367,18 @@ static void random_jobs(tjob *jobs, int count, int max_dim, uint64_t first_id) {
   }
 }
 
+/* Jobs that took the small-job lane, over every device. */
+static uint64_t small_jobs(gd_backend *be) {
+  gd__gpu_backend *gb = (gd__gpu_backend *)be;
+  uint64_t n = 0;
+  for (size_t i = 0; i < gb->ndev; i++) {
+    pthread_mutex_lock(&gb->devs[i].mu);
+    n += gb->devs[i].small_jobs;
+    pthread_mutex_unlock(&gb->devs[i].mu);
+  }
+  return n;
+}
+
 static void scenario_many(uint64_t staging, int count, int max_dim, size_t piece) {
   gd_backend *be = make(staging, 0);
   if (!be)
@@ -350,7 +396,92 @@ static void scenario_many(uint64_t staging, int count, int max_dim, size_t piece
     tjob_free(&jobs[i]);
   }
   CHECK(devs[0] && devs[1], "both fake devices should have served");
+  uint64_t small = small_jobs(be);
+  if (g_small_bytes == 0)
+    CHECK(small == 0, "lane off, yet %llu small jobs", (unsigned long long)small);
+  else
+    CHECK(small > 0 && small < (uint64_t)count, "lane on: %llu of %d jobs small (some fit, "
+          "some do not)", (unsigned long long)small, count);
   free(jobs);
+  be->ops->destroy(be);
+}
+
+/* Small jobs never wait behind a large job's result: the large job's chunks stay unconsumed
+ * (both output staging buffers posted, its output stalled) until every small job is done. On
+ * the staging path the small jobs queue behind it in the output FIFO and never finish. */
+static void scenario_small_beside_large(void) {
+  gd_backend *be = make(4096, 0);
+  if (!be)
+    return;
+  enum { NSMALL = 8 };
+  tjob jobs[1 + NSMALL];
+  tjob_init(&jobs[0], 700, 64, 64, 64, GP_DTYPE_F64, false, true, 1.0, 0.5, 1); /* 8 chunks */
+  jobs[0].job.device = 0;
+  jobs[0].hold = true;
+  gp_error err;
+  gp_error_clear(&err);
+  CHECK(be->ops->prepare(be, &jobs[0].job, &err) == 0, "prepare large: %s", err.message);
+  jobs[0].prepared = true;
+  for (int r = 0; r < 100000 && jobs[0].phase == T_FEED; r++) {
+    if (!jobs[0].paused)
+      feed_piece(be, &jobs[0], 4096);
+    gd_backend_event ev;
+    while (next_event(&ev, jobs[0].paused ? 1000 : 0))
+      handle(be, jobs, 1, &ev);
+  }
+  for (int waited = 0; jobs[0].nheld < 2 && waited < 100; waited++) {
+    gd_backend_event ev;
+    if (next_event(&ev, 100))
+      handle(be, jobs, 1, &ev);
+  }
+  CHECK(jobs[0].nheld == 2, "the large job holds %d chunks, not both buffers", jobs[0].nheld);
+  for (int i = 1; i <= NSMALL; i++) {
+    tjob_init(&jobs[i], 700 + (uint64_t)i, 5 + i * 3, 17 - i, 2 * i + 1,
+              i % 2 ? GP_DTYPE_F32 : GP_DTYPE_F64, i & 1, i & 2, 0.5 * i, i % 3 ? 0.0 : -1.0, 1);
+    jobs[i].job.device = 0;
+  }
+  run_jobs(be, jobs, 1 + NSMALL, 300);
+  for (int i = 0; i <= NSMALL; i++) {
+    CHECK(!jobs[i].failed, "beside large: job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "beside large");
+    tjob_free(&jobs[i]);
+  }
+  CHECK(small_jobs(be) == NSMALL, "%llu small jobs", (unsigned long long)small_jobs(be));
+  be->ops->destroy(be);
+}
+
+/* A sticky fault in the middle of small jobs queued on one device: the faulting job fails, the
+ * others of that device are either right or failed (none hangs, none is wrong), the device
+ * leaves service and the other serves on. */
+static void scenario_small_fault(void) {
+  gd_backend *be = make(65536, 0);
+  if (!be)
+    return;
+  enum { N = 8 };
+  tjob jobs[N];
+  random_jobs(jobs, N, 30, 800);
+  for (int i = 0; i < N; i++)
+    jobs[i].job.device = 0;
+  jobs[4].job.hdr.alpha = 666.0;
+  run_jobs(be, jobs, N, 100000);
+  CHECK(jobs[4].failed, "the faulting small job did not fail");
+  for (int i = 0; i < N; i++) {
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "small fault");
+    tjob_free(&jobs[i]);
+  }
+  gd_device_info info[2];
+  size_t n = be->ops->devices(be, info, 2);
+  CHECK(n == 2 && !info[0].in_service && info[1].in_service, "cuda:0 out, cuda:1 in service");
+  random_jobs(jobs, N, 30, 900);
+  run_jobs(be, jobs, N, 100000);
+  for (int i = 0; i < N; i++) {
+    CHECK(!jobs[i].failed, "after the fault, small job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "small after fault");
+    tjob_free(&jobs[i]);
+  }
   be->ops->destroy(be);
 }
 
@@ -454,6 +585,9 @@ static void scenario_destroy_busy(void) {
 /* fake_cuda.c's hooks: memory another process holds; what a device's pools reserve. */
 void fake_cuda_hold(int device, size_t bytes);
 size_t fake_cuda_reserved(int device);
+void fake_cuda_revive(void);
+void fake_cuda_stall(int device, bool on);
+int fake_cuda_stalled(int device);
 
 #define MIB (1ull << 20)
 
@@ -638,6 +772,104 @@ static void scenario_cpulist(void) {
     CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
 }
 
+/* The small jobs of one shape waiting on a device run as one batched launch; batches split by
+ * shape; a job whose deadline passed leaves its batch alone; adjacent slots copy as one. The
+ * worker is held in its first job's pass (a stalled fake device) while the others queue. */
+static void scenario_small_batches(void) {
+  uint32_t slots = g_small_slots;
+  g_small_slots = 32;
+  gd_backend *be = make(65536, 0);
+  g_small_slots = slots;
+  if (!be)
+    return;
+  enum { N = 18 };
+  tjob jobs[N];
+  tjob_init(&jobs[0], 1000, 7, 5, 3, GP_DTYPE_F32, false, false, 1.0, 0.0, 1);
+  for (int i = 1; i < 14; i++) { /* three shapes, interleaved: they must split */
+    int sh = i % 3;
+    tjob_init(&jobs[i], 1000 + (uint64_t)i, 9 + sh * 4, 13 - sh, 6 + sh, sh == 2 ? GP_DTYPE_F64
+              : GP_DTYPE_F32, sh == 1, sh == 2, 0.5 + sh, sh == 1 ? 0.5 : 0.0,
+              sh == 0 ? 1 + (i / 3) % 2 : 1); /* X: batch 1 and 2 mixed */
+  }
+  jobs[13].job.deadline_us = 2; /* an X job past its deadline: it alone fails */
+  for (int i = 14; i < N; i++)   /* in a row: adjacent slots */
+    tjob_init(&jobs[i], 1000 + (uint64_t)i, 11, 3, 17, GP_DTYPE_F64, true, true, -2.0, -1.0, 1);
+  for (int i = 0; i < N; i++) {
+    gp_error err;
+    gp_error_clear(&err);
+    jobs[i].job.device = 0;
+    CHECK(be->ops->prepare(be, &jobs[i].job, &err) == 0, "prepare %d: %s", i, err.message);
+    jobs[i].prepared = true;
+  }
+  fake_cuda_stall(0, true);
+  while (jobs[0].phase == T_FEED)
+    feed_piece(be, &jobs[0], 1 << 20);
+  for (int waited = 0; fake_cuda_stalled(0) == 0 && waited < 5000; waited++)
+    sleep_ms(1);
+  CHECK(fake_cuda_stalled(0) == 1, "the worker is not held in the first pass");
+  for (int i = 1; i < N; i++)
+    while (jobs[i].phase == T_FEED)
+      feed_piece(be, &jobs[i], 1 << 20);
+  fake_cuda_stall(0, false);
+  run_jobs(be, jobs, N, 1 << 20);
+  for (int i = 0; i < N; i++) {
+    if (i == 13) {
+      CHECK(jobs[i].failed && jobs[i].fail_code == GP_E_DEADLINE_EXCEEDED, "deadline in a "
+            "batch: %d", jobs[i].fail_code);
+    } else {
+      CHECK(!jobs[i].failed, "batched job %d failed (%d)", i, jobs[i].fail_code);
+      if (!jobs[i].failed)
+        tjob_verify(&jobs[i], "batches");
+    }
+    tjob_free(&jobs[i]);
+  }
+  gd__gpu_dev *dev = &((gd__gpu_backend *)be)->devs[0];
+  pthread_mutex_lock(&dev->mu);
+  uint64_t one = dev->small_batches[0], four = dev->small_batches[2], jobs_n = dev->small_jobs;
+  uint64_t all = 0;
+  for (int b = 0; b < GD__GPU_BATCH_BUCKETS; b++)
+    all += dev->small_batches[b];
+  pthread_mutex_unlock(&dev->mu);
+  CHECK(jobs_n == N, "%llu small jobs", (unsigned long long)jobs_n);
+  CHECK(one == 1 && four == 4 && all == 5, "batches: %llu of 1, %llu of 4-7, %llu in all "
+        "(want 1, 4 and 5: one per shape)", (unsigned long long)one, (unsigned long long)four,
+        (unsigned long long)all);
+  be->ops->destroy(be);
+}
+
+/* gpu.max_queue_delay_us (2 s): a batch not full waits for more of its shape and leaves when due;
+ * a job of another shape sends a waiting batch on its way and waits in its place. */
+static void scenario_small_delay(void) {
+  g_queue_delay_us = 2000000;
+  gd_backend *be = make(65536, 0);
+  g_queue_delay_us = 0;
+  if (!be)
+    return;
+  enum { N = 6 };
+  tjob jobs[N];
+  for (int i = 0; i < N; i++) {
+    tjob_init(&jobs[i], 1100 + (uint64_t)i, i < 3 ? 10 : 9 + i, 9, 8, GP_DTYPE_F32, false, true,
+              1.0, 0.0, 1);
+    jobs[i].job.device = 0;
+  }
+  run_jobs(be, jobs, 3, 1 << 20); /* three of one shape: one batch, sent when due */
+  run_jobs(be, jobs + 3, 1, 1 << 20); /* alone: a batch of one, when due */
+  run_jobs(be, jobs + 4, 2, 1 << 20); /* two shapes: the second sends the first on its way */
+  for (int i = 0; i < N; i++) {
+    CHECK(!jobs[i].failed, "delayed job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "delay");
+    tjob_free(&jobs[i]);
+  }
+  gd__gpu_dev *dev = &((gd__gpu_backend *)be)->devs[0];
+  pthread_mutex_lock(&dev->mu);
+  uint64_t one = dev->small_batches[0], two_three = dev->small_batches[1];
+  pthread_mutex_unlock(&dev->mu);
+  CHECK(one == 3 && two_three == 1, "delay: %llu batches of 1, %llu of 2-3 (want 3 and 1)",
+        (unsigned long long)one, (unsigned long long)two_three);
+  be->ops->destroy(be);
+}
+
 int main(void) {
   gd_log_init(GD_LOG_WARN);
   srand(12345);
@@ -649,6 +881,18 @@ int main(void) {
   scenario_memory_on_demand();
   scenario_faults();
   scenario_destroy_busy();
+  /* The small-job lane: 64 KiB slots, 8 a device (fewer than the jobs: some take staging). */
+  g_small_bytes = 64 * 1024;
+  fake_cuda_revive(); /* scenario_faults left a device dead */
+  scenario_many(4096, 24, 70, 5000);
+  scenario_many(1 << 20, 24, 120, 70000);
+  scenario_destroy_busy();
+  scenario_small_beside_large();
+  scenario_small_batches();
+  scenario_small_delay();
+  scenario_faults();
+  fake_cuda_revive();
+  scenario_small_fault();
   gd_backend *none = NULL;
   gd_gpu_config cfg;
   gd_gpu_config_default(&cfg);

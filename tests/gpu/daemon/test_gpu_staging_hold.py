@@ -30,7 +30,9 @@ CONFIG = {"log_level": "debug", "timeouts": {"request_ms": 60000}}
 
 
 def test_slow_reader_gives_staging_back(ctx):
-    gpu = {"staging_bytes": "256KiB", "staging_buffers": 2, "staging_hold_ms": HOLD_MS}
+    # B's gemms must need output staging: the small-job lane (slots of their own) stays off.
+    gpu = {"staging_bytes": "256KiB", "staging_buffers": 2, "staging_hold_ms": HOLD_MS,
+           "small_job_bytes": 0}
     with e2e.gpu_daemon(ctx, gpu=gpu, config=CONFIG) as d, \
             d.connect(timeout=120) as slow, d.connect(timeout=60) as other:
         a, b = h.random_operands(ctx.rng, BIG["m"], BIG["n"], BIG["k"], "f32")

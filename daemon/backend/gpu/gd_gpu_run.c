@@ -1,0 +1,66 @@
+/*
+ * gd_gpu_run.c - what every job's run on the worker thread shares, whichever lane it takes
+ * (staging: gd_gpu_worker.c; small slots: gd_gpu_small_run.c): turning a CUDA error into the
+ * job's failure, the checks before it starts, its problem for the kernels and the launch.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gd_gpu_internal.h"
+
+void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
+  if (gd__gpu_error_is_sticky(e)) {
+    gd__gpu_dev_kill(dev, what, e);
+    return;
+  }
+  (void)cudaGetLastError(); /* a non-sticky error: clear it so the next call starts clean */
+  pthread_mutex_lock(&dev->mu);
+  if (job)
+    gd__gpu_fail(job, GP_E_INTERNAL, "cuda:%d: %s: %s", dev->ordinal, what, cudaGetErrorString(e));
+  pthread_mutex_unlock(&dev->mu);
+}
+
+bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64_t now_us) {
+  pthread_mutex_lock(&dev->mu);
+  bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !have_mem;
+  if (!skip && job->deadline_us != 0 && now_us > job->deadline_us) {
+    gd__gpu_fail(job, GP_E_DEADLINE_EXCEEDED, "not started within timeout_ms (%llu ms)",
+                 (unsigned long long)job->hdr.timeout_ms);
+    skip = true;
+  }
+  pthread_mutex_unlock(&dev->mu);
+  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
+  job->work.result.m = job->hdr.m;
+  job->work.result.n = job->hdr.n;
+  job->work.result.batch = job->hdr.batch;
+  job->work.result.dtype = job->hdr.dtype;
+  job->work.result.queue_us = now_us > job->admitted_us ? now_us - job->admitted_us : 0;
+  return !skip;
+}
+
+void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
+                         uint8_t *c) {
+  memset(p, 0, sizeof(*p));
+  p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
+  p->fast = job->hdr.precision == GP_PRECISION_FAST;
+  p->trans_a = job->hdr.trans_a;
+  p->trans_b = job->hdr.trans_b;
+  p->m = (int64_t)job->hdr.m;
+  p->n = (int64_t)job->hdr.n;
+  p->k = (int64_t)job->hdr.k;
+  p->batch = (int64_t)job->hdr.batch;
+  p->alpha = job->hdr.alpha;
+  p->beta = job->hdr.beta;
+  p->a = a;
+  p->b = b;
+  p->c = c;
+}
+
+cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
+                           const gk_problem *p, cudaStream_t stream) {
+  const gk_kernel *used = NULL;
+  cudaError_t e = gk_gpu_gemm(kctx, p, dev->be->cfg.kernel, stream, &used);
+  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
+  snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
+  return e;
+}
