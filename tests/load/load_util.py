@@ -16,7 +16,8 @@ Figures
   settle_rss(pid, target, probe, timeout) -> RSS   polls RSS (probe() between polls, so that
                                 the allocator gets calls to give memory back) until it is at
                                 most target or timeout passes; returns the last reading.
-  stats(client) / wait_stats(daemon, predicate, timeout, what) -> the `stats` map.
+  wait_stats(daemon, predicate, timeout, what, client=None) -> the `stats` map, polled until
+                                predicate holds (on client, else on a fresh connection).
 
 Checked requests without per-request NumPy work
   Problem(rng, m, n, k, dtype)  random operands, the request's params packed once, the float64
@@ -110,15 +111,15 @@ def settle_rss(pid, target, probe, timeout):
         time.sleep(0.25)
 
 
-def stats(client):
-    return client.call("stats")
-
-
-def wait_stats(daemon, predicate, timeout, what):
-    """Polls `stats` on a fresh connection until predicate(stats) holds; returns that map."""
+def wait_stats(daemon, predicate, timeout, what, client=None):
+    """Polls `stats` until predicate(stats) holds; returns that map. On client when given, else
+    on a fresh connection each time (which the count of connections then includes)."""
     def poll():
-        with daemon.connect() as client:
+        if client is not None:
             found = client.call("stats")
+        else:
+            with daemon.connect() as fresh:
+                found = fresh.call("stats")
         return found if predicate(found) else None
     return h.wait_until(poll, timeout, what)
 

@@ -158,7 +158,8 @@ def test_killed_mid_payload(ctx):
         target = int(baseline * 1.10)
         after = lu.settle_rss(d.pid, target, probe, 20 * ctx.scale)
 
-        st = monitor.call("stats")
+        st = lu.wait_stats(d, lambda s: s["connections"] == 1, 10 * ctx.scale,
+                           "only the monitor connected", monitor)
         gemms = warm_gemms + worker_gemms + len(probes)
         _check_stats(st, gemms, per_round + killed)
         lu.figures("killed_mid_payload", killed=killed, workers=WORKERS,
