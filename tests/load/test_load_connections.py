@@ -100,7 +100,8 @@ def test_connections(ctx):
     lu.raise_nofile(2 * 2000 + 256)  # both ends of every connection, gemmd inherits it
     _round.problems = lu.problems(ctx.rng, 16, SHAPES)
     timeout = 120 * ctx.scale
-    with ctx.daemon() as d, d.connect() as monitor:
+    # every connection's gemm may be queued at once (a slow build): none may be refused
+    with ctx.daemon(config={"queue": {"max_jobs": 4096}}) as d, d.connect() as monitor:
         cap = monitor.call("info")["limits"]["max_connections"]
         assert cap >= 1001, "this test needs limits.max_connections >= 1001, it is %d" % cap
         # the harness's readiness probe may still count: wait until only the monitor does

@@ -11,7 +11,6 @@ import re
 import signal
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import load_util as lu  # noqa: E402
