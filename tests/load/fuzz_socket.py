@@ -4,10 +4,11 @@
 Each execution opens a connection, writes one input (valid requests mutated: bit flips,
 interesting bytes, truncations, splices of two messages, huge declared lengths, random
 msgpack objects as whole messages, params or header values), half-closes, and reads until the
-daemon closes: every reply must be a well-formed msgpack-RPC response, and the daemon must close
-once it has answered (a connection left hanging is a failure). After each batch the daemon must
-still be running, answer ping and a gemm checked against the float64 reference, and its log
-must hold no sanitizer report.
+daemon closes (one in ten closes at once instead): every reply must be a well-formed
+msgpack-RPC response, and the daemon must close once it has answered (a connection left
+hanging is a failure). After each batch the daemon must still be running, answer ping and
+gemms checked against the float64 reference, hold no connection, job or reserved byte of the
+batch any more (stats), and its log must hold no sanitizer report.
 
   fuzz_socket.py --gemmd PATH [--seconds S] [--executions N] [--batch N] [--workers N]
 
@@ -198,8 +199,9 @@ def _well_formed(obj):
                              isinstance(error.get("message"), str) and obj[3] is None)
 
 
-def execute(path, data, timeout):
-    """One input on a fresh connection; returns None or what went wrong."""
+def execute(path, data, timeout, abrupt):
+    """One input on a fresh connection; returns None or what went wrong. abrupt: close at once
+    without reading (the daemon's replies then meet a closed peer)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -209,6 +211,8 @@ def execute(path, data, timeout):
             sock.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass  # closed on a fatal error before all of it went: fine
+        if abrupt:
+            return None
         unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=1 << 26)
         deadline = time.monotonic() + timeout
         while True:
@@ -233,12 +237,20 @@ def execute(path, data, timeout):
         sock.close()
 
 
+def _settled(st):
+    """Every fuzz connection closed (only the health client is left) and nothing held."""
+    return (st["connections"] == 1 and st["queue_depth"] == 0 and st["jobs_running"] == 0 and
+            st["reserved_bytes"] == 0)
+
+
 def _healthy(d, client, rng_):
     if not d.running():
         raise AssertionError("gemmd exited with %r" % d.proc.returncode)
     assert client.call("ping") == "pong"
     h.check_gemm(client, rng_, 13, 11, 7, "f32")
     h.check_gemm(client, rng_, 5, 6, 4, "f64", beta=0.5)
+    lu.wait_stats(d, _settled, 10 * d.scale, "no connection, job or reserved byte left over "
+                  "from the batch", client)
     d.check_log()
 
 
@@ -276,7 +288,9 @@ def test_fuzz_socket(ctx):
             if args.executions is None and time.monotonic() - start >= seconds:
                 break
             inputs = [fuzzer.input() for _ in range(args.batch)]
-            outcomes = list(pool.map(lambda data: execute(d.unix_path, data, timeout), inputs))
+            abrupt = [fuzzer.chance(0.1) for _ in inputs]
+            outcomes = list(pool.map(lambda data, cut: execute(d.unix_path, data, timeout, cut),
+                                     inputs, abrupt))
             executions += len(inputs)
             batches += 1
             bad = [(i, why) for i, why in enumerate(outcomes) if why]
