@@ -11,11 +11,12 @@ gemms checked against the float64 reference, hold no connection, job or reserved
 batch any more (stats), and its log must hold no sanitizer report.
 
   fuzz_socket.py --gemmd PATH [--seconds S] [--executions N] [--batch N] [--workers N]
+  fuzz_socket.py --gemmd PATH --replay DIR|FILE...
 
 Defaults: 20 s (times GEMMD_LOAD_SCALE), batches of 200 on 4 connections at a time. Prints
 "LOAD fuzz_socket executions=N ..." at the end. A failing batch is written to
-fuzz-failure/ in the daemon's temp dir (kept), one file per input: replay one with
-`socat - UNIX-CONNECT:SOCK < FILE` or any script that writes the bytes. GEMMD_TEST_SEED
+fuzz-failure/ in the daemon's temp dir (kept), one file per input; --replay sends those files
+(a folder's in name order) as one batch to a fresh daemon. GEMMD_TEST_SEED
 replays a run."""
 import argparse
 import concurrent.futures
@@ -269,38 +270,61 @@ def _options():
     parser.add_argument("--executions", type=int)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--replay", nargs="+")
     args, _ = parser.parse_known_args()
     return args
+
+
+def _run_batch(d, client, pool, inputs, abrupt, rng_):
+    """The inputs on connections of their own, then the health checks; a failure keeps the
+    batch and raises."""
+    timeout = 10 * d.scale
+    outcomes = list(pool.map(lambda data, cut: execute(d.unix_path, data, timeout, cut),
+                             inputs, abrupt))
+    bad = [(i, why) for i, why in enumerate(outcomes) if why]
+    try:
+        assert not bad, "input %d of the batch: %s" % bad[0]
+        _healthy(d, client, rng_)
+    except BaseException:
+        print("fuzz_socket: failing batch kept in %s" % _keep(d, inputs), flush=True)
+        raise
+
+
+def _replay_inputs(paths):
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            files += sorted(os.path.join(path, name) for name in os.listdir(path))
+        else:
+            files.append(path)
+    inputs = []
+    for name in files:
+        with open(name, "rb") as f:
+            inputs.append(f.read())
+    return inputs
 
 
 def test_fuzz_socket(ctx):
     args = _options()
     seconds = args.seconds if args.seconds is not None else 20 * lu.load_scale()
     fuzzer = Fuzzer(ctx.rng)
-    timeout = 10 * ctx.scale
-    executions, batches, answered_fine = 0, 0, 0
+    executions, batches = 0, 0
     start = time.monotonic()
     with ctx.daemon(config=CONFIG) as d, d.connect() as client, \
             concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-        while True:
+        if args.replay:  # the inputs of a kept batch, once, in order
+            inputs = _replay_inputs(args.replay)
+            _run_batch(d, client, pool, inputs, [False] * len(inputs), ctx.rng)
+            executions, batches = len(inputs), 1
+        while not args.replay:
             if args.executions is not None and executions >= args.executions:
                 break
             if args.executions is None and time.monotonic() - start >= seconds:
                 break
             inputs = [fuzzer.input() for _ in range(args.batch)]
-            abrupt = [fuzzer.chance(0.1) for _ in inputs]
-            outcomes = list(pool.map(lambda data, cut: execute(d.unix_path, data, timeout, cut),
-                                     inputs, abrupt))
+            _run_batch(d, client, pool, inputs, [fuzzer.chance(0.1) for _ in inputs], ctx.rng)
             executions += len(inputs)
             batches += 1
-            bad = [(i, why) for i, why in enumerate(outcomes) if why]
-            try:
-                assert not bad, "input %d of the batch: %s" % bad[0]
-                _healthy(d, client, ctx.rng)
-            except BaseException:
-                print("fuzz_socket: failing batch kept in %s" % _keep(d, inputs), flush=True)
-                raise
-            answered_fine += len(inputs)
         elapsed = time.monotonic() - start
         st = client.call("stats")
         lu.figures("fuzz_socket", executions=executions, batches=batches,
