@@ -312,6 +312,7 @@ def test_fuzz_socket(ctx):
     start = time.monotonic()
     with ctx.daemon(config=CONFIG) as d, d.connect() as client, \
             concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
+        rss_before = lu.rss_bytes(d.pid)
         if args.replay:  # the inputs of a kept batch, once, in order
             inputs = _replay_inputs(args.replay)
             _run_batch(d, client, pool, inputs, [False] * len(inputs), ctx.rng)
@@ -331,7 +332,8 @@ def test_fuzz_socket(ctx):
                    seconds="%.1f" % elapsed, per_s="%.0f" % (executions / elapsed),
                    requests_seen=st["requests"]["total"],
                    error_replies=sum(st["errors"].values()),
-                   connections=st["connections_total"], failures=0)
+                   connections=st["connections_total"], failures=0,
+                   rss_before_mib=lu.mib(rss_before), rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
 
 
 if __name__ == "__main__":

@@ -105,11 +105,14 @@ def _wait_progress(clients, each, timeout):
 
 
 def test_sigterm_under_load(ctx):
-    problems = lu.problems(ctx.rng, 16, SHAPES)
+    # a heavier shape too, so that the drain lasts while clients keep sending
+    problems = lu.problems(ctx.rng, 20, SHAPES + [(192, 192, 192, "f64")])
     d = ctx.daemon(config={"log_level": "debug", "cpu": {"threads": 2}}).start()
     try:
+        rss_before = lu.rss_bytes(d.pid)
         clients = _start(d, problems)
         _wait_progress(clients, lu.scaled(ctx, 20, minimum=3), 120 * ctx.scale)
+        rss_at_signal = lu.rss_bytes(d.pid)
         d.send_signal(signal.SIGTERM)
         _join(clients, 60 * ctx.scale)
         code = d.stop(sig=None)
@@ -132,7 +135,8 @@ def test_sigterm_under_load(ctx):
     assert all(c.closed or not c.unanswered for c in clients)
     lu.figures("sigterm", clients=CLIENTS, requests=ok + unavailable + len(unanswered), ok=ok,
                unavailable=unavailable, unread_at_close=len(unanswered), lost=len(lost),
-               exit_code=code)
+               exit_code=code, rss_before_mib=lu.mib(rss_before),
+               rss_at_sigterm_mib=lu.mib(rss_at_signal))
 
 
 def test_sighup_under_load(ctx):
