@@ -156,11 +156,12 @@ fi
 
 if [ "$mode" = load ]; then
   echo "== load-and-fault suite on the GPU backend ($(elapsed))"
-  # one test at a time (RUN_SERIAL): each measures the daemon's memory
-  GEMMD_TEST_BACKEND=gpu timeout "$test_timeout" ctest --test-dir "$build" -L load \
-    --output-on-failure --timeout "$test_timeout" >"$OUT/load-gpu.log" 2>&1
+  # one test at a time (RUN_SERIAL): each measures the daemon's memory. -V: the passing
+  # tests' "LOAD <test> key=value" figure lines go to the log too.
+  GEMMD_TEST_BACKEND=gpu timeout "$test_timeout" ctest --test-dir "$build" -L load -V \
+    --timeout "$test_timeout" >"$OUT/load-gpu.log" 2>&1
   note "load: ctest -L load with GEMMD_TEST_BACKEND=gpu rc $? ($(elapsed))"
-  grep -E "Test +#|tests passed|tests failed|^LOAD " "$OUT/load-gpu.log" | tee -a "$summary"
+  grep -E "Test +#|tests passed|tests failed|^[0-9]+: LOAD " "$OUT/load-gpu.log" | tee -a "$summary"
 fi
 
 # A program run with a time limit, its output in $OUT/$log; a missing program is noted.
