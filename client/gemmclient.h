@@ -80,27 +80,58 @@ typedef struct gc_conn gc_conn;
 /*
  * Connects to a daemon. addr is "unix:PATH", "tcp:HOST:PORT" (HOST a name or
  * an IPv4 address, resolved with getaddrinfo) or "tcp:[IPV6]:PORT", PORT
- * 1..65535. NULL
- * means $GEMMD_ADDRESS, then GC_DEFAULT_ADDRESS. The connect itself gives up
- * after 10 seconds (gc_connect_with sets another limit).
+ * 1..65535, or a comma-separated list of them (at most 64) naming daemons
+ * that serve the same work. NULL means $GEMMD_ADDRESS, then
+ * GC_DEFAULT_ADDRESS. The connect itself gives up after 10 seconds per
+ * address (gc_connect_with sets another limit).
+ *
+ * A list: each connection starts at the next address of the list (round robin
+ * over the process's connections) and takes the first one that answers. When
+ * its socket is lost, or the daemon answers a request with GC_E_UNAVAILABLE
+ * (it is draining), the connection moves to the next address that answers;
+ * the gemms in flight go again there under the same gc_req (see
+ * gc_connect_opts.max_retries; ping, info and stats fail with the error).
+ * After an UNAVAILABLE answer the move waits until the requests still on the
+ * draining daemon are answered (or cancelled). A socket the daemon closed
+ * while idle is replaced on the next call. While the library reconnects, a
+ * call may block for up to the connect limit per address.
+ *
+ * Token: a TCP socket sends the token first, when there is one:
+ * gc_connect_opts.token or .token_file, else $GEMMD_TOKEN, else the file named
+ * by $GEMMD_TOKEN_FILE (read whole, a trailing newline dropped). A daemon that
+ * refuses it fails the requests with GC_E_UNAUTHENTICATED (never retried).
+ * Unix sockets send no token.
  *
  * Returns 0 and sets *out to a connection that the caller closes with
  * gc_close(). On failure returns GC_E_INVALID_ARGUMENT (a malformed
- * address), GC_E_UNAVAILABLE (nothing answers), GC_E_DEADLINE_EXCEEDED or
- * GC_E_RESOURCE_EXHAUSTED, sets *out to NULL, and records the reason for
- * this thread: gc_last_error(NULL).
+ * address, an unreadable token file), GC_E_UNAVAILABLE (nothing answers),
+ * GC_E_DEADLINE_EXCEEDED or GC_E_RESOURCE_EXHAUSTED, sets *out to NULL, and
+ * records the reason for this thread: gc_last_error(NULL).
  */
 GC_EXPORT int gc_connect(const char *addr, gc_conn **out);
+
+/* The number of times a gemm goes again after a lost socket or an UNAVAILABLE answer,
+ * when gc_connect_opts.max_retries is not set. */
+#define GC_DEFAULT_MAX_RETRIES 2
 
 /* Connection settings, for gc_connect_with(). Fill with gc_connect_opts_init() first (the struct
  * may grow at its end in minor versions, as gc_gemm_opts does). */
 typedef struct {
   size_t struct_size;        /* set by gc_connect_opts_init; do not change */
-  int64_t connect_timeout_ms; /* how long the connect itself may take; default 10000 */
+  int64_t connect_timeout_ms; /* how long the connect to one address may take; default 10000 */
   /* The largest reply accepted, payload included (a larger one breaks the connection with
    * GC_E_INTERNAL before anything is reserved for it); default 3 GiB + 64 KiB, which fits
    * the largest result protocol v1 allows. */
   uint64_t max_reply_bytes;
+  /* Since 1.1. The token for TCP sockets; NULL (the default): token_file, then $GEMMD_TOKEN,
+   * then $GEMMD_TOKEN_FILE; "" sends none. At most 256 bytes (the protocol's limit). Copied by gc_connect_with. */
+  const char *token;
+  /* Since 1.1. A file holding the token (used when token is NULL); default NULL. */
+  const char *token_file;
+  /* Since 1.1. How many times a gemm may go again, on another socket, after its socket was
+   * lost or the daemon answered GC_E_UNAVAILABLE (a gemm has no side effects); 0 never.
+   * Other errors are never retried. Default GC_DEFAULT_MAX_RETRIES; at most 100. */
+  int max_retries;
 } gc_connect_opts;
 
 GC_EXPORT void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size);
@@ -125,8 +156,9 @@ GC_EXPORT const gc_error *gc_last_error(const gc_conn *conn);
  * gc_pending_sends() > 0), then call gc_poll(conn, 0, ...). Call gc_poll(conn, 0, ...) also
  * before each wait: every call that drives the connection (gc_submit included) reads the
  * replies that have arrived, so requests may be complete with nothing left on the socket to
- * wake the loop (examples/gemm_poll_loop.c). Do not read, write or close it. -1 once the
- * connection has failed. */
+ * wake the loop (examples/gemm_poll_loop.c). Do not read, write or close it. The socket
+ * changes when the library reconnects: take gc_fd() afresh before each wait. -1 while there
+ * is no socket (the last one failed; the next call reconnects). */
 GC_EXPORT int gc_fd(const gc_conn *conn);
 
 /* ---- gemm -------------------------------------------------------------- */
@@ -212,7 +244,8 @@ typedef uint32_t gc_req;
  * reports it) or is cancelled. opts->timeout_ms is only sent to the daemon
  * here; the client-side limit is the one given to gc_wait / gc_poll.
  * Returns 0, GC_E_INVALID_ARGUMENT (bad opts: checked before anything is
- * sent), GC_E_UNAVAILABLE (connection lost) or GC_E_RESOURCE_EXHAUSTED.
+ * sent) or GC_E_RESOURCE_EXHAUSTED. A connection that cannot be (re)made fails the request:
+ * gc_wait / gc_poll report its GC_E_UNAVAILABLE.
  */
 GC_EXPORT int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
                         const void *c, void *out, gc_req *req);
@@ -244,15 +277,17 @@ typedef struct {
  * has arrived), waiting up to timeout_ms (0: not at all; < 0: no limit) for
  * at least one completion, then reports up to max completed requests in
  * done[] and forgets them. Returns how many (0 when none completed in time),
- * or a negative code when the connection itself failed (every request in
- * flight is then completed with that error and reported by later calls).
+ * or a negative code when the connection has no socket (it failed and could
+ * not be made again: every request in flight is then completed with that
+ * error and reported by later calls; the next gc_submit tries again).
  */
 GC_EXPORT int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max);
 
 /* Requests submitted and not yet reported by gc_wait / gc_poll. */
 GC_EXPORT size_t gc_in_flight(const gc_conn *conn);
 
-/* Requests whose bytes are not all sent yet. */
+/* Requests whose bytes are not all sent yet; 0 while nothing can go out before the daemon
+ * answers the token (a TCP connection's first request). */
 GC_EXPORT size_t gc_pending_sends(const gc_conn *conn);
 
 /*

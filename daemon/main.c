@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "gd_backend_cpu.h"
@@ -118,6 +119,25 @@ static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t 
   return 0;
 }
 
+/* RLIMIT_NOFILE's soft limit, what accept runs into; 0 when unlimited or unknown. */
+static uint64_t fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return 0;
+  return (uint64_t)rl.rlim_cur;
+}
+
+/* A socket mode that lets anyone connect is allowed (a lab machine may want it), not quietly. */
+static void warn_socket_mode(const gd_config *cfg, const gp_addr *addrs, size_t n) {
+  const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
+  for (size_t i = 0; i < n && warning; i++) {
+    if (addrs[i].kind == GP_ADDR_UNIX) {
+      gd_warn("unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
+      return;
+    }
+  }
+}
+
 /* The backend the config asks for, where that can be known without starting it. */
 static int check_backend(const gd_config *cfg) {
 #ifdef GEMMD_HAVE_CUDA
@@ -192,6 +212,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   d.loop = &loop;
   d.srv.loop = &loop;
   d.srv.stats = &d.stats;
+  d.srv.unix_socket_gid = -1; /* until the config names one: never root's group by default */
+  d.srv.fd_limit = fd_limit();
   gd_daemon_net_limits(&d.cfg, &d.srv.limits);
   if (parse_listen(&d.cfg, addrs, &err) != 0 || create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;
@@ -200,9 +222,16 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     goto out_backend;
   d.srv.backend = d.backend;
   d.srv.sched = d.sched;
+  gd_sched_on_room(d.sched, gd_sessions_room, &d.srv);
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;
+  char gid_why[GD_CONFIG_ERROR_MAX];
+  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, gid_why, sizeof gid_why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "", gid_why);
+    goto out_sched;
+  }
+  warn_socket_mode(&d.cfg, addrs, n);
   if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_sched;
@@ -251,6 +280,7 @@ out_loop:
     gd_error("%s", err.message);
   if (uv_loop_close(&loop) != 0)
     gd_warn("event loop closed with handles still open");
+  gd_peers_free(&d.srv.peers);
   if (status == 0)
     gd_info("gemmd stopped");
   return status;

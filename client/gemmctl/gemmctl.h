@@ -25,6 +25,7 @@ typedef struct {
   const char *addr;        /* from --connect or GEMMD_ADDRESS (a bare path made unix:PATH), or
                               NULL for the default */
   const char *addr_source; /* "--connect", "GEMMD_ADDRESS", or NULL (the default) */
+  const char *token_file;  /* --token-file, or NULL (the library's GEMMD_TOKEN(_FILE)) */
   bool json;               /* --json */
 } gctl_global;
 
@@ -36,7 +37,8 @@ int gctl_cmd_gemm(const gctl_global *g, int argc, char **argv);
 int gctl_cmd_bench(const gctl_global *g, int argc, char **argv);
 int gctl_cmd_verify(const gctl_global *g, int argc, char **argv);
 
-/* Connects (printing the failure): GCTL_EXIT_OK or GCTL_EXIT_CONNECT. */
+/* Connects (printing the failure): GCTL_EXIT_OK, GCTL_EXIT_CONNECT, or GCTL_EXIT_USAGE (a
+ * malformed address, an unreadable token file). */
 int gctl_connect(const gctl_global *g, gc_conn **conn);
 /* Prints a failed call (on stderr, and as a JSON object on stdout with --json) and returns its
  * exit code: GCTL_EXIT_CONNECT for a lost connection, GCTL_EXIT_SERVER otherwise. */

@@ -12,7 +12,7 @@
 #include "gemmctl.h"
 
 static const char usage_text[] =
-    "usage: gemmctl [--connect ADDR] [--json] COMMAND [ARGS]\n"
+    "usage: gemmctl [--connect ADDR[,ADDR...]] [--token-file FILE] [--json] COMMAND [ARGS]\n"
     "\n"
     "Sends work to a gemmd daemon.\n"
     "\n"
@@ -31,7 +31,11 @@ static const char usage_text[] =
     "\n"
     "options (before or after the command):\n"
     "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT (a path with a / alone is\n"
-    "                   unix:PATH); default: $GEMMD_ADDRESS, then " GC_DEFAULT_ADDRESS "\n"
+    "                   unix:PATH), or a comma-separated list of them: the first that answers\n"
+    "                   serves, a gemm lost with its connection goes again on another;\n"
+    "                   default: $GEMMD_ADDRESS, then " GC_DEFAULT_ADDRESS "\n"
+    "  --token-file FILE  the token TCP connections send first (one line); default:\n"
+    "                   $GEMMD_TOKEN, then the file named by $GEMMD_TOKEN_FILE\n"
     "  --json           machine-readable output (one JSON object on stdout), errors included\n"
     "  --help           this text; `gemmctl COMMAND --help` for a command's own\n"
     "  --version        gemmctl's version\n"
@@ -82,12 +86,19 @@ int gctl_fail_call(const gctl_global *g, const char *what, const gc_error *err) 
 }
 
 int gctl_connect(const gctl_global *g, gc_conn **conn) {
-  if (gc_connect(g->addr, conn) == 0) return GCTL_EXIT_OK;
+  gc_connect_opts opts;
+  gc_connect_opts_init(&opts);
+  opts.token_file = g->token_file; /* NULL: the library reads GEMMD_TOKEN(_FILE) */
+  if (gc_connect_with(g->addr, &opts, conn) == 0) return GCTL_EXIT_OK;
   const gc_error *err = gc_last_error(NULL);
   char message[sizeof err->message + 64];
-  /* name where the address came from: a stale GEMMD_ADDRESS is otherwise a puzzle */
-  snprintf(message, sizeof message, "%s%s%s", g->addr_source ? g->addr_source : "",
-           g->addr_source ? ": " : "", err->message);
+  /* name where the address came from: a stale GEMMD_ADDRESS is otherwise a puzzle (the
+   * library names a token's source itself) */
+  const char *source = g->addr_source;
+  if (strncmp(err->message, "token", 5) == 0 || strncmp(err->message, "GEMMD_TOKEN", 11) == 0)
+    source = g->token_file ? "--token-file" : NULL;
+  snprintf(message, sizeof message, "%s%s%s", source ? source : "", source ? ": " : "",
+           err->message);
   fprintf(stderr, "gemmctl: cannot connect: %s (%s)\n", message, gc_code_name(err->code));
   if (g->json) {
     printf("{\"ok\": false, \"error\": {\"kind\": \"connection\", \"code\": \"%s\", \"message\": ",
@@ -151,24 +162,37 @@ int64_t gctl_now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* An option with a value, "--name VALUE" or "--name=VALUE", at argv[*i] (advancing *i past
+ * its value): 1 taken into *value, 0 not this option, or -1 after printing a usage error
+ * (what the value is) into *rc. */
+static int valued_option(int argc, char **argv, int *i, const char *name, const char *what,
+                         const char **value, const gctl_global *g, int *rc) {
+  const char *arg = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(arg, name, len) != 0) return 0;
+  if (arg[len] == '=') {
+    *value = arg + len + 1;
+    return 1;
+  }
+  if (arg[len] != '\0') return 0;
+  if (*i + 1 >= argc) {
+    *rc = gctl_fail(g, GCTL_EXIT_USAGE, "%s needs %s", name, what);
+    return -1;
+  }
+  *value = argv[++*i];
+  return 1;
+}
+
 /* One global option at argv[*i] (advancing *i past its value): 1 taken, 0 not a global
  * option, or -1 after printing a usage error into *rc. */
 static int global_option(int argc, char **argv, int *i, gctl_global *g, int *rc) {
-  const char *arg = argv[*i];
-  if (strcmp(arg, "--json") == 0) {
+  if (strcmp(argv[*i], "--json") == 0) {
     g->json = true;
-  } else if (strcmp(arg, "--connect") == 0) {
-    if (*i + 1 >= argc) {
-      *rc = gctl_fail(g, GCTL_EXIT_USAGE, "--connect needs an address");
-      return -1;
-    }
-    g->addr = argv[++*i];
-  } else if (strncmp(arg, "--connect=", 10) == 0) {
-    g->addr = arg + 10;
-  } else {
-    return 0;
+    return 1;
   }
-  return 1;
+  int taken = valued_option(argc, argv, i, "--connect", "an address", &g->addr, g, rc);
+  if (taken != 0) return taken;
+  return valued_option(argc, argv, i, "--token-file", "a file name", &g->token_file, g, rc);
 }
 
 /* Options before the command: the global ones, --help and --version. */
@@ -209,24 +233,41 @@ static int take_trailing_globals(int argc, char **argv, gctl_global *g, int *rc)
   return kept;
 }
 
-/* The address: --connect, else GEMMD_ADDRESS, else the library's default (NULL). A bare
- * path with a slash ("/run/gemmd/gemmd.sock", "./x.sock") means unix:PATH. */
+/* Appends one item of an address list to out (size bytes), a bare path with a slash
+ * ("/run/gemmd/gemmd.sock", "./x.sock") as unix:PATH. False when out is full. */
+static bool append_item(char *out, size_t size, const char *item, size_t len) {
+  while (len > 0 && (*item == ' ' || *item == '\t')) item++, len--;
+  bool bare = strncmp(item, "unix:", 5) != 0 && strncmp(item, "tcp:", 4) != 0 &&
+              memchr(item, '/', len) != NULL;
+  size_t used = strlen(out);
+  int n = snprintf(out + used, size - used, "%s%s%.*s", used ? "," : "", bare ? "unix:" : "",
+                   (int)len, item);
+  return n >= 0 && (size_t)n < size - used;
+}
+
+/* The address: --connect, else GEMMD_ADDRESS, else the library's default (NULL). Each item
+ * of a list that is a bare path with a slash means unix:PATH. */
 static void settle_address(gctl_global *g) {
-  static char unix_addr[4096 + 8];
+  static char list[16384];
   g->addr_source = g->addr ? "--connect" : NULL;
   if (!g->addr && getenv("GEMMD_ADDRESS") && *getenv("GEMMD_ADDRESS")) {
     g->addr = getenv("GEMMD_ADDRESS");
     g->addr_source = "GEMMD_ADDRESS";
   }
-  if (g->addr && strncmp(g->addr, "unix:", 5) != 0 && strncmp(g->addr, "tcp:", 4) != 0 &&
-      strchr(g->addr, '/') != NULL && strlen(g->addr) < sizeof unix_addr - 5) {
-    snprintf(unix_addr, sizeof unix_addr, "unix:%s", g->addr);
-    g->addr = unix_addr;
+  if (!g->addr) return;
+  list[0] = '\0';
+  for (const char *item = g->addr;; item++) {
+    const char *end = strchr(item, ',');
+    size_t len = end ? (size_t)(end - item) : strlen(item);
+    if (!append_item(list, sizeof list, item, len)) return; /* too long: the library says so */
+    if (!end) break;
+    item = end;
   }
+  g->addr = list;
 }
 
 int main(int argc, char **argv) {
-  gctl_global g = {NULL, NULL, false};
+  gctl_global g = {NULL, NULL, NULL, false};
   int first = 1;
   int rc = parse_global(argc, argv, &g, &first);
   if (rc != GCTL_EXIT_OK) return rc;

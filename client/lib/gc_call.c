@@ -11,7 +11,6 @@
 /* Sends method, waits for its reply; on success *packed (when not NULL) takes the result
  * object's msgpack bytes (caller frees). */
 static int call(gc_conn *conn, gp_method method, int64_t timeout_ms, msgpack_sbuffer *packed) {
-  if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
   gc__request *r = gc__request_new(conn, GC__KIND_CALL);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->method = method;

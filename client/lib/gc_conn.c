@@ -22,61 +22,96 @@ void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size) {
   gp_limits_default(&limits);
   defaults.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
   defaults.max_reply_bytes = limits.max_message_bytes;
+  defaults.max_retries = GC_DEFAULT_MAX_RETRIES;
   memcpy(opts, &defaults, struct_size < sizeof defaults ? struct_size : sizeof defaults);
   if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
 }
+
+#define MAX_RETRIES_LIMIT 100
 
 static const char *default_address(void) {
   const char *env = getenv("GEMMD_ADDRESS");
   return env != NULL && env[0] != '\0' ? env : GC_DEFAULT_ADDRESS;
 }
 
-static gc_conn *conn_new(int fd, const gc_connect_opts *opts) {
+static void conn_free(gc_conn *conn) {
+  gp_decoder_free(conn->decoder);
+  free(conn->rbuf);
+  free(conn->addrs);
+  free(conn->token);
+  free(conn);
+}
+
+/* A connection with no socket yet (gc__link_open makes one). */
+static gc_conn *conn_new(const gc_connect_opts *opts) {
   gc_conn *conn = calloc(1, sizeof *conn);
   if (conn == NULL) return NULL;
-  conn->fd = fd;
+  conn->fd = -1;
+  conn->broken = true;
   conn->next_msgid = 1;
   gc__reqtab_init(&conn->table);
   gp_limits_default(&conn->limits);
   conn->limits.max_message_bytes = opts->max_reply_bytes;
-  conn->decoder = gp_decoder_new(GP_ROLE_CLIENT, &conn->limits);
+  /* poll() takes an int: a longer limit (over 24 days) waits that long */
+  conn->connect_ms = opts->connect_timeout_ms > INT_MAX ? INT_MAX : (int)opts->connect_timeout_ms;
+  conn->max_retries = (unsigned)opts->max_retries;
   conn->rbuf = malloc(GC__READ_BUF_BYTES);
-  if (conn->decoder == NULL || conn->rbuf == NULL) {
-    gp_decoder_free(conn->decoder);
-    free(conn->rbuf);
+  if (conn->rbuf == NULL) {
     free(conn);
     return NULL;
   }
   return conn;
 }
 
+/* The caller's options over the defaults, checked. 0, or a code with err filled. */
+static int settle_opts(const gc_connect_opts *in, gc_connect_opts *opts, gc_error *err) {
+  gc_connect_opts_init(opts);
+  if (in != NULL) {
+    if (in->struct_size < CONNECT_OPTS_V1_SIZE)
+      return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                           "connect options not set up with gc_connect_opts_init");
+    memcpy(opts, in, in->struct_size < sizeof *opts ? in->struct_size : sizeof *opts);
+  }
+  if (opts->connect_timeout_ms < 0 || opts->max_reply_bytes < 64)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "connect_timeout_ms must be >= 0 and max_reply_bytes >= 64");
+  if (opts->max_retries < 0 || opts->max_retries > MAX_RETRIES_LIMIT)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "max_retries must be 0..%d",
+                         MAX_RETRIES_LIMIT);
+  return 0;
+}
+
 int gc_connect_with(const char *addr, const gc_connect_opts *opts_in, gc_conn **out) {
   gc_error *err = gc__thread_error();
   *out = NULL;
   gc_connect_opts opts;
-  gc_connect_opts_init(&opts);
-  if (opts_in != NULL) {
-    if (opts_in->struct_size < CONNECT_OPTS_V1_SIZE)
-      return gc__error_set(err, GC_E_INVALID_ARGUMENT,
-                           "connect options not set up with gc_connect_opts_init");
-    memcpy(&opts, opts_in, opts_in->struct_size < sizeof opts ? opts_in->struct_size : sizeof opts);
+  int rc = settle_opts(opts_in, &opts, err);
+  if (rc != 0) return rc;
+  gp_addr *addrs;
+  size_t count;
+  rc = gc__addrlist_parse(addr != NULL ? addr : default_address(), &addrs, &count, err);
+  if (rc != 0) return rc;
+  char *token;
+  rc = gc__token_resolve(opts.token, opts.token_file, &token, err);
+  if (rc != 0) {
+    free(addrs);
+    return rc;
   }
-  if (opts.connect_timeout_ms < 0 || opts.max_reply_bytes < 64)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
-                         "connect_timeout_ms must be >= 0 and max_reply_bytes >= 64");
-  if (addr == NULL) addr = default_address();
-  gp_addr parsed;
-  char why[GC_ERROR_MESSAGE_MAX];
-  if (gp_addr_parse(addr, GP_ADDR_CONNECT, &parsed, why, sizeof why) != 0)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%s", why);
-  /* poll() takes an int: a longer limit (over 24 days) waits that long */
-  int connect_ms = opts.connect_timeout_ms > INT_MAX ? INT_MAX : (int)opts.connect_timeout_ms;
-  int fd = gc__socket_connect(&parsed, connect_ms, err);
-  if (fd < 0) return fd;
-  gc_conn *conn = conn_new(fd, &opts);
+  gc_conn *conn = conn_new(&opts);
   if (conn == NULL) {
-    close(fd);
+    free(addrs);
+    free(token);
     return gc__error_set(err, GC_E_RESOURCE_EXHAUSTED, "out of memory for a connection");
+  }
+  conn->addrs = addrs;
+  conn->addr_count = count;
+  conn->addr_next = gc__addrlist_first(count);
+  conn->token = token;
+  rc = gc__link_open(conn);
+  if (rc != 0) {
+    *err = conn->broken_error;
+    conn_free(conn);
+    return rc;
   }
   gc__error_clear(err);
   *out = conn;
@@ -108,16 +143,16 @@ void gc_close(gc_conn *conn) {
     gc__request_release(r);
   }
   gc__reqtab_free(&conn->table);
-  gp_decoder_free(conn->decoder);
-  free(conn->rbuf);
-  free(conn);
+  conn_free(conn);
 }
 
 int gc_fd(const gc_conn *conn) { return conn->fd; }
 
 size_t gc_in_flight(const gc_conn *conn) { return conn->table.count - conn->abandoned_count; }
 
-size_t gc_pending_sends(const gc_conn *conn) { return conn->send_count; }
+size_t gc_pending_sends(const gc_conn *conn) {
+  return gc__io_may_send(conn) ? conn->send_count : 0; /* POLLOUT would only spin */
+}
 
 int64_t gc__deadline(int64_t timeout_ms) {
   return timeout_ms < 0 ? -1 : gc__now_ms() + timeout_ms;
@@ -183,16 +218,9 @@ int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max) 
 }
 
 static void sendq_unlink(gc_conn *conn, gc__request *r) {
-  gc__request *prev = NULL;
-  for (gc__request *it = conn->send_head; it != NULL; prev = it, it = it->send_next) {
-    if (it != r) continue;
-    if (prev) prev->send_next = r->send_next;
-    else conn->send_head = r->send_next;
-    if (conn->send_tail == r) conn->send_tail = prev;
-    conn->send_count--;
-    r->in_sendq = false;
-    return;
-  }
+  if (!gc__list_unlink(&conn->send_head, &conn->send_tail, r)) return;
+  conn->send_count--;
+  r->in_sendq = false;
 }
 
 int gc_cancel(gc_conn *conn, gc_req req) {
@@ -203,9 +231,11 @@ int gc_cancel(gc_conn *conn, gc_req req) {
     return 0;
   }
   r->out = NULL;
-  if (r->in_sendq && r->sent == 0) {
-    /* nothing of it went out: the daemon never hears of it */
-    sendq_unlink(conn, r);
+  if (r->state == GC__ST_PARKED || (r->in_sendq && r->sent == 0 && !r->retry_pending)) {
+    /* nothing of it is on a socket: the daemon never hears of it */
+    if (r->state == GC__ST_PARKED) gc__link_unpark(conn, r);
+    else sendq_unlink(conn, r);
+    gc__link_wire_leave(conn, r);
     gc__reqtab_del(&conn->table, r->msgid);
     r->in_table = false;
     gc__request_release(r);

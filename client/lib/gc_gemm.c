@@ -125,7 +125,6 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   gp_error_clear(&perr);
   if (gp_gemm_hdr_validate(&hdr, c != NULL, &request_limits, &perr) != 0)
     return gc__conn_failf(conn, perr.code, "%s", perr.message);
-  if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
   gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->method = GP_METHOD_GEMM;

@@ -38,9 +38,11 @@ gc_error *gc__thread_error(void);
 typedef enum {
   GC__KIND_GEMM,
   GC__KIND_CALL, /* ping, info, stats: the result object is kept packed */
+  GC__KIND_AUTH, /* the token, first on a TCP socket: in the send queue only, never the table */
 } gc__kind;
 
 typedef enum {
+  GC__ST_PARKED,    /* waiting for a socket (reconnecting, or the current one is retiring) */
   GC__ST_SENDING,   /* in the send queue */
   GC__ST_WAITING,   /* all sent; no reply yet */
   GC__ST_RECEIVING, /* the reply's head arrived; payload or MESSAGE_END to come */
@@ -60,6 +62,10 @@ typedef struct gc__request {
   bool in_sendq;    /* bytes still to send */
   bool in_table;    /* known by msgid: from submit until reported (or an abandoned one ends) */
   bool in_done;     /* complete, in the done list, not yet reported to the caller */
+  bool on_wire;     /* sent (or sending) on the current socket: counted in conn->wire_count */
+  bool retry_pending; /* answered UNAVAILABLE while still sending: parked once its bytes
+                         (zeros) are out */
+  unsigned retries; /* times re-sent after a lost connection or an UNAVAILABLE answer */
 
   /* sending: iov[i] with iov_caller[i] true points into the caller's memory */
   msgpack_sbuffer head;
@@ -70,7 +76,7 @@ typedef struct gc__request {
   int iov_next;        /* first iov not completely sent */
   size_t iov_done;     /* bytes of iov[iov_next] already sent */
   uint64_t sent, send_total;
-  struct gc__request *send_next;
+  struct gc__request *send_next; /* the send queue, or the park list while PARKED */
 
   /* receiving */
   gp_gemm_hdr expect;  /* gemm: what the reply must match */
@@ -105,14 +111,44 @@ gc__request *gc__reqtab_del(gc__reqtab *t, uint32_t msgid);
 /* Calls fn on every request (fn must not change the table). */
 void gc__reqtab_each(const gc__reqtab *t, void (*fn)(gc__request *r, void *arg), void *arg);
 
+/* ---- addresses and the token (gc_addrlist.c, gc_token.c) ------------------ */
+
+#define GC__ADDRS_MAX 64        /* addresses in one comma-separated list */
+#define GC__TOKEN_MAX 256       /* bytes of a token: the protocol's limit (PROTOCOL.md, auth) */
+
+/* Parses a comma-separated list of addresses (spaces around items ignored) into a new array
+ * (*out, caller frees). 0, or a negative code with err filled. */
+int gc__addrlist_parse(const char *text, gp_addr **out, size_t *count, gc_error *err);
+/* Where a new connection starts in a list of count addresses: round robin over the
+ * process's connections. */
+size_t gc__addrlist_first(size_t count);
+
+/* The token to send, by precedence: token (an empty string: none), token_file, $GEMMD_TOKEN,
+ * the file named by $GEMMD_TOKEN_FILE. *out is NULL (none) or a new NUL-terminated copy
+ * (caller frees). 0, or GC_E_INVALID_ARGUMENT / GC_E_RESOURCE_EXHAUSTED with err filled. */
+int gc__token_resolve(const char *token, const char *token_file, char **out, gc_error *err);
+
 /* ---- the connection ---------------------------------------------------- */
 
 #define GC__READ_BUF_BYTES (256u * 1024u)
 
 struct gc_conn {
-  int fd;
-  bool broken;           /* the stream failed; broken_error says how */
+  int fd;                /* the current socket, -1 while there is none */
+  bool broken;           /* no usable socket: the last one failed, broken_error says how */
   gc_error broken_error;
+  /* the daemons and how to reach them (gc_link.c) */
+  gp_addr *addrs;
+  size_t addr_count;
+  size_t addr_next;      /* the next socket is tried at this address first */
+  int connect_ms;
+  unsigned max_retries;
+  char *token;           /* sent first on each TCP socket; NULL: none */
+  bool auth_waiting;     /* the token is out, the daemon's answer is not: nothing else is sent */
+  uint32_t auth_msgid;
+  bool retiring;         /* the daemon answered UNAVAILABLE: no new requests on this socket,
+                            which is closed once idle (a fresh one takes the parked requests) */
+  size_t wire_count;     /* requests on the current socket, not finished or parked */
+  gc__request *park_head, *park_tail;
   gc_error last_error;
   gp_decoder *decoder;
   gp_limits limits;      /* for replies (gc_connect_opts.max_reply_bytes) */
@@ -128,12 +164,37 @@ struct gc_conn {
   size_t rbuf_start, rbuf_end;
 };
 
+/* The link to the daemons (gc_link.c). */
+/* Opens a socket to the first address that answers, from addr_next on, each tried once;
+ * queues the token on a TCP socket. 0, or the last failure's code (broken_error says). */
+int gc__link_open(gc_conn *conn);
+/* Closes a retiring socket once idle, then opens a fresh one for parked requests (failing
+ * them with the connect error when no address answers). 0, or broken_error's code. */
+int gc__link_maintain(gc_conn *conn);
+/* A request new on conn: on the socket now, or parked until there is one. */
+void gc__link_submit(gc_conn *conn, gc__request *r);
+/* r's attempt failed with err (a lost socket, an UNAVAILABLE answer): parked for another
+ * attempt while its retries last, else finished with err. */
+void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err);
+/* r is off the current socket (finished, parked): wire_count follows. */
+void gc__link_wire_leave(gc_conn *conn, gc__request *r);
+/* Parks r for the next socket (not counted as a retry). */
+void gc__link_park(gc_conn *conn, gc__request *r);
+/* Takes r off a list linked through send_next (the send queue, the park list); false when it
+ * is not there. */
+bool gc__list_unlink(gc__request **head, gc__request **tail, gc__request *r);
+/* Takes r off the park list (it is cancelled or the connection closes). */
+void gc__link_unpark(gc_conn *conn, gc__request *r);
+/* The daemon's answer to the token: true lets the other requests go; else the socket fails. */
+int gc__link_auth_reply(gc_conn *conn, const gp_event *ev);
+
 /* Requests (gc_request.c) */
 gc__request *gc__request_new(gc_conn *conn, gc__kind kind);
 /* Puts a built request into the table and the send queue, then sends what it can. */
 int gc__request_start(gc_conn *conn, gc__request *r);
 /* Marks r complete with err (NULL: success): into the done list, or out of the table and
- * freed when abandoned; a request still sending finishes its bytes with zeros. */
+ * freed when abandoned; a request still sending finishes its bytes with zeros. r is not
+ * parked. */
 void gc__request_finish(gc_conn *conn, gc__request *r, const gc_error *err);
 /* Frees r once nothing holds it any more (see in_sendq, in_table, in_done). */
 void gc__request_release(gc__request *r);
@@ -147,15 +208,19 @@ int gc__drive_until_done(gc_conn *conn, gc__request *r, int64_t deadline_ms);
 int64_t gc__deadline(int64_t timeout_ms);
 
 /* I/O (gc_io.c) */
-/* Sends and receives whatever is possible without blocking. 0, or the code of a broken
- * connection (every request then finished with it). */
+/* Sends and receives whatever is possible without blocking (a lost socket is replaced
+ * first, which may block in connect). 0, or the code of a socket that failed and could not
+ * be replaced. */
 int gc__io_progress(gc_conn *conn);
 /* Blocks in poll(2) until the socket is ready for what the connection needs or until
  * deadline_ms (gc__now_ms clock; < 0: none) passes. 1 ready, 0 timed out, < 0 error. */
 int gc__io_wait(gc_conn *conn, int64_t deadline_ms);
-/* Fails the connection: every request in flight finishes with code and message. */
+/* Fails the socket: with GC_E_UNAVAILABLE (lost) every request on it is parked for a retry
+ * (gc__link_lost), with any other code finished with code and message. */
 void gc__io_break(gc_conn *conn, int code, const char *message);
 int64_t gc__now_ms(void);
+/* Whether anything queued may go out now (not while the token's answer is awaited). */
+bool gc__io_may_send(const gc_conn *conn);
 
 /* Sets conn->last_error from err and returns err->code. */
 int gc__conn_fail(gc_conn *conn, const gc_error *err);

@@ -4,6 +4,7 @@
  * into the caller's output buffer), and turns decoder events into request
  * outcomes. Never blocks except in gc__io_wait.
  */
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -27,7 +28,7 @@ int64_t gc__now_ms(void) {
 
 static void collect(gc__request *r, void *arg) {
   gc__request **list = arg;
-  if (r->state == GC__ST_DONE) return;
+  if (r->state == GC__ST_DONE || r->state == GC__ST_PARKED) return;
   r->tmp_next = *list;
   *list = r;
 }
@@ -35,24 +36,31 @@ static void collect(gc__request *r, void *arg) {
 void gc__io_break(gc_conn *conn, int code, const char *message) {
   if (conn->broken) return;
   conn->broken = true;
+  conn->retiring = false;
+  conn->auth_waiting = false;
   gc__error_set(&conn->broken_error, code, "%s", message);
   if (conn->fd >= 0) close(conn->fd);
   conn->fd = -1;
+  conn->receiving = NULL;
+  conn->rbuf_start = conn->rbuf_end = 0;
   /* Nothing more goes out: empty the send queue first so that finishing does not zero-fill. */
   for (gc__request *r = conn->send_head, *next; r != NULL; r = next) {
     next = r->send_next;
     r->in_sendq = false;
-    if (r->state == GC__ST_DONE) gc__request_release(r);
+    gc__request_release(r); /* frees what nothing else holds: done requests, the token */
   }
   conn->send_head = conn->send_tail = NULL;
   conn->send_count = 0;
   gc__request *list = NULL;
   gc__reqtab_each(&conn->table, collect, &list);
+  /* a lost socket: each gemm may go again on the next one (gc__link_maintain) */
+  bool lost = code == GC_E_UNAVAILABLE;
   for (gc__request *r = list, *next; r != NULL; r = next) {
     next = r->tmp_next;
-    gc__request_finish(conn, r, &conn->broken_error);
+    if (lost) gc__link_lost(conn, r, &conn->broken_error);
+    else gc__request_finish(conn, r, &conn->broken_error);
   }
-  conn->receiving = NULL;
+  assert(conn->wire_count == 0);
 }
 
 static int break_errno(gc_conn *conn, const char *what, int error) {
@@ -105,12 +113,21 @@ static void sendq_pop(gc_conn *conn) {
   if (conn->send_head == NULL) conn->send_tail = NULL;
   conn->send_count--;
   r->in_sendq = false;
+  if (r->retry_pending) { /* its zeros are out: now it may go on another socket */
+    gc__link_park(conn, r);
+    return;
+  }
   if (r->state == GC__ST_SENDING) r->state = GC__ST_WAITING;
   gc__request_release(r);
 }
 
+/* While the daemon has not accepted the token, only the token goes out. */
+bool gc__io_may_send(const gc_conn *conn) {
+  return conn->send_head != NULL && (!conn->auth_waiting || conn->send_head->kind == GC__KIND_AUTH);
+}
+
 static int send_some(gc_conn *conn) {
-  while (conn->send_head != NULL) {
+  while (gc__io_may_send(conn)) {
     gc__request *r = conn->send_head;
     struct iovec iov[GC__IOV_MAX];
     int n = remaining_iov(r, iov);
@@ -195,21 +212,35 @@ static void on_call_response(gc_conn *conn, gc__request *r, const gp_event *ev) 
   conn->receiving = r;
 }
 
-static void on_response(gc_conn *conn, const gp_event *ev) {
+static int on_response(gc_conn *conn, const gp_event *ev) {
+  if (conn->auth_waiting && ev->msgid == conn->auth_msgid) return gc__link_auth_reply(conn, ev);
   gc__request *r = gc__reqtab_get(&conn->table, ev->msgid);
-  if (r == NULL || r->state == GC__ST_DONE || r->state == GC__ST_RECEIVING) {
-    /* a reply to nothing we asked, or a second reply: drop it */
+  if (r == NULL || !r->on_wire || r->state == GC__ST_DONE || r->state == GC__ST_RECEIVING) {
+    /* a reply to nothing we asked on this socket, or a second reply: drop it */
     gp_decoder_skip_message(conn->decoder);
-    return;
+    return 0;
   }
   if (ev->err.code != GC_OK) { /* the daemon's error: its MESSAGE_END finishes r */
     gc__error_set(&r->error, ev->err.code, "%s", ev->err.message);
     r->state = GC__ST_RECEIVING;
     conn->receiving = r;
-    return;
+    return 0;
   }
   if (r->kind == GC__KIND_GEMM) on_gemm_response(conn, r, ev);
   else on_call_response(conn, r, ev);
+  return 0;
+}
+
+/* The end of r's reply: done, or (answered UNAVAILABLE) tried again on another socket. */
+static void on_message_end(gc_conn *conn, gc__request *r) {
+  conn->receiving = NULL;
+  if (r->error.code != GC_E_UNAVAILABLE) {
+    gc__request_finish(conn, r, &r->error);
+    return;
+  }
+  conn->retiring = true; /* this daemon is going away: new requests wait for the next one */
+  gc_error err = r->error;
+  gc__link_lost(conn, r, &err);
 }
 
 static int on_payload(gc_conn *conn, const gp_event *ev) {
@@ -229,7 +260,7 @@ static int on_payload(gc_conn *conn, const gp_event *ev) {
 
 static void on_reject(gc_conn *conn, const gp_event *ev) {
   gc__request *r = ev->has_msgid ? gc__reqtab_get(&conn->table, ev->msgid) : conn->receiving;
-  if (r == NULL || r->state == GC__ST_DONE) r = conn->receiving;
+  if (r == NULL || r->state == GC__ST_DONE || !r->on_wire) r = conn->receiving;
   if (r != NULL) {
     gc_error err;
     gc__error_set(&err, GC_E_INTERNAL, "invalid reply from daemon: %s", ev->err.message);
@@ -241,13 +272,11 @@ static void on_reject(gc_conn *conn, const gp_event *ev) {
 static int on_event(gc_conn *conn, const gp_event *ev) {
   switch (ev->type) {
     case GP_EV_RESPONSE:
-      on_response(conn, ev);
-      return 0;
+      return on_response(conn, ev);
     case GP_EV_PAYLOAD:
       return on_payload(conn, ev);
     case GP_EV_MESSAGE_END:
-      if (conn->receiving != NULL)
-        gc__request_finish(conn, conn->receiving, &conn->receiving->error);
+      if (conn->receiving != NULL) on_message_end(conn, conn->receiving);
       return 0;
     case GP_EV_REJECT:
       on_reject(conn, ev);
@@ -329,7 +358,7 @@ static int recv_some(gc_conn *conn) {
   return conn->broken_error.code;
 }
 
-int gc__io_progress(gc_conn *conn) {
+static int pump(gc_conn *conn) {
   if (conn->broken) return conn->broken_error.code;
   int rc = send_some(conn);
   if (rc == 0) rc = recv_some(conn);
@@ -338,10 +367,21 @@ int gc__io_progress(gc_conn *conn) {
   return rc;
 }
 
+int gc__io_progress(gc_conn *conn) {
+  (void)gc__link_maintain(conn);
+  (void)pump(conn);
+  /* a socket lost or retired just now: its parked requests go out on a fresh one at once */
+  if (conn->broken || conn->retiring) {
+    (void)gc__link_maintain(conn);
+    (void)pump(conn);
+  }
+  return conn->broken ? conn->broken_error.code : 0;
+}
+
 int gc__io_wait(gc_conn *conn, int64_t deadline_ms) {
   if (conn->broken) return conn->broken_error.code;
   struct pollfd pfd = {.fd = conn->fd, .events = POLLIN};
-  if (conn->send_head != NULL) pfd.events |= POLLOUT;
+  if (gc__io_may_send(conn)) pfd.events |= POLLOUT;
   for (;;) {
     int timeout = -1;
     if (deadline_ms >= 0) {

@@ -3,6 +3,7 @@
  * the table (by msgid) and the send queue, finished when its reply ends (or
  * the connection breaks), held in the done list until the caller hears of it.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,8 @@ gc__request *gc__request_new(gc_conn *conn, gc__kind kind) {
   /* msgid: the next one not in flight, never 0 (gc_req 0 means "none") */
   do {
     r->msgid = conn->next_msgid++;
-  } while (r->msgid == 0 || gc__reqtab_get(&conn->table, r->msgid) != NULL);
+  } while (r->msgid == 0 || gc__reqtab_get(&conn->table, r->msgid) != NULL ||
+           (conn->auth_waiting && r->msgid == conn->auth_msgid));
   return r;
 }
 
@@ -33,24 +35,17 @@ void gc__request_release(gc__request *r) {
 }
 
 int gc__request_start(gc_conn *conn, gc__request *r) {
-  if (conn->broken) {
-    int code = gc__conn_fail(conn, &conn->broken_error);
-    request_free(r);
-    return code;
-  }
+  /* An idle socket may have been closed by the daemon (timeouts.idle_ms): read first (r not
+   * yet known), so that r goes to a fresh socket instead of spending a retry on a dead one. */
+  if (!conn->broken && conn->wire_count == 0) (void)gc__io_progress(conn);
   if (gc__reqtab_put(&conn->table, r) != 0) {
     request_free(r);
     return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory for the request table");
   }
   r->in_table = true;
-  r->in_sendq = true;
-  r->send_next = NULL;
-  if (conn->send_tail) conn->send_tail->send_next = r;
-  else conn->send_head = r;
-  conn->send_tail = r;
-  conn->send_count++;
-  /* Send what the socket takes now. A broken connection finishes r with the error: the
-   * caller hears of it from gc_wait / gc_poll like any other outcome. */
+  gc__link_submit(conn, r);
+  /* Send what the socket takes now. A failure finishes r with the error: the caller hears
+   * of it from gc_wait / gc_poll like any other outcome. */
   (void)gc__io_progress(conn);
   return 0;
 }
@@ -68,6 +63,8 @@ void gc__request_finish(gc_conn *conn, gc__request *r, const gc_error *err) {
   if (err != NULL && err->code != GC_OK) r->error = *err;
   else gc__error_clear(&r->error);
   r->state = GC__ST_DONE;
+  r->retry_pending = false;
+  gc__link_wire_leave(conn, r);
   if (conn->receiving == r) conn->receiving = NULL;
   /* The caller may reuse its buffers as soon as it hears of the outcome; a reply that came
    * before all of the request was sent (a refusal at admission) leaves bytes that the stream

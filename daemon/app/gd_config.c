@@ -7,6 +7,7 @@
 #include "gd_config.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,6 +20,15 @@
 #define KIB 1024ull
 #define MIB (1024ull * KIB)
 #define GIB (1024ull * MIB)
+#define TIB (1024ull * GIB)
+
+/* Upper bounds of the size keys: far above any real use, low enough that no value switches a
+ * limit off (UINT64_MAX used to) or overflows the sums made of it. */
+#define MAX_BUFFERED_MAX (64 * GIB)    /* reply bytes queued for one connection */
+#define MAX_MESSAGE_MAX (16 * GIB)     /* three 4 GiB - 1 operands and a header */
+#define MAX_HEADER_MAX (64 * MIB)      /* one request less its payloads */
+#define HOST_MEMORY_MAX (64 * TIB)     /* memory_budget, gpu.memory_bytes, memory_keep_bytes */
+#define MAX_WORK_MAX (1ull << 62)      /* m*n*k*batch: 2*work flops still fit in 64 bits */
 
 /* A config file is small; a bigger one is a mistake (or an attack on --check-config). */
 #define GD_CONFIG_FILE_MAX (1024 * 1024)
@@ -32,6 +42,8 @@ void gd_config_default(gd_config *cfg) {
   cfg->log_level = GD_LOG_INFO;
   cfg->log_target = GD_LOG_TARGET_AUTO;
   cfg->max_connections = 1024;
+  cfg->max_connections_per_peer = 768;
+  cfg->reserved_fds = 32;
   cfg->max_requests_in_flight = 64;
   cfg->max_buffered_bytes = 256 * MIB;
   gp_limits_default(&cfg->proto);
@@ -47,7 +59,12 @@ void gd_config_default(gd_config *cfg) {
   cfg->proto.max_operand_bytes = 1 * GIB;
   cfg->max_jobs = 256;
   cfg->memory_budget = 4 * GIB;
+  cfg->connection_memory_share = 0.5;
+  cfg->peer_memory_share = 0.75;
   cfg->idle_ms = 300000;
+  cfg->min_receive_rate = 1 * MIB;
+  cfg->min_rate_bytes = 64 * MIB;
+  cfg->min_rate_grace_ms = 5000;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -140,6 +157,7 @@ typedef enum {
   F_DEVICES,  /* auto | [ids] */
   F_FRACTION, /* 0 < x <= 1 */
   F_KERNEL,   /* a name */
+  F_GROUP,    /* a group name or number; empty = none */
   F_SECTION,  /* a nested mapping */
 } field_type;
 
@@ -155,25 +173,29 @@ typedef struct field {
 
 static const field limits_fields[] = {
     FLD("max_connections", F_U32, max_connections, 1, 1000000),
+    FLD("max_connections_per_peer", F_U32, max_connections_per_peer, 1, 1000000),
+    FLD("reserved_fds", F_U32, reserved_fds, 4, 65536),
     FLD("max_requests_in_flight", F_U32, max_requests_in_flight, 1, 1u << 20),
-    FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, UINT64_MAX),
-    FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, UINT64_MAX),
-    FLD("max_header_bytes", F_SIZE32, proto.max_header_bytes, 64, UINT32_MAX),
+    FLD("max_buffered_bytes", F_SIZE, max_buffered_bytes, 1, MAX_BUFFERED_MAX),
+    FLD("max_message_bytes", F_SIZE, proto.max_message_bytes, 64, MAX_MESSAGE_MAX),
+    FLD("max_header_bytes", F_SIZE32, proto.max_header_bytes, 64, MAX_HEADER_MAX),
     /* a gemm request nests 3 deep ([0, id, "gemm", [hdr{...}, ...]]) */
     FLD("max_depth", F_U32, proto.max_depth, 3, 1024),
     FLD("max_items", F_U32, proto.max_items, 16, UINT32_MAX),
     /* method names and header keys are strings: "max_operand_bytes" is 17 bytes */
-    FLD("max_string_bytes", F_SIZE32, proto.max_string_bytes, 32, UINT32_MAX),
+    FLD("max_string_bytes", F_SIZE32, proto.max_string_bytes, 32, MAX_HEADER_MAX),
     FLD("max_dim", F_U64, proto.max_dim, 1, UINT32_MAX),
     FLD("max_batch", F_U64, proto.max_batch, 1, UINT32_MAX),
-    FLD("max_work", F_U64, proto.max_work, 1, UINT64_MAX),
+    FLD("max_work", F_U64, proto.max_work, 1, MAX_WORK_MAX),
     /* msgpack bin32 carries at most 4 GiB - 1 */
     FLD("max_operand_bytes", F_SIZE, proto.max_operand_bytes, 1, UINT32_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field queue_fields[] = {
     FLD("max_jobs", F_U32, max_jobs, 1, 1u << 24),
-    FLD("memory_budget", F_SIZE, memory_budget, 1, UINT64_MAX),
+    FLD("memory_budget", F_SIZE, memory_budget, 1, HOST_MEMORY_MAX),
+    FLD("connection_memory_share", F_FRACTION, connection_memory_share, 0, 0),
+    FLD("peer_memory_share", F_FRACTION, peer_memory_share, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */
@@ -182,6 +204,9 @@ static const field timeouts_fields[] = {
     FLD("idle_ms", F_U64, idle_ms, 0, WEEK_MS),
     FLD("request_ms", F_U64, request_ms, 0, WEEK_MS),
     FLD("drain_ms", F_U64, drain_ms, 0, WEEK_MS),
+    FLD("min_receive_rate", F_SIZE, min_receive_rate, 0, MAX_MESSAGE_MAX),
+    FLD("min_rate_bytes", F_SIZE, min_rate_bytes, 1, MAX_MESSAGE_MAX),
+    FLD("min_rate_grace_ms", F_U64, min_rate_grace_ms, 0, WEEK_MS),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field cpu_fields[] = {
@@ -196,10 +221,10 @@ static const field gpu_fields[] = {
     FLD("staging_buffers", F_U32, gpu.staging_buffers, 2, 64),
     FLD("staging_hold_ms", F_U64, gpu.staging_hold_ms, 0, WEEK_MS),
     FLD("memory_fraction", F_FRACTION, gpu.memory_fraction, 0, 0),
-    FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, UINT64_MAX),
+    FLD("memory_bytes", F_SIZE, gpu.memory_bytes, 0, HOST_MEMORY_MAX),
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
-    FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, UINT64_MAX),
+    FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {
@@ -208,7 +233,9 @@ static const field metrics_fields[] = {
 
 static const field root_fields[] = {
     FLD("listen", F_LISTEN, listen, 0, 0),
-    FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 07777),
+    /* permission bits only: setuid, setgid and sticky mean nothing good on a socket */
+    FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 0777),
+    FLD("unix_socket_group", F_GROUP, unix_socket_group, 0, 0),
     FLD("backend", F_BACKEND, backend, 0, 0),
     FLD("log_level", F_LEVEL, log_level, 0, 0),
     FLD("log_target", F_TARGET, log_target, 0, 0),
@@ -358,6 +385,30 @@ static int set_name(walker *w, const yaml_node_t *node, const field *f, char *ou
   return 0;
 }
 
+/* A group name as useradd/groupadd allow it ([A-Za-z0-9_.-], not starting with '-'; a trailing
+ * '$' for machine accounts), or a number; an empty value means none. */
+static int set_group(walker *w, const yaml_node_t *node, const field *f, char *out, size_t size) {
+  if (is_null(node)) {
+    out[0] = '\0';
+    return 0;
+  }
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  const char *s = scalar_text(node);
+  size_t len = strlen(s);
+  if (len >= size)
+    return node_error(w, node, "%s: longer than %zu characters", f->key, size - 1);
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || (c == '-' && i > 0) || (c == '$' && i == len - 1 && i > 0);
+    if (!ok)
+      return node_error(w, node, "%s: \"%s\" is not a group name or number", f->key, s);
+  }
+  memcpy(out, s, len + 1);
+  return 0;
+}
+
 static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned *out) {
   if (want_scalar(w, node, f->key) != 0)
     return -1;
@@ -371,7 +422,8 @@ static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned
     v = v * 8 + (unsigned)(*s - '0');
   }
   if (v > f->max)
-    return node_error(w, node, "%s: mode %o is out of range", f->key, v);
+    return node_error(w, node, "%s: mode %04o is out of range: permission bits only, at most "
+                      "0777 (no setuid, setgid or sticky bit)", f->key, v);
   *out = v;
   return 0;
 }
@@ -439,9 +491,11 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
     return 0;
   case F_HTTP: return set_http(w, value, f, base + f->offset);
   case F_MODE: return set_mode(w, value, f, &w->cfg->unix_socket_mode);
+  case F_GROUP:
+    return set_group(w, value, f, w->cfg->unix_socket_group, sizeof w->cfg->unix_socket_group);
   case F_LISTEN: return set_listen(w, value, w->cfg);
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
-  case F_FRACTION: return set_fraction(w, value, f, &w->cfg->gpu.memory_fraction);
+  case F_FRACTION: return set_fraction(w, value, f, (double *)((char *)w->cfg + f->offset));
   case F_KERNEL: return set_name(w, value, f, w->cfg->gpu.kernel, sizeof w->cfg->gpu.kernel);
   case F_SECTION: return walk_mapping(w, value, f->sub, f->key);
   }
@@ -681,8 +735,49 @@ static int check_limits(const gd_config *cfg, char *out, size_t size) {
   return count;
 }
 
+int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size) {
+  const char *name = cfg->unix_socket_group;
+  *gid = -1;
+  if (!name[0])
+    return 0;
+  uint64_t number;
+  if (parse_uint(name, &number) == 0) {
+    if (number >= (uint64_t)(gid_t)-1) { /* (gid_t)-1 means "no change" to chown */
+      snprintf(why, why_size, "unix_socket_group: %s is not a valid gid", name);
+      return -1;
+    }
+    *gid = (long)number;
+    return 0;
+  }
+  struct group grp, *found = NULL;
+  char buf[16384];
+  int rc = getgrnam_r(name, &grp, buf, sizeof buf, &found);
+  if (rc != 0 || !found) {
+    snprintf(why, why_size, "unix_socket_group: no group \"%s\"%s%s", name, rc ? ": " : "",
+             rc ? strerror(rc) : "");
+    return -1;
+  }
+  *gid = (long)found->gr_gid;
+  return 0;
+}
+
+const char *gd_config_socket_mode_warning(unsigned mode) {
+  /* connecting to a Unix socket takes write permission on it */
+  if (mode & 0002)
+    return "lets every local user connect (others may write); use 0660 and a group";
+  return NULL;
+}
+
 int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size_t size) {
   if (size > 0)
     out[0] = '\0';
-  return check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
+  const char *warning = gd_config_socket_mode_warning(cfg->unix_socket_mode);
+  if (warning && cfg->listen_count > 0)
+    problem(out, size, "warning: unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
+  int count = 0;
+  long gid;
+  char why[GD_CONFIG_ERROR_MAX];
+  if (gd_config_socket_gid(cfg, &gid, why, sizeof why) != 0)
+    count += problem(out, size, "%s", why);
+  return count + check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
 }

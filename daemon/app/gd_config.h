@@ -23,6 +23,7 @@
 
 #define GD_CONFIG_LISTEN_MAX 32
 #define GD_CONFIG_ERROR_MAX 512
+#define GD_CONFIG_GROUP_MAX 64
 #define GD_CONFIG_DEFAULT_PATH "/etc/gemmd/gemmd.yaml"
 /* The service's runtime directory (gemmd.service's RuntimeDirectory=, tmpfiles.d/gemmd.conf). */
 #define GD_CONFIG_RUNTIME_DIR "/run/gemmd"
@@ -33,22 +34,28 @@ typedef struct {
   char listen[GD_CONFIG_LISTEN_MAX][GP_ADDR_TEXT_MAX]; /* each parsed by gp_addr_parse */
   size_t listen_count;
   unsigned unix_socket_mode;       /* e.g. 0660 */
+  char unix_socket_group[GD_CONFIG_GROUP_MAX]; /* name or number; "" = the process's group */
   gd_backend_kind backend;
   gd_log_level log_level;
   gd_log_target log_target;        /* auto: the journal when JOURNAL_STREAM is set */
 
   /* limits: */
   uint32_t max_connections;
+  uint32_t max_connections_per_peer; /* one uid (Unix) or address (TCP) */
+  uint32_t reserved_fds;           /* file descriptors a new connection must leave free */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* message, header, depth, items, dim, batch, work, operand */
 
   /* queue: */
   uint32_t max_jobs;               /* daemon-wide, admitted and not yet answered */
-  uint64_t memory_budget;          /* host bytes of jobs in flight */
+  uint64_t memory_budget;
+  double connection_memory_share;  /* (0, 1] of memory_budget */
+  double peer_memory_share;          /* host bytes of jobs in flight */
 
   /* timeouts: (0 disables idle_ms and request_ms) */
   uint64_t idle_ms, request_ms, drain_ms;
+  uint64_t min_receive_rate, min_rate_bytes, min_rate_grace_ms;
 
   /* cpu: */
   uint32_t cpu_threads;            /* 0 = number of cores */
@@ -85,6 +92,13 @@ int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size
 /* 0 when the directory of the Unix socket path exists (and with need_write, this process may
  * create files there); -1 with the real cause in why. */
 int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size);
+
+/* The gid of unix_socket_group: 0 with *gid (-1: none configured, leave the process's group),
+ * or -1 with the cause in why (no such group). Reads the group database: start-up only. */
+int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size);
+
+/* Why unix_socket_mode is risky (world-writable: anyone may connect), or NULL. */
+const char *gd_config_socket_mode_warning(unsigned mode);
 
 const char *gd_backend_kind_name(gd_backend_kind kind);
 int gd_backend_kind_from_name(const char *name, gd_backend_kind *out);

@@ -65,10 +65,17 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
 
 void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
   *out = (gd_net_limits){.max_connections = cfg->max_connections,
+                         .reserved_fds = cfg->reserved_fds,
+                         .max_connections_per_peer = cfg->max_connections_per_peer,
+                         .connection_memory_share = cfg->connection_memory_share,
+                         .peer_memory_share = cfg->peer_memory_share,
                          .max_requests_in_flight = cfg->max_requests_in_flight,
                          .max_buffered_bytes = cfg->max_buffered_bytes,
                          .proto = cfg->proto,
                          .idle_ms = cfg->idle_ms,
+                         .min_receive_rate = cfg->min_receive_rate,
+                         .min_rate_bytes = cfg->min_rate_bytes,
+                         .min_rate_grace_ms = cfg->min_rate_grace_ms,
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode};
@@ -81,6 +88,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("listen");
   if (cur->unix_socket_mode != next->unix_socket_mode)
     restart += restart_key("unix_socket_mode");
+  if (strcmp(cur->unix_socket_group, next->unix_socket_group) != 0)
+    restart += restart_key("unix_socket_group");
   if (cur->backend != next->backend)
     restart += restart_key("backend");
   if (cur->cpu_threads != next->cpu_threads)
@@ -98,12 +107,19 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   /* Live: log level, limits, queue, timeouts. */
   cur->log_level = next->log_level;
   cur->max_connections = next->max_connections;
+  cur->reserved_fds = next->reserved_fds;
+  cur->max_connections_per_peer = next->max_connections_per_peer;
   cur->max_requests_in_flight = next->max_requests_in_flight;
   cur->max_buffered_bytes = next->max_buffered_bytes;
   cur->proto = next->proto;
   cur->max_jobs = next->max_jobs;
   cur->memory_budget = next->memory_budget;
+  cur->connection_memory_share = next->connection_memory_share;
+  cur->peer_memory_share = next->peer_memory_share;
   cur->idle_ms = next->idle_ms;
+  cur->min_receive_rate = next->min_receive_rate;
+  cur->min_rate_bytes = next->min_rate_bytes;
+  cur->min_rate_grace_ms = next->min_rate_grace_ms;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
@@ -160,7 +176,8 @@ static void on_poll(uv_timer_t *timer) {
   gd_lifecycle *lc = timer->data;
   gd_daemon *d = lc->d;
   uint64_t backlog = gd_sessions_write_backlog(&d->srv);
-  if (!lc->expired && gd_sched_jobs(d->sched) == 0 && backlog == 0) {
+  if (!lc->expired && gd_sched_jobs(d->sched) + gd_sched_delivering(d->sched) == 0 &&
+      backlog == 0 && !d->srv.wait_head) {
     finish(lc, "every request answered");
     return;
   }
@@ -194,7 +211,7 @@ void gd_lifecycle_shutdown(gd_lifecycle *lc, const char *why) {
   }
   lc->draining = true;
   d->srv.draining = true;
-  gd_sched_set_draining(d->sched);
+  gd_sched_set_draining(d->sched); /* wakes requests waiting for admission: UNAVAILABLE */
   gd_listeners_close(d->listeners);
   d->listeners = NULL;
   char status[128];

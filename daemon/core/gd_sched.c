@@ -23,6 +23,7 @@ typedef struct sched_job {
   struct sched_job *prev, *next;
   bool submitted;      /* handed to the backend */
   bool final;          /* the backend's last event (last chunk or FAILED) reached the loop */
+  bool delivering;     /* final with its waiter attached: counted off the shared queue */
   uint32_t chunks_out; /* chunks handed to the waiter and not yet given back */
   double work;         /* flops, for the device load */
 } sched_job;
@@ -36,6 +37,10 @@ struct gd_sched {
   sched_job *jobs; /* every job admitted and not yet released */
   size_t job_count, running;
   uint64_t reserved;
+  size_t delivering_jobs;     /* final, reply going out to its client: not in job_count */
+  uint64_t delivering_bytes;  /* their reserved bytes: not in reserved */
+  void (*room)(void *arg);    /* job_count or reserved went down, or the limits changed */
+  void *room_arg;
   uint64_t next_id;
   bool draining;
   double device_load[GD_SCHED_MAX_DEVICES];
@@ -45,20 +50,34 @@ static sched_job *to_sched_job(gd_job *job) { return (sched_job *)job; }
 
 /* ---- the one release ------------------------------------------------------ */
 
+static void tell_room(gd_sched *s) {
+  if (s->room)
+    s->room(s->room_arg);
+}
+
 static void release(gd_sched *s, sched_job *sj) {
   gd_job *job = &sj->job;
   assert(!job->waiter && sj->chunks_out == 0);
   assert(!sj->submitted || sj->final);
-  assert(s->job_count > 0 && s->reserved >= job->reserved_bytes);
   assert(job->device >= 0 && job->device < GD_SCHED_MAX_DEVICES);
   if (s->backend)
     s->backend->ops->release(s->backend, job);
   gd_completion_forget(s->completion, job);
   GD_LIST_UNLINK(s->jobs, sj);
-  s->job_count--;
-  s->reserved -= job->reserved_bytes;
+  bool shared = !sj->delivering;
+  if (sj->delivering) {
+    assert(s->delivering_jobs > 0 && s->delivering_bytes >= job->reserved_bytes);
+    s->delivering_jobs--;
+    s->delivering_bytes -= job->reserved_bytes;
+  } else {
+    assert(s->job_count > 0 && s->reserved >= job->reserved_bytes);
+    s->job_count--;
+    s->reserved -= job->reserved_bytes;
+  }
   s->device_load[job->device] -= sj->work;
   free(sj);
+  if (shared)
+    tell_room(s);
 }
 
 /* Releases sj when its waiter let it go and the backend is done with it. true when released. */
@@ -71,11 +90,26 @@ static bool release_if_done(gd_sched *s, sched_job *sj) {
 
 /* ---- events from the completion queue ------------------------------------ */
 
+/* The backend is done and the reply waits only on its client's reading: from here the job is
+ * the connection's to count (its write backlog), not the shared queue's, so a client that does
+ * not read blocks only itself. */
+static void move_to_delivery(gd_sched *s, sched_job *sj) {
+  assert(!sj->delivering && s->job_count > 0 && s->reserved >= sj->job.reserved_bytes);
+  sj->delivering = true;
+  s->job_count--;
+  s->reserved -= sj->job.reserved_bytes;
+  s->delivering_jobs++;
+  s->delivering_bytes += sj->job.reserved_bytes;
+  tell_room(s);
+}
+
 static void mark_final(gd_sched *s, sched_job *sj) {
   assert(sj->submitted && !sj->final);
   assert(s->running > 0);
   sj->final = true;
   s->running--;
+  if (sj->job.waiter)
+    move_to_delivery(s, sj);
 }
 
 static void deliver(gd_sched *s, const gd_backend_event *ev) {
@@ -123,11 +157,22 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
   return 0;
 }
 
-void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits) { s->limits = *limits; }
+void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits) {
+  s->limits = *limits;
+  tell_room(s); /* larger limits may admit a waiting request */
+}
+
+void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg) {
+  s->room = room;
+  s->room_arg = arg;
+}
 
 gd_sched_limits gd_sched_get_limits(const gd_sched *s) { return s->limits; }
 
-void gd_sched_set_draining(gd_sched *s) { s->draining = true; }
+void gd_sched_set_draining(gd_sched *s) {
+  s->draining = true;
+  tell_room(s); /* whoever waits for room gets UNAVAILABLE now */
+}
 
 /* ---- admission ----------------------------------------------------------- */
 
@@ -173,16 +218,31 @@ static uint64_t deadline_of(const gp_gemm_hdr *hdr, uint64_t now_us) {
   return now_us + ms * 1000u;
 }
 
-static int check_room(gd_sched *s, gp_error *err) {
-  if (s->draining)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "gemmd is shutting down");
-  if (s->job_count >= s->limits.max_jobs)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                        "queue full: %zu jobs in flight (queue.max_jobs = %u)", s->job_count,
-                        (unsigned)s->limits.max_jobs);
+static bool within(uint64_t used, uint64_t host, uint64_t limit) {
+  return limit == 0 || used == 0 || (host <= limit && used <= limit - host);
+}
+
+/* The requester's own share first: over it, it waits for its own jobs, outside the line for
+ * shared room (which it would otherwise block). */
+static int check_share(const gd_sched_share *share, uint64_t host, gp_error *err) {
+  if (!share)
+    return 0;
+  if (!within(share->conn_used, host, share->conn_limit)) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the connection holds %llu bytes of "
+                 "queue.memory_budget, its share is %llu", (unsigned long long)share->conn_used,
+                 (unsigned long long)share->conn_limit);
+    return GD_SCHED_OVER_SHARE;
+  }
+  if (!within(share->peer_used, host, share->peer_limit)) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the peer holds %llu bytes of "
+                 "queue.memory_budget, its share is %llu", (unsigned long long)share->peer_used,
+                 (unsigned long long)share->peer_limit);
+    return GD_SCHED_OVER_SHARE;
+  }
   return 0;
 }
 
+/* A request that can never fit is refused; one that fits an idle daemon waits (GD_SCHED_FULL). */
 static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
   uint64_t left = s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
   if (host > s->limits.memory_budget)
@@ -190,19 +250,27 @@ static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
                         "request needs %llu bytes of host memory, more than queue.memory_budget "
                         "(%llu)", (unsigned long long)host,
                         (unsigned long long)s->limits.memory_budget);
-  if (host > left)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                        "request needs %llu bytes of host memory, %llu of queue.memory_budget "
-                        "left; retry later", (unsigned long long)host, (unsigned long long)left);
+  if (s->job_count >= s->limits.max_jobs) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "queue full: %zu jobs in flight (queue.max_jobs "
+                 "= %u)", s->job_count, (unsigned)s->limits.max_jobs);
+    return GD_SCHED_FULL;
+  }
+  if (host > left) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "request needs %llu bytes of host memory, %llu "
+                 "of queue.memory_budget left", (unsigned long long)host,
+                 (unsigned long long)left);
+    return GD_SCHED_FULL;
+  }
   return 0;
 }
 
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, gd_job_waiter *waiter, gd_job **out, gp_error *err) {
+                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   gd_job **out, gp_error *err) {
   assert(waiter && waiter->on_event);
-  int rc = check_room(s, err);
-  if (rc != 0)
-    return rc;
+  if (s->draining)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "gemmd is shutting down");
+  int rc;
   uint64_t total;
   sched_job *sj = calloc(1, sizeof *sj);
   if (!sj)
@@ -225,6 +293,10 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
   rc = check_budget(s, host, err);
+  if (rc == 0 || rc == GD_SCHED_FULL) {
+    int own = check_share(share, host, err);
+    rc = own ? own : rc;
+  }
   if (rc != 0) {
     free(sj);
     return rc;
@@ -335,6 +407,8 @@ void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
 
 size_t gd_sched_jobs(const gd_sched *s) { return s->job_count; }
 size_t gd_sched_running(const gd_sched *s) { return s->running; }
+size_t gd_sched_delivering(const gd_sched *s) { return s->delivering_jobs; }
+uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return s->delivering_bytes; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
 
 /* ---- teardown ------------------------------------------------------------ */

@@ -5,11 +5,18 @@
  *
  * Admission happens when a gemm header has been parsed, before any payload byte is read:
  *   - draining                              -> UNAVAILABLE
- *   - queue.max_jobs jobs already admitted  -> RESOURCE_EXHAUSTED
- *   - host bytes (a + b + c + scratch) over what is left of
- *     queue.memory_budget                   -> RESOURCE_EXHAUSTED
+ *   - host bytes (a + b + c + scratch) over queue.memory_budget itself
+ *                                           -> RESOURCE_EXHAUSTED (can never fit)
+ *   - the host bytes over the connection's or the peer's share (gd_sched_share)
+ *                                           -> GD_SCHED_OVER_SHARE: the caller waits for its own
+ *   - queue.max_jobs jobs already admitted, or the host bytes over what is left of the
+ *     budget                                -> GD_SCHED_FULL: the caller waits for room
  *   - backend prepare() refuses             -> its error
- * A job counts against max_jobs and the budget from admission until it is released.
+ * A job counts against max_jobs and the budget from admission until its final event, or its
+ * release if earlier. A job whose final event arrived while its waiter is attached is
+ * "delivering": its reply waits only on the client reading it, so it no longer takes shared
+ * room (the connection counts its write backlog instead). Whenever room appears, the room
+ * callback runs (gd_sched_on_room).
  *
  * The job's life, as the connection sees it:
  *   admit -> input_window / input ... -> submit -> events to the job's waiter (gd_job.h):
@@ -34,6 +41,21 @@
 
 typedef struct gd_sched gd_sched;
 
+/* gd_sched_admit's answer for a request that fits an idle daemon but not now (positive: never a
+ * gp code). err still names what is full, for the log. */
+#define GD_SCHED_FULL 1
+/* ... for a request over its connection's or its peer's share of the budget (see
+ * gd_sched_share): it waits for that connection's or peer's own jobs, not in the shared line. */
+#define GD_SCHED_OVER_SHARE 2
+
+/* What the requester already holds of queue.memory_budget, and its shares (0: no share). A
+ * requester holding nothing may always go up to the whole budget: a share bounds how much
+ * more one holder adds, it never refuses a request outright. */
+typedef struct {
+  uint64_t conn_used, conn_limit;
+  uint64_t peer_used, peer_limit;
+} gd_sched_share;
+
 typedef struct {
   uint32_t max_jobs;
   uint64_t memory_budget;
@@ -50,14 +72,20 @@ void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits);
 
 gd_sched_limits gd_sched_get_limits(const gd_sched *s);
 
+/* room(arg) runs when a job stops counting against max_jobs and the budget, and when the limits
+ * change: a request that got GD_SCHED_FULL may fit now. It runs inside scheduler calls (finish,
+ * abandon, chunk_done, event delivery): it must not call back into the scheduler there. */
+void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg);
+
 /* From now on every admission is refused with UNAVAILABLE. */
 void gd_sched_set_draining(gd_sched *s);
 
 /* Admits a gemm whose header has been parsed and validated. On success *out is a new job whose
- * events go to waiter; order_key as in gd_job.h (0: none). On failure returns the code and fills
- * err naming the cause. */
+ * events go to waiter; order_key as in gd_job.h (0: none); share may be NULL. On failure
+ * returns the code and fills err naming the cause. */
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, gd_job_waiter *waiter, gd_job **out, gp_error *err);
+                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   gd_job **out, gp_error *err);
 
 /* Payload input, before submit: where the next bytes of operand at offset may land (false:
  * nowhere in particular, hand them to gd_sched_input), and the bytes themselves (*pause: stop
@@ -87,10 +115,14 @@ void gd_sched_abandon(gd_sched *s, gd_job *job);
  * releases the job. Every chunk must have come back. Do not touch job afterwards. */
 void gd_sched_finish(gd_sched *s, gd_job *job, bool ok);
 
-/* Jobs admitted and not yet released (queue depth). */
+/* Jobs counted against queue.max_jobs (queue depth): admitted, not yet delivering. */
 size_t gd_sched_jobs(const gd_sched *s);
 /* Jobs submitted to the backend whose final event has not arrived yet. */
 size_t gd_sched_running(const gd_sched *s);
+/* Jobs (and their reserved bytes) whose reply waits only on its client (see the top). */
+size_t gd_sched_delivering(const gd_sched *s);
+uint64_t gd_sched_delivering_bytes(const gd_sched *s);
+/* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
 
 /* Closes the completion queue's handle (the loop must run once more to finish closing it). Call

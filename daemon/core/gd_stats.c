@@ -108,6 +108,8 @@ unsigned gd_stats_pack_pairs(const gd_stats *s, uint64_t now_us, msgpack_packer 
   gd_pack_kv_u64(pk, "bytes_out", s->bytes_out);
   gd_pack_kv_u64(pk, "connections_total", s->connections_total);
   gd_pack_kv_u64(pk, "connections_refused", s->connections_refused);
+  gd_pack_kv_u64(pk, "connections_dropped", s->connections_dropped);
+  gd_pack_kv_u64(pk, "admission_waits", s->admission_waits);
   gd_pack_str(pk, "latency_us");
   msgpack_pack_map(pk, GD_HIST_KINDS);
   for (int i = 0; i < GD_HIST_KINDS; i++) {

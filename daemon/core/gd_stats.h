@@ -40,6 +40,8 @@ typedef struct {
   uint64_t bytes_in, bytes_out;
   uint64_t connections_total;           /* accepted since start */
   uint64_t connections_refused;         /* over max_connections */
+  uint64_t connections_dropped;         /* accept failed (out of file descriptors) */
+  uint64_t admission_waits;             /* gemm requests that waited for room to be admitted */
   uint64_t gemm_ok;
   gd_hist hist[GD_HIST_KINDS];
 } gd_stats;
@@ -64,7 +66,7 @@ void gd_hist_pack(const gd_hist *h, msgpack_packer *pk);
 
 /* Packs the daemon's own counters as GD_STATS_PAIRS map entries (not the map header): the
  * caller adds its own live fields (queue depth, connections). Returns GD_STATS_PAIRS. */
-#define GD_STATS_PAIRS 10
+#define GD_STATS_PAIRS 12
 unsigned gd_stats_pack_pairs(const gd_stats *s, uint64_t now_us, msgpack_packer *pk);
 
 /* Packing helpers shared by the methods. */

@@ -12,17 +12,20 @@ void gd_calls_init(gd_calls *l, gd_sched *sched) {
   l->sched = sched;
   l->head = NULL;
   l->in_flight = 0;
+  l->reserved = 0;
+  l->uncounted = NULL;
 }
 
 int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  uint64_t order_key,
+                  uint64_t order_key, const gd_sched_share *share,
                   void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
                   gd_call **out, gp_error *err) {
   gd_call *c = calloc(1, sizeof *c);
   if (!c)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
   c->waiter.on_event = on_event;
-  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, order_key, &c->waiter, &c->job, err);
+  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, order_key, share, &c->waiter, &c->job,
+                          err);
   if (rc != 0) {
     free(c);
     return rc;
@@ -34,12 +37,27 @@ int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgi
     l->head->prev = c;
   l->head = c;
   l->in_flight++;
+  c->counted = c->job->reserved_bytes;
+  l->reserved += c->counted;
   *out = c;
   return 0;
 }
 
+void gd_call_uncount(gd_call *c) {
+  gd_calls *l = c->list;
+  uint64_t bytes = c->counted;
+  if (bytes == 0)
+    return;
+  assert(l->reserved >= bytes);
+  c->counted = 0;
+  l->reserved -= bytes;
+  if (l->uncounted)
+    l->uncounted(l, bytes);
+}
+
 static void unlink_call(gd_call *c) {
   gd_calls *l = c->list;
+  gd_call_uncount(c);
   GD_LIST_UNLINK(l->head, c);
   c->prev = c->next = NULL;
   if (!c->orphan) {
@@ -80,6 +98,7 @@ void gd_calls_orphan_all(gd_calls *l) {
   for (gd_call *c = l->head; c; c = c->next) {
     if (c->orphan)
       continue;
+    gd_call_uncount(c);
     c->orphan = true;
     l->in_flight--;
     gd_sched_abandon(l->sched, c->job);

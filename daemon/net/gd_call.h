@@ -30,22 +30,32 @@ typedef struct gd_call {
   bool reply_out;          /* its last byte left through uv_try_write while writes of it were
                             * still pending: the last of those answers the job */
   bool orphan;             /* the connection closed: job abandoned, only chunks come back */
+  uint64_t counted;        /* its job's bytes counted in the list's reserved (0: not any more) */
 } gd_call;
 
 struct gd_calls {
   gd_sched *sched;
   gd_call *head;           /* admitted and not answered, newest first */
   uint32_t in_flight;      /* of them, not orphaned */
+  uint64_t reserved;       /* budget bytes its jobs hold until they are computed */
+  /* bytes stopped counting (a job computed, or gone); may be NULL */
+  void (*uncounted)(gd_calls *l, uint64_t bytes);
 };
 
 void gd_calls_init(gd_calls *l, gd_sched *sched);
 
 /* Admits a gemm for msgid; its events go to on_event (the waiter of the new record). On
- * success *out is linked first on l. On failure returns the code with err filled. */
+ * success *out is linked first on l and its job's reserved bytes are counted in l->reserved
+ * until it is computed or let go. share as in gd_sched_admit. On failure returns the code with
+ * err filled. */
 int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  uint64_t order_key,
+                  uint64_t order_key, const gd_sched_share *share,
                   void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
                   gd_call **out, gp_error *err);
+
+/* c's job no longer holds shared budget (its final event came): it stops counting in
+ * l->reserved (l->uncounted is told). Idempotent; unlinking c does it too. */
+void gd_call_uncount(gd_call *c);
 
 /* A chunk of c's result handed over by the scheduler was written, copied or dropped. */
 void gd_call_chunk_done(gd_call *c, const void *data, size_t len);

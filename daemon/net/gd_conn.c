@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 
 #include "gd_clock.h"
 
@@ -81,9 +82,23 @@ void gd_conn_free(gd_conn *c) {
   c->rbuf = NULL;
 }
 
+/* A Unix socket's peer is its uid (SO_PEERCRED); "unix ?" when the kernel does not say. */
+static void describe_unix_peer(gd_conn *c) {
+  uv_os_fd_t fd;
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  if (uv_fileno(&c->h.handle, &fd) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && len == sizeof cred) {
+    snprintf(c->peer_key, sizeof c->peer_key, "uid %u", (unsigned)cred.uid);
+  } else {
+    snprintf(c->peer_key, sizeof c->peer_key, "unix ?");
+  }
+  snprintf(c->peer, sizeof c->peer, "unix");
+}
+
 static void describe_peer(gd_conn *c) {
   if (c->h.handle.type != UV_TCP) {
-    snprintf(c->peer, sizeof c->peer, "unix");
+    describe_unix_peer(c);
     return;
   }
   struct sockaddr_storage ss;
@@ -101,6 +116,7 @@ static void describe_peer(gd_conn *c) {
   }
   snprintf(c->peer, sizeof c->peer, ss.ss_family == AF_INET6 ? "tcp [%s]:%d" : "tcp %s:%d", host,
            port);
+  snprintf(c->peer_key, sizeof c->peer_key, "tcp %s", host);
 }
 
 int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {

@@ -20,6 +20,7 @@
 #include <uv.h>
 
 #include "gd_call.h"
+#include "gd_peers.h"
 #include "gd_replyq.h"
 #include "gd_stats.h"
 #include "gd_uv_stream.h"
@@ -46,6 +47,7 @@ struct gd_conn {
   int open_handles;          /* handle + timer: closed() when both close callbacks ran */
   uint64_t id;
   char peer[80];
+  char peer_key[GD_PEER_KEY_MAX]; /* who it is for the per-peer caps (gd_peers.h) */
   gd_stats *stats;           /* bytes_in */
   const gd_conn_events *events;
 

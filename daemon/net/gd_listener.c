@@ -1,15 +1,18 @@
 /*
  * gd_listener.c - see gd_listener.h.
  *
- * libuv's accept path already keeps a spare file descriptor for EMFILE
- * (uv__emfile_trick in src/unix/stream.c: it closes its reserve fd, accepts
- * and closes the pending connections, reopens the reserve), so a daemon out
- * of descriptors sheds connections instead of spinning on a readable
- * listener; we only log when that happens.
+ * libuv's accept path keeps a spare file descriptor for EMFILE (it closes
+ * its reserve fd, accepts and closes the pending connections, reopens the
+ * reserve), so a daemon out of descriptors sheds connections instead of
+ * spinning on a readable listener, but it reports that to us only sometimes.
+ * So gd_session_accept drops a connection before the descriptors run out
+ * (limits.reserved_fds), counted and logged; an accept error libuv does
+ * report is counted and logged the same way.
  */
 #include "gd_listener.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,8 +61,11 @@ static int fail(char *err, size_t err_size, const char *fmt, ...) {
 static void on_connection(uv_stream_t *server, int status) {
   listener *l = server->data;
   gd_server *d = l->set->d;
+  if (status == UV_EMFILE || status == UV_ENFILE) {
+    gd_sessions_note_dropped(d, l->name); /* libuv shed the connection already */
+    return;
+  }
   if (status < 0) {
-    /* EMFILE and friends: rate-limit the log, libuv has shed the connection already */
     uint64_t now = gd_now_us();
     if (now - l->last_error_log_us > 1000000u) {
       gd_warn("%s: accept failed: %s", l->name, uv_strerror(status));
@@ -110,6 +116,30 @@ static int clear_stale_socket(const char *path, char *err, size_t err_size) {
   return 0;
 }
 
+/* Binds under the umask that leaves exactly mode, so the file never exists with other
+ * permissions and no chmod through the path (which could meanwhile be a symlink) is needed.
+ * Start-up only: the umask is the process's. */
+static int bind_with_mode(listener *l, const char *path, unsigned mode) {
+  mode_t old = umask((mode_t)(~mode & 0777));
+  int rc = uv_pipe_bind(&l->h.pipe, path);
+  umask(old);
+  return rc;
+}
+
+/* unix_socket_group: changes the path's own inode, never a symlink's target, and checks that
+ * the path is still our socket. */
+static int set_socket_group(listener *l, const char *path, long gid, char *err, size_t err_size) {
+  if (gid < 0)
+    return 0;
+  if (fchownat(AT_FDCWD, path, (uid_t)-1, (gid_t)gid, AT_SYMLINK_NOFOLLOW) != 0)
+    return fail(err, err_size, "%s: unix_socket_group: cannot give the socket group %ld: %s",
+                l->name, gid, strerror(errno));
+  struct stat st;
+  if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+    return fail(err, err_size, "%s: the socket file was replaced while being set up", l->name);
+  return 0;
+}
+
 static int open_unix(gd_server *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
   if (clear_stale_socket(addr->path, err, err_size) != 0)
     return -1;
@@ -117,14 +147,11 @@ static int open_unix(gd_server *d, listener *l, const gp_addr *addr, char *err, 
   if (rc != 0)
     return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
   l->set->open_handles++;
-  rc = uv_pipe_bind(&l->h.pipe, addr->path);
+  rc = bind_with_mode(l, addr->path, d->limits.unix_socket_mode);
   if (rc != 0)
     return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
   snprintf(l->unlink_path, sizeof l->unlink_path, "%s", addr->path);
-  if (chmod(addr->path, d->limits.unix_socket_mode) != 0)
-    return fail(err, err_size, "%s: chmod %o: %s", l->name, d->limits.unix_socket_mode,
-                strerror(errno));
-  return 0;
+  return set_socket_group(l, addr->path, d->unix_socket_gid, err, err_size);
 }
 
 /* ---- tcp ----------------------------------------------------------------- */

@@ -1,7 +1,9 @@
 /*
- * gd_listener.h - the listening sockets: Unix (mode from unix_socket_mode; a
- * stale socket file is replaced only when nothing answers on it, a live one
- * is refused), TCP (only what the config or --listen names, IPv6 included),
+ * gd_listener.h - the listening sockets: Unix (created with unix_socket_mode
+ * from the start, under the matching umask; the group from the server's
+ * unix_socket_gid, set on the file itself, never through a symlink; a stale
+ * socket file is replaced only when nothing answers on it, a live one or any
+ * other file is refused), TCP (only what the config or --listen names, IPv6 included),
  * and sockets handed over by systemd socket activation (LISTEN_FDS).
  *
  * Loop thread only. Each accepted connection goes to gd_session_accept().

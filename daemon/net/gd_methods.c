@@ -101,10 +101,11 @@ static void pack_info(gd_server *d, msgpack_packer *pk) {
 
 static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
-  msgpack_pack_map(pk, GD_STATS_PAIRS + 6);
+  msgpack_pack_map(pk, GD_STATS_PAIRS + 7);
   gd_stats_pack_pairs(d->stats, gd_now_us(), pk);
   gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
   gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
+  gd_pack_kv_u64(pk, "jobs_delivering", gd_sched_delivering(d->sched));
   gd_pack_kv_u64(pk, "reserved_bytes", gd_sched_reserved_bytes(d->sched));
   gd_pack_kv_u64(pk, "connections", d->connections);
   gd_pack_kv_str(pk, "backend", b->ops->name);

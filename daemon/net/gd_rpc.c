@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gd_clock.h"
 #include "gd_log.h"
@@ -21,6 +22,7 @@ static gd_session *session_of(gd_conn *c) { return (gd_session *)c; /* conn is f
 
 static void process(gd_session *s);
 static void update_timer(gd_session *s);
+static void on_timer(uv_timer_t *timer);
 
 /* ---- replies ---------------------------------------------------------------- */
 
@@ -84,7 +86,7 @@ static bool over_caps(const gd_session *s) {
 }
 
 static bool may_decode(const gd_session *s) {
-  if (s->conn.closing || s->paused || s->eof)
+  if (s->conn.closing || s->paused || s->eof || s->waiting)
     return false;
   return !(at_boundary(s) && over_caps(s));
 }
@@ -190,22 +192,184 @@ static void count_request(gd_server *d, gp_method method) {
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
 
-static void on_gemm_request(gd_session *s, const gp_event *ev) {
+/* What this connection and its peer hold of the budget, and their shares
+ * (queue.connection_memory_share; queue.peer_memory_share only while another peer is
+ * connected: alone, a peer takes no room from anyone). */
+static gd_sched_share share_of(const gd_session *s) {
+  const gd_server *d = s->d;
+  double budget = (double)gd_sched_get_limits(d->sched).memory_budget;
+  gd_sched_share share = {
+      .conn_used = s->conn.calls.reserved,
+      .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
+      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key)};
+  if (d->peers.n > 1)
+    share.peer_limit = (uint64_t)(budget * d->limits.peer_memory_share);
+  return share;
+}
+
+static bool must_wait(int rc) { return rc == GD_SCHED_FULL || rc == GD_SCHED_OVER_SHARE; }
+
+/* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL or
+ * GD_SCHED_OVER_SHARE (nothing done), or a gp code (refused and answered). */
+static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
   gd_call *call = NULL;
-  int rc = gd_call_admit(&s->conn.calls, &ev->gemm, ev->has_c, ev->msgid, s->conn.id,
-                         on_job_event, &call, &err);
-  if (rc != 0) {
-    refuse_current(s, ev->msgid, rc, err.message);
-    return;
+  gd_sched_share share = share_of(s);
+  int rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, &share, on_job_event,
+                         &call, &err);
+  if (must_wait(rc)) {
+    gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
+             (unsigned)s->msgid, err.message);
+    return rc;
   }
+  if (rc != 0) {
+    refuse_current(s, s->msgid, rc, err.message);
+    return rc;
+  }
+  if (s->peer_counted)
+    gd_peers_charge(&s->d->peers, s->conn.peer_key, call->counted);
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
-           (unsigned long long)s->conn.id, (unsigned)ev->msgid, gp_dtype_name(ev->gemm.dtype),
-           (unsigned long long)ev->gemm.m, (unsigned long long)ev->gemm.n,
-           (unsigned long long)ev->gemm.k, (unsigned long long)ev->gemm.batch,
-           (unsigned long long)call->job->id);
+           (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),
+           (unsigned long long)hdr->m, (unsigned long long)hdr->n, (unsigned long long)hdr->k,
+           (unsigned long long)hdr->batch, (unsigned long long)call->job->id);
+  return 0;
+}
+
+/* ---- waiting for admission (see gd_rpc.h) ----------------------------------- */
+
+static void wait_link(gd_session *s) {
+  gd_server *d = s->d;
+  s->wait_prev = d->wait_tail;
+  s->wait_next = NULL;
+  if (d->wait_tail)
+    d->wait_tail->wait_next = s;
+  else
+    d->wait_head = s;
+  d->wait_tail = s;
+}
+
+static void wait_unlink(gd_session *s) {
+  gd_server *d = s->d;
+  if (s->wait_prev)
+    s->wait_prev->wait_next = s->wait_next;
+  else
+    d->wait_head = s->wait_next;
+  if (s->wait_next)
+    s->wait_next->wait_prev = s->wait_prev;
+  else
+    d->wait_tail = s->wait_prev;
+  s->wait_prev = s->wait_next = NULL;
+}
+
+/* A gemm header waits: in the FIFO for shared room (GD_SCHED_FULL), or, over its own share
+ * (GD_SCHED_OVER_SHARE), out of line until its connection's or peer's jobs are computed. */
+static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int why) {
+  assert(!s->waiting && !s->cur && must_wait(why));
+  s->waiting = true;
+  s->in_line = why == GD_SCHED_FULL;
+  s->wait_hdr = *hdr;
+  s->wait_has_c = has_c;
+  s->wait_since_us = gd_now_us();
+  if (s->in_line)
+    wait_link(s);
+  else
+    s->d->share_waiters++;
+}
+
+/* Stops waiting; the time spent waiting does not count against timeouts.request_ms. The next
+ * in line is woken: room that was meant for s may be its. */
+static void stop_waiting(gd_session *s) {
+  if (!s->waiting)
+    return;
+  if (s->in_line) {
+    wait_unlink(s);
+  } else {
+    assert(s->d->share_waiters > 0);
+    s->d->share_waiters--;
+  }
+  s->waiting = s->in_line = false;
+  s->wake = false;
+  s->msg_started_us += gd_now_us() - s->wait_since_us;
+  gd_rpc_room(s->d);
+}
+
+static void wake(gd_session *s) {
+  if (s->wake)
+    return;
+  s->wake = true;
+  uv_timer_start(&s->conn.timer, on_timer, 0, 0); /* cannot fail on an initialised timer */
+}
+
+/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
+ * woken, to be answered UNAVAILABLE. */
+void gd_rpc_room(void *server) {
+  gd_server *d = server;
+  for (gd_session *s = d->wait_head; s; s = d->draining ? s->wait_next : NULL)
+    wake(s);
+  if (!d->draining || d->share_waiters == 0)
+    return;
+  for (gd_session *s = d->sessions; s; s = s->next)
+    if (s->waiting && !s->in_line && !s->conn.closing)
+      wake(s);
+}
+
+/* Budget bytes of s's jobs stopped counting (computed, or let go): its peer's count goes down,
+ * and whoever of that peer waits over its share tries again. */
+static void peer_uncharge(gd_session *s, uint64_t bytes) {
+  gd_server *d = s->d;
+  if (!s->peer_counted || bytes == 0)
+    return;
+  gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
+  if (d->share_waiters == 0)
+    return;
+  for (gd_session *o = d->sessions; o; o = o->next)
+    if (o->waiting && !o->in_line && !o->conn.closing &&
+        strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
+      wake(o);
+}
+
+static void on_uncounted(gd_calls *l, uint64_t bytes) {
+  peer_uncharge((gd_session *)((char *)l - offsetof(gd_session, conn.calls)), bytes);
+}
+
+void gd_rpc_closing(gd_session *s) {
+  stop_waiting(s);
+  peer_uncharge(s, s->conn.calls.reserved); /* its jobs are let go right after this */
+  s->conn.calls.uncounted = NULL;
+}
+
+bool gd_rpc_idle(const gd_session *s) {
+  const gd_conn *c = &s->conn;
+  return !c->closing && at_boundary(s) && !s->waiting && c->pending_len == 0 &&
+         c->calls.in_flight == 0 && c->out.writes == 0 && gd_replyq_backlog(&c->out) == 0;
+}
+
+/* A waiter's timer fired after room appeared: it tries again. Still waiting for the same thing,
+ * it keeps its place (the first in line stays first); waiting for the other thing now, it moves;
+ * admitted or refused, it reads on. */
+static void retry_admission(gd_session *s) {
+  s->wake = false;
+  int rc = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
+  bool still = s->in_line ? rc == GD_SCHED_FULL : rc == GD_SCHED_OVER_SHARE;
+  if (!still) {
+    gp_gemm_hdr hdr = s->wait_hdr;
+    bool has_c = s->wait_has_c;
+    stop_waiting(s);
+    if (must_wait(rc))
+      start_waiting(s, &hdr, has_c, rc);
+  }
+  gd_rpc_kick(&s->conn);
+}
+
+static void on_gemm_request(gd_session *s, const gp_event *ev) {
+  /* behind connections already in line: first come, first served */
+  int rc = s->d->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  if (must_wait(rc)) {
+    s->d->stats->admission_waits++;
+    start_waiting(s, &ev->gemm, ev->has_c, rc);
+  }
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {
@@ -329,6 +493,7 @@ static void process(gd_session *s) {
 void gd_rpc_eof(gd_conn *c) {
   gd_session *s = session_of(c);
   s->eof = true;
+  stop_waiting(s);
   if (!at_boundary(s)) {
     gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)c->id,
             c->peer);
@@ -420,6 +585,8 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
   gd_session *s = (gd_session *)((char *)call->list - offsetof(gd_session, conn.calls));
   assert(call->job == job && !call->orphan && !s->conn.closing);
   (void)job;
+  if (ev->type == GD_EV_FAILED || (ev->type == GD_EV_OUTPUT_CHUNK && ev->last))
+    gd_call_uncount(call); /* computed: it holds no shared budget any more (gd_sched.h) */
   switch (ev->type) {
   case GD_EV_OUTPUT_CHUNK: job_output(s, call, ev); return;
   case GD_EV_FAILED: job_failed(s, call, &ev->err); return;
@@ -429,21 +596,35 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
 
 /* ---- the timer ---------------------------------------------------------------- */
 
+/* The payload bytes of the gemm being read (0 for anything else): what makes it large. */
+static uint64_t payload_bytes(const gd_session *s) {
+  if (!s->cur)
+    return 0;
+  const uint64_t *b = s->cur->job->operand_bytes;
+  return b[GP_OPERAND_A] + b[GP_OPERAND_B] + b[GP_OPERAND_C];
+}
+
 static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
   const gd_net_limits *cfg = &s->d->limits;
   gd_timeout_state st = {
-      .at_boundary = at_boundary(s), .paused = s->paused, .eof = s->eof,
+      .at_boundary = at_boundary(s), .paused = s->paused || s->waiting, .eof = s->eof,
       .in_flight = s->conn.calls.in_flight, .writes = s->conn.out.writes,
       .msg_started_us = s->msg_started_us, .last_activity_us = s->conn.last_activity_us,
       .write_progress_us = s->conn.out.write_progress_us,
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
-      .hold_ms = cfg->staging_hold_ms};
+      .hold_ms = cfg->staging_hold_ms, .msg_bytes = gp_decoder_message_bytes(s->dec),
+      .payload_bytes = payload_bytes(s), .min_rate = cfg->min_receive_rate,
+      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms};
   st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
   return gd_timeout_next(&st, due);
 }
 
 static void on_timer(uv_timer_t *timer) {
   gd_session *s = session_of(timer->data);
+  if (s->wake) {
+    retry_admission(s);
+    return;
+  }
   uint64_t due = 0;
   gd_replyq_look_for_progress(&s->conn.out);
   gd_timeout_kind kind = next_timeout(s, &due);
@@ -461,6 +642,8 @@ static void on_timer(uv_timer_t *timer) {
 /* (Re)arms the timer for the earliest timeout that applies now, or stops it. */
 static void update_timer(gd_session *s) {
   uint64_t due = 0;
+  if (s->wake)
+    return; /* a retry of admission is due now: its tick re-arms the timer */
   if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
     uv_timer_stop(&s->conn.timer);
     return;
@@ -473,6 +656,7 @@ static void update_timer(gd_session *s) {
 /* ---- the connection as a whole ------------------------------------------------- */
 
 void gd_rpc_start(gd_session *s) {
+  s->conn.calls.uncounted = on_uncounted;
   update_reading(s);
   if (!s->conn.closing)
     update_timer(s);
@@ -485,6 +669,11 @@ void gd_rpc_apply_limits(gd_session *s) {
 
 size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
   size_t answered = 0;
+  if (s->waiting) {
+    stop_waiting(s);
+    refuse_current(s, s->msgid, GP_E_UNAVAILABLE, why);
+    answered++;
+  }
   gd_call *call = s->conn.calls.head;
   while (call) {
     gd_call *next = call->next;

@@ -10,6 +10,14 @@
  * limits.max_buffered_bytes of replies queued. Bytes already read but not yet decoded are kept
  * and decoded first when reading resumes.
  *
+ * Admission: a gemm that fits an idle daemon but not now (queue.max_jobs or what is left of
+ * queue.memory_budget: GD_SCHED_FULL) is not refused; its connection stops reading and waits in
+ * the server's FIFO of waiting connections. When the scheduler reports room, the first waiter's
+ * timer fires at once and admission is tried again; a waiter that gets in wakes the next one.
+ * A gemm over its connection's or peer's share of the budget (GD_SCHED_OVER_SHARE) waits out
+ * of line, so it never blocks other connections; it tries again when a job of its peer is
+ * computed or let go. Waiting does not count against timeouts.request_ms.
+ *
  * Loop thread only.
  */
 #ifndef GD_RPC_H
@@ -32,14 +40,26 @@ struct gd_session {
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
+  bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
+  bool peer_counted;         /* counted in the server's gd_peers */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
   gp_method method;
   uint32_t msgid;
   gd_call *cur;              /* its call, for a gemm */
-  uint64_t msg_started_us;   /* moved on by the time spent paused */
+  uint64_t msg_started_us;   /* moved on by the time spent paused or waiting */
   uint64_t paused_since_us;
+
+  /* a gemm header waiting for room in the scheduler (see the top) */
+  bool waiting;
+  bool in_line;              /* waiting in the server's FIFO for shared room; else over its
+                              * connection's or peer's share, out of line */
+  bool wake;                 /* room appeared: try again on the next timer tick */
+  gp_gemm_hdr wait_hdr;
+  bool wait_has_c;
+  uint64_t wait_since_us;
+  struct gd_session *wait_prev, *wait_next;
 };
 
 /* The transport's events (gd_conn_events) that the protocol layer handles. */
@@ -48,6 +68,17 @@ void gd_rpc_data(gd_conn *c);
 void gd_rpc_eof(gd_conn *c);
 void gd_rpc_kick(gd_conn *c);
 void gd_rpc_queued(gd_conn *c);
+
+/* The scheduler's room callback (gd_sched_on_room), arg the gd_server: wakes the first
+ * connection waiting for admission. */
+void gd_rpc_room(void *server);
+
+/* Nothing in flight, nothing being read or written, no request waiting: closing it loses no
+ * work (the per-peer caps may close it to make room). */
+bool gd_rpc_idle(const gd_session *s);
+
+/* The connection closes: it stops waiting, and what its jobs hold is no longer its peer's. */
+void gd_rpc_closing(gd_session *s);
 
 /* A new connection: starts reading and the timer. */
 void gd_rpc_start(gd_session *s);

@@ -45,6 +45,14 @@ size_t gd_sessions_fail_pending(gd_server *d, const char *why);
 /* Bytes of replies still queued for writing across all sessions. */
 uint64_t gd_sessions_write_backlog(const gd_server *d);
 
+/* The scheduler's room callback (gd_sched_on_room; server is the gd_server): a request waiting
+ * for admission may fit now. */
+void gd_sessions_room(void *server);
+
+/* A connection was dropped for want of file descriptors (where: the listener or peer, for the
+ * log): counted in stats (connections_dropped) and logged at most once a second. */
+void gd_sessions_note_dropped(gd_server *d, const char *where);
+
 /* Closes every session. */
 void gd_sessions_close_all(gd_server *d, const char *why);
 

@@ -22,6 +22,10 @@ gd_timeout_kind gd_timeout_next(const gd_timeout_state *st, uint64_t *due) {
     return kind; /* nothing more can arrive; jobs in flight end by themselves */
   if (!st->at_boundary && !st->paused && st->request_ms)
     consider(&kind, due, GD_TIMEOUT_REQUEST, st->msg_started_us, st->request_ms);
+  if (!st->at_boundary && !st->paused && st->min_rate && st->payload_bytes > 0 &&
+      st->payload_bytes >= st->min_rate_bytes)
+    consider(&kind, due, GD_TIMEOUT_SLOW, st->msg_started_us + st->rate_grace_ms * 1000u,
+             st->msg_bytes * 1000u / st->min_rate);
   if (st->at_boundary && st->in_flight == 0 && st->writes == 0 && st->idle_ms)
     consider(&kind, due, GD_TIMEOUT_IDLE, st->last_activity_us, st->idle_ms);
   return kind;
@@ -32,6 +36,8 @@ const char *gd_timeout_why(gd_timeout_kind kind) {
   case GD_TIMEOUT_REQUEST: return "request did not finish arriving within timeouts.request_ms";
   case GD_TIMEOUT_IDLE: return "idle for timeouts.idle_ms";
   case GD_TIMEOUT_STALLED: return "client read nothing of its replies for timeouts.request_ms";
+  case GD_TIMEOUT_SLOW:
+    return "a large request arrived slower than timeouts.min_receive_rate";
   case GD_TIMEOUT_NONE:
   case GD_TIMEOUT_HOLD: break;
   }

@@ -9,7 +9,11 @@
  *   stalled: replies queued and not one byte of them written for request_ms (a client that
  *            stopped reading would otherwise hold its jobs' memory for ever);
  *   hold:    a result chunk in shared staging not all out staging_hold_ms after it arrived
- *            (not a close: its rest is copied and the staging given back).
+ *            (not a close: its rest is copied and the staging given back);
+ *   slow:    a request whose payloads are min_rate_bytes or more arrives slower than
+ *            min_rate bytes a second after a start of rate_grace_ms (same pause rule as
+ *            request): a client trickling a large request holds its memory budget for long.
+ *            Due when the bytes so far fall behind: started + grace + bytes / min_rate.
  * 0 disables idle_ms and request_ms.
  */
 #ifndef GD_TIMEOUTS_H
@@ -19,7 +23,8 @@
 #include <stdint.h>
 
 typedef enum {
-  GD_TIMEOUT_NONE, GD_TIMEOUT_REQUEST, GD_TIMEOUT_IDLE, GD_TIMEOUT_STALLED, GD_TIMEOUT_HOLD
+  GD_TIMEOUT_NONE, GD_TIMEOUT_REQUEST, GD_TIMEOUT_IDLE, GD_TIMEOUT_STALLED, GD_TIMEOUT_HOLD,
+  GD_TIMEOUT_SLOW
 } gd_timeout_kind;
 
 typedef struct {
@@ -31,12 +36,16 @@ typedef struct {
   uint32_t writes;           /* writes queued */
   uint64_t msg_started_us, last_activity_us, write_progress_us, hold_since_us;
   uint64_t idle_ms, request_ms, hold_ms;
+  uint64_t msg_bytes;        /* of the message being read: bytes read so far */
+  uint64_t payload_bytes;    /* its payloads in all (a gemm's a + b + c); 0: not known */
+  uint64_t min_rate;         /* bytes a second; 0 disables slow */
+  uint64_t min_rate_bytes, rate_grace_ms;
 } gd_timeout_state;
 
 /* The earliest timeout that applies to st, with *due (monotonic us); NONE when none does. */
 gd_timeout_kind gd_timeout_next(const gd_timeout_state *st, uint64_t *due);
 
-/* Why a connection closes on kind (REQUEST, IDLE or STALLED), for the log. */
+/* Why a connection closes on kind (REQUEST, IDLE, STALLED or SLOW), for the log. */
 const char *gd_timeout_why(gd_timeout_kind kind);
 
 #endif /* GD_TIMEOUTS_H */

@@ -184,7 +184,14 @@ static void put_daemon(text *t, const gd_metrics_snapshot *snap) {
   put_u64(t, "gemmd_connections_accepted_total", "counter", "Connections accepted.",
           s->connections_total);
   put_u64(t, "gemmd_connections_refused_total", "counter",
-          "Connections closed at once for limits.max_connections.", s->connections_refused);
+          "Connections closed at once for limits.max_connections(_per_peer).",
+          s->connections_refused);
+  put_u64(t, "gemmd_connections_dropped_total", "counter",
+          "Connections closed at once for want of file descriptors (limits.reserved_fds).",
+          s->connections_dropped);
+  put_u64(t, "gemmd_admission_waits_total", "counter",
+          "gemm requests that waited for room or their share before admission.",
+          s->admission_waits);
   put_u64(t, "gemmd_queue_depth", "gauge",
           "gemm requests admitted and not yet running (receiving payload or queued).",
           snap->jobs >= snap->jobs_running ? snap->jobs - snap->jobs_running : 0);

@@ -22,8 +22,14 @@ if(TARGET gemmd)
   add_test(NAME client_gemmctl_cli
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_cli.py --gemmd $<TARGET_FILE:gemmd>
                    --gemmctl $<TARGET_FILE:gemmctl>)
+  # issue 15: address lists, idle closes; the token in a test of its own, as it skips (77)
+  # until the daemon lists the "auth" feature
+  set(_gc_scaleout ${GEMMD_PYTHON3} ${_gc_it}/test_client_scaleout.py --gemmd $<TARGET_FILE:gemmd>
+      --bin $<TARGET_FILE:test_client_e2e> --gemmctl $<TARGET_FILE:gemmctl>)
+  add_test(NAME client_scaleout COMMAND ${_gc_scaleout})
+  add_test(NAME client_token COMMAND ${_gc_scaleout} --token)
   set_tests_properties(client_e2e client_gemmctl client_readme_example client_gemmctl_cli
-                       PROPERTIES
+                       client_scaleout client_token PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77

@@ -10,6 +10,7 @@ if(TARGET gemmd)
     errors              # every error code the daemon produces
     disconnects         # clients vanishing mid-payload and with a job running
     backpressure        # max_requests_in_flight, max_buffered_bytes
+    fair_shares         # non-readers block only themselves; full daemon means wait, not refuse
     timeouts            # idle and request-arrival timeouts
     shutdown            # SIGTERM with requests in flight
     reload              # SIGHUP re-reads the config
@@ -73,6 +74,16 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
       ENVIRONMENT
         "FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
+
+  # spread: one pipelining connection's jobs go to both fake devices, replies whole and right.
+  add_test(NAME daemon_fake_spread
+           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_spread.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_spread PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
 
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason

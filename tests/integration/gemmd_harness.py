@@ -26,6 +26,9 @@ Finding and running the daemon
       tcp:127.0.0.1:PORT / tcp:[::1]:PORT listeners on free ports. args: extra flags. env: extra
       environment (NOTIFY_SOCKET and LISTEN_* are removed from the inherited one first).
       Subclasses may override .command() -> argv (e.g. to wrap gemmd in another program).
+  ShellDaemon(gemmd, shell, **Daemon's arguments)
+      A Daemon started by /bin/sh after the shell commands `shell` (e.g. "umask 000",
+      "ulimit -n 64"): what gemmd inherits from a shell or a unit (umask, rlimits).
       .scale              wait budgets multiply by it (4 under a sanitizer, else 1).
       .start(wait=True, wait_addr=None)   spawn; with wait, block until wait_addr (default the
                           unix socket) accepts (raises DaemonError with the log if gemmd exits
@@ -462,6 +465,15 @@ class Daemon:
         else:
             self.kill()
         return False
+
+
+class ShellDaemon(Daemon):
+    def __init__(self, gemmd, shell, **kwargs):
+        super().__init__(gemmd, **kwargs)
+        self.shell = shell
+
+    def command(self):
+        return ["/bin/sh", "-c", '%s && exec "$@"' % self.shell, "gemmd"] + super().command()
 
 
 def run_gemmd(gemmd, args, timeout=30, env=None):

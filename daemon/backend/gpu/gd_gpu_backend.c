@@ -84,29 +84,6 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
   return best;
 }
 
-/* The device already serving a job with this order_key (one connection), or -1.
- *
- * One connection's jobs stay on one device: its worker sends results back strictly in the order
- * the jobs ran, so the chunks of one reply are never interleaved with those of another reply on
- * the same connection (the session writes each chunk as it comes). Different connections still
- * spread over every device. */
-static int ordered_device(gd__gpu_backend *be, uint64_t order_key) {
-  if (!order_key)
-    return -1;
-  for (size_t i = 0; i < be->ndev; i++) {
-    gd__gpu_dev *dev = &be->devs[i];
-    bool found = false;
-    pthread_mutex_lock(&dev->mu);
-    if (dev->in_service && !dev->dead)
-      for (gd__gpu_job *j = dev->jobs; j && !found; j = j->next)
-        found = j->owner && j->owner->order_key == order_key && !j->finished;
-    pthread_mutex_unlock(&dev->mu);
-    if (found)
-      return (int)i;
-  }
-  return -1;
-}
-
 /* Seconds of work, roughly: the kernel at ~20 TFLOP/s plus the bytes through the socket at
  * ~5 GB/s. Only the comparison between devices matters. */
 static double job_load(const gd__gpu_job *job) {
@@ -179,10 +156,10 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
   bool any = false;
   uint64_t largest = 0;
-  int hint = ordered_device(be, job->order_key);
-  if (hint < 0)
-    hint = job->device;
-  gd__gpu_dev *dev = pick_device(be, hint, gj->alloc_len, &any, &largest);
+  /* Each job goes where the load is least, also within one connection: the connection's reply
+   * queue holds other replies while a result leaves in several chunks, so results of one
+   * connection coming back from several devices never interleave. */
+  gd__gpu_dev *dev = pick_device(be, job->device, gj->alloc_len, &any, &largest);
   if (!dev) {
     uint64_t need = gj->alloc_len;
     free(gj);

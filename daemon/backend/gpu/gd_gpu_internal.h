@@ -36,6 +36,7 @@
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -222,6 +223,14 @@ int gd__gpu_device_resolve(const gd_gpu_config *cfg, int *ordinals, size_t *coun
 uint64_t gd__gpu_device_budget(const gd_gpu_config *cfg, uint64_t free_bytes);
 /* True for errors after which the device's context cannot be used again. */
 bool gd__gpu_error_is_sticky(cudaError_t e);
+
+/* ---- gd_gpu_numa.c (worker thread at start) ---- */
+/* Binds the calling thread to the CPUs next to the device (sysfs local_cpulist of its PCI
+ * function), so that its pinned staging is allocated on that NUMA node. Best effort: logs why
+ * when it cannot, and never fails the start. */
+void gd__gpu_numa_bind(int ordinal);
+/* Parses a sysfs CPU list ("0-15,32-47\n") into set. false on a malformed list. */
+bool gd__gpu_cpulist_parse(const char *text, cpu_set_t *set);
 
 /* ---- gd_gpu_staging.c (worker thread at start / destroy) ---- */
 int gd__gpu_staging_create(gd__gpu_dev *dev, gp_error *err);

@@ -126,7 +126,13 @@ bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wai
 
 void gd__gpu_mem_trim(gd__gpu_dev *dev) {
   uint64_t before = dev->mem_reserved;
-  cudaError_t e = cudaMemPoolTrimTo(dev->mempool, (size_t)dev->be->cfg.memory_keep_bytes);
+  /* A block freed with cudaFreeAsync counts as outstanding until the host has seen its stream
+   * reach the free: without this the trim released nothing on a real GPU (the fake runtime
+   * frees at once). The device is idle, so the wait is short. */
+  cudaError_t e = cudaStreamSynchronize(dev->s_in);
+  if (e != cudaSuccess)
+    (void)cudaGetLastError();
+  e = cudaMemPoolTrimTo(dev->mempool, (size_t)dev->be->cfg.memory_keep_bytes);
   if (e != cudaSuccess)
     (void)cudaGetLastError();
   refresh_reserved(dev);

@@ -104,6 +104,7 @@ static void serve(gd__gpu_dev *dev) {
 }
 
 static int worker_init(gd__gpu_dev *dev, gp_error *err) {
+  gd__gpu_numa_bind(dev->ordinal); /* first: the staging below is allocated on its node */
   cudaError_t e = cudaSetDevice(dev->ordinal);
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaSetDevice: %s", dev->ordinal,

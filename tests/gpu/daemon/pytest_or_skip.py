@@ -15,4 +15,7 @@ except ImportError as exc:
     print("SKIP: no pytest for %s (%s): run scripts/gpu-deps.sh and carry .deps" %
           (sys.executable, exc))
     sys.exit(77)
+# Plugins installed beside another python3 (the GPU machine's venv has pytest-timeout for a newer
+# pytest) break Debian's pytest at start-up: the suite needs none of them.
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 sys.exit(pytest.main(sys.argv[1:]))

@@ -19,6 +19,7 @@
 
 #include "gd_backend_gpu.h"
 #include "gd_completion.h"
+#include "gd_gpu_internal.h" /* gd__gpu_cpulist_parse */
 #include "gd_gpu_pool.h"
 #include "gd_log.h"
 
@@ -623,10 +624,25 @@ static void scenario_pool(void) {
   gd__gpu_pool_fini(&pool);
 }
 
+/* The sysfs CPU lists the worker binds to (gd_gpu_numa.c). */
+static void scenario_cpulist(void) {
+  cpu_set_t set;
+  CHECK(gd__gpu_cpulist_parse("0-3,8,10-11\n", &set) && CPU_COUNT(&set) == 7 &&
+            CPU_ISSET(0, &set) && CPU_ISSET(3, &set) && !CPU_ISSET(4, &set) &&
+            CPU_ISSET(8, &set) && !CPU_ISSET(9, &set) && CPU_ISSET(11, &set),
+        "ranges and singles");
+  CHECK(gd__gpu_cpulist_parse("5", &set) && CPU_COUNT(&set) == 1 && CPU_ISSET(5, &set),
+        "one CPU, no newline");
+  const char *bad[] = {"", "\n", "3-1", "1,", ",1", "1-", "a", "1 2", "0-99999999", "1\n2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
+}
+
 int main(void) {
   gd_log_init(GD_LOG_WARN);
   srand(12345);
   scenario_pool();
+  scenario_cpulist();
   scenario_many(4096, 16, 70, 5000);     /* tiny staging: pauses, spills, many chunks */
   scenario_many(1 << 20, 24, 120, 70000); /* roomy staging, more jobs than buffers */
   scenario_memory();

@@ -6,14 +6,21 @@
  *
  *   test_client_e2e main     the daemon with default limits
  *   test_client_e2e limits   a daemon with limits.max_dim = 100
+ *   test_client_e2e scaleout GEMMD_ADDRESS a list: a dead address, then a daemon that closes
+ *                            idle connections quickly (GEMMD_TEST_IDLE_SLEEP_MS outlasts it)
+ *   test_client_e2e token    GEMMD_ADDRESS a TCP address of a daemon wanting GEMMD_TOKEN
+ *   test_client_e2e drain    GEMMD_ADDRESS "A,B": A (pid GEMMD_TEST_DRAIN_PID) is sent SIGTERM
+ *                            with work queued; what it does not finish goes to B
  */
 #include <check.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gctl_ref.h"
 #include "gemmclient.h"
@@ -294,6 +301,89 @@ START_TEST(daemon_errors_propagate) {
 }
 END_TEST
 
+/* One gemm on conn, checked against the reference. */
+static void gemm_checked(gc_conn *conn, const char *what) {
+  job j;
+  job_make(&j, 33, 65, 16, GC_DTYPE_F32, 0, 1, 1.0, 0.0, 1);
+  int rc = gc_gemm(conn, &j.o, j.a, j.b, NULL, j.out, NULL);
+  ck_assert_msg(rc == 0, "%s: %s", what, gc_last_error(conn)->message);
+  job_check(&j, what);
+  job_free(&j);
+}
+
+/* scaleout mode: every connection finds the live daemon whichever address of the list it
+ * starts at, and carries on after the daemon closed it while idle, blocking and async. */
+START_TEST(idle_close_and_dead_address) {
+  const char *sleep_env = getenv("GEMMD_TEST_IDLE_SLEEP_MS");
+  unsigned sleep_ms = sleep_env ? (unsigned)strtoul(sleep_env, NULL, 10) : 1000;
+  for (int round = 0; round < 2; round++) { /* round robin: both starting points */
+    gc_conn *conn = connect_env();
+    for (int i = 0; i < 3; i++) {
+      gemm_checked(conn, "after an idle close");
+      usleep(sleep_ms * 1000);
+    }
+    enum { N = 16 };
+    job jobs[N];
+    for (int i = 0; i < N; i++) {
+      job_make(&jobs[i], pick(dims, 5), pick(dims, 5), pick(dims, 5), GC_DTYPE_F64, 0, 0, 1.0,
+               0.0, 1);
+      ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, NULL, jobs[i].out,
+                                 &jobs[i].req), 0);
+    }
+    for (int i = 0; i < N; i++) {
+      int rc = gc_wait(conn, jobs[i].req, 30000, NULL);
+      ck_assert_msg(rc == 0, "async after an idle close: %s", gc_last_error(conn)->message);
+      job_check(&jobs[i], "async after an idle close");
+      job_free(&jobs[i]);
+    }
+    usleep(sleep_ms * 1000);
+    ck_assert_int_eq(gc_ping(conn, 10000), 0);
+    gc_close(conn);
+  }
+}
+END_TEST
+
+/* drain mode: the first connection of a process starts at the list's first address, A. A is
+ * told to drain with work queued: the requests it answers UNAVAILABLE, or that its closing
+ * connection loses, complete on B, each once and right. */
+START_TEST(draining_daemon_retried) {
+  const char *pid_env = getenv("GEMMD_TEST_DRAIN_PID");
+  ck_assert_ptr_nonnull(pid_env);
+  gc_conn *conn = connect_env();
+  enum { N = 24 };
+  static job jobs[N];
+  for (int i = 0; i < N; i++) {
+    job_make(&jobs[i], 192, 192, 192, GC_DTYPE_F64, 0, 0, 1.0, 0.0, 1);
+    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, NULL, jobs[i].out,
+                               &jobs[i].req), 0);
+  }
+  ck_assert_int_eq(kill((pid_t)strtol(pid_env, NULL, 10), SIGTERM), 0);
+  for (int i = 0; i < N; i++) {
+    int rc = gc_wait(conn, jobs[i].req, 60000, NULL);
+    ck_assert_msg(rc == 0, "request %d beside a draining daemon: %s", i,
+                  gc_last_error(conn)->message);
+    job_check(&jobs[i], "beside a draining daemon");
+    job_free(&jobs[i]);
+  }
+  gc_close(conn);
+}
+END_TEST
+
+/* token mode: GEMMD_TOKEN gets the requests served; a wrong token gets UNAUTHENTICATED. */
+START_TEST(token_accepted_and_refused) {
+  gc_conn *conn = connect_env();
+  gemm_checked(conn, "with the token");
+  ck_assert_int_eq(gc_ping(conn, 10000), 0);
+  gc_close(conn);
+  gc_connect_opts copts;
+  gc_connect_opts_init(&copts);
+  copts.token = "not-the-token";
+  ck_assert_int_eq(gc_connect_with(NULL, &copts, &conn), 0);
+  ck_assert_int_eq(gc_ping(conn, 10000), GC_E_UNAUTHENTICATED);
+  gc_close(conn);
+}
+END_TEST
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "main";
   const char *env_seed = getenv("GEMMD_TEST_SEED");
@@ -304,6 +394,12 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 240);
   if (strcmp(mode, "limits") == 0) {
     tcase_add_test(tc, daemon_errors_propagate);
+  } else if (strcmp(mode, "scaleout") == 0) {
+    tcase_add_test(tc, idle_close_and_dead_address);
+  } else if (strcmp(mode, "drain") == 0) {
+    tcase_add_test(tc, draining_daemon_retried);
+  } else if (strcmp(mode, "token") == 0) {
+    tcase_add_test(tc, token_accepted_and_refused);
   } else {
     tcase_add_test(tc, many_in_flight);
     tcase_add_test(tc, blocking_forms);

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Listeners: the unix socket's mode (0660 by default, unix_socket_mode otherwise); a stale
 socket file from a dead daemon is replaced; a live one makes a second daemon exit non-zero with a
-clear message; an over-long path is an error at start; TCP on 127.0.0.1 (and [::1]) serves."""
+clear message; an over-long path is an error at start; TCP on 127.0.0.1 (and [::1]) serves.
+The socket is created with its mode whatever the umask, never through a symlink, with
+unix_socket_group's group; a world-writable mode is warned about; a missing socket directory is
+named as such."""
+import grp
 import os
 import socket
 import stat
@@ -115,6 +119,86 @@ def test_tcp_only(ctx):
     d.stop()
 
 
+
+def test_socket_mode_whatever_the_umask(ctx):
+    for umask in (0o000, 0o077, 0o777):
+        d = h.ShellDaemon(ctx.gemmd, "umask %03o" % umask, config={"unix_socket_mode": "0640"})
+        with d, d.connect() as client:
+            assert _mode(d.unix_path) == 0o640, "umask %03o: socket mode %o, expected 0640" % (
+                umask, _mode(d.unix_path))
+            assert client.call("ping") == "pong"
+
+
+def _start_fails(ctx, d, what):
+    d.start(wait=False)
+    code = d.wait_exit(15 * ctx.scale)
+    if code is None:
+        d.kill()
+        raise AssertionError("%s: gemmd kept running\n%s" % (what, d.log_tail()))
+    d.check_log()
+    assert code != 0, "%s: gemmd exited 0" % what
+    return d.log()
+
+
+def test_symlink_at_socket_path_refused(ctx):
+    d = ctx.daemon()
+    victim = os.path.join(d.dir, "victim")
+    with open(victim, "w") as f:
+        f.write("x")
+    os.chmod(victim, 0o600)
+    os.symlink(victim, d.unix_path)
+    log = _start_fails(ctx, d, "a symlink at the socket path")
+    assert "not a socket" in log, log
+    assert _mode(victim) == 0o600 and os.path.islink(d.unix_path), "the symlink was followed"
+
+
+def _other_group():
+    """A group this process may give its files (root: any), other than its own; or None."""
+    mine = os.getegid()
+    allowed = set(os.getgroups())
+    for entry in grp.getgrall():
+        if entry.gr_gid != mine and (os.geteuid() == 0 or entry.gr_gid in allowed):
+            return entry
+    return None
+
+
+def test_socket_group(ctx):
+    group = _other_group()
+    if group is None:
+        print("note: no second group this user may use: unix_socket_group not tested")
+        return
+    for value in (group.gr_name, str(group.gr_gid)):
+        with ctx.daemon(config={"unix_socket_group": value}) as d, d.connect() as client:
+            st = os.lstat(d.unix_path)
+            assert st.st_gid == group.gr_gid, "unix_socket_group %s: socket group %d" % (
+                value, st.st_gid)
+            assert _mode(d.unix_path) == 0o660
+            assert client.call("ping") == "pong"
+    d = ctx.daemon(config={"unix_socket_group": "no-such-group-here"})
+    log = _start_fails(ctx, d, "an unknown unix_socket_group")
+    assert 'no group "no-such-group-here"' in log, log
+
+
+def test_world_writable_mode_warned(ctx):
+    with ctx.daemon(config={"unix_socket_mode": "0666"}) as d, d.connect() as client:
+        assert _mode(d.unix_path) == 0o666
+        assert client.call("ping") == "pong"
+        assert "unix_socket_mode 0666 lets every local user connect" in d.log(), d.log_tail()
+    with ctx.daemon() as d:
+        assert "lets every local user connect" not in d.log()
+
+
+def test_missing_socket_directory_named(ctx):
+    d = ctx.daemon()
+    path = os.path.join(d.dir, "no-such-dir", "gemmd.sock")
+    d.write_config({"listen": ["unix:" + path]})
+    log = _start_fails(ctx, d, "a socket in a missing directory")
+    assert "does not exist" in log and "permission denied" not in log.lower(), log
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_socket_mode, test_stale_socket_replaced, test_live_socket_kept,
-                     test_long_path_refused, test_tcp_ipv4, test_tcp_ipv6, test_tcp_only]))
+                     test_long_path_refused, test_tcp_ipv4, test_tcp_ipv6, test_tcp_only,
+                     test_socket_mode_whatever_the_umask, test_symlink_at_socket_path_refused,
+                     test_socket_group, test_world_writable_mode_warned,
+                     test_missing_socket_directory_named]))

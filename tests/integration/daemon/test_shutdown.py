@@ -125,9 +125,13 @@ def test_drain_deadline(ctx):
     after another however fast the GPU) and enough jobs for four times drain_ms. Each job has its
     own connection, so every one is admitted (its header read) before the signal, whether or not
     its payload could all be read yet."""
-    size, drain_ms = 1000, 300
+    gpu = os.environ.get("GEMMD_TEST_BACKEND") == "gpu"
+    # On a GPU the queued jobs' payloads are already on their way when the drain starts, so a
+    # job then costs its socket read and staging, far less than a measured round trip: larger
+    # jobs, and as many as the test allows (100 x 36 MB of payload).
+    size, drain_ms = (1500 if gpu else 1000), 300
     config = {"cpu": {"threads": 1}, "timeouts": {"drain_ms": drain_ms}}
-    if os.environ.get("GEMMD_TEST_BACKEND") == "gpu":
+    if gpu:
         # a, b and c of one job, each rounded to 256 bytes as the pool does
         config["gpu"] = {"memory_bytes": 3 * ((size * size * 8 + 255) // 256 * 256) + 512}
     d = ctx.daemon(config=config).start()
@@ -140,6 +144,8 @@ def test_drain_deadline(ctx):
             probe.gemm({"m": size, "n": size, "k": size, "dtype": "f64"}, ones, ones, timeout=120)
             one_job = time.monotonic() - start
     count = max(4, min(100, int(4 * drain_ms / 1000.0 / max(one_job, 1e-3)) + 1))
+    if gpu:
+        count = 100
     batches, senders = [], []
     for i in range(count):
         client = d.connect(timeout=60)

@@ -80,5 +80,39 @@ def test_request_timeout(ctx):
             h.check_gemm(bystander, ctx.rng, 9, 9, 9, "f32")
 
 
+def test_slow_large_request_closed(ctx):
+    """A large request trickled below timeouts.min_receive_rate is closed (it held its memory
+    budget meanwhile), and the budget it held serves others; the same request sent at speed
+    is answered."""
+    n = 256  # a, b, c of 256 KiB each: 768 KiB of payloads, "large" at min_rate_bytes 512KiB
+    config = {"timeouts": {"idle_ms": 60000, "request_ms": 60000, "min_receive_rate": "1MiB",
+                           "min_rate_bytes": "512KiB", "min_rate_grace_ms": 300},
+              "queue": {"memory_budget": "1MiB"}}  # one such request at a time
+    hdr = {"m": n, "n": n, "k": n, "dtype": "f32"}
+    a, b = h.random_operands(ctx.rng, n, n, n, "f32")
+    packed = h.Client.pack_gemm(1, hdr, a, b)
+    with ctx.daemon(config=config) as d:
+        trickler = d.connect()
+        start = time.monotonic()
+        sent = 0
+        while sent < len(packed):  # 8 KiB every 0.1 s: 80 KiB/s
+            try:
+                trickler.send_raw(packed[sent:sent + 8192])
+            except OSError:
+                break
+            sent += 8192
+            if trickler.is_closed(0.1):
+                break
+        took = time.monotonic() - start
+        assert sent < len(packed), "a request trickled at 80 KiB/s was read to its end"
+        assert trickler.is_closed(5 * ctx.scale), "the trickler was not closed"
+        print("  trickler closed after %.1f s, %d of %d bytes sent" % (took, sent, len(packed)))
+        assert "slower than timeouts.min_receive_rate" in d.log(), d.log_tail()
+        with d.connect() as fast:  # the budget the trickler held is free again
+            _, out = fast.gemm(hdr, a, b)
+            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "sent at speed")
+
+
 if __name__ == "__main__":
-    sys.exit(h.main([test_idle_timeout, test_busy_connection_not_idle, test_request_timeout]))
+    sys.exit(h.main([test_idle_timeout, test_busy_connection_not_idle, test_request_timeout,
+                     test_slow_large_request_closed]))

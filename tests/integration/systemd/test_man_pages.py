@@ -31,7 +31,8 @@ CONTRACT = {
     "gemmctl": ["--connect", "--json", "ping", "info", "stats", "gemm", "bench", "verify",
                 "--a", "--b", "--c", "--alpha", "--beta", "--trans-a", "--trans-b",
                 "--precision", "--out", "exact", "fast", "--m", "--n", "--k", "--dtype",
-                "--requests", "--concurrency", "GEMMD_ADDRESS", "unix:/run/gemmd/gemmd.sock"],
+                "--requests", "--concurrency", "GEMMD_ADDRESS", "unix:/run/gemmd/gemmd.sock",
+                "--token-file", "GEMMD_TOKEN", "GEMMD_TOKEN_FILE"],
 }
 ENVIRONMENT = {"gemmd": ["NOTIFY_SOCKET", "LISTEN_FDS", "WATCHDOG_USEC", "SIGTERM", "SIGHUP",
                          "EXIT STATUS", "FILES", "ENVIRONMENT", "SIGNALS"],

@@ -5,8 +5,12 @@
  * buffers, the daemon's error code and message in gc_error, client-side
  * timeouts, lost connections, and a reply that breaks the protocol.
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -106,21 +110,48 @@ END_TEST
 
 /* ---- fake servers -------------------------------------------------------- */
 
+/* A fake server accepts connections one after the other (the next once the last closed) and
+ * counts them, so that a test sees how often the client reconnected. */
 typedef enum {
   FAKE_SILENT,    /* reads everything, answers nothing */
-  FAKE_HANGUP,    /* closes after the first bytes arrive */
+  FAKE_HANGUP,    /* closes each connection after its first bytes arrive */
   FAKE_REVERSE,   /* collects `expect` requests, answers them last first */
   FAKE_ERRORS,    /* answers each request with an error */
   FAKE_GARBAGE,   /* answers with bytes that are not msgpack-RPC */
   FAKE_DEAF,      /* accepts and never reads, until the client hangs up */
+  FAKE_HANGUP_FIRST,      /* the first connection closes after its first bytes; later ones
+                             answer in order */
+  FAKE_UNAVAILABLE_FIRST, /* the first connection answers every request UNAVAILABLE at its
+                             header (as a draining daemon does); later ones answer in order */
+  FAKE_ONE_SHOT,  /* answers one request per connection, then closes it once the test says
+                     (fake_close_idle: an idle timeout) */
+  FAKE_IN_ORDER,  /* answers each request as it ends */
+  FAKE_UNAVAILABLE_ONE,   /* the first connection answers its first request UNAVAILABLE and
+                             the others never; later ones answer in order */
 } fake_mode;
+
+#define FAKE_TOKEN "sesame"
+
+/* fake_start_on's flags */
+enum {
+  FAKE_TCP = 1,         /* listen on 127.0.0.1 (a free port), not a Unix socket */
+  FAKE_NEEDS_TOKEN = 2, /* each connection must send [0, msgid, "auth", [FAKE_TOKEN]] first,
+                           else it is answered UNAUTHENTICATED and closed */
+};
 
 typedef struct {
   fake_mode mode;
   int expect;
+  bool needs_token;
   int listen_fd;
   char path[108];
   pthread_t thread;
+  atomic_int connections; /* accepted so far */
+  atomic_int closed;      /* closed by the server so far */
+  atomic_int auths;       /* tokens accepted */
+  atomic_int auth_tries;  /* auth requests, right or wrong (a stray TCP client sends none) */
+  atomic_int close_idle;  /* FAKE_ONE_SHOT closes connections up to this one (from 1) */
+  atomic_int refusals;    /* UNAVAILABLE answers written */
 } fake_server;
 
 typedef struct {
@@ -139,14 +170,23 @@ static void write_all(int fd, const void *data, size_t len) {
   }
 }
 
-/* Replies to one request: gemm results are filled with the byte (msgid & 0xff). */
-static void reply(int fd, const seen_request *r, fake_mode mode) {
+static void reply_error(int fd, uint32_t msgid, int code, const char *message) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
+  gp_encode_error_response(&sb, msgid, code, message);
+  write_all(fd, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+}
+
+/* Replies to one request: gemm results are filled with the byte (msgid & 0xff). */
+static void reply(int fd, const seen_request *r, fake_mode mode) {
   if (mode == FAKE_ERRORS) {
-    gp_encode_error_response(&sb, r->msgid, GP_E_RESOURCE_EXHAUSTED, "queue full: try later");
-    write_all(fd, sb.data, sb.size);
-  } else if (r->method == GP_METHOD_PING) {
+    reply_error(fd, r->msgid, GP_E_RESOURCE_EXHAUSTED, "queue full: try later");
+    return;
+  }
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  if (r->method == GP_METHOD_PING) {
     gp_encode_pong_response(&sb, r->msgid);
     write_all(fd, sb.data, sb.size);
   } else if (r->method == GP_METHOD_GEMM) {
@@ -168,17 +208,68 @@ static void reply(int fd, const seen_request *r, fake_mode mode) {
   msgpack_sbuffer_destroy(&sb);
 }
 
-static void *fake_main(void *arg) {
-  fake_server *fs = arg;
-  int fd = accept(fs->listen_fd, NULL, NULL);
-  if (fd < 0) return NULL;
-  if (fs->mode == FAKE_DEAF) { /* the client's sends back up in its own queue */
+/* Reads the first message of a FAKE_AUTH connection: true when it is the right token (the
+ * connection then goes on), false when the connection was refused. */
+static bool fake_auth(fake_server *fs, int fd) {
+  char buf[8192];
+  size_t have = 0;
+  msgpack_unpacked msg;
+  msgpack_unpacked_init(&msg);
+  size_t off = 0;
+  for (;;) {
+    ssize_t got = read(fd, buf + have, sizeof buf - have);
+    if (got <= 0) return false;
+    have += (size_t)got;
+    off = 0;
+    msgpack_unpack_return ret = msgpack_unpack_next(&msg, buf, have, &off);
+    if (ret == MSGPACK_UNPACK_SUCCESS) break;
+    if (ret != MSGPACK_UNPACK_CONTINUE || have == sizeof buf) return false;
+  }
+  const msgpack_object *o = &msg.data;
+  bool ok = false, is_auth = false;
+  uint32_t msgid = 0;
+  if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size == 4) {
+    const msgpack_object *e = o->via.array.ptr;
+    msgid = (uint32_t)e[1].via.u64;
+    is_auth = e[2].type == MSGPACK_OBJECT_STR && e[2].via.str.size == 4 &&
+              memcmp(e[2].via.str.ptr, "auth", 4) == 0;
+    if (is_auth) atomic_fetch_add(&fs->auth_tries, 1);
+    const msgpack_object *params = &e[3];
+    if (is_auth && params->type == MSGPACK_OBJECT_ARRAY && params->via.array.size == 1) {
+      const msgpack_object *t = &params->via.array.ptr[0];
+      ok = t->type == MSGPACK_OBJECT_STR && t->via.str.size == strlen(FAKE_TOKEN) &&
+           memcmp(t->via.str.ptr, FAKE_TOKEN, t->via.str.size) == 0;
+    }
+  }
+  msgpack_unpacked_destroy(&msg);
+  /* the client waits for the answer before it sends anything more */
+  if (off != have) ok = false;
+  if (!ok) {
+    reply_error(fd, msgid, GP_E_UNAUTHENTICATED,
+                is_auth ? "invalid token" : "authentication required");
+    return false;
+  }
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  gp_pack_response_head(&pk, msgid); /* [1, msgid, nil, */
+  msgpack_pack_true(&pk);
+  write_all(fd, sb.data, sb.size);
+  msgpack_sbuffer_destroy(&sb);
+  atomic_fetch_add(&fs->auths, 1);
+  return true;
+}
+
+/* Serves one connection in mode until the client hangs up (or the mode closes it). */
+static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
+  if (mode == FAKE_DEAF) { /* the client's sends back up in its own queue */
     struct pollfd hangup = {.fd = fd, .events = POLLRDHUP};
     while (poll(&hangup, 1, -1) < 0 && errno == EINTR) {
     }
-    close(fd);
-    return NULL;
+    return;
   }
+  if (fs->needs_token && !fake_auth(fs, fd)) return;
   gp_limits limits;
   gp_limits_default(&limits);
   gp_decoder *d = gp_decoder_new(GP_ROLE_SERVER, &limits);
@@ -187,8 +278,8 @@ static void *fake_main(void *arg) {
   uint8_t buf[65536];
   ssize_t got;
   while ((got = read(fd, buf, sizeof buf)) > 0) {
-    if (fs->mode == FAKE_HANGUP) break;
-    if (fs->mode == FAKE_GARBAGE) {
+    if (mode == FAKE_HANGUP) break;
+    if (mode == FAKE_GARBAGE) {
       write_all(fd, "\x93\x01\x02\x03garbage", 10);
       continue;
     }
@@ -200,6 +291,11 @@ static void *fake_main(void *arg) {
       p += used;
       len -= used;
       if (ev.type == GP_EV_NEED_MORE) break;
+      if (ev.type == GP_EV_REQUEST &&
+          (mode == FAKE_UNAVAILABLE_FIRST || (mode == FAKE_UNAVAILABLE_ONE && nseen == 0))) {
+        reply_error(fd, ev.msgid, GP_E_UNAVAILABLE, "draining");
+        atomic_fetch_add(&fs->refusals, 1);
+      }
       if (ev.type == GP_EV_REQUEST && nseen < 1024) {
         seen[nseen].msgid = ev.msgid;
         seen[nseen].method = ev.method;
@@ -208,43 +304,102 @@ static void *fake_main(void *arg) {
       if (ev.type == GP_EV_MESSAGE_END) nseen++;
       if (ev.type == GP_EV_FATAL) goto out;
     }
-    if (fs->mode == FAKE_SILENT) continue;
-    if (fs->mode == FAKE_REVERSE && nseen < fs->expect) continue;
-    if (fs->mode == FAKE_REVERSE) {
-      for (int i = nseen - 1; i >= answered; i--) reply(fd, &seen[i], fs->mode);
+    if (mode == FAKE_SILENT || mode == FAKE_UNAVAILABLE_FIRST || mode == FAKE_UNAVAILABLE_ONE)
+      continue;
+    if (mode == FAKE_REVERSE && nseen < fs->expect) continue;
+    if (mode == FAKE_REVERSE) {
+      for (int i = nseen - 1; i >= answered; i--) reply(fd, &seen[i], mode);
     } else {
-      for (int i = answered; i < nseen; i++) reply(fd, &seen[i], fs->mode);
+      for (int i = answered; i < nseen; i++) reply(fd, &seen[i], mode);
     }
     answered = nseen;
+    if (mode == FAKE_ONE_SHOT && answered > 0) {
+      while (atomic_load(&fs->close_idle) <= atomic_load(&fs->closed)) {
+        struct pollfd hangup = {.fd = fd, .events = POLLRDHUP};
+        if (poll(&hangup, 1, 1) > 0) break; /* the client went first */
+      }
+      break;
+    }
   }
 out:
   free(seen);
   gp_decoder_free(d);
-  close(fd);
+}
+
+/* The mode of the index-th connection: the *_FIRST modes serve later ones normally. */
+static fake_mode mode_of(fake_mode mode, int index) {
+  if (mode == FAKE_HANGUP_FIRST) return index == 0 ? FAKE_HANGUP : FAKE_IN_ORDER;
+  if ((mode == FAKE_UNAVAILABLE_FIRST || mode == FAKE_UNAVAILABLE_ONE) && index > 0)
+    return FAKE_IN_ORDER;
+  return mode;
+}
+
+static void *fake_main(void *arg) {
+  fake_server *fs = arg;
+  int fd;
+  while ((fd = accept(fs->listen_fd, NULL, NULL)) >= 0) {
+    int index = atomic_fetch_add(&fs->connections, 1);
+    fake_serve(fs, fd, mode_of(fs->mode, index));
+    close(fd);
+    atomic_fetch_add(&fs->closed, 1);
+  }
   return NULL;
 }
 
-static void fake_start(fake_server *fs, fake_mode mode, int expect, char *addr, size_t addrlen) {
+/* Starts a fake server (flags: FAKE_TCP, FAKE_NEEDS_TOKEN); addr gets its address. */
+static void fake_start_on(fake_server *fs, fake_mode mode, int expect, unsigned flags,
+                          char *addr, size_t addrlen) {
+  static atomic_int servers;
   memset(fs, 0, sizeof *fs);
   fs->mode = mode;
   fs->expect = expect;
-  snprintf(fs->path, sizeof fs->path, "/tmp/gc_fake_%d_%d.sock", (int)getpid(), (int)mode);
-  unlink(fs->path);
-  fs->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  ck_assert_int_ge(fs->listen_fd, 0);
-  struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  strcpy(sun.sun_path, fs->path);
-  ck_assert_int_eq(bind(fs->listen_fd, (struct sockaddr *)&sun, sizeof sun), 0);
+  fs->needs_token = (flags & FAKE_NEEDS_TOKEN) != 0;
+  if (flags & FAKE_TCP) {
+    fs->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fs->listen_fd, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fs->listen_fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    socklen_t len = sizeof sin;
+    ck_assert_int_eq(getsockname(fs->listen_fd, (struct sockaddr *)&sin, &len), 0);
+    snprintf(addr, addrlen, "tcp:127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+  } else {
+    snprintf(fs->path, sizeof fs->path, "/tmp/gc_fake_%d_%d.sock", (int)getpid(),
+             atomic_fetch_add(&servers, 1));
+    unlink(fs->path);
+    fs->listen_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(fs->listen_fd, 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    strcpy(sun.sun_path, fs->path);
+    ck_assert_int_eq(bind(fs->listen_fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    snprintf(addr, addrlen, "unix:%s", fs->path);
+  }
   ck_assert_int_eq(listen(fs->listen_fd, 4), 0);
   ck_assert_int_eq(pthread_create(&fs->thread, NULL, fake_main, fs), 0);
-  snprintf(addr, addrlen, "unix:%s", fs->path);
+}
+
+static void fake_start(fake_server *fs, fake_mode mode, int expect, char *addr, size_t addrlen) {
+  fake_start_on(fs, mode, expect, 0, addr, addrlen);
+}
+
+/* The address of a fake on a Unix socket (valid until the next call). */
+static const char *fs_addr(const fake_server *fs) {
+  static char addr[160];
+  snprintf(addr, sizeof addr, "unix:%s", fs->path);
+  return addr;
+}
+
+/* FAKE_ONE_SHOT: lets the server close its idle connection, and waits until it has. */
+static void fake_close_idle(fake_server *fs) {
+  int next = atomic_load(&fs->closed) + 1;
+  atomic_store(&fs->close_idle, next);
+  while (atomic_load(&fs->closed) < next) usleep(1000);
 }
 
 static void fake_stop(fake_server *fs) {
   shutdown(fs->listen_fd, SHUT_RDWR);
   pthread_join(fs->thread, NULL);
   close(fs->listen_fd);
-  unlink(fs->path);
+  if (fs->path[0] != '\0') unlink(fs->path);
 }
 
 /* Starts a fake server in this mode and connects to it (asserting that the connect works). */
@@ -265,6 +420,14 @@ static double now_ms(void) {
 static void small_opts(gc_gemm_opts *o, uint64_t m, uint64_t n, uint64_t k) {
   gc_gemm_opts_init(o);
   o->m = m, o->n = n, o->k = k;
+}
+
+/* A 2 x 2 x 2 f32 gemm of zeros: its outcome. */
+static int tiny_gemm(gc_conn *conn) {
+  float a[4] = {0}, b[4] = {0}, out[4];
+  gc_gemm_opts o;
+  small_opts(&o, 2, 2, 2);
+  return gc_gemm(conn, &o, a, b, NULL, out, NULL);
 }
 
 START_TEST(replies_in_any_order) {
@@ -331,12 +494,10 @@ END_TEST
 START_TEST(daemon_error_reaches_caller) {
   fake_server fs;
   gc_conn *conn = fake_connect(&fs, FAKE_ERRORS, 1);
-  float a[4] = {0}, b[4] = {0}, out[4];
-  gc_gemm_opts o;
-  small_opts(&o, 2, 2, 2);
-  ck_assert_int_eq(gc_gemm(conn, &o, a, b, NULL, out, NULL), GC_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_RESOURCE_EXHAUSTED);
   ck_assert_int_eq(gc_last_error(conn)->code, GC_E_RESOURCE_EXHAUSTED);
   ck_assert_str_eq(gc_last_error(conn)->message, "queue full: try later");
+  ck_assert_int_eq(atomic_load(&fs.connections), 1); /* the daemon's answer: not retried */
   ck_assert_int_eq(gc_ping(conn, 2000), GC_E_RESOURCE_EXHAUSTED);
   gc_close(conn);
   fake_stop(&fs);
@@ -401,15 +562,385 @@ START_TEST(close_with_requests_in_flight) {
 }
 END_TEST
 
+/* Connects to addr with these options (asserting that the connect works). */
+static gc_conn *connect_opts(const char *addr, int max_retries, const char *token,
+                             const char *token_file) {
+  gc_connect_opts copts;
+  gc_connect_opts_init(&copts);
+  copts.max_retries = max_retries;
+  copts.token = token;
+  copts.token_file = token_file;
+  gc_conn *conn;
+  ck_assert_int_eq(gc_connect_with(addr, &copts, &conn), 0);
+  return conn;
+}
+
+/* A socket lost before the reply: the request goes again on a fresh one, max_retries times;
+ * then the call fails with UNAVAILABLE. */
 START_TEST(lost_connection) {
+  enum { TRIES = 1 + GC_DEFAULT_MAX_RETRIES };
   fake_server fs;
   gc_conn *conn = fake_connect(&fs, FAKE_HANGUP, 0);
-  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
   ck_assert_int_eq(gc_last_error(conn)->code, GC_E_UNAVAILABLE);
-  /* later calls fail at once with the same code */
+  ck_assert_int_eq(atomic_load(&fs.connections), TRIES);
+  /* the next call reconnects (and is lost again) */
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2 * TRIES);
+  /* ping, info and stats are not repeated */
   ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2 * TRIES + 1);
+  gc_close(conn);
+  /* a caller built against the 1.0 header (gc_connect_opts ending at max_reply_bytes) gets the
+   * default retries */
+  union {
+    gc_connect_opts opts;
+    unsigned char bytes[sizeof(gc_connect_opts)];
+  } old;
+  memset(&old, 0xa5, sizeof old); /* what lies past the old struct must not be read */
+  gc_connect_opts_init_sized(&old.opts,
+                             offsetof(gc_connect_opts, max_reply_bytes) + sizeof(uint64_t));
+  ck_assert_int_eq(gc_connect_with(fs_addr(&fs), &old.opts, &conn), 0);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * TRIES + 1);
+  gc_close(conn);
+  /* max_retries 0: no second attempt */
+  conn = connect_opts(fs_addr(&fs), 0, NULL, NULL);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAVAILABLE);
+  ck_assert_int_eq(atomic_load(&fs.connections), 3 * TRIES + 2);
   gc_close(conn);
   fake_stop(&fs);
+}
+END_TEST
+
+/* Checks that out (bytes of C) holds the fake's fill for req (one assertion: Check's are slow
+ * by the million). */
+static void assert_filled(const void *out, uint64_t bytes, gc_req req) {
+  const uint8_t *p = out;
+  uint64_t j = 0;
+  while (j < bytes && p[j] == (req & 0xff)) j++;
+  ck_assert_msg(j == bytes, "byte %llu of request %u's C is %u", (unsigned long long)j, req,
+                j < bytes ? p[j] : 0);
+}
+
+/* An m x 512 x 512 f32 gemm from and to heap buffers (ASan sees any touch after the call),
+ * submitted and waited for: its outcome, and its result checked when it succeeds. */
+static int big_gemm(gc_conn *conn, uint64_t m) {
+  gc_gemm_opts o;
+  small_opts(&o, m, 512, 512);
+  float *a = calloc(m * 512, 4), *b = calloc(512 * 512, 4), *out = calloc(m * 512, 4);
+  gc_gemm_result res;
+  gc_req req = 0;
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out, &req), 0);
+  int rc = gc_wait(conn, req, 10000, &res);
+  if (rc == 0) {
+    ck_assert_uint_eq(res.compute_us, req); /* the same msgid on the new socket */
+    assert_filled(out, gc_gemm_operand_bytes(&o, 'c'), req);
+  }
+  free(a);
+  free(b);
+  free(out);
+  return rc;
+}
+
+/* The first socket closes in the middle of a 1.5 MiB request: the gemm goes again on a fresh
+ * socket, from the caller's own buffers, and its result lands in out. */
+START_TEST(retry_after_close_mid_request) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_HANGUP_FIRST, 0);
+  ck_assert_int_eq(big_gemm(conn, 256), 0);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* A daemon that answers UNAVAILABLE at the header (draining): the rest of the request goes
+ * out as zeros, then the request goes again on a fresh socket. max_retries 0 reports it. */
+START_TEST(unavailable_answer_retried) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_UNAVAILABLE_FIRST, 0);
+  ck_assert_int_eq(big_gemm(conn, 128), 0);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2);
+  gc_close(conn);
+  fake_stop(&fs);
+
+  char addr[160];
+  fake_start(&fs, FAKE_UNAVAILABLE_FIRST, 0, addr, sizeof addr);
+  conn = connect_opts(addr, 0, NULL, NULL);
+  ck_assert_int_eq(big_gemm(conn, 128), GC_E_UNAVAILABLE);
+  ck_assert_str_eq(gc_last_error(conn)->message, "draining");
+  ck_assert_int_eq(atomic_load(&fs.connections), 1);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* Many requests in flight when the socket goes: each completes exactly once, under its own
+ * gc_req, with its own result. */
+START_TEST(async_retry_completes_once) {
+  enum { N = 40 };
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_HANGUP_FIRST, 0);
+  static float a[32 * 32], b[32 * 32], out[N][32 * 32];
+  gc_gemm_opts o;
+  small_opts(&o, 32, 32, 32);
+  gc_req req[N];
+  for (int i = 0; i < N; i++) {
+    o.user = &out[i];
+    ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[i], &req[i]), 0);
+  }
+  int reported[N] = {0}, seen = 0;
+  gc_completion done[8];
+  while (seen < N) {
+    int n = gc_poll(conn, 5000, done, 8);
+    ck_assert_int_gt(n, 0);
+    for (int i = 0; i < n; i++) {
+      ck_assert_int_eq(done[i].error.code, 0);
+      int k = (int)((float(*)[32 * 32])done[i].user - out);
+      ck_assert_int_ge(k, 0);
+      ck_assert_int_lt(k, N);
+      ck_assert_uint_eq(done[i].req, req[k]);
+      reported[k]++;
+      assert_filled(out[k], sizeof out[k], req[k]);
+    }
+    seen += n;
+  }
+  for (int i = 0; i < N; i++) ck_assert_int_eq(reported[i], 1);
+  ck_assert_int_eq(gc_poll(conn, 0, done, 8), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), 0);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* After an UNAVAILABLE answer the socket retires: new requests wait (parked) until no request
+ * the caller waits for is left on it; parked and in-flight requests can be cancelled; then the
+ * retried one completes on a fresh socket. */
+START_TEST(cancel_while_retiring) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_UNAVAILABLE_ONE, 0);
+  static float a[4], b[4], out[3][4];
+  gc_gemm_opts o;
+  small_opts(&o, 2, 2, 2);
+  gc_req r1, r2, r3;
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[0], &r1), 0);
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[1], &r2), 0);
+  while (atomic_load(&fs.refusals) < 1) usleep(1000); /* r1's UNAVAILABLE is on its way */
+  gc_completion done[4];
+  ck_assert_int_eq(gc_poll(conn, 0, done, 4), 0); /* r1 parked, r2 unanswered */
+  ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[2], &r3), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), 3);
+  ck_assert_uint_eq(gc_pending_sends(conn), 0); /* r3 waits for the next socket */
+  ck_assert_int_eq(atomic_load(&fs.connections), 1);
+  ck_assert_int_eq(gc_cancel(conn, r3), 0); /* parked */
+  ck_assert_int_eq(gc_cancel(conn, r2), 0); /* on the retiring socket: it may close now */
+  ck_assert_uint_eq(gc_in_flight(conn), 1);
+  gc_gemm_result res;
+  ck_assert_int_eq(gc_wait(conn, r1, 5000, &res), 0);
+  ck_assert_uint_eq(res.compute_us, r1);
+  assert_filled(out[0], sizeof out[0], r1);
+  ck_assert_int_eq(gc_wait(conn, r3, 0, NULL), GC_E_NOT_FOUND);
+  ck_assert_int_eq(tiny_gemm(conn), 0);
+  ck_assert_int_eq(atomic_load(&fs.connections), 2);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* The daemon closed the idle socket: the next call goes on a fresh one, without spending a
+ * retry (so max_retries 0 works too). */
+START_TEST(idle_close_then_call) {
+  fake_server fs;
+  char addr[160];
+  fake_start(&fs, FAKE_ONE_SHOT, 0, addr, sizeof addr);
+  static const int retries[] = {GC_DEFAULT_MAX_RETRIES, 0};
+  for (int r = 0; r < 2; r++) {
+    gc_conn *conn = connect_opts(addr, retries[r], NULL, NULL);
+    for (int i = 0; i < 3; i++) {
+      ck_assert_int_eq(tiny_gemm(conn), 0); /* its reply is in, the socket still open */
+      fake_close_idle(&fs);
+    }
+    ck_assert_int_eq(gc_ping(conn, 5000), 0);
+    fake_close_idle(&fs);
+    gc_close(conn);
+  }
+  ck_assert_int_eq(atomic_load(&fs.connections), 8);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* A list with a dead address: every connection ends up on the live one. */
+START_TEST(two_addresses_one_dead) {
+  fake_server fs;
+  char live[160], list[400];
+  fake_start(&fs, FAKE_IN_ORDER, 0, live, sizeof live);
+  snprintf(list, sizeof list, "unix:/nonexistent/gemmd.sock, %s", live);
+  for (int i = 0; i < 4; i++) { /* round robin: both starting points */
+    gc_conn *conn;
+    ck_assert_int_eq(gc_connect(list, &conn), 0);
+    ck_assert_int_eq(gc_ping(conn, 5000), 0);
+    gc_close(conn);
+  }
+  ck_assert_int_eq(atomic_load(&fs.connections), 4);
+  fake_stop(&fs);
+  gc_conn *conn = (gc_conn *)1;
+  ck_assert_int_eq(gc_connect("unix:/nonexistent/a,unix:/nonexistent/b", &conn), GC_E_UNAVAILABLE);
+  ck_assert_ptr_null(conn);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "none of 2 addresses"));
+}
+END_TEST
+
+/* Connections take the addresses of a list in turn. */
+START_TEST(round_robin_by_connection) {
+  fake_server one, two;
+  char a1[160], a2[160], list[400];
+  fake_start(&one, FAKE_IN_ORDER, 0, a1, sizeof a1);
+  fake_start(&two, FAKE_IN_ORDER, 0, a2, sizeof a2);
+  snprintf(list, sizeof list, "%s,%s", a1, a2);
+  for (int i = 0; i < 6; i++) {
+    gc_conn *conn;
+    ck_assert_int_eq(gc_connect(list, &conn), 0);
+    ck_assert_int_eq(gc_ping(conn, 5000), 0);
+    gc_close(conn);
+  }
+  ck_assert_int_eq(atomic_load(&one.connections), 3);
+  ck_assert_int_eq(atomic_load(&two.connections), 3);
+  fake_stop(&one);
+  fake_stop(&two);
+}
+END_TEST
+
+/* The token goes first on a TCP socket, from the options, GEMMD_TOKEN or a token file. */
+START_TEST(token_sent_on_tcp) {
+  fake_server fs;
+  char addr[160];
+  fake_start_on(&fs, FAKE_IN_ORDER, 0, FAKE_TCP | FAKE_NEEDS_TOKEN, addr, sizeof addr);
+  gc_conn *conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, FAKE_TOKEN, NULL);
+  ck_assert_int_eq(tiny_gemm(conn), 0);
+  ck_assert_int_eq(gc_ping(conn, 5000), 0);
+  gc_close(conn);
+  ck_assert_int_eq(atomic_load(&fs.auths), 1);
+
+  setenv("GEMMD_TOKEN", FAKE_TOKEN, 1);
+  conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, NULL, NULL);
+  ck_assert_int_eq(gc_ping(conn, 5000), 0);
+  gc_close(conn);
+  unsetenv("GEMMD_TOKEN");
+
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/gc_token_%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(FAKE_TOKEN "\n", f);
+  fclose(f);
+  setenv("GEMMD_TOKEN_FILE", path, 1);
+  conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, NULL, NULL);
+  ck_assert_int_eq(gc_ping(conn, 5000), 0);
+  gc_close(conn);
+  unsetenv("GEMMD_TOKEN_FILE");
+  conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, NULL, path);
+  ck_assert_int_eq(gc_ping(conn, 5000), 0);
+  gc_close(conn);
+  ck_assert_int_eq(atomic_load(&fs.auths), 4);
+
+  unlink(path);
+  fake_stop(&fs);
+
+  /* every fresh socket sends the token again: this daemon closes each after one answer */
+  fake_start_on(&fs, FAKE_ONE_SHOT, 0, FAKE_TCP | FAKE_NEEDS_TOKEN, addr, sizeof addr);
+  conn = connect_opts(addr, 0, FAKE_TOKEN, NULL);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(tiny_gemm(conn), 0); /* its reply is in, the socket still open */
+    fake_close_idle(&fs);
+  }
+  ck_assert_int_eq(atomic_load(&fs.auths), 3);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* A refused token fails the call with UNAUTHENTICATED, not retried; no token at all too. */
+START_TEST(token_refused) {
+  fake_server fs;
+  char addr[160];
+  fake_start_on(&fs, FAKE_IN_ORDER, 0, FAKE_TCP | FAKE_NEEDS_TOKEN, addr, sizeof addr);
+  gc_conn *conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, "wrong", NULL);
+  ck_assert_int_eq(tiny_gemm(conn), GC_E_UNAUTHENTICATED);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "invalid token"));
+  ck_assert_int_eq(atomic_load(&fs.auth_tries), 1); /* not retried */
+  gc_close(conn);
+  setenv("GEMMD_TOKEN", FAKE_TOKEN, 1);
+  conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, "", NULL); /* "": none, whatever the environment says */
+  ck_assert_int_eq(gc_ping(conn, 5000), GC_E_UNAUTHENTICATED);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "authentication required"));
+  gc_close(conn);
+  unsetenv("GEMMD_TOKEN");
+  ck_assert_int_eq(atomic_load(&fs.auths), 0);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* Unix sockets need no token: none is sent (the fake would leave an auth unanswered). */
+START_TEST(no_token_on_unix) {
+  fake_server fs;
+  char addr[160];
+  fake_start(&fs, FAKE_IN_ORDER, 0, addr, sizeof addr);
+  gc_conn *conn = connect_opts(addr, GC_DEFAULT_MAX_RETRIES, FAKE_TOKEN, NULL);
+  ck_assert_int_eq(gc_ping(conn, 5000), 0);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+START_TEST(connect_option_refusals) {
+  gc_conn *conn = (gc_conn *)1;
+  gc_connect_opts copts;
+  gc_connect_opts_init(&copts);
+  ck_assert_int_eq(copts.max_retries, GC_DEFAULT_MAX_RETRIES);
+  ck_assert_ptr_null(copts.token);
+  ck_assert_ptr_null(copts.token_file);
+  copts.max_retries = -1;
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  copts.max_retries = 2;
+  copts.token_file = "/nonexistent/token";
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "/nonexistent/token"));
+  /* a token over the protocol's 256 bytes */
+  static char big[258];
+  memset(big, 'x', sizeof big - 1);
+  copts.token_file = NULL;
+  copts.token = big;
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_null(conn);
+  big[256] = '\0'; /* 256 bytes: accepted (the connect then fails: nothing listens) */
+  ck_assert_int_eq(gc_connect_with("unix:/nonexistent/x", &copts, &conn), GC_E_UNAVAILABLE);
+  /* a token file: one trailing newline is not counted, anything longer is refused */
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/gc_token_big_%d", (int)getpid());
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%sx\n", big);
+  fclose(f);
+  copts.token = NULL;
+  copts.token_file = path;
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "longer than 256"));
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fwrite("ab\0c\n", 1, 5, f);
+  fclose(f);
+  ck_assert_int_eq(gc_connect_with("unix:/x", &copts, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "NUL"));
+  unlink(path);
+  /* lists: an empty item, too many items */
+  ck_assert_int_eq(gc_connect("unix:/a,,unix:/b", &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "empty address"));
+  char list[65 * 8 + 1] = "";
+  for (int i = 0; i < 65; i++) strcat(list, i ? ",unix:/a" : "unix:/a");
+  ck_assert_int_eq(gc_connect(list, &conn), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(NULL)->message, "at most 64"));
 }
 END_TEST
 
@@ -473,6 +1004,7 @@ int main(void) {
   tcase_add_test(local, error_strings);
   tcase_add_test(local, version_and_options);
   tcase_add_test(local, connect_failures);
+  tcase_add_test(local, connect_option_refusals);
   suite_add_tcase(s, local);
   TCase *fake = tcase_create("fake_server");
   tcase_set_timeout(fake, 30);
@@ -482,6 +1014,16 @@ int main(void) {
   tcase_add_test(fake, client_side_timeout);
   tcase_add_test(fake, close_with_requests_in_flight);
   tcase_add_test(fake, lost_connection);
+  tcase_add_test(fake, retry_after_close_mid_request);
+  tcase_add_test(fake, async_retry_completes_once);
+  tcase_add_test(fake, unavailable_answer_retried);
+  tcase_add_test(fake, idle_close_then_call);
+  tcase_add_test(fake, cancel_while_retiring);
+  tcase_add_test(fake, two_addresses_one_dead);
+  tcase_add_test(fake, round_robin_by_connection);
+  tcase_add_test(fake, token_sent_on_tcp);
+  tcase_add_test(fake, token_refused);
+  tcase_add_test(fake, no_token_on_unix);
   tcase_add_test(fake, protocol_violation);
   tcase_add_test(fake, reply_over_the_limit);
   tcase_add_test(fake, rejects_bad_requests_before_sending);

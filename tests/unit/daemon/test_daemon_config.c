@@ -36,9 +36,12 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   for (size_t i = 0; i < a->listen_count; i++)
     ck_assert_str_eq(a->listen[i], b->listen[i]);
   ck_assert_uint_eq(a->unix_socket_mode, b->unix_socket_mode);
+  ck_assert_str_eq(a->unix_socket_group, b->unix_socket_group);
   ck_assert_int_eq(a->backend, b->backend);
   ck_assert_int_eq(a->log_level, b->log_level);
   ck_assert_uint_eq(a->max_connections, b->max_connections);
+  ck_assert_uint_eq(a->reserved_fds, b->reserved_fds);
+  ck_assert_uint_eq(a->max_connections_per_peer, b->max_connections_per_peer);
   ck_assert_uint_eq(a->max_requests_in_flight, b->max_requests_in_flight);
   ck_assert_uint_eq(a->max_buffered_bytes, b->max_buffered_bytes);
   ck_assert_uint_eq(a->proto.max_message_bytes, b->proto.max_message_bytes);
@@ -52,9 +55,14 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->proto.max_operand_bytes, b->proto.max_operand_bytes);
   ck_assert_uint_eq(a->max_jobs, b->max_jobs);
   ck_assert_uint_eq(a->memory_budget, b->memory_budget);
+  ck_assert(a->connection_memory_share == b->connection_memory_share);
+  ck_assert(a->peer_memory_share == b->peer_memory_share);
   ck_assert_uint_eq(a->idle_ms, b->idle_ms);
   ck_assert_uint_eq(a->request_ms, b->request_ms);
   ck_assert_uint_eq(a->drain_ms, b->drain_ms);
+  ck_assert_uint_eq(a->min_receive_rate, b->min_receive_rate);
+  ck_assert_uint_eq(a->min_rate_bytes, b->min_rate_bytes);
+  ck_assert_uint_eq(a->min_rate_grace_ms, b->min_rate_grace_ms);
   ck_assert_uint_eq(a->cpu_threads, b->cpu_threads);
   ck_assert_uint_eq(a->blas_threads, b->blas_threads);
   ck_assert_uint_eq(a->cpu_min_part_mflop, b->cpu_min_part_mflop);
@@ -76,14 +84,19 @@ static void assert_same(const gd_config *a, const gd_config *b) {
 static void scramble(gd_config *cfg) {
   cfg->listen_count = 0;
   cfg->unix_socket_mode = 0;
+  strcpy(cfg->unix_socket_group, "scrambled");
   cfg->backend = GD_BACKEND_CPU;
   cfg->log_level = GD_LOG_DEBUG;
   cfg->max_connections = cfg->max_requests_in_flight = 1;
+  cfg->reserved_fds = 5;
+  cfg->max_connections_per_peer = 5;
   cfg->max_buffered_bytes = 1;
   memset(&cfg->proto, 0, sizeof cfg->proto);
   cfg->max_jobs = 1;
   cfg->memory_budget = 1;
+  cfg->connection_memory_share = cfg->peer_memory_share = 0.01;
   cfg->idle_ms = cfg->request_ms = cfg->drain_ms = 1;
+  cfg->min_receive_rate = cfg->min_rate_bytes = cfg->min_rate_grace_ms = 3;
   cfg->cpu_threads = cfg->blas_threads = 3;
   cfg->gpu.devices_auto = false;
   cfg->gpu.staging_bytes = 1;
@@ -120,13 +133,15 @@ END_TEST
 START_TEST(every_key_parses) {
   gd_config cfg;
   load_ok("listen:\n  - unix:/tmp/x.sock\n  - tcp:127.0.0.1:7000\n  - tcp:[::1]:7001\n"
-          "unix_socket_mode: \"0600\"\nbackend: cpu\nlog_level: debug\n"
-          "limits:\n  max_connections: 10\n  max_requests_in_flight: 3\n"
+          "unix_socket_mode: \"0600\"\nunix_socket_group: gemmd\nbackend: cpu\nlog_level: debug\n"
+          "limits:\n  max_connections: 10\n  reserved_fds: 8\n  max_connections_per_peer: 6\n  max_requests_in_flight: 3\n"
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
           "  max_operand_bytes: \"512 MiB\"\n"
-          "queue: {max_jobs: 9, memory_budget: 3GiB}\n"
-          "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6}\n"
+          "queue: {max_jobs: 9, memory_budget: 3GiB, connection_memory_share: 0.25,\n"
+          "        peer_memory_share: 0.5}\n"
+          "timeouts: {idle_ms: 0, request_ms: 5, drain_ms: 6, min_receive_rate: 64KiB,\n"
+          "           min_rate_bytes: 1MiB, min_rate_grace_ms: 250}\n"
           "cpu: {threads: 4, blas_threads: 2}\n"
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
           "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
@@ -140,9 +155,16 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.listen_count, 3);
   ck_assert_str_eq(cfg.listen[2], "tcp:[::1]:7001");
   ck_assert_uint_eq(cfg.unix_socket_mode, 0600);
+  ck_assert_str_eq(cfg.unix_socket_group, "gemmd");
   ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
   ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
   ck_assert_uint_eq(cfg.max_connections, 10);
+  ck_assert_uint_eq(cfg.reserved_fds, 8);
+  ck_assert_uint_eq(cfg.max_connections_per_peer, 6);
+  ck_assert(cfg.connection_memory_share == 0.25 && cfg.peer_memory_share == 0.5);
+  ck_assert_uint_eq(cfg.min_receive_rate, 64 * 1024);
+  ck_assert_uint_eq(cfg.min_rate_bytes, 1 << 20);
+  ck_assert_uint_eq(cfg.min_rate_grace_ms, 250);
   ck_assert_uint_eq(cfg.max_requests_in_flight, 3);
   ck_assert_uint_eq(cfg.max_buffered_bytes, 1u << 20);
   ck_assert_uint_eq(cfg.proto.max_message_bytes, 2ull << 30);
@@ -223,6 +245,75 @@ START_TEST(errors_name_line_and_column) {
   load_bad("backend: cpu\n---\nbackend: gpu\n", "test.yaml:3:1:", "more than one");
   load_bad("limits: {max_depth: 2\n", "test.yaml:", "YAML");
   load_bad("a: b: c\n", "test.yaml:1:5:", "YAML");
+}
+END_TEST
+
+/* Every size key has an upper bound: no value may switch a limit off (issue 17). */
+START_TEST(size_keys_have_upper_bounds) {
+  static const char *const keys[] = {
+      "limits:\n  max_buffered_bytes: %s\n", "limits:\n  max_message_bytes: %s\n",
+      "limits:\n  max_header_bytes: %s\n",   "limits:\n  max_string_bytes: %s\n",
+      "limits:\n  max_work: %s\n",           "queue:\n  memory_budget: %s\n",
+      "gpu:\n  memory_bytes: %s\n",          "gpu:\n  memory_keep_bytes: %s\n"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char text[128];
+    snprintf(text, sizeof text, keys[i], "18446744073709551615");
+    load_bad(text, "test.yaml:2:", "out of range");
+  }
+  load_bad("limits:\n  max_message_bytes: 18446744073709551615\n", "test.yaml:2:22:",
+           "out of range 64..17179869184");
+  gd_config cfg;
+  load_ok("limits:\n  max_message_bytes: 16GiB\n  max_buffered_bytes: 64GiB\n", &cfg);
+  ck_assert_uint_eq(cfg.proto.max_message_bytes, 16ull << 30);
+}
+END_TEST
+
+/* unix_socket_mode: permission bits only; world access parses but is warned about. */
+START_TEST(socket_mode_range_and_warning) {
+  load_bad("unix_socket_mode: \"7777\"\n", "test.yaml:1:19:", "no setuid, setgid or sticky");
+  load_bad("unix_socket_mode: \"1777\"\n", "test.yaml:1:19:", "at most 0777");
+  load_bad("unix_socket_mode: \"4660\"\n", "test.yaml:1:19:", "out of range");
+  gd_config cfg;
+  char out[1024];
+  load_ok("unix_socket_mode: \"0777\"\n", &cfg);
+  ck_assert_uint_eq(cfg.unix_socket_mode, 0777);
+  load_ok("unix_socket_mode: \"0666\"\nlisten: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 0); /* a warning only */
+  ck_assert_msg(strstr(out, "warning: unix_socket_mode 0666 lets every local user connect"),
+                "%s", out);
+  ck_assert_ptr_null(gd_config_socket_mode_warning(0660));
+  ck_assert_ptr_null(gd_config_socket_mode_warning(0664)); /* read alone cannot connect */
+  ck_assert_ptr_nonnull(gd_config_socket_mode_warning(0662));
+  load_ok("listen: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 0);
+  ck_assert_ptr_null(strstr(out, "warning"));
+}
+END_TEST
+
+/* unix_socket_group: a name or a number, resolved at start (and by --check-config). */
+START_TEST(socket_group) {
+  gd_config cfg;
+  char why[GD_CONFIG_ERROR_MAX], out[1024];
+  long gid;
+  load_ok("unix_socket_group: \"\"\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, -1); /* none: the process's group */
+  load_ok("unix_socket_group:\n", &cfg);
+  ck_assert_str_eq(cfg.unix_socket_group, "");
+  load_ok("unix_socket_group: 4242\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, 4242);
+  load_ok("unix_socket_group: root\n", &cfg); /* in every group database */
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gid, 0);
+  load_ok("unix_socket_group: no-such-group-here\nlisten: [unix:/tmp/t.sock]\n", &cfg);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
+  ck_assert_msg(strstr(why, "no group \"no-such-group-here\""), "%s", why);
+  ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 1);
+  load_bad("unix_socket_group: \"a b\"\n", "test.yaml:1:20:", "not a group name");
+  load_bad("unix_socket_group: \"-x\"\n", "test.yaml:1:20:", "not a group name");
+  load_ok("unix_socket_group: 4294967295\n", &cfg); /* (gid_t)-1 means "no change" */
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
 }
 END_TEST
 
@@ -358,6 +449,9 @@ int main(void) {
   tcase_add_test(tc, partial_and_empty_files);
   tcase_add_test(tc, errors_name_line_and_column);
   tcase_add_test(tc, failed_load_leaves_config_alone);
+  tcase_add_test(tc, size_keys_have_upper_bounds);
+  tcase_add_test(tc, socket_mode_range_and_warning);
+  tcase_add_test(tc, socket_group);
   tcase_add_test(tc, sizes);
   tcase_add_test(tc, command_line);
   tcase_add_test(tc, command_line_overrides);

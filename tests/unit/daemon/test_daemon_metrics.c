@@ -98,9 +98,13 @@ START_TEST(queue_depth_excludes_running) {
   gd_metrics_snapshot *snap = snapshot();
   snap->jobs = 5;
   snap->jobs_running = 2;
+  snap->stats.connections_dropped = 7;
+  snap->stats.admission_waits = 11;
   char *text = render(snap);
   has(text, "\ngemmd_queue_depth 3\n");
   has(text, "\ngemmd_jobs_running 2\n");
+  has(text, "\ngemmd_connections_dropped_total 7\n");
+  has(text, "\ngemmd_admission_waits_total 11\n");
   free(text);
   free(snap);
 }

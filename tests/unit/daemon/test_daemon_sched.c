@@ -131,7 +131,7 @@ static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
 
 static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
   gp_error_clear(err);
-  return gd_sched_admit(sched, h, false, 7, 1, &waiter, job, err);
+  return gd_sched_admit(sched, h, false, 7, 1, NULL, &waiter, job, err);
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -151,7 +151,7 @@ START_TEST(operand_totals) {
 }
 END_TEST
 
-START_TEST(max_jobs_refuses) {
+START_TEST(max_jobs_waits) {
   start(2, 1u << 30, false);
   gp_gemm_hdr h = hdr_of(4, 4, 4);
   gd_job *j1, *j2, *j3;
@@ -159,7 +159,7 @@ START_TEST(max_jobs_refuses) {
   ck_assert_int_eq(admit(&h, &j1, &err), 0);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   ck_assert_uint_eq(gd_sched_jobs(sched), 2);
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL); /* waits: it fits an idle daemon */
   ck_assert_ptr_nonnull(strstr(err.message, "queue.max_jobs"));
   gd_sched_abandon(sched, j1); /* never submitted: gone at once */
   ck_assert_uint_eq(gd_sched_jobs(sched), 1);
@@ -187,7 +187,7 @@ START_TEST(memory_budget_from_the_header) {
   ck_assert_uint_eq(j1->reserved_bytes, 1200);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400);
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
   ck_assert_ptr_nonnull(strstr(err.message, "600 of queue.memory_budget left"));
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400); /* a refusal reserves nothing */
   ck_assert_int_eq(gd_sched_submit(sched, j1, &err), 0);
@@ -217,7 +217,7 @@ START_TEST(backend_host_bytes_and_prepare) {
   ck_assert_uint_eq(j1->reserved_bytes, 2200);
   ck_assert_int_eq(admit(&h, &j2, &err), 0);
   gd_job *j3;
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
   ck_assert_int_eq(fake.prepared, 2); /* refused before prepare */
   gd_sched_abandon(sched, j2);
   fake.refuse_prepare = 1;
@@ -341,6 +341,76 @@ START_TEST(live_job_events_reach_the_session) {
 }
 END_TEST
 
+/* A connection's and a peer's share of the budget (issue 17): over it the request waits for
+ * its own (GD_SCHED_OVER_SHARE), never refused; holding nothing, anything up to the budget. */
+START_TEST(memory_shares) {
+  start(100, 10000, false);
+  gp_gemm_hdr h = hdr_of(10, 10, 10); /* 1200 bytes */
+  gd_job *job;
+  gp_error err;
+  gd_sched_share share = {.conn_used = 0, .conn_limit = 1000, .peer_used = 0, .peer_limit = 0};
+  gp_error_clear(&err);
+  /* holding nothing: over the share is fine */
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  gd_sched_abandon(sched, job);
+  share.conn_used = 1; /* holding something: 1 + 1200 is over 1000 */
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+                   GD_SCHED_OVER_SHARE);
+  ck_assert_ptr_nonnull(strstr(err.message, "connection holds 1 bytes"));
+  share.conn_limit = 1201;
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  gd_sched_abandon(sched, job);
+  share.peer_used = 9000; /* the peer's share now */
+  share.peer_limit = 10000;
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+                   GD_SCHED_OVER_SHARE);
+  ck_assert_ptr_nonnull(strstr(err.message, "peer holds 9000 bytes"));
+  /* never fits the budget: refused, whatever the share says */
+  gp_gemm_hdr big = hdr_of(100, 100, 100);
+  ck_assert_int_eq(gd_sched_admit(sched, &big, false, 1, 1, &share, &waiter, &job, &err),
+                   GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  stop();
+}
+END_TEST
+
+static int rooms;
+static void on_room(void *arg) {
+  ck_assert_ptr_eq(arg, &fake);
+  rooms++;
+}
+
+/* A job whose result is complete and waits only on its client's reading stops taking shared
+ * room: a client that never reads must not lock others out of queue.max_jobs or the budget. */
+START_TEST(delivering_job_leaves_the_shared_queue) {
+  start(1, 1200, true); /* one 2x2x2 f32 job (48 bytes) fills max_jobs */
+  rooms = 0;
+  gd_sched_on_room(sched, on_room, &fake);
+  gd_job *job = admit_small(true);
+  gd_job *other;
+  gp_gemm_hdr h = hdr_of(2, 2, 2);
+  gp_error err;
+  ck_assert_int_eq(admit(&h, &other, &err), GD_SCHED_FULL);
+  post_from_thread(job, GD_EV_OUTPUT_CHUNK, true); /* final; its chunk not written yet */
+  ck_assert_int_eq(rooms, 1);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  ck_assert_uint_eq(gd_sched_delivering(sched), 1);
+  ck_assert_uint_eq(gd_sched_delivering_bytes(sched), 48);
+  ck_assert_int_eq(admit(&h, &other, &err), 0);
+  gd_sched_chunk_done(sched, job, "xyz", 3);
+  gd_sched_finish(sched, job, true);
+  ck_assert_uint_eq(gd_sched_delivering(sched), 0);
+  ck_assert_uint_eq(gd_sched_delivering_bytes(sched), 0);
+  ck_assert_int_eq(rooms, 1); /* a delivering job's release frees no shared room */
+  gd_sched_abandon(sched, other);
+  ck_assert_int_eq(rooms, 2);
+  ck_assert_uint_eq(gd_sched_jobs(sched), 0);
+  stop();
+}
+END_TEST
+
 START_TEST(orphan_released_after_its_final_event) {
   start(10, 1u << 20, true);
   gd_job *job = admit_small(true);
@@ -442,7 +512,9 @@ int main(void) {
   Suite *s = suite_create("daemon_sched");
   TCase *tc = tcase_create("sched");
   tcase_add_test(tc, operand_totals);
-  tcase_add_test(tc, max_jobs_refuses);
+  tcase_add_test(tc, max_jobs_waits);
+  tcase_add_test(tc, delivering_job_leaves_the_shared_queue);
+  tcase_add_test(tc, memory_shares);
   tcase_add_test(tc, memory_budget_from_the_header);
   tcase_add_test(tc, backend_host_bytes_and_prepare);
   tcase_add_test(tc, draining_refuses);

@@ -27,6 +27,34 @@ START_TEST(idle_only_with_nothing_in_flight) {
 }
 END_TEST
 
+/* A large request must keep up min_rate after the grace; a small one only has request_ms. */
+START_TEST(slow_large_request) {
+  gd_timeout_state st = base();
+  st.at_boundary = false;
+  st.request_ms = 0; /* only the rate applies */
+  st.min_rate = 1000000;      /* 1 MB/s */
+  st.min_rate_bytes = 10000000;
+  st.rate_grace_ms = 2000;
+  st.payload_bytes = 30000000;
+  st.msg_bytes = 500000;      /* half a second's worth */
+  uint64_t due = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_SLOW);
+  ck_assert_uint_eq(due, 2000000 + 2000 * 1000 + 500 * 1000);
+  st.msg_bytes = 3000000; /* more arrived: due later */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_SLOW);
+  ck_assert_uint_eq(due, 2000000 + 2000 * 1000 + 3000 * 1000);
+  st.paused = true; /* waiting for admission or the backend is not the client's */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  st.paused = false;
+  st.payload_bytes = 9999999; /* under min_rate_bytes: not held to the rate */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  st.payload_bytes = 30000000;
+  st.min_rate = 0; /* 0 disables */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  ck_assert_str_ne(gd_timeout_why(GD_TIMEOUT_SLOW), gd_timeout_why(GD_TIMEOUT_REQUEST));
+}
+END_TEST
+
 START_TEST(request_stops_counting_while_paused) {
   gd_timeout_state st = base();
   st.at_boundary = false;
@@ -64,6 +92,7 @@ int main(void) {
   TCase *tc = tcase_create("timeouts");
   tcase_add_test(tc, idle_only_with_nothing_in_flight);
   tcase_add_test(tc, request_stops_counting_while_paused);
+  tcase_add_test(tc, slow_large_request);
   tcase_add_test(tc, stalled_reader_and_hold_apply_after_eof);
   tcase_add_test(tc, every_close_has_a_reason);
   suite_add_tcase(s, tc);

@@ -1,0 +1,85 @@
+/*
+ * gd_peers.c - connections counted per peer (see gd_peers.h).
+ */
+#include "gd_peers.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static gd_peer_count *find(const gd_peers *p, const char *key) {
+  for (size_t i = 0; i < p->n; i++)
+    if (strcmp(p->items[i].key, key) == 0)
+      return &p->items[i];
+  return NULL;
+}
+
+int gd_peers_add(gd_peers *p, const char *key) {
+  gd_peer_count *item = find(p, key);
+  if (item) {
+    item->count++;
+    return 0;
+  }
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 16;
+    gd_peer_count *items = realloc(p->items, cap * sizeof *items);
+    if (!items)
+      return -1;
+    p->items = items;
+    p->cap = cap;
+  }
+  item = &p->items[p->n++];
+  memset(item, 0, sizeof *item);
+  snprintf(item->key, sizeof item->key, "%s", key);
+  item->count = 1;
+  return 0;
+}
+
+void gd_peers_remove(gd_peers *p, const char *key) {
+  gd_peer_count *item = find(p, key);
+  assert(item && item->count > 0);
+  if (!item)
+    return;
+  if (--item->count == 0)
+    *item = p->items[--p->n]; /* order does not matter */
+}
+
+uint32_t gd_peers_count(const gd_peers *p, const char *key) {
+  const gd_peer_count *item = find(p, key);
+  return item ? item->count : 0;
+}
+
+void gd_peers_charge(gd_peers *p, const char *key, uint64_t bytes) {
+  gd_peer_count *item = find(p, key);
+  assert(item);
+  if (item)
+    item->reserved += bytes;
+}
+
+void gd_peers_uncharge(gd_peers *p, const char *key, uint64_t bytes) {
+  gd_peer_count *item = find(p, key);
+  if (!item)
+    return;
+  assert(item->reserved >= bytes);
+  item->reserved -= bytes;
+}
+
+uint64_t gd_peers_reserved(const gd_peers *p, const char *key) {
+  const gd_peer_count *item = find(p, key);
+  return item ? item->reserved : 0;
+}
+
+const gd_peer_count *gd_peers_greediest(const gd_peers *p) {
+  const gd_peer_count *best = NULL;
+  for (size_t i = 0; i < p->n; i++)
+    if (!best || p->items[i].count > best->count)
+      best = &p->items[i];
+  return best;
+}
+
+void gd_peers_free(gd_peers *p) {
+  free(p->items);
+  p->items = NULL;
+  p->n = p->cap = 0;
+}
