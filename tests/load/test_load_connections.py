@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Many connections at once. 1,000 concurrent connections each ping and run a checked gemm, all
-open together; then 2,000 against limits.max_connections: those over the cap are refused
-cleanly (EOF or an error reply, never a hang and never a result), every one under it is served,
-and stats counts the refusals."""
+open together; then 2,000 against limits.max_connections, and after a reload 1,000 against
+limits.max_connections_per_peer: those over the cap are refused cleanly (EOF or an error reply,
+never a hang and never a result), every one under it is served, and stats counts the
+refusals."""
 import asyncio
 import os
+import signal
 import socket
 import sys
 
@@ -96,44 +98,62 @@ def _round(ctx, d, monitor, count, timeout):
     return outcomes, open_now
 
 
+# Every connection here comes from one peer (this uid): the per-peer cap is lifted to the
+# global one for the first two rounds, then lowered on reload for the third. Every connection's
+# gemm may be queued at once (a slow build): max_jobs lets none wait.
+CONFIG = {"queue": {"max_jobs": 4096}, "limits": {"max_connections": 1024,
+                                                  "max_connections_per_peer": 1024}}
+PER_PEER = 500
+
+
+def _only_monitor(st):
+    return st["connections"] == 1
+
+
+def _against_cap(ctx, d, monitor, count, cap, name):
+    """count connections at once against a cap of cap (the monitor holds one slot): cap - 1
+    served, the rest refused, each refusal counted by stats. Prints the figures."""
+    rss_before = lu.rss_bytes(d.pid)
+    refused_before = monitor.call("stats")["connections_refused"]
+    outcomes, open_now = _round(ctx, d, monitor, count, 120 * ctx.scale)
+    served, refused = outcomes.count("served"), outcomes.count("refused")
+    assert served == cap - 1, "%d of %d served under a cap of %d (monitor included)" % (
+        served, count, cap)
+    assert refused == count - served, "%d served + %d refused of %d" % (served, refused, count)
+    assert open_now == cap, "stats connections %d at the cap %d" % (open_now, cap)
+    refused_stats = monitor.call("stats")["connections_refused"] - refused_before
+    assert refused_stats == refused, "stats connections_refused grew by %d, %d refused" % (
+        refused_stats, refused)
+    lu.wait_stats(d, _only_monitor, 30 * ctx.scale, "the connections to close", monitor)
+    with d.connect() as late:  # slots free again
+        h.check_gemm(late, ctx.rng, 11, 13, 17, "f32")
+    lu.figures(name, connections=count, cap=cap, served=served, refused=refused, lost=0,
+               rss_before_mib=lu.mib(rss_before), rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
+
+
 def test_connections(ctx):
     lu.raise_nofile(2 * 2000 + 256)  # both ends of every connection, gemmd inherits it
     _round.problems = lu.problems(ctx.rng, 16, SHAPES)
-    timeout = 120 * ctx.scale
-    # every connection's gemm may be queued at once (a slow build): none may be refused
-    with ctx.daemon(config={"queue": {"max_jobs": 4096}}) as d, d.connect() as monitor:
+    with ctx.daemon(config=CONFIG) as d, d.connect() as monitor:
         cap = monitor.call("info")["limits"]["max_connections"]
-        assert cap >= 1001, "this test needs limits.max_connections >= 1001, it is %d" % cap
         # the harness's readiness probe may still count: wait until only the monitor does
-        only_monitor = (lambda s: s["connections"] == 1)
-        lu.wait_stats(d, only_monitor, 10 * ctx.scale, "only the monitor connected", monitor)
+        lu.wait_stats(d, _only_monitor, 10 * ctx.scale, "only the monitor connected", monitor)
         rss_before = lu.rss_bytes(d.pid)
 
-        outcomes, open_now = _round(ctx, d, monitor, 1000, timeout)
+        outcomes, open_now = _round(ctx, d, monitor, 1000, 120 * ctx.scale)
         served = outcomes.count("served")
         assert served == 1000, "%d of 1000 concurrent connections served" % served
         assert open_now == 1001, "stats connections %d with 1000 + the monitor open" % open_now
         lu.figures("connections_1000", connections=1000, served=served, lost=1000 - served,
                    rss_before_mib=lu.mib(rss_before), rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
+        lu.wait_stats(d, _only_monitor, 30 * ctx.scale, "the 1000 connections to close", monitor)
 
-        lu.wait_stats(d, only_monitor, 30 * ctx.scale, "the 1000 connections to close", monitor)
-        refused_before = monitor.call("stats")["connections_refused"]
-        outcomes, open_now = _round(ctx, d, monitor, 2000, timeout)
-        served, refused = outcomes.count("served"), outcomes.count("refused")
-        # the monitor holds one slot of the cap
-        assert served == cap - 1, "%d of 2000 served under a cap of %d (monitor included)" % (
-            served, cap)
-        assert refused == 2000 - served, "%d served + %d refused of 2000" % (served, refused)
-        assert open_now == cap, "stats connections %d at the cap %d" % (open_now, cap)
-        refused_stats = monitor.call("stats")["connections_refused"] - refused_before
-        assert refused_stats == refused, "stats connections_refused grew by %d, %d refused" % (
-            refused_stats, refused)
-        lu.wait_stats(d, only_monitor, 30 * ctx.scale, "the 2000 connections to close", monitor)
-        with d.connect() as late:  # slots free again
-            h.check_gemm(late, ctx.rng, 11, 13, 17, "f32")
-        lu.figures("connections_cap", connections=2000, cap=cap, served=served, refused=refused,
-                   lost=0, rss_before_mib=lu.mib(rss_before),
-                   rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
+        _against_cap(ctx, d, monitor, 2000, cap, "connections_cap")
+
+        d.write_config(h.deep_merge(CONFIG, {"limits": {"max_connections_per_peer": PER_PEER}}))
+        d.send_signal(signal.SIGHUP)
+        h.wait_until(lambda: "reloaded " in d.log(), 10 * ctx.scale, "the reload")
+        _against_cap(ctx, d, monitor, 1000, PER_PEER, "connections_per_peer_cap")
 
 
 if __name__ == "__main__":

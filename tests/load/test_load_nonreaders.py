@@ -1,11 +1,17 @@
 #!/usr/bin/python3
 """Clients that pipeline large gemms and never read a reply. While 4 of them hold their
 connections open (timeouts.request_ms is set far beyond the test, so the daemon does not cut
-them), gemmd's memory stays bounded by its limits (RSS at most the baseline plus
-queue.memory_budget plus limits.max_buffered_bytes per non-reader plus slack) and another
-client is served: each of its checked gemms completes within a bounded time (a
-RESOURCE_EXHAUSTED answer is retried until then)."""
+them), gemmd's memory stays bounded by its limits and another client is served: each of its
+checked gemms, as large as theirs, completes within a bounded time (a RESOURCE_EXHAUSTED answer
+is retried until then).
+
+The memory bound: a result its client does not read leaves queue.memory_budget once computed,
+so what a non-reader can hold is the replies queued before gemmd stops reading it
+(limits.max_buffered_bytes, and the one result that crosses it) plus the jobs it had admitted by
+then, computed later (its queue.connection_memory_share of the budget). RSS must stay under the
+baseline + the budget (the reader's jobs) + that per non-reader + 64 MiB of slack."""
 import os
+import socket
 import sys
 import time
 
@@ -17,15 +23,18 @@ NONREADERS = 4
 MIB = 1 << 20
 BUDGET = 96 * MIB
 BUFFERED = 16 * MIB
+SHARE = 0.25
 CONFIG = {"cpu": {"threads": 2},
-          "queue": {"memory_budget": "96MiB"},
+          "queue": {"memory_budget": "96MiB", "connection_memory_share": SHARE},
           "limits": {"max_buffered_bytes": "16MiB"},
           "timeouts": {"request_ms": 3600000, "idle_ms": 3600000}}
 # f32 1024 x 1024 results (4 MiB) from small operands: the replies are what piles up. Each
 # non-reader gets several admitted before its unread replies pass max_buffered_bytes, so 4 of
-# them can hold more than the whole budget if nothing stops them.
+# them could hold the whole budget if their unread results counted against it.
 BIG = {"m": 1024, "n": 1024, "k": 32, "dtype": "f32"}
+JOB = (1024 * 32 + 32 * 1024 + 1024 * 1024) * 4  # a + b + c of one BIG request
 SLACK = 64 * MIB  # code, libraries, connection buffers, malloc's own
+PER_NONREADER = BUFFERED + JOB + int(SHARE * BUDGET)
 
 
 def _start_nonreaders(ctx, d, count):
@@ -68,7 +77,7 @@ def test_nonreaders(ctx):
     with ctx.daemon(config=CONFIG) as d, d.connect() as monitor:
         h.check_gemm(monitor, ctx.rng, 96, 80, 64, "f32")
         baseline = lu.rss_bytes(d.pid)
-        bound = baseline + BUDGET + NONREADERS * BUFFERED + SLACK
+        bound = baseline + BUDGET + NONREADERS * PER_NONREADER + SLACK
         nonreaders = _start_nonreaders(ctx, d, NONREADERS)
         # wait until the daemon has stopped reading them (the count of requests read is still)
         last_read, still_since = -1, time.monotonic()
@@ -103,6 +112,7 @@ def test_nonreaders(ctx):
         assert peak <= bound, "gemmd RSS %s MiB with %d non-readers, over the bound %s MiB" % (
             lu.mib(peak), NONREADERS, lu.mib(bound))
         for client, sender in nonreaders:
+            client.sock.shutdown(socket.SHUT_RDWR)  # ends the sender's blocked sendall too
             client.close()
             sender.join(10 * ctx.scale)
 
