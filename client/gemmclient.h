@@ -341,6 +341,23 @@ GC_EXPORT int gc_map_count(const void *buf, size_t len, const char *path, size_t
 GC_EXPORT int gc_map_key(const void *buf, size_t len, const char *path, size_t index, char *out,
                          size_t size);
 
+/* ---- shared memory (Unix sockets) -------------------------------------- */
+
+/*
+ * Buffers the daemon reads and writes in place. gc_shm_alloc makes a memfd of at least bytes
+ * (sealed against shrinking), maps it and registers it with the daemon over conn; *ptr is
+ * page-aligned and zeroed. A gc_gemm / gc_submit whose a, b, c or out (each whole) lies
+ * inside such a buffer names it by reference instead of sending or receiving its bytes:
+ * nothing else changes for the caller. Needs a Unix-socket connection to a daemon whose
+ * info lists the "shm" feature: otherwise the daemon's INVALID_ARGUMENT comes back. Each
+ * buffer is one region (the daemon's shm.max_regions_per_connection): allocate few, large
+ * ones and place matrices inside. The output may not overlap an input of the same gemm.
+ * gc_shm_free unregisters and unmaps ptr (a pointer gc_shm_alloc returned); gc_close frees
+ * every buffer of the connection. timeout_ms < 0: no limit.
+ */
+GC_EXPORT int gc_shm_alloc(gc_conn *conn, size_t bytes, int64_t timeout_ms, void **ptr);
+GC_EXPORT int gc_shm_free(gc_conn *conn, void *ptr, int64_t timeout_ms);
+
 /* ---- version ----------------------------------------------------------- */
 
 /* GC_VERSION_NUM of the library actually loaded (compare with the header's to detect a

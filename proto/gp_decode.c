@@ -179,6 +179,7 @@ static void begin_message(gp_decoder *d) {
   gp_gemm_hdr_init(&d->gemm);
   d->has_c = false;
   d->keys_seen = 0;
+  d->shm_arg = 0;
   memset(d->operand_bytes, 0, sizeof d->operand_bytes);
   gp_error_clear(&d->resp_err);
   d->result_first_map = false;

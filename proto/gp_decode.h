@@ -29,7 +29,8 @@
  * after all input is used up (call with len 0).
  *
  * Events of one message, in order:
- *   SERVER role: REQUEST, then for gemm its PAYLOAD events (a, then b, then c),
+ *   SERVER role: REQUEST, then for gemm its PAYLOAD events (a, then b, then c;
+ *                an operand sent as a region reference is one OPERAND_REF instead),
  *                then MESSAGE_END.  NOTIFICATION then MESSAGE_END.
  *   CLIENT role: RESPONSE, then for a gemm reply its PAYLOAD events (c), then
  *                MESSAGE_END.
@@ -68,6 +69,9 @@ typedef enum {
   GP_EV_MESSAGE_END,   /* the current message is complete (msgid repeated) */
   GP_EV_REJECT,        /* has_msgid + msgid, err: reply with err; the decoder skips the rest */
   GP_EV_FATAL,         /* err: close the connection */
+  GP_EV_OPERAND_REF,   /* operand, region, offset: a gemm operand given as a shared-memory
+                          reference {"region": id, "offset": N} instead of a bin; comes where
+                          that operand's PAYLOAD events would */
 } gp_event_type;
 
 typedef struct {
@@ -81,11 +85,15 @@ typedef struct {
   bool is_gemm_result;       /* RESPONSE: the result is [out_hdr, c] */
   gp_gemm_result_hdr result_hdr;
   uint64_t result_bytes;     /* RESPONSE of a gemm: length of c that PAYLOAD events will carry */
+  bool result_in_shm;        /* RESPONSE of a gemm: [out_hdr, nil], out_hdr naming "out": the
+                                result went into shared memory; no PAYLOAD follows */
   const msgpack_object *result; /* RESPONSE of anything else: valid until the next feed call */
   gp_operand operand;        /* PAYLOAD */
   uint64_t offset;           /* PAYLOAD: where data starts within its operand */
   const uint8_t *data;       /* PAYLOAD: points into the bytes passed to feed */
   size_t len;                /* PAYLOAD */
+  uint64_t arg;              /* REQUEST of shm_register: the size; of shm_unregister: the region */
+  uint64_t region;           /* OPERAND_REF (its offset in offset) */
 } gp_event;
 
 typedef struct gp_decoder gp_decoder;

@@ -17,17 +17,17 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 /* Keys of the error map, out_hdr and timings the client reads; anything else is ignored so
  * that a newer daemon can add fields. */
 enum { KEY_CODE, KEY_MESSAGE, KEY_M, KEY_N, KEY_DTYPE, KEY_BATCH, KEY_DEVICE, KEY_KERNEL,
-       KEY_TIMINGS, KEY_QUEUE_US, KEY_TRANSFER_IN_US, KEY_COMPUTE_US, KEY_TRANSFER_OUT_US,
-       KEY_COUNT };
+       KEY_TIMINGS, KEY_OUT, KEY_QUEUE_US, KEY_TRANSFER_IN_US, KEY_COMPUTE_US,
+       KEY_TRANSFER_OUT_US, KEY_COUNT };
 static const char *const key_names[KEY_COUNT] = {
-    "code", "message", "m", "n", "dtype", "batch", "device", "kernel", "timings",
+    "code", "message", "m", "n", "dtype", "batch", "device", "kernel", "timings", "out",
     "queue_us", "transfer_in_us", "compute_us", "transfer_out_us"};
 /* The keys each map kind knows, as [first, last] ranges of the enum above. */
 static int key_of(gp__kind kind, const char *s, size_t len) {
   int first = KEY_CODE, last = KEY_MESSAGE;
   if (kind == GP__K_OUT_HDR) {
     first = KEY_M;
-    last = KEY_TIMINGS;
+    last = KEY_OUT;
   } else if (kind == GP__K_TIMINGS) {
     first = KEY_QUEUE_US;
     last = KEY_TRANSFER_OUT_US;
@@ -146,6 +146,10 @@ static gp__action map_value(gp_decoder *d, gp__kind kind, const gp__token *tok) 
     if (tok->type == GP__TOK_MAP)
       return (gp__action){GP__K_TIMINGS, GP__BODY_NONE};
     return out_hdr_problem(d, kind, tok, "a map");
+  case KEY_OUT: /* where a result in shared memory went: the client knows, it asked */
+    if (tok->type == GP__TOK_MAP)
+      return gp__skip_action(kind, tok);
+    return out_hdr_problem(d, kind, tok, "a map");
   default:
     return uint_value(d, kind, tok, timing_field(&d->rh, key));
   }
@@ -191,10 +195,12 @@ static void map_string(gp_decoder *d, gp__kind kind, bool is_key) {
 
 /* ---- the result: [out_hdr, c] or anything else ---- */
 
-/* result[1] is a bin after a map: a gemm reply. Checks out_hdr and c's length, then emits
- * RESPONSE and streams c; a malformed one becomes a REJECT for this msgid. */
+/* result[1] is a bin after a map (or nil after an out_hdr with "out"): a gemm reply. Checks
+ * out_hdr and c's length, then emits RESPONSE and streams c; a malformed one becomes a REJECT
+ * for this msgid. */
 static gp__action gemm_reply(gp_decoder *d, const gp__token *tok) {
   d->capturing = false;
+  bool in_shm = tok->type == GP__TOK_NIL;
   static const int required[] = {KEY_M, KEY_N, KEY_DTYPE};
   for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
     if (!(d->rh_seen & (1u << required[i])) && d->rh_err.code == GP_OK)
@@ -209,7 +215,8 @@ static gp__action gemm_reply(gp_decoder *d, const gp__token *tok) {
   shape.dtype = d->rh.dtype;
   uint64_t expected = 0;
   if (d->rh_err.code == GP_OK &&
-      (!gp_gemm_operand_bytes(&shape, GP_OPERAND_C, &expected) || expected != tok->len))
+      (!gp_gemm_operand_bytes(&shape, GP_OPERAND_C, &expected) ||
+       (!in_shm && expected != tok->len)))
     gp_error_set(&d->rh_err, GP_E_INVALID_ARGUMENT, "c: expected %llu bytes, got %u",
                  (unsigned long long)expected, tok->len);
   if (d->rh_err.code != GP_OK) {
@@ -219,6 +226,9 @@ static gp__action gemm_reply(gp_decoder *d, const gp__token *tok) {
   gp_event *ev = gp__emit(d, GP_EV_RESPONSE);
   ev->is_gemm_result = true;
   ev->result_hdr = d->rh;
+  ev->result_in_shm = in_shm;
+  if (in_shm)
+    return NOTHING;
   ev->result_bytes = tok->len;
   d->body_operand = GP_OPERAND_C;
   return (gp__action){GP__K_SKIP, GP__BODY_PAYLOAD};
@@ -232,6 +242,8 @@ static gp__action result_element(gp_decoder *d, const gp__frame *f, const gp__to
     return (gp__action){GP__K_OUT_HDR, GP__BODY_NONE};
   }
   if (tok->type == GP__TOK_BIN && d->result_first_map)
+    return gemm_reply(d, tok);
+  if (tok->type == GP__TOK_NIL && d->result_first_map && (d->rh_seen & (1u << KEY_OUT)))
     return gemm_reply(d, tok);
   return gp__skip_action(GP__K_RESULT, tok); /* captured: a generic result */
 }

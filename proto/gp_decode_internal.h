@@ -32,6 +32,8 @@ typedef enum {
   GP__K_PARAMS_SKIP, /* params ignored; bins directly inside are payloads (not header bytes) */
   GP__K_PARAMS_GEMM, /* [hdr, a, b(, c)] */
   GP__K_HDR,         /* the gemm header map */
+  GP__K_PARAMS_SHM,  /* shm_register [size] / shm_unregister [region] */
+  GP__K_SHMREF,      /* {"region": id, "offset": N}: an operand, or the header's "out" */
   GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
   GP__K_OUT_HDR,     /* client: the gemm reply header map */
   GP__K_TIMINGS,     /* client: out_hdr.timings */
@@ -59,6 +61,8 @@ typedef struct {
   gp__kind kind;
   gp__body body;
 } gp__action;
+
+#define GP__REF_OUT 3 /* ref_target of the header's "out" */
 
 typedef enum { GP__MSG_REQUEST = 0, GP__MSG_RESPONSE = 1, GP__MSG_NOTIFICATION = 2 } gp__msg_type;
 
@@ -96,6 +100,10 @@ struct gp_decoder {
   bool has_c;
   uint32_t keys_seen; /* bit per header key */
   uint64_t operand_bytes[3];
+  uint64_t shm_arg;   /* shm_register / shm_unregister: the one param */
+  int ref_target;     /* the reference map being read: a gp_operand, or GP__REF_OUT */
+  uint32_t ref_seen;  /* its keys read (bit 0 region, bit 1 offset) */
+  uint64_t ref_region, ref_offset;
 
   /* client: the response */
   gp_error resp_err; /* code != 0 when the error field was not nil */
@@ -170,6 +178,21 @@ typedef struct {
 } gp__grammar;
 
 extern const gp__grammar gp__server_grammar;
+
+/* ---- the server grammar's shared-memory parts (gp_decode_shm.c) ---- */
+
+/* The params token of shm_register / shm_unregister: [one integer], else a REJECT. */
+gp__action gp__shm_params(gp_decoder *d, const gp__token *tok);
+/* The one element of those params: d->shm_arg. */
+gp__action gp__shm_param(gp_decoder *d, const gp__token *tok);
+/* A reference map starts for target (a gp_operand, or GP__REF_OUT). */
+gp__action gp__shmref_start(gp_decoder *d, int target);
+/* An element (key or value) of the reference map f. */
+gp__action gp__shmref_element(gp_decoder *d, const gp__frame *f, const gp__token *tok);
+/* A key of the reference map was collected (d->str). */
+void gp__shmref_key(gp_decoder *d);
+/* The reference map closed: an operand's emits OPERAND_REF, "out" fills d->gemm. */
+void gp__shmref_done(gp_decoder *d);
 extern const gp__grammar gp__client_grammar;
 
 #endif /* GP_DECODE_INTERNAL_H */

@@ -13,10 +13,10 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
-       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_COUNT };
+       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms"};
+    "timeout_ms", "out"};
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -82,6 +82,8 @@ static gp__action read_params(gp_decoder *d, const gp__token *tok) {
                   "params: gemm takes [hdr, a, b] or [hdr, a, b, c], got %s", gp__tok_words(tok));
     return gp__skip_action(GP__K_ENVELOPE, tok);
   }
+  if (d->method == GP_METHOD_SHM_REGISTER || d->method == GP_METHOD_SHM_UNREGISTER)
+    return gp__shm_params(d, tok);
   if (tok->type == GP__TOK_ARRAY && tok->len == 0)
     return (gp__action){GP__K_SKIP, GP__BODY_NONE};
   if (tok->type == GP__TOK_ARRAY)
@@ -126,8 +128,11 @@ static gp__action gemm_param(gp_decoder *d, const gp__frame *f, const gp__token 
     return reject_type(d, GP__K_PARAMS_GEMM, tok, "hdr", "a map");
   }
   gp_operand op = (gp_operand)(f->index - 1);
+  if (tok->type == GP__TOK_MAP)
+    return gp__shmref_start(d, (int)op);
   if (tok->type != GP__TOK_BIN)
-    return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op), "a bin");
+    return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op),
+                       "a bin or a region reference map");
   if (tok->len != d->operand_bytes[op]) {
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: expected %llu bytes, got %u", gp_operand_name(op),
                 (unsigned long long)d->operand_bytes[op], tok->len);
@@ -188,6 +193,10 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
   case KEY_TRANS_A: return hdr_bool(d, tok, &h->trans_a);
   case KEY_TRANS_B: return hdr_bool(d, tok, &h->trans_b);
   case KEY_ALPHA: return hdr_number(d, tok, &h->alpha);
+  case KEY_OUT:
+    if (tok->type == GP__TOK_MAP)
+      return gp__shmref_start(d, GP__REF_OUT);
+    return reject_type(d, GP__K_HDR, tok, "out", "a region reference map");
   case KEY_BETA: return hdr_number(d, tok, &h->beta);
   default: /* dtype, precision */
     if (tok->type == GP__TOK_STR)
@@ -275,6 +284,10 @@ static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
     return gemm_param(d, f, tok);
   case GP__K_HDR:
     return (f->index % 2 == 0) ? hdr_key(d, tok) : hdr_value(d, tok);
+  case GP__K_PARAMS_SHM:
+    return gp__shm_param(d, tok);
+  case GP__K_SHMREF:
+    return gp__shmref_element(d, f, tok);
   default:
     return gp__skip_action(f->kind, tok);
   }
@@ -290,6 +303,8 @@ static void server_on_string(gp_decoder *d) {
     hdr_key_read(d);
   else if (f->kind == GP__K_HDR)
     hdr_string_read(d);
+  else if (f->kind == GP__K_SHMREF && f->index % 2 == 0)
+    gp__shmref_key(d);
 }
 
 static void server_on_close(gp_decoder *d, const gp__frame *closed) {
@@ -299,12 +314,18 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
     hdr_done(d);
     return;
   }
+  if (closed->kind == GP__K_SHMREF) {
+    gp__shmref_done(d);
+    return;
+  }
   if (closed->kind != GP__K_ENVELOPE)
     return;
   if (d->msg_type == GP__MSG_NOTIFICATION) {
     gp__emit(d, GP_EV_NOTIFICATION);
   } else if (d->method != GP_METHOD_GEMM) {
-    gp__emit(d, GP_EV_REQUEST); /* ping, info, stats: complete with their [] */
+    /* ping, info, stats: complete with their []; shm_register/unregister with their one
+     * integer */
+    gp__emit(d, GP_EV_REQUEST)->arg = d->shm_arg;
   }
   gp__emit(d, GP_EV_MESSAGE_END);
 }

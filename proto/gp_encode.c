@@ -7,6 +7,7 @@
  */
 #include "gp_encode.h"
 
+#include <assert.h>
 #include <string.h>
 
 #define GP__MSG_REQUEST 0
@@ -95,13 +96,30 @@ static int pack_request_head(msgpack_packer *pk, uint32_t msgid, const char *met
   return GP_OK;
 }
 
+/* [0, msgid, method, [ with count params to follow. */
+static int pack_request_params(msgpack_packer *pk, uint32_t msgid, const char *method,
+                               uint32_t count) {
+  if (method == NULL)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(pack_request_head(pk, msgid, method));
+  PACK(msgpack_pack_array(pk, count));
+  return GP_OK;
+}
+
 int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-  if (method == NULL)
-    return GP_E_INVALID_ARGUMENT;
-  PACK(pack_request_head(&pk, msgid, method));
-  PACK(msgpack_pack_array(&pk, 0));
+  return pack_request_params(&pk, msgid, method, 0);
+}
+
+int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *method,
+                          uint64_t value) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  int rc = pack_request_params(&pk, msgid, method, 1);
+  if (rc != GP_OK)
+    return rc;
+  PACK(msgpack_pack_uint64(&pk, value));
   return GP_OK;
 }
 
@@ -117,10 +135,41 @@ int gp_encode_notification(msgpack_sbuffer *out, const char *method) {
   return GP_OK;
 }
 
+static int pack_shm_ref(msgpack_packer *pk, uint64_t region, uint64_t offset) {
+  PACK(msgpack_pack_map(pk, 2));
+  PACK(pack_key_uint(pk, "region", region));
+  return pack_key_uint(pk, "offset", offset);
+}
+
+/* A msgpack writer into a fixed buffer that the caller sized for what it packs. */
+typedef struct {
+  uint8_t *p;
+  size_t len, cap;
+} fixed_buf;
+
+static int fixed_write(void *data, const char *buf, size_t len) {
+  fixed_buf *f = data;
+  if (len > f->cap - f->len)
+    return -1;
+  memcpy(f->p + f->len, buf, len);
+  f->len += len;
+  return 0;
+}
+
+size_t gp_encode_shm_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t region, uint64_t offset) {
+  fixed_buf f = {out, 0, GP_SHM_REF_MAX};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &f, fixed_write);
+  int rc = pack_shm_ref(&pk, region, offset);
+  (void)rc;
+  assert(rc == GP_OK); /* at most 1 + 7 + 9 + 7 + 9 bytes */
+  return f.len;
+}
+
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
-  PACK(msgpack_pack_map(pk, hdr->has_timeout ? 11 : 10));
+  PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0)));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -133,7 +182,22 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   PACK(pack_key_cstr(pk, "precision", gp_precision_name(hdr->precision)));
   if (hdr->has_timeout)
     PACK(pack_key_uint(pk, "timeout_ms", hdr->timeout_ms));
+  if (hdr->has_out) {
+    PACK_KEY(pk, "out");
+    PACK(pack_shm_ref(pk, hdr->out_region, hdr->out_offset));
+  }
   return GP_OK;
+}
+
+int gp_encode_gemm_request_hdr(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
+                               bool with_c) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  int rc;
+  if ((rc = pack_request_head(&pk, msgid, "gemm")) != GP_OK)
+    return rc;
+  PACK(msgpack_pack_array(&pk, with_c ? 4 : 3));
+  return gp_pack_gemm_hdr(&pk, hdr);
 }
 
 int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
@@ -143,13 +207,8 @@ int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_g
   uint64_t a_bytes;
   if (!gp_gemm_operand_bytes(hdr, GP_OPERAND_A, &a_bytes) || a_bytes > UINT32_MAX)
     return GP_E_INVALID_ARGUMENT;
-  int rc;
-  if ((rc = pack_request_head(&pk, msgid, "gemm")) != GP_OK)
-    return rc;
-  PACK(msgpack_pack_array(&pk, with_c ? 4 : 3));
-  if ((rc = gp_pack_gemm_hdr(&pk, hdr)) != GP_OK)
-    return rc;
-  return pack_bin_header(&pk, a_bytes);
+  int rc = gp_encode_gemm_request_hdr(out, msgid, hdr, with_c);
+  return rc != GP_OK ? rc : pack_bin_header(&pk, a_bytes);
 }
 
 /* [1, msgid, ...: the response array up to its error element. */
@@ -209,24 +268,46 @@ static int pack_name(msgpack_packer *pk, const char name[GP_NAME_MAX]) {
   return GP_OK;
 }
 
+/* [1, msgid, nil, [out_hdr with extra more pairs to follow: the caller packs them. */
+static int pack_result_head(msgpack_packer *pk, uint32_t msgid, const gp_gemm_result_hdr *rh,
+                            uint32_t extra) {
+  if ((unsigned)rh->dtype >= GP_DTYPE_COUNT)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(gp_pack_response_head(pk, msgid));
+  PACK(msgpack_pack_array(pk, 2));
+  PACK(msgpack_pack_map(pk, 7 + extra));
+  PACK(pack_key_uint(pk, "m", rh->m));
+  PACK(pack_key_uint(pk, "n", rh->n));
+  PACK(pack_key_cstr(pk, "dtype", gp_dtype_name(rh->dtype)));
+  PACK(pack_key_uint(pk, "batch", rh->batch));
+  PACK_KEY(pk, "device");
+  PACK(pack_name(pk, rh->device));
+  PACK_KEY(pk, "kernel");
+  PACK(pack_name(pk, rh->kernel));
+  PACK_KEY(pk, "timings");
+  return pack_timings(pk, rh);
+}
+
 int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
                                  const gp_gemm_result_hdr *rh, uint64_t c_bytes) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-  if (c_bytes > UINT32_MAX || (unsigned)rh->dtype >= GP_DTYPE_COUNT)
+  if (c_bytes > UINT32_MAX)
     return GP_E_INVALID_ARGUMENT;
-  PACK(gp_pack_response_head(&pk, msgid));
-  PACK(msgpack_pack_array(&pk, 2));
-  PACK(msgpack_pack_map(&pk, 7));
-  PACK(pack_key_uint(&pk, "m", rh->m));
-  PACK(pack_key_uint(&pk, "n", rh->n));
-  PACK(pack_key_cstr(&pk, "dtype", gp_dtype_name(rh->dtype)));
-  PACK(pack_key_uint(&pk, "batch", rh->batch));
-  PACK_KEY(&pk, "device");
-  PACK(pack_name(&pk, rh->device));
-  PACK_KEY(&pk, "kernel");
-  PACK(pack_name(&pk, rh->kernel));
-  PACK_KEY(&pk, "timings");
-  PACK(pack_timings(&pk, rh));
+  PACK(pack_result_head(&pk, msgid, rh, 0));
   return pack_bin_header(&pk, c_bytes);
+}
+
+int gp_encode_gemm_response_shm(msgpack_sbuffer *out, uint32_t msgid,
+                                const gp_gemm_result_hdr *rh, uint64_t region, uint64_t offset,
+                                uint64_t c_bytes) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  PACK(pack_result_head(&pk, msgid, rh, 1));
+  PACK_KEY(&pk, "out");
+  PACK(msgpack_pack_map(&pk, 3));
+  PACK(pack_key_uint(&pk, "region", region));
+  PACK(pack_key_uint(&pk, "offset", offset));
+  PACK(pack_key_uint(&pk, "bytes", c_bytes));
+  return msgpack_pack_nil(&pk) == 0 ? GP_OK : GP_E_RESOURCE_EXHAUSTED;
 }

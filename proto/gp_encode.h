@@ -33,6 +33,10 @@ size_t gp_encode_bin_header(uint8_t out[GP_BIN_HEADER_MAX], uint64_t len);
 /* [0, msgid, method, []] for ping, info and stats (or any method name). */
 int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method);
 
+/* [0, msgid, method, [value]]: shm_register [size], shm_unregister [region]. */
+int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *method,
+                          uint64_t value);
+
 /* [2, method, []] */
 int gp_encode_notification(msgpack_sbuffer *out, const char *method);
 
@@ -44,7 +48,19 @@ int gp_encode_notification(msgpack_sbuffer *out, const char *method);
 int gp_encode_gemm_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
                                 bool with_c);
 
-/* Packs the header map alone (used by the request encoder and by tests). */
+/* The start of a gemm request up to its header: [0, msgid, "gemm", [hdr. The caller then
+ * sends each operand as a bin (gp_encode_bin_header, the bytes) or as a shared-memory
+ * reference (gp_encode_shm_ref). */
+int gp_encode_gemm_request_hdr(msgpack_sbuffer *out, uint32_t msgid, const gp_gemm_hdr *hdr,
+                               bool with_c);
+
+/* Most bytes a shared-memory reference takes. */
+#define GP_SHM_REF_MAX 40
+/* {"region": region, "offset": offset} into out; returns its size. */
+size_t gp_encode_shm_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t region, uint64_t offset);
+
+/* Packs the header map alone (used by the request encoder and by tests); "out" when
+ * has_out. */
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr);
 
 /* ---- daemon -> client -------------------------------------------------- */
@@ -64,5 +80,11 @@ int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid);
  *  compute_us, transfer_out_us}}. */
 int gp_encode_gemm_response_head(msgpack_sbuffer *out, uint32_t msgid,
                                  const gp_gemm_result_hdr *rh, uint64_t c_bytes);
+
+/* A whole gemm reply whose result was written into a shared-memory region instead:
+ * [1, msgid, nil, [out_hdr + {"out": {"region", "offset", "bytes"}}, nil]]. */
+int gp_encode_gemm_response_shm(msgpack_sbuffer *out, uint32_t msgid,
+                                const gp_gemm_result_hdr *rh, uint64_t region, uint64_t offset,
+                                uint64_t c_bytes);
 
 #endif /* GP_ENCODE_H */

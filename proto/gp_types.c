@@ -63,13 +63,17 @@ const char *gp_method_name(gp_method m) {
     return "info";
   case GP_METHOD_STATS:
     return "stats";
+  case GP_METHOD_SHM_REGISTER:
+    return "shm_register";
+  case GP_METHOD_SHM_UNREGISTER:
+    return "shm_unregister";
   default:
     return NULL;
   }
 }
 
 gp_method gp_method_from_name(const char *name, size_t len) {
-  for (gp_method m = GP_METHOD_GEMM; m <= GP_METHOD_STATS; m++) {
+  for (gp_method m = GP_METHOD_GEMM; m <= GP_METHOD_LAST; m++) {
     if (name_equals(name, len, gp_method_name(m)))
       return m;
   }

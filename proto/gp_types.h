@@ -42,8 +42,12 @@ typedef enum {
   GP_METHOD_PING,
   GP_METHOD_INFO,
   GP_METHOD_STATS,
+  GP_METHOD_SHM_REGISTER,   /* [size], with a memfd over SCM_RIGHTS (Unix sockets only) */
+  GP_METHOD_SHM_UNREGISTER, /* [region] */
 } gp_method;
-/* "gemm", "ping", "info", "stats"; NULL for GP_METHOD_UNKNOWN. */
+#define GP_METHOD_LAST GP_METHOD_SHM_UNREGISTER
+/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister"; NULL for
+ * GP_METHOD_UNKNOWN. */
 const char *gp_method_name(gp_method m);
 gp_method gp_method_from_name(const char *name, size_t len);
 
@@ -65,6 +69,8 @@ typedef struct {
   gp_precision precision;   /* default exact */
   bool has_timeout;         /* timeout_ms was sent */
   uint64_t timeout_ms;      /* reply DEADLINE_EXCEEDED if not started within this */
+  bool has_out;             /* "out": the result goes into a shared-memory region */
+  uint64_t out_region, out_offset;
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */

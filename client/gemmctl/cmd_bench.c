@@ -3,6 +3,7 @@
  * one connection (the asynchronous API), then throughput and latency.
  */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,30 +12,35 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] bench [--m M --n N --k K] [--dtype T]\n"
-    "         [--requests R] [--concurrency C]\n"
+    "         [--requests R] [--concurrency C] [--shm]\n"
     "\n"
     "Sends R gemm requests of m x k times k x n (default 512 each, f32, 64 requests),\n"
     "keeping C in flight at once on one connection (default 4), and prints the\n"
     "throughput in TFLOP/s and GB/s (bytes sent and received) and the latency\n"
-    "percentiles p50, p90 and p99 of single requests.\n"
+    "percentiles p50, p90 and p99 of single requests. --shm puts A, B and every C in one\n"
+    "shared-memory buffer registered with the daemon (a Unix socket to a daemon with the\n"
+    "\"shm\" feature): the matrices then never cross the socket.\n"
     "Exit status: 0 ok, 1 error reply, 2 usage error, 3 connection error.\n";
 
 typedef struct {
   gc_gemm_opts opts;
   uint64_t requests, concurrency;
+  bool shm;
 } bench_args;
 
 static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *args) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_REQ, OPT_CONC, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_REQ, OPT_CONC, OPT_SHM, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M},          {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K},          {"dtype", required_argument, NULL, OPT_DTYPE},
       {"requests", required_argument, NULL, OPT_REQ}, {"concurrency", required_argument, NULL, OPT_CONC},
-      {"help", no_argument, NULL, OPT_HELP},          {NULL, 0, NULL, 0}};
+      {"shm", no_argument, NULL, OPT_SHM},            {"help", no_argument, NULL, OPT_HELP},
+      {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(&args->opts);
   args->opts.m = args->opts.n = args->opts.k = 512;
   args->requests = 64;
   args->concurrency = 4;
+  args->shm = false;
   optind = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "+", options, NULL)) != -1) {
@@ -46,6 +52,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *a
       case OPT_DTYPE: ok = gctl_parse_dtype(optarg, &args->opts.dtype); break;
       case OPT_REQ: ok = gctl_parse_u64("--requests", optarg, 1, &args->requests); break;
       case OPT_CONC: ok = gctl_parse_u64("--concurrency", optarg, 1, &args->concurrency); break;
+      case OPT_SHM: args->shm = true; break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: ok = false;
     }
@@ -145,38 +152,71 @@ static int drive(const gctl_global *g, gc_conn *conn, const bench_args *args, co
   return rc;
 }
 
+/* The matrices: a, b and one C per slot, from malloc, or laid out in one shared-memory
+ * buffer registered on conn (then gc_close frees it). */
+typedef struct {
+  void *a, *b;
+  bool shm;
+} buffers;
+
+static uint64_t aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static int alloc_buffers(const gctl_global *g, gc_conn *conn, const bench_args *args,
+                         const uint64_t bytes[3], buffers *buf, slot *slots) {
+  size_t n = (size_t)args->concurrency;
+  buf->shm = args->shm;
+  if (!args->shm) {
+    buf->a = malloc(bytes[0]);
+    buf->b = malloc(bytes[1]);
+    bool ok = buf->a && buf->b;
+    for (size_t s = 0; s < n; s++) ok = (slots[s].out = malloc(bytes[2])) != NULL && ok;
+    return ok ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
+  }
+  uint64_t total = aligned(bytes[0]) + aligned(bytes[1]) + aligned(bytes[2]) * n;
+  uint8_t *base = NULL;
+  if (total > SIZE_MAX || gc_shm_alloc(conn, (size_t)total, 30000, (void **)&base) != 0)
+    return gctl_fail_call(g, "shared memory", gc_last_error(conn));
+  buf->a = base;
+  buf->b = base + aligned(bytes[0]);
+  for (size_t s = 0; s < n; s++)
+    slots[s].out = base + aligned(bytes[0]) + aligned(bytes[1]) + aligned(bytes[2]) * s;
+  return GCTL_EXIT_OK;
+}
+
+static void free_buffers(const bench_args *args, buffers *buf, slot *slots) {
+  if (buf->shm) return; /* unmapped by gc_close */
+  for (size_t s = 0; slots && s < args->concurrency; s++) free(slots[s].out);
+  free(buf->a);
+  free(buf->b);
+}
+
 static int run(const gctl_global *g, const bench_args *args) {
   const gc_gemm_opts *o = &args->opts;
-  uint64_t a_bytes = gc_gemm_operand_bytes(o, 'a'), b_bytes = gc_gemm_operand_bytes(o, 'b');
-  uint64_t c_bytes = gc_gemm_operand_bytes(o, 'c');
-  if (a_bytes == 0 || b_bytes == 0 || c_bytes == 0)
+  uint64_t bytes[3] = {gc_gemm_operand_bytes(o, 'a'), gc_gemm_operand_bytes(o, 'b'),
+                       gc_gemm_operand_bytes(o, 'c')};
+  if (bytes[0] == 0 || bytes[1] == 0 || bytes[2] == 0)
     return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
   size_t esize = gctl_dtype_size(o->dtype);
-  void *a = malloc(a_bytes), *b = malloc(b_bytes);
+  buffers buf = {NULL, NULL, false};
   slot *slots = calloc((size_t)args->concurrency, sizeof *slots);
   double *lat_ms = calloc((size_t)args->requests, sizeof *lat_ms);
-  int rc = a && b && slots && lat_ms ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
-  for (size_t s = 0; rc == GCTL_EXIT_OK && s < args->concurrency; s++)
-    if ((slots[s].out = malloc(c_bytes)) == NULL) rc = gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
+  int rc = slots && lat_ms ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   gc_conn *conn = NULL;
+  if (rc == GCTL_EXIT_OK) rc = gctl_connect(g, &conn);
+  if (rc == GCTL_EXIT_OK) rc = alloc_buffers(g, conn, args, bytes, &buf, slots);
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = 42;
-    gctl_fill_random(o->dtype, a, a_bytes / esize, &seed);
-    gctl_fill_random(o->dtype, b, b_bytes / esize, &seed);
-    rc = gctl_connect(g, &conn);
-  }
-  if (rc == GCTL_EXIT_OK) {
+    gctl_fill_random(o->dtype, buf.a, bytes[0] / esize, &seed);
+    gctl_fill_random(o->dtype, buf.b, bytes[1] / esize, &seed);
     int64_t t0 = gctl_now_us();
-    rc = drive(g, conn, args, a, b, slots, lat_ms);
+    rc = drive(g, conn, args, buf.a, buf.b, slots, lat_ms);
     double wall_s = (double)(gctl_now_us() - t0) / 1e6;
-    if (rc == GCTL_EXIT_OK) print_report(g, args, wall_s, lat_ms, a_bytes + b_bytes + c_bytes);
+    if (rc == GCTL_EXIT_OK) print_report(g, args, wall_s, lat_ms, bytes[0] + bytes[1] + bytes[2]);
   }
   gc_close(conn); /* drops anything still in flight before the buffers go */
-  for (size_t s = 0; slots && s < args->concurrency; s++) free(slots[s].out);
+  free_buffers(args, &buf, slots);
   free(slots);
   free(lat_ms);
-  free(a);
-  free(b);
   return rc;
 }
 

@@ -1,6 +1,7 @@
 /*
- * gc_call.c - the small calls: ping, info and stats. Their results are kept
- * as packed msgpack and handed to the caller as a buffer.
+ * gc_call.c - the small calls: ping, info and stats (and shm_register /
+ * shm_unregister for gc_shm.c). Their results are kept as packed msgpack and
+ * handed to the caller as a buffer.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -8,13 +9,17 @@
 
 #include "gc_internal.h"
 
-/* Sends method, waits for its reply; on success *packed (when not NULL) takes the result
+/* Sends method (with one integer argument when has_arg, and the descriptor pass_fd on the same
+ * sendmsg when >= 0), waits for its reply; on success *packed (when not NULL) takes the result
  * object's msgpack bytes (caller frees). */
-static int call(gc_conn *conn, gp_method method, int64_t timeout_ms, msgpack_sbuffer *packed) {
+int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
+             int64_t timeout_ms, msgpack_sbuffer *packed) {
   gc__request *r = gc__request_new(conn, GC__KIND_CALL);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->method = method;
-  int rc = gp_encode_request(&r->head, r->msgid, gp_method_name(method));
+  r->pass_fd = pass_fd;
+  int rc = has_arg ? gp_encode_request_u64(&r->head, r->msgid, gp_method_name(method), arg)
+                   : gp_encode_request(&r->head, r->msgid, gp_method_name(method));
   if (rc != 0) {
     gc__request_release(r);
     return gc__conn_failf(conn, rc, "encoding the %s request", gp_method_name(method));
@@ -41,7 +46,7 @@ static int call(gc_conn *conn, gp_method method, int64_t timeout_ms, msgpack_sbu
 int gc_ping(gc_conn *conn, int64_t timeout_ms) {
   msgpack_sbuffer packed;
   msgpack_sbuffer_init(&packed);
-  int rc = call(conn, GP_METHOD_PING, timeout_ms, &packed);
+  int rc = gc__call(conn, GP_METHOD_PING, false, 0, -1, timeout_ms, &packed);
   static const char pong[] = "\xa4pong"; /* msgpack fixstr "pong" */
   if (rc == 0 && (packed.size != sizeof pong - 1 || memcmp(packed.data, pong, packed.size) != 0))
     rc = gc__conn_failf(conn, GC_E_INTERNAL, "ping answered with something other than \"pong\"");
@@ -54,7 +59,7 @@ static int map_call(gc_conn *conn, gp_method method, int64_t timeout_ms, void **
   msgpack_sbuffer_init(&packed);
   if (buf) *buf = NULL;
   if (len) *len = 0;
-  int rc = call(conn, method, timeout_ms, &packed);
+  int rc = gc__call(conn, method, false, 0, -1, timeout_ms, &packed);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&packed);
     return rc;

@@ -143,6 +143,7 @@ void gc_close(gc_conn *conn) {
     gc__request_release(r);
   }
   gc__reqtab_free(&conn->table);
+  gc__shm_free_all(conn);
   conn_free(conn);
 }
 

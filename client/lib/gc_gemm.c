@@ -1,7 +1,8 @@
 /*
  * gc_gemm.c - gemm requests: the options struct, checking it, building the
- * request (a small head plus the caller's buffers as iovecs), and the
- * blocking gc_gemm built on gc_submit + gc_wait.
+ * request (a small head plus the caller's buffers as iovecs, or references to
+ * them where they lie in shared memory), and the blocking gc_gemm built on
+ * gc_submit + gc_wait.
  */
 #include <limits.h>
 #include <stddef.h>
@@ -85,25 +86,39 @@ static void add_iov(gc__request *r, const void *base, uint64_t len, bool caller)
   r->send_total += len;
 }
 
-/* Head, then each payload behind its bin header: the payloads stay in the caller's memory. */
-static int build_gemm(gc__request *r, const gp_gemm_hdr *hdr, const void *a, const void *b,
-                      const void *c) {
-  uint64_t a_bytes, b_bytes, c_bytes;
-  gp_gemm_operand_bytes(hdr, GP_OPERAND_A, &a_bytes);
-  gp_gemm_operand_bytes(hdr, GP_OPERAND_B, &b_bytes);
-  gp_gemm_operand_bytes(hdr, GP_OPERAND_C, &c_bytes);
-  int rc = gp_encode_gemm_request_head(&r->head, r->msgid, hdr, c != NULL);
+/* An operand: a reference when it lies in a shared-memory buffer, else its bin header and
+ * its bytes (which stay in the caller's memory). */
+static void add_operand(gc_conn *conn, gc__request *r, gp_operand op, const void *p,
+                        uint64_t bytes) {
+  uint8_t *piece = r->op_hdr[op];
+  uint64_t region, offset;
+  if (gc__shm_find(conn, p, bytes, &region, &offset)) {
+    r->uses_shm = true;
+    add_iov(r, piece, gp_encode_shm_ref(piece, region, offset), false);
+    return;
+  }
+  add_iov(r, piece, gp_encode_bin_header(piece, bytes), false);
+  add_iov(r, p, bytes, true);
+}
+
+/* Head, then each operand; the result goes into a shared-memory buffer when out lies in one. */
+static int build_gemm(gc_conn *conn, gc__request *r, gp_gemm_hdr *hdr, const void *a,
+                      const void *b, const void *c, const void *out) {
+  uint64_t bytes[3];
+  for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++)
+    gp_gemm_operand_bytes(hdr, op, &bytes[op]);
+  hdr->has_out = gc__shm_find(conn, out, bytes[GP_OPERAND_C], &hdr->out_region,
+                              &hdr->out_offset);
+  int rc = gp_encode_gemm_request_hdr(&r->head, r->msgid, hdr, c != NULL);
   if (rc != 0) return rc;
   add_iov(r, r->head.data, r->head.size, false);
-  add_iov(r, a, a_bytes, true);
-  add_iov(r, r->bin_hdr[0], gp_encode_bin_header(r->bin_hdr[0], b_bytes), false);
-  add_iov(r, b, b_bytes, true);
-  if (c != NULL) {
-    add_iov(r, r->bin_hdr[1], gp_encode_bin_header(r->bin_hdr[1], c_bytes), false);
-    add_iov(r, c, c_bytes, true);
-  }
+  add_operand(conn, r, GP_OPERAND_A, a, bytes[GP_OPERAND_A]);
+  add_operand(conn, r, GP_OPERAND_B, b, bytes[GP_OPERAND_B]);
+  if (c != NULL) add_operand(conn, r, GP_OPERAND_C, c, bytes[GP_OPERAND_C]);
   r->expect = *hdr;
-  r->out_bytes = c_bytes;
+  r->out_bytes = bytes[GP_OPERAND_C];
+  r->out_in_shm = hdr->has_out;
+  r->uses_shm |= hdr->has_out;
   return 0;
 }
 
@@ -128,7 +143,7 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->method = GP_METHOD_GEMM;
-  int rc = build_gemm(r, &hdr, a, b, c);
+  int rc = build_gemm(conn, r, &hdr, a, b, c, out);
   if (rc != 0) {
     gc__request_release(r);
     return gc__conn_failf(conn, rc, "encoding the gemm request: %s", gp_strerror(rc));

@@ -37,7 +37,7 @@ gc_error *gc__thread_error(void);
 
 typedef enum {
   GC__KIND_GEMM,
-  GC__KIND_CALL, /* ping, info, stats: the result object is kept packed */
+  GC__KIND_CALL, /* ping, info, stats, shm_*: the result object is kept packed */
   GC__KIND_AUTH, /* the token, first on a TCP socket: in the send queue only, never the table */
 } gc__kind;
 
@@ -49,7 +49,7 @@ typedef enum {
   GC__ST_DONE,      /* complete; in the done list until reported */
 } gc__state;
 
-#define GC__IOV_MAX 6 /* head, a, hdr(b), b, hdr(c), c */
+#define GC__IOV_MAX 7 /* head, then per operand: bin header and bytes, or a reference */
 
 typedef struct gc__request {
   uint32_t msgid;
@@ -69,7 +69,8 @@ typedef struct gc__request {
 
   /* sending: iov[i] with iov_caller[i] true points into the caller's memory */
   msgpack_sbuffer head;
-  uint8_t bin_hdr[2][GP_BIN_HEADER_MAX];
+  uint8_t op_hdr[3][GP_SHM_REF_MAX];   /* each operand's bin header, or its reference */
+  int pass_fd;         /* >= 0: passed with SCM_RIGHTS on the first byte (not owned) */
   struct iovec iov[GC__IOV_MAX];
   bool iov_caller[GC__IOV_MAX];
   int iovcnt;
@@ -81,6 +82,8 @@ typedef struct gc__request {
   /* receiving */
   gp_gemm_hdr expect;  /* gemm: what the reply must match */
   uint8_t *out;        /* gemm: the caller's C buffer; NULL when abandoned */
+  bool out_in_shm;     /* gemm: the daemon writes C into a shared-memory buffer itself */
+  bool uses_shm;       /* gemm: names a region (operand or out): valid on its socket only */
   void *user;          /* gemm: gc_gemm_opts.user, for gc_completion */
   uint64_t out_bytes;
   uint64_t received;
@@ -128,6 +131,22 @@ size_t gc__addrlist_first(size_t count);
  * (caller frees). 0, or GC_E_INVALID_ARGUMENT / GC_E_RESOURCE_EXHAUSTED with err filled. */
 int gc__token_resolve(const char *token, const char *token_file, char **out, gc_error *err);
 
+/* ---- shared-memory buffers (gc_shm.c) ----------------------------------- */
+
+typedef struct gc__shm {
+  uint64_t region;     /* the daemon's id */
+  uint64_t link_serial; /* the socket it was registered on (regions go with their socket) */
+  uint8_t *base;
+  size_t size;
+  struct gc__shm *next;
+} gc__shm;
+
+/* The region holding [ptr, ptr + len) whole: true with *region and *offset. */
+bool gc__shm_find(const gc_conn *conn, const void *ptr, uint64_t len, uint64_t *region,
+                  uint64_t *offset);
+/* Unmaps every buffer (gc_close). */
+void gc__shm_free_all(gc_conn *conn);
+
 /* ---- the connection ---------------------------------------------------- */
 
 #define GC__READ_BUF_BYTES (256u * 1024u)
@@ -162,6 +181,8 @@ struct gc_conn {
   bool skipping;          /* the reply being decoded has no request: drop its payload */
   uint8_t *rbuf;          /* bytes read but not yet fed to the decoder */
   size_t rbuf_start, rbuf_end;
+  gc__shm *shm;           /* shared-memory buffers registered on this connection */
+  uint64_t link_serial;   /* counts the sockets opened: which one a region belongs to */
 };
 
 /* The link to the daemons (gc_link.c). */
@@ -200,6 +221,12 @@ void gc__request_finish(gc_conn *conn, gc__request *r, const gc_error *err);
 void gc__request_release(gc__request *r);
 /* Takes r out of the done list and the table (it is being reported) and releases it. */
 void gc__request_reported(gc_conn *conn, gc__request *r);
+
+/* A small call (ping, info, stats, shm_register, shm_unregister): sends it (with [arg] when
+ * has_arg; pass_fd >= 0 rides on its first byte), waits for the reply; on success *packed
+ * (when not NULL) takes the result object's msgpack bytes. */
+int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
+             int64_t timeout_ms, msgpack_sbuffer *packed);
 
 /* Drives conn until r is done or deadline_ms (gc__now_ms clock; < 0: none) passes. 0 when
  * done, GC_E_DEADLINE_EXCEEDED when not. */

@@ -139,6 +139,20 @@ static int send_some(gc_conn *conn) {
     memset(&mh, 0, sizeof mh);
     mh.msg_iov = iov;
     mh.msg_iovlen = (size_t)n;
+    union { /* aligned for struct cmsghdr */
+      char buf[CMSG_SPACE(sizeof(int))];
+      struct cmsghdr align;
+    } control;
+    if (r->pass_fd >= 0 && r->sent == 0) { /* the descriptor rides on the first byte */
+      memset(&control, 0, sizeof control);
+      mh.msg_control = control.buf;
+      mh.msg_controllen = sizeof control.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &r->pass_fd, sizeof(int));
+    }
     ssize_t sent = sendmsg(conn->fd, &mh, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
@@ -155,7 +169,8 @@ static int send_some(gc_conn *conn) {
 static bool reply_matches(const gc__request *r, const gp_event *ev) {
   const gp_gemm_result_hdr *h = &ev->result_hdr;
   return h->m == r->expect.m && h->n == r->expect.n && h->batch == r->expect.batch &&
-         h->dtype == r->expect.dtype && ev->result_bytes == r->out_bytes;
+         h->dtype == r->expect.dtype && ev->result_in_shm == r->out_in_shm &&
+         (r->out_in_shm || ev->result_bytes == r->out_bytes);
 }
 
 static void copy_result_hdr(gc_gemm_result *out, const gp_gemm_result_hdr *h) {

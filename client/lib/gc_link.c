@@ -91,7 +91,8 @@ void gc__link_submit(gc_conn *conn, gc__request *r) {
 
 void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err) {
   gc__link_wire_leave(conn, r);
-  bool may_retry = r->kind == GC__KIND_GEMM && r->retries < conn->max_retries;
+  /* a gemm naming a region cannot be re-sent: the region went with the old socket */
+  bool may_retry = r->kind == GC__KIND_GEMM && !r->uses_shm && r->retries < conn->max_retries;
   if (r->abandoned || (!r->retry_pending && !may_retry)) {
     gc__request_finish(conn, r, err);
     return;
@@ -160,6 +161,7 @@ static int open_at(gc_conn *conn, const gp_addr *addr) {
   gp_decoder_free(conn->decoder);
   conn->decoder = decoder;
   conn->fd = fd;
+  conn->link_serial++;
   conn->broken = false;
   conn->retiring = false;
   conn->auth_waiting = false;

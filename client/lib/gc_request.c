@@ -14,6 +14,7 @@ gc__request *gc__request_new(gc_conn *conn, gc__kind kind) {
   if (r == NULL) return NULL;
   r->kind = kind;
   r->state = GC__ST_SENDING;
+  r->pass_fd = -1;
   msgpack_sbuffer_init(&r->head);
   msgpack_sbuffer_init(&r->packed);
   /* msgid: the next one not in flight, never 0 (gc_req 0 means "none") */

@@ -71,6 +71,10 @@ void gd_config_default(gd_config *cfg) {
   cfg->blas_threads = 1;
   cfg->cpu_min_part_mflop = 64;
   gd_gpu_config_default(&cfg->gpu);
+  cfg->shm.enabled = true;
+  cfg->shm.max_regions_per_connection = 16;
+  cfg->shm.max_bytes_per_connection = 2 * GIB;
+  cfg->shm.max_bytes_total = 2 * GIB;
 }
 
 const char *gd_backend_kind_name(gd_backend_kind kind) {
@@ -158,6 +162,7 @@ typedef enum {
   F_FRACTION, /* 0 < x <= 1 */
   F_KERNEL,   /* a name */
   F_GROUP,    /* a group name or number; empty = none */
+  F_BOOL,     /* true | false */
   F_SECTION,  /* a nested mapping */
 } field_type;
 
@@ -227,6 +232,13 @@ static const field gpu_fields[] = {
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
+static const field shm_fields[] = {
+    FLD("enabled", F_BOOL, shm.enabled, 0, 0),
+    FLD("max_regions_per_connection", F_U32, shm.max_regions_per_connection, 0, 1u << 16),
+    FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, UINT64_MAX),
+    FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, UINT64_MAX),
+    {NULL, 0, 0, 0, 0, NULL}};
+
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
@@ -244,6 +256,7 @@ static const field root_fields[] = {
     {"timeouts", F_SECTION, 0, 0, 0, timeouts_fields},
     {"cpu", F_SECTION, 0, 0, 0, cpu_fields},
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
+    {"shm", F_SECTION, 0, 0, 0, shm_fields},
     {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
     {NULL, 0, 0, 0, 0, NULL}};
 
@@ -451,6 +464,22 @@ static int set_http(walker *w, const yaml_node_t *node, const field *f, char *ou
   return 0;
 }
 
+/* YAML 1.2's core schema: true/false in three spellings; nothing else (no yes/no/on/off). */
+static int set_bool(walker *w, const yaml_node_t *value, const field *f, bool *out) {
+  static const char *const yes[] = {"true", "True", "TRUE"}, *const no[] = {"false", "False",
+                                                                          "FALSE"};
+  if (want_scalar(w, value, f->key) != 0)
+    return -1;
+  for (size_t i = 0; i < 3; i++) {
+    if (strcmp(scalar_text(value), yes[i]) == 0 || strcmp(scalar_text(value), no[i]) == 0) {
+      *out = strcmp(scalar_text(value), yes[i]) == 0;
+      return 0;
+    }
+  }
+  return node_error(w, value, "%s: expected true or false, got \"%s\"", f->key,
+                    scalar_text(value));
+}
+
 static int set_field(walker *w, const yaml_node_t *value, const field *f) {
   char *base = (char *)w->cfg;
   uint64_t v;
@@ -497,6 +526,7 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
   case F_FRACTION: return set_fraction(w, value, f, (double *)((char *)w->cfg + f->offset));
   case F_KERNEL: return set_name(w, value, f, w->cfg->gpu.kernel, sizeof w->cfg->gpu.kernel);
+  case F_BOOL: return set_bool(w, value, f, (bool *)(base + f->offset));
   case F_SECTION: return walk_mapping(w, value, f->sub, f->key);
   }
   return node_error(w, value, "%s: internal error: unknown field type", f->key);

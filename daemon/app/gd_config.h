@@ -19,6 +19,7 @@
 #include "gp_addr.h"
 #include "gd_backend_gpu.h"
 #include "gd_log.h"
+#include "gd_shm.h"
 #include "gp_types.h"
 
 #define GD_CONFIG_LISTEN_MAX 32
@@ -63,6 +64,8 @@ typedef struct {
   uint32_t cpu_min_part_mflop;
 
   gd_gpu_config gpu;
+
+  gd_shm_limits shm;               /* shm: (gd_shm.h) */
 
   /* metrics: (gd_ops_http.h) */
   char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */

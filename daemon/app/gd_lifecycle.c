@@ -78,7 +78,8 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .min_rate_grace_ms = cfg->min_rate_grace_ms,
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
-                         .unix_socket_mode = cfg->unix_socket_mode};
+                         .unix_socket_mode = cfg->unix_socket_mode,
+                         .shm = cfg->shm};
 }
 
 int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
@@ -104,7 +105,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("metrics.listen");
   if (cur->log_target != next->log_target)
     restart += restart_key("log_target");
-  /* Live: log level, limits, queue, timeouts. */
+  /* Live: log level, limits, queue, timeouts, shm. */
   cur->log_level = next->log_level;
   cur->max_connections = next->max_connections;
   cur->reserved_fds = next->reserved_fds;
@@ -123,6 +124,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
+  cur->shm = next->shm; /* enabled: for connections accepted from now; quotas: per register */
   gd_log_set_level(cur->log_level);
   if (d->sched) {
     gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};

@@ -36,7 +36,8 @@ struct gd_sched {
   gd_completion *completion;
   sched_job *jobs; /* every job admitted and not yet released */
   size_t job_count, running;
-  uint64_t reserved;
+  uint64_t reserved;           /* jobs' and extra */
+  uint64_t extra;              /* of it, outside jobs (gd_sched_reserve) */
   size_t delivering_jobs;     /* final, reply going out to its client: not in job_count */
   uint64_t delivering_bytes;  /* their reserved bytes: not in reserved */
   void (*room)(void *arg);    /* job_count or reserved went down, or the limits changed */
@@ -410,6 +411,25 @@ size_t gd_sched_running(const gd_sched *s) { return s->running; }
 size_t gd_sched_delivering(const gd_sched *s) { return s->delivering_jobs; }
 uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return s->delivering_bytes; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
+
+int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
+  /* A registration does not wait for room as a gemm does: it fits now or is refused. */
+  uint64_t left = s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
+  if (bytes > left)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%llu bytes asked, %llu of "
+                        "queue.memory_budget left", (unsigned long long)bytes,
+                        (unsigned long long)left);
+  s->reserved += bytes;
+  s->extra += bytes;
+  return 0;
+}
+
+void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
+  assert(s->extra >= bytes && s->reserved >= bytes);
+  s->extra -= bytes;
+  s->reserved -= bytes;
+  tell_room(s);
+}
 
 /* ---- teardown ------------------------------------------------------------ */
 

@@ -125,6 +125,12 @@ uint64_t gd_sched_delivering_bytes(const gd_sched *s);
 /* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
 
+/* Host memory the daemon holds outside jobs (shared-memory regions it maps, whose pages it may
+ * fault in) counts against queue.memory_budget too: reserves bytes, or RESOURCE_EXHAUSTED with
+ * err. Given back with gd_sched_unreserve. */
+int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err);
+void gd_sched_unreserve(gd_sched *s, uint64_t bytes);
+
 /* Closes the completion queue's handle (the loop must run once more to finish closing it). Call
  * when the backend has been destroyed or will post nothing more. */
 void gd_sched_close(gd_sched *s);

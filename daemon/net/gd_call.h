@@ -31,6 +31,8 @@ typedef struct gd_call {
                             * still pending: the last of those answers the job */
   bool orphan;             /* the connection closed: job abandoned, only chunks come back */
   uint64_t counted;        /* its job's bytes counted in the list's reserved (0: not any more) */
+  bool shm_out;            /* the result goes into a shared-memory region (gd_shm_calls.h) */
+  uint64_t out_region, out_offset;
 } gd_call;
 
 struct gd_calls {

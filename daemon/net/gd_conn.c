@@ -78,6 +78,7 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
 void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
   gd_calls_free_all(&c->calls);
+  gd_shm_free(&c->shm);
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }
@@ -122,7 +123,7 @@ static void describe_peer(gd_conn *c) {
 int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
   snprintf(c->peer, sizeof c->peer, "?");
   int rc = server->type == UV_TCP ? uv_tcp_init(loop, &c->h.tcp)
-                                  : uv_pipe_init(loop, &c->h.pipe, 0);
+                                  : uv_pipe_init(loop, &c->h.pipe, c->shm.totals != NULL);
   if (rc != 0)
     return rc;
   c->h.handle.data = c;
@@ -171,6 +172,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   assert(c->pending_len == 0); /* reading only once everything read was decoded */
+  if (c->shm.totals) /* before the bytes: a shm_register among them needs its descriptor */
+    gd_shm_take_fds(&c->shm, &c->h.pipe);
   c->stats->bytes_in += (uint64_t)nread;
   c->last_activity_us = gd_now_us();
   c->pending = (const uint8_t *)buf->base;

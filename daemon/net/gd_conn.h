@@ -22,6 +22,7 @@
 #include "gd_call.h"
 #include "gd_peers.h"
 #include "gd_replyq.h"
+#include "gd_shm.h"
 #include "gd_stats.h"
 #include "gd_uv_stream.h"
 
@@ -60,6 +61,7 @@ struct gd_conn {
 
   gd_replyq out;
   gd_calls calls;
+  gd_shm shm;                /* regions and received descriptors (Unix sockets, shm.enabled) */
 };
 
 /* Sets up c (read buffer, reply queue, call list); no handle yet. -1 when out of memory. */
@@ -68,7 +70,8 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
 /* Frees what gd_conn_init allocated, for a connection whose handles never opened. */
 void gd_conn_free(gd_conn *c);
 
-/* Accepts the pending connection of server into c: 0, or a uv error after which c is closing
+/* Accepts the pending connection of server into c (a pipe that receives descriptors when
+ * gd_shm_attach was called on c->shm): 0, or a uv error after which c is closing
  * already (closed() follows) when open_handles > 0, else untouched. */
 int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server);
 

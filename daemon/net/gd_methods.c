@@ -76,9 +76,9 @@ static void pack_limits(const gd_server *d, msgpack_packer *pk) {
   gd_pack_kv_u64(pk, "timeout_idle_ms", cfg->idle_ms);
 }
 
-static void pack_info(gd_server *d, msgpack_packer *pk) {
+static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
   gd_backend *b = d->backend;
-  msgpack_pack_map(pk, 8);
+  msgpack_pack_map(pk, 9);
   gd_pack_kv_str(pk, "version", GEMMD_VERSION);
   gd_pack_kv_u64(pk, "protocol", GP_PROTOCOL_VERSION);
   gd_pack_kv_str(pk, "backend", b->ops->name);
@@ -92,6 +92,10 @@ static void pack_info(gd_server *d, msgpack_packer *pk) {
     gd_pack_str(pk, gp_dtype_name((gp_dtype)t));
   gd_pack_str(pk, "limits");
   pack_limits(d, pk);
+  gd_pack_str(pk, "features"); /* optional protocol features this connection may use */
+  msgpack_pack_array(pk, shm ? 1 : 0);
+  if (shm)
+    gd_pack_str(pk, "shm");
   gd_pack_str(pk, "backend_info");
   if (b->ops->pack_info)
     b->ops->pack_info(b, pk);
@@ -101,13 +105,17 @@ static void pack_info(gd_server *d, msgpack_packer *pk) {
 
 static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
-  msgpack_pack_map(pk, GD_STATS_PAIRS + 7);
+  msgpack_pack_map(pk, GD_STATS_PAIRS + 11);
   gd_stats_pack_pairs(d->stats, gd_now_us(), pk);
   gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
   gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
   gd_pack_kv_u64(pk, "jobs_delivering", gd_sched_delivering(d->sched));
   gd_pack_kv_u64(pk, "reserved_bytes", gd_sched_reserved_bytes(d->sched));
   gd_pack_kv_u64(pk, "connections", d->connections);
+  gd_pack_kv_u64(pk, "shm_regions", d->shm.regions);
+  gd_pack_kv_u64(pk, "shm_bytes", d->shm.bytes);
+  gd_pack_kv_u64(pk, "shm_registered_total", d->shm.registered);
+  gd_pack_kv_u64(pk, "shm_fds_dropped", d->shm.fds_dropped);
   gd_pack_kv_str(pk, "backend", b->ops->name);
   gd_pack_str(pk, "backend_stats");
   if (b->ops->pack_stats)
@@ -134,8 +142,8 @@ static int guarded_write(void *data, const char *buf, size_t len) {
   return 0;
 }
 
-int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, msgpack_sbuffer *out,
-                     gp_error *err) {
+int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, bool shm,
+                     msgpack_sbuffer *out, gp_error *err) {
   if (method == GP_METHOD_PING) {
     if (gp_encode_pong_response(out, msgid) != 0)
       return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
@@ -149,7 +157,7 @@ int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, msgpack_sbu
   if (gp_pack_response_head(&pk, msgid) != 0)
     g.failed = 1;
   if (method == GP_METHOD_INFO)
-    pack_info(d, &pk);
+    pack_info(d, shm, &pk);
   else
     pack_stats(d, &pk);
   if (g.failed)

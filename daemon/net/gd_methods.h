@@ -21,9 +21,10 @@
 #include "gp_error.h"
 #include "gp_types.h"
 
-/* Appends the whole reply to msgid for method (PING, INFO or STATS) to out. 0, or a gp_code with
- * err filled (UNIMPLEMENTED for any other method, RESOURCE_EXHAUSTED when out of memory). */
-int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, msgpack_sbuffer *out,
-                     gp_error *err);
+/* Appends the whole reply to msgid for method (PING, INFO or STATS) to out. shm: the connection
+ * may use shared memory (info's "features" then lists "shm"). 0, or a gp_code with err filled
+ * (UNIMPLEMENTED for any other method, RESOURCE_EXHAUSTED when out of memory). */
+int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, bool shm,
+                     msgpack_sbuffer *out, gp_error *err);
 
 #endif /* GD_METHODS_H */

@@ -58,12 +58,21 @@ static void send_error(gd_session *s, uint32_t msgid, int code, const char *mess
   send_error_for(s, GP_METHOD_GEMM, msgid, code, message);
 }
 
+static bool is_shm_method(gp_method method) {
+  return method == GP_METHOD_SHM_REGISTER || method == GP_METHOD_SHM_UNREGISTER;
+}
+
 static void reply_simple(gd_session *s) {
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
-  if (gd_methods_reply(s->d, s->msgid, s->method, &sbuf, &err) != 0) {
+  int rc = is_shm_method(s->method)
+               ? gd_shm_calls_method(&s->conn.shm, &s->d->limits.shm, &s->conn.calls, s->msgid,
+                                     s->method, s->arg, &sbuf, &err)
+               : gd_methods_reply(s->d, s->msgid, s->method, s->conn.shm.totals != NULL,
+                                  &sbuf, &err);
+  if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
     send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
     return;
@@ -171,6 +180,7 @@ static void drop_current(gd_session *s) {
   consume_window_bytes(s);
   s->cur = NULL;
   s->paused = false;
+  s->feed.left = 0;
   gd_call_abandon(call);
 }
 
@@ -215,9 +225,16 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
   gd_call *call = NULL;
+  /* a result into a region: the region and range are checked on every try (a waiting request
+   * meets regions as they are when it is admitted) */
+  int rc = hdr->has_out ? gd_shm_calls_check_out(&s->conn.shm, hdr, &err) : 0;
+  if (rc != 0) {
+    refuse_current(s, s->msgid, rc, err.message);
+    return rc;
+  }
   gd_sched_share share = share_of(s);
-  int rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, &share, on_job_event,
-                         &call, &err);
+  rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, &share, on_job_event,
+                     &call, &err);
   if (must_wait(rc)) {
     gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
              (unsigned)s->msgid, err.message);
@@ -229,6 +246,9 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   }
   if (s->peer_counted)
     gd_peers_charge(&s->d->peers, s->conn.peer_key, call->counted);
+  call->shm_out = hdr->has_out;
+  call->out_region = hdr->out_region;
+  call->out_offset = hdr->out_offset;
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
            (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),
@@ -377,6 +397,7 @@ static void on_request(gd_session *s, const gp_event *ev) {
   s->in_request = true;
   s->method = ev->method;
   s->msgid = ev->msgid;
+  s->arg = ev->arg;
   s->cur = NULL;
   if (ev->method == GP_METHOD_GEMM)
     on_gemm_request(s, ev);
@@ -399,6 +420,35 @@ static void on_payload(gd_session *s, const gp_event *ev) {
   }
   if (pause)
     pause_reading(s);
+}
+
+/* Copies the rest of the current operand reference into the job; refuses the request when
+ * the backend fails. */
+static void feed_ref(gd_session *s) {
+  gd_call *call = s->cur;
+  gp_error err;
+  bool pause = false;
+  int rc = gd_shm_calls_feed(s->d->sched, call, &s->feed, &pause, &err);
+  if (rc != 0) {
+    refuse_current(s, call->msgid, rc, err.message);
+    return;
+  }
+  if (pause)
+    pause_reading(s);
+}
+
+/* An operand given as {"region", "offset"}: its bytes come from the mapping. */
+static void on_operand_ref(gd_session *s, const gp_event *ev) {
+  gd_call *call = s->cur;
+  if (!call)
+    return; /* a request we refused */
+  gp_error err;
+  int rc = gd_shm_calls_ref(&s->conn.shm, call, ev, &s->feed, &err);
+  if (rc != 0) {
+    refuse_current(s, call->msgid, rc, err.message);
+    return;
+  }
+  feed_ref(s);
 }
 
 static void on_message_end(gd_session *s) {
@@ -432,6 +482,8 @@ static void on_reject(gd_session *s, const gp_event *ev) {
       count_request(d, ev->method);
     send_error_for(s, ev->method, ev->msgid,
                    ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT, ev->err.message);
+    if (ev->method == GP_METHOD_SHM_REGISTER)
+      gd_shm_drop_fd(&s->conn.shm); /* its descriptor, to keep the rest paired */
   } else {
     gd_stats_error(d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",
@@ -455,10 +507,13 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
   case GP_EV_NOTIFICATION:
     s->d->stats->notifications++;
     s->in_request = false;
+    if (ev->method == GP_METHOD_SHM_REGISTER)
+      gd_shm_drop_fd(&s->conn.shm);
     gd_debug("conn %llu: notification %s ignored", (unsigned long long)s->conn.id,
              gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
     return;
   case GP_EV_PAYLOAD: on_payload(s, ev); return;
+  case GP_EV_OPERAND_REF: on_operand_ref(s, ev); return;
   case GP_EV_MESSAGE_END: on_message_end(s); return;
   case GP_EV_REJECT: on_reject(s, ev); return;
   case GP_EV_FATAL: on_fatal(s, ev, at, left); return;
@@ -529,6 +584,30 @@ static int encode_head(const gd_call *call, char **head, size_t *head_len) {
   return 0;
 }
 
+/* The result goes into the call's region: each chunk is copied there and given back; the
+ * last one sends the reply, which carries no bytes, and answers the job. */
+static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event *ev) {
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  int rc = gd_shm_calls_output(&s->conn.shm, call, ev->offset, ev->data, ev->len);
+  gd_call_chunk_done(call, ev->data, ev->len);
+  if (rc == 0 && ev->last)
+    rc = gd_shm_calls_reply(call, &sbuf);
+  if (rc != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    gd_conn_close(&s->conn, "internal error: a result could not be written to its region");
+    return;
+  }
+  call->next_offset += ev->len;
+  if (!ev->last)
+    return;
+  call->head_sent = true;
+  s->d->stats->gemm_ok++;
+  gd_stats_reply(s->d->stats, GP_METHOD_GEMM, 0);
+  send_sbuffer(s, &sbuf);
+  gd_call_finish(call, true);
+}
+
 /* A chunk of call's result: checked, headed on the first, handed to the reply queue (which
  * owns it from there); a chunk refused here is given back at once. */
 static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev) {
@@ -542,12 +621,16 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
              (unsigned long long)ev->offset, ev->len, (unsigned long long)call->next_offset,
              (unsigned long long)c_bytes);
     bad = "internal error: bad result chunk";
-  } else if (!call->head_sent && encode_head(call, &head, &head_len) != 0) {
+  } else if (!call->head_sent && !call->shm_out && encode_head(call, &head, &head_len) != 0) {
     bad = "out of memory encoding a reply";
   }
   if (bad) {
     gd_call_chunk_done(call, ev->data, ev->len);
     gd_conn_close(&s->conn, bad);
+    return;
+  }
+  if (call->shm_out) {
+    job_output_shm(s, call, ev);
     return;
   }
   call->next_offset += ev->len;
@@ -573,10 +656,13 @@ static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
 }
 
 static void job_resume(gd_session *s) {
-  if (s->paused) {
-    resume_reading(s);
+  if (!s->paused)
+    return;
+  resume_reading(s);
+  if (s->feed.left > 0 && s->cur)
+    feed_ref(s); /* an operand reference comes first: it may pause again */
+  if (!s->paused && !s->conn.closing)
     process(s);
-  }
 }
 
 /* The waiter of every call this layer admits (gd_job.h). */

@@ -29,6 +29,7 @@
 #include "gd_call.h"
 #include "gd_conn.h"
 #include "gd_server.h"
+#include "gd_shm_calls.h"
 #include "gp_decode.h"
 
 typedef struct gd_session gd_session;
@@ -48,6 +49,8 @@ struct gd_session {
   gp_method method;
   uint32_t msgid;
   gd_call *cur;              /* its call, for a gemm */
+  uint64_t arg;              /* shm_register's size, shm_unregister's region */
+  gd_shm_feed feed;          /* an operand being copied from a region (feed.left > 0) */
   uint64_t msg_started_us;   /* moved on by the time spent paused or waiting */
   uint64_t paused_since_us;
 

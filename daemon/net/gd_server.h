@@ -15,6 +15,7 @@
 #include "gd_backend.h"
 #include "gd_peers.h"
 #include "gd_sched.h"
+#include "gd_shm.h"
 #include "gd_stats.h"
 #include "gp_types.h"
 
@@ -34,6 +35,7 @@ typedef struct {
   uint64_t min_rate_grace_ms;      /* the rate counts after this start */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
+  gd_shm_limits shm;               /* shm.* */
 } gd_net_limits;
 
 typedef struct gd_server {
@@ -53,6 +55,7 @@ typedef struct gd_server {
   uint64_t fd_limit;               /* RLIMIT_NOFILE (soft); 0: unknown, no fd check */
   uint64_t fd_drop_logged_us;      /* rate limit of the out-of-descriptors warning */
   uint64_t fd_drops_unlogged;      /* dropped since that warning */
+  gd_shm_totals shm;               /* shared-memory regions of every connection */
 } gd_server;
 
 #endif /* GD_SERVER_H */

@@ -172,6 +172,8 @@ int gd_session_accept(gd_server *d, uv_stream_t *server) {
   gd_session *s = new_session(d);
   if (!s)
     return refuse(d, server, "out of memory");
+  if (server->type == UV_NAMED_PIPE && d->limits.shm.enabled)
+    gd_shm_attach(&s->conn.shm, &d->shm, d->sched, d->limits.shm.max_regions_per_connection);
   int rc = gd_conn_accept(&s->conn, d->loop, server);
   if (rc != 0 && s->conn.open_handles == 0) {
     gd_conn_free(&s->conn);

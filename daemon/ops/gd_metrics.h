@@ -39,6 +39,7 @@ typedef struct {
   uint64_t host_reserved_bytes;    /* counted against queue.memory_budget */
   uint64_t host_budget_bytes;      /* queue.memory_budget */
   uint64_t connections;
+  uint64_t shm_regions, shm_bytes; /* shared-memory regions registered now */
   bool draining;
   size_t ndev;
   gd_metrics_device dev[GD_METRICS_MAX_DEVICES];

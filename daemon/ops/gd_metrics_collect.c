@@ -45,6 +45,8 @@ void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
   snap->host_reserved_bytes = d->sched ? gd_sched_reserved_bytes(d->sched) : 0;
   snap->host_budget_bytes = d->cfg.memory_budget;
   snap->connections = d->srv.connections;
+  snap->shm_regions = d->srv.shm.regions;
+  snap->shm_bytes = d->srv.shm.bytes;
   snap->draining = d->srv.draining;
   collect_devices(d, snap);
 }

@@ -202,6 +202,10 @@ static void put_daemon(text *t, const gd_metrics_snapshot *snap) {
           snap->host_reserved_bytes);
   put_u64(t, "gemmd_host_memory_limit_bytes", "gauge", "queue.memory_budget.",
           snap->host_budget_bytes);
+  put_u64(t, "gemmd_shm_regions", "gauge", "Shared-memory regions clients have registered.",
+          snap->shm_regions);
+  put_u64(t, "gemmd_shm_bytes", "gauge", "Bytes of those regions (against shm.max_bytes_total).",
+          snap->shm_bytes);
 }
 
 char *gd_metrics_render(const gd_metrics_snapshot *snap, size_t *len) {

@@ -9,19 +9,28 @@ from ._wire import MSGID_MAX, Destination, pack_call, pack_gemm
 class Call:
     """One request: its msgid, the buffers to send, where a gemm result goes."""
 
-    def __init__(self, msgid, method, problem=None, out=None):
+    def __init__(self, msgid, method, problem=None, out=None, params=(), regions=None):
         self.msgid = msgid
         self.method = method
         self.problem = problem
         self.report = None          # a gemm's out_hdr once it completed
         if problem is None:
-            self.pieces = [pack_call(msgid, method)]
+            self.pieces = [pack_call(msgid, method, params)]
             self.destination = None
             self.caller_array = self.landing = None
+            return
+        self.caller_array, self.landing = problem.result_array(out)
+        hdr, operands = problem.hdr, problem.operands
+        result = byte_view(self.landing)
+        out_ref = regions.ref(result) if regions else None
+        if regions:   # operands in a registered region go by reference
+            operands = [regions.ref(view) or view for view in operands]
+        if out_ref is not None:
+            hdr = dict(hdr, out=out_ref)
+            self.destination = Destination(None, shm_bytes=result.nbytes)
         else:
-            self.pieces = pack_gemm(msgid, problem.hdr, problem.operands)
-            self.caller_array, self.landing = problem.result_array(out)
-            self.destination = Destination(byte_view(self.landing))
+            self.destination = Destination(result)
+        self.pieces = pack_gemm(msgid, hdr, operands)
 
     def abandon(self):
         """The caller gave up: its reply is read and thrown away, its arrays are let go."""
@@ -43,6 +52,8 @@ class Call:
             if reply.result != "pong":
                 return None, ProtocolError("ping answered %r, not 'pong'" % (reply.result,))
             return reply.result, None
+        if self.method == "shm_unregister":
+            return None, None
         if not isinstance(reply.result, dict):
             return None, ProtocolError("%s answered a %s, not a map" %
                                        (self.method, type(reply.result).__name__))

@@ -33,19 +33,24 @@ def _bin_header(length):
 
 
 def pack_call(msgid, method, params=()):
-    """A whole request for a small method (ping, info, stats)."""
+    """A whole request for a small method (ping, info, stats, shm_register, ...)."""
     return msgpack.packb([0, msgid, method, list(params)], use_bin_type=True)
 
 
 def pack_gemm(msgid, hdr, operands):
     """The request [0, msgid, "gemm", [hdr, a, b(, c)]] as a list of buffers: the msgpack
-    framing as bytes, each operand as the caller's memory (a memoryview of bytes)."""
+    framing as bytes, each operand as the caller's memory (a memoryview of bytes). Framing and
+    operands alternate (framing first); an operand given as a shared-memory reference (a dict)
+    is framing."""
     head = bytearray(msgpack.packb([0, msgid, "gemm"], use_bin_type=True))
     head[0] = 0x94                              # the envelope has 4 elements, params follows
     head += bytes([0x90 | (1 + len(operands))])  # params: [hdr, a, b(, c)]
     head += msgpack.packb(hdr, use_bin_type=True)
     pieces = []
     for operand in operands:
+        if isinstance(operand, dict):
+            head += msgpack.packb(operand, use_bin_type=True)
+            continue
         if operand.nbytes > BIN_MAX:
             raise ValueError("an operand of %d bytes does not fit a msgpack bin (at most %d)" %
                              (operand.nbytes, BIN_MAX))
@@ -53,6 +58,8 @@ def pack_gemm(msgid, hdr, operands):
         pieces.append(bytes(head))
         head = bytearray()
         pieces.append(operand)
+    if head:
+        pieces.append(bytes(head))
     return pieces
 
 
@@ -149,11 +156,13 @@ def _int(buf, pos, what):
 
 class Destination:
     """Where a gemm's result goes: a writable byte view of exactly the expected size, or None
-    to read the result and throw it away (a request given up on)."""
+    to read the result and throw it away (a request given up on). shm_bytes: the result was
+    asked into a shared-memory region, so the reply carries nil and says where it went."""
 
-    def __init__(self, view):
+    def __init__(self, view, shm_bytes=None):
         self.view = view
         self.nbytes = view.nbytes if view is not None else None
+        self.shm_bytes = shm_bytes
 
 
 class Reply:
@@ -290,6 +299,8 @@ class Decoder:
             raise ProtocolError("msgid %d: out_hdr is %r, not a map" % (msgid, out_hdr))
         if p >= len(buf):
             raise _Incomplete
+        if buf[p] == 0xC0:
+            return self._parse_shm_result(msgid, dest, out_hdr, p)
         if buf[p] not in (0xC4, 0xC5, 0xC6):
             raise ProtocolError("msgid %d: the result c is not a bin (byte 0x%02x)" %
                                 (msgid, buf[p]))
@@ -303,3 +314,13 @@ class Decoder:
             self._pending = (msgid, out_hdr, dest, length)
             self._filled = 0
         return p
+
+    def _parse_shm_result(self, msgid, dest, out_hdr, p):
+        """A gemm reply [out_hdr, nil] whose result is in shared memory (out_hdr["out"])."""
+        out = out_hdr.get("out")
+        if dest.shm_bytes is None or not isinstance(out, dict) or \
+                out.get("bytes") != dest.shm_bytes:
+            raise ProtocolError("msgid %d: the result c is nil, but out_hdr out is %r (%s bytes "
+                                "asked into shared memory)" % (msgid, out, dest.shm_bytes))
+        self.replies.append(Reply(msgid, None, out_hdr))
+        return p + 1

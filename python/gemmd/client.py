@@ -8,13 +8,18 @@ threads; one of them drives at a time.
 """
 
 import math
+import os
 import select
+import socket
 import threading
 import time
 from collections import deque
 
+import numpy as np
+
 from . import _address
-from ._arrays import Problem
+from ._arrays import Problem, byte_view, wire_dtype
+from ._shm import Region, Regions, new_memfd, region_size
 from ._calls import Call, Table, zeros_like_pieces
 from ._errors import ConnectionLost, Error, ProtocolError, Timeout
 from ._wire import Decoder
@@ -117,7 +122,8 @@ class Client:
         self._table = Table()
         self._futures = {}
         self._decoder = Decoder(self._table.destination)
-        self._sendq = deque()               # [call, memoryview, is_operand]
+        self._sendq = deque()               # [call, memoryview, is_operand, fds to pass]
+        self._regions = Regions()
         self._recv_buf = bytearray(_RECV_CHUNK)
         self._failure = None
         self._features = None
@@ -196,6 +202,48 @@ class Client:
             self._features = frozenset(f for f in features if isinstance(f, str))
         return self._features
 
+    # ---- shared memory
+    def shm_array(self, shape, dtype=np.float32, timeout=None):
+        """A new zeroed NumPy array of shape and dtype in shared memory registered with the
+        daemon: a gemm whose operand (or out=) is such an array, or a C-contiguous slice of one,
+        sends a reference instead of the bytes, and the daemon reads (or writes) the array in
+        place. Needs a daemon that announces the "shm" feature (a Unix socket, shm.enabled);
+        otherwise raises gemmd.Error UNIMPLEMENTED. Each array is one region: keep them few
+        and large (shm.max_regions_per_connection). The region lasts until shm_free() or the
+        connection closes; the array stays valid memory either way."""
+        if "shm" not in self.features:
+            raise Error("UNIMPLEMENTED", "gemmd on %s offers no shared memory (it needs a Unix "
+                        "socket and shm.enabled)" % self.address)
+        wire_dtype(dtype)
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        size = region_size(count * dtype.itemsize)
+        fd, mapping = new_memfd(size)
+        try:
+            reply = self._finish(self._start("shm_register", params=[size], fds=[fd]),
+                                 self.timeout if timeout is None else timeout)
+        finally:
+            os.close(fd)     # the daemon has its own mapping; ours is mapping
+        if not isinstance(reply, dict) or not isinstance(reply.get("region"), int):
+            raise ProtocolError("shm_register answered %r, not {region, size}" % (reply,))
+        with self._lock:
+            self._regions.add(Region(reply["region"], mapping, size))
+        return np.frombuffer(mapping, dtype, count).reshape(shape)
+
+    def shm_free(self, array, timeout=None):
+        """Unregisters the region array lives in (from shm_array). The array stays valid
+        memory, but gemm sends its bytes again. Refused (gemmd.Error INVALID_ARGUMENT) while a
+        gemm in flight writes its result there."""
+        with self._lock:
+            region, _ = self._regions.holding(byte_view(np.asarray(array)))
+        if region is None:
+            raise ValueError("the array is not in a shared-memory region of this client")
+        self._finish(self._start("shm_unregister", params=[region.id]),
+                     self.timeout if timeout is None else timeout)
+        with self._lock:
+            self._regions.remove(region)
+
     @property
     def in_flight(self):
         """Requests submitted and not yet completed."""
@@ -214,15 +262,17 @@ class Client:
                 "no reply from gemmd on %s within %gs" % (self.address, timeout)))
             raise
 
-    def _start(self, method, problem=None, out=None):
+    def _start(self, method, problem=None, out=None, params=(), fds=None):
+        """fds: descriptors passed (SCM_RIGHTS) with the request's first byte."""
         with self._lock:
             self._raise_if_failed()
-            call = Call(self._table.new_msgid(), method, problem, out)
+            call = Call(self._table.new_msgid(), method, problem, out, params, self._regions)
             future = Future(self, call)
             self._table.calls[call.msgid] = call
             self._futures[call.msgid] = future
             for i, piece in enumerate(call.pieces):
-                self._sendq.append([call, memoryview(piece), i % 2 == 1])
+                first_fds = fds if i == 0 else None
+                self._sendq.append([call, memoryview(piece), i % 2 == 1, first_fds])
             call.pieces = None
             self._send_some()
         return future
@@ -233,7 +283,8 @@ class Client:
             queue = deque()
             for entry in self._sendq:
                 if entry[0] is call and entry[2]:
-                    queue.extend([call, zero, False] for zero in zeros_like_pieces(entry[1]))
+                    queue.extend([call, zero, False, None]
+                                 for zero in zeros_like_pieces(entry[1]))
                 else:
                     queue.append(entry)
             self._sendq = queue
@@ -295,7 +346,11 @@ class Client:
         try:
             while self._sendq:
                 entry = self._sendq[0]
-                sent = self._sock.send(entry[1])
+                if entry[3]:
+                    sent = socket.send_fds(self._sock, [entry[1]], entry[3])
+                    entry[3] = None       # passed with the first byte sent
+                else:
+                    sent = self._sock.send(entry[1])
                 if sent < len(entry[1]):
                     entry[1] = entry[1][sent:]
                     return

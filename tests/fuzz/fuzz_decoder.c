@@ -75,7 +75,8 @@ static void on_response(run_state *s, const gp_event *ev) {
     s->in_gemm = true;
     memset(s->got, 0, sizeof s->got);
     memset(s->expected, 0, sizeof s->expected);
-    s->expected[GP_OPERAND_C] = ev->result_bytes;
+    s->expected[GP_OPERAND_C] = ev->result_bytes; /* 0 for a result in shared memory */
+    CHECK(!ev->result_in_shm || ev->result_bytes == 0);
     mix_u64(s, ev->result_hdr.m);
     mix(s, ev->result_hdr.device, strnlen(ev->result_hdr.device, GP_NAME_MAX));
   } else if (ev->result != NULL) {
@@ -116,6 +117,12 @@ static void on_event(run_state *s, const gp_event *ev, const uint8_t *fed, size_
     break;
   case GP_EV_PAYLOAD:
     on_payload(s, ev, fed, fed_len);
+    break;
+  case GP_EV_OPERAND_REF: /* the operand's bytes, all of them, are in shared memory */
+    CHECK(s->in_gemm && (unsigned)ev->operand < 3 && s->got[ev->operand] == 0);
+    s->got[ev->operand] = s->expected[ev->operand];
+    mix_u64(s, ev->region);
+    mix_u64(s, ev->offset);
     break;
   case GP_EV_MESSAGE_END:
     if (s->in_gemm) {

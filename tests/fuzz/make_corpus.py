@@ -109,6 +109,18 @@ def seeds():
     s["msgid_uint64"] = pack([0, 2**40, "ping", []])
     s["float_widths"] = (b"\x94\x00\x05\xa4gemm\x93\x85\xa1m\x01\xa1n\x01\xa1k\x01\xa5dtype\xa3f32"
                          b"\xa5alpha" + b"\xca" + struct.pack(">f", 0.5) + b"\xc4\x04\0\0\0\0\xc4\x04\0\0\0\0")
+    # shared memory (PROTOCOL.md section 3a)
+    s["shm_register"] = pack([0, 40, "shm_register", [1 << 20]])
+    s["shm_unregister_bad"] = pack([0, 41, "shm_unregister", ["one", 2]])
+    s["gemm_shm_refs"] = pack([0, 42, "gemm", [{"m": 2, "n": 2, "k": 2, "dtype": "f32",
+                                                "out": {"region": 1, "offset": 4096}},
+                                               {"region": 1, "offset": 0}, b"\0" * 16,
+                                               {"region": 2, "offset": 2**64 - 1}]])
+    s["gemm_shm_ref_bad"] = pack([0, 43, "gemm", [{"m": 1, "n": 1, "k": 1, "dtype": "f32"},
+                                                  {"region": -1, "offset": 1.5, "x": [1]}, b""]])
+    s["gemm_reply_shm"] = pack([1, 44, None, [{"m": 2, "n": 2, "dtype": "f32", "batch": 1,
+                                               "out": {"region": 1, "offset": 0, "bytes": 16}},
+                                              None]])
     return s
 
 

@@ -21,6 +21,7 @@ if(TARGET gemmd)
     prometheus          # a real Prometheus scrapes gemmd; counters read back by its query API
     journal             # log_target journal: structured fields on a fake journal socket
     check_config        # -h, option errors, --check-config's checks beyond the parser
+    shm                 # shared-memory regions: operands and results, every misuse
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -84,6 +85,17 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     TIMEOUT 300
     ENVIRONMENT
       "FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+
+  # shared memory on the GPU backend: operands copied from regions into staging (pausing while
+  # it is full), results written into regions.
+  add_test(NAME daemon_fake_shm
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_shm.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_shm PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
 
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason

@@ -224,6 +224,79 @@ START_TEST(ping_and_info) {
 }
 END_TEST
 
+static int64_t stat_int(gc_conn *conn, const char *path) {
+  void *buf;
+  size_t len;
+  int64_t v = -1;
+  ck_assert_int_eq(gc_stats(conn, 10000, &buf, &len), 0);
+  ck_assert_int_eq(gc_map_int(buf, len, path, &v), 0);
+  gc_free(buf);
+  return v;
+}
+
+/* A gemm with a, b, c (when which says so) and out placed in shm, checked; the caller's copies
+ * in j stay as the reference. */
+static void shm_gemm(gc_conn *conn, uint8_t *shm, job *j, const char *which) {
+  size_t sizes[4] = {gc_gemm_operand_bytes(&j->o, 'a'), gc_gemm_operand_bytes(&j->o, 'b'),
+                     gc_gemm_operand_bytes(&j->o, 'c'), gc_gemm_operand_bytes(&j->o, 'c')};
+  void *src[4] = {j->a, j->b, j->c, j->out}, *arg[4];
+  size_t at = 0;
+  for (int i = 0; i < 4; i++) {
+    arg[i] = src[i];
+    if (src[i] != NULL && strchr(which, "abco"[i]) != NULL) {
+      memcpy(shm + at, src[i], sizes[i]);
+      arg[i] = shm + at;
+      at += (sizes[i] + 63) / 64 * 64;
+    }
+  }
+  ck_assert_int_eq(gc_gemm(conn, &j->o, arg[0], arg[1], arg[2], arg[3], NULL), 0);
+  if (arg[3] != j->out) memcpy(j->out, arg[3], sizes[3]);
+  job_check(j, which);
+}
+
+START_TEST(shared_memory) {
+  gc_conn *conn = connect_env();
+  uint8_t *shm = NULL;
+  ck_assert_int_eq(gc_shm_alloc(conn, 1u << 20, 10000, (void **)&shm), 0);
+  ck_assert_ptr_nonnull(shm);
+  ck_assert_int_eq(stat_int(conn, "shm_regions"), 1);
+  static const gc_dtype dtypes[] = {GC_DTYPE_F32, GC_DTYPE_F64, GC_DTYPE_F16, GC_DTYPE_BF16};
+  static const char *const forms[] = {"abco", "abo", "ab", "o", "bc", "ao"};
+  for (size_t d = 0; d < 4; d++) {
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+      job j;
+      job_make(&j, 37, 29, 41, dtypes[d], f % 2, f % 3 == 0, 0.75, f % 2 ? 0.0 : -1.5,
+               1 + f % 2);
+      shm_gemm(conn, shm, &j, forms[f]);
+      job_free(&j);
+    }
+  }
+  /* nothing but framing crossed the socket for a gemm entirely in shared memory */
+  job j;
+  job_make(&j, 128, 128, 128, GC_DTYPE_F64, 0, 0, 1.0, 0.5, 1);
+  int64_t before = stat_int(conn, "bytes_in");
+  shm_gemm(conn, shm, &j, "abco");
+  ck_assert_int_lt(stat_int(conn, "bytes_in") - before, 1024);
+  /* an output overlapping an input: the daemon's INVALID_ARGUMENT */
+  j.o.beta = 0.0;
+  ck_assert_int_eq(gc_gemm(conn, &j.o, shm, shm + 8, NULL, shm, NULL), GC_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(gc_last_error(conn)->message, "overlap") != NULL, "%s",
+                gc_last_error(conn)->message);
+  job_free(&j);
+  ck_assert_int_eq(gc_shm_free(conn, shm + 1, 10000), GC_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(gc_shm_free(conn, shm, 10000), 0);
+  ck_assert_int_eq(stat_int(conn, "shm_regions"), 0);
+  /* a buffer still registered when the connection closes goes with it */
+  ck_assert_int_eq(gc_shm_alloc(conn, 4096, 10000, (void **)&shm), 0);
+  gc_close(conn);
+  conn = connect_env();
+  for (int i = 0; i < 1000 && stat_int(conn, "shm_regions") != 0; i++)
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  ck_assert_int_eq(stat_int(conn, "shm_regions"), 0);
+  gc_close(conn);
+}
+END_TEST
+
 START_TEST(timeout_leaves_connection_usable) {
   gc_conn *conn = connect_env();
   /* 16 MiB out in 1 ms is not possible: the client gives up mid-send, sends the rest as zeros
@@ -405,6 +478,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, blocking_forms);
     tcase_add_test(tc, in_place_and_batched);
     tcase_add_test(tc, ping_and_info);
+    tcase_add_test(tc, shared_memory);
     tcase_add_test(tc, timeout_leaves_connection_usable);
   }
   suite_add_tcase(s, tc);

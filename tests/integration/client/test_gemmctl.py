@@ -212,6 +212,20 @@ def test_verify_and_bench(ctx):
         out, _ = expect(gemmctl("bench", "--m", "4", "--n", "4", "--k", "4", "--requests", "5",
                                 "--dtype", "f16", addr=addr), EXIT_OK, "bench")
         assert "TFLOP/s" in out and "GB/s" in out and "p99" in out, out
+        # --shm: the matrices stay in shared memory; only framing crosses the socket
+        with h.Client(addr) as watcher:
+            before = watcher.call("stats")["bytes_in"]
+            out, _ = expect(gemmctl("--json", "bench", "--shm", "--m", "64", "--n", "64", "--k",
+                                    "64", "--requests", "20", "--concurrency", "3", addr=addr),
+                            EXIT_OK, "bench --shm")
+            assert json.loads(out)["requests"] == 20, out
+            sent = watcher.call("stats")["bytes_in"] - before
+            assert sent < 20 * 64 * 64 * 4, "bench --shm sent %d bytes" % sent
+    # --shm over TCP: refused, exit 1
+    with h.Daemon(ctx.gemmd, tcp=True) as d:
+        _, err = expect(gemmctl("bench", "--shm", "--m", "4", "--n", "4", "--k", "4",
+                                addr=d.address("tcp")), EXIT_SERVER, "bench --shm over TCP")
+        assert "Unix socket" in err, err
     # the daemon's refusal is exit 1, with its code
     with h.Daemon(ctx.gemmd, config={"limits": {"max_dim": 100}}) as d:
         out, err = expect(gemmctl("--json", "verify", "--m", "200", addr=d.address("unix")),

@@ -78,6 +78,10 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->gpu.memory_keep_bytes, b->gpu.memory_keep_bytes);
   ck_assert_int_eq(a->log_target, b->log_target);
   ck_assert_str_eq(a->metrics_listen, b->metrics_listen);
+  ck_assert_int_eq(a->shm.enabled, b->shm.enabled);
+  ck_assert_uint_eq(a->shm.max_regions_per_connection, b->shm.max_regions_per_connection);
+  ck_assert_uint_eq(a->shm.max_bytes_per_connection, b->shm.max_bytes_per_connection);
+  ck_assert_uint_eq(a->shm.max_bytes_total, b->shm.max_bytes_total);
 }
 
 /* Every field set to something else first: a key the file lacks would show. */
@@ -109,6 +113,9 @@ static void scramble(gd_config *cfg) {
   cfg->gpu.memory_keep_bytes = 1;
   cfg->log_target = GD_LOG_TARGET_STDERR;
   strcpy(cfg->metrics_listen, "tcp:1.2.3.4:5");
+  cfg->shm.enabled = false;
+  cfg->shm.max_regions_per_connection = 1;
+  cfg->shm.max_bytes_per_connection = cfg->shm.max_bytes_total = 1;
 }
 
 START_TEST(default_file_equals_builtin) {
@@ -146,8 +153,14 @@ START_TEST(every_key_parses) {
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
           "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
           "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
-          "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n",
+          "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
+          "shm: {enabled: false, max_regions_per_connection: 0, max_bytes_per_connection: 1MiB,"
+          " max_bytes_total: 2GiB}\n",
           &cfg);
+  ck_assert(!cfg.shm.enabled);
+  ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
+  ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
+  ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
   ck_assert_uint_eq(cfg.gpu.memory_keep_bytes, 64u << 20);
   ck_assert_int_eq(cfg.log_target, GD_LOG_TARGET_JOURNAL);
@@ -220,6 +233,9 @@ START_TEST(errors_name_line_and_column) {
   load_bad("limits:\n  max_connections: lots\n", "test.yaml:2:20:", "integer");
   load_bad("limits:\n  max_connections: -5\n", "test.yaml:2:20:", "integer");
   load_bad("limits:\n  max_buffered_bytes: 12XB\n", "test.yaml:2:23:", "size");
+  load_bad("shm:\n  enabled: yes\n", "test.yaml:2:12:", "expected true or false");
+  load_bad("shm:\n  enabled: 1\n", "test.yaml:2:12:", "expected true or false");
+  load_bad("shm:\n  max_regions_per_connection: 70000\n", "test.yaml:2:31:", "out of range");
   load_bad("limits:\n  max_operand_bytes: 8GiB\n", "test.yaml:2:22:", "out of range");
   load_bad("limits:\n  max_buffered_bytes: 99999999999999999999\n", "test.yaml:2:23:", "size");
   load_bad("backend: tpu\n", "test.yaml:1:10:", "auto, gpu or cpu");

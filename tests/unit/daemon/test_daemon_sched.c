@@ -207,6 +207,27 @@ START_TEST(memory_budget_from_the_header) {
 }
 END_TEST
 
+START_TEST(reservations_outside_jobs_share_the_budget) {
+  /* shared-memory regions: 1000 of 3000 reserved, then a 1200-byte job fits once, not twice */
+  start(100, 3000, false);
+  gp_error err;
+  ck_assert_int_eq(gd_sched_reserve(sched, 1000, &err), 0);
+  ck_assert_int_eq(gd_sched_reserve(sched, 2001, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_ptr_nonnull(strstr(err.message, "2000 of queue.memory_budget left"));
+  gp_gemm_hdr h = hdr_of(10, 10, 10);
+  gd_job *j1, *j2;
+  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2200);
+  gd_sched_unreserve(sched, 1000);
+  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  gd_sched_abandon(sched, j1);
+  gd_sched_abandon(sched, j2);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  stop();
+}
+END_TEST
+
 START_TEST(backend_host_bytes_and_prepare) {
   start(100, 5000, true);
   gp_gemm_hdr h = hdr_of(10, 10, 10);
@@ -516,6 +537,7 @@ int main(void) {
   tcase_add_test(tc, delivering_job_leaves_the_shared_queue);
   tcase_add_test(tc, memory_shares);
   tcase_add_test(tc, memory_budget_from_the_header);
+  tcase_add_test(tc, reservations_outside_jobs_share_the_budget);
   tcase_add_test(tc, backend_host_bytes_and_prepare);
   tcase_add_test(tc, draining_refuses);
   tcase_add_test(tc, deadline_from_timeout_ms);

@@ -61,6 +61,12 @@ static void record(tp_trace *t, const gp_event *ev) {
   if (ev->type == GP_EV_REQUEST) {
     e->gemm = ev->gemm;
     e->has_c = ev->has_c;
+    e->arg = ev->arg;
+  }
+  if (ev->type == GP_EV_OPERAND_REF) {
+    e->operand = ev->operand;
+    e->region = ev->region;
+    e->offset = ev->offset;
   }
   if (ev->type == GP_EV_RESPONSE) {
     e->is_gemm_result = ev->is_gemm_result;
@@ -140,7 +146,8 @@ void tp_trace_free(tp_trace *t) {
 
 static const char *type_name(gp_event_type type) {
   static const char *const names[] = {"NEED_MORE", "REQUEST", "NOTIFICATION", "RESPONSE",
-                                      "PAYLOAD",   "MESSAGE_END", "REJECT", "FATAL"};
+                                      "PAYLOAD",   "MESSAGE_END", "REJECT", "FATAL",
+                                      "OPERAND_REF"};
   return (unsigned)type < sizeof names / sizeof names[0] ? names[type] : "?";
 }
 
@@ -164,10 +171,12 @@ static bool event_equal(const tp_event *a, const tp_event *b) {
       a->is_gemm_result != b->is_gemm_result || a->result_bytes != b->result_bytes ||
       memcmp(&a->result_hdr, &b->result_hdr, sizeof a->result_hdr) != 0 ||
       a->has_result != b->has_result || strcmp(a->result_text, b->result_text) != 0 ||
-      a->payload_len != b->payload_len)
+      a->payload_len != b->payload_len || a->arg != b->arg || a->region != b->region ||
+      a->offset != b->offset)
     return false;
-  if (a->type == GP_EV_PAYLOAD &&
-      (a->operand != b->operand || memcmp(a->payload, b->payload, a->payload_len) != 0))
+  if ((a->type == GP_EV_PAYLOAD || a->type == GP_EV_OPERAND_REF) && a->operand != b->operand)
+    return false;
+  if (a->type == GP_EV_PAYLOAD && memcmp(a->payload, b->payload, a->payload_len) != 0)
     return false;
   return true;
 }

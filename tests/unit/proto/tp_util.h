@@ -28,7 +28,10 @@ typedef struct {
   uint64_t result_bytes;
   bool has_result;
   char result_text[1024]; /* the RESPONSE's generic result, printed by msgpack-c */
-  gp_operand operand;     /* PAYLOAD: pieces of one operand merged, offsets checked */
+  gp_operand operand;     /* PAYLOAD: pieces of one operand merged, offsets checked;
+                             OPERAND_REF: the operand */
+  uint64_t arg;           /* REQUEST: shm_register's size, shm_unregister's region */
+  uint64_t region, offset; /* OPERAND_REF */
   uint8_t *payload;
   size_t payload_len;
 } tp_event;

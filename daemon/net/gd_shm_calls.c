@@ -1,0 +1,139 @@
+/*
+ * gd_shm_calls.c - shared memory as the protocol layer uses it (see gd_shm_calls.h).
+ */
+#include "gd_shm_calls.h"
+
+#include <string.h>
+
+#include "gd_stats.h"
+#include "gp_encode.h"
+
+/* Bytes handed to the backend at a time when it lends no window (GPU without a free staging
+ * buffer): it then copies them aside, so keep that bounded. */
+#define FEED_SPILL_BYTES (1u << 20)
+
+static bool in_use(const gd_calls *calls, uint64_t id) {
+  for (const gd_call *c = calls->head; c; c = c->next)
+    if (!c->orphan && c->shm_out && c->out_region == id)
+      return true;
+  return false;
+}
+
+static int pack_register_reply(msgpack_sbuffer *out, uint32_t msgid, uint64_t id,
+                               uint64_t size) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (gp_pack_response_head(&pk, msgid) != 0 || msgpack_pack_map(&pk, 2) != 0)
+    return -1;
+  gd_pack_kv_u64(&pk, "region", id);
+  gd_pack_kv_u64(&pk, "size", size);
+  return 0;
+}
+
+static int pack_nil_reply(msgpack_sbuffer *out, uint32_t msgid) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  return gp_pack_response_head(&pk, msgid) != 0 || msgpack_pack_nil(&pk) != 0 ? -1 : 0;
+}
+
+int gd_shm_calls_method(gd_shm *t, const gd_shm_limits *lim, const gd_calls *calls,
+                        uint32_t msgid, gp_method method, uint64_t arg, msgpack_sbuffer *out,
+                        gp_error *err) {
+  int rc;
+  if (method == GP_METHOD_SHM_REGISTER) {
+    uint64_t id;
+    if ((rc = gd_shm_register(t, lim, arg, &id, err)) != 0)
+      return rc;
+    if (pack_register_reply(out, msgid, id, arg) != 0)
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
+    return 0;
+  }
+  if (in_use(calls, arg))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "region %llu is in use: a gemm in flight writes its result there",
+                        (unsigned long long)arg);
+  if ((rc = gd_shm_unregister(t, arg, err)) != 0)
+    return rc;
+  if (pack_nil_reply(out, msgid) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
+  return 0;
+}
+
+static int need_shm(const gd_shm *t, gp_error *err) {
+  if (t->totals)
+    return 0;
+  return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                      "shared memory needs a Unix socket connection (and shm.enabled)");
+}
+
+int gd_shm_calls_check_out(const gd_shm *t, const gp_gemm_hdr *hdr, gp_error *err) {
+  uint64_t bytes;
+  uint8_t *ptr;
+  int rc = need_shm(t, err);
+  if (rc != 0)
+    return rc;
+  if (!gp_gemm_operand_bytes(hdr, GP_OPERAND_C, &bytes)) /* validated: cannot happen */
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "out: the result size overflows");
+  return gd_shm_range(t, hdr->out_region, hdr->out_offset, bytes, "out", &ptr, err);
+}
+
+int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
+                     gd_shm_feed *feed, gp_error *err) {
+  const char *what = gp_operand_name(ev->operand);
+  uint64_t len = call->job->operand_bytes[ev->operand];
+  uint8_t *src;
+  int rc = need_shm(t, err);
+  if (rc == 0)
+    rc = gd_shm_range(t, ev->region, ev->offset, len, what, &src, err);
+  if (rc != 0)
+    return rc;
+  if (call->shm_out && call->out_region == ev->region &&
+      gd_shm_overlap(ev->offset, len, call->out_offset,
+                     call->job->operand_bytes[GP_OPERAND_C]))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "%s: bytes %llu..%llu of region %llu overlap the output", what,
+                        (unsigned long long)ev->offset, (unsigned long long)(ev->offset + len),
+                        (unsigned long long)ev->region);
+  *feed = (gd_shm_feed){ev->operand, src, 0, len};
+  return 0;
+}
+
+int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *pause,
+                      gp_error *err) {
+  *pause = false;
+  while (feed->left > 0 && !*pause) {
+    const void *data = feed->src + feed->done;
+    void *window;
+    size_t len;
+    if (gd_sched_input_window(sched, call->job, feed->operand, feed->done, &window, &len) &&
+        len > 0) {
+      if (len > feed->left)
+        len = (size_t)feed->left;
+      memcpy(window, data, len); /* the one copy, as the socket's read would have made */
+      data = window;
+    } else {
+      len = feed->left < FEED_SPILL_BYTES ? (size_t)feed->left : FEED_SPILL_BYTES;
+    }
+    int rc = gd_sched_input(sched, call->job, feed->operand, feed->done, data, len, pause, err);
+    if (rc != 0)
+      return rc;
+    feed->done += len;
+    feed->left -= len;
+  }
+  return 0;
+}
+
+int gd_shm_calls_output(const gd_shm *t, const gd_call *call, uint64_t offset, const void *data,
+                        size_t len) {
+  uint8_t *dst;
+  gp_error err;
+  if (gd_shm_range(t, call->out_region, call->out_offset + offset, len, "out", &dst, &err) != 0)
+    return -1;
+  memcpy(dst, data, len);
+  return 0;
+}
+
+int gd_shm_calls_reply(const gd_call *call, msgpack_sbuffer *out) {
+  return gp_encode_gemm_response_shm(out, call->msgid, &call->job->result, call->out_region,
+                                     call->out_offset, call->job->operand_bytes[GP_OPERAND_C]);
+}

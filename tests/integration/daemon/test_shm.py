@@ -1,0 +1,416 @@
+#!/usr/bin/python3
+"""Shared memory for local clients (proto/PROTOCOL.md, "Shared memory"): memfd regions passed
+with SCM_RIGHTS over the Unix socket, gemm operands and results in them, every dtype and mixed
+forms checked against a float64 reference, and every way a client could misuse it: unsealed or
+non-memfd descriptors, no descriptor, truncation after registering (refused by the seal),
+ranges past the end or overflowing, an output overlapping an input, unknown regions, quotas,
+TCP, and regions (and descriptors) released when the connection closes."""
+import fcntl
+import mmap
+import os
+import socket
+import sys
+
+import msgpack
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gemmd_harness as h  # noqa: E402
+
+DTYPES = ("f32", "f64", "f16", "bf16")
+U64_MAX = 2**64 - 1
+
+
+class Region:
+    """A sealed memfd of size bytes, mapped here, and registered on client (or not)."""
+
+    def __init__(self, size, seal=True):
+        self.size = size
+        self.fd = os.memfd_create("gemmd-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, size)
+        if seal:
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        self.map = mmap.mmap(self.fd, size)
+        self.id = None
+        self.used = 0
+
+    def register(self, client):
+        result = call_with_fd(client, "shm_register", [self.size], self.fd)
+        assert set(result) >= {"region", "size"} and result["size"] == self.size, result
+        self.id = result["region"]
+        return self
+
+    def put(self, arr, dtype):
+        """Writes arr (in dtype) at the next free offset; returns its reference map."""
+        data = h.to_wire(arr, dtype)
+        offset = self.used
+        self.map[offset:offset + len(data)] = data
+        self.used = (offset + len(data) + 63) // 64 * 64
+        return {"region": self.id, "offset": offset}
+
+    def take(self, nbytes):
+        """A reference to the next nbytes of free space (for an output)."""
+        ref = {"region": self.id, "offset": self.used}
+        self.used = (self.used + nbytes + 63) // 64 * 64
+        return ref
+
+    def read(self, ref, dtype, shape):
+        nbytes = int(np.prod(shape)) * h.DTYPES[dtype]
+        return h.from_wire(bytes(self.map[ref["offset"]:ref["offset"] + nbytes]), dtype, shape)
+
+    def close(self):
+        self.map.close()
+        os.close(self.fd)
+
+
+def send_with_fds(client, method, params, fds, msgid=None):
+    """The request, its first (and only) sendmsg carrying fds as SCM_RIGHTS."""
+    msgid = client._take_msgid(msgid)
+    data = msgpack.packb([0, msgid, method, params], use_bin_type=True)
+    socket.send_fds(client.sock, [data], list(fds))
+    return msgid
+
+
+def call_with_fd(client, method, params, fd):
+    reply = client.wait(send_with_fds(client, method, params, [] if fd is None else [fd]))
+    return client.result_of(reply)
+
+
+def expect_error(code, fn, *args, what=""):
+    try:
+        result = fn(*args)
+    except h.RpcError as exc:
+        if exc.code != code:
+            raise AssertionError("%s: %s, expected %s" % (what, exc, code)) from None
+        return exc.message
+    raise AssertionError("%s: succeeded (%s), expected %s" % (what, h._short(result), code))
+
+
+def gemm_refs(client, hdr, a, b, c=None):
+    """A gemm whose operands are each a reference map or an array (sent as a bin)."""
+    dtype = hdr["dtype"]
+    params = [hdr] + [x if isinstance(x, dict) else h.to_wire(x, dtype)
+                      for x in (a, b, c) if x is not None]
+    msgid = client._take_msgid(None)
+    client.send_raw(msgpack.packb([0, msgid, "gemm", params], use_bin_type=True))
+    return client.result_of(client.wait(msgid))
+
+
+def open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def shm_stats(client):
+    stats = client.call("stats")
+    return stats["shm_regions"], stats["shm_bytes"]
+
+
+def with_daemon(fn, **daemon_kwargs):
+    def run(ctx):
+        with ctx.daemon(**daemon_kwargs) as d, d.connect() as client:
+            fn(ctx, d, client)
+    run.__name__ = fn.__name__
+    return run
+
+
+def checked_gemm(ctx, client, region, m, n, k, dtype, forms, trans_a=False, trans_b=False,
+                 alpha=1.0, beta=0.0, batch=None):
+    """One gemm with a, b, c and the result each in shared memory or not (forms: a string of
+    the ones in shm, e.g. "ab" or "abco"), checked against the float64 reference."""
+    a, b = h.random_operands(ctx.rng, m, n, k, dtype, trans_a, trans_b, batch)
+    lead = (batch,) if batch else ()
+    c = h.round_to(ctx.rng.uniform(-1, 1, lead + (m, n)), dtype) if beta else None
+    hdr = {"m": m, "n": n, "k": k, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b,
+           "alpha": alpha, "beta": beta}
+    if batch:
+        hdr["batch"] = batch
+    shape = lead + (m, n)
+    out_ref = None
+    if "o" in forms:
+        out_ref = region.take(int(np.prod(shape)) * h.DTYPES[dtype])
+        hdr["out"] = out_ref
+    sent = [region.put(x, dtype) if x is not None and name in forms else x
+            for name, x in (("a", a), ("b", b), ("c", c))]
+    result = gemm_refs(client, hdr, *sent)
+    out_hdr, data = result
+    what = "shm gemm %dx%dx%d %s forms=%s" % (m, n, k, dtype, forms)
+    h.check_out_hdr(out_hdr, m, n, dtype, batch or 1, what)
+    if out_ref is not None:
+        assert data is None, "%s: a result in shm came with %r" % (what, type(data))
+        assert out_hdr["out"] == dict(out_ref, bytes=int(np.prod(shape)) * h.DTYPES[dtype]), \
+            out_hdr
+        out = region.read(out_ref, dtype, shape)
+    else:
+        out = h.from_wire(data, dtype, shape)
+    h.assert_close(out, a, b, c, alpha, beta, trans_a, trans_b, dtype, what)
+
+
+# ---- results
+
+
+@with_daemon
+def test_features_announce_shm_on_unix_only(ctx, d, client):
+    assert "shm" in client.call("info").get("features", []), client.call("info")
+    with ctx.daemon(tcp=True) as d2, d2.connect("tcp") as tcp:
+        assert "shm" not in tcp.call("info")["features"]
+
+
+@with_daemon
+def test_every_dtype_in_shm(ctx, d, client):
+    region = Region(1 << 20).register(client)
+    for dtype in DTYPES:
+        for forms in ("abo", "ab", "o", "ao", "bo"):
+            region.used = 0
+            checked_gemm(ctx, client, region, 33, 17, 65, dtype, forms)
+        region.used = 0
+        checked_gemm(ctx, client, region, 17, 9, 13, dtype, "abco", alpha=0.5, beta=-1.5)
+        region.used = 0
+        checked_gemm(ctx, client, region, 17, 9, 13, dtype, "bc", True, True, 2.0, 0.25)
+        region.used = 0
+        checked_gemm(ctx, client, region, 7, 5, 3, dtype, "abo", True, False, batch=3)
+
+
+@with_daemon
+def test_operands_in_two_regions(ctx, d, client):
+    r1 = Region(1 << 16).register(client)
+    r2 = Region(1 << 16).register(client)
+    a, b = h.random_operands(ctx.rng, 20, 30, 40, "f32")
+    out = r2.take(20 * 30 * 4)
+    result = gemm_refs(client, {"m": 20, "n": 30, "k": 40, "dtype": "f32", "out": out},
+                       r1.put(a, "f32"), r2.put(b, "f32"))
+    assert result[1] is None
+    h.assert_close(r2.read(out, "f32", (20, 30)), a, b, None, 1.0, 0.0, False, False, "f32")
+    assert shm_stats(client) == (2, 2 << 16)
+
+
+def test_larger_than_staging(ctx):
+    """Operands from regions many staging buffers long: on the GPU backend the copy pauses
+    while staging is full and resumes; results still exact."""
+    with ctx.daemon(config={"gpu": {"staging_bytes": "64KiB"}}) as d, d.connect() as client:
+        region = Region(4 << 20).register(client)
+        for dtype in ("f32", "f64"):
+            region.used = 0
+            checked_gemm(ctx, client, region, 300, 260, 280, dtype, "abco", alpha=1.0,
+                         beta=0.5)
+            region.used = 0
+            checked_gemm(ctx, client, region, 300, 260, 280, dtype, "ao")
+
+
+@with_daemon
+def test_unregister_and_reuse(ctx, d, client):
+    region = Region(4096).register(client)
+    assert client.call("shm_unregister", [region.id]) is None
+    assert shm_stats(client) == (0, 0)
+    expect_error("NOT_FOUND", client.call, "shm_unregister", [region.id], what="twice")
+    a = np.ones((4, 4))
+    expect_error("NOT_FOUND", gemm_refs, client, {"m": 4, "n": 4, "k": 4, "dtype": "f32"},
+                 {"region": region.id, "offset": 0}, a, what="unregistered operand")
+    region2 = Region(4096).register(client)
+    assert region2.id != region.id
+    checked_gemm(ctx, client, region2, 4, 4, 4, "f32", "abo")
+
+
+# ---- refusals
+
+
+@with_daemon
+def test_registration_refused(ctx, d, client):
+    unsealed = Region(4096, seal=False)
+    msg = expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [4096],
+                       unsealed.fd, what="unsealed memfd")
+    assert "F_SEAL_SHRINK" in msg, msg
+    sealed = Region(4096)
+    expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [8192], sealed.fd,
+                 what="declared size over the memfd's")
+    expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [0], sealed.fd,
+                 what="size 0")
+    msg = expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [4096], None,
+                       what="no descriptor")
+    assert "no file descriptor" in msg, msg
+    rfd, wfd = os.pipe()
+    expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [4096], rfd,
+                 what="a pipe")
+    with open(os.path.join(d.dir, "plain"), "wb+") as plain:
+        plain.truncate(4096)
+        expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [4096],
+                     plain.fileno(), what="a plain file (no seals)")
+    with open("/dev/null", "rb") as null:
+        expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [4096],
+                     null.fileno(), what="/dev/null")
+    expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", ["big"], sealed.fd,
+                 what="a str size")
+    expect_error("INVALID_ARGUMENT", call_with_fd, client, "shm_register", [], sealed.fd,
+                 what="no size")
+    os.close(rfd)
+    os.close(wfd)
+    # each refused request consumed its descriptor: the next one pairs correctly
+    assert sealed.register(client).id >= 1
+    assert shm_stats(client) == (1, 4096)
+
+
+@with_daemon
+def test_truncation_refused_by_the_seal(ctx, d, client):
+    region = Region(1 << 16).register(client)
+    try:
+        os.ftruncate(region.fd, 0)
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("ftruncate of a registered (sealed) memfd succeeded")
+    assert os.fstat(region.fd).st_size == 1 << 16
+    checked_gemm(ctx, client, region, 64, 64, 64, "f32", "abo")
+
+
+@with_daemon
+def test_ranges_checked(ctx, d, client):
+    region = Region(4096).register(client)
+    hdr = {"m": 16, "n": 16, "k": 16, "dtype": "f32"}          # 1024 bytes each
+    a = np.ones((16, 16))
+    cases = [({"region": region.id, "offset": 3073}, "one byte past the end"),
+             ({"region": region.id, "offset": 4096}, "at the end"),
+             ({"region": region.id, "offset": U64_MAX}, "offset + length overflows"),
+             ({"region": region.id, "offset": U64_MAX - 1000}, "offset + length wraps")]
+    for ref, what in cases:
+        expect_error("INVALID_ARGUMENT", gemm_refs, client, hdr, ref, a, what="a " + what)
+        expect_error("INVALID_ARGUMENT", gemm_refs, client, hdr, a, ref, what="b " + what)
+        expect_error("INVALID_ARGUMENT", gemm_refs, client, dict(hdr, out=ref), a, a,
+                     what="out " + what)
+    expect_error("NOT_FOUND", gemm_refs, client, hdr, {"region": 999, "offset": 0}, a,
+                 what="unknown region")
+    expect_error("NOT_FOUND", gemm_refs, client, dict(hdr, out={"region": 999}), a, a,
+                 what="unknown out region")
+    for bad, what in (({"offset": 0}, "no region"), ({"region": -1}, "negative region"),
+                      ({"region": region.id, "size": 3}, "unknown key")):
+        expect_error("INVALID_ARGUMENT", gemm_refs, client, hdr, bad, a, what=what)
+    # a key given twice: msgpack by hand, as no dict can hold it
+    twice = b"\x82" + (msgpack.packb("region") + msgpack.packb(region.id)) * 2
+    raw = (b"\x94\x00\xcd\x10\x00\xa4gemm\x93" + msgpack.packb(hdr) + twice +
+           msgpack.packb(h.to_wire(a, "f32"), use_bin_type=True))
+    client.send_raw(raw)
+    reply = client.wait(0x1000)
+    assert reply.error["code"] == "INVALID_ARGUMENT" and "duplicate" in \
+        reply.error["message"], reply.error
+    expect_error("INVALID_ARGUMENT", gemm_refs, client, dict(hdr, out=7), a, a,
+                 what="out not a map")
+    # the last byte fits exactly
+    ref = {"region": region.id, "offset": 3072}
+    region.map[3072:4096] = h.to_wire(a, "f32")
+    out_hdr, c = gemm_refs(client, hdr, ref, a)
+    assert np.all(h.from_wire(c, "f32", (16, 16)) == 16.0)
+    # the connection is still in step
+    assert client.call("ping") == "pong"
+
+
+@with_daemon
+def test_output_overlapping_an_input_refused(ctx, d, client):
+    region = Region(1 << 14).register(client)
+    hdr = {"m": 16, "n": 16, "k": 16, "dtype": "f32"}
+    a = np.ones((16, 16))
+    for a_off, out_off in ((0, 0), (0, 1020), (1020, 0), (512, 1024 - 4)):
+        msg = expect_error("INVALID_ARGUMENT", gemm_refs, client,
+                           dict(hdr, out={"region": region.id, "offset": out_off}),
+                           {"region": region.id, "offset": a_off}, a,
+                           what="overlap a@%d out@%d" % (a_off, out_off))
+        assert "overlap" in msg, msg
+    expect_error("INVALID_ARGUMENT", gemm_refs, client,
+                 dict(hdr, beta=1.0, out={"region": region.id, "offset": 2048}), a, a,
+                 {"region": region.id, "offset": 2048}, what="c in place")
+    # adjacent is fine
+    region.map[0:1024] = h.to_wire(a, "f32")
+    out_hdr, c = gemm_refs(client, dict(hdr, out={"region": region.id, "offset": 1024}),
+                           {"region": region.id, "offset": 0}, a)
+    assert c is None and np.all(region.read({"offset": 1024}, "f32", (16, 16)) == 16.0)
+
+
+def test_quotas(ctx):
+    config = {"shm": {"max_regions_per_connection": 2, "max_bytes_per_connection": 12288,
+                      "max_bytes_total": 16384}}
+    with ctx.daemon(config=config) as d, d.connect() as one, d.connect() as two:
+        Region(4096).register(one)
+        Region(4096).register(one)
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(4096).register, one,
+                           what="third region")
+        assert "max_regions_per_connection" in msg, msg
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(16384).register, two,
+                           what="over per conn")
+        assert "max_bytes_per_connection" in msg, msg
+        Region(8192).register(two)
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(4096).register, two, what="over total")
+        assert "max_bytes_total" in msg, msg
+        assert shm_stats(one) == (3, 16384)
+
+
+def test_regions_count_against_the_memory_budget(ctx):
+    config = {"queue": {"memory_budget": "1MiB"}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        region = Region(512 << 10).register(client)
+        assert client.call("stats")["reserved_bytes"] == 512 << 10
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(768 << 10).register, client,
+                           what="over the budget")
+        assert "queue.memory_budget" in msg, msg
+        big = np.ones((256, 256))                       # 3 x 256 KiB in f32: over 512 KiB
+        if h.TEST_BACKEND == "cpu":   # the CPU holds a job's operands in host memory
+            expect_error("RESOURCE_EXHAUSTED", client.gemm,
+                         {"m": 256, "n": 256, "k": 256, "dtype": "f32"}, big, big,
+                         what="gemm over what the region left of the budget")
+        client.call("shm_unregister", [region.id])
+        assert client.call("stats")["reserved_bytes"] == 0
+        out_hdr, c = client.gemm({"m": 256, "n": 256, "k": 256, "dtype": "f32"}, big, big)
+        assert np.all(c == 256.0)
+
+
+def test_no_regions_allowed(ctx):
+    """With max_regions_per_connection 0 every descriptor is closed on arrival: the refusal
+    still names the quota, not a missing descriptor."""
+    with ctx.daemon(config={"shm": {"max_regions_per_connection": 0}}) as d, \
+            d.connect() as client:
+        msg = expect_error("RESOURCE_EXHAUSTED", Region(4096).register, client, what="none")
+        assert "max_regions_per_connection" in msg, msg
+        assert client.call("ping") == "pong"
+
+
+def test_disabled(ctx):
+    with ctx.daemon(config={"shm": {"enabled": False}}) as d, d.connect() as client:
+        assert "shm" not in client.call("info")["features"]
+        expect_error("INVALID_ARGUMENT", Region(4096).register, client, what="disabled")
+        assert client.call("ping") == "pong"
+
+
+def test_tcp_refused(ctx):
+    with ctx.daemon(tcp=True) as d, d.connect("tcp") as client:
+        msg = expect_error("INVALID_ARGUMENT", client.call, "shm_register", [4096],
+                           what="register over TCP")
+        assert "Unix socket" in msg, msg
+        expect_error("INVALID_ARGUMENT", gemm_refs, client,
+                     {"m": 1, "n": 1, "k": 1, "dtype": "f32"}, {"region": 1, "offset": 0},
+                     np.ones((1, 1)), what="a reference over TCP")
+        assert client.call("ping") == "pong"
+
+
+def test_released_with_the_connection(ctx):
+    with ctx.daemon() as d:
+        with d.connect() as watcher:
+            watcher.call("ping")          # accepted: its socket counts in before
+            before = open_fds(d.pid)
+            with d.connect() as client:
+                regions = [Region(1 << 16).register(client) for _ in range(3)]
+                # descriptors sent with requests that take none, beyond the queue's cap
+                for _ in range(80):
+                    client.wait(send_with_fds(client, "ping", [], [regions[0].fd]))
+                assert shm_stats(watcher) == (3, 3 << 16)
+                assert client.call("stats")["shm_fds_dropped"] >= 80 - 16
+            h.wait_until(lambda: shm_stats(watcher) == (0, 0), 10 * d.scale,
+                         "the regions to go with their connection")
+            h.wait_until(lambda: open_fds(d.pid) <= before, 10 * d.scale,
+                         "the daemon's descriptors back to %d" % before)
+            for r in regions:
+                r.close()
+
+
+if __name__ == "__main__":
+    sys.exit(h.main([test_features_announce_shm_on_unix_only, test_every_dtype_in_shm,
+                     test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
+                     test_registration_refused, test_truncation_refused_by_the_seal,
+                     test_ranges_checked, test_output_overlapping_an_input_refused, test_quotas,
+                     test_regions_count_against_the_memory_budget, test_no_regions_allowed,
+                     test_disabled, test_tcp_refused, test_released_with_the_connection]))
