@@ -3,12 +3,13 @@
 
 Each execution opens a connection, writes one input (valid requests mutated: bit flips,
 interesting bytes, truncations, splices of two messages, huge declared lengths, random
-msgpack objects as whole messages, params or header values), half-closes, and reads until the
-daemon closes (one in ten closes at once instead): every reply must be a well-formed
-msgpack-RPC response, and the daemon must close once it has answered (a connection left
-hanging is a failure). After each batch the daemon must still be running, answer ping and
-gemms checked against the float64 reference, hold no connection, job or reserved byte of the
-batch any more (stats), and its log must hold no sanitizer report.
+msgpack objects as whole messages, params or header values; a memfd passed and registered,
+then gemms naming it, in bounds or not), half-closes, and reads until the daemon closes (one in
+ten closes at once instead): every reply must be a well-formed msgpack-RPC response, and the
+daemon must close once it has answered (a connection left hanging is a failure). After each
+batch the daemon must still be running, answer ping and gemms checked against the float64
+reference, hold no connection, job, reserved byte or shared-memory region of the batch any more
+(stats), and its log must hold no sanitizer report.
 
   fuzz_socket.py --gemmd PATH [--seconds S] [--executions N] [--batch N] [--workers N]
   fuzz_socket.py --gemmd PATH --replay DIR|FILE...
@@ -20,7 +21,9 @@ fuzz-failure/ in the daemon's temp dir (kept), one file per input; --replay send
 replays a run."""
 import argparse
 import concurrent.futures
+import fcntl
 import os
+import re
 import socket
 import struct
 import sys
@@ -36,6 +39,7 @@ from load_util import h  # noqa: E402
 # reserving much (the same code paths as with the defaults, less memory under ASan).
 CONFIG = {"log_level": "error", "cpu": {"threads": 2},
           "queue": {"memory_budget": "256MiB", "max_jobs": 64},
+          "shm": {"max_bytes_per_connection": "1MiB", "max_bytes_total": "64MiB"},
           "limits": {"max_operand_bytes": "16MiB", "max_message_bytes": "64MiB"},
           "timeouts": {"request_ms": 10000}}
 INTERESTING = [0x00, 0x01, 0x7f, 0x80, 0xff, 0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7,
@@ -178,16 +182,45 @@ class Fuzzer:
     def pack(obj):
         return msgpack.packb(obj, use_bin_type=True)
 
+    def ref(self, size):
+        """A reference into region 1 (mostly), in bounds or not."""
+        ref = {"region": self.choice([1, 1, 1, 2, 0])}
+        if self.chance(0.8):
+            ref["offset"] = self.choice([0, 0, self.randint(0, size), size, 2**63, -1])
+        return ref
+
+    def shm_input(self):
+        """A memfd of `size` bytes registered, then a gemm naming it (mutated or not): returns
+        (bytes, size); the descriptor goes with the first byte."""
+        size = self.choice([0, 1, 4096, 65536, self.randint(1, 65536)])
+        declared = size if self.chance(0.8) else self.choice([0, size + 1, 2**32, 2**64 - 1])
+        gemm = self.gemm_seed()
+        params = gemm[3]
+        for i in range(1, len(params)):
+            if self.chance(0.6):
+                params[i] = self.ref(size)
+        if self.chance(0.3):
+            params[0]["out"] = self.ref(size)
+        tail = self.pack(gemm)
+        if self.chance(0.3):
+            tail = self.mutate(tail)
+        if self.chance(0.3):
+            tail += self.pack([0, self.msgid(), "shm_unregister", [self.choice([1, 2, "x"])]])
+        return self.pack([0, self.msgid(), "shm_register", [declared]]) + tail, size
+
     def input(self):
-        kind = self.randint(0, 9)
+        """(bytes, memfd size or None): one execution's input."""
+        kind = self.randint(0, 10)
         if kind < 5:
             data = b"".join(self.pack(self.seed()) for _ in range(self.randint(1, 3)))
-            return self.mutate(data)
+            return self.mutate(data), None
         if kind < 8:
-            return self.pack(self.structured())
+            return self.pack(self.structured()), None
         if kind == 8:
-            return self.pack(self.random_object())
-        return self.rng.bytes(self.randint(1, 256))
+            return self.pack(self.random_object()), None
+        if kind == 9:
+            return self.shm_input()
+        return self.rng.bytes(self.randint(1, 256)), None
 
 
 def _well_formed(obj):
@@ -200,15 +233,32 @@ def _well_formed(obj):
                              isinstance(error.get("message"), str) and obj[3] is None)
 
 
-def execute(path, data, timeout, abrupt):
-    """One input on a fresh connection; returns None or what went wrong. abrupt: close at once
-    without reading (the daemon's replies then meet a closed peer)."""
+def _send_with_memfd(sock, data, size):
+    """data, with a sealed memfd of size bytes attached to its first byte (SCM_RIGHTS)."""
+    fd = os.memfd_create("fuzz", os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        sent = sock.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                          struct.pack("i", fd))])
+    finally:
+        os.close(fd)
+    sock.sendall(data[sent:])
+
+
+def execute(path, item, timeout, abrupt):
+    """One input (bytes, memfd size or None) on a fresh connection; returns None or what went
+    wrong. abrupt: close at once without reading (the replies then meet a closed peer)."""
+    data, memfd_size = item
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
         try:
-            sock.sendall(data)
+            if memfd_size is None:
+                sock.sendall(data)
+            else:
+                _send_with_memfd(sock, data, memfd_size)
             sock.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass  # closed on a fatal error before all of it went: fine
@@ -241,7 +291,7 @@ def execute(path, data, timeout, abrupt):
 def _settled(st):
     """Every fuzz connection closed (only the health client is left) and nothing held."""
     return (st["connections"] == 1 and st["queue_depth"] == 0 and st["jobs_running"] == 0 and
-            st["reserved_bytes"] == 0)
+            st["reserved_bytes"] == 0 and st.get("shm_regions", 0) == 0)
 
 
 def _healthy(d, client, rng_):
@@ -250,16 +300,18 @@ def _healthy(d, client, rng_):
     assert client.call("ping") == "pong"
     h.check_gemm(client, rng_, 13, 11, 7, "f32")
     h.check_gemm(client, rng_, 5, 6, 4, "f64", beta=0.5)
-    lu.wait_stats(d, _settled, 10 * d.scale, "no connection, job or reserved byte left over "
-                  "from the batch", client)
+    lu.wait_stats(d, _settled, 10 * d.scale, "no connection, job, reserved byte or region "
+                  "left over from the batch", client)
     d.check_log()
 
 
 def _keep(d, inputs):
+    """The batch's inputs as files, in order; a memfd's size in the name (input-N.fd-SIZE)."""
     folder = os.path.join(d.dir, "fuzz-failure")
     os.makedirs(folder, exist_ok=True)
-    for i, data in enumerate(inputs):
-        with open(os.path.join(folder, "input-%04d.bin" % i), "wb") as f:
+    for i, (data, memfd_size) in enumerate(inputs):
+        name = "input-%04d%s.bin" % (i, "" if memfd_size is None else ".fd-%d" % memfd_size)
+        with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
     return folder
 
@@ -300,7 +352,8 @@ def _replay_inputs(paths):
     inputs = []
     for name in files:
         with open(name, "rb") as f:
-            inputs.append(f.read())
+            memfd = re.search(r"\.fd-(\d+)\.bin$", name)
+            inputs.append((f.read(), int(memfd.group(1)) if memfd else None))
     return inputs
 
 
@@ -332,6 +385,7 @@ def test_fuzz_socket(ctx):
                    seconds="%.1f" % elapsed, per_s="%.0f" % (executions / elapsed),
                    requests_seen=st["requests"]["total"],
                    error_replies=sum(st["errors"].values()),
+                   shm_registered=st.get("shm_registered_total", 0),
                    connections=st["connections_total"], failures=0,
                    rss_before_mib=lu.mib(rss_before), rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
 
