@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "gd_auth_setup.h"
 #include "gd_backend_cpu.h"
 #include "gd_clock.h"
 #include "gd_cli.h"
@@ -107,6 +108,20 @@ static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
   return 0;
 }
 
+/* The token, and the refusal of exposed TCP without one (gd_auth_setup.h). */
+static int start_auth(const gd_config *cfg, gd_auth_token *token, gp_error *err) {
+  char why[GD_CONFIG_ERROR_MAX];
+  if (gd_auth_check(cfg, token, why, sizeof why) != 0)
+    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
+  const char *exposed = gd_auth_first_exposed(cfg);
+  if (exposed && token->len == 0)
+    gd_warn("listen %s: TCP without authentication (auth.allow_unauthenticated_tcp: true): "
+            "anyone who can reach it can use this daemon", exposed);
+  else if (token->len > 0)
+    gd_info("auth: TCP connections must authenticate (token from %s)", cfg->auth_token_file);
+  return 0;
+}
+
 /* bind() through libuv reports a missing directory as "permission denied": say what it is. */
 static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t n,
                              gp_error *err) {
@@ -167,6 +182,14 @@ static int check_config(const gd_cli *cli, const gd_config *cfg, const char *con
   int count = gd_config_check(cfg, activated, problems, sizeof problems);
   fputs(problems, stderr);
   count += check_backend(cfg);
+  char why[GD_CONFIG_ERROR_MAX];
+  if (gd_auth_check(cfg, NULL, why, sizeof why) != 0) {
+    fprintf(stderr, "%s\n", why);
+    count++;
+  } else if (gd_auth_first_exposed(cfg) && !cfg->auth_token_file[0]) {
+    printf("note: listen %s: TCP without a token (auth.allow_unauthenticated_tcp: true)\n",
+           gd_auth_first_exposed(cfg));
+  }
   if (count > 0) {
     fprintf(stderr, "%s: %d problem%s: gemmd would not work with this configuration\n", name,
             count, count == 1 ? "" : "s");
@@ -215,8 +238,10 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   d.srv.unix_socket_gid = -1; /* until the config names one: never root's group by default */
   d.srv.fd_limit = fd_limit();
   gd_daemon_net_limits(&d.cfg, &d.srv.limits);
-  if (parse_listen(&d.cfg, addrs, &err) != 0 || create_backend(&d.cfg, &d.backend, &err) != 0)
+  if (parse_listen(&d.cfg, addrs, &err) != 0 || start_auth(&d.cfg, &d.srv.token, &err) != 0 ||
+      create_backend(&d.cfg, &d.backend, &err) != 0)
     goto out_loop;
+  d.srv.exposed_tcp_ok = d.srv.token.len > 0 || d.cfg.allow_unauthenticated_tcp;
   gd_sched_limits limits = {d.cfg.max_jobs, d.cfg.memory_budget};
   if (gd_sched_new(&loop, d.backend, &limits, &d.stats, &d.sched, &err) != 0)
     goto out_backend;

@@ -29,8 +29,8 @@
  * after all input is used up (call with len 0).
  *
  * Events of one message, in order:
- *   SERVER role: REQUEST, then for gemm its PAYLOAD events (a, then b, then c;
- *                an operand sent as a region reference is one OPERAND_REF instead),
+ *   SERVER role: REQUEST (auth: with its token), then for gemm its PAYLOAD events (a, then b,
+ *                then c; an operand sent as a region reference is one OPERAND_REF instead),
  *                then MESSAGE_END.  NOTIFICATION then MESSAGE_END.
  *   CLIENT role: RESPONSE, then for a gemm reply its PAYLOAD events (c), then
  *                MESSAGE_END.
@@ -81,6 +81,9 @@ typedef struct {
   gp_method method;          /* REQUEST, NOTIFICATION */
   gp_gemm_hdr gemm;          /* REQUEST of a gemm: parsed, defaults filled, validated */
   bool has_c;                /* REQUEST of a gemm: params carried c */
+  const uint8_t *token;      /* REQUEST of auth: its first min(token_len, GP_AUTH_TOKEN_MAX)
+                                bytes, valid until the next feed call */
+  size_t token_len;          /* REQUEST of auth: the token's full length (str or bin) */
   gp_error err;              /* RESPONSE (the daemon's error), REJECT, FATAL */
   bool is_gemm_result;       /* RESPONSE: the result is [out_hdr, c] */
   gp_gemm_result_hdr result_hdr;

@@ -34,6 +34,7 @@ typedef enum {
   GP__K_HDR,         /* the gemm header map */
   GP__K_PARAMS_SHM,  /* shm_register [size] / shm_unregister [region] */
   GP__K_SHMREF,      /* {"region": id, "offset": N}: an operand, or the header's "out" */
+  GP__K_PARAMS_AUTH, /* [token] */
   GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
   GP__K_OUT_HDR,     /* client: the gemm reply header map */
   GP__K_TIMINGS,     /* client: out_hdr.timings */

@@ -84,6 +84,13 @@ static gp__action read_params(gp_decoder *d, const gp__token *tok) {
   }
   if (d->method == GP_METHOD_SHM_REGISTER || d->method == GP_METHOD_SHM_UNREGISTER)
     return gp__shm_params(d, tok);
+  if (d->method == GP_METHOD_AUTH) {
+    if (tok->type == GP__TOK_ARRAY && tok->len == 1)
+      return (gp__action){GP__K_PARAMS_AUTH, GP__BODY_NONE};
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: auth takes [token], got %s",
+                gp__tok_words(tok));
+    return gp__skip_action(GP__K_ENVELOPE, tok);
+  }
   if (tok->type == GP__TOK_ARRAY && tok->len == 0)
     return (gp__action){GP__K_SKIP, GP__BODY_NONE};
   if (tok->type == GP__TOK_ARRAY)
@@ -117,6 +124,16 @@ static void method_read(gp_decoder *d) {
   char name[64];
   gp__printable(name, sizeof name, d->str, d->str_len);
   gp__rejectf(d, GP_E_UNIMPLEMENTED, "method \"%s\" is not implemented", name);
+}
+
+/* ---- auth params: [token] ---- */
+
+_Static_assert(GP__STR_CAP >= GP_AUTH_TOKEN_MAX, "the decoder keeps every byte of a token");
+
+static gp__action auth_param(gp_decoder *d, const gp__token *tok) {
+  if (tok->type == GP__TOK_STR || tok->type == GP__TOK_BIN)
+    return COLLECT; /* a str or bin within max_string_bytes: never a payload */
+  return reject_type(d, GP__K_PARAMS_AUTH, tok, "token", "a str or bin");
 }
 
 /* ---- gemm params: [hdr, a, b(, c)] ---- */
@@ -282,6 +299,8 @@ static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
     return envelope_element(d, f, tok);
   case GP__K_PARAMS_GEMM:
     return gemm_param(d, f, tok);
+  case GP__K_PARAMS_AUTH:
+    return auth_param(d, tok);
   case GP__K_HDR:
     return (f->index % 2 == 0) ? hdr_key(d, tok) : hdr_value(d, tok);
   case GP__K_PARAMS_SHM:
@@ -299,6 +318,7 @@ static void server_on_string(gp_decoder *d) {
     return;
   if (f->kind == GP__K_ENVELOPE)
     method_read(d);
+
   else if (f->kind == GP__K_HDR && f->index % 2 == 0)
     hdr_key_read(d);
   else if (f->kind == GP__K_HDR)
@@ -322,6 +342,10 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
     return;
   if (d->msg_type == GP__MSG_NOTIFICATION) {
     gp__emit(d, GP_EV_NOTIFICATION);
+  } else if (d->method == GP_METHOD_AUTH) {
+    gp_event *ev = gp__emit(d, GP_EV_REQUEST);
+    ev->token = (const uint8_t *)d->str; /* auth_param collected it: the only element */
+    ev->token_len = d->str_len;
   } else if (d->method != GP_METHOD_GEMM) {
     /* ping, info, stats: complete with their []; shm_register/unregister with their one
      * integer */

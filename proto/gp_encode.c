@@ -123,6 +123,17 @@ int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *meth
   return GP_OK;
 }
 
+int gp_encode_auth_request(msgpack_sbuffer *out, uint32_t msgid, const char *token, size_t len) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  if (token == NULL || len > UINT32_MAX)
+    return GP_E_INVALID_ARGUMENT;
+  PACK(pack_request_head(&pk, msgid, "auth"));
+  PACK(msgpack_pack_array(&pk, 1));
+  PACK(msgpack_pack_str_with_body(&pk, token, len));
+  return GP_OK;
+}
+
 int gp_encode_notification(msgpack_sbuffer *out, const char *method) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
@@ -243,6 +254,14 @@ int gp_encode_pong_response(msgpack_sbuffer *out, uint32_t msgid) {
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
   PACK(gp_pack_response_head(&pk, msgid));
   PACK(pack_cstr(&pk, "pong"));
+  return GP_OK;
+}
+
+int gp_encode_true_response(msgpack_sbuffer *out, uint32_t msgid) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  PACK(gp_pack_response_head(&pk, msgid));
+  PACK(msgpack_pack_true(&pk));
   return GP_OK;
 }
 

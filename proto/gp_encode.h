@@ -36,6 +36,8 @@ int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method);
 /* [0, msgid, method, [value]]: shm_register [size], shm_unregister [region]. */
 int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *method,
                           uint64_t value);
+/* [0, msgid, "auth", [token]], the token as a str of len bytes. */
+int gp_encode_auth_request(msgpack_sbuffer *out, uint32_t msgid, const char *token, size_t len);
 
 /* [2, method, []] */
 int gp_encode_notification(msgpack_sbuffer *out, const char *method);
@@ -70,6 +72,9 @@ int gp_encode_error_response(msgpack_sbuffer *out, uint32_t msgid, int code, con
 
 /* [1, msgid, nil, "pong"] */
 int gp_encode_pong_response(msgpack_sbuffer *out, uint32_t msgid);
+
+/* [1, msgid, nil, true]: auth's answer to the right token. */
+int gp_encode_true_response(msgpack_sbuffer *out, uint32_t msgid);
 
 /* Packs [1, msgid, nil, and leaves the result to the caller (one object: info and stats maps). */
 int gp_pack_response_head(msgpack_packer *pk, uint32_t msgid);

@@ -67,6 +67,8 @@ const char *gp_method_name(gp_method m) {
     return "shm_register";
   case GP_METHOD_SHM_UNREGISTER:
     return "shm_unregister";
+  case GP_METHOD_AUTH:
+    return "auth";
   default:
     return NULL;
   }

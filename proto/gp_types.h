@@ -44,12 +44,17 @@ typedef enum {
   GP_METHOD_STATS,
   GP_METHOD_SHM_REGISTER,   /* [size], with a memfd over SCM_RIGHTS (Unix sockets only) */
   GP_METHOD_SHM_UNREGISTER, /* [region] */
+  GP_METHOD_AUTH,           /* [token] */
 } gp_method;
-#define GP_METHOD_LAST GP_METHOD_SHM_UNREGISTER
-/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister"; NULL for
+#define GP_METHOD_LAST GP_METHOD_AUTH
+/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister", "auth"; NULL for
  * GP_METHOD_UNKNOWN. */
 const char *gp_method_name(gp_method m);
 gp_method gp_method_from_name(const char *name, size_t len);
+
+/* The longest token `auth` compares: the decoder keeps this many bytes of the token; a longer
+ * one can never match. */
+#define GP_AUTH_TOKEN_MAX 256
 
 typedef enum { GP_OPERAND_A = 0, GP_OPERAND_B = 1, GP_OPERAND_C = 2 } gp_operand;
 /* "a", "b", "c" */

@@ -162,6 +162,7 @@ typedef enum {
   F_FRACTION, /* 0 < x <= 1 */
   F_KERNEL,   /* a name */
   F_GROUP,    /* a group name or number; empty = none */
+  F_PATH,     /* a file path; "" = none */
   F_BOOL,     /* true | false */
   F_SECTION,  /* a nested mapping */
 } field_type;
@@ -243,6 +244,11 @@ static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
 
+static const field auth_fields[] = {
+    FLD("token_file", F_PATH, auth_token_file, 0, 0),
+    FLD("allow_unauthenticated_tcp", F_BOOL, allow_unauthenticated_tcp, 0, 0),
+    {NULL, 0, 0, 0, 0, NULL}};
+
 static const field root_fields[] = {
     FLD("listen", F_LISTEN, listen, 0, 0),
     /* permission bits only: setuid, setgid and sticky mean nothing good on a socket */
@@ -258,6 +264,7 @@ static const field root_fields[] = {
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
     {"shm", F_SECTION, 0, 0, 0, shm_fields},
     {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
+    {"auth", F_SECTION, 0, 0, 0, auth_fields},
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* ---- the walker ---------------------------------------------------------- */
@@ -444,13 +451,19 @@ static int set_mode(walker *w, const yaml_node_t *node, const field *f, unsigned
 static int walk_mapping(walker *w, const yaml_node_t *node, const field *fields,
                         const char *section);
 
+/* A null or "" value of a key where that means off (an empty string into out). */
+static bool off_value(const yaml_node_t *node, char *out) {
+  if (!is_null(node) && !(node->type == YAML_SCALAR_NODE && *scalar_text(node) == '\0'))
+    return false;
+  out[0] = '\0';
+  return true;
+}
+
 /* metrics.listen: empty (off) or one tcp: address; a Unix path is refused (the HTTP server
  * binds TCP only). */
 static int set_http(walker *w, const yaml_node_t *node, const field *f, char *out) {
-  if (is_null(node) || (node->type == YAML_SCALAR_NODE && *scalar_text(node) == '\0')) {
-    out[0] = '\0';
+  if (off_value(node, out))
     return 0;
-  }
   if (want_scalar(w, node, f->key) != 0)
     return -1;
   gp_addr addr;
@@ -464,20 +477,30 @@ static int set_http(walker *w, const yaml_node_t *node, const field *f, char *ou
   return 0;
 }
 
-/* YAML 1.2's core schema: true/false in three spellings; nothing else (no yes/no/on/off). */
-static int set_bool(walker *w, const yaml_node_t *value, const field *f, bool *out) {
-  static const char *const yes[] = {"true", "True", "TRUE"}, *const no[] = {"false", "False",
-                                                                          "FALSE"};
-  if (want_scalar(w, value, f->key) != 0)
+/* A path, or "" / null for none. */
+static int set_path(walker *w, const yaml_node_t *node, const field *f, char *out) {
+  if (off_value(node, out))
+    return 0;
+  if (want_scalar(w, node, f->key) != 0)
     return -1;
-  for (size_t i = 0; i < 3; i++) {
-    if (strcmp(scalar_text(value), yes[i]) == 0 || strcmp(scalar_text(value), no[i]) == 0) {
-      *out = strcmp(scalar_text(value), yes[i]) == 0;
-      return 0;
-    }
-  }
-  return node_error(w, value, "%s: expected true or false, got \"%s\"", f->key,
-                    scalar_text(value));
+  if (strlen(scalar_text(node)) >= GD_CONFIG_PATH_MAX)
+    return node_error(w, node, "%s: a path longer than %d bytes", f->key, GD_CONFIG_PATH_MAX - 1);
+  snprintf(out, GD_CONFIG_PATH_MAX, "%s", scalar_text(node));
+  return 0;
+}
+
+/* YAML 1.2's core booleans only: a "yes" or "on" that means something else is refused. */
+static int set_bool(walker *w, const yaml_node_t *node, const field *f, bool *out) {
+  if (want_scalar(w, node, f->key) != 0)
+    return -1;
+  const char *s = scalar_text(node);
+  if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0 || strcmp(s, "TRUE") == 0)
+    *out = true;
+  else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0 || strcmp(s, "FALSE") == 0)
+    *out = false;
+  else
+    return node_error(w, node, "%s: expected true or false, got \"%s\"", f->key, s);
+  return 0;
 }
 
 static int set_field(walker *w, const yaml_node_t *value, const field *f) {
@@ -519,6 +542,8 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
                         scalar_text(value));
     return 0;
   case F_HTTP: return set_http(w, value, f, base + f->offset);
+  case F_PATH: return set_path(w, value, f, base + f->offset);
+  case F_BOOL: return set_bool(w, value, f, (bool *)(base + f->offset));
   case F_MODE: return set_mode(w, value, f, &w->cfg->unix_socket_mode);
   case F_GROUP:
     return set_group(w, value, f, w->cfg->unix_socket_group, sizeof w->cfg->unix_socket_group);
@@ -526,7 +551,6 @@ static int set_field(walker *w, const yaml_node_t *value, const field *f) {
   case F_DEVICES: return set_devices(w, value, &w->cfg->gpu);
   case F_FRACTION: return set_fraction(w, value, f, (double *)((char *)w->cfg + f->offset));
   case F_KERNEL: return set_name(w, value, f, w->cfg->gpu.kernel, sizeof w->cfg->gpu.kernel);
-  case F_BOOL: return set_bool(w, value, f, (bool *)(base + f->offset));
   case F_SECTION: return walk_mapping(w, value, f->sub, f->key);
   }
   return node_error(w, value, "%s: internal error: unknown field type", f->key);

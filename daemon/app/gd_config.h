@@ -25,6 +25,7 @@
 #define GD_CONFIG_LISTEN_MAX 32
 #define GD_CONFIG_ERROR_MAX 512
 #define GD_CONFIG_GROUP_MAX 64
+#define GD_CONFIG_PATH_MAX 1024 /* a file path in the config, NUL included */
 #define GD_CONFIG_DEFAULT_PATH "/etc/gemmd/gemmd.yaml"
 /* The service's runtime directory (gemmd.service's RuntimeDirectory=, tmpfiles.d/gemmd.conf). */
 #define GD_CONFIG_RUNTIME_DIR "/run/gemmd"
@@ -66,6 +67,9 @@ typedef struct {
   gd_gpu_config gpu;
 
   gd_shm_limits shm;               /* shm: (gd_shm.h) */
+  /* auth: (gd_auth_setup.h) */
+  char auth_token_file[GD_CONFIG_PATH_MAX]; /* "" = no token */
+  bool allow_unauthenticated_tcp;  /* non-loopback TCP without a token, on purpose */
 
   /* metrics: (gd_ops_http.h) */
   char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */

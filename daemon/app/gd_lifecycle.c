@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_auth_setup.h"
 #include "gd_clock.h"
 #include "gd_listener.h"
 #include "gd_log.h"
@@ -125,6 +126,9 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
   cur->shm = next->shm; /* enabled: for connections accepted from now; quotas: per register */
+  /* The token itself is re-read by reload(); connections already in keep their state. */
+  memcpy(cur->auth_token_file, next->auth_token_file, sizeof cur->auth_token_file);
+  cur->allow_unauthenticated_tcp = next->allow_unauthenticated_tcp;
   gd_log_set_level(cur->log_level);
   if (d->sched) {
     gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};
@@ -153,8 +157,20 @@ static void reload(gd_lifecycle *lc) {
     gd_notify_ready("running; last reload failed");
     return;
   }
+  /* The token is re-read too; the listeners stay those of the start (listen needs a restart). */
+  static gd_config probe; /* loop thread only; too big for the stack beside next */
+  probe = next;
+  memcpy(probe.listen, d->cfg.listen, sizeof probe.listen);
+  probe.listen_count = d->cfg.listen_count;
+  gd_auth_token token;
+  if (gd_auth_check(&probe, &token, err, sizeof err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err);
+    gd_notify_ready("running; last reload failed");
+    return;
+  }
+  d->srv.token = token;
   int restart = gd_lifecycle_apply_config(d, &next);
-  gd_info("reloaded %s: log level %s, limits, queue and timeouts applied%s",
+  gd_info("reloaded %s: log level %s, limits, queue, timeouts and auth applied%s",
           lc->have_path ? lc->config_path : "built-in defaults",
           gd_log_level_name(d->cfg.log_level),
           restart ? "; some keys need a restart" : "");

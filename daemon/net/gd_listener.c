@@ -24,6 +24,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "gd_auth.h"
 #include "gd_clock.h"
 #include "gd_log.h"
 #include "gd_session.h"
@@ -190,6 +191,19 @@ int gd_listeners_systemd_count(void) {
   return n > 0 ? n : 0;
 }
 
+/* A TCP socket from systemd is held to the rule of the config's listen addresses: reachable
+ * from other machines only with a token or on purpose (gd_auth.h). */
+static int check_adopted_tcp(const gd_server *d, int fd, char *err, size_t err_size) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return fail(err, err_size, "systemd fd %d: getsockname: %s", fd, strerror(errno));
+  if (!d->exposed_tcp_ok && gd_auth_exposed_sockaddr(&ss))
+    return fail(err, err_size, "systemd fd %d: a TCP socket other machines can reach needs "
+                "auth.token_file (or auth.allow_unauthenticated_tcp: true)", fd);
+  return 0;
+}
+
 static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_size) {
   int rc;
   if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
@@ -200,6 +214,8 @@ static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_siz
       rc = uv_pipe_open(&l->h.pipe, fd);
     }
   } else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
+    if (check_adopted_tcp(d, fd, err, err_size) != 0)
+      return -1;
     snprintf(l->name, sizeof l->name, "systemd fd %d (tcp)", fd);
     rc = uv_tcp_init(d->loop, &l->h.tcp);
     if (rc == 0) {

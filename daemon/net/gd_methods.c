@@ -93,7 +93,8 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
   gd_pack_str(pk, "limits");
   pack_limits(d, pk);
   gd_pack_str(pk, "features"); /* optional protocol features this connection may use */
-  msgpack_pack_array(pk, shm ? 1 : 0);
+  msgpack_pack_array(pk, shm ? 2 : 1);
+  gd_pack_str(pk, "auth");
   if (shm)
     gd_pack_str(pk, "shm");
   gd_pack_str(pk, "backend_info");
@@ -149,6 +150,10 @@ int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, bool shm,
       return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
     return 0;
   }
+  if (method == GP_METHOD_AUTH) /* the caller checked the token */
+    return gp_encode_true_response(out, msgid) != 0
+               ? gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory")
+               : 0;
   if (method != GP_METHOD_INFO && method != GP_METHOD_STATS)
     return gp_error_set(err, GP_E_UNIMPLEMENTED, "method not implemented");
   guarded g = {out, 0};

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_auth.h"
 #include "gd_clock.h"
 #include "gd_log.h"
 #include "gd_methods.h"
@@ -141,7 +142,7 @@ void gd_rpc_kick(gd_conn *c) {
     return;
   if (s->eof) {
     if (c->calls.in_flight == 0 && c->out.writes == 0)
-      gd_conn_close(c, "closed by client");
+      gd_conn_close(c, s->hangup ? "invalid token" : "closed by client");
     return;
   }
   if (c->pending_len > 0) {
@@ -184,12 +185,37 @@ static void drop_current(gd_session *s) {
   gd_call_abandon(call);
 }
 
-/* The current message is answered with an error now: skip the rest of it, drop its call. */
+/* The current gemm is answered with an error now: skip the rest of it, drop its call. */
 static void refuse_current(gd_session *s, uint32_t msgid, int code, const char *message) {
   gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
   drop_current(s);
   s->in_request = false;
   send_error(s, msgid, code, message);
+}
+
+/* ---- authentication (policy: gd_auth.h) -------------------------------------- */
+
+#define NOT_YET "authenticate first"
+
+/* The connection stops reading and closes once its replies are out. */
+static void hang_up(gd_session *s) {
+  s->hangup = true;
+  s->eof = true;
+  gd_rpc_kick(&s->conn);
+}
+
+/* The end of an auth request: true, or UNAUTHENTICATED (and, on TCP, the end of the
+ * connection: a client guessing tokens gets one guess per connection). */
+static void reply_auth(gd_session *s) {
+  assert(s->method == GP_METHOD_AUTH && !s->in_request);
+  if (s->token_ok) {
+    s->authenticated = true;
+    reply_simple(s);
+    return;
+  }
+  send_error_for(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED, "invalid token");
+  if (s->tcp)
+    hang_up(s);
 }
 
 /* ---- decoder events ------------------------------------------------------------ */
@@ -399,7 +425,11 @@ static void on_request(gd_session *s, const gp_event *ev) {
   s->msgid = ev->msgid;
   s->arg = ev->arg;
   s->cur = NULL;
-  if (ev->method == GP_METHOD_GEMM)
+  if (ev->method == GP_METHOD_AUTH)
+    s->token_ok = gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
+  if (ev->method == GP_METHOD_GEMM && !s->authenticated)
+    refuse_current(s, ev->msgid, GP_E_UNAUTHENTICATED, NOT_YET); /* before any payload byte */
+  else if (ev->method == GP_METHOD_GEMM)
     on_gemm_request(s, ev);
   else
     gd_debug("conn %llu: msgid %u: %s", (unsigned long long)s->conn.id, (unsigned)ev->msgid,
@@ -455,6 +485,14 @@ static void on_message_end(gd_session *s) {
   if (!s->in_request)
     return; /* the end of a notification */
   s->in_request = false;
+  if (s->method == GP_METHOD_AUTH) {
+    reply_auth(s);
+    return;
+  }
+  if (s->method != GP_METHOD_GEMM && !s->authenticated) {
+    send_error_for(s, s->method, s->msgid, GP_E_UNAUTHENTICATED, NOT_YET);
+    return;
+  }
   if (s->method != GP_METHOD_GEMM) {
     reply_simple(s);
     return;
@@ -477,11 +515,15 @@ static void on_reject(gd_session *s, const gp_event *ev) {
   bool counted = s->in_request; /* its REQUEST event was counted already */
   drop_current(s);
   s->in_request = false;
+  /* Before authentication a request learns nothing but that (its method, its header). */
+  bool hide = !s->authenticated && ev->method != GP_METHOD_AUTH;
   if (ev->has_msgid) {
     if (!counted)
       count_request(d, ev->method);
     send_error_for(s, ev->method, ev->msgid,
-                   ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT, ev->err.message);
+                   hide ? GP_E_UNAUTHENTICATED
+                        : ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
+                   hide ? NOT_YET : ev->err.message);
     if (ev->method == GP_METHOD_SHM_REGISTER)
       gd_shm_drop_fd(&s->conn.shm); /* its descriptor, to keep the rest paired */
   } else {
@@ -741,7 +783,10 @@ static void update_timer(gd_session *s) {
 
 /* ---- the connection as a whole ------------------------------------------------- */
 
-void gd_rpc_start(gd_session *s) {
+void gd_rpc_start(gd_session *s, bool tcp) {
+  s->tcp = tcp;
+  s->authenticated = gd_auth_trusted_at_accept(s->d, tcp);
+  assert(tcp || s->authenticated); /* a Unix socket's file mode is its guard */
   s->conn.calls.uncounted = on_uncounted;
   update_reading(s);
   if (!s->conn.closing)

@@ -1,6 +1,6 @@
 /*
  * gd_rpc.h - the protocol layer of a connection: the streaming decoder, msgid and envelopes,
- * dispatch of methods (ping/info/stats answered here, gemm admitted through gd_call.h), the
+ * dispatch of methods (ping/info/stats/auth answered here, gemm admitted through gd_call.h), the
  * job events of its calls, backpressure, and the timeouts. Below it: the transport (gd_conn.h,
  * gd_replyq.h) and the call records (gd_call.h). Above it: gd_session.c (accept, the list of
  * connections), which hands its transport events to the functions here.
@@ -43,6 +43,9 @@ struct gd_session {
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
   bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
   bool peer_counted;         /* counted in the server's gd_peers */
+  bool tcp;                  /* accepted on a TCP listener */
+  bool authenticated;        /* may use every method (gd_auth.h) */
+  bool hangup;               /* stop reading, close once replies are out (a wrong token) */
 
   /* the message being decoded */
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
@@ -51,6 +54,7 @@ struct gd_session {
   gd_call *cur;              /* its call, for a gemm */
   uint64_t arg;              /* shm_register's size, shm_unregister's region */
   gd_shm_feed feed;          /* an operand being copied from a region (feed.left > 0) */
+  bool token_ok;             /* auth: the token it carried matched */
   uint64_t msg_started_us;   /* moved on by the time spent paused or waiting */
   uint64_t paused_since_us;
 
@@ -83,8 +87,9 @@ bool gd_rpc_idle(const gd_session *s);
 /* The connection closes: it stops waiting, and what its jobs hold is no longer its peer's. */
 void gd_rpc_closing(gd_session *s);
 
-/* A new connection: starts reading and the timer. */
-void gd_rpc_start(gd_session *s);
+/* A new connection (tcp: accepted on a TCP listener): its authentication state, then starts
+ * reading and the timer. */
+void gd_rpc_start(gd_session *s, bool tcp);
 
 /* New decoder limits (SIGHUP), then re-evaluates reading and the timer. */
 void gd_rpc_apply_limits(gd_session *s);

@@ -38,9 +38,18 @@ typedef struct {
   gd_shm_limits shm;               /* shm.* */
 } gd_net_limits;
 
+/* The shared secret of TCP connections (auth.token_file); len 0: none configured. */
+typedef struct {
+  size_t len;
+  uint8_t bytes[GP_AUTH_TOKEN_MAX];
+} gd_auth_token;
+
 typedef struct gd_server {
   uv_loop_t *loop;
   gd_net_limits limits;            /* live: SIGHUP replaces them */
+  gd_auth_token token;             /* live: SIGHUP re-reads it */
+  bool exposed_tcp_ok;             /* a token, or auth.allow_unauthenticated_tcp: listeners
+                                      systemd hands over may be reachable from elsewhere */
   gd_stats *stats;
   gd_backend *backend;
   gd_sched *sched;

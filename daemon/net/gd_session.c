@@ -205,7 +205,7 @@ int gd_session_accept(gd_server *d, uv_stream_t *server) {
   }
   gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->conn.id, s->conn.peer,
           d->connections);
-  gd_rpc_start(s);
+  gd_rpc_start(s, server->type == UV_TCP);
   return 0;
 }
 

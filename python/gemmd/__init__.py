@@ -15,7 +15,7 @@ from ._arrays import BFLOAT16
 from ._errors import CODES, ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from .client import Client, Future
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 PROTOCOL_VERSION = 1
 
 __all__ = ["Client", "Future", "Error", "ConnectError", "ConnectionLost", "Timeout",

@@ -1,6 +1,8 @@
 """Daemon addresses, as gemmctl and libgemmclient take them: "unix:PATH", "tcp:HOST:PORT",
-"tcp:[IPV6]:PORT"; None means $GEMMD_ADDRESS, then the default socket."""
+"tcp:[IPV6]:PORT", or several of them separated by commas; None means $GEMMD_ADDRESS, then the
+default socket. Also the token of TCP connections (explicit, $GEMMD_TOKEN, $GEMMD_TOKEN_FILE)."""
 
+import itertools
 import os
 import socket
 
@@ -15,6 +17,57 @@ def resolve(address):
     if address:
         return address
     return os.environ.get("GEMMD_ADDRESS") or DEFAULT_ADDRESS
+
+
+def resolve_list(address):
+    """The addresses to use (resolve()'s text split at commas), each checked by parse()."""
+    text = resolve(address)
+    if not isinstance(text, str):
+        raise TypeError("address must be a str, got %s" % type(text).__name__)
+    addresses = [part.strip() for part in text.split(",")]
+    if not all(addresses):
+        raise ValueError("%r: an empty address in the list" % text)
+    for one in addresses:
+        parse(one)
+    return addresses
+
+
+# Where the next connection of this process starts in a list: consecutive connections (of one
+# Client or many) take the addresses in turn. next() on a count is atomic in CPython.
+_turn = itertools.count()
+
+
+def rotation(addresses):
+    """addresses in the order a new connection tries them: the next one in turn first."""
+    start = next(_turn) % len(addresses)
+    return addresses[start:] + addresses[:start]
+
+
+def is_tcp(address):
+    return address.startswith("tcp:")
+
+
+def resolve_token(token):
+    """The token to send on TCP connections: token itself (str or bytes), else $GEMMD_TOKEN,
+    else the contents of the file $GEMMD_TOKEN_FILE names (one trailing newline stripped),
+    else None."""
+    if token is None:
+        token = os.environ.get("GEMMD_TOKEN") or None
+    if token is None and os.environ.get("GEMMD_TOKEN_FILE"):
+        path = os.environ["GEMMD_TOKEN_FILE"]
+        try:
+            with open(path, "rb") as f:
+                token = f.read(4097)
+        except OSError as exc:
+            raise ConnectError("GEMMD_TOKEN_FILE %s: %s" % (path, exc.strerror),
+                               "UNAUTHENTICATED") from None
+        if token.endswith(b"\n"):
+            token = token[:-1]
+    if isinstance(token, str):
+        token = token.encode()
+    if token is not None and not isinstance(token, (bytes, bytearray)):
+        raise TypeError("token must be a str or bytes, got %s" % type(token).__name__)
+    return bytes(token) if token else None
 
 
 def _port(text, address):

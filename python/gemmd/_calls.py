@@ -13,6 +13,7 @@ class Call:
         self.msgid = msgid
         self.method = method
         self.problem = problem
+        self.out = out              # kept with problem: a call sent again needs both
         self.report = None          # a gemm's out_hdr once it completed
         if problem is None:
             self.pieces = [pack_call(msgid, method, params)]
@@ -36,7 +37,7 @@ class Call:
         """The caller gave up: its reply is read and thrown away, its arrays are let go."""
         if self.destination is not None:
             self.destination.view = None
-        self.caller_array = self.landing = self.problem = None
+        self.caller_array = self.landing = self.problem = self.out = None
 
     def outcome(self, reply):
         """(value, exception) of the call for its reply."""

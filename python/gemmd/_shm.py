@@ -72,6 +72,9 @@ class Regions:
     def remove(self, region):
         self._regions.remove(region)
 
+    def all(self):
+        return list(self._regions)
+
     def holding(self, view):
         """(region, offset) whose region holds all of view's bytes, or (None, None)."""
         for region in self._regions:

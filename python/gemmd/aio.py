@@ -10,40 +10,57 @@ straight into the result array, as in the blocking client (loop.sock_sendall and
 sock_recv_into on the connection's socket: asyncio's transports would copy them). A call that
 times out or is cancelled is given up: its reply is thrown away and bytes of it not yet sent go
 out as zeros.
+
+Several addresses, retries of a gemm after a lost connection or UNAVAILABLE, reconnecting after
+the daemon closed an idle connection, and the token: as gemmd.Client.
 """
 
 import asyncio
 import socket
 import time
 
-from . import _address
+from . import _address, _auth
 from ._arrays import Problem
 from ._calls import Call, Table, zeros_like_pieces
-from ._errors import ConnectError, ConnectionLost, ProtocolError, Timeout
+from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from ._wire import Decoder
 from .client import timeout_ms
 
 _RECV_CHUNK = 1 << 20
-_SEND_SLICE = 16 << 20   # operands go out in slices so that a given-up call stops using them
+_SEND_SLICE = 16 << 20
+_REOPEN_PAUSE_S = 0.1    # as in the blocking client   # operands go out in slices so that a given-up call stops using them
 
 
 class Client:
     """A connection to gemmd for asyncio programs. Connect with `async with Client(address)`
     or `client = await Client.connect(address)`; close with `await client.close()`.
-    address, timeout and connect_timeout as for gemmd.Client."""
+    address, timeout, connect_timeout, token and retries as for gemmd.Client (a call's
+    timeout covers its retries)."""
 
-    def __init__(self, address=None, *, timeout=None, connect_timeout=10.0):
-        self.address = _address.resolve(address)
+    def __init__(self, address=None, *, timeout=None, connect_timeout=10.0, token=None,
+                 retries=2):
+        self.addresses = _address.resolve_list(address)
+        self.address = self.addresses[0]
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an int >= 0, got %r" % (retries,))
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.retries = retries
+        self._token = _address.resolve_token(token)
         self._sock = None
+        self._closed = False     # by the caller, or for good (a protocol error)
+        self._opening = None     # an asyncio.Lock: one reconnect at a time
+        self._tasks = []
+        self._features = None
+        self._reset()
+
+    def _reset(self):
+        """Per-connection state, fresh."""
         self._table = Table()
         self._futures = {}
         self._decoder = Decoder(self._table.destination)
         self._sendq = None
-        self._tasks = []
         self._failure = None
-        self._features = None
 
     @classmethod
     async def connect(cls, address=None, **kwargs):
@@ -61,8 +78,29 @@ class Client:
         return False
 
     async def _connect(self):
+        """A connection to the next address that answers (each new one takes the next in
+        turn). Raises ConnectError."""
+        last = None
+        for address in _address.rotation(self.addresses):
+            try:
+                sock = await self._connect_one(address)
+            except ConnectError as exc:
+                last = exc
+                continue
+            loop = asyncio.get_running_loop()
+            self._reset()
+            self._sock, self.address = sock, address
+            self._sendq = asyncio.Queue()
+            self._tasks = [loop.create_task(self._reader()), loop.create_task(self._writer())]
+            return
+        if len(self.addresses) > 1:
+            raise ConnectError("no gemmd answers at %s; the last said: %s" %
+                               (",".join(self.addresses), last.message), last.code)
+        raise last
+
+    async def _connect_one(self, address):
         loop = asyncio.get_running_loop()
-        family, target = _address.parse(self.address)
+        family, target = _address.parse(address)
         if family == socket.AF_UNIX:
             candidates = [(socket.AF_UNIX, target)]
         else:
@@ -74,23 +112,66 @@ class Client:
             sock.setblocking(False)
             try:
                 await asyncio.wait_for(loop.sock_connect(sock, sockaddr), self.connect_timeout)
+                _address.configure(sock)
+                if self._token is not None and _address.is_tcp(address):
+                    await asyncio.wait_for(self._authenticate(sock, address),
+                                           self.connect_timeout)
             except asyncio.TimeoutError:
                 sock.close()
-                raise ConnectError("connecting to %s timed out" % self.address,
+                raise ConnectError("connecting to %s timed out" % address,
                                    "DEADLINE_EXCEEDED") from None
             except OSError as exc:
                 sock.close()
                 last = exc
                 continue
-            _address.configure(sock)
-            self._sock = sock
-            self._sendq = asyncio.Queue()
-            self._tasks = [loop.create_task(self._reader()), loop.create_task(self._writer())]
+            except Error:
+                sock.close()
+                raise
+            return sock
+        raise ConnectError("cannot connect to %s: %s" % (address, last))
+
+    async def _authenticate(self, sock, address):
+        """The auth exchange, before the connection carries anything else."""
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, _auth.request(self._token))
+        unpacker = _auth.new_unpacker()
+        while True:
+            data = await loop.sock_recv(sock, 4096)
+            if not data:
+                raise ConnectError("gemmd on %s closed the connection during auth" % address)
+            unpacker.feed(data)
+            for reply in unpacker:
+                _auth.check(reply, address)
+                return
+
+    async def _ensure_open(self):
+        """A usable connection for a new call: the current one, else a new one unless the
+        Client was closed (a connection the daemon closed while idle is replaced here)."""
+        if self._sock is None:
+            raise ConnectError("not connected: use `async with Client(...)` or "
+                               "`await Client.connect(...)`")
+        if self._failure is None:
             return
-        raise ConnectError("cannot connect to %s: %s" % (self.address, last))
+        if self._closed:
+            raise type(self._failure)(self._failure.message)
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._failure is None:
+                return                  # another call reconnected meanwhile
+            for attempt in range(self.retries + 1):   # as gemmd.Client._reopen
+                try:
+                    await self._connect()
+                    return
+                except ConnectError as exc:
+                    if attempt == self.retries:
+                        raise ConnectionLost("%s; reconnecting failed: %s" %
+                                             (self._failure.message, exc.message)) from None
+                    await asyncio.sleep(_REOPEN_PAUSE_S * (1 << attempt))
 
     async def close(self):
         """Closes the connection; calls in flight fail with ConnectionLost."""
+        self._closed = True
         if self._failure is None:
             self._fail(ConnectionLost("the client closed the connection"))
         for task in self._tasks:
@@ -104,6 +185,7 @@ class Client:
 
     @property
     def closed(self):
+        """No connection now (closed, lost, or not re-made yet)."""
         return self._failure is not None
 
     # ---- the API (arguments as gemmd.Client's)
@@ -142,12 +224,27 @@ class Client:
 
     # ---- requests
     async def _request(self, method, timeout, problem=None, out=None):
-        if self._failure is not None:
-            raise type(self._failure)(self._failure.message)
-        if self._sock is None:
-            raise ConnectError("not connected: use `async with Client(...)` or "
-                               "`await Client.connect(...)`")
         timeout = self.timeout if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tries = 0
+        while True:
+            await self._ensure_open()
+            sock = self._sock
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await self._request_once(method, left, problem, out)
+            except (ConnectionLost, Error) as exc:
+                lost = isinstance(exc, ConnectionLost)
+                if (not (lost or exc.code == "UNAVAILABLE") or method != "gemm" or
+                        self._closed or tries >= self.retries):
+                    raise
+                tries += 1
+                if not lost and self._sock is sock and self._failure is None:
+                    # draining or a failed device: this daemon is left for a fresh connection
+                    self._fail(ConnectionLost("gemmd on %s answered UNAVAILABLE" %
+                                              self.address))
+
+    async def _request_once(self, method, timeout, problem, out):
         call = Call(self._table.new_msgid(), method, problem, out)
         future = asyncio.get_running_loop().create_future()
         self._table.calls[call.msgid] = call
@@ -165,6 +262,8 @@ class Client:
 
     def _abandon(self, call):
         call.abandon()
+        if self._table.calls.get(call.msgid) is not call:
+            return               # its connection is gone: a new one may use the msgid again
         future = self._futures.pop(call.msgid, None)
         if future is not None and not future.done():
             future.cancel()
@@ -231,6 +330,8 @@ class Client:
     def _fail(self, error):
         if self._failure is not None:
             return
+        if isinstance(error, ProtocolError):
+            self._closed = True          # a daemon that breaks the protocol is not retried
         self._failure = error
         if self._sock is not None:
             self._sock.close()

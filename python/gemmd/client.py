@@ -1,10 +1,15 @@
 """The blocking client: gemmd.Client.
 
-One Client is one connection. Calls may be pipelined: submit() sends a gemm and returns a
+One Client is one connection at a time. Calls may be pipelined: submit() sends a gemm and returns a
 Future at once; many can be in flight, and their replies come back in any order. Whoever waits
 (Future.result, or a blocking call) drives the connection: sends what is queued and receives
 what has arrived, completing every request whose reply it reads. A Client may be shared by
 threads; one of them drives at a time.
+
+With several addresses, each new connection takes the next one in turn. A gemm whose
+connection was lost, or that the daemon answered UNAVAILABLE (draining, a failed device), is
+sent again on a fresh connection, at most `retries` times; a connection the daemon closed while
+idle is reopened by the next call.
 """
 
 import math
@@ -17,14 +22,15 @@ from collections import deque
 
 import numpy as np
 
-from . import _address
+from . import _address, _auth
 from ._arrays import Problem, byte_view, wire_dtype
 from ._shm import Region, Regions, new_memfd, region_size
 from ._calls import Call, Table, zeros_like_pieces
-from ._errors import ConnectionLost, Error, ProtocolError, Timeout
+from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from ._wire import Decoder
 
 _RECV_CHUNK = 1 << 20
+_REOPEN_PAUSE_S = 0.1   # before the 2nd attempt at a new connection; doubles for each next
 _SLICE_S = 0.05        # a driver looks at newly queued sends at least this often
 
 
@@ -53,6 +59,7 @@ class Future:
     def __init__(self, client, call):
         self._client = client
         self._call = call
+        self._tries = 0             # times it was sent again (Client.retries bounds it)
         self._done = False
         self._value = None
         self._error = None
@@ -104,32 +111,108 @@ class Future:
         self._callbacks = []
 
 
+def connect(address, timeout, token):
+    """A connected socket to one address, authenticated on TCP when token is set."""
+    sock = _address.connect(address, timeout)
+    if token is None or not _address.is_tcp(address):
+        return sock
+    try:
+        sock.sendall(_auth.request(token))
+        unpacker = _auth.new_unpacker()
+        for _ in range(64):
+            data = sock.recv(4096)
+            if not data:
+                raise ConnectError("gemmd on %s closed the connection during auth" % address)
+            unpacker.feed(data)
+            for reply in unpacker:
+                _auth.check(reply, address)
+                return sock
+        raise ProtocolError("gemmd on %s: no reply to auth" % address)
+    except socket.timeout:
+        sock.close()
+        raise ConnectError("authenticating to %s timed out" % address,
+                           "DEADLINE_EXCEEDED") from None
+    except OSError as exc:
+        sock.close()
+        raise ConnectError("authenticating to %s: %s" % (address, exc)) from None
+    except Error:
+        sock.close()
+        raise
+
+
 class Client:
     """A connection to gemmd.
 
-    address: "unix:PATH", "tcp:HOST:PORT" or "tcp:[IPV6]:PORT"; None means $GEMMD_ADDRESS,
-    then unix:/run/gemmd/gemmd.sock. timeout: the default of every call's timeout (seconds,
-    None: wait as long as it takes; a lost connection is still noticed at once).
-    connect_timeout: how long connecting may take.
+    address: "unix:PATH", "tcp:HOST:PORT" or "tcp:[IPV6]:PORT", or several separated by commas
+    (each new connection takes the next in turn, skipping those that do not answer); None
+    means $GEMMD_ADDRESS, then unix:/run/gemmd/gemmd.sock. timeout: the default of every
+    call's timeout (seconds, None: wait as long as it takes; a lost connection is still
+    noticed at once). connect_timeout: how long connecting may take. token: sent first on
+    every TCP connection (str or bytes; None: $GEMMD_TOKEN, else the file $GEMMD_TOKEN_FILE
+    names, else no token). retries: how many times a gemm is sent again after its connection
+    was lost or the daemon answered UNAVAILABLE (0: never).
     """
 
-    def __init__(self, address=None, *, timeout=None, connect_timeout=10.0):
-        self.address = _address.resolve(address)
+    def __init__(self, address=None, *, timeout=None, connect_timeout=10.0, token=None,
+                 retries=2):
+        self.addresses = _address.resolve_list(address)
+        self.address = self.addresses[0]    # the one the connection is to (set on connecting)
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError("retries must be an int >= 0, got %r" % (retries,))
         self.timeout = timeout
-        self._sock = _address.connect(self.address, connect_timeout)
-        self._sock.setblocking(False)
-        self._poll = select.poll()
-        self._table = Table()
-        self._futures = {}
-        self._decoder = Decoder(self._table.destination)
-        self._sendq = deque()               # [call, memoryview, is_operand, fds to pass]
-        self._regions = Regions()
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self._token = _address.resolve_token(token)
+        self._stale_regions = []            # regions of connections that are gone
         self._recv_buf = bytearray(_RECV_CHUNK)
         self._failure = None
+        self._closed = False                # by the caller (close()), or for good (protocol)
+        self._sock = None
         self._features = None
         self._lock = threading.RLock()      # the table, the send queue, the socket's writes
         self._cond = threading.Condition(threading.Lock())
         self._driving = False
+        self._open()
+
+    def _open(self):
+        """A new connection to the next address that answers, with fresh per-connection
+        state (the lock is held, or the Client is being made). Raises ConnectError."""
+        last = None
+        for address in _address.rotation(self.addresses):
+            try:
+                sock = connect(address, self.connect_timeout, self._token)
+            except ConnectError as exc:
+                last = exc
+                continue
+            sock.setblocking(False)
+            self._sock, self.address, self._failure = sock, address, None
+            self._poll = select.poll()
+            self._table = Table()
+            self._futures = {}
+            self._decoder = Decoder(self._table.destination)
+            self._sendq = deque()           # [call, memoryview, is_operand, fds to pass]
+            # regions live as long as the connection that registered them: after a reconnect
+            # their arrays are plain memory again, sent as bytes
+            if getattr(self, "_regions", None) is not None:
+                self._stale_regions.extend(self._regions.all())
+            self._regions = Regions()
+            return
+        if len(self.addresses) > 1:
+            raise ConnectError("no gemmd answers at %s; the last said: %s" %
+                               (",".join(self.addresses), last.message), last.code)
+        raise last
+
+    def _reopen(self):
+        """_open() after a lost connection: up to 1 + retries attempts, pausing between them
+        (a proxy may still hand the first one to the box that just went away)."""
+        for attempt in range(self.retries + 1):
+            try:
+                self._open()
+                return
+            except ConnectError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(_REOPEN_PAUSE_S * (1 << attempt))
 
     # ---- context manager, closing
     def __enter__(self):
@@ -142,11 +225,13 @@ class Client:
     def close(self):
         """Closes the connection; requests still in flight fail with ConnectionLost."""
         with self._lock:
+            self._closed = True
             if self._failure is None:
                 self._fail(ConnectionLost("the client closed the connection"))
 
     @property
     def closed(self):
+        """No connection now (closed, lost, or not re-made yet)."""
         return self._failure is not None
 
     # ---- the API
@@ -235,8 +320,14 @@ class Client:
         """Unregisters the region array lives in (from shm_array). The array stays valid
         memory, but gemm sends its bytes again. Refused (gemmd.Error INVALID_ARGUMENT) while a
         gemm in flight writes its result there."""
+        view = byte_view(np.asarray(array))
         with self._lock:
-            region, _ = self._regions.holding(byte_view(np.asarray(array)))
+            region, _ = self._regions.holding(view)
+            if region is None:
+                for old in self._stale_regions:
+                    if old.offset_of(view) is not None:
+                        self._stale_regions.remove(old)  # went with its connection already
+                        return
         if region is None:
             raise ValueError("the array is not in a shared-memory region of this client")
         self._finish(self._start("shm_unregister", params=[region.id]),
@@ -265,17 +356,51 @@ class Client:
     def _start(self, method, problem=None, out=None, params=(), fds=None):
         """fds: descriptors passed (SCM_RIGHTS) with the request's first byte."""
         with self._lock:
-            self._raise_if_failed()
-            call = Call(self._table.new_msgid(), method, problem, out, params, self._regions)
-            future = Future(self, call)
-            self._table.calls[call.msgid] = call
-            self._futures[call.msgid] = future
-            for i, piece in enumerate(call.pieces):
-                first_fds = fds if i == 0 else None
-                self._sendq.append([call, memoryview(piece), i % 2 == 1, first_fds])
-            call.pieces = None
+            self._ensure_open()
+            future = Future(self, None)
+            self._enqueue(future, method, problem, out, params, fds)
             self._send_some()
         return future
+
+    def _enqueue(self, future, method, problem, out, params=(), fds=None):
+        """future's request as a new call on the current connection (the lock is held); fds
+        are passed with its first byte."""
+        call = Call(self._table.new_msgid(), method, problem, out, params, self._regions)
+        future._call = call
+        self._table.calls[call.msgid] = call
+        self._futures[call.msgid] = future
+        for i, piece in enumerate(call.pieces):
+            self._sendq.append([call, memoryview(piece), i % 2 == 1, fds if i == 0 else None])
+        call.pieces = None
+
+    def _ensure_open(self):
+        """A usable connection for a new call: the current one, else a new one unless the
+        Client was closed (or broke for good); one the daemon closed while idle is noticed
+        here and replaced, instead of failing the call with a broken pipe."""
+        if self._failure is None and not self._futures and self._peer_closed():
+            self._fail(ConnectionLost("gemmd on %s closed the idle connection" % self.address))
+        if self._failure is None:
+            return
+        if self._closed:
+            self._raise_if_failed()
+        try:
+            self._reopen()
+        except ConnectError as exc:
+            raise ConnectionLost("%s; reconnecting failed: %s" %
+                                 (self._failure.message, exc.message)) from None
+
+    def _peer_closed(self):
+        """The idle connection has EOF or an error pending (nothing else can be there)."""
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        if not poller.poll(0):
+            return False
+        try:
+            return self._sock.recv(1, socket.MSG_PEEK) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     def _abandon(self, call, error):
         with self._lock:
@@ -391,6 +516,7 @@ class Client:
         self._wake()
 
     def _complete(self, replies):
+        unavailable = []
         while replies:
             reply = replies.pop(0)
             call = self._table.calls.pop(reply.msgid)
@@ -402,10 +528,28 @@ class Client:
             except ProtocolError as exc:
                 future._set(None, exc)
                 raise
+            if (error is not None and error.code == "UNAVAILABLE" and not self._closed and
+                    self._retriable(future)):
+                future._tries += 1
+                unavailable.append(future)
+                continue
             future._set(value, error)
+        if unavailable:
+            self._move(unavailable)
 
-    def _fail(self, error):
-        """The connection is unusable: every call in flight fails with error."""
+    def _move(self, unavailable):
+        """This daemon is draining or lost its device: its UNAVAILABLE gemms, and every call
+        still in flight on it (they would fare no better), go to a new connection."""
+        why = ConnectionLost("gemmd on %s answered UNAVAILABLE" % self.address)
+        others = self._drop(why)
+        keep = [f for f in others if f._call.method == "gemm" and f._call.problem is not None]
+        for future in others:
+            if future not in keep:
+                future._set(None, why)
+        self._send_again(unavailable + keep, why)
+
+    def _drop(self, error):
+        """Closes the connection; returns the futures that were in flight on it."""
         self._failure = error
         try:
             self._sock.close()
@@ -415,6 +559,43 @@ class Client:
         futures = list(self._futures.values())
         self._futures.clear()
         self._table.calls.clear()
+        return futures
+
+    def _fail(self, error):
+        """The connection is unusable: its gemms with retries left are sent again on a new
+        one (a lost connection), every other call in flight fails with error."""
+        if isinstance(error, ProtocolError):
+            self._closed = True             # a daemon that breaks the protocol is not retried
+        futures = self._drop(error)
+        again = []
         for future in futures:
-            future._set(None, type(error)(error.message))
+            if (isinstance(error, ConnectionLost) and not self._closed and
+                    self._retriable(future)):
+                future._tries += 1
+                again.append(future)
+            else:
+                future._set(None, type(error)(error.message))
+        self._send_again(again, error)
         self._wake()
+
+    def _retriable(self, future):
+        call = future._call
+        return (call.method == "gemm" and call.problem is not None and not future.done() and
+                future._tries < self.retries)
+
+    def _send_again(self, futures, why):
+        """futures' requests on a new connection (the lock is held); if none can be made,
+        they fail with ConnectionLost."""
+        if not futures:
+            return
+        try:
+            self._reopen()
+        except ConnectError as exc:
+            for future in futures:
+                future._set(None, ConnectionLost("%s; reconnecting failed: %s" %
+                                                 (why.message, exc.message)))
+            return
+        for future in futures:
+            old = future._call
+            self._enqueue(future, old.method, old.problem, old.out)
+        self._send_some()

@@ -22,6 +22,7 @@ if(TARGET gemmd)
     journal             # log_target journal: structured fields on a fake journal socket
     check_config        # -h, option errors, --check-config's checks beyond the parser
     shm                 # shared-memory regions: operands and results, every misuse
+    auth                # auth.token_file, the auth method, exposed TCP refused without a token
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)

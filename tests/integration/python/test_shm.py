@@ -3,6 +3,8 @@ out=, alone and mixed with ordinary arrays, in every dtype, checked against the 
 reference; slices of one region; shm_free; and what happens where the daemon offers none (TCP,
 shm.enabled false)."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -128,4 +130,25 @@ def test_quota_refusal_leaves_the_client_usable(fresh_daemon):
         assert err.value.code == "RESOURCE_EXHAUSTED"
         a[...] = 2.0
         assert np.all(c.gemm(a, a) == 32.0)
+    d.stop()
+
+
+def test_regions_after_an_idle_close(fresh_daemon, rng):
+    """The daemon closes an idle connection and its regions with it: the client reconnects, the
+    arrays are plain memory again (sent as bytes, results still right), and shm_free of such
+    an array is a no-op; new arrays are registered on the new connection."""
+    d = fresh_daemon(config={"timeouts": {"idle_ms": 200}})
+    with gemmd.Client(d.address()) as c:
+        a = fill(c, h.round_to(rng.uniform(-1, 1, (30, 20)), "f32"), "f32")
+        b = fill(c, h.round_to(rng.uniform(-1, 1, (20, 10)), "f32"), "f32")
+        out = c.shm_array((30, 10), np.float32)
+        time.sleep(0.6)                      # past idle_ms: the daemon closed the connection
+        got = c.gemm(a, b, out=out)
+        h.assert_close(got.astype(np.float64), a.astype(np.float64), b.astype(np.float64), None,
+                       1.0, 0.0, False, False, "f32", "after the idle close")
+        assert c.stats()["shm_regions"] == 0  # the new connection has none
+        c.shm_free(a)                          # went with the old connection: nothing to do
+        fresh = c.shm_array((4, 4), np.float32)
+        assert c.stats()["shm_regions"] == 1
+        c.shm_free(fresh)
     d.stop()

@@ -152,6 +152,35 @@ def test_two_handed_sockets(ctx):
     stop_and_check_socket_kept(daemon)
 
 
+def test_handed_exposed_tcp_needs_a_token(ctx):
+    need_activate()
+    port = h.free_tcp_port()
+    daemon = ActivatedDaemon(ctx.gemmd, extra_listen=["0.0.0.0:%d" % port])
+    daemon.start(wait=False)
+
+    def triggered():                            # the first connection execs gemmd
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                return True
+        except OSError:
+            return False
+    h.wait_until(triggered, 10 * daemon.scale, "systemd-socket-activate listening")
+    code = daemon.wait_exit(15 * daemon.scale)
+    if code is None:
+        daemon.kill()
+        raise AssertionError("gemmd adopted an exposed TCP socket without a token\n" +
+                             daemon.log_tail())
+    daemon.check_log()
+    assert code != 0 and "auth.token_file" in daemon.log(), daemon.log_tail()
+    allowed = ActivatedDaemon(ctx.gemmd, extra_listen=["0.0.0.0:%d" % port],
+                              config={"auth": {"allow_unauthenticated_tcp": True}})
+    allowed.start(wait=False)
+    allowed.wait_listening()
+    with h.Client("tcp:127.0.0.1:%d" % port, timeout=30.0 * allowed.scale) as client:
+        assert client.call("ping") == "pong"
+    stop_and_check_socket_kept(allowed)
+
+
 def test_activated_and_notifying(ctx):
     """What gemmd.socket + gemmd.service do together: activation, READY=1 once the handed
     socket is served, WATCHDOG=1, and STOPPING=1 on SIGTERM."""
@@ -181,4 +210,4 @@ def test_activated_and_notifying(ctx):
 if __name__ == "__main__":
     sys.exit(h.main([test_handed_unix_socket, test_handed_socket_replaces_config,
                      test_handed_socket_and_cli_listen, test_two_handed_sockets,
-                     test_activated_and_notifying]))
+                     test_handed_exposed_tcp_needs_a_token, test_activated_and_notifying]))

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gd_auth_setup.h"
 #include "gd_cli.h"
 #include "gd_config.h"
 #include "gd_daemon.h"
@@ -82,6 +86,8 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->shm.max_regions_per_connection, b->shm.max_regions_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_per_connection, b->shm.max_bytes_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_total, b->shm.max_bytes_total);
+  ck_assert_str_eq(a->auth_token_file, b->auth_token_file);
+  ck_assert_int_eq(a->allow_unauthenticated_tcp, b->allow_unauthenticated_tcp);
 }
 
 /* Every field set to something else first: a key the file lacks would show. */
@@ -116,6 +122,8 @@ static void scramble(gd_config *cfg) {
   cfg->shm.enabled = false;
   cfg->shm.max_regions_per_connection = 1;
   cfg->shm.max_bytes_per_connection = cfg->shm.max_bytes_total = 1;
+  strcpy(cfg->auth_token_file, "/x");
+  cfg->allow_unauthenticated_tcp = true;
 }
 
 START_TEST(default_file_equals_builtin) {
@@ -155,12 +163,15 @@ START_TEST(every_key_parses) {
           "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
           "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
           "shm: {enabled: false, max_regions_per_connection: 0, max_bytes_per_connection: 1MiB,"
-          " max_bytes_total: 2GiB}\n",
+          " max_bytes_total: 2GiB}\n"
+          "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
           &cfg);
   ck_assert(!cfg.shm.enabled);
   ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
   ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
   ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
+  ck_assert_str_eq(cfg.auth_token_file, "/etc/gemmd/token");
+  ck_assert(cfg.allow_unauthenticated_tcp);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
   ck_assert_uint_eq(cfg.gpu.memory_keep_bytes, 64u << 20);
   ck_assert_int_eq(cfg.log_target, GD_LOG_TARGET_JOURNAL);
@@ -261,6 +272,9 @@ START_TEST(errors_name_line_and_column) {
   load_bad("backend: cpu\n---\nbackend: gpu\n", "test.yaml:3:1:", "more than one");
   load_bad("limits: {max_depth: 2\n", "test.yaml:", "YAML");
   load_bad("a: b: c\n", "test.yaml:1:5:", "YAML");
+  load_bad("auth:\n  allow_unauthenticated_tcp: yes\n", "test.yaml:2:30:", "true or false");
+  load_bad("auth:\n  token_file: [a]\n", "test.yaml:2:15:", "expected a value");
+  load_bad("auth:\n  tokenfile: /x\n", "test.yaml:2:3:", "auth.tokenfile");
 }
 END_TEST
 
@@ -431,6 +445,66 @@ START_TEST(command_line_overrides) {
 END_TEST
 
 /* SIGHUP: what can change live changes; the rest is counted (and logged) as needing a restart. */
+/* Which listen addresses other machines can reach (gd_auth_setup.h). */
+START_TEST(exposed_addresses) {
+  static const struct { const char *addr; bool exposed; } cases[] = {
+      {"unix:/tmp/x.sock", false},  {"tcp:127.0.0.1:1", false},   {"tcp:127.9.8.7:1", false},
+      {"tcp:[::1]:1", false},       {"tcp:localhost:1", false},   {"tcp:[::ffff:127.0.0.1]:1", false},
+      {"tcp:0.0.0.0:1", true},      {"tcp:[::]:1", true},         {"tcp:10.0.0.2:1", true},
+      {"tcp:128.0.0.1:1", true},    {"tcp:gpu-box-1:1", true},    {"tcp:[::ffff:10.0.0.1]:1", true},
+      {"tcp:[fe80::1%lo]:1", true}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gp_addr addr;
+    ck_assert_int_eq(gp_addr_parse(cases[i].addr, GP_ADDR_LISTEN, &addr, NULL, 0), 0);
+    ck_assert_msg(gd_auth_exposed(&addr) == cases[i].exposed, "%s", cases[i].addr);
+  }
+}
+END_TEST
+
+static void write_token(const char *path, const char *text, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fputs(text, f) >= 0, 1);
+  ck_assert_int_eq(fclose(f), 0);
+  ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+START_TEST(token_file_and_exposed_tcp) {
+  char dir[] = "/tmp/gemmd-auth-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  gd_config cfg;
+  gd_config_default(&cfg);
+  snprintf(cfg.auth_token_file, sizeof cfg.auth_token_file, "%s/token", dir);
+  char why[GD_CONFIG_ERROR_MAX];
+  gd_auth_token token;
+  write_token(cfg.auth_token_file, "abc\n", 0600);
+  ck_assert_int_eq(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
+  ck_assert_uint_eq(token.len, 3); /* one newline stripped */
+  ck_assert_int_eq(memcmp(token.bytes, "abc", 3), 0);
+  write_token(cfg.auth_token_file, "abc", 0640);
+  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "group or others"), "%s", why);
+  write_token(cfg.auth_token_file, "\n", 0600);
+  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "1..256 bytes"), "%s", why);
+  /* exposed TCP: refused without a token, allowed with one or on purpose */
+  strcpy(cfg.listen[0], "tcp:0.0.0.0:7453");
+  cfg.auth_token_file[0] = '\0';
+  ck_assert_int_ne(gd_auth_check(&cfg, &token, why, sizeof why), 0);
+  ck_assert_msg(strstr(why, "tcp:0.0.0.0:7453") && strstr(why, "auth.token_file"), "%s", why);
+  cfg.allow_unauthenticated_tcp = true;
+  ck_assert_int_eq(gd_auth_check(&cfg, &token, why, sizeof why), 0);
+  ck_assert_uint_eq(token.len, 0);
+  snprintf(cfg.auth_token_file, sizeof cfg.auth_token_file, "%s/token", dir);
+  write_token(cfg.auth_token_file, "zz", 0600);
+  cfg.allow_unauthenticated_tcp = false;
+  ck_assert_int_eq(gd_auth_check(&cfg, &token, why, sizeof why), 0);
+  ck_assert_uint_eq(token.len, 2);
+  unlink(cfg.auth_token_file);
+  rmdir(dir);
+}
+END_TEST
+
 START_TEST(reload_applies_live_keys) {
   gd_daemon d;
   memset(&d, 0, sizeof d);
@@ -472,6 +546,8 @@ int main(void) {
   tcase_add_test(tc, command_line);
   tcase_add_test(tc, command_line_overrides);
   tcase_add_test(tc, reload_applies_live_keys);
+  tcase_add_test(tc, exposed_addresses);
+  tcase_add_test(tc, token_file_and_exposed_tcp);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

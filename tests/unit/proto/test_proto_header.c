@@ -258,6 +258,46 @@ START_TEST(method_as_bin) {
 }
 END_TEST
 
+/* auth carries its token (str or bin) in the REQUEST; the first event of the stream. */
+static void expect_token(const msgpack_sbuffer *sb, const char *token, size_t len) {
+  gp_decoder *d = gp_decoder_new(GP_ROLE_SERVER, NULL);
+  ck_assert_ptr_nonnull(d);
+  gp_event ev;
+  size_t used = gp_decoder_feed(d, (const uint8_t *)sb->data, sb->size, &ev);
+  ck_assert_int_eq(ev.type, GP_EV_REQUEST);
+  ck_assert_int_eq(ev.method, GP_METHOD_AUTH);
+  ck_assert_uint_eq(ev.token_len, len);
+  ck_assert_int_eq(memcmp(ev.token, token, len < GP_AUTH_TOKEN_MAX ? len : GP_AUTH_TOKEN_MAX),
+                   0);
+  gp_decoder_feed(d, (const uint8_t *)sb->data + used, sb->size - used, &ev);
+  ck_assert_int_eq(ev.type, GP_EV_MESSAGE_END);
+  gp_decoder_free(d);
+}
+
+START_TEST(auth_token) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  ck_assert_int_eq(gp_encode_auth_request(&sb, MSGID, "s3cret", 6), 0);
+  expect_token(&sb, "s3cret", 6);
+  msgpack_sbuffer_clear(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  tp_pack_request_start(&pk, MSGID, "auth", 1);
+  char long_token[300];
+  memset(long_token, 'x', sizeof long_token);
+  tp_pack_bin(&pk, (const uint8_t *)long_token, sizeof long_token); /* bin, past the kept part */
+  expect_token(&sb, long_token, sizeof long_token);
+  msgpack_sbuffer_clear(&sb);
+  tp_pack_request_start(&pk, MSGID, "auth", 0);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "params: auth takes [token], got an array");
+  msgpack_sbuffer_clear(&sb);
+  tp_pack_request_start(&pk, MSGID, "auth", 1);
+  msgpack_pack_int(&pk, 7);
+  expect_reject(&sb, GP_E_INVALID_ARGUMENT, "token: must be a str or bin, got an integer");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
 /* ---- rejections ---- */
 
 START_TEST(unknown_method) {
@@ -556,6 +596,7 @@ Suite *header_suite(void) {
   tcase_add_test(tc, every_dtype_sizes_operands);
   tcase_add_test(tc, transposed_shapes);
   tcase_add_test(tc, method_as_bin);
+  tcase_add_test(tc, auth_token);
   suite_add_tcase(s, tc);
   tc = tcase_create("rejections");
   tcase_add_test(tc, unknown_method);

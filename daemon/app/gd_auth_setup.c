@@ -1,0 +1,112 @@
+/*
+ * gd_auth_setup.c - see gd_auth_setup.h.
+ */
+#include "gd_auth_setup.h"
+
+#include "gd_auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Reads at most cap bytes of fd into buf; -1 on a read error. */
+static ssize_t read_upto(int fd, uint8_t *buf, size_t cap) {
+  size_t got = 0;
+  while (got < cap) {
+    ssize_t n = read(fd, buf + got, cap - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -1;
+    if (n == 0)
+      break;
+    got += (size_t)n;
+  }
+  return (ssize_t)got;
+}
+
+/* The file's mode and kind, checked on the open descriptor (no race with a rename). */
+static int check_file(int fd, const char *path, char *why, size_t why_size) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(why, why_size, "auth.token_file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(why, why_size, "auth.token_file %s: not a regular file", path);
+    return -1;
+  }
+  if (st.st_mode & (S_IRGRP | S_IROTH)) {
+    snprintf(why, why_size, "auth.token_file %s: mode %04o lets its group or others read the "
+             "token; chmod 0600 it", path, (unsigned)(st.st_mode & 07777));
+    return -1;
+  }
+  return 0;
+}
+
+int gd_auth_load_token(const gd_config *cfg, gd_auth_token *out, char *why, size_t why_size) {
+  const char *path = cfg->auth_token_file;
+  out->len = 0;
+  if (path[0] == '\0')
+    return 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(why, why_size, "auth.token_file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  uint8_t buf[GP_AUTH_TOKEN_MAX + 2]; /* a token of the largest size, its newline, one more */
+  ssize_t n = check_file(fd, path, why, why_size) == 0 ? read_upto(fd, buf, sizeof buf) : -2;
+  int saved = errno;
+  close(fd);
+  if (n == -2)
+    return -1;
+  if (n < 0) {
+    snprintf(why, why_size, "auth.token_file %s: %s", path, strerror(saved));
+    return -1;
+  }
+  size_t len = (size_t)n;
+  if (len > 0 && buf[len - 1] == '\n')
+    len--;
+  if (len == 0 || len > GP_AUTH_TOKEN_MAX) {
+    snprintf(why, why_size, "auth.token_file %s: the token must be 1..%d bytes (one trailing "
+             "newline is not counted), got %s", path, GP_AUTH_TOKEN_MAX,
+             len == 0 ? "none" : "more");
+    return -1;
+  }
+  memcpy(out->bytes, buf, len);
+  out->len = len;
+  return 0;
+}
+
+bool gd_auth_exposed(const gp_addr *addr) {
+  return addr->kind == GP_ADDR_TCP && gd_auth_exposed_host(addr->host);
+}
+
+const char *gd_auth_first_exposed(const gd_config *cfg) {
+  for (size_t i = 0; i < cfg->listen_count; i++) {
+    gp_addr addr;
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, NULL, 0) == 0 &&
+        gd_auth_exposed(&addr))
+      return cfg->listen[i];
+  }
+  return NULL;
+}
+
+int gd_auth_check(const gd_config *cfg, gd_auth_token *token, char *why, size_t why_size) {
+  gd_auth_token scratch;
+  gd_auth_token *t = token ? token : &scratch;
+  if (gd_auth_load_token(cfg, t, why, why_size) != 0)
+    return -1;
+  const char *exposed = gd_auth_first_exposed(cfg);
+  if (exposed && t->len == 0 && !cfg->allow_unauthenticated_tcp) {
+    snprintf(why, why_size, "listen %s: a TCP address other machines can reach needs "
+             "auth.token_file (or auth.allow_unauthenticated_tcp: true, to run without one on "
+             "purpose)", exposed);
+    return -1;
+  }
+  return 0;
+}
