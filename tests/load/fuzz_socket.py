@@ -102,7 +102,8 @@ class Fuzzer:
             return [0, self.msgid(), self.choice(["ping", "info", "stats"]), []]
         if kind == 8:
             return [2, self.choice(["ping", "gemm", "nope"]), []]
-        return [0, self.msgid(), self.choice(["cancel", "", "x" * 40]), []]
+        methods = ["cancel", "", "x" * 40, "auth", "shm_unregister"]
+        return [0, self.msgid(), self.choice(methods), []]
 
     # -- random msgpack
     def random_object(self, depth=0):
@@ -137,7 +138,8 @@ class Fuzzer:
         """A valid envelope around something odd: random params, or a gemm header with odd
         values (huge, negative, wrong types, unknown or missing keys)."""
         if self.chance(0.3):
-            return [0, self.msgid(), self.choice(["gemm", "ping", "stats"]), self.random_object()]
+            methods = ["gemm", "ping", "stats", "auth", "shm_register"]
+            return [0, self.msgid(), self.choice(methods), self.random_object()]
         msg = self.gemm_seed()
         hdr = msg[3][0]
         for _ in range(self.randint(1, 3)):
