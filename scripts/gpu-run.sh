@@ -1,10 +1,12 @@
 #!/bin/bash
-# gpu-run.sh [all|tests|daemon|bench|e2e] - the one script for the GPU machine (default: all).
+# gpu-run.sh [all|tests|daemon|load|bench|e2e] - the one script for the GPU machine (default: all).
 #
 #   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
 #          client's GPU tests)
 #   daemon build, then the daemon's whole integration suite on the GPU backend
 #          (GEMMD_TEST_BACKEND=gpu ctest -L integration -R daemon_)
+#   load   build, then the load-and-fault suite on the GPU backend
+#          (GEMMD_TEST_BACKEND=gpu ctest -L load; GEMMD_LOAD_SCALE passes through); not in all
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
 #   e2e    build, then bench/e2e (the daemon end to end)
 #   all    all of the above
@@ -16,14 +18,15 @@
 # kernels can still be checked and timed; the summary says so.
 #
 # Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 8 files:
-# env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log summary.txt.
+# env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log summary.txt
+# (daemon-gpu.log and load-gpu.log for those modes).
 # A short summary is printed last. Here (no GPU) it works too: the GPU tests skip.
 # Knobs: GPU_RUN_JOBS (16), GPU_RUN_TEST_TIMEOUT / GPU_RUN_BENCH_TIMEOUT (seconds per step,
 # 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
 set -uo pipefail
 mode=${1:-all}
-case $mode in all | tests | daemon | bench | e2e) ;; *)
-  echo "usage: $0 [all|tests|daemon|bench|e2e]" >&2
+case $mode in all | tests | daemon | load | bench | e2e) ;; *)
+  echo "usage: $0 [all|tests|daemon|load|bench|e2e]" >&2
   exit 2
   ;;
 esac
@@ -149,6 +152,16 @@ if [ "$mode" = all ] || [ "$mode" = daemon ]; then
     >"$OUT/daemon-gpu.log" 2>&1
   note "daemon: integration suite with GEMMD_TEST_BACKEND=gpu rc $? ($(elapsed))"
   grep -E "Test +#|tests passed|tests failed" "$OUT/daemon-gpu.log" | tee -a "$summary"
+fi
+
+if [ "$mode" = load ]; then
+  echo "== load-and-fault suite on the GPU backend ($(elapsed))"
+  # one test at a time (RUN_SERIAL): each measures the daemon's memory. -V: the passing
+  # tests' "LOAD <test> key=value" figure lines go to the log too.
+  GEMMD_TEST_BACKEND=gpu timeout "$test_timeout" ctest --test-dir "$build" -L load -V \
+    --timeout "$test_timeout" >"$OUT/load-gpu.log" 2>&1
+  note "load: ctest -L load with GEMMD_TEST_BACKEND=gpu rc $? ($(elapsed))"
+  grep -E "Test +#|tests passed|tests failed|^[0-9]+: LOAD " "$OUT/load-gpu.log" | tee -a "$summary"
 fi
 
 # A program run with a time limit, its output in $OUT/$log; a missing program is noted.
