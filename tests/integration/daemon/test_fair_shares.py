@@ -114,6 +114,10 @@ def test_waiting_request_answered_on_shutdown(ctx):
 def test_peer_over_its_share_waits_alone(ctx):
     """Two peers (the Unix uid, TCP loopback): a peer holding most of its share waits with its
     next request, out of line, while the other peer is served; then it is served too."""
+    if h.TEST_BACKEND == "gpu":
+        # a GPU job holds no host copy of its operands (they pass through staging or a
+        # small-job slot), so these sizes do not fill a share there
+        raise h.Skip("sized for the CPU backend's host memory per job")
     n = 200  # a + b + c: 480 KB
     config = {"queue": {"memory_budget": "1600KiB", "peer_memory_share": 0.5},  # 819 KB
               "timeouts": {"request_ms": 200}}
