@@ -5,6 +5,7 @@ notifications that are never answered; a FATAL framing error that closes only it
 connection. After each error the same connection must keep working."""
 import os
 import sys
+import threading
 import time
 
 import msgpack
@@ -232,7 +233,9 @@ def _busy_config(big, backend):
     config = {"cpu": {"threads": 1, "blas_threads": 1}}
     if backend == "gpu":
         pool = 3 * ((big * big * 8 + 255) // 256 * 256) + 512  # a, b, c of one job, 256-aligned
-        config["gpu"] = {"memory_bytes": pool}
+        # the small-job lane exists so that small requests do not wait behind large ones: off,
+        # so that the small request here queues behind the busy jobs
+        config["gpu"] = {"memory_bytes": pool, "small_job_bytes": 0}
     return config
 
 
@@ -267,17 +270,31 @@ def test_deadline_exceeded(ctx):
             # Wait until the first busy job is with the backend (the small one then waits behind
             # it), not a fixed time: under load (ASan, -j2) the busy payloads can still be
             # arriving when a fixed sleep ends, and the small job would then run first.
+            # A GPU job can be over in a millisecond and then wait for its reader (it holds the
+            # device's memory until its reply is out): started is running or delivering.
             wait_until = time.monotonic() + 60 * ctx.scale
-            while (h.dig(client.call("stats"), "jobs_running", 0) or 0) < 1:
+            while True:
+                stats = client.call("stats")
+                if (h.dig(stats, "jobs_running", 0) or 0) + \
+                        (h.dig(stats, "jobs_delivering", 0) or 0) >= 1:
+                    break
                 assert time.monotonic() < wait_until, "the busy jobs never reached the worker"
                 time.sleep(0.005)
+            # the busy replies are read meanwhile: on the GPU the jobs after the first get its
+            # memory only once its reply is out
+            outs = []
+            reader = threading.Thread(target=lambda: outs.extend(
+                busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs))
+            reader.start()
             small = good_hdr(timeout_ms=timeout_ms)
             expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
                          "timeout_ms %d behind %d %d^3 f64 jobs on one worker" % (
                              timeout_ms, count, big))
-            for msgid, a, b in jobs:
-                _, out = busy.gemm_result(msgid, hdr, timeout=120)
-            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f64", "the last busy job")
+            reader.join(180 * ctx.scale)
+            assert len(outs) == len(jobs), "%d of %d busy replies read" % (len(outs), len(jobs))
+            _, a, b = jobs[-1]
+            h.assert_close(outs[-1], a, b, None, 1.0, 0.0, False, False, "f64",
+                           "the last busy job")
             sender.join(10 * ctx.scale)
             assert sender.error is None, sender.error
         stats = client.call("stats")
