@@ -62,9 +62,6 @@ struct gd_job {
   uint64_t submitted_us;       /* when submit() was called (all payloads landed); queue_us in the
                                   reply counts from here */
   uint64_t deadline_us;        /* 0 = none */
-  uint64_t order_key;          /* jobs with the same non-zero key (one connection) want their
-                                  results in the order they ran: a backend keeps them on one
-                                  device while one is in flight */
   gp_gemm_result_hdr result;   /* device, kernel and timings, filled by the backend */
   gd_backend *backend;
   void *backend_data;          /* the backend's own */

@@ -266,7 +266,7 @@ static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
 }
 
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   const gd_sched_share *share, gd_job_waiter *waiter,
                    gd_job **out, gp_error *err) {
   assert(waiter && waiter->on_event);
   if (s->draining)
@@ -287,7 +287,6 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   job->admitted_us = gd_now_us();
   job->deadline_us = deadline_of(hdr, job->admitted_us);
   job->backend = s->backend;
-  job->order_key = order_key;
   job->waiter = waiter;
   job->device = pick_device(s);
   uint64_t host = total;

@@ -81,10 +81,10 @@ void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg);
 void gd_sched_set_draining(gd_sched *s);
 
 /* Admits a gemm whose header has been parsed and validated. On success *out is a new job whose
- * events go to waiter; order_key as in gd_job.h (0: none); share may be NULL. On failure
+ * events go to waiter; share may be NULL. On failure
  * returns the code and fills err naming the cause. */
 int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   uint64_t order_key, const gd_sched_share *share, gd_job_waiter *waiter,
+                   const gd_sched_share *share, gd_job_waiter *waiter,
                    gd_job **out, gp_error *err);
 
 /* Payload input, before submit: where the next bytes of operand at offset may land (false:

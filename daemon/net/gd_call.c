@@ -17,15 +17,14 @@ void gd_calls_init(gd_calls *l, gd_sched *sched) {
 }
 
 int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  uint64_t order_key, const gd_sched_share *share,
+                  const gd_sched_share *share,
                   void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
                   gd_call **out, gp_error *err) {
   gd_call *c = calloc(1, sizeof *c);
   if (!c)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
   c->waiter.on_event = on_event;
-  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, order_key, share, &c->waiter, &c->job,
-                          err);
+  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
   if (rc != 0) {
     free(c);
     return rc;

@@ -51,7 +51,7 @@ void gd_calls_init(gd_calls *l, gd_sched *sched);
  * until it is computed or let go. share as in gd_sched_admit. On failure returns the code with
  * err filled. */
 int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  uint64_t order_key, const gd_sched_share *share,
+                  const gd_sched_share *share,
                   void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
                   gd_call **out, gp_error *err);
 

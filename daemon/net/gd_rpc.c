@@ -259,8 +259,7 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
     return rc;
   }
   gd_sched_share share = share_of(s);
-  rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, s->conn.id, &share, on_job_event,
-                     &call, &err);
+  rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, &share, on_job_event, &call, &err);
   if (must_wait(rc)) {
     gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
              (unsigned)s->msgid, err.message);

@@ -131,7 +131,7 @@ static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
 
 static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
   gp_error_clear(err);
-  return gd_sched_admit(sched, h, false, 7, 1, NULL, &waiter, job, err);
+  return gd_sched_admit(sched, h, false, 7, NULL, &waiter, job, err);
 }
 
 /* ---- admission ------------------------------------------------------------------ */
@@ -372,23 +372,23 @@ START_TEST(memory_shares) {
   gd_sched_share share = {.conn_used = 0, .conn_limit = 1000, .peer_used = 0, .peer_limit = 0};
   gp_error_clear(&err);
   /* holding nothing: over the share is fine */
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), 0);
   gd_sched_abandon(sched, job);
   share.conn_used = 1; /* holding something: 1 + 1200 is over 1000 */
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
                    GD_SCHED_OVER_SHARE);
   ck_assert_ptr_nonnull(strstr(err.message, "connection holds 1 bytes"));
   share.conn_limit = 1201;
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), 0);
   gd_sched_abandon(sched, job);
   share.peer_used = 9000; /* the peer's share now */
   share.peer_limit = 10000;
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, 1, &share, &waiter, &job, &err),
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
                    GD_SCHED_OVER_SHARE);
   ck_assert_ptr_nonnull(strstr(err.message, "peer holds 9000 bytes"));
   /* never fits the budget: refused, whatever the share says */
   gp_gemm_hdr big = hdr_of(100, 100, 100);
-  ck_assert_int_eq(gd_sched_admit(sched, &big, false, 1, 1, &share, &waiter, &job, &err),
+  ck_assert_int_eq(gd_sched_admit(sched, &big, false, 1, &share, &waiter, &job, &err),
                    GP_E_RESOURCE_EXHAUSTED);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
