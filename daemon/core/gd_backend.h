@@ -54,6 +54,13 @@
 #include "gp_error.h"
 #include "gp_types.h"
 
+/* Batched launches counted by size: 1, 2-3, 4-7, 8-15, 16-31 and 32+ jobs. */
+#define GD_BATCH_BUCKETS 6
+static inline const char *gd_batch_bucket_name(int bucket) {
+  static const char *const names[GD_BATCH_BUCKETS] = {"1", "2-3", "4-7", "8-15", "16-31", "32+"};
+  return names[bucket];
+}
+
 /* Described in `info`. */
 typedef struct {
   int id;                     /* CUDA ordinal, -1 for the CPU */
@@ -67,6 +74,7 @@ typedef struct {
   uint64_t memory_limit;      /* device bytes the backend may reserve for jobs (its cap) */
   uint64_t memory_reserved;   /* device bytes reserved now */
   uint64_t memory_in_use;     /* of those, held by jobs now */
+  uint64_t batches[GD_BATCH_BUCKETS]; /* launches by jobs batched in them (0: none batched) */
 } gd_device_info;
 
 typedef struct {

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gd_backend.h"
 #include "gd_stats.h"
 
 #define GD_METRICS_MAX_DEVICES 64
@@ -27,6 +28,7 @@ typedef struct {
   char name[128];
   bool in_service;
   uint64_t busy_us, memory_limit, memory_reserved, memory_in_use;
+  uint64_t batches[GD_BATCH_BUCKETS]; /* batched launches by size (gd_backend.h) */
 } gd_metrics_device;
 
 typedef struct {

@@ -31,6 +31,7 @@ static void collect_devices(const gd_daemon *d, gd_metrics_snapshot *snap) {
     dev->memory_limit = info->memory_limit;
     dev->memory_reserved = info->memory_reserved;
     dev->memory_in_use = info->memory_in_use;
+    memcpy(dev->batches, info->batches, sizeof dev->batches);
   }
   snap->ndev = n;
 }

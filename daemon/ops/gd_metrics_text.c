@@ -136,6 +136,20 @@ static void put_device_samples(text *t, const char *name, const gd_metrics_snaps
   }
 }
 
+/* The GPU's small-job batches by how many jobs each launch ran (a size label per bucket, not a
+ * histogram: the sum of the sizes is not kept). */
+static void put_batches(text *t, const gd_metrics_snapshot *snap) {
+  header(t, "gemmd_device_batches_total", "counter",
+         "Launches of batched small requests, by how many requests each ran.");
+  for (size_t i = 0; i < snap->ndev; i++)
+    for (int b = 0; b < GD_BATCH_BUCKETS; b++) {
+      put(t, "gemmd_device_batches_total{device=\"");
+      put_label_value(t, snap->dev[i].id);
+      put(t, "\",size=\"%s\"} %llu\n", gd_batch_bucket_name(b),
+          (unsigned long long)snap->dev[i].batches[b]);
+    }
+}
+
 static void put_devices(text *t, const gd_metrics_snapshot *snap) {
   header(t, "gemmd_device_info", "gauge", "The devices gemmd computes on (value 1), by name.");
   for (size_t i = 0; i < snap->ndev; i++) {
@@ -162,6 +176,7 @@ static void put_devices(text *t, const gd_metrics_snapshot *snap) {
     header(t, fields[f].name, fields[f].type, fields[f].help);
     put_device_samples(t, fields[f].name, snap, (dev_field)f);
   }
+  put_batches(t, snap);
 }
 
 static void put_daemon(text *t, const gd_metrics_snapshot *snap) {

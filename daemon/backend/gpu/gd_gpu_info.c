@@ -58,6 +58,7 @@ static bool device_at(gd__gpu_backend *be, size_t i, gd_device_info *out) {
   out->memory_limit = dev->pool.size;
   out->memory_reserved = dev->mem_reserved;
   out->memory_in_use = dev->pool.in_use;
+  memcpy(out->batches, dev->small_batches, sizeof out->batches);
   pthread_mutex_unlock(&dev->mu);
   return true;
 }
@@ -93,12 +94,10 @@ void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk) {
 
 /* The small lane's batches by size: {"1": n, "2-3": n, ..., "32+": n}. */
 static void pack_batches(msgpack_packer *pk, const uint64_t *batches) {
-  static const char *const names[GD__GPU_BATCH_BUCKETS] = {"1", "2-3", "4-7", "8-15", "16-31",
-                                                           "32+"};
   pack_str(pk, "small_batches");
   msgpack_pack_map(pk, GD__GPU_BATCH_BUCKETS);
   for (int i = 0; i < GD__GPU_BATCH_BUCKETS; i++)
-    pack_kv_u64(pk, names[i], batches[i]);
+    pack_kv_u64(pk, gd_batch_bucket_name(i), batches[i]);
 }
 
 void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {

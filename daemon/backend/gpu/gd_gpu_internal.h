@@ -56,7 +56,7 @@ typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
 
-#define GD__GPU_BATCH_BUCKETS 6
+#define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
 typedef enum {
   GD__CMD_ALLOC,    /* loop: pool memory was assigned: take the job's device block (job) */

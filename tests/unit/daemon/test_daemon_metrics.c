@@ -20,6 +20,8 @@ static gd_metrics_snapshot *snapshot(void) {
   snap->dev[0].memory_limit = 1000;
   snap->dev[0].memory_reserved = 512;
   snap->dev[0].memory_in_use = 256;
+  snap->dev[0].batches[0] = 7;
+  snap->dev[0].batches[5] = 2;
   strcpy(snap->dev[1].id, "cuda:1");
   strcpy(snap->dev[1].name, "b");
   return snap;
@@ -86,6 +88,9 @@ START_TEST(devices_and_escaping) {
   has(text, "\ngemmd_device_memory_limit_bytes{device=\"cuda:0\"} 1000\n");
   has(text, "\ngemmd_device_memory_reserved_bytes{device=\"cuda:0\"} 512\n");
   has(text, "\ngemmd_device_memory_in_use_bytes{device=\"cuda:0\"} 256\n");
+  has(text, "\ngemmd_device_batches_total{device=\"cuda:0\",size=\"1\"} 7\n");
+  has(text, "\ngemmd_device_batches_total{device=\"cuda:0\",size=\"32+\"} 2\n");
+  has(text, "\ngemmd_device_batches_total{device=\"cuda:1\",size=\"4-7\"} 0\n");
   has(text, "\ngemmd_device_in_service{device=\"cuda:0\"} 1\n");
   has(text, "\ngemmd_device_in_service{device=\"cuda:1\"} 0\n");
   has(text, "gemmd_build_info{version=\"" GEMMD_VERSION "\",backend=\"gpu\"} 1\n");
