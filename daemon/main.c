@@ -7,6 +7,8 @@
  * char buffer are converted where they are called (from_uv, from_text), and the one log line
  * of a failed start-up is written in run().
  */
+#include <assert.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +211,20 @@ static size_t listen_count(const gd_cli *cli, const gd_config *cfg, bool *adopt)
   return cfg->listen_count;
 }
 
+/* SIGTERM, SIGINT and SIGHUP are held back from the start (every thread inherits the mask)
+ * until the loop's handlers are in place: one that arrives while the listeners already exist
+ * but the handlers do not would otherwise kill the process with no drain (seen under ASan). */
+static void hold_signals(bool hold) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  int rc = pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
+  assert(rc == 0); /* only fails for a bad "how" */
+  (void)rc;
+}
+
 static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   int status = 1;
   uv_loop_t loop;
@@ -275,6 +291,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     gd_notify_close(notify);
     goto out_listeners;
   }
+  hold_signals(false); /* one held back during start-up is handled now */
   gd_info("gemmd %s ready: backend %s, config %s", GEMMD_VERSION, d.backend->ops->name,
           config_path ? config_path : "built-in defaults");
   gd_notify_ready("serving");
@@ -343,5 +360,6 @@ int main(int argc, char **argv) {
   /* A client that closes while we write must cost an EPIPE, not the process. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
     gd_warn("cannot ignore SIGPIPE");
+  hold_signals(true);
   return run(&cli, &cfg, config_path);
 }
