@@ -7,8 +7,7 @@
  * char buffer are converted where they are called (from_uv, from_text), and the one log line
  * of a failed start-up is written in run().
  */
-#include <assert.h>
-#include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,18 +210,29 @@ static size_t listen_count(const gd_cli *cli, const gd_config *cfg, bool *adopt)
   return cfg->listen_count;
 }
 
-/* SIGTERM, SIGINT and SIGHUP are held back from the start (every thread inherits the mask)
- * until the loop's handlers are in place: one that arrives while the listeners already exist
- * but the handlers do not would otherwise kill the process with no drain (seen under ASan). */
-static void hold_signals(bool hold) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
-  int rc = pthread_sigmask(hold ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
-  assert(rc == 0); /* only fails for a bad "how" */
-  (void)rc;
+/* SIGTERM, SIGINT and SIGHUP that come during start-up are noted here and raised again once the
+ * loop's handlers (gd_lifecycle) are in place: with the default action one that came while the
+ * listeners already existed killed the process with no drain (seen under ASan). A handler, not
+ * a signal mask: OpenBLAS starts threads before main, and any of them may take the signal. */
+static const int held_signals[] = {SIGTERM, SIGINT, SIGHUP};
+static volatile sig_atomic_t signal_during_start;
+
+static void note_signal(int sig) { signal_during_start = sig; }
+
+static void hold_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = note_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof held_signals / sizeof held_signals[0]; i++)
+    if (sigaction(held_signals[i], &sa, NULL) != 0)
+      gd_warn("sigaction(%d): %s", held_signals[i], strerror(errno));
+}
+
+/* The loop's handlers replaced note_signal: a signal noted meanwhile is delivered to them. */
+static void release_signals(void) {
+  if (signal_during_start != 0 && raise(signal_during_start) != 0)
+    gd_warn("raise(%d): %s", (int)signal_during_start, strerror(errno));
 }
 
 static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
@@ -291,7 +301,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     gd_notify_close(notify);
     goto out_listeners;
   }
-  hold_signals(false); /* one held back during start-up is handled now */
+  release_signals();
   gd_info("gemmd %s ready: backend %s, config %s", GEMMD_VERSION, d.backend->ops->name,
           config_path ? config_path : "built-in defaults");
   gd_notify_ready("serving");
@@ -360,6 +370,6 @@ int main(int argc, char **argv) {
   /* A client that closes while we write must cost an EPIPE, not the process. */
   if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
     gd_warn("cannot ignore SIGPIPE");
-  hold_signals(true);
+  hold_signals();
   return run(&cli, &cfg, config_path);
 }
