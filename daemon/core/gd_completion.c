@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_array.h"
+
 struct gd_completion {
   pthread_mutex_t lock;
   gd_backend_event *events; /* under lock */
@@ -32,14 +34,11 @@ int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
   if (pthread_mutex_lock(&q->lock) != 0)
     return GP_E_INTERNAL;
   if (q->count == q->cap) {
-    size_t cap = q->cap ? q->cap * 2 : 64;
-    gd_backend_event *grown = realloc(q->events, cap * sizeof *grown);
-    if (grown) {
+    gd_backend_event *grown = gd_array_grow(q->events, &q->cap, sizeof *grown, 64);
+    if (grown)
       q->events = grown;
-      q->cap = cap;
-    } else {
+    else
       rc = GP_E_RESOURCE_EXHAUSTED;
-    }
   }
   if (rc == 0)
     q->events[q->count++] = *ev;

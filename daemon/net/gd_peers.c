@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_array.h"
+
 static gd_peer_count *find(const gd_peers *p, const char *key) {
   for (size_t i = 0; i < p->n; i++)
     if (strcmp(p->items[i].key, key) == 0)
@@ -22,12 +24,10 @@ int gd_peers_add(gd_peers *p, const char *key) {
     return 0;
   }
   if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 16;
-    gd_peer_count *items = realloc(p->items, cap * sizeof *items);
+    gd_peer_count *items = gd_array_grow(p->items, &p->cap, sizeof *items, 16);
     if (!items)
       return -1;
     p->items = items;
-    p->cap = cap;
   }
   item = &p->items[p->n++];
   memset(item, 0, sizeof *item);

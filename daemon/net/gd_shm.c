@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gd_array.h"
 #include "gd_log.h"
 
 void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, gd_sched *sched, uint32_t fd_cap) {
@@ -156,12 +157,10 @@ static int check_quota(const gd_shm *t, const gd_shm_limits *lim, uint64_t size,
 
 static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
   if (t->count == t->cap) {
-    uint32_t cap = t->cap ? t->cap * 2 : 4;
-    gd_shm_region *grown = realloc(t->regions, cap * sizeof *grown);
+    gd_shm_region *grown = gd_array_grow(t->regions, &t->cap, sizeof *grown, 4);
     if (!grown)
       return -1;
     t->regions = grown;
-    t->cap = cap;
   }
   *id = ++t->next_id;
   t->regions[t->count++] = (gd_shm_region){*id, base, size};

@@ -55,7 +55,8 @@ typedef struct {
   gd_shm_totals *totals;               /* NULL: shared memory off for this connection */
   gd_sched *sched;                     /* regions count against queue.memory_budget */
   gd_shm_region *regions;              /* count of them, in a block of cap */
-  uint32_t count, cap;
+  uint32_t count;
+  size_t cap;
   uint64_t bytes;
   uint64_t next_id;
   int fds[GD_SHM_FDS_MAX];             /* the FIFO of received descriptors */
