@@ -244,8 +244,13 @@ static int check_share(const gd_sched_share *share, uint64_t host, gp_error *err
 }
 
 /* A request that can never fit is refused; one that fits an idle daemon waits (GD_SCHED_FULL). */
+/* What queue.memory_budget has left (0 when a smaller budget from a reload is over-full). */
+static uint64_t budget_left(const gd_sched *s) {
+  return s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
+}
+
 static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
-  uint64_t left = s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
+  uint64_t left = budget_left(s);
   if (host > s->limits.memory_budget)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
                         "request needs %llu bytes of host memory, more than queue.memory_budget "
@@ -413,7 +418,7 @@ uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
 
 int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
   /* A registration does not wait for room as a gemm does: it fits now or is refused. */
-  uint64_t left = s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
+  uint64_t left = budget_left(s);
   if (bytes > left)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%llu bytes asked, %llu of "
                         "queue.memory_budget left", (unsigned long long)bytes,
