@@ -48,10 +48,12 @@ async def _replies(reader, unpacker, want):
     return got
 
 
-async def _ping_and_gemm(sock, problem, msgid):
+async def _ping_and_gemm(sock, problem, msgid, writers):
     """'served' (pong and a correct result), 'refused' (EOF, reset or a refusal error before
-    any result), or raises. The connection stays open."""
+    any result), or raises. The connection stays open: its writer goes to `writers`, since
+    Python 3.12's StreamWriter closes its socket when it is garbage collected."""
     reader, writer = await asyncio.open_unix_connection(sock=sock)
+    writers.append(writer)
     try:
         writer.write(lu.PING(msgid) + problem.request(msgid + 1))
         await writer.drain()
@@ -79,10 +81,17 @@ async def _ping_and_gemm(sock, problem, msgid):
     return "served"
 
 
-async def _run_all(socks, problems, timeout):
-    jobs = [_ping_and_gemm(sock, problems[i % len(problems)], lu.msgid_base(i))
+async def _run_all(socks, problems, timeout, monitor):
+    """The outcomes, and the daemon's connection count while every connection is still open."""
+    writers = []
+    jobs = [_ping_and_gemm(sock, problems[i % len(problems)], lu.msgid_base(i), writers)
             for i, sock in enumerate(socks)]
-    return await asyncio.wait_for(asyncio.gather(*jobs), timeout)
+    try:
+        outcomes = await asyncio.wait_for(asyncio.gather(*jobs), timeout)
+        return outcomes, monitor.call("stats")["connections"]
+    finally:
+        for writer in writers:
+            writer.close()
 
 
 def _round(ctx, d, monitor, count, timeout):
@@ -90,8 +99,7 @@ def _round(ctx, d, monitor, count, timeout):
     and the daemon's connection count while all were still open."""
     socks = _connect_all(d.unix_path, count)
     try:
-        outcomes = asyncio.run(_run_all(socks, _round.problems, timeout))
-        open_now = monitor.call("stats")["connections"]
+        outcomes, open_now = asyncio.run(_run_all(socks, _round.problems, timeout, monitor))
     finally:
         for sock in socks:
             sock.close()
