@@ -12,7 +12,6 @@
  *
  *   bench_socket [--mib N] [--chunk MIB] [--reps N] [--sndbuf 0,1048576,4194304]
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
