@@ -236,6 +236,7 @@ static const field gpu_fields[] = {
     FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
     FLD("max_batch_jobs", F_U32, gpu.max_batch_jobs, 1, 1024),
     FLD("max_queue_delay_us", F_U64, gpu.max_queue_delay_us, 0, 1000000),
+    FLD("small_passes", F_U32, gpu.small_passes, 0, 1024),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field shm_fields[] = {

@@ -64,6 +64,9 @@ typedef struct {
   uint64_t max_queue_delay_us;        /* a small batch not yet full may wait this long after its
                                        * first job's submit for more of its shape (default 0: only
                                        * what already waits is batched) */
+  uint32_t small_passes;              /* small batches queued on a device's lane stream at once;
+                                       * jobs that come meanwhile wait to form the next, larger
+                                       * batch (default 2; 0 = no limit) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

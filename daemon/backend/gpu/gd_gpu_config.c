@@ -23,5 +23,6 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->small_poll_us = 20;
   cfg->max_batch_jobs = 32;
   cfg->max_queue_delay_us = 0;
+  cfg->small_passes = 2;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

@@ -223,6 +223,7 @@ struct gd__gpu_dev {
   uint8_t *small_area;          /* device memory of the batch in flight: max_batch_jobs slots */
   gd__gpu_slot *forming, *forming_tail; /* a batch waiting gpu.max_queue_delay_us for more */
   uint32_t forming_n;
+  uint32_t small_inflight;      /* batches queued on s_small and not yet seen done */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
 
   /* Under mu. */

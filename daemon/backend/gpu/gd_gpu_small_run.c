@@ -6,7 +6,10 @@
  * device's command queue, up to gpu.max_batch_jobs. By default nothing is held back to grow a
  * batch; with gpu.max_queue_delay_us a batch not full waits (one at a time, as dev->forming) for
  * more of its shape until that long after its first job's submit, and a small job of another
- * shape sends it on its way. The
+ * shape sends it on its way. While gpu.small_passes batches are queued on the stream, a new
+ * batch waits the same way (as dev->forming) until one of them finishes: under load the jobs
+ * that come during a pass form the next one, so a batch's fixed cost (three copies, a launch,
+ * four events, ~20 us of stream time) is shared by many jobs instead of paid by each. The
  * batch's whole pass is queued at once on the lane's stream: its a, b and c (when beta reads
  * it) copied into the batch area as one batched problem (each operand's matrices back to back,
  * as a client's batch would be), one launch, C copied back into each slot, with the leader
@@ -260,6 +263,7 @@ static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   if (e == cudaSuccess) {
     for (gd__gpu_slot *s = lead; s; s = s->batch_next)
       s->job.work.started = true;
+    dev->small_inflight++;
     lead->next_run = NULL;
     if (dev->small_tail)
       dev->small_tail->next_run = lead;
@@ -276,7 +280,13 @@ static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   finish_batch(dev, lead);
 }
 
-/* ---- waiting for more (gpu.max_queue_delay_us) ---------------------------- */
+/* ---- waiting for more (gpu.max_queue_delay_us, gpu.small_passes) ---------- */
+
+/* gpu.small_passes batches are queued on the lane: a new one waits. */
+static bool lane_full(const gd__gpu_dev *dev) {
+  uint32_t cap = dev->be->cfg.small_passes;
+  return cap > 0 && dev->small_inflight >= cap;
+}
 
 static void send_forming(gd__gpu_dev *dev) {
   gd__gpu_slot *lead = dev->forming;
@@ -296,11 +306,11 @@ uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
   pthread_mutex_unlock(&dev->mu);
   uint64_t due = dev->forming->job.submit_us + dev->be->cfg.max_queue_delay_us;
   uint64_t now = gd_now_us();
-  if (stop || dev->forming_n >= max || now >= due) {
+  if (stop || dev->forming_n >= max || (now >= due && !lane_full(dev))) {
     send_forming(dev);
     return 0;
   }
-  return due - now;
+  return now < due ? due - now : 0; /* 0: due, waiting for the lane (polled) */
 }
 
 void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
@@ -324,7 +334,7 @@ void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   if (max > 1)
     n += take_same_shape(dev, slot, &tail, max - 1);
   pthread_mutex_unlock(&dev->mu);
-  if (dev->be->cfg.max_queue_delay_us > 0 && n < max) {
+  if ((dev->be->cfg.max_queue_delay_us > 0 || lane_full(dev)) && n < max) {
     dev->forming = slot;
     dev->forming_tail = tail;
     dev->forming_n = n;
@@ -399,6 +409,8 @@ void gd__gpu_small_poll(gd__gpu_dev *dev) {
     if (!dev->small_head)
       dev->small_tail = NULL;
     lead->next_run = NULL;
+    assert(dev->small_inflight > 0);
+    dev->small_inflight--;
     if (dead) {
       finish_batch(dev, lead);
     } else if (e == cudaSuccess) {

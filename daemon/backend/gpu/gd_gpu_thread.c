@@ -99,8 +99,8 @@ static void serve(gd__gpu_dev *dev) {
     uint64_t forming_us = 0;
     if (dev->small_head || dev->forming) {
       pthread_mutex_unlock(&dev->mu);
+      gd__gpu_small_poll(dev); /* first: a finished pass may let a waiting batch go */
       forming_us = gd__gpu_small_forming(dev);
-      gd__gpu_small_poll(dev);
       pthread_mutex_lock(&dev->mu);
     }
     gd__gpu_cmd *cmd = gd__gpu_cmd_pop(dev);

@@ -4,7 +4,8 @@ pipeline many small gemms of mixed shapes (odd sizes), dtypes, transposes, alpha
 and without c, beside large ones that take the staging path in many chunks; every result is
 checked against the float64 reference and `stats` counts the jobs that took the lane and its
 batches by size; the batcher's case (same-shape jobs pipelined from several connections) is
-right too. With the lane off (small_job_bytes 0) the same load is right and no job takes it. SIGTERM with small jobs
+right too, and with gpu.small_passes 1 jobs that come while a batch runs go together as the
+next. With the lane off (small_job_bytes 0) the same load is right and no job takes it. SIGTERM with small jobs
 in flight answers them and exits cleanly.
 
 Meant for gemmd_fake (label integration) and for real GPUs (label gpu). Exits 77 with
@@ -98,6 +99,7 @@ def _load(ctx, gpu, same=False):
         print("  small_jobs per device %s, batches by size %s" % (counts, batches))
         in_batches = sum(sum(n for n in per_dev.values()) for per_dev in batches)
         assert in_batches <= sum(counts), "more batches than small jobs"
+        _load.batches = in_batches
         return sum(counts)
 
 
@@ -112,6 +114,15 @@ def test_same_shape_from_many_connections(ctx):
     batches formed depends on timing and is only printed."""
     small = _load(ctx, LANE, same=True)
     assert small > 0, "no job took the small-job lane"
+
+
+def test_batches_grow_while_the_lane_is_full(ctx):
+    """gpu.small_passes 1: while one batch runs, the same-shape jobs that come wait and go
+    together as the next, with max_queue_delay_us 0: fewer batches than jobs, results right."""
+    small = _load(ctx, dict(LANE, small_passes=1), same=True)
+    print("  small_passes 1: %d jobs in %d batches" % (small, _load.batches))
+    assert small > 1 and _load.batches < small, \
+        "%d small jobs in %d batches: none waited for the busy lane" % (small, _load.batches)
 
 
 def test_lane_off_is_the_staging_path(ctx):
@@ -149,5 +160,6 @@ def test_sigterm_with_small_jobs_in_flight(ctx):
 if __name__ == "__main__":
     np.seterr(all="ignore")
     sys.exit(e2e.gpu_main([test_small_jobs_many_connections, test_same_shape_from_many_connections,
+                           test_batches_grow_while_the_lane_is_full,
                            test_lane_off_is_the_staging_path,
                            test_sigterm_with_small_jobs_in_flight]))
