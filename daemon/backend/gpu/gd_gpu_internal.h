@@ -7,8 +7,9 @@
  * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
  * references, the memory FIFO, device failure; loop and worker),
  * gd_gpu_run.c (what every run shares, on the worker), gd_gpu_small.c and
- * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker) and
- * gd_gpu_info.c (info, stats, devices; on the loop).
+ * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker),
+ * gd_gpu_shm.c (shared-memory regions registered for DMA: the cache on the loop, REG/UNREG on
+ * the worker) and gd_gpu_info.c (info, stats, devices; on the loop).
  *
  * Threads and who may call CUDA
  * -----------------------------

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "gd_gpu_internal.h"
+#include "gd_list.h"
 #include "gd_log.h"
 
 typedef enum { REG_PENDING, REG_OK, REG_FAILED } reg_state;
@@ -211,12 +212,7 @@ void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
     be->pinned_regions--;
     be->pinned_bytes -= g->r->size;
   }
-  if (g->prev)
-    g->prev->next = g->next;
-  else
-    be->regs = g->next;
-  if (g->next)
-    g->next->prev = g->prev;
+  GD_LIST_UNLINK(be->regs, g);
   pthread_mutex_unlock(&be->reg_mu);
   gd_region_unmap(g->r); /* unregistered first: CUDA must not keep pages of a gone mapping */
   free(g);

@@ -324,17 +324,24 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaFreeHost(void *p) {
+/* Forgets the pinned range starting at p of that kind; false when there is none. */
+static bool host_forget(const void *p, bool registered) {
   pthread_mutex_lock(&g_mu);
   for (hostalloc **pp = &g_host; *pp; pp = &(*pp)->next) {
-    if ((*pp)->p == p && !(*pp)->registered) {
+    if ((*pp)->p == p && (*pp)->registered == registered) {
       hostalloc *h = *pp;
       *pp = h->next;
+      pthread_mutex_unlock(&g_mu);
       free(h);
-      break;
+      return true;
     }
   }
   pthread_mutex_unlock(&g_mu);
+  return false;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  (void)host_forget(p, false);
   free(p);
   return cudaSuccess;
 }
@@ -369,18 +376,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags) {
 
 /* Only the start of a registered range unregisters it. */
 cudaError_t cudaHostUnregister(void *p) {
-  pthread_mutex_lock(&g_mu);
-  for (hostalloc **pp = &g_host; *pp; pp = &(*pp)->next) {
-    if ((*pp)->p == p && (*pp)->registered) {
-      hostalloc *h = *pp;
-      *pp = h->next;
-      pthread_mutex_unlock(&g_mu);
-      free(h);
-      return cudaSuccess;
-    }
-  }
-  pthread_mutex_unlock(&g_mu);
-  return ret(cudaErrorHostMemoryNotRegistered);
+  return host_forget(p, true) ? cudaSuccess : ret(cudaErrorHostMemoryNotRegistered);
 }
 
 static bool is_pinned(const void *p) {
