@@ -198,6 +198,11 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
   if (e != cudaSuccess) {
+    /* A copy straight from a region may still read it, and the failure posted below lets the
+     * region go (unregistered and unmapped, maybe by another device's worker): the copy must be
+     * over first. */
+    if (job->work.direct_in && !gd__gpu_dev_dead(dev))
+      (void)cudaStreamSynchronize(dev->s_in);
     gd__gpu_job_cuda_error(dev, job, what, e);
     return false;
   }
@@ -299,9 +304,11 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
       outq_pop(dev);
     return true;
   }
-  gd__gpu_job_cuda_error(dev, job, what, e);
+  /* The copy may still write the buffer (or, straight into a region, the client's pages, which
+   * the failure lets go of): it must be over before either is reused. */
   if (queued && !gd__gpu_dev_dead(dev))
     (void)cudaStreamSynchronize(dev->s_out);
+  gd__gpu_job_cuda_error(dev, job, what, e);
   pthread_mutex_lock(&dev->mu);
   buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);

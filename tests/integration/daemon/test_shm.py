@@ -551,6 +551,26 @@ def test_in_place_fallbacks(ctx):
                 assert reg_stats(client)["shm_direct_out_bytes"] == 20 * 20 * 4
 
 
+def test_in_place_failed_launch(ctx):
+    """A job reading and writing registered regions whose launch fails (the fake's alpha 777)
+    answers INTERNAL; the regions stay usable and are let go of with the connection."""
+    if not GPU:
+        return
+    with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
+        with d.connect() as other:
+            region = Region(1 << 20).register(other)
+            wait_registered(d, client, 1, 1 << 20)
+            a, b = h.random_operands(ctx.rng, 64, 64, 64, "f32")
+            hdr = {"m": 64, "n": 64, "k": 64, "dtype": "f32", "alpha": 777.0,
+                   "out": region.take(64 * 64 * 4)}
+            expect_error("INTERNAL", gemm_refs, other, hdr, region.put(a, "f32"),
+                         region.put(b, "f32"), what="a failed launch")
+            region.used = 0
+            checked_gemm(ctx, other, region, 64, 64, 64, "f32", "abo")
+        wait_registered(d, client, 0, 0)
+        assert client.call("ping") == "pong"
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_features_announce_shm_on_unix_only, test_every_dtype_in_shm,
                      test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
@@ -559,4 +579,4 @@ if __name__ == "__main__":
                      test_regions_count_against_the_memory_budget, test_no_regions_allowed,
                      test_disabled, test_tcp_refused, test_released_with_the_connection,
                      test_in_place_forms, test_in_place_larger_than_staging,
-                     test_in_place_region_outlives_its_unregister, test_in_place_fallbacks]))
+                     test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch]))
