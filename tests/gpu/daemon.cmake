@@ -14,6 +14,19 @@ if(TARGET gemmd)
   endforeach()
 endif()
 
+# Shared memory in place on the GPU (integration/daemon/test_shm.py's tests on the real gemmd).
+if(TARGET gemmd)
+  add_test(NAME daemon_gpu_shm
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_shm.py
+                   --gemmd $<TARGET_FILE:gemmd>)
+  set_tests_properties(daemon_gpu_shm PROPERTIES
+    LABELS gpu
+    TIMEOUT 600
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT
+      "GEMMD_TEST_BACKEND=gpu;PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+endif()
+
 # The backend's host logic over a fake CUDA runtime (fake_cuda.c: streams are threads, devices
 # are host memory): staging, pause/resume, spills, chunked output, memory waits, faults. Needs
 # only the CUDA headers, so it runs (label unit) on any machine that builds with CUDA.

@@ -421,6 +421,7 @@ def test_released_with_the_connection(ctx):
 # ---- in place: the backend reads and writes the mapping itself (GPU: registered for DMA)
 
 GPU = h.TEST_BACKEND == "gpu"
+FAKE = "FAKE_CUDA_DEVICES" in os.environ  # gemmd_fake: registration failures can be injected
 # every job through the staging path, where regions go straight to the device (the small-job
 # lane copies its slot in one piece)
 IN_PLACE = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB"}}
@@ -528,10 +529,11 @@ def test_in_place_fallbacks(ctx):
     operands take the staging path, results exact, nothing counted as registered."""
     if not GPU:
         return
-    for env, config, key in (({"FAKE_CUDA_HOST_REGISTER": "fail"}, IN_PLACE,
-                              "shm_register_failures"),
-                             (None, dict(IN_PLACE, shm={"gpu_register_max_bytes": "1MiB"}),
-                              "shm_register_refused")):
+    cases = [(None, dict(IN_PLACE, shm={"gpu_register_max_bytes": "1MiB"}),
+              "shm_register_refused")]
+    if FAKE:
+        cases.append(({"FAKE_CUDA_HOST_REGISTER": "fail"}, IN_PLACE, "shm_register_failures"))
+    for env, config, key in cases:
         with ctx.daemon(config=config, env=env) as d, d.connect() as client:
             region = Region(2 << 20).register(client)
             h.wait_until(lambda: reg_stats(client)[key] == 1, 10 * d.scale,
@@ -554,7 +556,7 @@ def test_in_place_fallbacks(ctx):
 def test_in_place_failed_launch(ctx):
     """A job reading and writing registered regions whose launch fails (the fake's alpha 777)
     answers INTERNAL; the regions stay usable and are let go of with the connection."""
-    if not GPU:
+    if not FAKE:
         return
     with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
         with d.connect() as other:
