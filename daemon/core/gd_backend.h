@@ -68,7 +68,7 @@
  * client promises not to change an input nor read the result until the reply (PROTOCOL.md).
  *
  * input_window, output_consumed, host_bytes, kernels, pack_info, pack_stats, devices, busy,
- * region_added, output_mapped, input_mapped and region_gone may be NULL.
+ * region_added, output_mapped, input_mapped, region_gone and shm_pinned_bytes may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -131,6 +131,8 @@ typedef struct {
   bool (*input_mapped)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                        const uint8_t *ptr);
   void (*region_gone)(gd_backend *b, gd_region *r);
+  /* optional: bytes of regions it holds pinned for DMA now (metrics); any thread */
+  uint64_t (*shm_pinned_bytes)(gd_backend *b);
 
   /* optional: host bytes this job will hold (a, b, c, scratch); NULL = a + b + c */
   uint64_t (*host_bytes)(gd_backend *b, const gd_job *job);

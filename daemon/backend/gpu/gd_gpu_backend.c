@@ -330,6 +330,7 @@ static const gd_backend_ops gpu_ops = {
     .output_mapped = gd__gpu_op_output_mapped,
     .input_mapped = gd__gpu_op_input_mapped,
     .region_gone = gd__gpu_op_region_gone,
+    .shm_pinned_bytes = gd__gpu_op_shm_pinned_bytes,
     .host_bytes = op_host_bytes,
     .kernels = gd__gpu_op_kernels,
     .pack_info = gd__gpu_op_pack_info,

@@ -434,6 +434,7 @@ void gd__gpu_op_region_gone(gd_backend *b, gd_region *r);
 bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr);
 bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                              const uint8_t *ptr);
+uint64_t gd__gpu_op_shm_pinned_bytes(gd_backend *b);
 /* Worker: GD__CMD_REG or GD__CMD_UNREG. */
 void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 /* Worker: bytes copied straight from (in) or into (out) a region. */

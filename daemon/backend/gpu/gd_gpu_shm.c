@@ -255,3 +255,9 @@ void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out) {
   be->direct_out_bytes += out;
   pthread_mutex_unlock(&be->reg_mu);
 }
+
+uint64_t gd__gpu_op_shm_pinned_bytes(gd_backend *b) {
+  uint64_t v[GD__GPU_REG_STATS];
+  gd__gpu_reg_stats((gd__gpu_backend *)b, v);
+  return v[1];
+}

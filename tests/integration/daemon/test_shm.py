@@ -16,6 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
+import metrics_util as mu  # noqa: E402
 
 DTYPES = ("f32", "f64", "f16", "bf16")
 U64_MAX = 2**64 - 1
@@ -442,14 +443,21 @@ def wait_registered(d, client, regions, nbytes):
                      "%d regions (%d bytes) registered for DMA" % (regions, nbytes))
 
 
+def pinned_metric(port):
+    return mu.value(mu.parse(mu.http_get(port, "/metrics")[1]), "gemmd_shm_registered_bytes")
+
+
 def test_in_place_forms(ctx):
     """Every mix of a, b, c and the result in a registered region or on the socket, with
     transposes, beta and batches, against the float64 reference; on the GPU each operand in a
     region and each result into one is copied straight (the direct byte counts say exactly
-    which), none through staging."""
-    with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
+    which), none through staging. The registration shows in gemmd_shm_registered_bytes."""
+    port = h.free_tcp_port()
+    config = dict(IN_PLACE, metrics={"listen": "tcp:127.0.0.1:%d" % port})
+    with ctx.daemon(config=config) as d, d.connect() as client:
         region = Region(4 << 20).register(client)
         wait_registered(d, client, 1, 4 << 20)
+        assert pinned_metric(port) == (4 << 20 if GPU else 0)
         for dtype in DTYPES:
             size = h.DTYPES[dtype]
             cases = [(70, 50, 90, "abo", False, False, 1.0, 0.0, None),
@@ -477,6 +485,7 @@ def test_in_place_forms(ctx):
                                                                   want_in, want_out)
         assert client.call("shm_unregister", [region.id]) is None
         wait_registered(d, client, 0, 0)
+        assert pinned_metric(port) == 0
 
 
 def test_in_place_larger_than_staging(ctx):
