@@ -533,6 +533,28 @@ def test_in_place_region_outlives_its_unregister(ctx):
         checked_gemm(ctx, client, outs, 31, 17, 9, "f32", "abo")
 
 
+def test_in_place_while_waiting_for_memory(ctx):
+    """Clients whose in-place jobs cannot all fit device memory at once: each waits for its
+    turn (the copies straight from its region come at its RUN, whenever that is), all exact."""
+    config = h.deep_merge(IN_PLACE, {"gpu": {"memory_bytes": "1MiB"}})
+    with ctx.daemon(config=config) as d, d.connect() as watcher:
+        clients = [d.connect(timeout=120) for _ in range(4)]
+        regions = [Region(2 << 20).register(c) for c in clients]
+        wait_registered(d, watcher, 4, 4 * (2 << 20))
+
+        def one(i):
+            sub = type("Ctx", (), {"rng": np.random.default_rng(1000 + i)})()
+            for forms in ("abo", "abco", "ab", "bo"):
+                regions[i].used = 0
+                checked_gemm(sub, clients[i], regions[i], 256, 256, 256, "f32", forms,
+                             alpha=1.0, beta=0.5 if "c" in forms else 0.0)
+        h.run_threads(one, 4)
+        if GPU:
+            assert reg_stats(watcher)["shm_direct_out_bytes"] == 4 * 3 * 256 * 256 * 4
+        for c in clients:
+            c.close()
+
+
 def test_in_place_fallbacks(ctx):
     """cudaHostRegister failing, or a region over shm.gpu_register_max_bytes: the region's
     operands take the staging path, results exact, nothing counted as registered."""
@@ -590,4 +612,5 @@ if __name__ == "__main__":
                      test_regions_count_against_the_memory_budget, test_no_regions_allowed,
                      test_disabled, test_tcp_refused, test_released_with_the_connection,
                      test_in_place_forms, test_in_place_larger_than_staging,
-                     test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch]))
+                     test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch,
+                     test_in_place_while_waiting_for_memory]))
