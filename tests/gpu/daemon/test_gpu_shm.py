@@ -17,4 +17,5 @@ if __name__ == "__main__":
     sys.exit(e2e.gpu_main([shm.test_every_dtype_in_shm, shm.test_in_place_forms,
                            shm.test_in_place_larger_than_staging,
                            shm.test_in_place_region_outlives_its_unregister,
+                           shm.test_in_place_while_waiting_for_memory,
                            shm.test_in_place_fallbacks, shm.test_released_with_the_connection]))
