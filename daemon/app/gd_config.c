@@ -244,6 +244,8 @@ static const field shm_fields[] = {
     FLD("max_regions_per_connection", F_U32, shm.max_regions_per_connection, 0, 1u << 16),
     FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, HOST_MEMORY_MAX),
     FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, HOST_MEMORY_MAX),
+    /* the GPU backend's, read at start (regions pinned for DMA: gd_gpu_shm.c) */
+    FLD("gpu_register_max_bytes", F_SIZE, gpu.shm_register_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {

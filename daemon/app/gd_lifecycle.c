@@ -105,6 +105,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("cpu.blas_threads");
   if (!same_gpu(&cur->gpu, &next->gpu))
     restart += restart_key("gpu");
+  if (cur->gpu.shm_register_bytes != next->gpu.shm_register_bytes)
+    restart += restart_key("shm.gpu_register_max_bytes");
   if (strcmp(cur->metrics_listen, next->metrics_listen) != 0)
     restart += restart_key("metrics.listen");
   if (cur->log_target != next->log_target)

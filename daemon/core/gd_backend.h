@@ -39,8 +39,36 @@
  * backend_data it still holds. The scheduler then frees its jobs without calling release(), and
  * drops events posted but not delivered.
  *
- * input_window, output_consumed, host_bytes, kernels, pack_info, pack_stats, devices and busy
- * may be NULL.
+ * Shared memory in place (all optional; a backend without them gets region operands through
+ * input() and writes results into OUTPUT_CHUNKs the connection copies into the region):
+ *
+ *   region_added(r)      a client registered region r (loop thread, right after the mapping).
+ *                        The backend may start what makes in-place access fast (GPU: queue a DMA
+ *                        registration on a worker); it must not block.
+ *   output_mapped(job, r, ptr)
+ *                        right after prepare, before any input: C is to land at ptr (the whole
+ *                        operand_bytes[C], inside r). true: the backend writes C there itself
+ *                        and every OUTPUT_CHUNK it posts points at ptr + offset, with the bytes
+ *                        already in place; ordering and output_consumed stay as above (each
+ *                        chunk is still given back, after which the backend writes no more).
+ *                        false: chunks in the backend's memory, as usual.
+ *   input_mapped(job, operand, r, ptr)
+ *                        before submit, at most once per operand, instead of any input() for it:
+ *                        the operand's bytes lie whole at ptr, inside r. true: the backend reads
+ *                        them from there whenever it runs the job (they count as landed); false:
+ *                        the connection hands them to input_window / input as usual.
+ *   region_gone(r)       the last reference to r went (the client unregistered it or hung up,
+ *                        and every job that used it in place was released). The backend drops
+ *                        what it keeps for r and then, from any thread, calls
+ *                        gd_region_unmap(r) (never before: it may still be registered). Not
+ *                        called after destroy(): the scheduler then unmaps itself.
+ *
+ * The scheduler holds a reference to r for every job whose backend said true, from that call
+ * until release(), so ptr stays mapped for the job's whole life whatever its client does. The
+ * client promises not to change an input nor read the result until the reply (PROTOCOL.md).
+ *
+ * input_window, output_consumed, host_bytes, kernels, pack_info, pack_stats, devices, busy,
+ * region_added, output_mapped, input_mapped, region_gone and shm_pinned_bytes may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -96,6 +124,15 @@ typedef struct {
   int (*submit)(gd_backend *b, gd_job *job, gp_error *err);
   void (*output_consumed)(gd_backend *b, gd_job *job, const void *chunk, size_t len);
   void (*release)(gd_backend *b, gd_job *job);
+
+  /* optional: shared-memory regions in place (see the top) */
+  void (*region_added)(gd_backend *b, gd_region *r);
+  bool (*output_mapped)(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr);
+  bool (*input_mapped)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
+                       const uint8_t *ptr);
+  void (*region_gone)(gd_backend *b, gd_region *r);
+  /* optional: bytes of regions it holds pinned for DMA now (metrics); any thread */
+  uint64_t (*shm_pinned_bytes)(gd_backend *b);
 
   /* optional: host bytes this job will hold (a, b, c, scratch); NULL = a + b + c */
   uint64_t (*host_bytes)(gd_backend *b, const gd_job *job);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gd_region.h"
 #include "gp_error.h"
 #include "gp_types.h"
 
@@ -29,7 +30,10 @@ typedef enum {
   GD_EV_OUTPUT_CHUNK,  /* data/len of C at offset are ready to send; last marks the final one.
                           A job's chunks are posted in order: the first at offset 0, each next
                           one where the previous ended, the last ending at operand_bytes[C]
-                          (else the connection closes: INTERNAL) */
+                          (else the connection closes: INTERNAL). For a job whose backend took
+                          output_mapped (gd_backend.h), data is already C's place in the
+                          client's region (the result's pointer + offset): the bytes are in
+                          place when the event is posted, and nothing is copied */
   GD_EV_FAILED,        /* the job failed: err says why (INTERNAL, DEADLINE_EXCEEDED, ...) */
 } gd_backend_event_type;
 
@@ -68,6 +72,13 @@ struct gd_job {
   gd_job_waiter *waiter;       /* NULL once the client is gone */
   int device;                  /* index into devices() (0 for the CPU): the scheduler's pick before
                                   prepare, which may move the job by changing it */
+  /* Shared-memory regions the backend reads a, b, c from, or writes the result into, in place
+   * (indexed by gp_operand, GD_JOB_OUT for the result): each holds a reference, dropped by the
+   * scheduler at release, so the mapping outlives every backend access. NULL: not in place. */
+  gd_region *mapped[4];
+  uint8_t *mapped_out;         /* where C goes when mapped[GD_JOB_OUT] */
 };
+
+#define GD_JOB_OUT 3
 
 #endif /* GD_JOB_H */

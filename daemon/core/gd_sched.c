@@ -56,6 +56,15 @@ static void tell_room(gd_sched *s) {
     s->room(s->room_arg);
 }
 
+/* The job's references to regions it used in place (after the backend let go of the job). */
+static void put_mapped(gd_sched *s, gd_job *job) {
+  for (int i = 0; i < 4; i++) {
+    if (job->mapped[i])
+      gd_sched_region_put(s, job->mapped[i]);
+    job->mapped[i] = NULL;
+  }
+}
+
 static void release(gd_sched *s, sched_job *sj) {
   gd_job *job = &sj->job;
   assert(!job->waiter && sj->chunks_out == 0);
@@ -63,6 +72,7 @@ static void release(gd_sched *s, sched_job *sj) {
   assert(job->device >= 0 && job->device < GD_SCHED_MAX_DEVICES);
   if (s->backend)
     s->backend->ops->release(s->backend, job);
+  put_mapped(s, job);
   gd_completion_forget(s->completion, job);
   GD_LIST_UNLINK(s->jobs, sj);
   bool shared = !sj->delivering;
@@ -435,6 +445,54 @@ void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
   tell_room(s);
 }
 
+/* ---- shared-memory regions ----------------------------------------------- */
+
+void gd_sched_region_added(gd_sched *s, gd_region *r) {
+  assert(r->refs > 0);
+  if (s->backend && s->backend->ops->region_added)
+    s->backend->ops->region_added(s->backend, r);
+}
+
+void gd_sched_region_put(gd_sched *s, gd_region *r) {
+  assert(r->refs > 0);
+  if (--r->refs > 0)
+    return;
+  gd_sched_unreserve(s, r->size); /* reserved by whoever mapped it (gd_sched_reserve) */
+  if (s->backend && s->backend->ops->region_gone)
+    s->backend->ops->region_gone(s->backend, r); /* it unmaps r when done with it */
+  else
+    gd_region_unmap(r);
+}
+
+bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr) {
+  assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
+  assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
+         job->operand_bytes[GP_OPERAND_C] <= r->size - (uint64_t)(ptr - r->base));
+  if (!s->backend || !s->backend->ops->output_mapped)
+    return false;
+  job->mapped_out = ptr; /* set first: the backend may look at it */
+  if (!s->backend->ops->output_mapped(s->backend, job, r, ptr)) {
+    job->mapped_out = NULL;
+    return false;
+  }
+  r->refs++;
+  job->mapped[GD_JOB_OUT] = r;
+  return true;
+}
+
+bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           const uint8_t *ptr) {
+  assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
+  assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
+         job->operand_bytes[operand] <= r->size - (uint64_t)(ptr - r->base));
+  if (job->mapped[operand] || !s->backend || !s->backend->ops->input_mapped ||
+      !s->backend->ops->input_mapped(s->backend, job, operand, r, ptr))
+    return false;
+  r->refs++;
+  job->mapped[operand] = r;
+  return true;
+}
+
 /* ---- teardown ------------------------------------------------------------ */
 
 void gd_sched_close(gd_sched *s) { gd_completion_close(s->completion); }
@@ -444,8 +502,11 @@ void gd_sched_free(gd_sched *s) {
     return;
   /* The backend is gone: its destroy() freed what it held; free our side only. */
   sched_job *sj = s->jobs;
+  s->backend = NULL; /* regions the jobs still hold are unmapped here */
+  s->room = NULL;
   while (sj) {
     sched_job *next = sj->next;
+    put_mapped(s, &sj->job);
     free(sj);
     sj = next;
   }

@@ -131,6 +131,23 @@ uint64_t gd_sched_reserved_bytes(const gd_sched *s);
 int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err);
 void gd_sched_unreserve(gd_sched *s, uint64_t bytes);
 
+/* Shared-memory regions (gd_region.h). A new region (one reference, the caller's) is shown to
+ * the backend; gd_sched_region_put drops a reference, and the last one gives the region to the
+ * backend to let go of and unmap (or unmaps it now). The mapping's bytes, which whoever mapped
+ * it reserved (gd_sched_reserve), are unreserved with that last reference: they stay counted
+ * against queue.memory_budget while a job still uses the region in place. */
+void gd_sched_region_added(gd_sched *s, gd_region *r);
+void gd_sched_region_put(gd_sched *s, gd_region *r);
+
+/* Right after admission: job's result is to be written at ptr in r. true when the backend
+ * writes it there itself (its chunks then point into r: nothing to copy); false: copy chunks.
+ * The job holds a reference to r until release. */
+bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr);
+/* Before submit: operand lies whole at ptr in r. true when the backend reads it from there
+ * (give it no payload for that operand); false: feed it through gd_sched_input. */
+bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           const uint8_t *ptr);
+
 /* Closes the completion queue's handle (the loop must run once more to finish closing it). Call
  * when the backend has been destroyed or will post nothing more. */
 void gd_sched_close(gd_sched *s);

@@ -274,6 +274,8 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   call->shm_out = hdr->has_out;
   call->out_region = hdr->out_region;
   call->out_offset = hdr->out_offset;
+  if (call->shm_out)
+    gd_shm_calls_out_mapped(&s->conn.shm, call);
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
            (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),

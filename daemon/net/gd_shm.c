@@ -22,17 +22,17 @@ void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, gd_sched *sched, uint32_t f
   t->fd_cap = fd_cap < GD_SHM_FDS_MAX ? fd_cap : GD_SHM_FDS_MAX;
 }
 
+/* The connection lets go of region i: it is unmapped (and its budget bytes given back) once no
+ * job uses it in place any more (gd_sched_region_put). */
 static void unmap(gd_shm *t, uint32_t i) {
-  gd_shm_region *r = &t->regions[i];
-  if (munmap(r->base, (size_t)r->size) != 0)
-    gd_warn("shm: munmap of region %llu failed: %s", (unsigned long long)r->id,
-            strerror(errno));
-  assert(t->bytes >= r->size && t->totals->bytes >= r->size && t->totals->regions > 0);
-  t->bytes -= r->size;
-  t->totals->bytes -= r->size;
+  gd_region *map = t->regions[i].map;
+  uint64_t size = map->size;
+  assert(t->bytes >= size && t->totals->bytes >= size && t->totals->regions > 0);
+  t->bytes -= size;
+  t->totals->bytes -= size;
   t->totals->regions--;
-  gd_sched_unreserve(t->sched, r->size);
   t->regions[i] = t->regions[--t->count];
+  gd_sched_region_put(t->sched, map);
 }
 
 void gd_shm_free(gd_shm *t) {
@@ -162,8 +162,11 @@ static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
       return -1;
     t->regions = grown;
   }
+  gd_region *map = gd_region_new(base, size);
+  if (!map)
+    return -1;
   *id = ++t->next_id;
-  t->regions[t->count++] = (gd_shm_region){*id, base, size};
+  t->regions[t->count++] = (gd_shm_region){*id, map};
   t->bytes += size;
   t->totals->bytes += size;
   t->totals->regions++;
@@ -185,8 +188,10 @@ static int map_region(gd_shm *t, int fd, uint64_t size, uint64_t *id, gp_error *
     if (base != MAP_FAILED)
       munmap(base, (size_t)size);
     gd_sched_unreserve(t->sched, size);
+    return rc;
   }
-  return rc;
+  gd_sched_region_added(t->sched, t->regions[t->count - 1].map);
+  return 0;
 }
 
 /* Everything a registration must pass before the mapping, in the order a client would want
@@ -235,10 +240,8 @@ int gd_shm_unregister(gd_shm *t, uint64_t id, gp_error *err) {
 
 int gd_shm_range(const gd_shm *t, uint64_t id, uint64_t offset, uint64_t len, const char *what,
                  uint8_t **ptr, gp_error *err) {
-  for (uint32_t i = 0; i < t->count; i++) {
-    const gd_shm_region *r = &t->regions[i];
-    if (r->id != id)
-      continue;
+  const gd_region *r = gd_shm_find(t, id);
+  if (r) {
     if (offset > r->size || len > r->size - offset)
       return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                            "%s: %llu bytes at offset %llu do not fit region %llu of %llu bytes",
@@ -249,6 +252,13 @@ int gd_shm_range(const gd_shm *t, uint64_t id, uint64_t offset, uint64_t len, co
   }
   return gp_error_set(err, GP_E_NOT_FOUND, "%s: region %llu is not registered on this "
                        "connection", what, (unsigned long long)id);
+}
+
+gd_region *gd_shm_find(const gd_shm *t, uint64_t id) {
+  for (uint32_t i = 0; i < t->count; i++)
+    if (t->regions[i].id == id)
+      return t->regions[i].map;
+  return NULL;
 }
 
 bool gd_shm_overlap(uint64_t a_off, uint64_t a_len, uint64_t b_off, uint64_t b_len) {

@@ -12,9 +12,12 @@
  * Registering checks the descriptor (a regular file sealed against shrinking, at least as long
  * as declared: a client cannot truncate it under the daemon's mapping and make it fault), the
  * quotas and queue.memory_budget (pages of a region the daemon touches are charged to the
- * daemon), then maps it MAP_SHARED once and closes the descriptor. Every (offset, length) a
+ * daemon), then maps it MAP_SHARED once, closes the descriptor and shows the region to the
+ * backend (gd_sched_region_added: the GPU registers it for DMA). Every (offset, length) a
  * request names is checked against the mapping without overflow. All regions go with their
- * connection. Loop thread only.
+ * connection; the mapping itself (gd_region.h) stays until the last job that reads or writes it
+ * in place is released, and its bytes stay counted against queue.memory_budget until then.
+ * Loop thread only.
  */
 #ifndef GD_SHM_H
 #define GD_SHM_H
@@ -23,6 +26,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gd_region.h"
 #include "gd_sched.h"
 #include "gp_error.h"
 
@@ -47,8 +51,7 @@ typedef struct {
 
 typedef struct {
   uint64_t id;
-  uint8_t *base;
-  uint64_t size;
+  gd_region *map;                      /* the mapping; jobs using it in place hold references */
 } gd_shm_region;
 
 typedef struct {
@@ -87,6 +90,9 @@ int gd_shm_unregister(gd_shm *t, uint64_t id, gp_error *err);
  * NOT_FOUND for an unknown region, INVALID_ARGUMENT for a range past its end. */
 int gd_shm_range(const gd_shm *t, uint64_t id, uint64_t offset, uint64_t len, const char *what,
                  uint8_t **ptr, gp_error *err);
+
+/* Region id of this connection, or NULL. */
+gd_region *gd_shm_find(const gd_shm *t, uint64_t id);
 
 /* Whether [a_off, a_off + a_len) and [b_off, b_off + b_len) overlap (both already checked
  * against one region, so the sums do not overflow). */

@@ -95,7 +95,20 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
                         (unsigned long long)ev->offset, (unsigned long long)(ev->offset + len),
                         (unsigned long long)ev->region);
   *feed = (gd_shm_feed){ev->operand, src, 0, len};
+  /* In place when the backend can: it reads the mapping itself, and nothing is fed. */
+  if (gd_sched_input_mapped(t->sched, call->job, ev->operand, gd_shm_find(t, ev->region), src))
+    *feed = (gd_shm_feed){ev->operand, src, len, 0};
   return 0;
+}
+
+void gd_shm_calls_out_mapped(const gd_shm *t, gd_call *call) {
+  uint8_t *dst;
+  gp_error err;
+  /* checked at admission (gd_shm_calls_check_out), and regions do not go while reading */
+  if (gd_shm_range(t, call->out_region, call->out_offset,
+                   call->job->operand_bytes[GP_OPERAND_C], "out", &dst, &err) != 0)
+    return;
+  gd_sched_output_mapped(t->sched, call->job, gd_shm_find(t, call->out_region), dst);
 }
 
 int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *pause,
@@ -129,7 +142,8 @@ int gd_shm_calls_output(const gd_shm *t, const gd_call *call, uint64_t offset, c
   gp_error err;
   if (gd_shm_range(t, call->out_region, call->out_offset + offset, len, "out", &dst, &err) != 0)
     return -1;
-  memcpy(dst, data, len);
+  if (dst != data) /* else the backend wrote it in place (output_mapped) */
+    memcpy(dst, data, len);
   return 0;
 }
 

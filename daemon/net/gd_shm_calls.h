@@ -1,8 +1,9 @@
 /*
  * gd_shm_calls.h - what the protocol layer (gd_rpc.c) does with shared memory: the
- * shm_register / shm_unregister methods, a gemm operand given as a region reference (copied
- * from the mapping through the backend's input seam, the way socket bytes are), and a result
- * written into a region instead of onto the socket. The regions themselves are gd_shm.h's.
+ * shm_register / shm_unregister methods, a gemm operand given as a region reference (read by
+ * the backend in place when it can, else copied from the mapping through the backend's input
+ * seam, the way socket bytes are), and a result written into a region instead of onto the
+ * socket (by the backend in place when it can, else copied there chunk by chunk). The regions themselves are gd_shm.h's.
  * Loop thread only.
  */
 #ifndef GD_SHM_CALLS_H
@@ -33,8 +34,13 @@ int gd_shm_calls_method(gd_shm *t, const gd_shm_limits *lim, const gd_calls *cal
 /* At admission of a gemm with "out": the region exists and holds the whole result. */
 int gd_shm_calls_check_out(const gd_shm *t, const gp_gemm_hdr *hdr, gp_error *err);
 
+/* Right after admitting call, whose result goes into a region: offers the backend to write it
+ * there in place (gd_sched_output_mapped); else chunks are copied (gd_shm_calls_output). */
+void gd_shm_calls_out_mapped(const gd_shm *t, gd_call *call);
+
 /* An OPERAND_REF of call: checks the range and that it does not overlap the call's output,
- * and sets up *feed. 0, or a GP_E_* code with err. */
+ * offers the operand to the backend in place (gd_sched_input_mapped: then *feed has nothing
+ * left) and sets up *feed. 0, or a GP_E_* code with err. */
 int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
                      gd_shm_feed *feed, gp_error *err);
 
@@ -43,7 +49,8 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
 int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *pause,
                       gp_error *err);
 
-/* A result chunk of a call whose result goes into a region: copied there. 0, or -1 when the
+/* A result chunk of a call whose result goes into a region: copied there (unless it is there
+ * already: the backend wrote in place). 0, or -1 when the
  * region is gone (an internal error: it cannot be unregistered while the call is in flight). */
 int gd_shm_calls_output(const gd_shm *t, const gd_call *call, uint64_t offset, const void *data,
                         size_t len);

@@ -42,6 +42,7 @@ typedef struct {
   uint64_t host_budget_bytes;      /* queue.memory_budget */
   uint64_t connections;
   uint64_t shm_regions, shm_bytes; /* shared-memory regions registered now */
+  uint64_t shm_pinned_bytes;      /* of them, pinned for DMA by the backend (GPU) */
   bool draining;
   size_t ndev;
   gd_metrics_device dev[GD_METRICS_MAX_DEVICES];

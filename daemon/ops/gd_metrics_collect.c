@@ -48,6 +48,9 @@ void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
   snap->connections = d->srv.connections;
   snap->shm_regions = d->srv.shm.regions;
   snap->shm_bytes = d->srv.shm.bytes;
+  snap->shm_pinned_bytes = d->backend && d->backend->ops->shm_pinned_bytes
+                               ? d->backend->ops->shm_pinned_bytes(d->backend)
+                               : 0;
   snap->draining = d->srv.draining;
   collect_devices(d, snap);
 }

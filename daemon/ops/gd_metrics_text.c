@@ -221,6 +221,10 @@ static void put_daemon(text *t, const gd_metrics_snapshot *snap) {
           snap->shm_regions);
   put_u64(t, "gemmd_shm_bytes", "gauge", "Bytes of those regions (against shm.max_bytes_total).",
           snap->shm_bytes);
+  put_u64(t, "gemmd_shm_registered_bytes", "gauge",
+          "Bytes of regions pinned for DMA by the GPU backend (against "
+          "shm.gpu_register_max_bytes).",
+          snap->shm_pinned_bytes);
 }
 
 char *gd_metrics_render(const gd_metrics_snapshot *snap, size_t *len) {

@@ -1,7 +1,9 @@
-# The daemon end to end on the GPU backend (tests/gpu/daemon/test_*.py, on gemmd_harness.py).
-# Label gpu; each script exits 77 ("SKIP: no CUDA device") where gemmd finds no GPU.
+# The daemon end to end on the GPU backend (tests/gpu/daemon/test_*.py, on gemmd_harness.py;
+# gpu_shm runs integration/daemon/test_shm.py's in-place tests, which take the harness's default
+# backend: GEMMD_TEST_BACKEND). Label gpu; each script exits 77 ("SKIP: no CUDA device") where
+# gemmd finds no GPU.
 if(TARGET gemmd)
-  foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs)
+  foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs gpu_shm)
     add_test(NAME daemon_${name}
              COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)
@@ -10,7 +12,7 @@ if(TARGET gemmd)
       TIMEOUT 600
       SKIP_RETURN_CODE 77
       ENVIRONMENT
-        "PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+        "GEMMD_TEST_BACKEND=gpu;PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
   endforeach()
 endif()
 

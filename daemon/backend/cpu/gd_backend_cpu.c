@@ -30,7 +30,9 @@
  * keeps every core busy with whole ones. */
 typedef struct cpu_job {
   gd_job *job;
-  uint8_t *buf[3];               /* a, b, c */
+  uint8_t *buf[3];               /* a, b, c: our own (NULL where in place) */
+  const uint8_t *in[2];          /* where a and b are read: buf, or the client's region */
+  uint8_t *c;                    /* where C is read and written: buf, or the result's region */
   unsigned parts;                /* fixed at submit */
   unsigned parts_taken;          /* lock: the next part a worker takes */
   unsigned parts_done;           /* lock */
@@ -75,9 +77,9 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   p.alpha = job->hdr.alpha;
   p.beta = job->hdr.beta;
   if (cj) {
-    p.a = cj->buf[GP_OPERAND_A];
-    p.b = cj->buf[GP_OPERAND_B];
-    p.c = cj->buf[GP_OPERAND_C];
+    p.a = cj->in[GP_OPERAND_A];
+    p.b = cj->in[GP_OPERAND_B];
+    p.c = cj->c;
   }
   return p;
 }
@@ -138,7 +140,7 @@ static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64
   memset(&ev, 0, sizeof ev);
   ev.type = GD_EV_OUTPUT_CHUNK;
   ev.job = job;
-  ev.data = cj->buf[GP_OPERAND_C];
+  ev.data = cj->c; /* in the result's region when output_mapped: nothing left to copy */
   ev.len = (size_t)job->operand_bytes[GP_OPERAND_C];
   ev.offset = 0;
   ev.last = true;
@@ -258,6 +260,9 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
                           (unsigned long long)job->operand_bytes[op]);
     }
   }
+  cj->in[GP_OPERAND_A] = cj->buf[GP_OPERAND_A];
+  cj->in[GP_OPERAND_B] = cj->buf[GP_OPERAND_B];
+  cj->c = cj->buf[GP_OPERAND_C];
   job->device = 0;
   job->backend_data = cj;
   cj->next = cb->live;
@@ -273,7 +278,7 @@ static bool cpu_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
   cpu_job *cj = job->backend_data;
   if ((int)operand < 0 || operand > GP_OPERAND_C || offset >= job->operand_bytes[operand])
     return false;
-  *ptr = cj->buf[operand] + offset;
+  *ptr = (operand == GP_OPERAND_C ? cj->c : cj->buf[operand]) + offset;
   *len = (size_t)(job->operand_bytes[operand] - offset);
   return true;
 }
@@ -287,10 +292,35 @@ static int cpu_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
       len > job->operand_bytes[operand] - offset)
     return gp_error_set(err, GP_E_INTERNAL, "payload of %s past its end",
                         gp_operand_name(operand));
-  uint8_t *dst = cj->buf[operand] + offset;
+  uint8_t *dst = (operand == GP_OPERAND_C ? cj->c : cj->buf[operand]) + offset;
   if (dst != data) /* already there when the session read into our window */
     memcpy(dst, data, len);
   return 0;
+}
+
+/* Shared memory in place (gd_backend.h): BLAS reads a and b from the client's mapping and
+ * computes C straight in the result's region, so a region costs no copy at all. C sent with
+ * beta (from a region or the socket) lands where it is computed: the result's region when that
+ * is in place (input_window points there), else our buffer. */
+static bool cpu_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr) {
+  (void)b, (void)r;
+  cpu_job *cj = job->backend_data;
+  free(cj->buf[GP_OPERAND_C]);
+  cj->buf[GP_OPERAND_C] = NULL;
+  cj->c = ptr;
+  return true;
+}
+
+static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
+                             const uint8_t *ptr) {
+  (void)b, (void)r;
+  cpu_job *cj = job->backend_data;
+  if (operand != GP_OPERAND_A && operand != GP_OPERAND_B)
+    return false; /* C is written where it is read: it must be copied there */
+  free(cj->buf[operand]);
+  cj->buf[operand] = NULL;
+  cj->in[operand] = ptr;
+  return true;
 }
 
 static int cpu_submit(gd_backend *b, gd_job *job, gp_error *err) {
@@ -438,6 +468,8 @@ static const gd_backend_ops cpu_ops = {
     .input = cpu_input,
     .submit = cpu_submit,
     .output_consumed = cpu_output_consumed,
+    .output_mapped = cpu_output_mapped,
+    .input_mapped = cpu_input_mapped,
     .release = cpu_release,
     .host_bytes = cpu_host_bytes,
     .kernels = cpu_kernels,

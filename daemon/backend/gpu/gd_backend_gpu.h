@@ -67,6 +67,9 @@ typedef struct {
   uint32_t small_passes;              /* small batches queued on a device's lane stream at once;
                                        * jobs that come meanwhile wait to form the next, larger
                                        * batch (default 2; 0 = no limit) */
+  uint64_t shm_register_bytes;        /* shm.gpu_register_max_bytes: shared-memory regions pinned
+                                       * for DMA at once, at most (default 4 GiB; 0 = none: every
+                                       * region operand goes through staging) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

@@ -226,6 +226,9 @@ static void op_output_consumed(gd_backend *b, gd_job *job, const void *chunk, si
   }
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu);
+  gd__gpu_buf *direct = &gj->direct_out;
+  if (gj->mapped_out && direct->host == chunk && direct->job == gj && direct->posted)
+    queue_out_free(dev, direct, gj);
   for (uint32_t i = 0; i < dev->nbuf; i++) {
     gd__gpu_buf *buf = &dev->out_bufs[i];
     if (buf->host == chunk && buf->job == gj && buf->posted) {
@@ -258,6 +261,8 @@ static void op_release(gd_backend *b, gd_job *job) {
     if (buf->job == gj && buf->posted)
       queue_out_free(dev, buf, gj);
   }
+  if (gj->mapped_out && gj->direct_out.job == gj && gj->direct_out.posted)
+    queue_out_free(dev, &gj->direct_out, gj);
   if (gj->waiting_mem)
     gd__gpu_wait_remove(gj);
   gd__gpu_job_free_spills(gj);
@@ -308,6 +313,7 @@ static void op_destroy(gd_backend *b) {
     return;
   for (size_t i = 0; i < be->ndev; i++)
     dev_teardown(&be->devs[i]);
+  gd__gpu_reg_destroy(be);
   free(be->devs);
   free(be);
 }
@@ -320,6 +326,11 @@ static const gd_backend_ops gpu_ops = {
     .submit = op_submit,
     .output_consumed = op_output_consumed,
     .release = op_release,
+    .region_added = gd__gpu_op_region_added,
+    .output_mapped = gd__gpu_op_output_mapped,
+    .input_mapped = gd__gpu_op_input_mapped,
+    .region_gone = gd__gpu_op_region_gone,
+    .shm_pinned_bytes = gd__gpu_op_shm_pinned_bytes,
     .host_bytes = op_host_bytes,
     .kernels = gd__gpu_op_kernels,
     .pack_info = gd__gpu_op_pack_info,
@@ -388,7 +399,7 @@ int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *
     return rc;
   gd__gpu_backend *be = calloc(1, sizeof(*be));
   gd__gpu_dev *devs = calloc(count, sizeof(*devs));
-  if (!be || !devs) {
+  if (!be || !devs || gd__gpu_reg_init(be) != 0) {
     free(be);
     free(devs);
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");

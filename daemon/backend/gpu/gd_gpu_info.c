@@ -102,7 +102,14 @@ static void pack_batches(msgpack_packer *pk, const uint64_t *batches) {
 
 void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
-  msgpack_pack_map(pk, 1);
+  static const char *const reg_keys[GD__GPU_REG_STATS] = {
+      "shm_registered_regions", "shm_registered_bytes", "shm_register_failures",
+      "shm_register_refused",   "shm_direct_in_bytes",  "shm_direct_out_bytes"};
+  uint64_t reg[GD__GPU_REG_STATS];
+  gd__gpu_reg_stats(be, reg);
+  msgpack_pack_map(pk, 1 + GD__GPU_REG_STATS);
+  for (size_t k = 0; k < GD__GPU_REG_STATS; k++)
+    pack_kv_u64(pk, reg_keys[k], reg[k]);
   pack_str(pk, "devices");
   msgpack_pack_array(pk, be->ndev);
   for (size_t i = 0; i < be->ndev; i++) {

@@ -7,8 +7,9 @@
  * call), gd_gpu_backend.c (the ops table, on the loop), gd_gpu_input.c (payload into staging, on the loop), gd_gpu_jobs.c (job
  * references, the memory FIFO, device failure; loop and worker),
  * gd_gpu_run.c (what every run shares, on the worker), gd_gpu_small.c and
- * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker) and
- * gd_gpu_info.c (info, stats, devices; on the loop).
+ * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker),
+ * gd_gpu_shm.c (shared-memory regions registered for DMA: the cache on the loop, REG/UNREG on
+ * the worker) and gd_gpu_info.c (info, stats, devices; on the loop).
  *
  * Threads and who may call CUDA
  * -----------------------------
@@ -55,6 +56,7 @@ typedef struct gd__gpu_job gd__gpu_job;
 typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
+typedef struct gd__gpu_reg gd__gpu_reg;
 
 #define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
@@ -68,6 +70,8 @@ typedef enum {
   GD__CMD_IN_DONE,  /* host func: a staging buffer's copy to the device finished (buf) */
   GD__CMD_OUT_DONE, /* host func: a chunk of C reached its output staging buffer (buf) */
   GD__CMD_SMALL_RUN, /* loop: a small job's payload is in its slot: copy, compute, copy (job) */
+  GD__CMD_REG,      /* loop: a shared-memory region to register for DMA (gd_gpu_shm.c) */
+  GD__CMD_UNREG,    /* loop: its last reference went: unregister, unmap, forget it */
 } gd__gpu_cmd_type;
 
 struct gd__gpu_cmd {
@@ -149,6 +153,14 @@ struct gd__gpu_job {
   uint64_t op_dev[3];     /* pool offsets of a, b, c (fixed once mem_ready) */
   gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
   gd__gpu_cmd run_cmd;    /* RUN or DROP: pushed once */
+  /* Shared memory in place (gd_gpu_shm.c), set on the loop before submit under mu: operands
+   * the worker copies straight from a registered region at RUN (NULL: through staging), and
+   * where C goes straight from the device (NULL: through output staging), with the buffer
+   * that stands for that one chunk (its host is the region: it is posted, consumed and freed as
+   * a staging buffer is). */
+  const uint8_t *mapped_in[3];
+  uint8_t *mapped_out;
+  gd__gpu_buf direct_out;
   gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
 
   /* The loop thread only. */
@@ -167,6 +179,9 @@ struct gd__gpu_job {
     double in_ms;         /* staging copies in, summed from their events */
     uint64_t first_out_len; /* bytes of the first chunk out (its rate times C: transfer_out_us) */
     cudaEvent_t ev_in, ev_c0, ev_c1;
+    cudaEvent_t ev_d0;    /* before the copies straight from regions (mapped_in) */
+    cudaEvent_t ev_o0, ev_o1; /* around the copy straight into the region (mapped_out) */
+    bool direct_in;       /* copies straight from regions were queued */
     bool events_made;
     gd__gpu_job *out_next_job; /* the device's FIFO of jobs copying C out */
     gp_gemm_result_hdr result;
@@ -256,6 +271,16 @@ struct gd__gpu_backend {
   gd_gpu_config cfg;
   gd__gpu_dev *devs;
   size_t ndev;
+  /* Shared-memory regions registered for DMA (gd_gpu_shm.c), under reg_mu. */
+  pthread_mutex_t reg_mu;
+  gd__gpu_reg *regs;            /* every entry not yet unregistered */
+  uint64_t reg_regions, reg_bytes; /* registered or registering now: count against
+                                 * shm.gpu_register_max_bytes */
+  uint64_t pinned_regions, pinned_bytes; /* of them, registered (stats) */
+  uint64_t reg_failures;        /* cudaHostRegister failed */
+  uint64_t reg_refused;         /* not tried: over shm.gpu_register_max_bytes */
+  bool reg_over_logged, reg_fail_logged;
+  uint64_t direct_in_bytes, direct_out_bytes; /* copied straight from or into regions */
 };
 
 /* ---- gd_gpu_device.c ---- */
@@ -305,6 +330,9 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 
 /* ---- gd_gpu_run.c: what every run shares (worker thread) ---- *//* A CUDA call for job failed: the job gets INTERNAL; a sticky error kills the device. */
 void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e);
+/* A job's timing events (worker): made at RUN, freed when the worker lets go of it. */
+cudaError_t gd__gpu_job_events_make(gd__gpu_job *job);
+void gd__gpu_job_events_free(gd__gpu_job *job);
 /* Whether job may start now (no lock held; a passed deadline fails it); fills its result's
  * shape and queue time either way. */
 bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64_t now_us);
@@ -395,6 +423,24 @@ bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
                              void **ptr, size_t *len);
 int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                      const void *data, size_t len, bool *pause, gp_error *err);
+
+/* ---- gd_gpu_shm.c: shared-memory regions in place (loop ops; worker commands) ---- */
+#define GD__GPU_REG_STATS 6
+int gd__gpu_reg_init(gd__gpu_backend *be);
+/* After every worker stopped: forgets the entries still held (the scheduler unmaps). */
+void gd__gpu_reg_destroy(gd__gpu_backend *be);
+void gd__gpu_op_region_added(gd_backend *b, gd_region *r);
+void gd__gpu_op_region_gone(gd_backend *b, gd_region *r);
+bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr);
+bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
+                             const uint8_t *ptr);
+uint64_t gd__gpu_op_shm_pinned_bytes(gd_backend *b);
+/* Worker: GD__CMD_REG or GD__CMD_UNREG. */
+void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+/* Worker: bytes copied straight from (in) or into (out) a region. */
+void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
+/* regions, bytes, failures, refused, direct in bytes, direct out bytes */
+void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]);
 
 /* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);

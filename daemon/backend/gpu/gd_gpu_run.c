@@ -64,3 +64,39 @@ cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
   snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
   return e;
 }
+
+/* The job's events, in one list for making and freeing. */
+static size_t job_event_slots(gd__gpu_job *job, cudaEvent_t *slots[6]) {
+  slots[0] = &job->work.ev_in;
+  slots[1] = &job->work.ev_c0;
+  slots[2] = &job->work.ev_c1;
+  slots[3] = &job->work.ev_d0;
+  slots[4] = &job->work.ev_o0;
+  slots[5] = &job->work.ev_o1;
+  return 6;
+}
+
+cudaError_t gd__gpu_job_events_make(gd__gpu_job *job) {
+  cudaEvent_t *slots[6];
+  size_t n = job_event_slots(job, slots);
+  for (size_t i = 0; i < n; i++) {
+    cudaError_t e = cudaEventCreate(slots[i]);
+    if (e != cudaSuccess) {
+      while (i-- > 0)
+        (void)cudaEventDestroy(*slots[i]);
+      return e;
+    }
+  }
+  job->work.events_made = true;
+  return cudaSuccess;
+}
+
+void gd__gpu_job_events_free(gd__gpu_job *job) {
+  if (!job->work.events_made)
+    return;
+  cudaEvent_t *slots[6];
+  size_t n = job_event_slots(job, slots);
+  for (size_t i = 0; i < n; i++)
+    (void)cudaEventDestroy(*slots[i]);
+  job->work.events_made = false;
+}

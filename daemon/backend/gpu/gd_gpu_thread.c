@@ -202,12 +202,7 @@ static void worker_fini(gd__gpu_dev *dev) {
   /* After a sticky error these calls fail (and are ignored): the process cannot get that
    * device back, but whatever the driver can still release, it does. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
-    if (j->work.events_made) {
-      (void)cudaEventDestroy(j->work.ev_in);
-      (void)cudaEventDestroy(j->work.ev_c0);
-      (void)cudaEventDestroy(j->work.ev_c1);
-      j->work.events_made = false;
-    }
+    gd__gpu_job_events_free(j);
   gd__gpu_small_destroy(dev);
   gd__gpu_staging_destroy(dev);
   gd__gpu_mem_destroy(dev);

@@ -11,6 +11,9 @@
  *             recorded on the copy-in stream after them: the queue is FIFO, so
  *             every copy of the job was issued before its RUN), runs the
  *             kernel, and the job joins the output FIFO.
+ *   REG/UNREG a shared-memory region pinned for DMA, or let go of (gd_gpu_shm.c). A job whose
+ *             operands lie in a registered region copies them straight from there at RUN,
+ *             and one whose result goes into one copies C straight there in one chunk.
  *   OUT_*     C leaves the device in chunks of staging_bytes into the free
  *             output buffers on the copy-out stream (which waits for the
  *             kernel's event); each chunk's host func queues OUT_DONE and the
@@ -53,12 +56,7 @@ static void buf_free_locked(gd__gpu_buf *buf) {
 
 /* The worker is done with a job: no device work of it remains queued or running. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (job->work.events_made) {
-    (void)cudaEventDestroy(job->work.ev_in);
-    (void)cudaEventDestroy(job->work.ev_c0);
-    (void)cudaEventDestroy(job->work.ev_c1);
-  }
-  job->work.events_made = false;
+  gd__gpu_job_events_free(job);
   gd__gpu_mem_release(dev, job);
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
@@ -142,33 +140,41 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 
 /* ---- compute ------------------------------------------------------------ */
 
-static cudaError_t job_events(gd__gpu_job *job) {
-  cudaError_t e = cudaEventCreate(&job->work.ev_in);
-  if (e != cudaSuccess)
-    return e;
-  e = cudaEventCreate(&job->work.ev_c0);
-  if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->work.ev_in);
-    return e;
+/* The copies straight from registered regions (mapped_in) on the copy-in stream, after every
+ * staged copy of the job: the event recorded after them covers both. */
+static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
+  uint64_t bytes = 0;
+  cudaError_t e = cudaSuccess;
+  for (int op = 0; op < 3 && e == cudaSuccess; op++) {
+    if (!job->mapped_in[op])
+      continue;
+    if (!job->work.direct_in)
+      e = cudaEventRecord(job->work.ev_d0, dev->s_in);
+    job->work.direct_in = true;
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op]), job->mapped_in[op],
+                          (size_t)job->bytes[op], cudaMemcpyHostToDevice, dev->s_in);
+    bytes += job->bytes[op];
   }
-  e = cudaEventCreate(&job->work.ev_c1);
-  if (e != cudaSuccess) {
-    (void)cudaEventDestroy(job->work.ev_in);
-    (void)cudaEventDestroy(job->work.ev_c0);
-    return e;
+  if (e == cudaSuccess && bytes > 0) {
+    pthread_mutex_lock(&dev->mu);
+    dev->bytes_h2d += bytes;
+    pthread_mutex_unlock(&dev->mu);
+    gd__gpu_reg_count_direct(dev->be, bytes, 0);
   }
-  job->work.events_made = true;
-  return cudaSuccess;
+  return e;
 }
-
-
 
 static void pump_out(gd__gpu_dev *dev);
 
 /* Launches the job; false when it failed (then it is finished by the caller). */
 static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaEventCreate";
-  cudaError_t e = job_events(job);
+  cudaError_t e = gd__gpu_job_events_make(job);
+  if (e == cudaSuccess) {
+    what = "copy in (shared memory)";
+    e = copy_direct_in(dev, job);
+  }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
     e = cudaEventRecord(job->work.ev_in, dev->s_in);
@@ -192,6 +198,11 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
   if (e != cudaSuccess) {
+    /* A copy straight from a region may still read it, and the failure posted below lets the
+     * region go (unregistered and unmapped, maybe by another device's worker): the copy must be
+     * over first. */
+    if (job->work.direct_in && !gd__gpu_dev_dead(dev))
+      (void)cudaStreamSynchronize(dev->s_in);
     gd__gpu_job_cuda_error(dev, job, what, e);
     return false;
   }
@@ -227,11 +238,24 @@ static void outq_pop(gd__gpu_dev *dev) {
   job->work.out_next_job = NULL;
 }
 
+/* Under mu: where the next chunk of job's C goes: straight into its region (one chunk, the
+ * whole of C: mapped_out), or a free output staging buffer (NULL when none is). */
+static gd__gpu_buf *out_buffer(gd__gpu_dev *dev, gd__gpu_job *job) {
+  if (!job->mapped_out)
+    return gd__gpu_staging_take(dev, true);
+  gd__gpu_buf *buf = &job->direct_out;
+  if (buf->state != GD__BUF_FREE)
+    return NULL;
+  buf->ev_start = job->work.ev_o0;
+  buf->ev_end = job->work.ev_o1;
+  return buf;
+}
+
 /* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
 static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_lock(&dev->mu);
   bool abandon = job->failed || !job->owner || dev->dead || dev->stopping;
-  gd__gpu_buf *buf = abandon ? NULL : gd__gpu_staging_take(dev, true);
+  gd__gpu_buf *buf = abandon ? NULL : out_buffer(dev, job);
   if (buf) {
     buf->state = GD__BUF_BUSY;
     buf->job = job;
@@ -280,9 +304,11 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
       outq_pop(dev);
     return true;
   }
-  gd__gpu_job_cuda_error(dev, job, what, e);
+  /* The copy may still write the buffer (or, straight into a region, the client's pages, which
+   * the failure lets go of): it must be over before either is reused. */
   if (queued && !gd__gpu_dev_dead(dev))
     (void)cudaStreamSynchronize(dev->s_out);
+  gd__gpu_job_cuda_error(dev, job, what, e);
   pthread_mutex_lock(&dev->mu);
   buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);
@@ -301,7 +327,13 @@ static void first_chunk_timings(gd__gpu_dev *dev, gd__gpu_job *job, float chunk_
     (void)cudaGetLastError();
   }
   job->work.result.compute_us = (uint64_t)(compute_ms * 1000.0f);
-  job->work.result.transfer_in_us = (uint64_t)(job->work.in_ms * 1000.0);
+  float direct_ms = 0.0f;
+  if (job->work.direct_in &&
+      cudaEventElapsedTime(&direct_ms, job->work.ev_d0, job->work.ev_in) != cudaSuccess) {
+    direct_ms = 0.0f;
+    (void)cudaGetLastError();
+  }
+  job->work.result.transfer_in_us = (uint64_t)((job->work.in_ms + direct_ms) * 1000.0);
   /* The reply's header leaves with the first chunk, before later chunks are copied: the time
    * of the whole copy out is extrapolated from the first chunk's rate. */
   double per_byte = job->work.first_out_len ? chunk_ms / (double)job->work.first_out_len : 0.0;
@@ -323,6 +355,8 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     job->work.first_out_len = buf->fill;
     first_chunk_timings(dev, job, ms);
   }
+  if (buf == &job->direct_out)
+    gd__gpu_reg_count_direct(dev->be, 0, buf->fill);
   pthread_mutex_lock(&dev->mu);
   dev->bytes_d2h += buf->fill;
   bool posted = false;
@@ -392,6 +426,10 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
     break;
   case GD__CMD_SMALL_RUN:
     gd__gpu_small_run(dev, cmd->job->slot);
+    break;
+  case GD__CMD_REG:
+  case GD__CMD_UNREG:
+    gd__gpu_reg_handle(dev, cmd);
     break;
   }
 }

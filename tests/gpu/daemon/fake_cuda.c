@@ -39,6 +39,7 @@ static _Thread_local cudaError_t t_last;
 typedef struct hostalloc {
   uint8_t *p;
   size_t n;
+  bool registered;      /* cudaHostRegister'd (not ours to free) */
   struct hostalloc *next;
 } hostalloc;
 static hostalloc *g_host;
@@ -323,19 +324,59 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaFreeHost(void *p) {
+/* Forgets the pinned range starting at p of that kind; false when there is none. */
+static bool host_forget(const void *p, bool registered) {
   pthread_mutex_lock(&g_mu);
   for (hostalloc **pp = &g_host; *pp; pp = &(*pp)->next) {
-    if ((*pp)->p == p) {
+    if ((*pp)->p == p && (*pp)->registered == registered) {
       hostalloc *h = *pp;
       *pp = h->next;
+      pthread_mutex_unlock(&g_mu);
       free(h);
-      break;
+      return true;
     }
   }
   pthread_mutex_unlock(&g_mu);
+  return false;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  (void)host_forget(p, false);
   free(p);
   return cudaSuccess;
+}
+
+/* cudaHostRegister as CUDA checks it: a null pointer or an empty range is invalid, a range
+ * overlapping one already pinned (registered or cudaHostAlloc'd) is "already registered".
+ * FAKE_CUDA_HOST_REGISTER=fail makes every registration fail (cudaErrorNotSupported), as a
+ * kernel that refuses to pin would. */
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags) {
+  (void)flags;
+  const char *mode = getenv("FAKE_CUDA_HOST_REGISTER");
+  if (mode && strcmp(mode, "fail") == 0)
+    return ret(cudaErrorNotSupported);
+  if (!p || n == 0)
+    return ret(cudaErrorInvalidValue);
+  hostalloc *h = malloc(sizeof(*h));
+  if (!h)
+    return ret(cudaErrorMemoryAllocation);
+  pthread_mutex_lock(&g_mu);
+  for (hostalloc *o = g_host; o; o = o->next) {
+    if ((uint8_t *)p < o->p + o->n && o->p < (uint8_t *)p + n) {
+      pthread_mutex_unlock(&g_mu);
+      free(h);
+      return ret(cudaErrorHostMemoryAlreadyRegistered);
+    }
+  }
+  *h = (hostalloc){.p = p, .n = n, .registered = true, .next = g_host};
+  g_host = h;
+  pthread_mutex_unlock(&g_mu);
+  return cudaSuccess;
+}
+
+/* Only the start of a registered range unregisters it. */
+cudaError_t cudaHostUnregister(void *p) {
+  return host_forget(p, true) ? cudaSuccess : ret(cudaErrorHostMemoryNotRegistered);
 }
 
 static bool is_pinned(const void *p) {

@@ -16,6 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
+import metrics_util as mu  # noqa: E402
 
 DTYPES = ("f32", "f64", "f16", "bf16")
 U64_MAX = 2**64 - 1
@@ -418,10 +419,198 @@ def test_released_with_the_connection(ctx):
                 r.close()
 
 
+# ---- in place: the backend reads and writes the mapping itself (GPU: registered for DMA)
+
+GPU = h.TEST_BACKEND == "gpu"
+FAKE = "FAKE_CUDA_DEVICES" in os.environ  # gemmd_fake: registration failures can be injected
+# every job through the staging path, where regions go straight to the device (the small-job
+# lane copies its slot in one piece)
+IN_PLACE = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB"}}
+
+
+def reg_stats(client):
+    """The GPU backend's registration figures (zeros on the CPU backend)."""
+    bs = client.call("stats").get("backend_stats", {})
+    keys = ("shm_registered_regions", "shm_registered_bytes", "shm_register_failures",
+            "shm_register_refused", "shm_direct_in_bytes", "shm_direct_out_bytes")
+    return dict((k, bs.get(k, 0)) for k in keys)
+
+
+def wait_registered(d, client, regions, nbytes):
+    if GPU:
+        h.wait_until(lambda: reg_stats(client)["shm_registered_regions"] == regions and
+                     reg_stats(client)["shm_registered_bytes"] == nbytes, 10 * d.scale,
+                     "%d regions (%d bytes) registered for DMA" % (regions, nbytes))
+
+
+def pinned_metric(port):
+    return mu.value(mu.parse(mu.http_get(port, "/metrics")[1]), "gemmd_shm_registered_bytes")
+
+
+def test_in_place_forms(ctx):
+    """Every mix of a, b, c and the result in a registered region or on the socket, with
+    transposes, beta and batches, against the float64 reference; on the GPU each operand in a
+    region and each result into one is copied straight (the direct byte counts say exactly
+    which), none through staging. The registration shows in gemmd_shm_registered_bytes."""
+    port = h.free_tcp_port()
+    config = dict(IN_PLACE, metrics={"listen": "tcp:127.0.0.1:%d" % port})
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        region = Region(4 << 20).register(client)
+        wait_registered(d, client, 1, 4 << 20)
+        assert pinned_metric(port) == (4 << 20 if GPU else 0)
+        for dtype in DTYPES:
+            size = h.DTYPES[dtype]
+            cases = [(70, 50, 90, "abo", False, False, 1.0, 0.0, None),
+                     (70, 50, 90, "ab", True, False, 1.0, 0.0, None),
+                     (33, 65, 17, "o", False, True, -0.5, 0.0, None),
+                     (33, 65, 17, "abco", True, True, 2.0, 0.5, None),
+                     (33, 65, 17, "co", False, False, 1.0, -1.0, None),
+                     (40, 30, 20, "bc", False, False, 1.0, 0.25, None),
+                     (9, 7, 5, "abo", False, True, 1.0, 0.0, 3)]
+            for m, n, k, forms, ta, tb, alpha, beta, batch in cases:
+                before = reg_stats(client)
+                region.used = 0
+                checked_gemm(ctx, client, region, m, n, k, dtype, forms, ta, tb, alpha, beta,
+                             batch)
+                if not GPU:
+                    continue
+                after = reg_stats(client)
+                per = (batch or 1) * size
+                want_in = sum(per * x for name, x in (("a", m * k), ("b", k * n), ("c", m * n))
+                              if name in forms and (name != "c" or beta))
+                want_out = per * m * n if "o" in forms else 0
+                got_in = after["shm_direct_in_bytes"] - before["shm_direct_in_bytes"]
+                got_out = after["shm_direct_out_bytes"] - before["shm_direct_out_bytes"]
+                assert (got_in, got_out) == (want_in, want_out), (dtype, forms, got_in, got_out,
+                                                                  want_in, want_out)
+        assert client.call("shm_unregister", [region.id]) is None
+        wait_registered(d, client, 0, 0)
+        assert pinned_metric(port) == 0
+
+
+def test_in_place_larger_than_staging(ctx):
+    """Operands many staging buffers long go straight through in one copy each."""
+    with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
+        region = Region(8 << 20).register(client)
+        wait_registered(d, client, 1, 8 << 20)
+        for dtype in ("f32", "f64"):
+            region.used = 0
+            checked_gemm(ctx, client, region, 300, 260, 280, dtype, "abco", alpha=1.0, beta=0.5)
+        if GPU:
+            assert reg_stats(client)["shm_direct_out_bytes"] >= 300 * 260 * 12
+
+
+def test_in_place_region_outlives_its_unregister(ctx):
+    """A region unregistered (or its connection closed) while a gemm still reads it in place
+    stays mapped until the job is done: the result is exact, and the registration goes after."""
+    with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
+        ins = Region(1 << 20).register(client)
+        outs = Region(1 << 20).register(client)
+        wait_registered(d, client, 2, 2 << 20)
+        m, n, k = 200, 150, 180
+        a, b = h.random_operands(ctx.rng, m, n, k, "f32")
+        hdr = {"m": m, "n": n, "k": k, "dtype": "f32", "out": outs.take(m * n * 4)}
+        msgid = client._take_msgid(None)
+        client.send_raw(msgpack.packb([0, msgid, "gemm", [hdr, ins.put(a, "f32"),
+                                                          ins.put(b, "f32")]],
+                                      use_bin_type=True))
+        unreg = client.request("shm_unregister", [ins.id])  # right behind it, unanswered
+        assert client.result_of(client.wait(unreg)) is None
+        assert client.result_of(client.wait(msgid))[1] is None
+        h.assert_close(outs.read(hdr["out"], "f32", (m, n)), a, b, None, 1.0, 0.0, False, False,
+                       "f32")
+        wait_registered(d, client, 1, 1 << 20)
+        # hang up with a gemm in flight: the daemon lets go of both regions once it is done
+        with d.connect() as other:
+            r = Region(1 << 20).register(other)
+            wait_registered(d, client, 2, 2 << 20)
+            o = r.take(m * n * 4)
+            other.send_raw(msgpack.packb([0, 1, "gemm", [dict(hdr, out=o), r.put(a, "f32"),
+                                                         r.put(b, "f32")]], use_bin_type=True))
+        h.wait_until(lambda: shm_stats(client) == (1, 1 << 20), 10 * d.scale,
+                     "the other connection's region to go")
+        wait_registered(d, client, 1, 1 << 20)
+        checked_gemm(ctx, client, outs, 31, 17, 9, "f32", "abo")
+
+
+def test_in_place_while_waiting_for_memory(ctx):
+    """Clients whose in-place jobs cannot all fit device memory at once: each waits for its
+    turn (the copies straight from its region come at its RUN, whenever that is), all exact."""
+    config = h.deep_merge(IN_PLACE, {"gpu": {"memory_bytes": "1MiB"}})
+    with ctx.daemon(config=config) as d, d.connect() as watcher:
+        clients = [d.connect(timeout=120) for _ in range(4)]
+        regions = [Region(2 << 20).register(c) for c in clients]
+        wait_registered(d, watcher, 4, 4 * (2 << 20))
+
+        def one(i):
+            sub = type("Ctx", (), {"rng": np.random.default_rng(1000 + i)})()
+            for forms in ("abo", "abco", "ab", "bo"):
+                regions[i].used = 0
+                checked_gemm(sub, clients[i], regions[i], 256, 256, 256, "f32", forms,
+                             alpha=1.0, beta=0.5 if "c" in forms else 0.0)
+        h.run_threads(one, 4)
+        if GPU:
+            assert reg_stats(watcher)["shm_direct_out_bytes"] == 4 * 3 * 256 * 256 * 4
+        for c in clients:
+            c.close()
+
+
+def test_in_place_fallbacks(ctx):
+    """cudaHostRegister failing, or a region over shm.gpu_register_max_bytes: the region's
+    operands take the staging path, results exact, nothing counted as registered."""
+    if not GPU:
+        return
+    cases = [(None, dict(IN_PLACE, shm={"gpu_register_max_bytes": "1MiB"}),
+              "shm_register_refused")]
+    if FAKE:
+        cases.append(({"FAKE_CUDA_HOST_REGISTER": "fail"}, IN_PLACE, "shm_register_failures"))
+    for env, config, key in cases:
+        with ctx.daemon(config=config, env=env) as d, d.connect() as client:
+            region = Region(2 << 20).register(client)
+            h.wait_until(lambda: reg_stats(client)[key] == 1, 10 * d.scale,
+                         "%s to count the region" % key)
+            for forms in ("abo", "abco", "o"):
+                region.used = 0
+                checked_gemm(ctx, client, region, 64, 48, 80, "f32", forms, alpha=1.0,
+                             beta=0.5 if "c" in forms else 0.0)
+            stats = reg_stats(client)
+            assert stats["shm_registered_regions"] == 0 and stats["shm_registered_bytes"] == 0
+            assert stats["shm_direct_in_bytes"] == 0 and stats["shm_direct_out_bytes"] == 0
+            # a region that fits is still registered beside it
+            small = Region(1 << 16).register(client)
+            if key == "shm_register_refused":
+                wait_registered(d, client, 1, 1 << 16)
+                checked_gemm(ctx, client, small, 20, 20, 20, "f32", "abo")
+                assert reg_stats(client)["shm_direct_out_bytes"] == 20 * 20 * 4
+
+
+def test_in_place_failed_launch(ctx):
+    """A job reading and writing registered regions whose launch fails (the fake's alpha 777)
+    answers INTERNAL; the regions stay usable and are let go of with the connection."""
+    if not FAKE:
+        return
+    with ctx.daemon(config=IN_PLACE) as d, d.connect() as client:
+        with d.connect() as other:
+            region = Region(1 << 20).register(other)
+            wait_registered(d, client, 1, 1 << 20)
+            a, b = h.random_operands(ctx.rng, 64, 64, 64, "f32")
+            hdr = {"m": 64, "n": 64, "k": 64, "dtype": "f32", "alpha": 777.0,
+                   "out": region.take(64 * 64 * 4)}
+            expect_error("INTERNAL", gemm_refs, other, hdr, region.put(a, "f32"),
+                         region.put(b, "f32"), what="a failed launch")
+            region.used = 0
+            checked_gemm(ctx, other, region, 64, 64, 64, "f32", "abo")
+        wait_registered(d, client, 0, 0)
+        assert client.call("ping") == "pong"
+
+
 if __name__ == "__main__":
     sys.exit(h.main([test_features_announce_shm_on_unix_only, test_every_dtype_in_shm,
                      test_operands_in_two_regions, test_larger_than_staging, test_unregister_and_reuse,
                      test_registration_refused, test_truncation_refused_by_the_seal,
                      test_ranges_checked, test_output_overlapping_an_input_refused, test_quotas,
                      test_regions_count_against_the_memory_budget, test_no_regions_allowed,
-                     test_disabled, test_tcp_refused, test_released_with_the_connection]))
+                     test_disabled, test_tcp_refused, test_released_with_the_connection,
+                     test_in_place_forms, test_in_place_larger_than_staging,
+                     test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch,
+                     test_in_place_while_waiting_for_memory]))
