@@ -45,6 +45,7 @@ typedef struct {
   gd_backend base; /* first */
   unsigned threads, blas_threads;
   uint64_t min_part_flops;       /* 0: never split a job */
+  uint64_t host_memory;          /* physical memory, read once: devices() runs per admission */
   pthread_t *workers;
   unsigned started;
   pthread_mutex_t lock;
@@ -343,7 +344,7 @@ static size_t cpu_devices(gd_backend *b, gd_device_info *out, size_t max) {
   out[0].id = -1;
   snprintf(out[0].name, sizeof out[0].name, "cpu (OpenBLAS, %u workers x %u threads)",
            cb->threads, cb->blas_threads);
-  out[0].memory_bytes = host_memory();
+  out[0].memory_bytes = cb->host_memory;
   out[0].sm_count = (int)cb->threads;
   out[0].in_service = true;
   if (pthread_mutex_lock(&cb->lock) == 0) {
@@ -463,6 +464,7 @@ int gd_backend_cpu_create(const gd_cpu_config *cfg, gd_backend **out, gp_error *
     cb->threads = CPU_THREADS_MAX;
   cb->blas_threads = cfg->blas_threads ? cfg->blas_threads : 1;
   cb->min_part_flops = (uint64_t)cfg->min_part_mflop * 1000000u;
+  cb->host_memory = host_memory();
   gk_cpu_set_blas_threads((int)cb->blas_threads);
   cb->workers = calloc(cb->threads, sizeof *cb->workers);
   if (!cb->workers || pthread_mutex_init(&cb->lock, NULL) != 0) {

@@ -22,7 +22,7 @@ static void on_failed(gd_replyq *q, const char *why) {
   (void)q;
   ck_abort_msg("reply queue failed: %s", why);
 }
-static const gd_replyq_events events = {on_queued, on_progress, on_failed};
+static const gd_replyq_events events = {on_queued, on_progress, on_failed, NULL};
 
 static uv_loop_t loop;
 static uv_pipe_t pipe_h;
