@@ -18,6 +18,7 @@
 
 #include "gd_clock.h"
 #include "gd_completion.h"
+#include "gd_cpu_bufcache.h"
 #include "gd_list.h"
 #include "gd_log.h"
 #include "gd_stats.h"
@@ -31,6 +32,7 @@
 typedef struct cpu_job {
   gd_job *job;
   uint8_t *buf[3];               /* a, b, c */
+  size_t cap[3];                 /* their sizes, to give them back to the cache */
   unsigned parts;                /* fixed at submit */
   unsigned parts_taken;          /* lock: the next part a worker takes */
   unsigned parts_done;           /* lock */
@@ -56,6 +58,7 @@ typedef struct {
   uint64_t busy_us, jobs_done;   /* lock */
   uint64_t parts_run;            /* lock */
   cpu_job *live;                 /* loop thread */
+  gd_cpu_bufcache cache;         /* loop thread */
 } cpu_backend;
 
 static cpu_backend *cpu_of(gd_backend *b) { return (cpu_backend *)b; }
@@ -237,9 +240,9 @@ static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
          gk_cpu_scratch_bytes_split(&p, parts_of(cpu_of(b), job));
 }
 
-static void free_cpu_job(cpu_job *cj) {
+static void free_cpu_job(cpu_backend *cb, cpu_job *cj) {
   for (int i = 0; i < 3; i++)
-    free(cj->buf[i]);
+    gd_cpu_bufcache_give(&cb->cache, cj->buf[i], cj->cap[i]);
   free(cj);
 }
 
@@ -250,10 +253,11 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
   cj->job = job;
   for (int op = 0; op < 3; op++) {
-    /* malloc reserves address space; pages are touched when the payload lands. */
-    cj->buf[op] = malloc((size_t)job->operand_bytes[op]);
+    /* Fresh memory reserves address space (pages are touched when the payload lands); a
+     * cached buffer is already faulted in. */
+    cj->buf[op] = gd_cpu_bufcache_take(&cb->cache, (size_t)job->operand_bytes[op], &cj->cap[op]);
     if (!cj->buf[op]) {
-      free_cpu_job(cj);
+      free_cpu_job(cb, cj);
       return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory for %s (%llu bytes)",
                           gp_operand_name((gp_operand)op),
                           (unsigned long long)job->operand_bytes[op]);
@@ -327,7 +331,7 @@ static void cpu_release(gd_backend *b, gd_job *job) {
   if (!cj)
     return;
   unlink_live(cb, cj);
-  free_cpu_job(cj);
+  free_cpu_job(cb, cj);
   job->backend_data = NULL;
 }
 
@@ -373,10 +377,11 @@ static size_t cpu_busy(gd_backend *b) {
 
 static void cpu_pack_info(gd_backend *b, msgpack_packer *pk) {
   cpu_backend *cb = cpu_of(b);
-  msgpack_pack_map(pk, 3);
+  msgpack_pack_map(pk, 4);
   gd_pack_kv_u64(pk, "threads", cb->threads);
   gd_pack_kv_u64(pk, "blas_threads", cb->blas_threads);
   gd_pack_kv_u64(pk, "min_part_mflop", cb->min_part_flops / 1000000);
+  gd_pack_kv_u64(pk, "buffer_cache_bytes", cb->cache.limit);
 }
 
 static void cpu_pack_stats(gd_backend *b, msgpack_packer *pk) {
@@ -423,8 +428,9 @@ static void cpu_destroy(gd_backend *b) {
     cpu_job *cj = cb->live;
     cb->live = cj->next;
     cj->job->backend_data = NULL;
-    free_cpu_job(cj);
+    free_cpu_job(cb, cj);
   }
+  gd_cpu_bufcache_free(&cb->cache);
   pthread_cond_destroy(&cb->wake);
   pthread_mutex_destroy(&cb->lock);
   free(cb->workers);
@@ -465,6 +471,7 @@ int gd_backend_cpu_create(const gd_cpu_config *cfg, gd_backend **out, gp_error *
   cb->blas_threads = cfg->blas_threads ? cfg->blas_threads : 1;
   cb->min_part_flops = (uint64_t)cfg->min_part_mflop * 1000000u;
   cb->host_memory = host_memory();
+  gd_cpu_bufcache_init(&cb->cache, cfg->buffer_cache_bytes);
   gk_cpu_set_blas_threads((int)cb->blas_threads);
   cb->workers = calloc(cb->threads, sizeof *cb->workers);
   if (!cb->workers || pthread_mutex_init(&cb->lock, NULL) != 0) {
