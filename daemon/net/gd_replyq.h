@@ -13,7 +13,8 @@
  * Staging hold: a chunk in memory the backend shares between jobs (GPU staging) is only read by
  * uv_try_write and memcpy, never left to uv_write; what a slow client has not taken
  * staging_hold_ms after the chunk arrived is copied and the staging given back, so a client
- * that does not read holds no staging other jobs need.
+ * that does not read holds no staging other jobs need. A shared chunk of 32 KiB or less is
+ * copied and given back at once and goes out with the batch (cheaper than a write of its own).
  *
  * Loop thread only. The queue reports to its connection through callbacks (gd_replyq_events);
  * on failed the connection closes and calls gd_replyq_drop.
