@@ -63,7 +63,8 @@ static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_
 }
 
 static int create_cpu(const gd_config *cfg, gd_backend **out, gp_error *err) {
-  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads, cfg->cpu_min_part_mflop};
+  gd_cpu_config cpu = {cfg->cpu_threads, cfg->blas_threads, cfg->cpu_min_part_mflop,
+                       cfg->cpu_buffer_cache_bytes};
   gp_error cpu_err;
   gp_error_clear(&cpu_err);
   if (gd_backend_cpu_create(&cpu, out, &cpu_err) != 0)

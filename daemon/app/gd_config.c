@@ -70,6 +70,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->cpu_threads = 0;
   cfg->blas_threads = 1;
   cfg->cpu_min_part_mflop = 64;
+  cfg->cpu_buffer_cache_bytes = 128 * MIB;
   gd_gpu_config_default(&cfg->gpu);
   cfg->shm.enabled = true;
   cfg->shm.max_regions_per_connection = 16;
@@ -219,6 +220,7 @@ static const field cpu_fields[] = {
     FLD("threads", F_U32, cpu_threads, 0, 4096),
     FLD("blas_threads", F_U32, blas_threads, 1, 4096),
     FLD("min_part_mflop", F_U32, cpu_min_part_mflop, 0, 1000000),
+    FLD("buffer_cache_bytes", F_SIZE, cpu_buffer_cache_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field gpu_fields[] = {

@@ -63,6 +63,7 @@ typedef struct {
   uint32_t cpu_threads;            /* 0 = number of cores */
   uint32_t blas_threads;
   uint32_t cpu_min_part_mflop;
+  uint64_t cpu_buffer_cache_bytes;
 
   gd_gpu_config gpu;
 

@@ -101,6 +101,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("cpu.threads");
   if (cur->cpu_min_part_mflop != next->cpu_min_part_mflop)
     restart += restart_key("cpu.min_part_mflop");
+  if (cur->cpu_buffer_cache_bytes != next->cpu_buffer_cache_bytes)
+    restart += restart_key("cpu.buffer_cache_bytes");
   if (cur->blas_threads != next->blas_threads)
     restart += restart_key("cpu.blas_threads");
   if (!same_gpu(&cur->gpu, &next->gpu))

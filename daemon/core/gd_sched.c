@@ -45,6 +45,7 @@ struct gd_sched {
   uint64_t next_id;
   bool draining;
   double device_load[GD_SCHED_MAX_DEVICES];
+  size_t ndevices;             /* the backend's, counted once: a backend's set never changes */
 };
 
 static sched_job *to_sched_job(gd_job *job) { return (sched_job *)job; }
@@ -147,6 +148,8 @@ static void deliver(gd_sched *s, const gd_backend_event *ev) {
 
 /* ---- set-up -------------------------------------------------------------- */
 
+static size_t count_devices(gd_backend *b);
+
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
                  gd_stats *stats, gd_sched **out, gp_error *err) {
   gd_sched *s = calloc(1, sizeof *s);
@@ -157,6 +160,7 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
   s->limits = *limits;
   s->stats = stats;
   s->next_id = 1;
+  s->ndevices = count_devices(backend);
   int rc = gd_completion_new(loop, deliver, s, &s->completion, err);
   if (rc != 0) {
     free(s);
@@ -200,9 +204,17 @@ bool gd_sched_operand_total(const gp_gemm_hdr *hdr, uint64_t operand_bytes[3], u
   return true;
 }
 
-/* The in-service device with the least outstanding work. */
+static size_t count_devices(gd_backend *b) {
+  if (!b || !b->ops->devices)
+    return 0;
+  gd_device_info devs[GD_SCHED_MAX_DEVICES];
+  return b->ops->devices(b, devs, GD_SCHED_MAX_DEVICES);
+}
+
+/* The in-service device with the least outstanding work. With one device there is nothing to
+ * pick: devices() is not asked on every admission (the CPU backend's formats its name). */
 static int pick_device(gd_sched *s) {
-  if (!s->backend || !s->backend->ops->devices)
+  if (s->ndevices <= 1)
     return 0;
   gd_device_info devs[GD_SCHED_MAX_DEVICES];
   size_t n = s->backend->ops->devices(s->backend, devs, GD_SCHED_MAX_DEVICES);

@@ -35,8 +35,25 @@ static void on_replyq_failed(gd_replyq *q, const char *why) {
   gd_conn_close(CONN_OF(q, out), why);
 }
 
+static void on_flush(uv_idle_t *idle) {
+  gd_conn *c = idle->data;
+  uv_idle_stop(idle);
+  gd_replyq_flush(&c->out);
+}
+
+/* The idle handle runs once the loop has run this iteration's callbacks (every read, every
+ * completion) and keeps the next poll from blocking, so the replies they queued leave together
+ * and at once. */
+static void on_replyq_want_flush(gd_replyq *q) {
+  gd_conn *c = CONN_OF(q, out);
+  if (c->open_handles == 3) /* accepted; before that nothing is queued */
+    uv_idle_start(&c->flush, on_flush); /* cannot fail with a callback */
+  else
+    gd_replyq_flush(q);
+}
+
 static const gd_replyq_events replyq_events = {on_replyq_queued, on_replyq_progress,
-                                               on_replyq_failed};
+                                               on_replyq_failed, on_replyq_want_flush};
 
 /* ---- set-up and accept ----------------------------------------------------- */
 
@@ -79,6 +96,7 @@ void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
   gd_calls_free_all(&c->calls);
   gd_shm_free(&c->shm);
+  gd_replyq_free(&c->out);
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }
@@ -133,6 +151,11 @@ int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
     return rc;
   c->timer.data = c;
   c->open_handles = 2;
+  rc = uv_idle_init(loop, &c->flush);
+  if (rc != 0)
+    return rc;
+  c->flush.data = c;
+  c->open_handles = 3;
   rc = uv_accept(server, &c->h.stream);
   if (rc != 0)
     return rc;
@@ -236,7 +259,9 @@ void gd_conn_close(gd_conn *c, const char *why) {
   if (c->reading)
     uv_read_stop(&c->h.stream);
   c->reading = false;
-  if (c->open_handles == 2) {
+  if (c->open_handles == 3)
+    uv_close((uv_handle_t *)&c->flush, on_close);
+  if (c->open_handles >= 2) {
     uv_timer_stop(&c->timer);
     uv_close((uv_handle_t *)&c->timer, on_close);
   }

@@ -45,7 +45,8 @@ typedef struct {
 struct gd_conn {
   gd_uv_stream h;
   uv_timer_t timer;          /* the protocol layer's; closed with the stream */
-  int open_handles;          /* handle + timer: closed() when both close callbacks ran */
+  uv_idle_t flush;           /* runs while replies wait in out's batch (gd_replyq_flush) */
+  int open_handles;          /* handle, timer, flush: closed() when their close callbacks ran */
   uint64_t id;
   char peer[80];
   char peer_key[GD_PEER_KEY_MAX]; /* who it is for the per-peer caps (gd_peers.h) */

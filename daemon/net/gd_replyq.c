@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gd_array.h"
 #include "gd_clock.h"
 #include "gd_log.h"
 
@@ -47,18 +48,29 @@ struct gd_replyq_shared {
   uint64_t started_us;     /* when it arrived: the hold limit counts from here */
 };
 
+/* One reply, or one chunk of one, on its way to the socket: queued in the batch, then in a
+ * write request. */
+struct gd_replyq_part {
+  gd_call *rec;              /* a chunk of a gemm result; NULL for other replies */
+  char *head;                /* our encoded bytes (owned), may be NULL */
+  size_t head_len;
+  const void *chunk;         /* the backend's memory: handed back when written, or NULL */
+  size_t chunk_len;
+  bool last;
+};
+
+/* One uv_write: every part the batch held when it was flushed, in order. */
 typedef struct {
   uv_write_t req;
   gd_replyq *q;
-  gd_call *rec;              /* a chunk of a gemm result; NULL for other replies */
-  char *head;                /* our encoded bytes (owned), may be NULL */
-  const void *chunk;
-  size_t chunk_len;
-  bool last;
-  bool give_back;            /* chunk is the backend's memory: hand it back when written */
   bool probe;                /* a piece of the open shared chunk: its callback resumes pump */
   size_t bytes;
+  unsigned nparts;
+  gd_replyq_part parts[];
 } wreq;
+
+/* Parts one write takes at most (two buffers each); a longer batch goes as several writes. */
+#define FLUSH_MAX_PARTS 256u
 
 static void release_held(gd_replyq *q);
 static void pump(gd_replyq *q);
@@ -87,26 +99,46 @@ static void progress(gd_replyq *q) {
     q->events->progress(q);
 }
 
-static void free_wreq(wreq *w) {
-  free(w->head);
-  free(w);
-}
-
 /* The last byte of rec's reply is out (or failed): the job is answered. */
 static void reply_done(gd_replyq *q, gd_call *rec, bool ok) {
   if (ok) {
     q->stats->gemm_ok++;
     gd_stats_reply(q->stats, GP_METHOD_GEMM, 0);
-    const gd_job *job = rec->job;
-    uint64_t took = gd_now_us() - job->admitted_us;
-    gd_log_ctx ctx = {.conn = q->conn_id, .msgid = rec->msgid, .has_msgid = true,
-                      .peer = q->peer, .device = job->result.device, .duration_us = took,
-                      .has_duration = true};
-    gd_logx(GD_LOG_DEBUG, &ctx, "conn %llu: msgid %u: gemm answered in %llu us (%s, %s)",
-            (unsigned long long)q->conn_id, (unsigned)rec->msgid, (unsigned long long)took,
-            job->result.device, job->result.kernel);
+    if (gd_log_enabled(GD_LOG_DEBUG)) {
+      const gd_job *job = rec->job;
+      uint64_t took = gd_now_us() - job->admitted_us;
+      gd_log_ctx ctx = {.conn = q->conn_id, .msgid = rec->msgid, .has_msgid = true,
+                        .peer = q->peer, .device = job->result.device, .duration_us = took,
+                        .has_duration = true};
+      gd_logx(GD_LOG_DEBUG, &ctx, "conn %llu: msgid %u: gemm answered in %llu us (%s, %s)",
+              (unsigned long long)q->conn_id, (unsigned)rec->msgid, (unsigned long long)took,
+              job->result.device, job->result.kernel);
+    }
   }
   gd_call_finish(rec, ok);
+}
+
+/* A part left the queue: written (status 0), failed or cancelled. Frees its head, gives its
+ * chunk back and answers its call when this was the reply's last byte. */
+static void part_done(gd_replyq *q, gd_replyq_part *p, int status) {
+  free(p->head);
+  p->head = NULL;
+  gd_call *rec = p->rec;
+  if (!rec)
+    return;
+  assert(rec->writes_pending > 0);
+  rec->writes_pending--;
+  if (p->chunk)
+    give_back(q, rec, p->chunk, p->chunk_len);
+  if (!rec->orphan && (p->last || (rec->reply_out && rec->writes_pending == 0)))
+    reply_done(q, rec, status == 0);
+}
+
+/* Takes n parts (already counted in writes and write_bytes) off the counts. */
+static void uncount(gd_replyq *q, unsigned n, size_t bytes) {
+  assert(q->writes >= n && q->write_bytes >= bytes);
+  q->writes -= n;
+  q->write_bytes -= bytes;
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -115,23 +147,14 @@ static void on_write(uv_write_t *req, int status) {
   bool resume = w->probe && q->shared_probe == w; /* not after a close dropped the chunk */
   if (resume)
     q->shared_probe = NULL;
-  assert(q->writes > 0 && q->write_bytes >= w->bytes);
-  q->write_bytes -= w->bytes;
-  q->writes--;
+  uncount(q, w->nparts, w->bytes);
   q->write_progress_us = gd_now_us();
   note_queue_size(q);
   if (status == 0)
     q->stats->bytes_out += w->bytes;
-  gd_call *rec = w->rec;
-  if (rec) {
-    assert(rec->writes_pending > 0);
-    rec->writes_pending--;
-    if (w->give_back)
-      give_back(q, rec, w->chunk, w->chunk_len);
-    if (!rec->orphan && (w->last || (rec->reply_out && rec->writes_pending == 0)))
-      reply_done(q, rec, status == 0);
-  }
-  free_wreq(w);
+  for (unsigned i = 0; i < w->nparts; i++)
+    part_done(q, &w->parts[i], status);
+  free(w);
   if (status < 0 && status != UV_ECANCELED && !q->dropped) {
     char why[128];
     snprintf(why, sizeof why, "write failed: %s", uv_strerror(status));
@@ -143,63 +166,122 @@ static void on_write(uv_write_t *req, int status) {
   progress(q); /* the write backlog shrank: maybe decode and read again */
 }
 
-/* A write request for head and chunk, or NULL (out of memory). bufs gets nbufs entries. */
-static wreq *new_wreq(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
-                      const void *chunk, size_t chunk_len, bool last, uv_buf_t bufs[2],
-                      unsigned *nbufs) {
-  wreq *w = calloc(1, sizeof *w);
-  if (!w)
-    return NULL;
-  *w = (wreq){.q = q, .rec = rec, .head = head, .chunk = chunk, .chunk_len = chunk_len,
-              .last = last, .give_back = chunk != NULL, .bytes = head_len + chunk_len};
-  w->req.data = w;
-  /* set by hand: uv_buf_init takes an unsigned int, a chunk of C may be larger */
-  if (head_len) {
-    bufs[*nbufs].base = head;
-    bufs[(*nbufs)++].len = head_len;
-  }
-  if (chunk_len) {
-    bufs[*nbufs].base = (char *)chunk;
-    bufs[(*nbufs)++].len = chunk_len;
-  }
-  return w;
-}
+static size_t part_bytes(const gd_replyq_part *p) { return p->head_len + p->chunk_len; }
 
-/* Writes head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. Returns
- * the queued request (libuv's until on_write), or NULL when the write could not be queued (the
- * connection is then closing; the chunk, if any, is given back to the scheduler). Callers go
- * through write_out, which keeps results whole. */
-static wreq *queue_write(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
-                         const void *chunk, size_t chunk_len, bool last) {
-  uv_buf_t bufs[2];
-  unsigned nbufs = 0;
-  wreq *w = new_wreq(q, head, head_len, rec, chunk, chunk_len, last, bufs, &nbufs);
-  int rc = (!w || q->dropped) ? UV_ENOMEM : 0;
-  if (rc == 0)
-    rc = uv_write(&w->req, q->stream, bufs, nbufs, on_write);
-  if (rc != 0) {
-    if (w)
-      free_wreq(w);
-    else
-      free(head);
-    if (rec && chunk)
-      give_back(q, rec, chunk, chunk_len);
-    if (!q->dropped) {
-      char why[128];
-      snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
-      fail(q, why);
-    }
-    return NULL;
-  }
-  if (rec)
-    rec->writes_pending++;
+/* Counts a part that is about to be queued: writes, write_bytes, its call's pending writes. */
+static void count(gd_replyq *q, const gd_replyq_part *p) {
+  if (p->rec)
+    p->rec->writes_pending++;
   if (q->writes == 0)
     q->write_progress_us = gd_now_us();
   q->writes++;
-  q->write_bytes += w->bytes;
-  note_queue_size(q);
-  q->events->queued(q); /* arms the stalled-reader timeout */
-  return w;
+  q->write_bytes += part_bytes(p);
+}
+
+/* One uv_write of n counted parts, in order. Returns the request (libuv's until on_write), or
+ * NULL when it could not be queued: the connection is then closing and the parts were given
+ * back. */
+static wreq *submit(gd_replyq *q, const gd_replyq_part *parts, unsigned n) {
+  assert(n > 0 && n <= FLUSH_MAX_PARTS);
+  uv_buf_t bufs[2 * FLUSH_MAX_PARTS];
+  unsigned nbufs = 0;
+  size_t bytes = 0;
+  wreq *w = malloc(sizeof *w + n * sizeof w->parts[0]);
+  int rc = (!w || q->dropped) ? UV_ENOMEM : 0;
+  if (rc == 0) {
+    *w = (wreq){.q = q, .nparts = n};
+    w->req.data = w;
+    memcpy(w->parts, parts, n * sizeof parts[0]);
+    for (unsigned i = 0; i < n; i++) {
+      const gd_replyq_part *p = &parts[i];
+      /* set by hand: uv_buf_init takes an unsigned int, a chunk of C may be larger */
+      if (p->head_len)
+        bufs[nbufs++] = (uv_buf_t){.base = p->head, .len = p->head_len};
+      if (p->chunk_len)
+        bufs[nbufs++] = (uv_buf_t){.base = (char *)p->chunk, .len = p->chunk_len};
+      bytes += part_bytes(p);
+    }
+    w->bytes = bytes;
+    rc = uv_write(&w->req, q->stream, bufs, nbufs, on_write);
+  }
+  if (rc == 0) {
+    note_queue_size(q);
+    q->events->queued(q); /* arms the stalled-reader timeout */
+    return w;
+  }
+  if (!q->dropped) {
+    char why[128];
+    snprintf(why, sizeof why, "cannot queue a reply: %s", uv_strerror(rc));
+    fail(q, why); /* orphans the calls first: the parts below answer nobody */
+  }
+  for (unsigned i = 0; i < n; i++) {
+    gd_replyq_part p = parts[i];
+    uncount(q, 1, part_bytes(&p));
+    part_done(q, &p, rc);
+  }
+  free(w);
+  return NULL;
+}
+
+void gd_replyq_flush(gd_replyq *q) {
+  /* Taken out first: a failed write closes the connection, whose drop must not see these. */
+  gd_replyq_part *parts = q->batch;
+  size_t n = q->batch_n, cap = q->batch_cap, done = 0;
+  q->batch = NULL;
+  q->batch_n = q->batch_cap = 0;
+  while (done < n && !q->dropped) {
+    size_t take = n - done < FLUSH_MAX_PARTS ? n - done : FLUSH_MAX_PARTS;
+    done += take;
+    submit(q, parts + (done - take), (unsigned)take); /* NULL: closing, those given back */
+  }
+  for (; done < n; done++) { /* the connection closed half-way: never written */
+    uncount(q, 1, part_bytes(&parts[done]));
+    part_done(q, &parts[done], UV_ECANCELED);
+  }
+  if (!q->batch) { /* keep the array for the next iteration */
+    q->batch = parts;
+    q->batch_cap = cap;
+  } else {
+    free(parts);
+  }
+}
+
+/* A part that will never be queued: its head freed, its chunk given back; the connection fails
+ * with why (NULL: it is closing already). Returns -1. */
+static int refuse(gd_replyq *q, gd_replyq_part *p, const char *why) {
+  free(p->head);
+  if (p->rec && p->chunk)
+    give_back(q, p->rec, p->chunk, p->chunk_len);
+  if (why)
+    fail(q, why);
+  return -1;
+}
+
+/* Queues head (owned, may be NULL) and an optional chunk; rec ties the chunk to its job. The part
+ * waits in the batch until the connection flushes it (once per loop iteration, so the replies
+ * of an iteration leave in one write), or is written now where the connection batches nothing.
+ * -1 when it could not be queued (the connection is then closing; the chunk, if any, is given
+ * back to the scheduler). Callers go through write_out, which keeps results whole. */
+static int queue_write(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
+                       const void *chunk, size_t chunk_len, bool last) {
+  gd_replyq_part p = {rec, head, head_len, chunk, chunk_len, last};
+  if (q->dropped)
+    return refuse(q, &p, NULL);
+  if (!q->events->want_flush) {
+    count(q, &p);
+    return submit(q, &p, 1) ? 0 : -1;
+  }
+  if (q->batch_n == q->batch_cap) {
+    gd_replyq_part *grown = gd_array_grow(q->batch, &q->batch_cap, sizeof *grown, 16);
+    if (!grown)
+      return refuse(q, &p, "out of memory queueing a reply");
+    q->batch = grown;
+  }
+  count(q, &p);
+  q->batch[q->batch_n++] = p;
+  if (q->batch_n == 1)
+    q->events->want_flush(q);
+  return 0;
 }
 
 static bool must_hold(const gd_replyq *q, const gd_call *rec) {
@@ -210,11 +292,8 @@ static int hold(gd_replyq *q, char *head, size_t head_len, gd_call *rec, const v
                 size_t chunk_len, bool last) {
   gd_replyq_held *item = calloc(1, sizeof *item);
   if (!item) {
-    free(head);
-    if (rec && chunk)
-      give_back(q, rec, chunk, chunk_len);
-    fail(q, "out of memory holding a reply");
-    return -1;
+    gd_replyq_part p = {rec, head, head_len, chunk, chunk_len, last};
+    return refuse(q, &p, "out of memory holding a reply");
   }
   *item = (gd_replyq_held){NULL, head, head_len, rec, chunk, chunk_len, last};
   if (!q->held_head)
@@ -242,7 +321,7 @@ static int write_out(gd_replyq *q, char *head, size_t head_len, gd_call *rec,
                      const void *chunk, size_t chunk_len, bool last) {
   if (must_hold(q, rec))
     return hold(q, head, head_len, rec, chunk, chunk_len, last);
-  if (!queue_write(q, head, head_len, rec, chunk, chunk_len, last))
+  if (queue_write(q, head, head_len, rec, chunk, chunk_len, last) != 0)
     return -1;
   note_queued(q, rec, last);
   return 0;
@@ -265,8 +344,8 @@ static void release_held(gd_replyq *q) {
     q->held_bytes -= item->head_len + item->chunk_len;
     gd_replyq_held copy = *item;
     free(item);
-    if (!queue_write(q, copy.head, copy.head_len, copy.rec, copy.chunk, copy.chunk_len,
-                     copy.last))
+    if (queue_write(q, copy.head, copy.head_len, copy.rec, copy.chunk, copy.chunk_len,
+                    copy.last) != 0)
       return;
     if (copy.rec && !copy.last) {
       q->streaming = copy.rec;
@@ -279,6 +358,11 @@ static void release_held(gd_replyq *q) {
 
 void gd_replyq_drop(gd_replyq *q) {
   q->dropped = true;
+  for (size_t i = 0; i < q->batch_n; i++) { /* never written: cancelled */
+    uncount(q, 1, part_bytes(&q->batch[i]));
+    part_done(q, &q->batch[i], UV_ECANCELED);
+  }
+  q->batch_n = 0;
   while (q->held_head) {
     gd_replyq_held *item = q->held_head;
     q->held_head = item->next;
@@ -343,6 +427,10 @@ static void copy_range(const gd_replyq_shared *c, size_t from, size_t n, char *d
  * refused (some or all), or a uv error. */
 static int try_write_shared(gd_replyq *q, gd_replyq_shared *c) {
   size_t total = c->head_len + c->len;
+  if (q->batch_n > 0)
+    gd_replyq_flush(q); /* what was queued before goes first (uv_try_write then waits) */
+  if (q->dropped)
+    return 0;
   while (c->sent < total) {
     uv_buf_t bufs[2];
     unsigned nbufs = 0;
@@ -414,7 +502,14 @@ static void shared_probe(gd_replyq *q, gd_replyq_shared *c) {
     return;
   }
   copy_range(c, c->sent, PROBE_BYTES, piece);
-  wreq *w = queue_write(q, piece, PROBE_BYTES, c->rec, NULL, 0, false);
+  gd_replyq_part part = {c->rec, piece, PROBE_BYTES, NULL, 0, false};
+  gd_replyq_flush(q); /* what was queued before goes first */
+  if (q->dropped) {
+    free(piece);
+    return;
+  }
+  count(q, &part);
+  wreq *w = submit(q, &part, 1);
   if (!w)
     return; /* closing: the chunk was dropped */
   w->probe = true;
@@ -497,10 +592,16 @@ void gd_replyq_expire(gd_replyq *q) {
   progress(q);
 }
 
-/* Another result is half-way out: copy this chunk (and its head) and free the staging slot at
- * once, as for a slow client. */
-static void hold_shared_chunk(gd_replyq *q, gd_call *rec, char *head, size_t head_len,
-                              const void *data, size_t len, bool last) {
+/* A shared chunk up to this size (with its head) is copied and given back at once, then queued
+ * like a reply of our own: the copy costs less than the system call and the client's wake-up
+ * a zero-copy write of its own takes (the GPU small-job lane's results: one uv_try_write each
+ * otherwise, outside the iteration's batch), and the slot is free for the next job at once. */
+#define COPY_SHARED_BYTES (32 * 1024)
+
+/* Copies this chunk (and its head) and frees the backend's memory at once; the copy is queued
+ * (write_out) or, when hold_it, held. */
+static void copy_shared_chunk(gd_replyq *q, gd_call *rec, char *head, size_t head_len,
+                              const void *data, size_t len, bool last, bool hold_it) {
   size_t total = head_len + len;
   char *copy = malloc(total ? total : 1);
   if (copy) {
@@ -512,10 +613,13 @@ static void hold_shared_chunk(gd_replyq *q, gd_call *rec, char *head, size_t hea
   free(head);
   give_back(q, rec, data, len);
   if (!copy) {
-    fail(q, "out of memory holding a reply");
+    fail(q, "out of memory copying a reply");
     return;
   }
-  hold(q, copy, total, rec, NULL, 0, last);
+  if (hold_it)
+    hold(q, copy, total, rec, NULL, 0, last);
+  else
+    write_out(q, copy, total, rec, NULL, 0, last);
 }
 
 void gd_replyq_chunk(gd_replyq *q, gd_call *c, char *head, size_t head_len, const void *data,
@@ -523,8 +627,10 @@ void gd_replyq_chunk(gd_replyq *q, gd_call *c, char *head, size_t head_len, cons
   assert(!q->dropped);
   if (in_job_memory)
     write_out(q, head, head_len, c, data, len, last);
-  else if (must_hold(q, c))
-    hold_shared_chunk(q, c, head, head_len, data, len, last);
+  else if (must_hold(q, c)) /* another result is half-way out: as for a slow client */
+    copy_shared_chunk(q, c, head, head_len, data, len, last, true);
+  else if (head_len + len <= COPY_SHARED_BYTES && !q->shared_head)
+    copy_shared_chunk(q, c, head, head_len, data, len, last, false);
   else
     open_shared_chunk(q, c, head, head_len, data, len, last);
 }
@@ -550,4 +656,11 @@ void gd_replyq_init(gd_replyq *q, uv_stream_t *stream, gd_stats *stats, const ui
   q->conn_id = conn_id;
   q->held_tail = &q->held_head;
   q->shared_tail = &q->shared_head;
+}
+
+void gd_replyq_free(gd_replyq *q) {
+  assert(q->batch_n == 0);
+  free(q->batch);
+  q->batch = NULL;
+  q->batch_cap = 0;
 }

@@ -1,8 +1,9 @@
 /*
  * gd_replyq.h - a connection's reply queue: the one owner of everything written to its socket.
  *
- * Every reply is a uv_write of an encoded head (bytes the queue owns) plus, for a gemm result,
- * a chunk of C straight from the backend's memory (never copied while the socket takes it). The
+ * Every reply is an encoded head (bytes the queue owns) plus, for a gemm result, a chunk of C
+ * straight from the backend's memory (never copied while the socket takes it). Replies wait in
+ * a batch until the loop has run its callbacks, then leave in one uv_write (gd_replyq_flush). The
  * queue owns each chunk from gd_replyq_chunk until it gives it back (gd_call_chunk_done), exactly
  * once: written, copied, or dropped when the connection closes.
  *
@@ -12,7 +13,8 @@
  * Staging hold: a chunk in memory the backend shares between jobs (GPU staging) is only read by
  * uv_try_write and memcpy, never left to uv_write; what a slow client has not taken
  * staging_hold_ms after the chunk arrived is copied and the staging given back, so a client
- * that does not read holds no staging other jobs need.
+ * that does not read holds no staging other jobs need. A shared chunk of 32 KiB or less is
+ * copied and given back at once and goes out with the batch (cheaper than a write of its own).
  *
  * Loop thread only. The queue reports to its connection through callbacks (gd_replyq_events);
  * on failed the connection closes and calls gd_replyq_drop.
@@ -31,11 +33,15 @@
 typedef struct gd_replyq gd_replyq;
 typedef struct gd_replyq_held gd_replyq_held;
 typedef struct gd_replyq_shared gd_replyq_shared;
+typedef struct gd_replyq_part gd_replyq_part;
 
 typedef struct {
   void (*queued)(gd_replyq *q);   /* a write was queued: the stalled-reader clock runs */
   void (*progress)(gd_replyq *q); /* bytes left or a result ended: the backlog shrank */
   void (*failed)(gd_replyq *q, const char *why);
+  /* The batch got its first reply: call gd_replyq_flush once the loop has run this iteration's
+   * callbacks (NULL: every reply is written at once). */
+  void (*want_flush)(gd_replyq *q);
 } gd_replyq_events;
 
 struct gd_replyq {
@@ -47,8 +53,10 @@ struct gd_replyq {
   const char *peer;           /* for logs: the connection's peer text, or NULL */
   bool dropped;               /* the connection is closing: nothing more is written */
 
-  uint64_t write_bytes;       /* queued in uv_write */
-  uint32_t writes;            /* uv_write requests pending */
+  uint64_t write_bytes;       /* of the parts below */
+  uint32_t writes;            /* replies (or chunks) in the batch or in uv_write, not yet out */
+  gd_replyq_part *batch;      /* queued, not yet handed to libuv (want_flush) */
+  size_t batch_n, batch_cap;
   gd_call *streaming;         /* its result's first chunk is queued and its last is not */
   gd_replyq_held *held_head, **held_tail; /* replies waiting for `streaming` to end */
   uint64_t held_bytes;
@@ -69,6 +77,13 @@ int gd_replyq_send(gd_replyq *q, char *data, size_t len);
  * else through the staging hold (see the top). The chunk is the queue's from here. */
 void gd_replyq_chunk(gd_replyq *q, gd_call *c, char *head, size_t head_len, const void *data,
                      size_t len, bool last, bool in_job_memory);
+
+/* Hands the batch to libuv: one write for the replies this loop iteration queued (up to 256 a
+ * write), so a connection's replies cost one system call and one wake-up of its client. */
+void gd_replyq_flush(gd_replyq *q);
+
+/* Frees the batch's array (after gd_replyq_drop). */
+void gd_replyq_free(gd_replyq *q);
 
 /* Bytes the connection holds for its client: queued plus held. */
 uint64_t gd_replyq_backlog(const gd_replyq *q);

@@ -18,6 +18,7 @@
 
 #include "gd_clock.h"
 #include "gd_completion.h"
+#include "gd_cpu_bufcache.h"
 #include "gd_list.h"
 #include "gd_log.h"
 #include "gd_stats.h"
@@ -31,6 +32,7 @@
 typedef struct cpu_job {
   gd_job *job;
   uint8_t *buf[3];               /* a, b, c: our own (NULL where in place) */
+  size_t cap[3];                 /* their sizes, to give them back to the cache */
   const uint8_t *in[2];          /* where a and b are read: buf, or the client's region */
   uint8_t *c;                    /* where C is read and written: buf, or the result's region */
   unsigned parts;                /* fixed at submit */
@@ -47,6 +49,7 @@ typedef struct {
   gd_backend base; /* first */
   unsigned threads, blas_threads;
   uint64_t min_part_flops;       /* 0: never split a job */
+  uint64_t host_memory;          /* physical memory, read once: devices() runs per admission */
   pthread_t *workers;
   unsigned started;
   pthread_mutex_t lock;
@@ -57,6 +60,7 @@ typedef struct {
   uint64_t busy_us, jobs_done;   /* lock */
   uint64_t parts_run;            /* lock */
   cpu_job *live;                 /* loop thread */
+  gd_cpu_bufcache cache;         /* loop thread */
 } cpu_backend;
 
 static cpu_backend *cpu_of(gd_backend *b) { return (cpu_backend *)b; }
@@ -238,9 +242,9 @@ static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
          gk_cpu_scratch_bytes_split(&p, parts_of(cpu_of(b), job));
 }
 
-static void free_cpu_job(cpu_job *cj) {
+static void free_cpu_job(cpu_backend *cb, cpu_job *cj) {
   for (int i = 0; i < 3; i++)
-    free(cj->buf[i]);
+    gd_cpu_bufcache_give(&cb->cache, cj->buf[i], cj->cap[i]);
   free(cj);
 }
 
@@ -251,10 +255,11 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
   cj->job = job;
   for (int op = 0; op < 3; op++) {
-    /* malloc reserves address space; pages are touched when the payload lands. */
-    cj->buf[op] = malloc((size_t)job->operand_bytes[op]);
+    /* Fresh memory reserves address space (pages are touched when the payload lands); a
+     * cached buffer is already faulted in. */
+    cj->buf[op] = gd_cpu_bufcache_take(&cb->cache, (size_t)job->operand_bytes[op], &cj->cap[op]);
     if (!cj->buf[op]) {
-      free_cpu_job(cj);
+      free_cpu_job(cb, cj);
       return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory for %s (%llu bytes)",
                           gp_operand_name((gp_operand)op),
                           (unsigned long long)job->operand_bytes[op]);
@@ -302,23 +307,28 @@ static int cpu_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
  * computes C straight in the result's region, so a region costs no copy at all. C sent with
  * beta (from a region or the socket) lands where it is computed: the result's region when that
  * is in place (input_window points there), else our buffer. */
+/* Our own buffer for operand is not needed: back to the cache. */
+static void drop_buffer(cpu_backend *cb, cpu_job *cj, gp_operand operand) {
+  gd_cpu_bufcache_give(&cb->cache, cj->buf[operand], cj->cap[operand]);
+  cj->buf[operand] = NULL;
+  cj->cap[operand] = 0;
+}
+
 static bool cpu_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr) {
-  (void)b, (void)r;
+  (void)r;
   cpu_job *cj = job->backend_data;
-  free(cj->buf[GP_OPERAND_C]);
-  cj->buf[GP_OPERAND_C] = NULL;
+  drop_buffer(cpu_of(b), cj, GP_OPERAND_C);
   cj->c = ptr;
   return true;
 }
 
 static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                              const uint8_t *ptr) {
-  (void)b, (void)r;
+  (void)r;
   cpu_job *cj = job->backend_data;
   if (operand != GP_OPERAND_A && operand != GP_OPERAND_B)
     return false; /* C is written where it is read: it must be copied there */
-  free(cj->buf[operand]);
-  cj->buf[operand] = NULL;
+  drop_buffer(cpu_of(b), cj, operand);
   cj->in[operand] = ptr;
   return true;
 }
@@ -356,7 +366,7 @@ static void cpu_release(gd_backend *b, gd_job *job) {
   if (!cj)
     return;
   unlink_live(cb, cj);
-  free_cpu_job(cj);
+  free_cpu_job(cb, cj);
   job->backend_data = NULL;
 }
 
@@ -373,7 +383,7 @@ static size_t cpu_devices(gd_backend *b, gd_device_info *out, size_t max) {
   out[0].id = -1;
   snprintf(out[0].name, sizeof out[0].name, "cpu (OpenBLAS, %u workers x %u threads)",
            cb->threads, cb->blas_threads);
-  out[0].memory_bytes = host_memory();
+  out[0].memory_bytes = cb->host_memory;
   out[0].sm_count = (int)cb->threads;
   out[0].in_service = true;
   if (pthread_mutex_lock(&cb->lock) == 0) {
@@ -402,10 +412,11 @@ static size_t cpu_busy(gd_backend *b) {
 
 static void cpu_pack_info(gd_backend *b, msgpack_packer *pk) {
   cpu_backend *cb = cpu_of(b);
-  msgpack_pack_map(pk, 3);
+  msgpack_pack_map(pk, 4);
   gd_pack_kv_u64(pk, "threads", cb->threads);
   gd_pack_kv_u64(pk, "blas_threads", cb->blas_threads);
   gd_pack_kv_u64(pk, "min_part_mflop", cb->min_part_flops / 1000000);
+  gd_pack_kv_u64(pk, "buffer_cache_bytes", cb->cache.limit);
 }
 
 static void cpu_pack_stats(gd_backend *b, msgpack_packer *pk) {
@@ -452,8 +463,9 @@ static void cpu_destroy(gd_backend *b) {
     cpu_job *cj = cb->live;
     cb->live = cj->next;
     cj->job->backend_data = NULL;
-    free_cpu_job(cj);
+    free_cpu_job(cb, cj);
   }
+  gd_cpu_bufcache_free(&cb->cache);
   pthread_cond_destroy(&cb->wake);
   pthread_mutex_destroy(&cb->lock);
   free(cb->workers);
@@ -495,6 +507,8 @@ int gd_backend_cpu_create(const gd_cpu_config *cfg, gd_backend **out, gp_error *
     cb->threads = CPU_THREADS_MAX;
   cb->blas_threads = cfg->blas_threads ? cfg->blas_threads : 1;
   cb->min_part_flops = (uint64_t)cfg->min_part_mflop * 1000000u;
+  cb->host_memory = host_memory();
+  gd_cpu_bufcache_init(&cb->cache, cfg->buffer_cache_bytes);
   gk_cpu_set_blas_threads((int)cb->blas_threads);
   cb->workers = calloc(cb->threads, sizeof *cb->workers);
   if (!cb->workers || pthread_mutex_init(&cb->lock, NULL) != 0) {

@@ -15,6 +15,7 @@ typedef struct {
   unsigned blas_threads; /* OpenBLAS threads inside one job (process-wide setting) */
   unsigned min_part_mflop; /* a job is cut into parts of at least this much work, one per
                               idle worker at most; 0 = never cut */
+  uint64_t buffer_cache_bytes; /* operand buffers kept for reuse (gd_cpu_bufcache.h) */
 } gd_cpu_config;
 
 /* Starts the workers. 0, or a gp_code with err filled (threads could not be created). */

@@ -73,13 +73,13 @@ def test_defaults_hold_32_clients_64_in_flight(ctx):
         rng = np.random.default_rng(seeds[i])  # the shared one is not for threads
         with d.connect() as client:
             sent = []
-            for _ in range(depth):
-                a, b = h.random_operands(rng, 6, 5, 4, "f64")
-                hdr = {"m": 6, "n": 5, "k": 4, "dtype": "f64"}
+            for _ in range(depth):  # issue 11's shape: 64^3 f32
+                a, b = h.random_operands(rng, 64, 64, 64, "f32")
+                hdr = {"m": 64, "n": 64, "k": 64, "dtype": "f32"}
                 sent.append((client.send_gemm(hdr, a, b), hdr, a, b))
             for msgid, hdr, a, b in sent:
                 _, out = client.gemm_result(msgid, hdr, timeout=60 * ctx.scale)
-                h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f64",
+                h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32",
                                "client %d msgid %d" % (i, msgid))
 
     with ctx.daemon(config={"cpu": {"threads": 1}}) as d:

@@ -70,6 +70,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->cpu_threads, b->cpu_threads);
   ck_assert_uint_eq(a->blas_threads, b->blas_threads);
   ck_assert_uint_eq(a->cpu_min_part_mflop, b->cpu_min_part_mflop);
+  ck_assert_uint_eq(a->cpu_buffer_cache_bytes, b->cpu_buffer_cache_bytes);
   ck_assert_int_eq(a->gpu.devices_auto, b->gpu.devices_auto);
   ck_assert_uint_eq(a->gpu.device_count, b->gpu.device_count);
   ck_assert_uint_eq(a->gpu.staging_bytes, b->gpu.staging_bytes);
