@@ -180,7 +180,8 @@ size_t gp_encode_shm_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t region, uint64_t 
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
-  PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0)));
+  PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0) +
+                               (hdr->broadcast_b ? 1 : 0)));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -197,6 +198,8 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
     PACK_KEY(pk, "out");
     PACK(pack_shm_ref(pk, hdr->out_region, hdr->out_offset));
   }
+  if (hdr->broadcast_b) /* only when set: a daemon without it refuses the key */
+    PACK(pack_key_bool(pk, "broadcast_b", true));
   return GP_OK;
 }
 

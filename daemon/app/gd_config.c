@@ -75,6 +75,9 @@ void gd_config_default(gd_config *cfg) {
   cfg->shm.max_regions_per_connection = 16;
   cfg->shm.max_bytes_per_connection = 2 * GIB;
   cfg->shm.max_bytes_total = 2 * GIB;
+  cfg->resident.max_handles_per_connection = 64;
+  cfg->resident.max_bytes_per_connection = 1 * GIB;
+  cfg->resident.max_bytes_total = 2 * GIB;
 }
 
 const char *gd_backend_kind_name(gd_backend_kind kind) {
@@ -245,6 +248,14 @@ static const field shm_fields[] = {
     FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
 
+static const field resident_fields[] = {
+    FLD("max_handles_per_connection", F_U32, resident.max_handles_per_connection, 0, 1u << 16),
+    FLD("max_bytes_per_connection", F_SIZE, resident.max_bytes_per_connection, 0,
+        HOST_MEMORY_MAX),
+    FLD("max_bytes_total", F_SIZE, resident.max_bytes_total, 0, HOST_MEMORY_MAX),
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
@@ -268,6 +279,7 @@ static const field root_fields[] = {
     {"cpu", F_SECTION, 0, 0, 0, cpu_fields},
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
     {"shm", F_SECTION, 0, 0, 0, shm_fields},
+    {"resident", F_SECTION, 0, 0, 0, resident_fields},
     {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
     {"auth", F_SECTION, 0, 0, 0, auth_fields},
     {NULL, 0, 0, 0, 0, NULL}};

@@ -82,7 +82,8 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode,
-                         .shm = cfg->shm};
+                         .shm = cfg->shm,
+                         .resident = cfg->resident};
 }
 
 int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
@@ -128,6 +129,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
   cur->shm = next->shm; /* enabled: for connections accepted from now; quotas: per register */
+  cur->resident = next->resident; /* quotas: per put */
   /* The token itself is re-read by reload(); connections already in keep their state. */
   memcpy(cur->auth_token_file, next->auth_token_file, sizeof cur->auth_token_file);
   cur->allow_unauthenticated_tcp = next->allow_unauthenticated_tcp;

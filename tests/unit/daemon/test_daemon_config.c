@@ -91,6 +91,10 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->shm.max_regions_per_connection, b->shm.max_regions_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_per_connection, b->shm.max_bytes_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_total, b->shm.max_bytes_total);
+  ck_assert_uint_eq(a->resident.max_handles_per_connection,
+                    b->resident.max_handles_per_connection);
+  ck_assert_uint_eq(a->resident.max_bytes_per_connection, b->resident.max_bytes_per_connection);
+  ck_assert_uint_eq(a->resident.max_bytes_total, b->resident.max_bytes_total);
   ck_assert_str_eq(a->auth_token_file, b->auth_token_file);
   ck_assert_int_eq(a->allow_unauthenticated_tcp, b->allow_unauthenticated_tcp);
 }
@@ -132,6 +136,8 @@ static void scramble(gd_config *cfg) {
   cfg->shm.enabled = false;
   cfg->shm.max_regions_per_connection = 1;
   cfg->shm.max_bytes_per_connection = cfg->shm.max_bytes_total = 1;
+  cfg->resident.max_handles_per_connection = 1;
+  cfg->resident.max_bytes_per_connection = cfg->resident.max_bytes_total = 1;
   strcpy(cfg->auth_token_file, "/x");
   cfg->allow_unauthenticated_tcp = true;
 }
@@ -176,12 +182,17 @@ START_TEST(every_key_parses) {
           "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
           "shm: {enabled: false, max_regions_per_connection: 0, max_bytes_per_connection: 1MiB,"
           " max_bytes_total: 2GiB}\n"
+          "resident: {max_handles_per_connection: 3, max_bytes_per_connection: 5MiB,"
+          " max_bytes_total: 7MiB}\n"
           "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
           &cfg);
   ck_assert(!cfg.shm.enabled);
   ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
   ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
   ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
+  ck_assert_uint_eq(cfg.resident.max_handles_per_connection, 3);
+  ck_assert_uint_eq(cfg.resident.max_bytes_per_connection, 5u << 20);
+  ck_assert_uint_eq(cfg.resident.max_bytes_total, 7u << 20);
   ck_assert_str_eq(cfg.auth_token_file, "/etc/gemmd/token");
   ck_assert(cfg.allow_unauthenticated_tcp);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
