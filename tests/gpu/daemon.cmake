@@ -1,7 +1,9 @@
 # The daemon end to end on the GPU backend (tests/gpu/daemon/test_*.py, on gemmd_harness.py).
 # Label gpu; each script exits 77 ("SKIP: no CUDA device") where gemmd finds no GPU.
 if(TARGET gemmd)
-  foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs)
+  # gpu_resident: resident operands and the shared B, and a layer's shapes timed (TIMING lines)
+  foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs
+          gpu_resident)
     add_test(NAME daemon_${name}
              COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)

@@ -288,9 +288,11 @@ def test_released_with_the_connection(ctx):
         assert watcher.call("stats")["reserved_bytes"] == 0
 
 
+TESTS = [test_features, test_every_operand_every_dtype,
+         test_handle_reused_by_many_gemms, test_broadcast_b, test_larger_than_staging,
+         test_shape_and_dtype_checked, test_not_found, test_put_refused,
+         test_put_from_a_region, test_quotas, test_counted_against_the_memory_budget,
+         test_released_with_the_connection]
+
 if __name__ == "__main__":
-    sys.exit(h.main([test_features, test_every_operand_every_dtype,
-                     test_handle_reused_by_many_gemms, test_broadcast_b, test_larger_than_staging,
-                     test_shape_and_dtype_checked, test_not_found, test_put_refused,
-                     test_put_from_a_region, test_quotas, test_counted_against_the_memory_budget,
-                     test_released_with_the_connection]))
+    sys.exit(h.main(TESTS))
