@@ -235,6 +235,7 @@ static const field gpu_fields[] = {
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_job_bytes", F_SIZE, gpu.small_job_bytes, 0, 64ull << 20),
+    FLD("resident_bytes", F_SIZE, gpu.resident_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),
     FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
     FLD("max_batch_jobs", F_U32, gpu.max_batch_jobs, 1, 1024),

@@ -58,7 +58,8 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
       a->memory_idle_ms != b->memory_idle_ms || a->memory_keep_bytes != b->memory_keep_bytes ||
       a->small_job_bytes != b->small_job_bytes || a->small_slots != b->small_slots ||
       a->small_poll_us != b->small_poll_us || a->max_batch_jobs != b->max_batch_jobs ||
-      a->max_queue_delay_us != b->max_queue_delay_us || strcmp(a->kernel, b->kernel) != 0)
+      a->max_queue_delay_us != b->max_queue_delay_us || a->resident_bytes != b->resident_bytes ||
+      strcmp(a->kernel, b->kernel) != 0)
     return false;
   for (size_t i = 0; i < a->device_count; i++)
     if (a->devices[i] != b->devices[i])

@@ -39,8 +39,12 @@
  * backend_data it still holds. The scheduler then frees its jobs without calling release(), and
  * drops events posted but not delivered.
  *
- * input_window, output_consumed, host_bytes, kernels, pack_info, pack_stats, devices and busy
- * may be NULL.
+ * input_resident(job,..) instead of input() for one operand: the bytes of a resident operand
+ *                        (protocol put), which the backend may keep a copy of (GPU: in device
+ *                        memory, per device) and reference; false: feed them through input().
+ *
+ * input_window, input_resident, resident_freed, output_consumed, host_bytes, kernels, pack_info, pack_stats,
+ * devices and busy may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -51,6 +55,7 @@
 #include <stdint.h>
 
 #include "gd_job.h"
+#include "gd_resident_buf.h"
 #include "gp_error.h"
 #include "gp_types.h"
 
@@ -93,6 +98,10 @@ typedef struct {
                        void **ptr, size_t *len);
   int (*input)(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                const void *data, size_t len, bool *pause, gp_error *err);
+  /* optional: operand `operand` of job is res, all of it (see the top); true when taken */
+  bool (*input_resident)(gd_backend *b, gd_job *job, gp_operand operand, gd_resident_buf *res);
+  /* optional: a resident buffer was freed (its `freed` is set): drop copies of freed ones soon */
+  void (*resident_freed)(gd_backend *b);
   int (*submit)(gd_backend *b, gd_job *job, gp_error *err);
   void (*output_consumed)(gd_backend *b, gd_job *job, const void *chunk, size_t len);
   void (*release)(gd_backend *b, gd_job *job);

@@ -17,11 +17,13 @@ void gd_resident_attach(gd_resident *t, gd_resident_totals *totals, gd_sched *sc
   t->sched = sched;
 }
 
-/* Gives back what op holds (it was counted in t->bytes and the totals' bytes). */
+/* Gives back what op holds (it was counted in t->bytes and the totals' bytes); a backend
+ * holding the buffer too lets it go when it sees it freed. */
 static void drop_bytes(gd_resident *t, gd_resident_op *op) {
   assert(t->bytes >= op->bytes && t->totals->bytes >= op->bytes);
-  free(op->data);
-  op->data = NULL;
+  atomic_store_explicit(&op->buf->freed, true, memory_order_release);
+  gd_resident_buf_unref(op->buf);
+  op->buf = NULL;
   t->bytes -= op->bytes;
   t->totals->bytes -= op->bytes;
   gd_sched_unreserve(t->sched, op->bytes);
@@ -29,6 +31,7 @@ static void drop_bytes(gd_resident *t, gd_resident_op *op) {
 
 static void drop(gd_resident *t, uint32_t i) {
   drop_bytes(t, &t->ops[i]);
+  gd_sched_resident_freed(t->sched); /* a backend's copies of it go too */
   assert(t->totals->handles > 0);
   t->totals->handles--;
   t->ops[i] = t->ops[--t->count];
@@ -80,7 +83,7 @@ int gd_resident_begin(gd_resident *t, const gd_resident_limits *lim, const gp_pu
     rc = gd_sched_reserve(t->sched, bytes, err);
   if (rc != 0)
     return rc;
-  uint8_t *data = malloc((size_t)bytes);
+  gd_resident_buf *data = gd_resident_buf_new(bytes);
   if (!data) {
     gd_sched_unreserve(t->sched, bytes);
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "put: out of memory for %llu bytes",
@@ -95,7 +98,7 @@ int gd_resident_begin(gd_resident *t, const gd_resident_limits *lim, const gp_pu
 
 void gd_resident_data(gd_resident *t, uint64_t offset, const void *data, size_t len) {
   assert(t->receiving && offset <= t->pending.bytes && len <= t->pending.bytes - offset);
-  memcpy(t->pending.data + offset, data, len);
+  memcpy(t->pending.buf->data + offset, data, len);
 }
 
 int gd_resident_commit(gd_resident *t, uint64_t *handle, gp_error *err) {
@@ -110,6 +113,7 @@ int gd_resident_commit(gd_resident *t, uint64_t *handle, gp_error *err) {
   }
   t->receiving = false;
   t->pending.handle = ++t->totals->last_handle;
+  t->pending.buf->id = t->pending.handle;
   t->ops[t->count++] = t->pending;
   t->totals->handles++;
   t->totals->put_total++;
@@ -141,7 +145,7 @@ int gd_resident_release(gd_resident *t, uint64_t handle, gp_error *err) {
 }
 
 int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr *hdr,
-                        gp_operand op, const uint8_t **src, uint64_t *len, gp_error *err) {
+                        gp_operand op, gd_resident_buf **buf, gp_error *err) {
   const char *what = gp_operand_name(op);
   int i = find(t, handle);
   if (i < 0)
@@ -164,8 +168,7 @@ int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr
                         op == GP_OPERAND_B && r->hdr.batch == 1 && batch > 1
                             ? "; set broadcast_b to use one B for every batch entry"
                             : "");
-  *src = r->data;
-  *len = r->bytes;
+  *buf = r->buf;
   return 0;
 }
 

@@ -2,12 +2,13 @@
  * gd_resident.h - a connection's resident operands (protocol: put, free, and a gemm operand
  * given as {"handle": N}).
  *
- * put uploads a matrix (or a batch of them) once; the daemon keeps its bytes in host memory,
- * counted against queue.memory_budget (gd_sched_reserve) and the resident.* quotas, until free
- * or the connection's end. A gemm that names the handle gets the bytes copied into its job
- * through the same seam as a shared-memory operand (gd_shm_calls_feed), so both backends take
- * them unchanged; the copy is finished before the request's next byte is decoded, so no job
- * keeps a pointer into a resident operand and free may drop it at once.
+ * put uploads a matrix (or a batch of them) once; the daemon keeps its bytes in host memory
+ * (a gd_resident_buf), counted against queue.memory_budget (gd_sched_reserve) and the
+ * resident.* quotas, until free or the connection's end. A gemm that names the handle offers
+ * the buffer to the backend (gd_sched_input_resident: the GPU keeps a copy per device); a
+ * backend that does not take it gets the bytes copied into the job through the same seam as a
+ * shared-memory operand (gd_shm_calls_feed), finished before the next message is decoded. A
+ * backend that took it holds its own reference, so free drops the connection's at once.
  *
  * Handles are unique over the whole daemon (a counter in the totals), so a handle another
  * connection holds is simply not in this table: NOT_FOUND, like a freed one. Loop thread only.
@@ -19,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gd_resident_buf.h"
 #include "gd_sched.h"
 #include "gp_error.h"
 #include "gp_types.h"
@@ -41,7 +43,7 @@ typedef struct {
   uint64_t handle;
   gp_put_hdr hdr;
   uint64_t bytes;
-  uint8_t *data;
+  gd_resident_buf *buf;                /* the bytes; a backend may hold them a while longer */
 } gd_resident_op;
 
 typedef struct {
@@ -52,6 +54,8 @@ typedef struct {
   size_t cap;
   uint64_t bytes;                      /* held, the put being received included */
   bool receiving;                      /* a put's data is arriving into pending */
+  int last_device;                     /* 1 + the device of the last job that named a handle
+                                          (0: none): its later jobs prefer it (gd_sched_share) */
   gd_resident_op pending;
 } gd_resident;
 
@@ -72,11 +76,11 @@ void gd_resident_abort(gd_resident *t);
 /* free [handle]: 0, or NOT_FOUND. */
 int gd_resident_release(gd_resident *t, uint64_t handle, gp_error *err);
 
-/* The bytes of handle as operand op of a gemm with hdr: 0 with *src and *len, NOT_FOUND for a
- * handle not held by this connection, INVALID_ARGUMENT when its dtype or shape (batch, rows,
- * cols as stored) is not what the header makes of op. */
+/* The bytes of handle as operand op of a gemm with hdr: 0 with *buf (not referenced for the
+ * caller), NOT_FOUND for a handle not held by this connection, INVALID_ARGUMENT when its dtype
+ * or shape (batch, rows, cols as stored) is not what the header makes of op. */
 int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr *hdr,
-                        gp_operand op, const uint8_t **src, uint64_t *len, gp_error *err);
+                        gp_operand op, gd_resident_buf **buf, gp_error *err);
 
 /* The reply of put ({"handle": N}) or free (nil) into out: 0, or -1 when out of memory. */
 int gd_resident_pack_put(msgpack_sbuffer *out, uint32_t msgid, uint64_t handle);

@@ -266,7 +266,8 @@ static gd_sched_share share_of(const gd_session *s) {
   gd_sched_share share = {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
-      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key)};
+      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
+      .prefer_device = s->conn.resident.last_device};
   if (d->peers.n > 1)
     share.peer_limit = (uint64_t)(budget * d->limits.peer_memory_share);
   return share;
@@ -538,14 +539,18 @@ static void put_from_region(gd_session *s, const gp_event *ev) {
 /* A gemm operand given as {"handle": N}: its bytes come from the connection's resident
  * operand, through the same copy as a region's. */
 static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp_error *err) {
-  const uint8_t *src;
-  uint64_t len;
-  int rc = gd_resident_operand(&s->conn.resident, ev->handle, &call->job->hdr, ev->operand, &src,
-                               &len, err);
+  gd_resident_buf *res;
+  int rc = gd_resident_operand(&s->conn.resident, ev->handle, &call->job->hdr, ev->operand, &res,
+                               err);
   if (rc != 0)
     return rc;
-  assert(len == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
-  s->feed = (gd_shm_feed){ev->operand, src, 0, len};
+  assert(res->bytes == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
+  s->conn.resident.last_device = call->job->device + 1; /* where its copies live from now */
+  if (gd_sched_input_resident(s->d->sched, call->job, ev->operand, res)) {
+    s->feed.left = 0; /* the backend uses its own copy: nothing to feed */
+    return 0;
+  }
+  s->feed = (gd_shm_feed){ev->operand, res->data, 0, res->bytes};
   return 0;
 }
 

@@ -24,7 +24,8 @@ add_executable(test_gpu_backend_fake
   ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
   ${GEMMD_GPU_BACKEND_SOURCES}
   ${PROJECT_SOURCE_DIR}/daemon/backend/gpu/gd_gpu_config.c
-  ${PROJECT_SOURCE_DIR}/daemon/util/gd_log.c)
+  ${PROJECT_SOURCE_DIR}/daemon/util/gd_log.c
+  ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c)
 target_include_directories(test_gpu_backend_fake PRIVATE
   ${GEMMD_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto gemmhalf Threads::Threads m)

@@ -288,7 +288,75 @@ def test_released_with_the_connection(ctx):
         assert watcher.call("stats")["reserved_bytes"] == 0
 
 
-TESTS = [test_features, test_every_operand_every_dtype,
+def gpu_devices(client):
+    return client.call("stats").get("backend_stats", {}).get("devices", [])
+
+
+def test_device_copy_once(ctx):
+    """GPU backend: a resident B crosses to each device once, not with every gemm; a freed one's
+    copies go. (On the CPU backend it is simply used, and only the results are checked.)"""
+    config = {"gpu": {"small_job_bytes": 0}}   # every job through the staging path
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        rng = ctx.rng
+        b = h.round_to(rng.uniform(-1, 1, (96, 80)), "f32")
+        handle = put(client, b, "f32")
+        before = gpu_devices(client)
+        h2d = sum(dev.get("bytes_h2d", 0) for dev in before)
+        runs = 12
+        for i in range(runs):
+            a = h.round_to(rng.uniform(-1, 1, (40 + i, 96)), "f32")
+            out_hdr, data = gemm_refs(client, {"m": 40 + i, "n": 80, "k": 96, "dtype": "f32"}, a,
+                                      {"handle": handle})
+            h.assert_close(h.from_wire(data, "f32", (40 + i, 80)), a, b, None, 1.0, 0.0, False,
+                           False, "f32", "run %d by a resident B" % i)
+        after = gpu_devices(client)
+        if not after or "resident_uploads" not in after[0]:
+            return                                    # the CPU backend: nothing to count
+        uploads = sum(dev["resident_uploads"] for dev in after)
+        used = sum(1 for x, y in zip(before, after) if y["jobs"] > x["jobs"])
+        assert 1 <= uploads <= used, (uploads, used, after)
+        a_bytes = sum((40 + i) * 96 * 4 for i in range(runs))
+        sent = sum(dev["bytes_h2d"] for dev in after) - h2d
+        assert sent == a_bytes + uploads * 96 * 80 * 4, (sent, a_bytes, uploads)
+        assert sum(dev["resident_bytes"] for dev in after) == uploads * 96 * 80 * 4
+        assert client.call("free", [handle]) is None
+        client.call("ping")                             # a command for the workers to sweep on
+        h.wait_until(lambda: sum(dev["resident_bytes"] for dev in gpu_devices(client)) == 0,
+                     10 * d.scale, "the device copies of a freed handle to go")
+
+
+def test_jobs_follow_their_resident_b(ctx):
+    """Two GPUs: while device 0 is busy, a connection's first gemm by its resident B goes to
+    device 1 and its copy of B is made there; once both are idle again, its later gemms by B
+    stay on device 1 (the least-loaded pick alone would take device 0), and B was copied to a
+    device once."""
+    config = {"gpu": {"small_job_bytes": 0}}
+    with ctx.daemon(config=config) as d, d.connect() as client, d.connect() as other:
+        if len(gpu_devices(client)) != 2 or "resident_uploads" not in gpu_devices(client)[0]:
+            return                                   # needs two (fake) GPUs
+        rng = ctx.rng
+        b = h.round_to(rng.uniform(-1, 1, (64, 48)), "f32")
+        handle = put(client, b, "f32")
+        big = np.ones((700, 700))
+        busy = other.send_gemm({"m": 700, "n": 700, "k": 700, "dtype": "f32"}, big, big)
+        h.wait_until(lambda: gpu_devices(client)[0]["active"] > 0, 10 * d.scale,
+                     "device 0 to be busy")
+        devices = []
+        for i in range(6):
+            a = h.round_to(rng.uniform(-1, 1, (32, 64)), "f32")
+            out_hdr, data = gemm_refs(client, {"m": 32, "n": 48, "k": 64, "dtype": "f32"}, a,
+                                      {"handle": handle})
+            h.assert_close(h.from_wire(data, "f32", (32, 48)), a, b, None, 1.0, 0.0, False,
+                           False, "f32", "gemm %d by a resident B" % i)
+            devices.append(out_hdr["device"])
+            if i == 0:
+                other.gemm_result(busy, {"m": 700, "n": 700, "dtype": "f32"}, timeout=120)
+        assert devices == ["cuda:1"] * 6, devices
+        assert sum(dev["resident_uploads"] for dev in gpu_devices(client)) == 1
+        client.call("free", [handle])
+
+
+TESTS = [test_features, test_device_copy_once, test_jobs_follow_their_resident_b, test_every_operand_every_dtype,
          test_handle_reused_by_many_gemms, test_broadcast_b, test_larger_than_staging,
          test_shape_and_dtype_checked, test_not_found, test_put_refused,
          test_put_from_a_region, test_quotas, test_counted_against_the_memory_budget,
