@@ -200,6 +200,14 @@ typedef struct {
   /* Yours: handed back unchanged in gc_completion.user when gc_poll reports the request
    * (e.g. the job it belongs to). Default NULL. */
   void *user;
+  /* Since 1.2. Resident operands (gc_put): a handle other than 0 names that operand, which
+   * is then not sent (its pointer argument may be NULL); it must have the operand's dtype and
+   * stored shape. c_handle also counts as c for beta. Default 0 (none). A gemm naming a
+   * handle is never sent again on a new connection: handles stay with the connection. */
+  uint64_t a_handle, b_handle, c_handle;
+  /* Since 1.2. Nonzero: b is one matrix (k x n, n x k with trans_b) for every batch entry
+   * (the daemon's "broadcast_b" feature). Default 0. */
+  int broadcast_b;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
@@ -357,6 +365,21 @@ GC_EXPORT int gc_map_key(const void *buf, size_t len, const char *path, size_t i
  */
 GC_EXPORT int gc_shm_alloc(gc_conn *conn, size_t bytes, int64_t timeout_ms, void **ptr);
 GC_EXPORT int gc_shm_free(gc_conn *conn, void *ptr, int64_t timeout_ms);
+
+/* ---- resident operands --------------------------------------------------- */
+
+/*
+ * gc_put uploads batch matrices of rows x cols (row-major, dtype, batch * rows * cols elements
+ * at data) once; the daemon keeps them for this connection and *handle names them in later
+ * gemms (gc_gemm_opts.a_handle, b_handle, c_handle) instead of sending their bytes. Needs a
+ * daemon whose info lists the "resident" feature (else UNIMPLEMENTED); its quotas answer
+ * RESOURCE_EXHAUSTED. gc_put_free lets the daemon drop one (NOT_FOUND for a handle this
+ * connection does not hold). Handles go with the connection: after the library reconnected
+ * they are NOT_FOUND; put again. timeout_ms < 0: no limit.
+ */
+GC_EXPORT int gc_put(gc_conn *conn, gc_dtype dtype, uint64_t batch, uint64_t rows,
+                     uint64_t cols, const void *data, int64_t timeout_ms, uint64_t *handle);
+GC_EXPORT int gc_put_free(gc_conn *conn, uint64_t handle, int64_t timeout_ms);
 
 /* ---- version ----------------------------------------------------------- */
 

@@ -108,7 +108,8 @@ static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t ro
                           float *scratch) {
   int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_elems(p), nc = gk_problem_c_elems(p);
   int64_t k = p->k, n = p->n, m = p->m;
-  const uint16_t *a = (const uint16_t *)p->a + i * na, *b = (const uint16_t *)p->b + i * nb;
+  const uint16_t *a = (const uint16_t *)p->a + i * na;
+  const uint16_t *b = (const uint16_t *)p->b + i * gk_problem_b_stride(p);
   uint16_t *c = (uint16_t *)p->c + i * nc + r0 * n;
   float *fa = scratch, *fb = fa + rows * k, *fc = fb + nb;
   blas_shape s = shape_of(p, rows);
@@ -127,7 +128,7 @@ static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t ro
 }
 
 static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, float *scratch) {
-  int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_elems(p), nc = gk_problem_c_elems(p);
+  int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_stride(p), nc = gk_problem_c_elems(p);
   blas_shape s = shape_of(p, rows);
   int64_t ao = i * na + a_row_offset(p, r0), co = i * nc + r0 * p->n;
   switch (p->dtype) {

@@ -27,3 +27,28 @@ const char *gk_dtype_name(gk_dtype dtype) {
 int64_t gk_problem_a_elems(const gk_problem *p) { return p->m * p->k; }
 int64_t gk_problem_b_elems(const gk_problem *p) { return p->k * p->n; }
 int64_t gk_problem_c_elems(const gk_problem *p) { return p->m * p->n; }
+
+int64_t gk_problem_b_stride(const gk_problem *p) {
+  return p->b_shared ? 0 : gk_problem_b_elems(p);
+}
+
+int64_t gk_problem_pieces(const gk_problem *p) {
+  return p->b_shared && p->trans_a && p->batch > 1 ? p->batch : 1;
+}
+
+gk_problem gk_problem_piece(const gk_problem *p, int64_t i) {
+  gk_problem q = *p;
+  q.b_shared = false;
+  if (!p->b_shared || p->batch == 1)
+    return q;
+  if (!p->trans_a) { /* batch entries of A and C are consecutive row blocks */
+    q.m = p->m * p->batch;
+    q.batch = 1;
+    return q;
+  }
+  size_t es = gk_dtype_size(p->dtype);
+  q.batch = 1;
+  q.a = (const char *)p->a + (size_t)i * (size_t)gk_problem_a_elems(p) * es;
+  q.c = (char *)p->c + (size_t)i * (size_t)gk_problem_c_elems(p) * es;
+  return q;
+}

@@ -28,6 +28,7 @@ typedef struct {
   bool fast;            /* precision "fast": f32 may use TF32 tensor cores */
   bool trans_a, trans_b;
   int64_t m, n, k, batch;
+  bool b_shared;        /* one B (k x n) for every batch entry: a 2-D B broadcast */
   double alpha, beta;
   const void *a, *b;    /* inputs */
   void *c;              /* in/out */
@@ -40,6 +41,16 @@ const char *gk_dtype_name(gk_dtype dtype);
 int64_t gk_problem_a_elems(const gk_problem *p);
 int64_t gk_problem_b_elems(const gk_problem *p);
 int64_t gk_problem_c_elems(const gk_problem *p);
+/* Elements from one batch entry's B to the next: b_elems, or 0 when b_shared. */
+int64_t gk_problem_b_stride(const gk_problem *p);
+
+/* A problem with b_shared as problems whose kernels know nothing of it: with op(A) not
+ * transposed the batch folds into m (one problem of batch * m rows: A and C are stored back
+ * to back, B is the same for every row), else one problem per batch entry. gk_problem_pieces
+ * says how many; gk_problem_piece(p, i) is piece i (b_shared false). A problem without
+ * b_shared is one piece: itself. */
+int64_t gk_problem_pieces(const gk_problem *p);
+gk_problem gk_problem_piece(const gk_problem *p, int64_t i);
 
 #ifdef __cplusplus
 }

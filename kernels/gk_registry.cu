@@ -104,10 +104,17 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
   cudaError_t err = gk_problem_check(p);
   if (err != cudaSuccess)
     return err;
-  const gk_kernel *kernel = gk_select(p, gk_gpu_ctx_cc(ctx), preference);
-  if (kernel == NULL)
-    return cudaErrorNotSupported;
-  if (used != NULL)
-    *used = kernel;
-  return kernel->launch(ctx, p, stream);
+  /* A shared B: the kernels batch over grid.z with a B stride of one matrix (some through
+   * 3-D tensor maps, which take no stride of 0), so the problem goes as plain pieces. */
+  int64_t pieces = gk_problem_pieces(p);
+  for (int64_t i = 0; i < pieces && err == cudaSuccess; i++) {
+    gk_problem q = gk_problem_piece(p, i);
+    const gk_kernel *kernel = gk_select(&q, gk_gpu_ctx_cc(ctx), preference);
+    if (kernel == NULL)
+      return cudaErrorNotSupported;
+    if (used != NULL)
+      *used = kernel;
+    err = kernel->launch(ctx, &q, stream);
+  }
+  return err;
 }

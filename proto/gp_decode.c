@@ -45,9 +45,28 @@ const char *gp__tok_words(const gp__token *tok) {
   }
 }
 
+void gp__map_key(gp_decoder *d, const char *const *keys, int count, uint32_t *seen,
+                 const char *map, const char *hint) {
+  for (int i = 0; i < count; i++) {
+    if (d->str_len != strlen(keys[i]) || memcmp(d->str, keys[i], d->str_len) != 0)
+      continue;
+    if (*seen & (1u << i)) {
+      gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: duplicate key \"%s\"", map, keys[i]);
+      return;
+    }
+    *seen |= 1u << i;
+    d->cur_key = i;
+    return;
+  }
+  char name[64];
+  gp__printable(name, sizeof name, d->str, d->str_len);
+  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: unknown key \"%s\" (%s)", map, name, hint);
+}
+
 gp__action gp__skip_action(gp__kind parent, const gp__token *tok) {
   gp__action act = {GP__K_SKIP, GP__BODY_SKIP};
-  if (tok->type == GP__TOK_BIN && (parent == GP__K_PARAMS_SKIP || parent == GP__K_PARAMS_GEMM))
+  if (tok->type == GP__TOK_BIN && (parent == GP__K_PARAMS_SKIP || parent == GP__K_PARAMS_GEMM ||
+                                   parent == GP__K_PARAMS_PUT))
     act.body = GP__BODY_PAYLOAD_SKIP;
   if (tok->type == GP__TOK_ARRAY && parent == GP__K_ENVELOPE)
     act.kind = GP__K_PARAMS_SKIP; /* the params of a skipped message */
@@ -180,6 +199,8 @@ static void begin_message(gp_decoder *d) {
   d->has_c = false;
   d->keys_seen = 0;
   d->shm_arg = 0;
+  d->put = (gp_put_hdr){.dtype = GP_DTYPE_F32, .batch = 1};
+  d->put_seen = 0;
   memset(d->operand_bytes, 0, sizeof d->operand_bytes);
   gp_error_clear(&d->resp_err);
   d->result_first_map = false;

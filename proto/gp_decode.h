@@ -30,7 +30,8 @@
  *
  * Events of one message, in order:
  *   SERVER role: REQUEST (auth: with its token), then for gemm its PAYLOAD events (a, then b,
- *                then c; an operand sent as a region reference is one OPERAND_REF instead),
+ *                then c; an operand sent as a region reference or handle is one OPERAND_REF
+ *                instead), for put the PAYLOAD events of its data (operand a),
  *                then MESSAGE_END.  NOTIFICATION then MESSAGE_END.
  *   CLIENT role: RESPONSE, then for a gemm reply its PAYLOAD events (c), then
  *                MESSAGE_END.
@@ -71,7 +72,9 @@ typedef enum {
   GP_EV_FATAL,         /* err: close the connection */
   GP_EV_OPERAND_REF,   /* operand, region, offset: a gemm operand given as a shared-memory
                           reference {"region": id, "offset": N} instead of a bin; comes where
-                          that operand's PAYLOAD events would */
+                          that operand's PAYLOAD events would. by_handle: given as a resident
+                          operand {"handle": N} instead (handle). A put's data (as a region
+                          reference only) is operand a */
 } gp_event_type;
 
 typedef struct {
@@ -97,6 +100,10 @@ typedef struct {
   size_t len;                /* PAYLOAD */
   uint64_t arg;              /* REQUEST of shm_register: the size; of shm_unregister: the region */
   uint64_t region;           /* OPERAND_REF (its offset in offset) */
+  bool by_handle;            /* OPERAND_REF: {"handle": N} */
+  uint64_t handle;           /* OPERAND_REF when by_handle */
+  gp_put_hdr put;            /* REQUEST of put: parsed, validated; its data follows as PAYLOAD
+                                events of operand a (or one OPERAND_REF) */
 } gp_event;
 
 typedef struct gp_decoder gp_decoder;

@@ -35,6 +35,8 @@ typedef enum {
   GP__K_PARAMS_SHM,  /* shm_register [size] / shm_unregister [region] */
   GP__K_SHMREF,      /* {"region": id, "offset": N}: an operand, or the header's "out" */
   GP__K_PARAMS_AUTH, /* [token] */
+  GP__K_PARAMS_PUT,  /* put [put_hdr, data] */
+  GP__K_PUTHDR,      /* the put header map */
   GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
   GP__K_OUT_HDR,     /* client: the gemm reply header map */
   GP__K_TIMINGS,     /* client: out_hdr.timings */
@@ -64,6 +66,7 @@ typedef struct {
 } gp__action;
 
 #define GP__REF_OUT 3 /* ref_target of the header's "out" */
+#define GP__REF_PUT 4 /* ref_target of a put's data */
 
 typedef enum { GP__MSG_REQUEST = 0, GP__MSG_RESPONSE = 1, GP__MSG_NOTIFICATION = 2 } gp__msg_type;
 
@@ -103,8 +106,10 @@ struct gp_decoder {
   uint64_t operand_bytes[3];
   uint64_t shm_arg;   /* shm_register / shm_unregister: the one param */
   int ref_target;     /* the reference map being read: a gp_operand, or GP__REF_OUT */
-  uint32_t ref_seen;  /* its keys read (bit 0 region, bit 1 offset) */
-  uint64_t ref_region, ref_offset;
+  uint32_t ref_seen;  /* its keys read (bit 0 region, bit 1 offset, bit 2 handle) */
+  uint64_t ref_region, ref_offset, ref_handle;
+  gp_put_hdr put;     /* put: its header */
+  uint32_t put_seen;  /* bit per put header key */
 
   /* client: the response */
   gp_error resp_err; /* code != 0 when the error field was not nil */
@@ -152,6 +157,12 @@ static inline gp__frame *gp__parent(gp_decoder *d) {
   return d->depth > 0 ? &d->stack[d->depth - 1] : NULL;
 }
 
+/* A key of a small map was collected (d->str): sets d->cur_key to its index in keys[count]
+ * and its bit in *seen. A duplicate is rejected ("<map>: duplicate key"); an unknown key too,
+ * with hint after its name. */
+void gp__map_key(gp_decoder *d, const char *const *keys, int count, uint32_t *seen,
+                 const char *map, const char *hint);
+
 /* Writes a printable, truncated copy of s (len bytes) into out for an error message. */
 void gp__printable(char *out, size_t out_size, const char *s, size_t len);
 
@@ -194,6 +205,20 @@ gp__action gp__shmref_element(gp_decoder *d, const gp__frame *f, const gp__token
 void gp__shmref_key(gp_decoder *d);
 /* The reference map closed: an operand's emits OPERAND_REF, "out" fills d->gemm. */
 void gp__shmref_done(gp_decoder *d);
+
+/* ---- the server grammar's put (gp_decode_put.c) ---- */
+
+/* The params token of put: [put_hdr, data], else a REJECT. */
+gp__action gp__put_params(gp_decoder *d, const gp__token *tok);
+/* An element of those params: the header map, then the data (a bin or a region reference). */
+gp__action gp__put_param(gp_decoder *d, const gp__frame *f, const gp__token *tok);
+/* An element (key or value) of the put header map f. */
+gp__action gp__puthdr_element(gp_decoder *d, const gp__frame *f, const gp__token *tok);
+/* A string of the put header map f was collected (d->str): a key or the dtype. */
+void gp__puthdr_string(gp_decoder *d, const gp__frame *f);
+/* The put header map closed: checks, then the REQUEST event. */
+void gp__puthdr_done(gp_decoder *d);
+
 extern const gp__grammar gp__client_grammar;
 
 #endif /* GP_DECODE_INTERNAL_H */

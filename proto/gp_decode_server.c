@@ -13,10 +13,10 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
-       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_COUNT };
+       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms", "out"};
+    "timeout_ms", "out", "broadcast_b"};
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -82,8 +82,11 @@ static gp__action read_params(gp_decoder *d, const gp__token *tok) {
                   "params: gemm takes [hdr, a, b] or [hdr, a, b, c], got %s", gp__tok_words(tok));
     return gp__skip_action(GP__K_ENVELOPE, tok);
   }
-  if (d->method == GP_METHOD_SHM_REGISTER || d->method == GP_METHOD_SHM_UNREGISTER)
+  if (d->method == GP_METHOD_SHM_REGISTER || d->method == GP_METHOD_SHM_UNREGISTER ||
+      d->method == GP_METHOD_FREE)
     return gp__shm_params(d, tok);
+  if (d->method == GP_METHOD_PUT)
+    return gp__put_params(d, tok);
   if (d->method == GP_METHOD_AUTH) {
     if (tok->type == GP__TOK_ARRAY && tok->len == 1)
       return (gp__action){GP__K_PARAMS_AUTH, GP__BODY_NONE};
@@ -149,7 +152,7 @@ static gp__action gemm_param(gp_decoder *d, const gp__frame *f, const gp__token 
     return gp__shmref_start(d, (int)op);
   if (tok->type != GP__TOK_BIN)
     return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op),
-                       "a bin or a region reference map");
+                       "a bin, a region reference map or a handle map");
   if (tok->len != d->operand_bytes[op]) {
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: expected %llu bytes, got %u", gp_operand_name(op),
                 (unsigned long long)d->operand_bytes[op], tok->len);
@@ -209,6 +212,7 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
     return hdr_uint(d, tok, &h->timeout_ms);
   case KEY_TRANS_A: return hdr_bool(d, tok, &h->trans_a);
   case KEY_TRANS_B: return hdr_bool(d, tok, &h->trans_b);
+  case KEY_BROADCAST_B: return hdr_bool(d, tok, &h->broadcast_b);
   case KEY_ALPHA: return hdr_number(d, tok, &h->alpha);
   case KEY_OUT:
     if (tok->type == GP__TOK_MAP)
@@ -305,6 +309,10 @@ static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
     return (f->index % 2 == 0) ? hdr_key(d, tok) : hdr_value(d, tok);
   case GP__K_PARAMS_SHM:
     return gp__shm_param(d, tok);
+  case GP__K_PARAMS_PUT:
+    return gp__put_param(d, f, tok);
+  case GP__K_PUTHDR:
+    return gp__puthdr_element(d, f, tok);
   case GP__K_SHMREF:
     return gp__shmref_element(d, f, tok);
   default:
@@ -325,6 +333,8 @@ static void server_on_string(gp_decoder *d) {
     hdr_string_read(d);
   else if (f->kind == GP__K_SHMREF && f->index % 2 == 0)
     gp__shmref_key(d);
+  else if (f->kind == GP__K_PUTHDR)
+    gp__puthdr_string(d, f);
 }
 
 static void server_on_close(gp_decoder *d, const gp__frame *closed) {
@@ -338,6 +348,10 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
     gp__shmref_done(d);
     return;
   }
+  if (closed->kind == GP__K_PUTHDR) {
+    gp__puthdr_done(d);
+    return;
+  }
   if (closed->kind != GP__K_ENVELOPE)
     return;
   if (d->msg_type == GP__MSG_NOTIFICATION) {
@@ -346,9 +360,9 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
     gp_event *ev = gp__emit(d, GP_EV_REQUEST);
     ev->token = (const uint8_t *)d->str; /* auth_param collected it: the only element */
     ev->token_len = d->str_len;
-  } else if (d->method != GP_METHOD_GEMM) {
-    /* ping, info, stats: complete with their []; shm_register/unregister with their one
-     * integer */
+  } else if (d->method != GP_METHOD_GEMM && d->method != GP_METHOD_PUT) {
+    /* ping, info, stats: complete with their []; shm_register/unregister and free with their
+     * one integer (put's REQUEST came with its header) */
     gp__emit(d, GP_EV_REQUEST)->arg = d->shm_arg;
   }
   gp__emit(d, GP_EV_MESSAGE_END);

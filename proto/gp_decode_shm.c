@@ -1,23 +1,37 @@
 /*
- * gp_decode_shm.c - the server grammar's shared-memory parts: the params of shm_register
- * [size] and shm_unregister [region], and the reference map {"region": id, "offset": N} that
- * stands for a gemm operand (a, b, c) or the header's "out". Called from gp_decode_server.c.
+ * gp_decode_shm.c - the server grammar's reference parts: the params of shm_register [size],
+ * shm_unregister [region] and free [handle], and the reference map that stands for a gemm
+ * operand (a, b, c: {"region": id, "offset": N} or a resident operand {"handle": N}), the
+ * header's "out" or a put's data (region references only). Called from gp_decode_server.c.
  */
 #include "gp_decode_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
-enum { REF_REGION, REF_OFFSET, REF_KEYS };
-static const char *const ref_keys[REF_KEYS] = {"region", "offset"};
+enum { REF_REGION, REF_OFFSET, REF_HANDLE, REF_KEYS };
+static const char *const ref_keys[REF_KEYS] = {"region", "offset", "handle"};
 
 static const char *ref_name(const gp_decoder *d) {
-  return d->ref_target == GP__REF_OUT ? "out" : gp_operand_name((gp_operand)d->ref_target);
+  if (d->ref_target == GP__REF_OUT)
+    return "out";
+  if (d->ref_target == GP__REF_PUT)
+    return "data";
+  return gp_operand_name((gp_operand)d->ref_target);
+}
+
+/* The one integer param's name and the params' form, for messages. */
+static const char *param_name(const gp_decoder *d) {
+  if (d->method == GP_METHOD_SHM_REGISTER)
+    return "size";
+  return d->method == GP_METHOD_FREE ? "handle" : "region";
 }
 
 gp__action gp__shm_params(gp_decoder *d, const gp__token *tok) {
   if (tok->type == GP__TOK_ARRAY && tok->len == 1)
     return (gp__action){GP__K_PARAMS_SHM, GP__BODY_NONE};
-  const char *want = d->method == GP_METHOD_SHM_REGISTER ? "[size]" : "[region]";
+  char want[16];
+  snprintf(want, sizeof want, "[%s]", param_name(d));
   if (tok->type == GP__TOK_ARRAY)
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "params: %s takes %s, got an array of %u elements",
                 gp_method_name(d->method), want, tok->len);
@@ -30,7 +44,7 @@ gp__action gp__shm_params(gp_decoder *d, const gp__token *tok) {
 gp__action gp__shm_param(gp_decoder *d, const gp__token *tok) {
   if (tok->type != GP__TOK_INT || tok->neg) {
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: must be a non-negative integer, got %s",
-                d->method == GP_METHOD_SHM_REGISTER ? "size" : "region", gp__tok_words(tok));
+                param_name(d), gp__tok_words(tok));
     return gp__skip_action(GP__K_PARAMS_SHM, tok);
   }
   d->shm_arg = tok->u;
@@ -42,6 +56,7 @@ gp__action gp__shmref_start(gp_decoder *d, int target) {
   d->ref_seen = 0;
   d->ref_region = 0;
   d->ref_offset = 0;
+  d->ref_handle = 0;
   d->cur_key = -1;
   return (gp__action){GP__K_SHMREF, GP__BODY_NONE};
 }
@@ -61,33 +76,43 @@ gp__action gp__shmref_element(gp_decoder *d, const gp__frame *f, const gp__token
   }
   if (d->cur_key == REF_REGION)
     d->ref_region = tok->u;
-  else
+  else if (d->cur_key == REF_OFFSET)
     d->ref_offset = tok->u;
+  else
+    d->ref_handle = tok->u;
   return (gp__action){GP__K_SKIP, GP__BODY_SKIP};
 }
 
 void gp__shmref_key(gp_decoder *d) {
-  for (int i = 0; i < REF_KEYS; i++) {
-    if (d->str_len == strlen(ref_keys[i]) && memcmp(d->str, ref_keys[i], d->str_len) == 0) {
-      if (d->ref_seen & (1u << i)) {
-        gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: duplicate key \"%s\"", ref_name(d),
-                    ref_keys[i]);
-        return;
-      }
-      d->ref_seen |= 1u << i;
-      d->cur_key = i;
-      return;
-    }
+  gp__map_key(d, ref_keys, REF_KEYS, &d->ref_seen, ref_name(d),
+              "a reference has region and offset, or handle");
+}
+
+/* A resident operand {"handle": N}: only for a gemm's a, b, c, and alone. */
+static void handle_done(gp_decoder *d) {
+  if (d->ref_seen & ((1u << REF_REGION) | (1u << REF_OFFSET))) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: a reference has region (and offset) or handle, "
+                "not both", ref_name(d));
+    return;
   }
-  char name[64];
-  gp__printable(name, sizeof name, d->str, d->str_len);
-  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: unknown key \"%s\" (a reference has region and "
-              "offset)", ref_name(d), name);
+  if (d->ref_target == GP__REF_OUT || d->ref_target == GP__REF_PUT) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: must be a region reference, not a handle",
+                ref_name(d));
+    return;
+  }
+  gp_event *ev = gp__emit(d, GP_EV_OPERAND_REF);
+  ev->operand = (gp_operand)d->ref_target;
+  ev->by_handle = true;
+  ev->handle = d->ref_handle;
 }
 
 void gp__shmref_done(gp_decoder *d) {
+  if (d->ref_seen & (1u << REF_HANDLE)) {
+    handle_done(d);
+    return;
+  }
   if (!(d->ref_seen & (1u << REF_REGION))) {
-    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: missing region", ref_name(d));
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: missing region (or handle)", ref_name(d));
     return;
   }
   if (d->ref_target == GP__REF_OUT) {
@@ -97,7 +122,7 @@ void gp__shmref_done(gp_decoder *d) {
     return;
   }
   gp_event *ev = gp__emit(d, GP_EV_OPERAND_REF);
-  ev->operand = (gp_operand)d->ref_target;
+  ev->operand = d->ref_target == GP__REF_PUT ? GP_OPERAND_A : (gp_operand)d->ref_target;
   ev->region = d->ref_region;
   ev->offset = d->ref_offset;
 }

@@ -177,10 +177,38 @@ size_t gp_encode_shm_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t region, uint64_t 
   return f.len;
 }
 
+size_t gp_encode_handle_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t handle) {
+  fixed_buf f = {out, 0, GP_SHM_REF_MAX};
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &f, fixed_write);
+  int rc = msgpack_pack_map(&pk, 1) == 0 ? pack_key_uint(&pk, "handle", handle) : GP_E_INTERNAL;
+  (void)rc;
+  assert(rc == GP_OK); /* at most 1 + 7 + 9 bytes */
+  return f.len;
+}
+
+int gp_encode_put_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_put_hdr *hdr) {
+  uint64_t bytes;
+  if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT || !gp_put_bytes(hdr, &bytes) || bytes > UINT32_MAX)
+    return GP_E_INVALID_ARGUMENT;
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  int rc = pack_request_params(&pk, msgid, "put", 2);
+  if (rc != GP_OK)
+    return rc;
+  PACK(msgpack_pack_map(&pk, 4));
+  PACK(pack_key_cstr(&pk, "dtype", gp_dtype_name(hdr->dtype)));
+  PACK(pack_key_uint(&pk, "rows", hdr->rows));
+  PACK(pack_key_uint(&pk, "cols", hdr->cols));
+  PACK(pack_key_uint(&pk, "batch", hdr->batch));
+  return pack_bin_header(&pk, bytes);
+}
+
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
-  PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0)));
+  PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0) +
+                               (hdr->broadcast_b ? 1 : 0)));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -197,6 +225,8 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
     PACK_KEY(pk, "out");
     PACK(pack_shm_ref(pk, hdr->out_region, hdr->out_offset));
   }
+  if (hdr->broadcast_b) /* only when set: a daemon without it refuses the key */
+    PACK(pack_key_bool(pk, "broadcast_b", true));
   return GP_OK;
 }
 

@@ -61,6 +61,13 @@ int gp_encode_gemm_request_hdr(msgpack_sbuffer *out, uint32_t msgid, const gp_ge
 /* {"region": region, "offset": offset} into out; returns its size. */
 size_t gp_encode_shm_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t region, uint64_t offset);
 
+/* {"handle": handle} (a resident operand) into out; returns its size. */
+size_t gp_encode_handle_ref(uint8_t out[GP_SHM_REF_MAX], uint64_t handle);
+
+/* The start of a put request: [0, msgid, "put", [{dtype, rows, cols, batch}, <bin header of
+ * the data>. The caller then sends the data's batch * rows * cols * size bytes. */
+int gp_encode_put_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_put_hdr *hdr);
+
 /* Packs the header map alone (used by the request encoder and by tests); "out" when
  * has_out. */
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr);

@@ -69,6 +69,10 @@ const char *gp_method_name(gp_method m) {
     return "shm_unregister";
   case GP_METHOD_AUTH:
     return "auth";
+  case GP_METHOD_PUT:
+    return "put";
+  case GP_METHOD_FREE:
+    return "free";
   default:
     return NULL;
   }
@@ -136,7 +140,8 @@ static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes) {
   uint64_t rows, cols, n;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
-  if (!mul_u64(rows, cols, &n) || !mul_u64(n, hdr->batch, &n) ||
+  uint64_t batch = op == GP_OPERAND_B && hdr->broadcast_b ? 1 : hdr->batch;
+  if (!mul_u64(rows, cols, &n) || !mul_u64(n, batch, &n) ||
       !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
     return false;
   *bytes = n;
@@ -225,6 +230,34 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)
     return rc;
+  gp_error_clear(err);
+  return GP_OK;
+}
+
+bool gp_put_bytes(const gp_put_hdr *hdr, uint64_t *bytes) {
+  uint64_t n;
+  if (!mul_u64(hdr->rows, hdr->cols, &n) || !mul_u64(n, hdr->batch, &n) ||
+      !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
+    return false;
+  *bytes = n;
+  return true;
+}
+
+int gp_put_hdr_validate(const gp_put_hdr *hdr, const gp_limits *limits, gp_error *err) {
+  int rc;
+  if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "dtype: unknown");
+  if ((rc = check_dim("rows", hdr->rows, limits->max_dim, err)) != GP_OK ||
+      (rc = check_dim("cols", hdr->cols, limits->max_dim, err)) != GP_OK ||
+      (rc = check_dim("batch", hdr->batch, limits->max_batch, err)) != GP_OK)
+    return rc;
+  uint64_t max_operand = limits->max_operand_bytes;
+  if (max_operand > UINT32_MAX)
+    max_operand = UINT32_MAX; /* a msgpack bin holds at most 2^32-1 bytes */
+  uint64_t bytes;
+  if (!gp_put_bytes(hdr, &bytes) || bytes > max_operand)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "data: over the limit of %llu bytes",
+                        (unsigned long long)max_operand);
   gp_error_clear(err);
   return GP_OK;
 }

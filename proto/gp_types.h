@@ -45,10 +45,12 @@ typedef enum {
   GP_METHOD_SHM_REGISTER,   /* [size], with a memfd over SCM_RIGHTS (Unix sockets only) */
   GP_METHOD_SHM_UNREGISTER, /* [region] */
   GP_METHOD_AUTH,           /* [token] */
+  GP_METHOD_PUT,            /* [put_hdr, data]: a resident operand; answers {"handle": N} */
+  GP_METHOD_FREE,           /* [handle] */
 } gp_method;
-#define GP_METHOD_LAST GP_METHOD_AUTH
-/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister", "auth"; NULL for
- * GP_METHOD_UNKNOWN. */
+#define GP_METHOD_LAST GP_METHOD_FREE
+/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister", "auth", "put", "free";
+ * NULL for GP_METHOD_UNKNOWN. */
 const char *gp_method_name(gp_method m);
 gp_method gp_method_from_name(const char *name, size_t len);
 
@@ -76,6 +78,7 @@ typedef struct {
   uint64_t timeout_ms;      /* reply DEADLINE_EXCEEDED if not started within this */
   bool has_out;             /* "out": the result goes into a shared-memory region */
   uint64_t out_region, out_offset;
+  bool broadcast_b;         /* "broadcast_b": B is one matrix used by every batch entry */
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
@@ -84,12 +87,24 @@ void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
 /* Rows and columns of an operand as stored (after the transpose flags). */
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
 
-/* Bytes of one operand for all batches: batch * rows * cols * dtype size.
+/* Bytes of one operand for all batches: batch * rows * cols * dtype size (B: one matrix
+ * when broadcast_b).
  * Returns false (and leaves *bytes alone) when that overflows uint64_t. */
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes);
 
 /* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double). */
 double gp_gemm_flops(const gp_gemm_hdr *hdr);
+
+/* The header of put: a matrix (or batch of them) kept in the daemon and named by a handle in
+ * later gemms. Its bytes are batch * rows * cols * dtype size, row-major. */
+typedef struct {
+  gp_dtype dtype;           /* required */
+  uint64_t rows, cols;      /* required, >= 1 */
+  uint64_t batch;           /* default 1 */
+} gp_put_hdr;
+
+/* Bytes of the put's data; false on overflow. */
+bool gp_put_bytes(const gp_put_hdr *hdr, uint64_t *bytes);
 
 /* Where a gemm ran and how long each stage took; sent as the first element of the result. */
 #define GP_NAME_MAX 64
@@ -133,5 +148,9 @@ void gp_limits_default(gp_limits *limits);
  * with GP_E_INVALID_ARGUMENT (or GP_E_RESOURCE_EXHAUSTED for a size over a limit) naming the
  * field, and returns the code. */
 int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits, gp_error *err);
+
+/* Dims within max_dim, batch within max_batch, bytes within max_operand_bytes (and bin32).
+ * GP_OK, or the code with err naming the field. */
+int gp_put_hdr_validate(const gp_put_hdr *hdr, const gp_limits *limits, gp_error *err);
 
 #endif /* GP_TYPES_H */

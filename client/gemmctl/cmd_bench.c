@@ -12,35 +12,38 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] bench [--m M --n N --k K] [--dtype T]\n"
-    "         [--requests R] [--concurrency C] [--shm]\n"
+    "         [--requests R] [--concurrency C] [--shm] [--resident-b]\n"
     "\n"
     "Sends R gemm requests of m x k times k x n (default 512 each, f32, 64 requests),\n"
     "keeping C in flight at once on one connection (default 4), and prints the\n"
     "throughput in TFLOP/s and GB/s (bytes sent and received) and the latency\n"
     "percentiles p50, p90 and p99 of single requests. --shm puts A, B and every C in one\n"
     "shared-memory buffer registered with the daemon (a Unix socket to a daemon with the\n"
-    "\"shm\" feature): the matrices then never cross the socket.\n"
+    "\"shm\" feature): the matrices then never cross the socket. --resident-b puts B once\n"
+    "(a daemon with the \"resident\" feature) and names it by handle in every request, as\n"
+    "a layer's weights would be: only A goes with each request (GB/s counts A and C).\n"
     "Exit status: 0 ok, 1 error reply, 2 usage error, 3 connection error.\n";
 
 typedef struct {
   gc_gemm_opts opts;
   uint64_t requests, concurrency;
-  bool shm;
+  bool shm, resident_b;
 } bench_args;
 
 static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *args) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_REQ, OPT_CONC, OPT_SHM, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_REQ, OPT_CONC, OPT_SHM, OPT_RESIDENT, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M},          {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K},          {"dtype", required_argument, NULL, OPT_DTYPE},
       {"requests", required_argument, NULL, OPT_REQ}, {"concurrency", required_argument, NULL, OPT_CONC},
       {"shm", no_argument, NULL, OPT_SHM},            {"help", no_argument, NULL, OPT_HELP},
+      {"resident-b", no_argument, NULL, OPT_RESIDENT},
       {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(&args->opts);
   args->opts.m = args->opts.n = args->opts.k = 512;
   args->requests = 64;
   args->concurrency = 4;
-  args->shm = false;
+  args->shm = args->resident_b = false;
   optind = 0;
   int opt;
   while ((opt = getopt_long(argc, argv, "+", options, NULL)) != -1) {
@@ -53,6 +56,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *a
       case OPT_REQ: ok = gctl_parse_u64("--requests", optarg, 1, &args->requests); break;
       case OPT_CONC: ok = gctl_parse_u64("--concurrency", optarg, 1, &args->concurrency); break;
       case OPT_SHM: args->shm = true; break;
+      case OPT_RESIDENT: args->resident_b = true; break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: ok = false;
     }
@@ -202,16 +206,23 @@ static int run(const gctl_global *g, const bench_args *args) {
   double *lat_ms = calloc((size_t)args->requests, sizeof *lat_ms);
   int rc = slots && lat_ms ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   gc_conn *conn = NULL;
+  bench_args sent = *args; /* with --resident-b: B's handle */
   if (rc == GCTL_EXIT_OK) rc = gctl_connect(g, &conn);
   if (rc == GCTL_EXIT_OK) rc = alloc_buffers(g, conn, args, bytes, &buf, slots);
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = 42;
     gctl_fill_random(o->dtype, buf.a, bytes[0] / esize, &seed);
     gctl_fill_random(o->dtype, buf.b, bytes[1] / esize, &seed);
+    if (args->resident_b && gc_put(conn, o->dtype, 1, o->k, o->n, buf.b, 60000,
+                                   &sent.opts.b_handle) != 0)
+      rc = gctl_fail_call(g, "put", gc_last_error(conn));
+  }
+  if (rc == GCTL_EXIT_OK) {
     int64_t t0 = gctl_now_us();
-    rc = drive(g, conn, args, buf.a, buf.b, slots, lat_ms);
+    rc = drive(g, conn, &sent, buf.a, buf.b, slots, lat_ms);
     double wall_s = (double)(gctl_now_us() - t0) / 1e6;
-    if (rc == GCTL_EXIT_OK) print_report(g, args, wall_s, lat_ms, bytes[0] + bytes[1] + bytes[2]);
+    uint64_t per_request = bytes[0] + (args->resident_b ? 0 : bytes[1]) + bytes[2];
+    if (rc == GCTL_EXIT_OK) print_report(g, args, wall_s, lat_ms, per_request);
   }
   gc_close(conn); /* drops anything still in flight before the buffers go */
   free_buffers(args, &buf, slots);

@@ -28,7 +28,13 @@ int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pa
   r->iov[0].iov_len = r->head.size;
   r->iovcnt = 1;
   r->send_total = r->head.size;
+  return gc__call_run(conn, r, timeout_ms, packed);
+}
+
+int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuffer *packed) {
+  gp_method method = r->method;
   gc_req req = r->msgid;
+  int rc;
   rc = gc__request_start(conn, r);
   if (rc != 0) return rc;
   if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0) {

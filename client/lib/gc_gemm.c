@@ -36,7 +36,7 @@ void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
 /* Copies the caller's opts (whatever version of the struct it has) over the defaults and
  * translates them into a wire header. */
 static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeout_ms,
-                       void **user, gc_error *err) {
+                       void **user, uint64_t handles[3], gc_error *err) {
   if (in == NULL || in->struct_size < OPTS_V1_SIZE)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "gemm options not set up with gc_gemm_opts_init");
@@ -61,8 +61,12 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->precision = (gp_precision)o.precision;
   hdr->has_timeout = o.timeout_ms >= 0;
   hdr->timeout_ms = o.timeout_ms >= 0 ? (uint64_t)o.timeout_ms : 0;
+  hdr->broadcast_b = o.broadcast_b != 0;
   *timeout_ms = o.timeout_ms;
   *user = o.user;
+  handles[GP_OPERAND_A] = o.a_handle;
+  handles[GP_OPERAND_B] = o.b_handle;
+  handles[GP_OPERAND_C] = o.c_handle;
   return 0;
 }
 
@@ -71,7 +75,8 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   int64_t timeout;
   gc_error err;
   void *user = NULL;
-  if (opts_to_hdr(opts, &hdr, &timeout, &user, &err) != 0) return 0;
+  uint64_t handles[3];
+  if (opts_to_hdr(opts, &hdr, &timeout, &user, handles, &err) != 0) return 0;
   gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
   if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
   uint64_t bytes;
@@ -86,12 +91,17 @@ static void add_iov(gc__request *r, const void *base, uint64_t len, bool caller)
   r->send_total += len;
 }
 
-/* An operand: a reference when it lies in a shared-memory buffer, else its bin header and
- * its bytes (which stay in the caller's memory). */
+/* An operand: a handle when it has one, a reference when it lies in a shared-memory buffer,
+ * else its bin header and its bytes (which stay in the caller's memory). */
 static void add_operand(gc_conn *conn, gc__request *r, gp_operand op, const void *p,
-                        uint64_t bytes) {
+                        uint64_t bytes, uint64_t handle) {
   uint8_t *piece = r->op_hdr[op];
   uint64_t region, offset;
+  if (handle != 0) {
+    r->uses_shm = true; /* bound to this connection */
+    add_iov(r, piece, gp_encode_handle_ref(piece, handle), false);
+    return;
+  }
   if (gc__shm_find(conn, p, bytes, &region, &offset)) {
     r->uses_shm = true;
     add_iov(r, piece, gp_encode_shm_ref(piece, region, offset), false);
@@ -103,18 +113,19 @@ static void add_operand(gc_conn *conn, gc__request *r, gp_operand op, const void
 
 /* Head, then each operand; the result goes into a shared-memory buffer when out lies in one. */
 static int build_gemm(gc_conn *conn, gc__request *r, gp_gemm_hdr *hdr, const void *a,
-                      const void *b, const void *c, const void *out) {
+                      const void *b, const void *c, const void *out, const uint64_t handles[3]) {
+  bool has_c = c != NULL || handles[GP_OPERAND_C] != 0;
   uint64_t bytes[3];
   for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++)
     gp_gemm_operand_bytes(hdr, op, &bytes[op]);
   hdr->has_out = gc__shm_find(conn, out, bytes[GP_OPERAND_C], &hdr->out_region,
                               &hdr->out_offset);
-  int rc = gp_encode_gemm_request_hdr(&r->head, r->msgid, hdr, c != NULL);
+  int rc = gp_encode_gemm_request_hdr(&r->head, r->msgid, hdr, has_c);
   if (rc != 0) return rc;
   add_iov(r, r->head.data, r->head.size, false);
-  add_operand(conn, r, GP_OPERAND_A, a, bytes[GP_OPERAND_A]);
-  add_operand(conn, r, GP_OPERAND_B, b, bytes[GP_OPERAND_B]);
-  if (c != NULL) add_operand(conn, r, GP_OPERAND_C, c, bytes[GP_OPERAND_C]);
+  add_operand(conn, r, GP_OPERAND_A, a, bytes[GP_OPERAND_A], handles[GP_OPERAND_A]);
+  add_operand(conn, r, GP_OPERAND_B, b, bytes[GP_OPERAND_B], handles[GP_OPERAND_B]);
+  if (has_c) add_operand(conn, r, GP_OPERAND_C, c, bytes[GP_OPERAND_C], handles[GP_OPERAND_C]);
   r->expect = *hdr;
   r->out_bytes = bytes[GP_OPERAND_C];
   r->out_in_shm = hdr->has_out;
@@ -128,22 +139,27 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   int64_t timeout_ms;
   void *user = NULL;
   gc_error err;
+  uint64_t handles[3];
   if (req != NULL) *req = 0;
-  if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, &err) != 0) return gc__conn_fail(conn, &err);
-  if (a == NULL || b == NULL || out == NULL || req == NULL)
-    return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT, "gemm needs a, b, out and req");
+  if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, handles, &err) != 0)
+    return gc__conn_fail(conn, &err);
+  if ((a == NULL && handles[GP_OPERAND_A] == 0) || (b == NULL && handles[GP_OPERAND_B] == 0) ||
+      out == NULL || req == NULL)
+    return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT,
+                          "gemm needs a and b (or their handles), out and req");
+  bool has_c = c != NULL || handles[GP_OPERAND_C] != 0;
   /* Requests are checked against the protocol's own limits (what any daemon could accept);
    * the daemon applies its configured ones. conn->limits is for replies. */
   gp_limits request_limits;
   gp_limits_default(&request_limits);
   gp_error perr;
   gp_error_clear(&perr);
-  if (gp_gemm_hdr_validate(&hdr, c != NULL, &request_limits, &perr) != 0)
+  if (gp_gemm_hdr_validate(&hdr, has_c, &request_limits, &perr) != 0)
     return gc__conn_failf(conn, perr.code, "%s", perr.message);
   gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
   if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->method = GP_METHOD_GEMM;
-  int rc = build_gemm(conn, r, &hdr, a, b, c, out);
+  int rc = build_gemm(conn, r, &hdr, a, b, c, out, handles);
   if (rc != 0) {
     gc__request_release(r);
     return gc__conn_failf(conn, rc, "encoding the gemm request: %s", gp_strerror(rc));

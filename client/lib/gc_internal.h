@@ -83,7 +83,8 @@ typedef struct gc__request {
   gp_gemm_hdr expect;  /* gemm: what the reply must match */
   uint8_t *out;        /* gemm: the caller's C buffer; NULL when abandoned */
   bool out_in_shm;     /* gemm: the daemon writes C into a shared-memory buffer itself */
-  bool uses_shm;       /* gemm: names a region (operand or out): valid on its socket only */
+  bool uses_shm;       /* gemm: names a region (operand or out) or a resident handle: valid
+                          on its socket only */
   void *user;          /* gemm: gc_gemm_opts.user, for gc_completion */
   uint64_t out_bytes;
   uint64_t received;
@@ -227,6 +228,9 @@ void gc__request_reported(gc_conn *conn, gc__request *r);
  * (when not NULL) takes the result object's msgpack bytes. */
 int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
              int64_t timeout_ms, msgpack_sbuffer *packed);
+/* The rest of gc__call for a request whose iovs are set up (put: head and the caller's data):
+ * starts it, waits for its reply, hands the result over as gc__call does. */
+int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuffer *packed);
 
 /* Drives conn until r is done or deadline_ms (gc__now_ms clock; < 0: none) passes. 0 when
  * done, GC_E_DEADLINE_EXCEEDED when not. */

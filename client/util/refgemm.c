@@ -40,7 +40,7 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
                    double *ref, double *bound) {
   size_t m = o->m, n = o->n, k = o->k;
   for (size_t p = 0; p < o->batch; p++) {
-    size_t a0 = p * m * k, b0 = p * k * n, c0 = p * m * n;
+    size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n, c0 = p * m * n;
     for (size_t i = 0; i < m; i++) {
       for (size_t j = 0; j < n; j++) {
         double sum = 0, abs_sum = 0;

@@ -76,6 +76,9 @@ void gd_config_default(gd_config *cfg) {
   cfg->shm.max_regions_per_connection = 16;
   cfg->shm.max_bytes_per_connection = 2 * GIB;
   cfg->shm.max_bytes_total = 2 * GIB;
+  cfg->resident.max_handles_per_connection = 64;
+  cfg->resident.max_bytes_per_connection = 1 * GIB;
+  cfg->resident.max_bytes_total = 2 * GIB;
 }
 
 const char *gd_backend_kind_name(gd_backend_kind kind) {
@@ -234,6 +237,7 @@ static const field gpu_fields[] = {
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_job_bytes", F_SIZE, gpu.small_job_bytes, 0, 64ull << 20),
+    FLD("resident_bytes", F_SIZE, gpu.resident_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),
     FLD("small_poll_us", F_U64, gpu.small_poll_us, 0, 1000000),
     FLD("max_batch_jobs", F_U32, gpu.max_batch_jobs, 1, 1024),
@@ -249,6 +253,14 @@ static const field shm_fields[] = {
     /* the GPU backend's, read at start (regions pinned for DMA: gd_gpu_shm.c) */
     FLD("gpu_register_max_bytes", F_SIZE, gpu.shm_register_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
+
+static const field resident_fields[] = {
+    FLD("max_handles_per_connection", F_U32, resident.max_handles_per_connection, 0, 1u << 16),
+    FLD("max_bytes_per_connection", F_SIZE, resident.max_bytes_per_connection, 0,
+        HOST_MEMORY_MAX),
+    FLD("max_bytes_total", F_SIZE, resident.max_bytes_total, 0, HOST_MEMORY_MAX),
+    {NULL, 0, 0, 0, 0, NULL},
+};
 
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
@@ -273,6 +285,7 @@ static const field root_fields[] = {
     {"cpu", F_SECTION, 0, 0, 0, cpu_fields},
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
     {"shm", F_SECTION, 0, 0, 0, shm_fields},
+    {"resident", F_SECTION, 0, 0, 0, resident_fields},
     {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
     {"auth", F_SECTION, 0, 0, 0, auth_fields},
     {NULL, 0, 0, 0, 0, NULL}};

@@ -19,6 +19,7 @@
 #include "gp_addr.h"
 #include "gd_backend_gpu.h"
 #include "gd_log.h"
+#include "gd_resident.h"
 #include "gd_shm.h"
 #include "gp_types.h"
 
@@ -68,6 +69,7 @@ typedef struct {
   gd_gpu_config gpu;
 
   gd_shm_limits shm;               /* shm: (gd_shm.h) */
+  gd_resident_limits resident;     /* resident: (gd_resident.h) */
   /* auth: (gd_auth_setup.h) */
   char auth_token_file[GD_CONFIG_PATH_MAX]; /* "" = no token */
   bool allow_unauthenticated_tcp;  /* non-loopback TCP without a token, on purpose */

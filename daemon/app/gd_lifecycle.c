@@ -59,6 +59,7 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
       a->small_job_bytes != b->small_job_bytes || a->small_slots != b->small_slots ||
       a->small_poll_us != b->small_poll_us || a->max_batch_jobs != b->max_batch_jobs ||
       a->max_queue_delay_us != b->max_queue_delay_us || a->small_passes != b->small_passes ||
+      a->resident_bytes != b->resident_bytes ||
       strcmp(a->kernel, b->kernel) != 0)
     return false;
   for (size_t i = 0; i < a->device_count; i++)
@@ -83,7 +84,8 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode,
-                         .shm = cfg->shm};
+                         .shm = cfg->shm,
+                         .resident = cfg->resident};
 }
 
 int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
@@ -133,6 +135,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
   cur->shm = next->shm; /* enabled: for connections accepted from now; quotas: per register */
+  cur->resident = next->resident; /* quotas: per put */
   /* The token itself is re-read by reload(); connections already in keep their state. */
   memcpy(cur->auth_token_file, next->auth_token_file, sizeof cur->auth_token_file);
   cur->allow_unauthenticated_tcp = next->allow_unauthenticated_tcp;

@@ -67,8 +67,13 @@
  * until release(), so ptr stays mapped for the job's whole life whatever its client does. The
  * client promises not to change an input nor read the result until the reply (PROTOCOL.md).
  *
- * input_window, output_consumed, host_bytes, kernels, pack_info, pack_stats, devices, busy,
- * region_added, output_mapped, input_mapped, region_gone and shm_pinned_bytes may be NULL.
+ * input_resident(job,..) instead of input() for one operand: the bytes of a resident operand
+ *                        (protocol put), which the backend may keep a copy of (GPU: in device
+ *                        memory, per device) and reference; false: feed them through input().
+ *
+ * input_window, input_resident, resident_freed, output_consumed, host_bytes, kernels,
+ * pack_info, pack_stats, devices, busy, region_added, output_mapped, input_mapped, region_gone
+ * and shm_pinned_bytes may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -79,6 +84,7 @@
 #include <stdint.h>
 
 #include "gd_job.h"
+#include "gd_resident_buf.h"
 #include "gp_error.h"
 #include "gp_types.h"
 
@@ -121,6 +127,10 @@ typedef struct {
                        void **ptr, size_t *len);
   int (*input)(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                const void *data, size_t len, bool *pause, gp_error *err);
+  /* optional: operand `operand` of job is res, all of it (see the top); true when taken */
+  bool (*input_resident)(gd_backend *b, gd_job *job, gp_operand operand, gd_resident_buf *res);
+  /* optional: a resident buffer was freed (its `freed` is set): drop copies of freed ones soon */
+  void (*resident_freed)(gd_backend *b);
   int (*submit)(gd_backend *b, gd_job *job, gp_error *err);
   void (*output_consumed)(gd_backend *b, gd_job *job, const void *chunk, size_t len);
   void (*release)(gd_backend *b, gd_job *job);

@@ -211,10 +211,11 @@ static size_t count_devices(gd_backend *b) {
   return b->ops->devices(b, devs, GD_SCHED_MAX_DEVICES);
 }
 
-/* The in-service device with the least outstanding work. With one device there is nothing to
+/* The in-service device with the least outstanding work; prefer (a device index, -1: none)
+ * instead while it is in service and at most `work` busier. With one device there is nothing to
  * pick: devices() is not asked on every admission (the CPU backend's formats its name). */
-static int pick_device(gd_sched *s) {
-  if (s->ndevices <= 1)
+static int pick_device(gd_sched *s, int prefer, double work) {
+  if (s->ndevices <= 1 || !s->backend->ops->devices)
     return 0;
   gd_device_info devs[GD_SCHED_MAX_DEVICES];
   size_t n = s->backend->ops->devices(s->backend, devs, GD_SCHED_MAX_DEVICES);
@@ -230,6 +231,9 @@ static int pick_device(gd_sched *s) {
       found = true;
     }
   }
+  if (prefer >= 0 && (size_t)prefer < n && devs[prefer].in_service &&
+      s->device_load[prefer] - s->device_load[best] <= work)
+    return prefer;
   return best;
 }
 
@@ -315,7 +319,7 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   job->deadline_us = deadline_of(hdr, job->admitted_us);
   job->backend = s->backend;
   job->waiter = waiter;
-  job->device = pick_device(s);
+  job->device = pick_device(s, share ? share->prefer_device - 1 : -1, gp_gemm_flops(hdr));
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
@@ -360,6 +364,20 @@ bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_
   if (!s->backend || !s->backend->ops->input_window)
     return false;
   return s->backend->ops->input_window(s->backend, job, operand, offset, ptr, len);
+}
+
+bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
+                             gd_resident_buf *res) {
+  assert(!to_sched_job(job)->submitted && job->waiter);
+  assert(res->bytes == job->operand_bytes[operand]);
+  if (!s->backend || !s->backend->ops->input_resident)
+    return false;
+  return s->backend->ops->input_resident(s->backend, job, operand, res);
+}
+
+void gd_sched_resident_freed(gd_sched *s) {
+  if (s->backend && s->backend->ops->resident_freed)
+    s->backend->ops->resident_freed(s->backend);
 }
 
 int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,

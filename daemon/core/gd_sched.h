@@ -54,6 +54,10 @@ typedef struct gd_sched gd_sched;
 typedef struct {
   uint64_t conn_used, conn_limit;
   uint64_t peer_used, peer_limit;
+  /* 1 + the device where the requester's resident operands were last used (a backend keeps
+   * its copies there), 0 for none: preferred while it is at most one such job busier than the
+   * least-loaded device. */
+  int prefer_device;
 } gd_sched_share;
 
 typedef struct {
@@ -94,6 +98,15 @@ bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_
                            void **ptr, size_t *len);
 int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
                    const void *data, size_t len, bool *pause, gp_error *err);
+
+/* Operand `operand` of job is the resident buffer res (its whole length): true when the backend
+ * takes it from its own copy (it references res itself; no input follows for that operand),
+ * false when it wants the bytes through gd_sched_input as usual. */
+bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
+                             gd_resident_buf *res);
+
+/* A resident buffer was freed: the backend drops its copies of freed ones. */
+void gd_sched_resident_freed(gd_sched *s);
 
 /* All payloads of job have landed: hand it to the backend. On failure the job is released: the
  * caller replies with err and forgets the job. */

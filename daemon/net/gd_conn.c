@@ -97,6 +97,7 @@ void gd_conn_free(gd_conn *c) {
   gd_calls_free_all(&c->calls);
   gd_shm_free(&c->shm);
   gd_replyq_free(&c->out);
+  gd_resident_free(&c->resident); /* after its calls: none holds a pointer into it anyway */
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }

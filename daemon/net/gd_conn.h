@@ -22,6 +22,7 @@
 #include "gd_call.h"
 #include "gd_peers.h"
 #include "gd_replyq.h"
+#include "gd_resident.h"
 #include "gd_shm.h"
 #include "gd_stats.h"
 #include "gd_uv_stream.h"
@@ -63,6 +64,7 @@ struct gd_conn {
   gd_replyq out;
   gd_calls calls;
   gd_shm shm;                /* regions and received descriptors (Unix sockets, shm.enabled) */
+  gd_resident resident;      /* resident operands (put / free) */
 };
 
 /* Sets up c (read buffer, reply queue, call list); no handle yet. -1 when out of memory. */

@@ -82,6 +82,34 @@ static void reply_simple(gd_session *s) {
   send_sbuffer(s, &sbuf);
 }
 
+/* The end of put (its data came whole) or free. */
+static void reply_resident(gd_session *s) {
+  gd_resident *t = &s->conn.resident;
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  gp_error err;
+  gp_error_clear(&err);
+  uint64_t handle = 0;
+  int rc = s->method == GP_METHOD_PUT ? gd_resident_commit(t, &handle, &err)
+                                      : gd_resident_release(t, s->arg, &err);
+  if (rc == 0 && (s->method == GP_METHOD_PUT ? gd_resident_pack_put(&sbuf, s->msgid, handle)
+                                             : gd_resident_pack_free(&sbuf, s->msgid)) != 0) {
+    if (s->method == GP_METHOD_PUT) /* a handle the client never hears of would be stuck */
+      gd_resident_release(t, handle, &err);
+    rc = gp_error_set(&err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
+  }
+  if (rc != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    send_error_for(s, s->method, s->msgid, rc, err.message);
+    return;
+  }
+  gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)s->conn.id,
+           (unsigned)s->msgid, gp_method_name(s->method),
+           (unsigned long long)(s->method == GP_METHOD_PUT ? handle : s->arg));
+  gd_stats_reply(s->d->stats, s->method, 0);
+  send_sbuffer(s, &sbuf);
+}
+
 /* ---- reading and backpressure ------------------------------------------------ */
 
 static bool at_boundary(const gd_session *s) {
@@ -176,6 +204,7 @@ static void consume_window_bytes(gd_session *s) {
  * makes the decoder skip the rest of the message (or it already does). No-op without one. */
 static void drop_current(gd_session *s) {
   gd_call *call = s->cur;
+  gd_resident_abort(&s->conn.resident); /* a put cut short (no call of its own) */
   if (!call)
     return;
   consume_window_bytes(s);
@@ -237,7 +266,8 @@ static gd_sched_share share_of(const gd_session *s) {
   gd_sched_share share = {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
-      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key)};
+      .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
+      .prefer_device = s->conn.resident.last_device};
   if (d->peers.n > 1)
     share.peer_limit = (uint64_t)(budget * d->limits.peer_memory_share);
   return share;
@@ -419,6 +449,20 @@ static void on_gemm_request(gd_session *s, const gp_event *ev) {
   }
 }
 
+/* A put's header: its bytes are reserved now, or it is refused before any data byte. */
+static void on_put_request(gd_session *s, const gp_event *ev) {
+  gp_error err;
+  gp_error_clear(&err);
+  int rc = s->authenticated ? gd_resident_begin(&s->conn.resident, &s->d->limits.resident,
+                                                &ev->put, &err)
+                            : gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET);
+  if (rc == 0)
+    return;
+  gp_decoder_skip_message(s->dec);
+  s->in_request = false;
+  send_error_for(s, GP_METHOD_PUT, ev->msgid, rc, err.message);
+}
+
 static void on_request(gd_session *s, const gp_event *ev) {
   count_request(s->d, ev->method);
   s->in_request = true;
@@ -432,6 +476,8 @@ static void on_request(gd_session *s, const gp_event *ev) {
     refuse_current(s, ev->msgid, GP_E_UNAUTHENTICATED, NOT_YET); /* before any payload byte */
   else if (ev->method == GP_METHOD_GEMM)
     on_gemm_request(s, ev);
+  else if (ev->method == GP_METHOD_PUT)
+    on_put_request(s, ev);
   else
     gd_debug("conn %llu: msgid %u: %s", (unsigned long long)s->conn.id, (unsigned)ev->msgid,
              gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
@@ -439,6 +485,10 @@ static void on_request(gd_session *s, const gp_event *ev) {
 
 static void on_payload(gd_session *s, const gp_event *ev) {
   gd_call *call = s->cur;
+  if (s->method == GP_METHOD_PUT) {
+    gd_resident_data(&s->conn.resident, ev->offset, ev->data, ev->len);
+    return;
+  }
   if (!call)
     return; /* a payload of a request we refused: the decoder skips those itself */
   gp_error err;
@@ -468,13 +518,57 @@ static void feed_ref(gd_session *s) {
     pause_reading(s);
 }
 
-/* An operand given as {"region", "offset"}: its bytes come from the mapping. */
+/* A put's data given as a region reference: copied from the mapping now. */
+static void put_from_region(gd_session *s, const gp_event *ev) {
+  gd_resident *t = &s->conn.resident;
+  gp_error err;
+  uint8_t *src;
+  int rc = s->conn.shm.totals
+               ? gd_shm_range(&s->conn.shm, ev->region, ev->offset, t->pending.bytes, "data",
+                              &src, &err)
+               : gp_error_set(&err, GP_E_INVALID_ARGUMENT,
+                              "shared memory needs a Unix socket connection (and shm.enabled)");
+  if (rc != 0) {
+    gp_decoder_skip_message(s->dec);
+    gd_resident_abort(t);
+    s->in_request = false;
+    send_error_for(s, GP_METHOD_PUT, s->msgid, rc, err.message);
+    return;
+  }
+  gd_resident_data(t, 0, src, (size_t)t->pending.bytes);
+}
+
+/* A gemm operand given as {"handle": N}: its bytes come from the connection's resident
+ * operand, through the same copy as a region's. */
+static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp_error *err) {
+  gd_resident_buf *res;
+  int rc = gd_resident_operand(&s->conn.resident, ev->handle, &call->job->hdr, ev->operand, &res,
+                               err);
+  if (rc != 0)
+    return rc;
+  assert(res->bytes == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
+  s->conn.resident.last_device = call->job->device + 1; /* where its copies live from now */
+  if (gd_sched_input_resident(s->d->sched, call->job, ev->operand, res)) {
+    s->feed.left = 0; /* the backend uses its own copy: nothing to feed */
+    return 0;
+  }
+  s->feed = (gd_shm_feed){ev->operand, res->data, 0, res->bytes};
+  return 0;
+}
+
+/* An operand given as {"region", "offset"} (its bytes come from the mapping) or as
+ * {"handle"}. */
 static void on_operand_ref(gd_session *s, const gp_event *ev) {
   gd_call *call = s->cur;
+  if (s->method == GP_METHOD_PUT && s->conn.resident.receiving) {
+    put_from_region(s, ev);
+    return;
+  }
   if (!call)
     return; /* a request we refused */
   gp_error err;
-  int rc = gd_shm_calls_ref(&s->conn.shm, call, ev, &s->feed, &err);
+  int rc = ev->by_handle ? handle_ref(s, call, ev, &err)
+                         : gd_shm_calls_ref(&s->conn.shm, call, ev, &s->feed, &err);
   if (rc != 0) {
     refuse_current(s, call->msgid, rc, err.message);
     return;
@@ -492,6 +586,10 @@ static void on_message_end(gd_session *s) {
   }
   if (s->method != GP_METHOD_GEMM && !s->authenticated) {
     send_error_for(s, s->method, s->msgid, GP_E_UNAUTHENTICATED, NOT_YET);
+    return;
+  }
+  if (s->method == GP_METHOD_PUT || s->method == GP_METHOD_FREE) {
+    reply_resident(s);
     return;
   }
   if (s->method != GP_METHOD_GEMM) {

@@ -14,6 +14,7 @@
 
 #include "gd_backend.h"
 #include "gd_peers.h"
+#include "gd_resident.h"
 #include "gd_sched.h"
 #include "gd_shm.h"
 #include "gd_stats.h"
@@ -36,6 +37,7 @@ typedef struct {
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
   gd_shm_limits shm;               /* shm.* */
+  gd_resident_limits resident;     /* resident.* */
 } gd_net_limits;
 
 /* The shared secret of TCP connections (auth.token_file); len 0: none configured. */
@@ -65,6 +67,7 @@ typedef struct gd_server {
   uint64_t fd_drop_logged_us;      /* rate limit of the out-of-descriptors warning */
   uint64_t fd_drops_unlogged;      /* dropped since that warning */
   gd_shm_totals shm;               /* shared-memory regions of every connection */
+  gd_resident_totals resident;     /* resident operands of every connection */
 } gd_server;
 
 #endif /* GD_SERVER_H */

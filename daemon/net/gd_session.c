@@ -172,6 +172,7 @@ int gd_session_accept(gd_server *d, uv_stream_t *server) {
   gd_session *s = new_session(d);
   if (!s)
     return refuse(d, server, "out of memory");
+  gd_resident_attach(&s->conn.resident, &d->resident, d->sched);
   if (server->type == UV_NAMED_PIPE && d->limits.shm.enabled)
     gd_shm_attach(&s->conn.shm, &d->shm, d->sched, d->limits.shm.max_regions_per_connection);
   int rc = gd_conn_accept(&s->conn, d->loop, server);

@@ -11,14 +11,14 @@ proto/PROTOCOL.md in the gemmd repository.
 """
 
 from ._address import DEFAULT_ADDRESS
-from ._arrays import BFLOAT16
+from ._arrays import BFLOAT16, Resident
 from ._errors import CODES, ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from .client import Client, Future
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 PROTOCOL_VERSION = 1
 
-__all__ = ["Client", "Future", "Error", "ConnectError", "ConnectionLost", "Timeout",
+__all__ = ["Client", "Future", "Resident", "Error", "ConnectError", "ConnectionLost", "Timeout",
            "ProtocolError", "CODES", "DEFAULT_ADDRESS", "BFLOAT16", "PROTOCOL_VERSION",
            "gemm"]
 

@@ -91,36 +91,86 @@ def byte_view(arr):
     return memoryview(arr.reshape(-1).view(np.uint8))
 
 
+class Resident:
+    """A matrix (or batch) the daemon keeps for one connection: Client.put() returns it, and a
+    gemm takes it in the place of an array (a, b or c), sending only its handle. shape and
+    dtype are those of the array put; it is stored as it was (row-major)."""
+
+    def __init__(self, handle, shape, dtype, connection):
+        self.handle = handle
+        self.shape = tuple(shape)
+        self.ndim = len(self.shape)
+        self.dtype = dtype
+        self.connection = connection    # the connection's state it belongs to (its Table)
+        self.freed = False
+
+    def ref(self):
+        return {"handle": self.handle}
+
+    def __repr__(self):
+        return "gemmd.Resident(handle=%d, shape=%s, dtype=%s%s)" % (
+            self.handle, self.shape, self.dtype, ", freed" if self.freed else "")
+
+
+def put_params(arr):
+    """(params of put, shape, dtype) for an array: its bytes row-major, little-endian."""
+    arr = as_array(arr, "array")
+    _check_dims(arr, "array")
+    dtype = wire_dtype(arr.dtype)
+    arr = np.ascontiguousarray(_little(arr))
+    hdr = {"dtype": dtype, "rows": int(arr.shape[-2]), "cols": int(arr.shape[-1])}
+    if arr.ndim == 3:
+        hdr["batch"] = int(arr.shape[0])
+    return [hdr, bytes(byte_view(arr))], arr.shape, arr.dtype
+
+
+def _array_or_resident(x, what):
+    if isinstance(x, Resident):
+        if x.freed:
+            raise ValueError("%s: %r was freed" % (what, x))
+        return x
+    x = as_array(x, what)
+    _check_dims(x, what)
+    return x
+
+
+def _operand_of(x, trans, what):
+    """(what to send, trans flag to send) for an array or a Resident (sent as it is stored)."""
+    if isinstance(x, Resident):
+        return x.ref(), bool(trans)
+    view, flag, _, _ = operand(x, trans, what)
+    return view, flag
+
+
 class Problem:
-    """One gemm call checked and laid out: the header to send, the operand views, and the
-    shape and dtype of the result."""
+    """One gemm call checked and laid out: the header to send, the operand views (or handle
+    maps), and the shape and dtype of the result. A 3-D a with a 2-D b is a batch by one
+    shared B (broadcast_b)."""
 
     def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision):
-        a = as_array(a, "a")
-        b = as_array(b, "b")
-        _check_dims(a, "a")
-        _check_dims(b, "b")
-        if a.ndim != b.ndim:
-            raise ValueError("a is %d-D and b %d-D: give both as matrices or both as batches" %
-                             (a.ndim, b.ndim))
+        a = _array_or_resident(a, "a")
+        b = _array_or_resident(b, "b")
+        self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
+        broadcast = a.ndim == 3 and b.ndim == 2
+        if a.ndim != b.ndim and not broadcast:
+            raise ValueError("a is %d-D and b %d-D: give both as matrices, both as batches, or "
+                             "a batch of a by one b" % (a.ndim, b.ndim))
         if a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
             raise TypeError("a is %s and b is %s: gemm takes one dtype for both" %
                             (a.dtype, b.dtype))
         self.dtype = wire_dtype(a.dtype)
         self.np_dtype = a.dtype.newbyteorder("<")
-        op_a = np.swapaxes(a, -1, -2) if trans_a else a
-        op_b = np.swapaxes(b, -1, -2) if trans_b else b
-        m, k = op_a.shape[-2:]
-        k_b, n = op_b.shape[-2:]
+        m, k = a.shape[-2:][::-1] if trans_a else a.shape[-2:]   # of op(a), op(b)
+        k_b, n = b.shape[-2:][::-1] if trans_b else b.shape[-2:]
         if k != k_b:
             raise ValueError("op(a) is %dx%d and op(b) %dx%d: the inner dimensions differ" %
                              (m, k, k_b, n))
         self.batch = a.shape[0] if a.ndim == 3 else None
-        if self.batch is not None and b.shape[0] != self.batch:
+        if self.batch is not None and not broadcast and b.shape[0] != self.batch:
             raise ValueError("a holds %d matrices and b %d" % (self.batch, b.shape[0]))
         self.shape = (m, n) if self.batch is None else (self.batch, m, n)
-        a_view, flag_a, _, _ = operand(a, trans_a, "a")
-        b_view, flag_b, _, _ = operand(b, trans_b, "b")
+        a_view, flag_a = _operand_of(a, trans_a, "a")
+        b_view, flag_b = _operand_of(b, trans_b, "b")
         self.operands = [a_view, b_view]
         if beta != 0 and c is None:
             raise ValueError("beta is %r: c is required" % (beta,))
@@ -131,6 +181,8 @@ class Problem:
                     "alpha": float(alpha), "beta": float(beta)}
         if self.batch is not None:
             self.hdr["batch"] = int(self.batch)
+        if broadcast:
+            self.hdr["broadcast_b"] = True
         if precision not in ("exact", "fast"):
             raise ValueError("precision must be 'exact' or 'fast', not %r" % (precision,))
         if precision != "exact":
@@ -144,11 +196,13 @@ class Problem:
         return count * ELEMENT_BYTES[self.dtype]
 
     def _c_operand(self, c):
-        c = as_array(c, "c")
+        c = _array_or_resident(c, "c")
         if c.shape != self.shape:
             raise ValueError("c has shape %s, the result %s" % (c.shape, self.shape))
         if c.dtype.newbyteorder("=") != self.np_dtype.newbyteorder("="):
             raise TypeError("c is %s, a and b %s" % (c.dtype, self.np_dtype))
+        if isinstance(c, Resident):
+            return c.ref()
         return byte_view(np.ascontiguousarray(_little(c)))   # C goes row-major on the wire
 
     def result_array(self, out):

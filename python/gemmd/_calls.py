@@ -53,7 +53,7 @@ class Call:
             if reply.result != "pong":
                 return None, ProtocolError("ping answered %r, not 'pong'" % (reply.result,))
             return reply.result, None
-        if self.method == "shm_unregister":
+        if self.method in ("shm_unregister", "free"):
             return None, None
         if not isinstance(reply.result, dict):
             return None, ProtocolError("%s answered a %s, not a map" %

@@ -23,7 +23,7 @@ from collections import deque
 import numpy as np
 
 from . import _address, _auth
-from ._arrays import Problem, byte_view, wire_dtype
+from ._arrays import Problem, Resident, byte_view, put_params, wire_dtype
 from ._shm import Region, Regions, new_memfd, region_size
 from ._calls import Call, Table, zeros_like_pieces
 from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
@@ -335,6 +335,40 @@ class Client:
         with self._lock:
             self._regions.remove(region)
 
+    # ---- resident operands
+    def put(self, array, timeout=None):
+        """Uploads array (2-D, or 3-D: a batch) once; returns a gemmd.Resident that gemm()
+        and submit() take in the place of an array (a, b or c) and send as a handle. The daemon
+        keeps it until free() or the end of this connection (resident.* quotas). A batch of a
+        (3-D) by a 2-D Resident b uses that one b for every entry. Needs a daemon that
+        announces the "resident" feature, else gemmd.Error UNIMPLEMENTED."""
+        if "resident" not in self.features:
+            raise Error("UNIMPLEMENTED", "gemmd on %s keeps no resident operands (a daemon "
+                        "older than the put method)" % self.address)
+        params, shape, dtype = put_params(array)
+        with self._lock:
+            future = self._start("put", params=params)
+            connection = self._table
+        reply = self._finish(future, self.timeout if timeout is None else timeout)
+        if not isinstance(reply, dict) or not isinstance(reply.get("handle"), int):
+            raise ProtocolError("put answered %r, not {handle}" % (reply,))
+        return Resident(reply["handle"], shape, dtype, connection)
+
+    def free(self, resident, timeout=None):
+        """Lets the daemon drop a Resident from put(). One whose connection is gone went
+        with it already (nothing to do); one freed twice raises gemmd.Error NOT_FOUND."""
+        if not isinstance(resident, Resident):
+            raise TypeError("free takes a gemmd.Resident from put(), not a %s" %
+                            type(resident).__name__)
+        with self._lock:
+            gone = resident.connection is not self._table
+        if gone:
+            resident.freed = True
+            return
+        self._finish(self._start("free", params=[resident.handle]),
+                     self.timeout if timeout is None else timeout)
+        resident.freed = True
+
     @property
     def in_flight(self):
         """Requests submitted and not yet completed."""
@@ -365,6 +399,10 @@ class Client:
     def _enqueue(self, future, method, problem, out, params=(), fds=None):
         """future's request as a new call on the current connection (the lock is held); fds
         are passed with its first byte."""
+        for resident in problem.residents if problem is not None else ():
+            if resident.connection is not self._table:
+                raise Error("NOT_FOUND", "%r belongs to a connection that is gone: put it "
+                            "again" % (resident,))
         call = Call(self._table.new_msgid(), method, problem, out, params, self._regions)
         future._call = call
         self._table.calls[call.msgid] = call
@@ -581,7 +619,7 @@ class Client:
     def _retriable(self, future):
         call = future._call
         return (call.method == "gemm" and call.problem is not None and not future.done() and
-                future._tries < self.retries)
+                future._tries < self.retries and not call.problem.residents)  # handles stay
 
     def _send_again(self, futures, why):
         """futures' requests on a new connection (the lock is held); if none can be made,

@@ -23,6 +23,7 @@ if(TARGET gemmd)
     check_config        # -h, option errors, --check-config's checks beyond the parser
     shm                 # shared-memory regions: operands and results, every misuse
     auth                # auth.token_file, the auth method, exposed TCP refused without a token
+    resident            # put / free, {"handle": N} operands, broadcast_b, quotas
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -94,6 +95,17 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     TIMEOUT 300
     ENVIRONMENT
       "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+
+  # resident operands and broadcast_b on the GPU backend, two devices: copies from a resident
+  # operand pause and resume like a region's; a shared B runs as plain pieces.
+  add_test(NAME daemon_fake_resident
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_resident PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
 
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason

@@ -78,6 +78,7 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   p.n = (int64_t)job->hdr.n;
   p.k = (int64_t)job->hdr.k;
   p.batch = (int64_t)job->hdr.batch;
+  p.b_shared = job->hdr.broadcast_b;
   p.alpha = job->hdr.alpha;
   p.beta = job->hdr.beta;
   if (cj) {

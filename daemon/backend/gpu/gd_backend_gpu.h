@@ -61,6 +61,9 @@ typedef struct {
   uint32_t max_batch_jobs;            /* small jobs of one shape already queued on a device run as
                                        * one batched launch of at most this many (default 32;
                                        * 1 = one launch per job) */
+  uint64_t resident_bytes;            /* device copies of resident operands (protocol put) one
+                                       * device keeps, on top of its job budget (default 4 GiB;
+                                       * 0 = none: copied into each job) */
   uint64_t max_queue_delay_us;        /* a small batch not yet full may wait this long after its
                                        * first job's submit for more of its shape (default 0: only
                                        * what already waits is batched) */

@@ -295,6 +295,7 @@ static void dev_teardown(gd__gpu_dev *dev) {
     if (j->owner)
       j->owner->backend_data = NULL;
     gd__gpu_job_free_spills(j);
+    gd__gpu_job_drop_resident(j);
     if (!j->slot) /* a slot's job goes with the slots */
       free(j);
     j = next;
@@ -323,6 +324,8 @@ static const gd_backend_ops gpu_ops = {
     .prepare = op_prepare,
     .input_window = gd__gpu_op_input_window,
     .input = gd__gpu_op_input,
+    .input_resident = gd__gpu_op_input_resident,
+    .resident_freed = gd__gpu_op_resident_freed,
     .submit = op_submit,
     .output_consumed = op_output_consumed,
     .release = op_release,

@@ -19,6 +19,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->memory_idle_ms = 30000;
   cfg->memory_keep_bytes = 0;
   cfg->small_job_bytes = 1024 * 1024;
+  cfg->resident_bytes = 4ull << 30;
   cfg->small_slots = 256;
   cfg->small_poll_us = 20;
   cfg->max_batch_jobs = 32;

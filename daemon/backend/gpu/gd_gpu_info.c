@@ -117,7 +117,7 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
     pthread_mutex_lock(&dev->mu);
     uint64_t v[] = {dev->busy_us,   dev->jobs_done,    dev->jobs_failed,  dev->bytes_h2d,
                     dev->bytes_d2h, dev->pool.in_use,  dev->pool.size,    dev->mem_reserved,
-                    dev->active,    dev->small_jobs};
+                    dev->active,    dev->small_jobs,   dev->res_uploads,  dev->res_bytes};
     bool in_service = dev->in_service;
     uint64_t batches[GD__GPU_BATCH_BUCKETS];
     memcpy(batches, dev->small_batches, sizeof batches);
@@ -125,7 +125,7 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
     static const char *const keys[] = {"busy_us",     "jobs",       "jobs_failed",
                                        "bytes_h2d",   "bytes_d2h",  "pool_in_use",
                                        "pool_bytes",  "pool_reserved", "active",
-                                       "small_jobs"};
+                                       "small_jobs",  "resident_uploads", "resident_bytes"};
     msgpack_pack_map(pk, 3 + sizeof(keys) / sizeof(keys[0]));
     pack_str(pk, "id");
     msgpack_pack_int(pk, dev->ordinal);

@@ -57,6 +57,7 @@ typedef struct gd__gpu_buf gd__gpu_buf;
 typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
 typedef struct gd__gpu_reg gd__gpu_reg;
+typedef struct gd__gpu_res gd__gpu_res;
 
 #define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
@@ -152,6 +153,8 @@ struct gd__gpu_job {
   uint64_t dev_off;       /* pool offset of the job's block */
   uint64_t op_dev[3];     /* pool offsets of a, b, c (fixed once mem_ready) */
   gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
+  gd_resident_buf *res[3]; /* resident operands (referenced), set on the loop before submit:
+                             the worker takes them from the device's cache */
   gd__gpu_cmd run_cmd;    /* RUN or DROP: pushed once */
   /* Shared memory in place (gd_gpu_shm.c), set on the loop before submit under mu: operands
    * the worker copies straight from a registered region at RUN (NULL: through staging), and
@@ -240,6 +243,7 @@ struct gd__gpu_dev {
   uint32_t forming_n;
   uint32_t small_inflight;      /* batches queued on s_small and not yet seen done */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
+  gd__gpu_res *res_cache;       /* device copies of resident operands (gd_gpu_resident.c) */
 
   /* Under mu. */
   gd__gpu_pool pool;
@@ -260,6 +264,10 @@ struct gd__gpu_dev {
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
   uint64_t small_jobs;          /* jobs that took the small lane */
+  uint64_t res_uploads;         /* resident operands copied to this device */
+  bool res_sweep;               /* a resident buffer was freed: the worker sweeps its cache */
+  uint64_t res_bytes;           /* bytes of res_cache, at most gpu.resident_bytes (written by
+                                   the worker under mu; it reads them without) */
   uint64_t small_batches[GD__GPU_BATCH_BUCKETS]; /* batches of 1, 2-3, 4-7, ... 32+ jobs */
   uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
   uint64_t last_work_us;        /* the worker last handled a command or had work in flight */
@@ -344,6 +352,17 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
 cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
                            const gk_problem *p, cudaStream_t stream);
 
+/* ---- gd_gpu_resident.c: resident operands (loop: the op; worker: the rest) ---- */
+/* The input_resident op: a large job takes operand op from the device's copy of res. */
+bool gd__gpu_op_input_resident(gd_backend *b, gd_job *job, gp_operand op, gd_resident_buf *res);
+/* Worker, at RUN before the inputs' event: where each operand of job lies for its kernel (its
+ * block, or a resident operand's device copy, made now if new and room allows; else its bytes
+ * copied into the block), all on the copy-in stream. A CUDA error of a copy is returned. */
+cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3]);
+/* The resident_freed op: wakes every worker holding copies to sweep. */
+void gd__gpu_op_resident_freed(gd_backend *b);
+/* Worker: frees the device copies of freed buffers (all of them: at shutdown). */
+void gd__gpu_resident_sweep(gd__gpu_dev *dev, bool all);
 /* ---- gd_gpu_small.c: the small-job lane's slots (worker at start/destroy; loop ops) ---- */
 /* Creates the slots, their memory, events and stream when gpu.small_job_bytes is on and
  * *budget can spare them (taking their device bytes off *budget); else leaves the lane off. */
@@ -391,6 +410,8 @@ bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev);
 /* Posts GD_EV_FAILED once (code, message) and marks the job failed. */
 void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Under mu, when the job goes (gd_gpu_jobs.c): lets go of its resident buffers. */
+void gd__gpu_job_drop_resident(gd__gpu_job *job);
 /* References on a job (under mu); unref frees it at zero. */
 void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);

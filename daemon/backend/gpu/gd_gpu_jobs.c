@@ -56,11 +56,20 @@ static void slot_put(gd__gpu_slot *slot) {
   dev->slot_free = slot;
 }
 
+void gd__gpu_job_drop_resident(gd__gpu_job *job) {
+  for (int op = 0; op < 3; op++) {
+    if (job->res[op])
+      gd_resident_buf_unref(job->res[op]);
+    job->res[op] = NULL;
+  }
+}
+
 void gd__gpu_job_unref(gd__gpu_job *job) {
   if (--job->refs > 0)
     return;
   gd__gpu_dev *dev = job->dev;
   GD_LIST_UNLINK(dev->jobs, job);
+  gd__gpu_job_drop_resident(job);
   if (job->slot)
     slot_put(job->slot); /* the job lives in the slot */
   else

@@ -174,7 +174,8 @@ static void slot_layout(gd__gpu_slot *slot) {
 }
 
 gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, gd_job *owner) {
-  if (be->cfg.small_job_bytes == 0 || tmp->alloc_len > be->cfg.small_job_bytes)
+  if (be->cfg.small_job_bytes == 0 || tmp->alloc_len > be->cfg.small_job_bytes ||
+      tmp->hdr.broadcast_b) /* a dynamic batch stacks B per entry: a shared B does not fit */
     return NULL;
   gd__gpu_dev *dev = lock_device_with_slot(be, owner->device);
   if (!dev)

@@ -88,6 +88,7 @@ static void idle(gd__gpu_dev *dev) {
     return;
   }
   pthread_mutex_unlock(&dev->mu);
+  gd__gpu_resident_sweep(dev, false);
   gd__gpu_mem_trim(dev);
   pthread_mutex_lock(&dev->mu);
 }
@@ -110,6 +111,13 @@ static void serve(gd__gpu_dev *dev) {
       synced = false;
       pthread_mutex_unlock(&dev->mu);
       gd__gpu_worker_handle(dev, cmd);
+      pthread_mutex_lock(&dev->mu);
+      continue;
+    }
+    if (dev->res_sweep) {
+      dev->res_sweep = false;
+      pthread_mutex_unlock(&dev->mu);
+      gd__gpu_resident_sweep(dev, false);
       pthread_mutex_lock(&dev->mu);
       continue;
     }
@@ -205,6 +213,7 @@ static void worker_fini(gd__gpu_dev *dev) {
     gd__gpu_job_events_free(j);
   gd__gpu_small_destroy(dev);
   gd__gpu_staging_destroy(dev);
+  gd__gpu_resident_sweep(dev, true); /* before the pool its copies came from */
   gd__gpu_mem_destroy(dev);
   gd__gpu_pool_fini(&dev->pool);
   cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};

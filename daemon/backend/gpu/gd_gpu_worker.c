@@ -170,10 +170,15 @@ static void pump_out(gd__gpu_dev *dev);
 /* Launches the job; false when it failed (then it is finished by the caller). */
 static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaEventCreate";
+  uint8_t *ptr[3];
   cudaError_t e = gd__gpu_job_events_make(job);
   if (e == cudaSuccess) {
     what = "copy in (shared memory)";
     e = copy_direct_in(dev, job);
+  }
+  if (e == cudaSuccess) {
+    what = "copy in (resident)";
+    e = gd__gpu_resident_place(dev, job, ptr);
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
@@ -187,9 +192,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
   if (e == cudaSuccess) {
     gk_problem p;
-    gd__gpu_job_problem(job, &p, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_A]),
-                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_B]),
-                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C]));
+    gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A], ptr[GP_OPERAND_B], ptr[GP_OPERAND_C]);
     what = "gemm launch";
     e = gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
   }
@@ -399,6 +402,8 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 /* ---- one command -------------------------------------------------------- */
 
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  if (dev->res_cache)
+    gd__gpu_resident_sweep(dev, false); /* copies of freed resident operands go */
   switch (cmd->type) {
   case GD__CMD_ALLOC:
     gd__gpu_mem_alloc(dev, cmd->job);

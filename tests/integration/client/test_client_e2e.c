@@ -297,6 +297,62 @@ START_TEST(shared_memory) {
 }
 END_TEST
 
+/* Resident operands: each of a, b, c put once and named by handle (every dtype, transposes,
+ * alpha/beta, a batch by one shared b), then freed; the daemon's counts back to zero. */
+START_TEST(resident_operands) {
+  gc_conn *conn = connect_env();
+  static const gc_dtype dtypes[] = {GC_DTYPE_F32, GC_DTYPE_F64, GC_DTYPE_F16, GC_DTYPE_BF16};
+  for (size_t d = 0; d < 4; d++) {
+    for (int form = 0; form < 4; form++) { /* which: a, b, c, all */
+      bool broadcast = form == 1;
+      job j;
+      job_make(&j, 23, 17, 31, dtypes[d], form % 2, form == 2, 1.25, form >= 2 ? -0.5 : 0.0,
+               broadcast ? 3 : 1 + form % 2);
+      if (broadcast) { /* one b (k x n) for every batch entry: the first of job_make's */
+        j.o.broadcast_b = 1;
+        ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'b'), 31u * 17u * (d == 1 ? 8 : d ? 2 : 4));
+      }
+      void *ops[3] = {j.a, j.b, j.c};
+      uint64_t *handles[3] = {&j.o.a_handle, &j.o.b_handle, &j.o.c_handle};
+      for (int op = 0; op < 3; op++) {
+        if ((form != 3 && op != form) || ops[op] == NULL) continue;
+        gc_gemm_opts shape = j.o; /* the stored rows x cols of that operand */
+        uint64_t rows = op == 0 ? (j.o.trans_a ? j.o.k : j.o.m)
+                        : op == 1 ? (j.o.trans_b ? j.o.n : j.o.k) : j.o.m;
+        uint64_t cols = gc_gemm_operand_bytes(&shape, "abc"[op]) /
+                        (op == 1 && broadcast ? 1 : j.o.batch) /
+                        (dtypes[d] == GC_DTYPE_F64 ? 8 : dtypes[d] == GC_DTYPE_F32 ? 4 : 2) / rows;
+        ck_assert_int_eq(gc_put(conn, dtypes[d], op == 1 && broadcast ? 1 : j.o.batch, rows,
+                                cols, ops[op], 10000, handles[op]), 0);
+        ck_assert_uint_ne(*handles[op], 0);
+      }
+      ck_assert_int_eq(gc_gemm(conn, &j.o, j.o.a_handle ? NULL : j.a, j.o.b_handle ? NULL : j.b,
+                               j.o.c_handle ? NULL : j.c, j.out, NULL), 0);
+      job_check(&j, "resident");
+      for (int op = 0; op < 3; op++)
+        if (*handles[op]) ck_assert_int_eq(gc_put_free(conn, *handles[op], 10000), 0);
+      ck_assert_int_eq(gc_put_free(conn, j.o.a_handle ? j.o.a_handle : j.o.b_handle ? j.o.b_handle
+                                                                                  : j.o.c_handle,
+                                   10000), GC_E_NOT_FOUND);
+      job_free(&j);
+    }
+  }
+  ck_assert_int_eq(stat_int(conn, "resident_handles"), 0);
+  ck_assert_int_eq(stat_int(conn, "resident_bytes"), 0);
+  /* a handle goes with its connection */
+  uint64_t h = 0;
+  float one[4] = {1, 1, 1, 1};
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_F32, 1, 2, 2, one, 10000, &h), 0);
+  gc_close(conn);
+  conn = connect_env();
+  for (int i = 0; i < 1000 && stat_int(conn, "resident_handles") != 0; i++)
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  ck_assert_int_eq(stat_int(conn, "resident_handles"), 0);
+  ck_assert_int_eq(gc_put_free(conn, h, 10000), GC_E_NOT_FOUND);
+  gc_close(conn);
+}
+END_TEST
+
 START_TEST(timeout_leaves_connection_usable) {
   gc_conn *conn = connect_env();
   /* 16 MiB out in 1 ms is not possible: the client gives up mid-send, sends the rest as zeros
@@ -479,6 +535,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, in_place_and_batched);
     tcase_add_test(tc, ping_and_info);
     tcase_add_test(tc, shared_memory);
+    tcase_add_test(tc, resident_operands);
     tcase_add_test(tc, timeout_leaves_connection_usable);
   }
   suite_add_tcase(s, tc);

@@ -221,6 +221,16 @@ def test_verify_and_bench(ctx):
             assert json.loads(out)["requests"] == 20, out
             sent = watcher.call("stats")["bytes_in"] - before
             assert sent < 20 * 64 * 64 * 4, "bench --shm sent %d bytes" % sent
+            # --resident-b: B crosses the socket once, A with every request
+            before = watcher.call("stats")["bytes_in"]
+            out, _ = expect(gemmctl("--json", "bench", "--resident-b", "--m", "8", "--n", "64",
+                                    "--k", "64", "--requests", "20", addr=addr),
+                            EXIT_OK, "bench --resident-b")
+            assert json.loads(out)["requests"] == 20, out
+            sent = watcher.call("stats")["bytes_in"] - before
+            assert 21 * 8 * 64 * 4 < sent < 2 * 64 * 64 * 4 + 20 * (8 * 64 * 4 + 512), \
+                "bench --resident-b sent %d bytes" % sent
+            assert watcher.call("stats")["resident_put_total"] >= 1
     # --shm over TCP: refused, exit 1
     with h.Daemon(ctx.gemmd, tcp=True) as d:
         _, err = expect(gemmctl("bench", "--shm", "--m", "4", "--n", "4", "--k", "4",

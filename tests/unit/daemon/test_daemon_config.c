@@ -86,12 +86,17 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_uint_eq(a->gpu.small_poll_us, b->gpu.small_poll_us);
   ck_assert_uint_eq(a->gpu.max_batch_jobs, b->gpu.max_batch_jobs);
   ck_assert_uint_eq(a->gpu.max_queue_delay_us, b->gpu.max_queue_delay_us);
+  ck_assert_uint_eq(a->gpu.resident_bytes, b->gpu.resident_bytes);
   ck_assert_int_eq(a->log_target, b->log_target);
   ck_assert_str_eq(a->metrics_listen, b->metrics_listen);
   ck_assert_int_eq(a->shm.enabled, b->shm.enabled);
   ck_assert_uint_eq(a->shm.max_regions_per_connection, b->shm.max_regions_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_per_connection, b->shm.max_bytes_per_connection);
   ck_assert_uint_eq(a->shm.max_bytes_total, b->shm.max_bytes_total);
+  ck_assert_uint_eq(a->resident.max_handles_per_connection,
+                    b->resident.max_handles_per_connection);
+  ck_assert_uint_eq(a->resident.max_bytes_per_connection, b->resident.max_bytes_per_connection);
+  ck_assert_uint_eq(a->resident.max_bytes_total, b->resident.max_bytes_total);
   ck_assert_str_eq(a->auth_token_file, b->auth_token_file);
   ck_assert_int_eq(a->allow_unauthenticated_tcp, b->allow_unauthenticated_tcp);
 }
@@ -128,11 +133,14 @@ static void scramble(gd_config *cfg) {
   cfg->gpu.small_poll_us = 1;
   cfg->gpu.max_batch_jobs = 7;
   cfg->gpu.max_queue_delay_us = 7;
+  cfg->gpu.resident_bytes = 7;
   cfg->log_target = GD_LOG_TARGET_STDERR;
   strcpy(cfg->metrics_listen, "tcp:1.2.3.4:5");
   cfg->shm.enabled = false;
   cfg->shm.max_regions_per_connection = 1;
   cfg->shm.max_bytes_per_connection = cfg->shm.max_bytes_total = 1;
+  cfg->resident.max_handles_per_connection = 1;
+  cfg->resident.max_bytes_per_connection = cfg->resident.max_bytes_total = 1;
   strcpy(cfg->auth_token_file, "/x");
   cfg->allow_unauthenticated_tcp = true;
 }
@@ -173,16 +181,21 @@ START_TEST(every_key_parses) {
           "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
           "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
           "  small_job_bytes: 256KiB\n  small_slots: 8\n  small_poll_us: 0\n  max_batch_jobs: 4\n"
-          "  max_queue_delay_us: 250\n"
+          "  max_queue_delay_us: 250\n  resident_bytes: 1GiB\n"
           "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
           "shm: {enabled: false, max_regions_per_connection: 0, max_bytes_per_connection: 1MiB,"
           " max_bytes_total: 2GiB}\n"
+          "resident: {max_handles_per_connection: 3, max_bytes_per_connection: 5MiB,"
+          " max_bytes_total: 7MiB}\n"
           "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
           &cfg);
   ck_assert(!cfg.shm.enabled);
   ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
   ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
   ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
+  ck_assert_uint_eq(cfg.resident.max_handles_per_connection, 3);
+  ck_assert_uint_eq(cfg.resident.max_bytes_per_connection, 5u << 20);
+  ck_assert_uint_eq(cfg.resident.max_bytes_total, 7u << 20);
   ck_assert_str_eq(cfg.auth_token_file, "/etc/gemmd/token");
   ck_assert(cfg.allow_unauthenticated_tcp);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
@@ -192,6 +205,7 @@ START_TEST(every_key_parses) {
   ck_assert_uint_eq(cfg.gpu.small_poll_us, 0);
   ck_assert_uint_eq(cfg.gpu.max_batch_jobs, 4);
   ck_assert_uint_eq(cfg.gpu.max_queue_delay_us, 250);
+  ck_assert_uint_eq(cfg.gpu.resident_bytes, 1u << 30);
   ck_assert_int_eq(cfg.log_target, GD_LOG_TARGET_JOURNAL);
   ck_assert_str_eq(cfg.metrics_listen, "tcp:127.0.0.1:9464");
   ck_assert_uint_eq(cfg.listen_count, 3);

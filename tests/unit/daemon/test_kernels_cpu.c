@@ -69,9 +69,20 @@ static double acc_eps(gk_dtype t) { return t == GK_F64 ? 0x1p-53 : 0x1p-24; }
 
 /* ---- one problem ---------------------------------------------------------- */
 
-/* Runs p whole (parts == 1) or as `parts` parts in a scrambled order, as workers would. */
+/* Runs p whole (parts == 1), as `parts` parts in a scrambled order, as workers would, or
+ * (parts == 0) as the plain pieces gk_problem_piece makes of a shared B, as the GPU does. */
 static void run_problem(const gk_problem *p, int64_t parts) {
   const char *kernel = NULL;
+  if (parts == 0) {
+    int64_t pieces = gk_problem_pieces(p);
+    ck_assert_int_eq(pieces, p->b_shared && p->trans_a ? p->batch : 1);
+    for (int64_t i = 0; i < pieces; i++) {
+      gk_problem q = gk_problem_piece(p, i);
+      ck_assert(!q.b_shared);
+      ck_assert_int_eq(gk_cpu_gemm(&q, NULL), 0);
+    }
+    return;
+  }
   if (parts == 1) {
     ck_assert_int_eq(gk_cpu_gemm(p, &kernel), 0);
     ck_assert_str_eq(kernel, "openblas");
@@ -82,17 +93,19 @@ static void run_problem(const gk_problem *p, int64_t parts) {
     ck_assert_int_eq(gk_cpu_gemm_part(p, (start + parts - i) % parts, parts, NULL), 0);
 }
 
+/* shared_b: one B for every batch entry (b_shared), allocated one matrix long. */
 static void check_problem_parts(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch,
-                                bool ta, bool tb, double alpha, double beta, int64_t parts) {
+                                bool ta, bool tb, double alpha, double beta, int64_t parts,
+                                bool shared_b) {
   size_t es = gk_dtype_size(t);
   gk_problem p = {.dtype = t, .trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k,
-                  .batch = batch, .alpha = alpha, .beta = beta};
-  int64_t na = m * k, nb = k * n, nc = m * n;
-  void *a = malloc((size_t)(na * batch) * es), *b = malloc((size_t)(nb * batch) * es);
+                  .batch = batch, .b_shared = shared_b, .alpha = alpha, .beta = beta};
+  int64_t na = m * k, nb = k * n, nc = m * n, b_count = shared_b ? 1 : batch;
+  void *a = malloc((size_t)(na * batch) * es), *b = malloc((size_t)(nb * b_count) * es);
   void *c = malloc((size_t)(nc * batch) * es), *c0 = malloc((size_t)(nc * batch) * es);
   ck_assert(a && b && c && c0);
   fill_random(t, a, na * batch);
-  fill_random(t, b, nb * batch);
+  fill_random(t, b, nb * b_count);
   if (beta != 0.0)
     fill_random(t, c, nc * batch);
   else
@@ -109,7 +122,7 @@ static void check_problem_parts(gk_dtype t, int64_t m, int64_t n, int64_t k, int
         for (int64_t l = 0; l < k; l++) {
           /* A stored k x m when transposed, B stored n x k */
           double av = get(t, a, q * na + (ta ? l * m + i : i * k + l));
-          double bv = get(t, b, q * nb + (tb ? j * k + l : l * n + j));
+          double bv = get(t, b, (shared_b ? 0 : q * nb) + (tb ? j * k + l : l * n + j));
           sum += av * bv;
           mag += fabs(av * bv);
         }
@@ -138,21 +151,35 @@ static void check_problem_parts(gk_dtype t, int64_t m, int64_t n, int64_t k, int
 
 static void check_problem(gk_dtype t, int64_t m, int64_t n, int64_t k, int64_t batch, bool ta,
                           bool tb, double alpha, double beta) {
-  check_problem_parts(t, m, n, k, batch, ta, tb, alpha, beta, 1);
+  check_problem_parts(t, m, n, k, batch, ta, tb, alpha, beta, 1, false);
 }
 
 /* Parts of one problem together equal the whole, however the rows fall across batch elements
  * (runs that start mid-matrix and cross into the next), and a part count above the rows. */
-START_TEST(split_into_parts) {
-  static const int64_t shapes[][4] = {{7, 5, 3, 1}, {13, 9, 17, 3}, {1, 9, 4, 5}, {33, 17, 65, 2}};
-  static const int64_t parts[] = {2, 3, 7, 40};
-  gk_dtype t = (gk_dtype)_i;
-  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-    for (size_t pi = 0; pi < sizeof parts / sizeof parts[0]; pi++)
+/* Every shape (m, n, k, batch) by every part count and both transposes. */
+static void check_grid(gk_dtype t, const int64_t (*shapes)[4], size_t nshapes,
+                       const int64_t *parts, size_t nparts, bool shared_b) {
+  for (size_t s = 0; s < nshapes; s++)
+    for (size_t pi = 0; pi < nparts; pi++)
       for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
           check_problem_parts(t, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], ta, tb,
-                              ta ? -0.75 : 1.0, tb ? 0.5 : 0.0, parts[pi]);
+                              ta ? -0.75 : 1.0, tb ? 0.5 : 0.0, parts[pi], shared_b);
+}
+
+START_TEST(split_into_parts) {
+  static const int64_t shapes[][4] = {{7, 5, 3, 1}, {13, 9, 17, 3}, {1, 9, 4, 5}, {33, 17, 65, 2}};
+  static const int64_t parts[] = {2, 3, 7, 40};
+  check_grid((gk_dtype)_i, shapes, 4, parts, 4, false);
+}
+END_TEST
+
+/* One B for every batch entry (a 2-D B broadcast): whole, in parts, and as the pieces the GPU
+ * launches (folded into m, or one per batch entry when A is transposed). */
+START_TEST(shared_b) {
+  static const int64_t shapes[][4] = {{7, 5, 3, 4}, {13, 9, 17, 3}, {1, 9, 4, 5}, {5, 6, 7, 1}};
+  static const int64_t parts[] = {0, 1, 3};
+  check_grid((gk_dtype)_i, shapes, 4, parts, 3, true);
 }
 END_TEST
 
@@ -219,6 +246,7 @@ int main(void) {
   tcase_set_timeout(gemm, 60);
   tcase_add_loop_test(gemm, every_form, GK_F32, GK_BF16 + 1);
   tcase_add_loop_test(gemm, split_into_parts, GK_F32, GK_BF16 + 1);
+  tcase_add_loop_test(gemm, shared_b, GK_F32, GK_BF16 + 1);
   tcase_add_loop_test(gemm, bigger_than_any_tile, GK_F32, GK_BF16 + 1);
   tcase_add_test(gemm, malformed_problems);
   tcase_add_test(gemm, scratch_sizes);

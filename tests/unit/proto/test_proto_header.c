@@ -556,7 +556,7 @@ START_TEST(operands_wrong) {
   pack_required(&pk, 1, 1, 1, "f32");
   tp_pack_str(&pk, "abcd");
   tp_pack_bin(&pk, buf, 4);
-  expect_reject_in(&sb, "REQUEST", GP_E_INVALID_ARGUMENT, "a: must be a bin or a region reference map, got a str");
+  expect_reject_in(&sb, "REQUEST", GP_E_INVALID_ARGUMENT, "a: must be a bin, a region reference map or a handle map, got a str");
   msgpack_sbuffer_clear(&sb);
   /* an array where b belongs */
   gemm_start(&pk, 3, 4);
@@ -565,7 +565,7 @@ START_TEST(operands_wrong) {
   msgpack_pack_array(&pk, 4);
   for (int i = 0; i < 4; i++)
     msgpack_pack_uint8(&pk, 0);
-  expect_reject_in(&sb, "REQUEST PAYLOAD", GP_E_INVALID_ARGUMENT, "b: must be a bin or a region reference map, got an array");
+  expect_reject_in(&sb, "REQUEST PAYLOAD", GP_E_INVALID_ARGUMENT, "b: must be a bin, a region reference map or a handle map, got an array");
   msgpack_sbuffer_destroy(&sb);
 }
 END_TEST

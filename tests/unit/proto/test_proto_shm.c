@@ -12,32 +12,11 @@
 
 #define MSGID 77u
 
-/* Decodes sb followed by a ping (msgid 999); checks whole == bytewise and the event types. */
-static tp_trace decode(msgpack_sbuffer *sb, const char *want) {
-  ck_assert_int_eq(gp_encode_request(sb, 999, "ping"), 0);
-  tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_WHOLE, 0);
-  tp_trace b = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_BYTES, 0);
-  ck_assert_msg(tp_trace_equal(&t, &b), "bytewise feeding differs");
-  tp_trace_free(&b);
-  char buf[512], expect[512];
-  snprintf(expect, sizeof expect, "%s REQUEST MESSAGE_END", want);
-  tp_trace_types(&t, buf, sizeof buf);
-  ck_assert_msg(strcmp(buf, expect) == 0, "events \"%s\", expected \"%s\"", buf, expect);
-  msgpack_sbuffer_clear(sb);
-  return t;
-}
+#define decode tp_decode_checked
 
-/* As decode, expecting `before` then a REJECT whose message holds needle. */
+/* A REJECT (INVALID_ARGUMENT) of this file's msgid after `before`, its message holding needle. */
 static void expect_reject(msgpack_sbuffer *sb, const char *before, const char *needle) {
-  char want[256];
-  snprintf(want, sizeof want, "%s%sREJECT", before, *before ? " " : "");
-  tp_trace t = decode(sb, want);
-  const tp_event *rej = &t.ev[t.n - 3];
-  ck_assert_int_eq(rej->err.code, GP_E_INVALID_ARGUMENT);
-  ck_assert_uint_eq(rej->msgid, MSGID);
-  ck_assert_msg(strstr(rej->err.message, needle) != NULL, "message \"%s\" lacks \"%s\"",
-                rej->err.message, needle);
-  tp_trace_free(&t);
+  tp_expect_reject(sb, MSGID, before, GP_E_INVALID_ARGUMENT, needle);
 }
 
 static void pack_ref(msgpack_packer *pk, uint64_t region, uint64_t offset) {

@@ -3,6 +3,8 @@
  */
 #include "tp_util.h"
 
+#include <check.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +64,14 @@ static void record(tp_trace *t, const gp_event *ev) {
     e->gemm = ev->gemm;
     e->has_c = ev->has_c;
     e->arg = ev->arg;
+    e->put = ev->put;
   }
   if (ev->type == GP_EV_OPERAND_REF) {
     e->operand = ev->operand;
     e->region = ev->region;
     e->offset = ev->offset;
+    e->by_handle = ev->by_handle;
+    e->handle = ev->handle;
   }
   if (ev->type == GP_EV_RESPONSE) {
     e->is_gemm_result = ev->is_gemm_result;
@@ -172,7 +177,9 @@ static bool event_equal(const tp_event *a, const tp_event *b) {
       memcmp(&a->result_hdr, &b->result_hdr, sizeof a->result_hdr) != 0 ||
       a->has_result != b->has_result || strcmp(a->result_text, b->result_text) != 0 ||
       a->payload_len != b->payload_len || a->arg != b->arg || a->region != b->region ||
-      a->offset != b->offset)
+      a->offset != b->offset || a->by_handle != b->by_handle || a->handle != b->handle ||
+      a->put.dtype != b->put.dtype || a->put.rows != b->put.rows || a->put.cols != b->put.cols ||
+      a->put.batch != b->put.batch)
     return false;
   if ((a->type == GP_EV_PAYLOAD || a->type == GP_EV_OPERAND_REF) && a->operand != b->operand)
     return false;
@@ -268,4 +275,31 @@ void tp_encode_gemm(msgpack_sbuffer *sb, uint32_t msgid, const gp_gemm_hdr *hdr,
     }
     msgpack_sbuffer_write(sb, (const char *)ops[op], sizes[op]);
   }
+}
+
+tp_trace tp_decode_checked(msgpack_sbuffer *sb, const char *want) {
+  ck_assert_int_eq(gp_encode_request(sb, 999, "ping"), 0);
+  tp_trace t = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_WHOLE, 0);
+  tp_trace b = tp_decode(GP_ROLE_SERVER, NULL, (const uint8_t *)sb->data, sb->size, TP_BYTES, 0);
+  ck_assert_msg(tp_trace_equal(&t, &b), "bytewise feeding differs");
+  tp_trace_free(&b);
+  char buf[512], expect[512];
+  snprintf(expect, sizeof expect, "%s REQUEST MESSAGE_END", want);
+  tp_trace_types(&t, buf, sizeof buf);
+  ck_assert_msg(strcmp(buf, expect) == 0, "events \"%s\", expected \"%s\"", buf, expect);
+  msgpack_sbuffer_clear(sb);
+  return t;
+}
+
+void tp_expect_reject(msgpack_sbuffer *sb, uint32_t msgid, const char *before, int code,
+                      const char *needle) {
+  char want[256];
+  snprintf(want, sizeof want, "%s%sREJECT", before, *before ? " " : "");
+  tp_trace t = tp_decode_checked(sb, want);
+  const tp_event *rej = &t.ev[t.n - 3];
+  ck_assert_int_eq(rej->err.code, code);
+  ck_assert_uint_eq(rej->msgid, msgid);
+  ck_assert_msg(strstr(rej->err.message, needle) != NULL, "message \"%s\" lacks \"%s\"",
+                rej->err.message, needle);
+  tp_trace_free(&t);
 }

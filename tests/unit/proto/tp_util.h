@@ -32,6 +32,9 @@ typedef struct {
                              OPERAND_REF: the operand */
   uint64_t arg;           /* REQUEST: shm_register's size, shm_unregister's region */
   uint64_t region, offset; /* OPERAND_REF */
+  bool by_handle;          /* OPERAND_REF */
+  uint64_t handle;         /* OPERAND_REF when by_handle */
+  gp_put_hdr put;          /* REQUEST of put */
   uint8_t *payload;
   size_t payload_len;
 } tp_event;
@@ -89,5 +92,13 @@ void tp_encode_gemm(msgpack_sbuffer *sb, uint32_t msgid, const gp_gemm_hdr *hdr,
     srunner_free(sr);                                       \
     return failed == 0 ? 0 : 1;                             \
   }
+
+/* Decodes sb followed by a ping (msgid 999) whole and byte by byte (the traces must agree) and
+ * checks the events are `want` then the ping's REQUEST MESSAGE_END; clears sb. Server role. */
+tp_trace tp_decode_checked(msgpack_sbuffer *sb, const char *want);
+/* As tp_decode_checked, expecting `before` then a REJECT of msgid with code, its message
+ * holding needle. */
+void tp_expect_reject(msgpack_sbuffer *sb, uint32_t msgid, const char *before, int code,
+                      const char *needle);
 
 #endif /* TP_UTIL_H */

@@ -1,0 +1,147 @@
+/*
+ * gd_gpu_resident.c - resident operands (protocol put) on the GPU: a job that names one takes
+ * it from a copy in device memory, made once per device when a job there first needs it and
+ * kept until the handle is freed (its connection's end included), instead of the bytes coming
+ * through staging with every gemm.
+ *
+ * The loop (input_resident) only notes the buffer in the job and holds a reference. The worker
+ * (at RUN) looks the buffer up in the device's cache, a list only it touches: found, the
+ * kernel reads the copy; not found and gpu.resident_bytes has room, it allocates the copy from
+ * the device's memory pool on the copy-in stream and copies the host bytes there (pageable:
+ * CUDA stages them before the call returns); no room (or no memory), it copies them into the
+ * job's own block, as staging would have (always for C, which the kernel overwrites with the
+ * result). A freed buffer's copy goes at the worker's next
+ * command or idle pass, freed in order on the compute stream, after every kernel that read it.
+ * A job runs on the device the scheduler picked by load; its resident operands follow it there.
+ */
+#include <stdlib.h>
+
+#include "gd_gpu_internal.h"
+
+struct gd__gpu_res {
+  gd__gpu_res *next;
+  gd_resident_buf *buf; /* referenced while the copy lives */
+  uint8_t *dptr;
+};
+
+bool gd__gpu_op_input_resident(gd_backend *b, gd_job *job, gp_operand op, gd_resident_buf *res) {
+  (void)b;
+  gd__gpu_job *gj = gd__gpu_job_of(job);
+  /* a small job's operands travel side by side in its slot: it takes the bytes as sent */
+  if (!gj || gj->slot || op > GP_OPERAND_C || gj->res[op] || res->bytes != gj->bytes[op])
+    return false;
+  gd__gpu_dev *dev = gj->dev;
+  pthread_mutex_lock(&dev->mu);
+  gd_resident_buf_ref(res);
+  gj->res[op] = res;
+  gj->loop.received += res->bytes; /* counted as landed: nothing of it comes through input() */
+  pthread_mutex_unlock(&dev->mu);
+  return true;
+}
+
+static gd__gpu_res *find(const gd__gpu_dev *dev, const gd_resident_buf *buf) {
+  for (gd__gpu_res *e = dev->res_cache; e; e = e->next)
+    if (e->buf == buf)
+      return e;
+  return NULL;
+}
+
+static void count_h2d(gd__gpu_dev *dev, uint64_t bytes) {
+  pthread_mutex_lock(&dev->mu);
+  dev->bytes_h2d += bytes;
+  pthread_mutex_unlock(&dev->mu);
+}
+
+/* A new device copy of buf, or NULL when gpu.resident_bytes has no room or the device no
+ * memory (the caller then copies into the job); *e is a failed copy's error. */
+static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, cudaError_t *e) {
+  uint64_t limit = dev->be->cfg.resident_bytes;
+  *e = cudaSuccess;
+  if (buf->bytes > limit || dev->res_bytes > limit - buf->bytes)
+    return NULL;
+  gd__gpu_res *entry = malloc(sizeof(*entry));
+  if (!entry)
+    return NULL;
+  void *p = NULL;
+  if (cudaMallocFromPoolAsync(&p, (size_t)buf->bytes, dev->mempool, dev->s_in) != cudaSuccess) {
+    (void)cudaGetLastError(); /* out of memory is not sticky: copy into the job instead */
+    free(entry);
+    return NULL;
+  }
+  *e = cudaMemcpyAsync(p, buf->data, (size_t)buf->bytes, cudaMemcpyHostToDevice, dev->s_in);
+  if (*e != cudaSuccess) {
+    (void)cudaFreeAsync(p, dev->s_in);
+    free(entry);
+    return NULL;
+  }
+  count_h2d(dev, buf->bytes);
+  gd_resident_buf_ref(buf);
+  entry->buf = buf;
+  entry->dptr = p;
+  entry->next = dev->res_cache;
+  dev->res_cache = entry;
+  pthread_mutex_lock(&dev->mu);
+  dev->res_bytes += buf->bytes;
+  dev->res_uploads++;
+  pthread_mutex_unlock(&dev->mu);
+  return entry;
+}
+
+cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3]) {
+  for (int op = 0; op < 3; op++) {
+    ptr[op] = gd__gpu_mem_at(job, job->op_dev[op]);
+    gd_resident_buf *buf = job->res[op];
+    if (!buf)
+      continue;
+    cudaError_t e = cudaSuccess;
+    gd__gpu_res *entry = NULL;
+    if (op != GP_OPERAND_C) { /* C is the kernel's output too: always the job's own copy */
+      entry = find(dev, buf);
+      if (!entry)
+        entry = upload(dev, buf, &e);
+    }
+    if (e != cudaSuccess)
+      return e;
+    if (entry) {
+      ptr[op] = entry->dptr;
+      continue;
+    }
+    e = cudaMemcpyAsync(ptr[op], buf->data, (size_t)buf->bytes, cudaMemcpyHostToDevice,
+                        dev->s_in);
+    if (e != cudaSuccess)
+      return e;
+    count_h2d(dev, buf->bytes);
+  }
+  return cudaSuccess;
+}
+
+void gd__gpu_resident_sweep(gd__gpu_dev *dev, bool all) {
+  for (gd__gpu_res **link = &dev->res_cache; *link;) {
+    gd__gpu_res *entry = *link;
+    if (!all && !gd_resident_buf_freed(entry->buf)) {
+      link = &entry->next;
+      continue;
+    }
+    *link = entry->next;
+    if (!dev->dead && dev->s_compute) /* after every kernel already queued that reads it */
+      (void)cudaFreeAsync(entry->dptr, dev->s_compute);
+    pthread_mutex_lock(&dev->mu);
+    dev->res_bytes -= entry->buf->bytes;
+    pthread_mutex_unlock(&dev->mu);
+    gd_resident_buf_unref(entry->buf);
+    free(entry);
+  }
+}
+
+void gd__gpu_op_resident_freed(gd_backend *b) {
+  gd__gpu_backend *be = (gd__gpu_backend *)b;
+  for (size_t i = 0; i < be->ndev; i++) {
+    gd__gpu_dev *dev = &be->devs[i];
+    pthread_mutex_lock(&dev->mu);
+    if (dev->res_bytes > 0) {
+      dev->res_sweep = true;
+      pthread_cond_signal(&dev->cv);
+    }
+    pthread_mutex_unlock(&dev->mu);
+  }
+}
