@@ -281,10 +281,16 @@ def test_deadline_exceeded(ctx):
                 assert time.monotonic() < wait_until, "the busy jobs never reached the worker"
                 time.sleep(0.005)
             # the busy replies are read meanwhile: on the GPU the jobs after the first get its
-            # memory only once its reply is out
+            # memory only once its reply is out. There, reading starts 0.3 s after the small
+            # request went: read at once, the first job's memory could be free (its reply out,
+            # the next payload still arriving) when the small one asks, and it would start.
             outs = []
-            reader = threading.Thread(target=lambda: outs.extend(
-                busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs))
+            delay = 0.3 * ctx.scale if backend == "gpu" else 0.0
+
+            def read_busy():
+                time.sleep(delay)
+                outs.extend(busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs)
+            reader = threading.Thread(target=read_busy)
             reader.start()
             small = good_hdr(timeout_ms=timeout_ms)
             expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,

@@ -166,7 +166,11 @@ def test_drain_deadline(ctx):
 
     def collect_one(i):
         counts[i] = _collect([batches[i]])
-    h.run_threads(collect_one, len(batches))
+    try:
+        h.run_threads(collect_one, len(batches))
+    except AssertionError:
+        print(d.log_tail(200))  # which requests gemmd answered, and when it closed
+        raise
     done, unavailable = (sum(c[k] for c in counts) for k in (0, 1))
     for sender in senders:
         sender.join(10 * ctx.scale)  # a payload cut short by the drain may end in EPIPE
