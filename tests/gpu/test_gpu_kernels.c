@@ -259,7 +259,7 @@ static void run_case(test_env *env, const test_case *tc)
    * cuBLAS, disagreed with float64 on a few beta != 0 cases while every later one agreed). */
   CUDA_OR_DIE(cudaDeviceSynchronize());
   const gk_problem p = {tc->dtype, tc->fast, tc->trans_a, tc->trans_b, tc->m, tc->n, tc->k,
-                        tc->batch, tc->alpha, tc->beta, d_a, d_b, d_c};
+                        tc->batch, false, tc->alpha, tc->beta, d_a, d_b, d_c};
   const int cc = gk_gpu_ctx_cc(env->ctx);
   void *out = xmalloc(c_bytes);
 
@@ -422,7 +422,7 @@ static int check_registry(bool verbose)
   const int ccs[] = {80, 90};
   for (size_t mi = 0; mi < MODE_COUNT; mi++) {
     for (int c = 0; c < 2; c++) {
-      gk_problem p = {all_modes[mi].dtype, all_modes[mi].fast, false, true, 33, 17, 65, 2, 1.0, 0.0,
+      gk_problem p = {all_modes[mi].dtype, all_modes[mi].fast, false, true, 33, 17, 65, 2, false, 1.0, 0.0,
                       NULL, NULL, NULL};
       const gk_kernel *chosen = gk_select(&p, ccs[c], "auto");
       EXPECT(chosen != NULL && chosen != &gk_kernel_cublas); /* auto never picks the reference */
@@ -437,7 +437,7 @@ static int check_registry(bool verbose)
   }
   /* Malformed problems are refused before anything is launched. */
   int dummy;
-  gk_problem bad = {GK_F32, false, false, false, 0, 4, 4, 1, 1.0, 0.0, &dummy, &dummy, &dummy};
+  gk_problem bad = {GK_F32, false, false, false, 0, 4, 4, 1, false, 1.0, 0.0, &dummy, &dummy, &dummy};
   EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue);
   bad.m = 4;
   EXPECT(gk_problem_check(&bad) == cudaSuccess);
@@ -517,7 +517,7 @@ static void run_bench(test_env *env, int64_t size)
     fill_random(h, mode.dtype, elems);
     CUDA_OR_DIE(cudaMemcpy(d_b, h, bytes, cudaMemcpyHostToDevice));
     CUDA_OR_DIE(cudaDeviceSynchronize()); /* the uploads landed before the timing stream reads */
-    gk_problem p = {mode.dtype, mode.fast, false, false, size, size, size, 1, 1.0, 0.0,
+    gk_problem p = {mode.dtype, mode.fast, false, false, size, size, size, 1, false, 1.0, 0.0,
                     d_a, d_b, d_ref};
     void *ref = xmalloc(bytes);
     const double cublas_ms = time_kernel(env, &gk_kernel_cublas, &p);
