@@ -23,7 +23,7 @@ endif()
 # the client's PASS/FAIL lines, exits 77 without a GPU).
 if(TARGET gemmd)
   add_executable(cuda_ipc_client ${CMAKE_CURRENT_LIST_DIR}/daemon/cuda_ipc_client.c)
-  target_link_libraries(cuda_ipc_client PRIVATE gemmproto gemmhalf CUDA::cudart m)
+  target_link_libraries(cuda_ipc_client PRIVATE gemmclient_static gemmproto gemmhalf CUDA::cudart m)
   add_test(NAME daemon_gpu_cuda_ipc
            COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_cuda_ipc.py
                    --gemmd $<TARGET_FILE:gemmd>)

@@ -118,7 +118,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c)
   target_include_directories(cuda_ipc_client_fake PRIVATE
     ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
-  target_link_libraries(cuda_ipc_client_fake PRIVATE gemmproto gemmhalf Threads::Threads m)
+  target_link_libraries(cuda_ipc_client_fake PRIVATE
+    gemmclient_static gemmproto gemmhalf Threads::Threads m)
   add_test(NAME daemon_fake_cuda_ipc
            COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_cuda_ipc.py
                    --gemmd $<TARGET_FILE:gemmd_fake>)

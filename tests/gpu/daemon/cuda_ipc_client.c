@@ -10,7 +10,8 @@
  * and the result all in that buffer, each checked against a float64 reference; then the
  * attacks: a bad handle, a size larger than the allocation, a range past the region's end, an
  * unknown bus id, a region used after it was unregistered, an IPC operand without an IPC
- * result, malformed params. Prints one PASS or FAIL line per check; exits 0 when all passed,
+ * result, malformed params; and libgemmclient's gc_cuda_register / gc_gemm on device pointers
+ * on a second connection. Prints one PASS or FAIL line per check; exits 0 when all passed,
  * 1 otherwise, 77 when no CUDA device is here.
  */
 #include <cuda_runtime_api.h>
@@ -26,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "gemmclient.h"
 #include "gp_decode.h"
 #include "gp_encode.h"
 #include "gp_half.h"
@@ -431,6 +433,73 @@ static void malformed(env *e) {
   msgpack_sbuffer_destroy(&sb);
 }
 
+/* The daemon's backend_stats.cuda_ipc_in_bytes (-1: unknown). */
+static int64_t ipc_in_bytes(gc_conn *gc) {
+  void *buf = NULL;
+  size_t len = 0;
+  int64_t v = -1;
+  if (gc_stats(gc, 30000, &buf, &len) != 0 ||
+      gc_map_int(buf, len, "backend_stats.cuda_ipc_in_bytes", &v) != 0)
+    v = -1;
+  gc_free(buf);
+  return v;
+}
+
+/* libgemmclient on a second connection: gc_cuda_register, a gc_gemm on device pointers (out
+ * included: sent by reference), gc_cuda_unregister, and one registration left for gc_close. */
+static void through_libgemmclient(env *e, const char *path, const char *bus) {
+  char addr[256];
+  snprintf(addr, sizeof addr, "unix:%s", path);
+  gc_conn *gc = NULL;
+  cudaIpcMemHandle_t h;
+  uint64_t region = 0;
+  int rc = gc_connect(addr, &gc);
+  if (rc == 0 && cudaIpcGetMemHandle(&h, e->dev) != cudaSuccess)
+    abort();
+  if (rc == 0)
+    rc = gc_cuda_register(gc, &h, bus, e->dev, BUF_BYTES, 30000, &region);
+  check(rc == 0 && region > 0, "gc_cuda_register", "%s",
+        gc ? gc_last_error(gc)->message : "gc_connect failed");
+  if (rc != 0) {
+    gc_close(gc);
+    return;
+  }
+  gc_gemm_opts o;
+  gc_gemm_opts_init(&o);
+  o.m = 33, o.n = 17, o.k = 9, o.alpha = 2.0, o.timeout_ms = 60000;
+  size_t na = 33 * 9, nb = 9 * 17, nc = 33 * 17;
+  uint8_t *a = e->host, *b = a + 4 * na, *got = b + 4 * nb;
+  fill(GP_DTYPE_F32, a, na);
+  fill(GP_DTYPE_F32, b, nb);
+  uint8_t *da = e->dev + (1 << 20), *db = da + 8192, *dout = db + 8192;
+  if (cudaMemcpy(da, a, 4 * na, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(db, b, 4 * nb, cudaMemcpyHostToDevice) != cudaSuccess)
+    abort();
+  int64_t in_before = ipc_in_bytes(gc);
+  rc = gc_gemm(gc, &o, da, db, NULL, dout, NULL);
+  /* by reference: the daemon copied a and b device to device (in the fake, device memory is
+   * host memory: bytes sent on the socket would give the same result) */
+  check(rc != 0 || ipc_in_bytes(gc) - in_before == (int64_t)(4 * (na + nb)),
+        "gc_gemm sends device operands by reference", "cuda_ipc_in_bytes grew by %lld",
+        (long long)(ipc_in_bytes(gc) - in_before));
+  if (rc == 0 && cudaMemcpy(got, dout, 4 * nc, cudaMemcpyDeviceToHost) != cudaSuccess)
+    abort();
+  gp_gemm_hdr hdr;
+  gp_gemm_hdr_init(&hdr);
+  hdr.dtype = GP_DTYPE_F32, hdr.m = 33, hdr.n = 17, hdr.k = 9, hdr.alpha = 2.0;
+  double scale, err = rc == 0 ? max_error(&hdr, a, b, NULL, got, &scale) : 1e9;
+  check(rc == 0 && err <= tolerance(GP_DTYPE_F32, 9) * scale, "gc_gemm on device pointers",
+        "rc %d (%s), max error %g", rc, gc_last_error(gc)->message, err);
+  rc = gc_cuda_unregister(gc, e->dev, 30000);
+  check(rc == 0, "gc_cuda_unregister", "%s", gc_last_error(gc)->message);
+  check(gc_cuda_unregister(gc, e->dev, 30000) == GC_E_INVALID_ARGUMENT,
+        "gc_cuda_unregister twice", "not refused");
+  rc = gc_cuda_register(gc, &h, bus, e->dev, BUF_BYTES, 30000, NULL);
+  check(rc == 0, "gc_cuda_register again (left for gc_close)", "%s",
+        gc_last_error(gc)->message);
+  gc_close(gc);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s SOCKET_PATH DEVICE\n", argv[0]);
@@ -475,6 +544,7 @@ int main(int argc, char **argv) {
       one_gemm(&e, t, v & 1, v & 2, v != 1, v == 3 ? 3 : 1);
   attacks(&e, bus, device);
   malformed(&e);
+  through_libgemmclient(&e, argv[1], bus);
   /* the region stays registered: the connection's close must release it (the caller checks
    * stats afterwards) */
   conn_close(&c);
