@@ -24,6 +24,7 @@ if(TARGET gemmd)
     shm                 # shared-memory regions: operands and results, every misuse
     auth                # auth.token_file, the auth method, exposed TCP refused without a token
     resident            # put / free, {"handle": N} operands, broadcast_b, quotas
+    cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)

@@ -48,5 +48,46 @@ def test_cuda_ipc_client(ctx):
             assert "cuda_ipc" in c.call("info")["features"]
 
 
+def register(client, bus, nbytes=4096):
+    return client.call("cuda_register",
+                       [{"handle": bytes(64), "pci_bus_id": bus, "bytes": nbytes}])
+
+
+def expect(code, needle, fn, *args):
+    try:
+        fn(*args)
+    except h.RpcError as exc:
+        assert exc.code == code and needle in exc.message, exc
+        return
+    raise AssertionError("not refused: want %s" % code)
+
+
+def test_disabled_and_tcp(ctx):
+    with e2e.gpu_daemon(ctx, config={"cuda_ipc": {"enabled": False}}) as d, d.connect() as c:
+        assert "cuda_ipc" not in c.call("info")["features"]
+        expect("INVALID_ARGUMENT", "cuda_ipc.enabled", register, c, "0000:10:00.0")
+        assert c.call("ping") == "pong"
+    with e2e.gpu_daemon(ctx, tcp=True) as d, d.connect("tcp") as c:
+        assert "cuda_ipc" not in c.call("info")["features"]
+        expect("INVALID_ARGUMENT", "Unix socket", register, c, "0000:10:00.0")
+        assert c.call("ping") == "pong"
+
+
+def test_quota(ctx):
+    """cuda_ipc.max_regions_per_connection, counted apart from shm regions (fake bus id: only
+    over gemmd_fake, where device 0 is 0000:10:00.0)."""
+    if not os.path.basename(ctx.gemmd).endswith("_fake"):
+        raise h.Skip("needs gemmd_fake's bus ids")
+    config = {"cuda_ipc": {"max_regions_per_connection": 2}, "shm": {"max_regions_per_connection": 1}}
+    with e2e.gpu_daemon(ctx, config=config) as d, d.connect() as c:
+        first = register(c, "0000:10:00.0")["region"]
+        register(c, "10:00.0")
+        expect("RESOURCE_EXHAUSTED", "cuda_ipc.max_regions_per_connection", register, c,
+               "0000:10:00.0")
+        assert c.call("shm_unregister", [first]) is None
+        register(c, "0000:10:00.0")
+        assert c.call("stats")["cuda_ipc_regions"] == 2
+
+
 if __name__ == "__main__":
-    sys.exit(e2e.gpu_main([test_cuda_ipc_client]))
+    sys.exit(e2e.gpu_main([test_cuda_ipc_client, test_disabled_and_tcp, test_quota]))
