@@ -307,6 +307,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   }
   h->p = *p;
   h->n = n;
+  h->registered = false;
   pthread_mutex_lock(&g_mu);
   h->next = g_host;
   g_host = h;
