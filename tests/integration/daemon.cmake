@@ -116,7 +116,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   add_executable(cuda_ipc_client_fake
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/cuda_ipc_client.c
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c
-    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c)
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c
+    ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c)
   target_include_directories(cuda_ipc_client_fake PRIVATE
     ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
   target_link_libraries(cuda_ipc_client_fake PRIVATE
