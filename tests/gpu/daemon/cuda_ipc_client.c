@@ -66,6 +66,7 @@ typedef struct {
   int64_t region;        /* a map result's "region" (-1: none) */
   bool cuda_ipc_feature; /* an info result's features list "cuda_ipc" */
   bool result_in_shm;    /* a gemm's [out_hdr, nil] */
+  uint32_t msgid;
 } reply;
 
 static int conn_open(conn *c, const char *path) {
@@ -119,13 +120,9 @@ static void read_result(const msgpack_object *o, reply *r) {
   }
 }
 
-/* Sends the request in sb and reads its reply (every event up to its MESSAGE_END). */
-static reply call(conn *c, msgpack_sbuffer *sb) {
+/* Reads the next reply (every event up to its MESSAGE_END). */
+static reply read_reply(conn *c) {
   reply r = {.region = -1};
-  bool sent = send_all(c, sb->data, sb->size);
-  msgpack_sbuffer_clear(sb);
-  if (!sent)
-    return r;
   bool need_more = c->at == c->have; /* else events may wait in the decoder: feed first */
   for (;;) {
     if (need_more) {
@@ -143,6 +140,7 @@ static reply call(conn *c, msgpack_sbuffer *sb) {
     if (ev.type == GP_EV_FATAL)
       return r;
     if (ev.type == GP_EV_RESPONSE) {
+      r.msgid = ev.msgid;
       r.err = ev.err;
       r.result_in_shm = ev.result_in_shm;
       if (!ev.err.code && !ev.is_gemm_result)
@@ -153,6 +151,13 @@ static reply call(conn *c, msgpack_sbuffer *sb) {
       return r;
     }
   }
+}
+
+/* Sends the request in sb and reads its reply. */
+static reply call(conn *c, msgpack_sbuffer *sb) {
+  bool sent = send_all(c, sb->data, sb->size);
+  msgpack_sbuffer_clear(sb);
+  return sent ? read_reply(c) : (reply){.region = -1};
 }
 
 static reply cuda_register(conn *c, const void *handle, const char *bus, uint64_t bytes,
@@ -181,21 +186,30 @@ static reply simple(conn *c, const char *method, bool with_arg, uint64_t arg) {
   return r;
 }
 
-/* A gemm whose operands (NULL offset: c absent) and result are all in region, at offsets. */
-static reply gemm_in_region(conn *c, gp_gemm_hdr hdr, uint64_t region, const uint64_t off[3],
-                            bool with_c, uint64_t out_region, uint64_t out_off) {
+/* Encodes a gemm whose operand op lies at off[op] in region reg[op] (c absent unless with_c)
+ * and whose result goes at out_off in out_region. */
+static void encode_gemm(msgpack_sbuffer *sb, gp_gemm_hdr hdr, const uint64_t reg[3],
+                        const uint64_t off[3], bool with_c, uint64_t out_region,
+                        uint64_t out_off) {
   hdr.has_out = true;
   hdr.out_region = out_region;
   hdr.out_offset = out_off;
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  if (gp_encode_gemm_request_hdr(&sb, ++g_msgid, &hdr, with_c) != GP_OK)
+  if (gp_encode_gemm_request_hdr(sb, ++g_msgid, &hdr, with_c) != GP_OK)
     abort();
   for (int op = 0; op < (with_c ? 3 : 2); op++) {
     uint8_t ref[GP_SHM_REF_MAX];
-    size_t n = gp_encode_shm_ref(ref, region, off[op]);
-    msgpack_sbuffer_write(&sb, (const char *)ref, n);
+    size_t n = gp_encode_shm_ref(ref, reg[op], off[op]);
+    msgpack_sbuffer_write(sb, (const char *)ref, n);
   }
+}
+
+/* A gemm whose operands (c only when with_c) are all in region, at offsets. */
+static reply gemm_in_region(conn *c, gp_gemm_hdr hdr, uint64_t region, const uint64_t off[3],
+                            bool with_c, uint64_t out_region, uint64_t out_off) {
+  const uint64_t reg[3] = {region, region, region};
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  encode_gemm(&sb, hdr, reg, off, with_c, out_region, out_off);
   reply r = call(c, &sb);
   msgpack_sbuffer_destroy(&sb);
   return r;
@@ -403,6 +417,52 @@ static void attacks(env *e, const char *bus, int device) {
                  "not registered", "region used after unregister");
 }
 
+/* A region unregistered while a gemm still reads it: the daemon keeps the handle open until
+ * that job is done (A in region 2, which is unregistered right behind the gemm request, without
+ * waiting for its reply), and the result is right. */
+static void unregister_in_flight(env *e, const char *bus, int device) {
+  cudaIpcMemHandle_t h;
+  if (cudaIpcGetMemHandle(&h, e->dev) != cudaSuccess)
+    abort();
+  reply r = cuda_register(e->c, &h, bus, BUF_BYTES, device);
+  if (r.region <= 0) {
+    check(false, "unregister in flight", "register: %s", r.err.message);
+    return;
+  }
+  gp_gemm_hdr hdr;
+  gp_gemm_hdr_init(&hdr);
+  hdr.dtype = GP_DTYPE_F32;
+  hdr.m = hdr.n = hdr.k = 192;
+  size_t n = 192 * 192;
+  uint8_t *a = e->host, *b = a + 4 * n, *got = b + 4 * n;
+  fill(GP_DTYPE_F32, a, n);
+  fill(GP_DTYPE_F32, b, n);
+  const uint64_t reg[3] = {(uint64_t)r.region, e->region, 0};
+  const uint64_t off[3] = {2u << 20, 3u << 20, 0};
+  const uint64_t out = 4u << 20;
+  if (cudaMemcpy(e->dev + off[0], a, 4 * n, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(e->dev + off[1], b, 4 * n, cudaMemcpyHostToDevice) != cudaSuccess)
+    abort();
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  encode_gemm(&sb, hdr, reg, off, false, e->region, out);
+  uint32_t gemm_id = g_msgid;
+  if (gp_encode_request_u64(&sb, ++g_msgid, "shm_unregister", (uint64_t)r.region) != GP_OK ||
+      !send_all(e->c, sb.data, sb.size))
+    abort();
+  msgpack_sbuffer_destroy(&sb);
+  reply first = read_reply(e->c), second = read_reply(e->c);
+  reply g = first.msgid == gemm_id ? first : second, u = first.msgid == gemm_id ? second : first;
+  check(u.ok && !u.err.code, "unregister behind a gemm that reads the region", "%s",
+        u.err.message);
+  double scale = 1, err = 1e9;
+  if (g.ok && !g.err.code &&
+      cudaMemcpy(got, e->dev + out, 4 * n, cudaMemcpyDeviceToHost) == cudaSuccess)
+    err = max_error(&hdr, a, b, NULL, got, &scale);
+  check(err <= tolerance(GP_DTYPE_F32, 192) * scale, "that gemm's result",
+        "%s, max error %g", g.ok ? g.err.message : "no reply", err);
+}
+
 /* [0, msgid, "cuda_register", [{"bytes": 4096 and, with a handle, "handle": bin of len}]]. */
 static void pack_register(msgpack_packer *pk, bool with_handle, size_t len) {
   static const uint8_t bytes[GP_CUDA_IPC_HANDLE_BYTES];
@@ -544,6 +604,7 @@ int main(int argc, char **argv) {
       one_gemm(&e, t, v & 1, v & 2, v != 1, v == 3 ? 3 : 1);
   attacks(&e, bus, device);
   malformed(&e);
+  unregister_in_flight(&e, bus, device);
   through_libgemmclient(&e, argv[1], bus);
   /* the region stays registered: the connection's close must release it (the caller checks
    * stats afterwards) */
