@@ -58,7 +58,6 @@ typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
 typedef struct gd__gpu_reg gd__gpu_reg;
 typedef struct gd__gpu_res gd__gpu_res;
-typedef struct gd__gpu_ipc gd__gpu_ipc;
 
 #define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
@@ -74,8 +73,6 @@ typedef enum {
   GD__CMD_SMALL_RUN, /* loop: a small job's payload is in its slot: copy, compute, copy (job) */
   GD__CMD_REG,      /* loop: a shared-memory region to register for DMA (gd_gpu_shm.c) */
   GD__CMD_UNREG,    /* loop: its last reference went: unregister, unmap, forget it */
-  GD__CMD_IPC_OPEN, /* loop: a CUDA IPC region to open on this device (gd_gpu_ipc.c) */
-  GD__CMD_IPC_CLOSE, /* loop: its last reference went: close it, forget it */
 } gd__gpu_cmd_type;
 
 struct gd__gpu_cmd {
@@ -167,13 +164,6 @@ struct gd__gpu_job {
   const uint8_t *mapped_in[3];
   uint8_t *mapped_out;
   gd__gpu_buf direct_out;
-  /* CUDA IPC regions (gd_gpu_ipc.c), set on the loop before submit under mu: operands and C
-   * in a client's device memory, at these offsets. At RUN the worker turns them into
-   * mapped_in / mapped_out (device pointers: the copies are device to device). */
-  gd__gpu_ipc *ipc_in[3];
-  uint64_t ipc_in_off[3];
-  gd__gpu_ipc *ipc_out;
-  uint64_t ipc_out_off;
   gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
 
   /* The loop thread only. */
@@ -226,9 +216,6 @@ struct gd__gpu_dev {
   gd__gpu_backend *be;
   int ordinal;
   gd_device_info info;
-  bool pci_known;               /* pci: domain, bus, device of its PCI function (cuda_register) */
-  unsigned pci[3];
-  struct gd__gpu_ipc_map *ipc_maps; /* worker: the IPC handles open on it (gd_gpu_ipc.c) */
 
   pthread_t thread;
   bool thread_started;
@@ -302,9 +289,6 @@ struct gd__gpu_backend {
   uint64_t reg_refused;         /* not tried: over shm.gpu_register_max_bytes */
   bool reg_over_logged, reg_fail_logged;
   uint64_t direct_in_bytes, direct_out_bytes; /* copied straight from or into regions */
-  /* CUDA IPC regions (gd_gpu_ipc.c), under reg_mu. */
-  gd__gpu_ipc *ipcs;            /* every entry not yet closed */
-  uint64_t ipc_open, ipc_opened, ipc_failures, ipc_in_bytes, ipc_out_bytes;
 };
 
 /* ---- gd_gpu_device.c ---- */
@@ -433,9 +417,6 @@ void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);
 /* Takes the job's load off its device, once. */
 void gd__gpu_job_retire(gd__gpu_job *job);
-/* Under mu: the job's C goes straight from the device to host (a registered region) or to
- * device memory (a CUDA IPC region, set at RUN): its one direct_out chunk. */
-void gd__gpu_direct_out_init(gd__gpu_job *gj, uint8_t *host);
 /* Gives the job's pool bytes back and hands memory to the jobs waiting for it. */
 void gd__gpu_job_free_mem(gd__gpu_job *job);
 /* A staging buffer was freed: wake the sessions paused for one. */
@@ -481,30 +462,6 @@ void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
 /* regions, bytes, failures, refused, direct in bytes, direct out bytes */
 void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]);
-
-
-/* ---- gd_gpu_ipc.c: CUDA IPC regions (loop ops; worker commands) ---- */
-#define GD__GPU_IPC_STATS 5
-/* At start (no lock): dev's PCI address, for finding it by bus id. */
-void gd__gpu_ipc_describe(gd__gpu_dev *dev);
-int gd__gpu_op_device_region_open(gd_backend *b, gd_region *r, const char *pci_bus_id,
-                                  gp_error *err);
-bool gd__gpu_op_input_device(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
-                             uint64_t offset);
-bool gd__gpu_op_output_device(gd_backend *b, gd_job *job, gd_region *r, uint64_t offset);
-/* Loop: the region's last reference went: its worker closes it. */
-void gd__gpu_ipc_gone(gd_region *r);
-/* Worker: GD__CMD_IPC_OPEN or GD__CMD_IPC_CLOSE. */
-void gd__gpu_ipc_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
-/* Worker, at RUN: the job's CUDA IPC operands and result as device pointers; false when one
- * could not be opened (the job failed: INVALID_ARGUMENT). */
-bool gd__gpu_ipc_resolve(gd__gpu_dev *dev, gd__gpu_job *job);
-/* Worker: bytes copied from (in) or into (out) CUDA IPC regions. */
-void gd__gpu_ipc_count(gd__gpu_backend *be, uint64_t in, uint64_t out);
-/* After every worker stopped: forgets the entries still held. */
-void gd__gpu_ipc_destroy(gd__gpu_backend *be);
-/* open now, opened since start, failures, in bytes, out bytes */
-void gd__gpu_ipc_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_IPC_STATS]);
 
 /* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);

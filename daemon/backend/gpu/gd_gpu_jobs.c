@@ -197,15 +197,3 @@ void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
   }
   pthread_mutex_unlock(&dev->mu);
 }
-
-void gd__gpu_direct_out_init(gd__gpu_job *gj, uint8_t *host) {
-  gd__gpu_buf *buf = &gj->direct_out;
-  gj->mapped_out = host;
-  buf->dev = gj->dev;
-  buf->is_out = true;
-  buf->host = host;
-  buf->cap = (size_t)gj->c_bytes;
-  buf->state = GD__BUF_FREE;
-  buf->done = (gd__gpu_cmd){.type = GD__CMD_OUT_DONE, .buf = buf};
-  buf->cmd = (gd__gpu_cmd){.buf = buf};
-}

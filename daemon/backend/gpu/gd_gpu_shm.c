@@ -135,12 +135,19 @@ bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t 
   /* a small job's C leaves with its slot in one copy already */
   if (!gj || gj->slot || !registered((gd__gpu_backend *)b, r))
     return false;
+  gd__gpu_buf *buf = &gj->direct_out;
   pthread_mutex_lock(&gj->dev->mu);
-  gd__gpu_direct_out_init(gj, ptr);
+  gj->mapped_out = ptr;
+  buf->dev = gj->dev;
+  buf->is_out = true;
+  buf->host = ptr;
+  buf->cap = (size_t)gj->c_bytes;
+  buf->state = GD__BUF_FREE;
+  buf->done = (gd__gpu_cmd){.type = GD__CMD_OUT_DONE, .buf = buf};
+  buf->cmd = (gd__gpu_cmd){.buf = buf};
   pthread_mutex_unlock(&gj->dev->mu);
   return true;
 }
-
 
 bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                              const uint8_t *ptr) {

@@ -14,8 +14,6 @@
  *   REG/UNREG a shared-memory region pinned for DMA, or let go of (gd_gpu_shm.c). A job whose
  *             operands lie in a registered region copies them straight from there at RUN,
  *             and one whose result goes into one copies C straight there in one chunk.
- *   IPC_*     a client's CUDA IPC handle opened on this device, or closed (gd_gpu_ipc.c); a
- *             job naming one copies device to device from and into that memory.
  *   OUT_*     C leaves the device in chunks of staging_bytes into the free
  *             output buffers on the copy-out stream (which waits for the
  *             kernel's event); each chunk's host func queues OUT_DONE and the
@@ -145,7 +143,7 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 /* The copies straight from registered regions (mapped_in) on the copy-in stream, after every
  * staged copy of the job: the event recorded after them covers both. */
 static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
-  uint64_t bytes = 0, ipc_bytes = 0;
+  uint64_t bytes = 0;
   cudaError_t e = cudaSuccess;
   for (int op = 0; op < 3 && e == cudaSuccess; op++) {
     if (!job->mapped_in[op])
@@ -153,15 +151,11 @@ static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
     if (!job->work.direct_in)
       e = cudaEventRecord(job->work.ev_d0, dev->s_in);
     job->work.direct_in = true;
-    bool ipc = job->ipc_in[op] != NULL; /* a client's device memory, else registered pages */
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op]), job->mapped_in[op],
-                          (size_t)job->bytes[op],
-                          ipc ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, dev->s_in);
-    *(ipc ? &ipc_bytes : &bytes) += job->bytes[op];
+                          (size_t)job->bytes[op], cudaMemcpyHostToDevice, dev->s_in);
+    bytes += job->bytes[op];
   }
-  if (e == cudaSuccess && ipc_bytes > 0)
-    gd__gpu_ipc_count(dev->be, ipc_bytes, 0);
   if (e == cudaSuccess && bytes > 0) {
     pthread_mutex_lock(&dev->mu);
     dev->bytes_h2d += bytes;
@@ -221,7 +215,7 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (!gd__gpu_run_admit(dev, job, job->work.dptr != NULL, gd_now_us()) ||
-      !gd__gpu_ipc_resolve(dev, job) || !run_launch(dev, job)) {
+      !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
@@ -297,9 +291,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (e == cudaSuccess) {
     what = "copy out";
     e = cudaMemcpyAsync(buf->host, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off), n,
-                        buf == &job->direct_out && job->ipc_out ? cudaMemcpyDeviceToDevice
-                                                                : cudaMemcpyDeviceToHost,
-                        dev->s_out);
+                        cudaMemcpyDeviceToHost, dev->s_out);
     queued = e == cudaSuccess;
   }
   if (e == cudaSuccess)
@@ -366,14 +358,10 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     job->work.first_out_len = buf->fill;
     first_chunk_timings(dev, job, ms);
   }
-  bool ipc = buf == &job->direct_out && job->ipc_out; /* into a client's device memory */
-  if (ipc)
-    gd__gpu_ipc_count(dev->be, 0, buf->fill);
-  else if (buf == &job->direct_out)
+  if (buf == &job->direct_out)
     gd__gpu_reg_count_direct(dev->be, 0, buf->fill);
   pthread_mutex_lock(&dev->mu);
-  if (!ipc)
-    dev->bytes_d2h += buf->fill;
+  dev->bytes_d2h += buf->fill;
   bool posted = false;
   if (!job->failed && job->owner && !dev->stopping) {
     if (buf->dst == 0)
@@ -447,10 +435,6 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   case GD__CMD_REG:
   case GD__CMD_UNREG:
     gd__gpu_reg_handle(dev, cmd);
-    break;
-  case GD__CMD_IPC_OPEN:
-  case GD__CMD_IPC_CLOSE:
-    gd__gpu_ipc_handle(dev, cmd);
     break;
   }
 }
