@@ -278,16 +278,12 @@ static void op_release(gd_backend *b, gd_job *job) {
 }
 
 /* Host memory a GPU job holds: its payload goes through the preallocated pinned staging, so
- * only a spill (at most what the session had read when it was paused) is its own; and its
- * result, which is copied off staging into host memory for a client that does not take it
- * within gpu.staging_hold_ms (without it, 4 clients that never read held 1 GiB of copies on 2
- * H100s against the 96 MiB budget of load_nonreaders: a job reserved only its 256 KiB payload). */
+ * only a spill (at most what the session had read when it was paused) is its own. */
 static uint64_t op_host_bytes(gd_backend *b, const gd_job *job) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   uint64_t total = job->operand_bytes[GP_OPERAND_A] + job->operand_bytes[GP_OPERAND_B] +
                    (job->has_c ? job->operand_bytes[GP_OPERAND_C] : 0);
-  uint64_t spill = total < be->cfg.staging_bytes ? total : be->cfg.staging_bytes;
-  return spill + job->operand_bytes[GP_OPERAND_C]; /* both bounded by the protocol's limits */
+  return total < be->cfg.staging_bytes ? total : be->cfg.staging_bytes;
 }
 
 static void dev_teardown(gd__gpu_dev *dev) {
