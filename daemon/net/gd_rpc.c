@@ -23,7 +23,6 @@ static gd_session *session_of(gd_conn *c) { return (gd_session *)c; /* conn is f
 
 static void process(gd_session *s);
 static void update_timer(gd_session *s);
-static void wake(gd_session *s);
 static void on_timer(uv_timer_t *timer);
 
 /* ---- replies ---------------------------------------------------------------- */
@@ -169,8 +168,6 @@ void gd_rpc_kick(gd_conn *c) {
   gd_session *s = session_of(c);
   if (c->closing)
     return;
-  if (s->waiting && !s->in_line && gd_replyq_backlog(&c->out) < s->wait_backlog)
-    wake(s); /* over its share, counting its unread replies: its client read some */
   if (s->eof) {
     if (c->calls.in_flight == 0 && c->out.writes == 0)
       gd_conn_close(c, s->hangup ? "invalid token" : "closed by client");
@@ -266,11 +263,8 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
 static gd_sched_share share_of(const gd_session *s) {
   const gd_server *d = s->d;
   double budget = (double)gd_sched_get_limits(d->sched).memory_budget;
-  /* Replies its client has not read yet count too: on the GPU a computed result leaves the
-   * budget at once (copied off staging for a slow reader), and without them a client that never
-   * reads would have every job it may pipeline computed and copied, its share notwithstanding. */
   gd_sched_share share = {
-      .conn_used = s->conn.calls.reserved + gd_replyq_backlog(&s->conn.out),
+      .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
       .prefer_device = s->conn.resident.last_device};
@@ -355,7 +349,6 @@ static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int
   s->wait_hdr = *hdr;
   s->wait_has_c = has_c;
   s->wait_since_us = gd_now_us();
-  s->wait_backlog = gd_replyq_backlog(&s->conn.out);
   if (s->in_line)
     wait_link(s);
   else
@@ -437,8 +430,6 @@ static void retry_admission(gd_session *s) {
   s->wake = false;
   int rc = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
   bool still = s->in_line ? rc == GD_SCHED_FULL : rc == GD_SCHED_OVER_SHARE;
-  if (still)
-    s->wait_backlog = gd_replyq_backlog(&s->conn.out);
   if (!still) {
     gp_gemm_hdr hdr = s->wait_hdr;
     bool has_c = s->wait_has_c;

@@ -66,7 +66,6 @@ struct gd_session {
   gp_gemm_hdr wait_hdr;
   bool wait_has_c;
   uint64_t wait_since_us;
-  uint64_t wait_backlog;   /* over its share: its unread reply bytes when last tried */
   struct gd_session *wait_prev, *wait_next;
 };
 
