@@ -24,6 +24,7 @@ import numpy as np
 
 from . import _address, _auth
 from ._arrays import Problem, Resident, byte_view, put_params, wire_dtype
+from ._autoshm import Scratch
 from ._shm import Region, Regions, new_memfd, region_size
 from ._calls import Call, Table, zeros_like_pieces
 from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
@@ -150,11 +151,14 @@ class Client:
     noticed at once). connect_timeout: how long connecting may take. token: sent first on
     every TCP connection (str or bytes; None: $GEMMD_TOKEN, else the file $GEMMD_TOKEN_FILE
     names, else no token). retries: how many times a gemm is sent again after its connection
-    was lost or the daemon answered UNAVAILABLE (0: never).
+    was lost or the daemon answered UNAVAILABLE (0: never). auto_shm: on a daemon that offers
+    shared memory (a Unix socket), gemm() copies operands of shm_min_bytes or more (together)
+    into a region of this client's and has the result written there, instead of sending them
+    over the socket (see gemmd._autoshm).
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=10.0, token=None,
-                 retries=2):
+                 retries=2, auto_shm=True, shm_min_bytes=1 << 20):
         self.addresses = _address.resolve_list(address)
         self.address = self.addresses[0]    # the one the connection is to (set on connecting)
         if not isinstance(retries, int) or retries < 0:
@@ -172,6 +176,7 @@ class Client:
         self._lock = threading.RLock()      # the table, the send queue, the socket's writes
         self._cond = threading.Condition(threading.Lock())
         self._driving = False
+        self._scratch = Scratch(self, shm_min_bytes) if auto_shm else None
         self._open()
 
     def _open(self):
@@ -249,9 +254,26 @@ class Client:
         whole call and is sent to the daemon too; on expiry gemmd.Timeout is raised and out
         may hold part of a result."""
         timeout = self.timeout if timeout is None else timeout
-        future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
-                             trans_b=trans_b, precision=precision, timeout=timeout, out=out)
-        return self._finish(future, timeout)
+        staged = None
+        if self._scratch is not None:
+            staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out)
+        if staged is None:
+            future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
+                                 trans_b=trans_b, precision=precision, timeout=timeout, out=out)
+            return self._finish(future, timeout)
+        ok = False
+        try:
+            sa, sb, sc, sout = staged
+            future = self.submit(sa, sb, sc, alpha=alpha, beta=beta, trans_a=trans_a,
+                                 trans_b=trans_b, precision=precision, timeout=timeout, out=sout)
+            self._finish(future, timeout)
+            ok = True
+        finally:
+            result = sout.copy() if ok and out is None else None
+            if ok and out is not None:
+                np.copyto(out, sout)
+            self._scratch.done(ok)
+        return out if out is not None else result
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                precision="exact", timeout=None, out=None):
@@ -315,6 +337,12 @@ class Client:
         with self._lock:
             self._regions.add(Region(reply["region"], mapping, size))
         return np.frombuffer(mapping, dtype, count).reshape(shape)
+
+    def _in_region(self, array):
+        """Whether array's first byte lies in a region of the current connection."""
+        start = array.__array_interface__["data"][0]
+        with self._lock:
+            return any(r.start <= start < r.start + r.size for r in self._regions.all())
 
     def shm_free(self, array, timeout=None):
         """Unregisters the region array lives in (from shm_array). The array stays valid

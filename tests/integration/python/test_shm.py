@@ -152,3 +152,32 @@ def test_regions_after_an_idle_close(fresh_daemon, rng):
         assert c.stats()["shm_regions"] == 1
         c.shm_free(fresh)
     d.stop()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_auto_shm(daemon, rng, dtype):
+    """gemm() of plain arrays of 1 MiB or more goes through a scratch region by itself: the
+    result is right (transposed views, c and beta, out= included), nothing but framing crosses
+    the socket, and the scratch is registered once; auto_shm=False sends the bytes."""
+    m, n, k = 400, 360, 700          # a and b: over 1 MiB together in every dtype
+    a, b = h.random_operands(rng, m, n, k, dtype, True, False)   # a as k x m: op(a) = a.T
+    c = h.round_to(rng.uniform(-1, 1, (m, n)), dtype)
+    typed = [h.f32_to_bf16_bits(x.astype(np.float32)) if dtype == "bf16" else x.astype(NP[dtype])
+             for x in (a, b, c)]
+    with gemmd.Client(daemon.address(), timeout=120 * daemon.scale) as client:
+        before = client.stats()
+        got = client.gemm(typed[0], typed[1], typed[2], alpha=0.5, beta=-1.0, trans_a=True)
+        h.assert_close(as_f64(got, dtype), a, b, c, 0.5, -1.0, True, False, dtype, "auto shm")
+        out = np.zeros((m, n), NP[dtype])
+        again = client.gemm(typed[0], typed[1], trans_a=True, out=out)
+        assert again is out
+        h.assert_close(as_f64(out, dtype), a, b, None, 1.0, 0.0, True, False, dtype,
+                       "auto shm, out=")
+        after = client.stats()
+        assert after["bytes_in"] - before["bytes_in"] < 64 * 1024, "operands went over the socket"
+        assert after["shm_regions"] - before["shm_regions"] == 1, "one scratch region"
+    with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, auto_shm=False) as plain:
+        before = plain.stats()["bytes_in"]
+        got = plain.gemm(typed[0], typed[1], trans_a=True)
+        h.assert_close(as_f64(got, dtype), a, b, None, 1.0, 0.0, True, False, dtype, "no shm")
+        assert plain.stats()["bytes_in"] - before >= typed[0].nbytes + typed[1].nbytes
