@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -315,8 +316,17 @@ static void drop_buffer(cpu_backend *cb, cpu_job *cj, gp_operand operand) {
   cj->cap[operand] = 0;
 }
 
+/* Whether ptr may be read as the job's elements in place: a client may name any byte offset,
+ * and the kernels load whole elements (the socket fuzzer's odd offset for f16 was a misaligned
+ * uint16_t load under UBSan). An unaligned operand takes the copy into our buffer instead. */
+static bool aligned_for(const gd_job *job, const uint8_t *ptr) {
+  return (uintptr_t)ptr % gp_dtype_size(job->hdr.dtype) == 0;
+}
+
 static bool cpu_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr) {
   (void)r;
+  if (!aligned_for(job, ptr))
+    return false;
   cpu_job *cj = job->backend_data;
   drop_buffer(cpu_of(b), cj, GP_OPERAND_C);
   cj->c = ptr;
@@ -329,6 +339,8 @@ static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
   cpu_job *cj = job->backend_data;
   if (operand != GP_OPERAND_A && operand != GP_OPERAND_B)
     return false; /* C is written where it is read: it must be copied there */
+  if (!aligned_for(job, ptr))
+    return false;
   drop_buffer(cpu_of(b), cj, operand);
   cj->in[operand] = ptr;
   return true;
