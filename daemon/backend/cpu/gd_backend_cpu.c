@@ -11,8 +11,8 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
