@@ -75,7 +75,7 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   int64_t timeout;
   gc_error err;
   void *user = NULL;
-  uint64_t handles[3];
+  uint64_t handles[3] = {0, 0, 0};
   if (opts_to_hdr(opts, &hdr, &timeout, &user, handles, &err) != 0) return 0;
   gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
   if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
@@ -139,7 +139,7 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   int64_t timeout_ms;
   void *user = NULL;
   gc_error err;
-  uint64_t handles[3];
+  uint64_t handles[3] = {0, 0, 0};
   if (req != NULL) *req = 0;
   if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, handles, &err) != 0)
     return gc__conn_fail(conn, &err);
