@@ -317,6 +317,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   }
   h->p = *p;
   h->n = n;
+  h->registered = false; /* ours: cudaFreeHost frees it */
   pthread_mutex_lock(&g_mu);
   h->next = g_host;
   g_host = h;
