@@ -126,7 +126,8 @@ typedef enum {
   FAKE_ONE_SHOT,  /* answers one request per connection, then closes it once the test says
                      (fake_close_idle: an idle timeout) */
   FAKE_IN_ORDER,  /* answers each request as it ends */
-  FAKE_UNAVAILABLE_ONE,   /* the first connection answers its first request UNAVAILABLE and
+  FAKE_UNAVAILABLE_ONE,   /* the first connection answers its first request UNAVAILABLE once
+                             `expect` requests have arrived (so none is still being sent), and
                              the others never; later ones answer in order */
 } fake_mode;
 
@@ -275,6 +276,7 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
   gp_decoder *d = gp_decoder_new(GP_ROLE_SERVER, &limits);
   seen_request *seen = calloc(1024, sizeof *seen);
   int nseen = 0, answered = 0;
+  bool refused = false;
   uint8_t buf[65536];
   ssize_t got;
   while ((got = read(fd, buf, sizeof buf)) > 0) {
@@ -292,7 +294,7 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
       len -= used;
       if (ev.type == GP_EV_NEED_MORE) break;
       if (ev.type == GP_EV_REQUEST &&
-          (mode == FAKE_UNAVAILABLE_FIRST || (mode == FAKE_UNAVAILABLE_ONE && nseen == 0))) {
+          mode == FAKE_UNAVAILABLE_FIRST) {
         reply_error(fd, ev.msgid, GP_E_UNAVAILABLE, "draining");
         atomic_fetch_add(&fs->refusals, 1);
       }
@@ -303,6 +305,11 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
       }
       if (ev.type == GP_EV_MESSAGE_END) nseen++;
       if (ev.type == GP_EV_FATAL) goto out;
+    }
+    if (mode == FAKE_UNAVAILABLE_ONE && nseen >= fs->expect && !refused) {
+      reply_error(fd, seen[0].msgid, GP_E_UNAVAILABLE, "draining");
+      atomic_fetch_add(&fs->refusals, 1);
+      refused = true;
     }
     if (mode == FAKE_SILENT || mode == FAKE_UNAVAILABLE_FIRST || mode == FAKE_UNAVAILABLE_ONE)
       continue;
@@ -720,13 +727,14 @@ END_TEST
  * retried one completes on a fresh socket. */
 START_TEST(cancel_while_retiring) {
   fake_server fs;
-  gc_conn *conn = fake_connect(&fs, FAKE_UNAVAILABLE_ONE, 0);
+  gc_conn *conn = fake_connect(&fs, FAKE_UNAVAILABLE_ONE, 2);
   static float a[4], b[4], out[3][4];
   gc_gemm_opts o;
   small_opts(&o, 2, 2, 2);
   gc_req r1, r2, r3;
   ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[0], &r1), 0);
   ck_assert_int_eq(gc_submit(conn, &o, a, b, NULL, out[1], &r2), 0);
+  /* The fake refuses r1 only once r2 has arrived too, so r2 is on the socket that retires. */
   while (atomic_load(&fs.refusals) < 1) usleep(1000); /* r1's UNAVAILABLE is on its way */
   gc_completion done[4];
   ck_assert_int_eq(gc_poll(conn, 0, done, 4), 0); /* r1 parked, r2 unanswered */
