@@ -13,6 +13,7 @@ void gd_calls_init(gd_calls *l, gd_sched *sched) {
   l->head = NULL;
   l->in_flight = 0;
   l->reserved = 0;
+  l->owed = 0;
   l->uncounted = NULL;
 }
 
@@ -54,9 +55,23 @@ void gd_call_uncount(gd_call *c) {
     l->uncounted(l, bytes);
 }
 
+void gd_call_owe(gd_call *c) {
+  assert(c->owed == 0 && !c->orphan);
+  c->owed = c->job->operand_bytes[GP_OPERAND_C];
+  c->list->owed += c->owed;
+}
+
+/* c's reply owes the socket nothing any more (answered, let go, or the connection closed). */
+static void settle(gd_call *c) {
+  assert(c->list->owed >= c->owed);
+  c->list->owed -= c->owed;
+  c->owed = 0;
+}
+
 static void unlink_call(gd_call *c) {
   gd_calls *l = c->list;
   gd_call_uncount(c);
+  settle(c);
   GD_LIST_UNLINK(l->head, c);
   c->prev = c->next = NULL;
   if (!c->orphan) {
@@ -98,11 +113,12 @@ void gd_calls_orphan_all(gd_calls *l) {
     if (c->orphan)
       continue;
     gd_call_uncount(c);
+    settle(c);
     c->orphan = true;
     l->in_flight--;
     gd_sched_abandon(l->sched, c->job);
   }
-  assert(l->in_flight == 0);
+  assert(l->in_flight == 0 && l->owed == 0);
 }
 
 void gd_calls_free_all(gd_calls *l) {

@@ -32,6 +32,7 @@ typedef struct gd_call {
   bool orphan;             /* the connection closed: job abandoned, only chunks come back */
   uint64_t counted;        /* its job's bytes counted in the list's reserved (0: not any more) */
   bool shm_out;            /* the result goes into a shared-memory region (gd_shm_calls.h) */
+  uint64_t owed;           /* result bytes its reply still owes the socket (gd_call_owe) */
   uint64_t out_region, out_offset;
 } gd_call;
 
@@ -40,6 +41,8 @@ struct gd_calls {
   gd_call *head;           /* admitted and not answered, newest first */
   uint32_t in_flight;      /* of them, not orphaned */
   uint64_t reserved;       /* budget bytes its jobs hold until they are computed */
+  uint64_t owed;           /* result bytes owed to the socket by the records not yet answered:
+                            * computed or not, on a device, in staging or in host memory */
   /* bytes stopped counting (a job computed, or gone); may be NULL */
   void (*uncounted)(gd_calls *l, uint64_t bytes);
 };
@@ -54,6 +57,10 @@ int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgi
                   const gd_sched_share *share,
                   void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
                   gd_call **out, gp_error *err);
+
+/* c's reply will carry its result (C's bytes) on the socket: they count in l->owed until c is
+ * answered or let go. A result into a shared-memory region owes nothing. Once per call. */
+void gd_call_owe(gd_call *c);
 
 /* c's job no longer holds shared budget (its final event came): it stops counting in
  * l->reserved (l->uncounted is told). Idempotent; unlinking c does it too. */

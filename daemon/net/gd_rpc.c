@@ -116,11 +116,17 @@ static bool at_boundary(const gd_session *s) {
   return gp_decoder_message_bytes(s->dec) == 0 && !s->in_request;
 }
 
-/* Between messages: has this connection used its share for now? */
+/* Between messages: has this connection used its share for now? Results its replies still owe
+ * count as well as bytes already queued: on the GPU a computed result waits in staging or on
+ * the device, outside the queue and outside queue.memory_budget, and is copied into host memory
+ * when its client does not read; a client that pipelines and never reads would get every
+ * request it sent (max_requests_in_flight of them) computed into host memory. So what one
+ * connection holds stays within max_buffered_bytes and the one result that crosses it. */
 static bool over_caps(const gd_session *s) {
   const gd_net_limits *cfg = &s->d->limits;
   return s->conn.calls.in_flight >= cfg->max_requests_in_flight ||
-         gd_replyq_backlog(&s->conn.out) >= cfg->max_buffered_bytes;
+         gd_replyq_backlog(&s->conn.out) >= cfg->max_buffered_bytes ||
+         s->conn.calls.owed > cfg->max_buffered_bytes;
 }
 
 static bool may_decode(const gd_session *s) {
@@ -306,6 +312,8 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   call->out_offset = hdr->out_offset;
   if (call->shm_out)
     gd_shm_calls_out_mapped(&s->conn.shm, call);
+  else
+    gd_call_owe(call);
   s->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
            (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),

@@ -5,11 +5,14 @@ them), gemmd's memory stays bounded by its limits and another client is served: 
 checked gemms, as large as theirs, completes within a bounded time (a RESOURCE_EXHAUSTED answer
 is retried until then).
 
-The memory bound: a result its client does not read leaves queue.memory_budget once computed,
-so what a non-reader can hold is the replies queued before gemmd stops reading it
-(limits.max_buffered_bytes, and the one result that crosses it) plus the jobs it had admitted by
-then, computed later (its queue.connection_memory_share of the budget). RSS must stay under the
-baseline + the budget (the reader's jobs) + that per non-reader + 64 MiB of slack."""
+The memory bound: gemmd stops reading a connection between requests once the results its
+replies still owe pass limits.max_buffered_bytes (computed or not: on the GPU a result waits on
+the device or in staging, and is copied into host memory when its client does not read), so a
+non-reader gets at most max_buffered_bytes / result + 1 requests admitted (the check below; a
+request whose header was read may wait for admission beside them). What a non-reader holds is
+then those results plus the jobs admitted (its queue.connection_memory_share of the budget). RSS
+must stay under the baseline + the budget (the reader's jobs) + that per non-reader + 64 MiB of
+slack."""
 import os
 import socket
 import sys
@@ -33,6 +36,10 @@ CONFIG = {"cpu": {"threads": 2},
 # them could hold the whole budget if their unread results counted against it.
 BIG = {"m": 1024, "n": 1024, "k": 32, "dtype": "f32"}
 JOB = (1024 * 32 + 32 * 1024 + 1024 * 1024) * 4  # a + b + c of one BIG request
+RESULT = 1024 * 1024 * 4
+# requests gemmd reads from one non-reader: those whose results fit max_buffered_bytes, the one
+# that crosses it, and one whose header was read (waiting for admission, or refused)
+READ_PER_NONREADER = BUFFERED // RESULT + 2
 SLACK = 64 * MIB  # code, libraries, connection buffers, malloc's own
 PER_NONREADER = BUFFERED + JOB + int(SHARE * BUDGET)
 
@@ -109,6 +116,10 @@ def test_nonreaders(ctx):
         assert starved is None, (
             "a reading client was refused for %.0f s (%d times) while %d clients that never "
             "read held their connections: %s" % (30 * ctx.scale, refusals, NONREADERS, starved))
+        assert last_read - 1 <= NONREADERS * READ_PER_NONREADER, (
+            "gemmd read %d requests from %d clients that never read (at most %d each: "
+            "limits.max_buffered_bytes of results owed)" % (last_read - 1, NONREADERS,
+                                                          READ_PER_NONREADER))
         assert peak <= bound, "gemmd RSS %s MiB with %d non-readers, over the bound %s MiB" % (
             lu.mib(peak), NONREADERS, lu.mib(bound))
         for client, sender in nonreaders:
