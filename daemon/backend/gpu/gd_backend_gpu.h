@@ -73,6 +73,10 @@ typedef struct {
   uint64_t shm_register_bytes;        /* shm.gpu_register_max_bytes: shared-memory regions pinned
                                        * for DMA at once, at most (default 4 GiB; 0 = none: every
                                        * region operand goes through staging) */
+  uint32_t shm_pieces;                /* a gemm whose A and C are in registered regions, of at
+                                       * least 2 x 2048 rows, runs in up to this many row blocks
+                                       * whose copies overlap the others' kernels (default 4;
+                                       * 1 = at once) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

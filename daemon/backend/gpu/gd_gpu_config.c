@@ -25,6 +25,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->max_batch_jobs = 32;
   cfg->max_queue_delay_us = 0;
   cfg->small_passes = 2;
+  cfg->shm_pieces = 4;
   cfg->shm_register_bytes = 4ull * 1024 * 1024 * 1024;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");
 }

@@ -9,6 +9,7 @@
  * gd_gpu_run.c (what every run shares, on the worker), gd_gpu_small.c and
  * gd_gpu_small_run.c (the small-job lane: slots on the loop, runs on the worker),
  * gd_gpu_shm.c (shared-memory regions registered for DMA: the cache on the loop, REG/UNREG on
+ * the worker), gd_gpu_pieces.c (a job in and out of regions run in overlapping row blocks, on
  * the worker) and gd_gpu_info.c (info, stats, devices; on the loop).
  *
  * Threads and who may call CUDA
@@ -185,6 +186,10 @@ struct gd__gpu_job {
     cudaEvent_t ev_d0;    /* before the copies straight from regions (mapped_in) */
     cudaEvent_t ev_o0, ev_o1; /* around the copy straight into the region (mapped_out) */
     bool direct_in;       /* copies straight from regions were queued */
+    uint32_t pieces;      /* row blocks it runs in (gd_gpu_pieces.c); 1: at once */
+    uint64_t out_early;   /* bytes of C already queued straight into its region by the blocks
+                           * before the last; the last chunk copies the rest */
+    cudaEvent_t ev_p_in, ev_p_c; /* a block's copy in and kernel ended (recorded per block) */
     bool events_made;
     gd__gpu_job *out_next_job; /* the device's FIFO of jobs copying C out */
     gp_gemm_result_hdr result;
@@ -289,6 +294,7 @@ struct gd__gpu_backend {
   uint64_t reg_refused;         /* not tried: over shm.gpu_register_max_bytes */
   bool reg_over_logged, reg_fail_logged;
   uint64_t direct_in_bytes, direct_out_bytes; /* copied straight from or into regions */
+  uint64_t pieced_jobs;         /* jobs run in row blocks (gd_gpu_pieces.c) */
 };
 
 /* ---- gd_gpu_device.c ---- */
@@ -446,7 +452,7 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
                      const void *data, size_t len, bool *pause, gp_error *err);
 
 /* ---- gd_gpu_shm.c: shared-memory regions in place (loop ops; worker commands) ---- */
-#define GD__GPU_REG_STATS 6
+#define GD__GPU_REG_STATS 7
 int gd__gpu_reg_init(gd__gpu_backend *be);
 /* After every worker stopped: forgets the entries still held (the scheduler unmaps). */
 void gd__gpu_reg_destroy(gd__gpu_backend *be);
@@ -460,8 +466,23 @@ uint64_t gd__gpu_op_shm_pinned_bytes(gd_backend *b);
 void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 /* Worker: bytes copied straight from (in) or into (out) a region. */
 void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
-/* regions, bytes, failures, refused, direct in bytes, direct out bytes */
+/* Worker: a job ran in row blocks. */
+void gd__gpu_reg_count_pieced(gd__gpu_backend *be);
+/* regions, bytes, failures, refused, direct in bytes, direct out bytes, pieced jobs */
 void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]);
+
+/* ---- gd_gpu_pieces.c: a job in and out of regions in row blocks (worker) ---- */
+/* Row blocks job runs in: 1 (at once) unless its A and C are in registered regions and it is
+ * large enough (gpu.shm_pieces). Fixed at RUN, before any copy is queued. */
+uint32_t gd__gpu_pieces_of(const gd__gpu_dev *dev, const gd__gpu_job *job);
+/* Queues a job of job->work.pieces > 1 blocks whose B (and C when sent by staging) is placed:
+ * each block's rows of A (and C) copied in on s_in, its kernel on s_compute, and, but for the
+ * last, its rows of C copied straight into the region on s_out, each waiting only for its own
+ * block; records ev_c0 / ev_c1 around the kernels. ptr: the operands' device addresses. On
+ * failure returns the error with *what naming the call; *out_queued tells whether a copy into
+ * the region may still run. */
+cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3],
+                                  const char **what, bool *out_queued);
 
 /* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);

@@ -67,18 +67,20 @@ cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
 }
 
 /* The job's events, in one list for making and freeing. */
-static size_t job_event_slots(gd__gpu_job *job, cudaEvent_t *slots[6]) {
+static size_t job_event_slots(gd__gpu_job *job, cudaEvent_t *slots[8]) {
   slots[0] = &job->work.ev_in;
   slots[1] = &job->work.ev_c0;
   slots[2] = &job->work.ev_c1;
   slots[3] = &job->work.ev_d0;
   slots[4] = &job->work.ev_o0;
   slots[5] = &job->work.ev_o1;
-  return 6;
+  slots[6] = &job->work.ev_p_in;
+  slots[7] = &job->work.ev_p_c;
+  return 8;
 }
 
 cudaError_t gd__gpu_job_events_make(gd__gpu_job *job) {
-  cudaEvent_t *slots[6];
+  cudaEvent_t *slots[8];
   size_t n = job_event_slots(job, slots);
   for (size_t i = 0; i < n; i++) {
     cudaError_t e = cudaEventCreate(slots[i]);
@@ -95,7 +97,7 @@ cudaError_t gd__gpu_job_events_make(gd__gpu_job *job) {
 void gd__gpu_job_events_free(gd__gpu_job *job) {
   if (!job->work.events_made)
     return;
-  cudaEvent_t *slots[6];
+  cudaEvent_t *slots[8];
   size_t n = job_event_slots(job, slots);
   for (size_t i = 0; i < n; i++)
     (void)cudaEventDestroy(*slots[i]);

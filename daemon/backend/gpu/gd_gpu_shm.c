@@ -246,6 +246,13 @@ void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]) {
   v[3] = be->reg_refused;
   v[4] = be->direct_in_bytes;
   v[5] = be->direct_out_bytes;
+  v[6] = be->pieced_jobs;
+  pthread_mutex_unlock(&be->reg_mu);
+}
+
+void gd__gpu_reg_count_pieced(gd__gpu_backend *be) {
+  pthread_mutex_lock(&be->reg_mu);
+  be->pieced_jobs++;
   pthread_mutex_unlock(&be->reg_mu);
 }
 

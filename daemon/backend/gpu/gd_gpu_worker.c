@@ -20,6 +20,7 @@
  *             worker posts it to the loop, which writes it to the socket while
  *             the next chunk copies; OUT_FREE gives the buffer back.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,12 +142,13 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 /* ---- compute ------------------------------------------------------------ */
 
 /* The copies straight from registered regions (mapped_in) on the copy-in stream, after every
- * staged copy of the job: the event recorded after them covers both. */
+ * staged copy of the job: the event recorded after them covers both. A job run in row blocks
+ * copies only B here; its A and C go block by block (gd_gpu_pieces.c). */
 static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
   uint64_t bytes = 0;
   cudaError_t e = cudaSuccess;
   for (int op = 0; op < 3 && e == cudaSuccess; op++) {
-    if (!job->mapped_in[op])
+    if (!job->mapped_in[op] || (job->work.pieces > 1 && op != GP_OPERAND_B))
       continue;
     if (!job->work.direct_in)
       e = cudaEventRecord(job->work.ev_d0, dev->s_in);
@@ -171,6 +173,9 @@ static void pump_out(gd__gpu_dev *dev);
 static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaEventCreate";
   uint8_t *ptr[3];
+  bool out_queued = false; /* a block's rows of C may still be copying into the region */
+  job->work.pieces = gd__gpu_pieces_of(dev, job);
+  job->work.out_early = 0;
   cudaError_t e = gd__gpu_job_events_make(job);
   if (e == cudaSuccess) {
     what = "copy in (shared memory)";
@@ -179,6 +184,10 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (e == cudaSuccess) {
     what = "copy in (resident)";
     e = gd__gpu_resident_place(dev, job, ptr);
+  }
+  if (e == cudaSuccess && job->work.pieces > 1) {
+    e = gd__gpu_pieces_launch(dev, job, ptr, &what, &out_queued);
+    goto launched;
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
@@ -200,12 +209,15 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     what = "cudaEventRecord";
     e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
   }
+launched:
   if (e != cudaSuccess) {
-    /* A copy straight from a region may still read it, and the failure posted below lets the
-     * region go (unregistered and unmapped, maybe by another device's worker): the copy must be
-     * over first. */
+    /* A copy straight from or into a region may still touch it, and the failure posted below
+     * lets the region go (unregistered and unmapped, maybe by another device's worker): the
+     * copy must be over first. */
     if (job->work.direct_in && !gd__gpu_dev_dead(dev))
       (void)cudaStreamSynchronize(dev->s_in);
+    if (out_queued && !gd__gpu_dev_dead(dev))
+      (void)cudaStreamSynchronize(dev->s_out);
     gd__gpu_job_cuda_error(dev, job, what, e);
     return false;
   }
@@ -288,9 +300,13 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (e == cudaSuccess)
     e = cudaEventRecord(buf->ev_start, dev->s_out);
   bool queued = false;
+  /* a job run in row blocks copied all but its last block's rows into the region already */
+  uint64_t early = buf == &job->direct_out ? job->work.out_early : 0;
+  assert(off == 0 || early == 0);
   if (e == cudaSuccess) {
     what = "copy out";
-    e = cudaMemcpyAsync(buf->host, gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off), n,
+    e = cudaMemcpyAsync(buf->host + early,
+                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off + early), n - early,
                         cudaMemcpyDeviceToHost, dev->s_out);
     queued = e == cudaSuccess;
   }
@@ -354,8 +370,8 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     (void)cudaGetLastError();
   }
   job->work.inflight_out--;
-  if (buf->dst == 0) {
-    job->work.first_out_len = buf->fill;
+  if (buf->dst == 0) { /* the rate of this copy: of the last block's rows alone when blocked */
+    job->work.first_out_len = buf->fill - (buf == &job->direct_out ? job->work.out_early : 0);
     first_chunk_timings(dev, job, ms);
   }
   if (buf == &job->direct_out)

@@ -522,6 +522,39 @@ def test_in_place_larger_than_staging(ctx):
             assert reg_stats(client)["shm_direct_out_bytes"] >= 300 * 260 * 12
 
 
+def test_in_place_row_blocks(ctx):
+    """A gemm of at least 2 x 2048 rows whose A and result are in registered regions runs on
+    the GPU in row blocks (gpu.shm_pieces), each block's copies overlapping the other blocks'
+    kernels: ragged last blocks, C from a region or from the socket, B from either, every
+    dtype, against the float64 reference, with every byte of A, C and the result copied
+    straight exactly once. A transposed A, or shm_pieces 1, runs at once."""
+    cases = [(4173, 24, 40, "f32", "abo", False, False, 1.0, 0.0, True),
+             (9000, 9, 13, "f64", "abco", False, True, 1.0, 0.5, True),
+             (8300, 16, 8, "f16", "ao", False, False, 1.0, -1.0, True),
+             (5000, 8, 16, "bf16", "abo", False, True, 2.0, 0.0, True),
+             (4500, 8, 16, "f32", "abo", True, False, 1.0, 0.0, False)]
+    for pieces in (4, 1):
+        config = {"gpu": dict(IN_PLACE["gpu"], shm_pieces=pieces)}
+        with ctx.daemon(config=config) as d, d.connect() as client:
+            region = Region(8 << 20).register(client)
+            wait_registered(d, client, 1, 8 << 20)
+            for m, n, k, dtype, forms, ta, tb, alpha, beta, blocked in cases:
+                before = client.call("stats").get("backend_stats", {})
+                region.used = 0
+                checked_gemm(ctx, client, region, m, n, k, dtype, forms, ta, tb, alpha, beta)
+                if not GPU:
+                    continue
+                after = client.call("stats").get("backend_stats", {})
+                grew = dict((key, after[key] - before[key]) for key in
+                            ("shm_pieced_jobs", "shm_direct_in_bytes", "shm_direct_out_bytes"))
+                size = h.DTYPES[dtype]
+                want_in = sum(size * x for name, x in (("a", m * k), ("b", k * n), ("c", m * n))
+                              if name in forms and (name != "c" or beta))
+                want = {"shm_pieced_jobs": int(blocked and pieces > 1),
+                        "shm_direct_in_bytes": want_in, "shm_direct_out_bytes": size * m * n}
+                assert grew == want, (pieces, m, n, k, dtype, forms, grew, want)
+
+
 def test_in_place_region_outlives_its_unregister(ctx):
     """A region unregistered (or its connection closed) while a gemm still reads it in place
     stays mapped until the job is done: the result is exact, and the registration goes after."""
@@ -634,5 +667,6 @@ if __name__ == "__main__":
                      test_regions_count_against_the_memory_budget, test_no_regions_allowed,
                      test_disabled, test_tcp_refused, test_released_with_the_connection,
                      test_in_place_forms, test_in_place_larger_than_staging,
+                     test_in_place_row_blocks,
                      test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch,
                      test_in_place_while_waiting_for_memory]))
