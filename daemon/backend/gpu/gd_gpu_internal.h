@@ -466,6 +466,8 @@ uint64_t gd__gpu_op_shm_pinned_bytes(gd_backend *b);
 void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 /* Worker: bytes copied straight from (in) or into (out) a region. */
 void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
+/* Worker: bytes queued straight from regions onto dev (its h2d count and the stats). */
+void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes);
 /* Worker: a job ran in row blocks. */
 void gd__gpu_reg_count_pieced(gd__gpu_backend *be);
 /* regions, bytes, failures, refused, direct in bytes, direct out bytes, pieced jobs */

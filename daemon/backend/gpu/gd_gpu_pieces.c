@@ -64,12 +64,8 @@ static cudaError_t copy_block_in(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0
                           cudaMemcpyHostToDevice, dev->s_in);
     bytes += rows * row_bytes;
   }
-  if (e == cudaSuccess && bytes > 0) {
-    pthread_mutex_lock(&dev->mu);
-    dev->bytes_h2d += bytes;
-    pthread_mutex_unlock(&dev->mu);
-    gd__gpu_reg_count_direct(dev->be, bytes, 0);
-  }
+  if (e == cudaSuccess && bytes > 0)
+    gd__gpu_count_direct_in(dev, bytes);
   return e;
 }
 

@@ -250,6 +250,13 @@ void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]) {
   pthread_mutex_unlock(&be->reg_mu);
 }
 
+void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes) {
+  pthread_mutex_lock(&dev->mu);
+  dev->bytes_h2d += bytes;
+  pthread_mutex_unlock(&dev->mu);
+  gd__gpu_reg_count_direct(dev->be, bytes, 0);
+}
+
 void gd__gpu_reg_count_pieced(gd__gpu_backend *be) {
   pthread_mutex_lock(&be->reg_mu);
   be->pieced_jobs++;
