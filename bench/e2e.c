@@ -19,7 +19,10 @@
  * It starts gemmd itself (--gemmd PATH, default the build tree's) on a temporary socket with
  * --backend gpu, or uses the daemon at GEMMD_ADDRESS=unix:PATH when that is set.
  *
- *   bench_e2e [--gemmd PATH] [--reps N] [--sizes 1024,4096,8192] [--kernel NAME]
+ * --shm-pieces N sets the daemon's gpu.shm_pieces (default 4, as shipped; 1 runs a shared-memory
+ * gemm at once, its copies before and after the kernel).
+ *
+ *   bench_e2e [--gemmd PATH] [--reps N] [--sizes 1024,4096,8192] [--kernel NAME] [--shm-pieces N]
  */
 #include "gemmclient.h"
 #include <cublas_v2.h>
@@ -108,7 +111,8 @@ static int connect_unix(const char *path) {
   return fd;
 }
 
-static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel) {
+static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel,
+                         unsigned shm_pieces) {
   snprintf(d->dir, sizeof(d->dir), "/tmp/bench-e2e-XXXXXX");
   if (!mkdtemp(d->dir))
     die("mkdtemp", strerror(errno));
@@ -117,8 +121,8 @@ static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel) 
   snprintf(cfg, sizeof(cfg),
            "listen:\n  - unix:%s\nbackend: gpu\nlog_level: info\n"
            "gpu:\n  staging_bytes: 64MiB\n  staging_buffers: 2\n  memory_bytes: 4GiB\n"
-           "  kernel: %s\n",
-           d->sock, kernel);
+           "  kernel: %s\n  shm_pieces: %u\n",
+           d->sock, kernel, shm_pieces);
   snprintf(path, sizeof(path), "%s/gemmd.yaml", d->dir);
   snprintf(log, sizeof(log), "%s/gemmd.log", d->dir);
   write_file(path, cfg);
@@ -321,6 +325,7 @@ static double max_rel_diff(const float *x, const float *y, size_t count) {
 int main(int argc, char **argv) {
   const char *gemmd = getenv("GEMMD_BIN") ? getenv("GEMMD_BIN") : GEMMD_BIN_DEFAULT;
   const char *kernel = "auto";
+  unsigned shm_pieces = 4;
   int reps = 7, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--gemmd") && i + 1 < argc) {
@@ -329,18 +334,24 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
       kernel = argv[++i];
+    } else if (!strcmp(argv[i], "--shm-pieces") && i + 1 < argc) {
+      shm_pieces = (unsigned)atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       nsizes = 0;
       for (char *tok = strtok(argv[++i], ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ","))
         sizes[nsizes++] = atoi(tok);
     } else {
-      fprintf(stderr, "usage: %s [--gemmd PATH] [--reps N] [--sizes 1024,4096] [--kernel K]\n",
+      fprintf(stderr,
+              "usage: %s [--gemmd PATH] [--reps N] [--sizes 1024,4096] [--kernel K] "
+              "[--shm-pieces N]\n",
               argv[0]);
       return 2;
     }
   }
   if (reps < 1 || reps > MAX_REPS)
     die("--reps must be 1..100", NULL);
+  if (shm_pieces < 1 || shm_pieces > 64)
+    die("--shm-pieces must be 1..64", NULL);
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("SKIP: no CUDA device\n");
@@ -355,7 +366,7 @@ int main(int argc, char **argv) {
   if (addr && !strncmp(addr, "unix:", 5)) {
     sock = addr + 5;
   } else {
-    start_daemon(&d, gemmd, kernel);
+    start_daemon(&d, gemmd, kernel, shm_pieces);
     sock = d.sock;
   }
   int fd = connect_unix(sock);
@@ -456,7 +467,9 @@ int main(int argc, char **argv) {
   }
   printf("\nsocket share: the part of the round trip that is neither the kernel nor the staging "
          "copies (the socket, the client, the loop). shared memory: A, B and C in one registered "
-         "region, copied straight between it and the device; shm in+out: those copies.\n");
+         "region, copied straight between it and the device; shm in+out: those copies. "
+         "gpu.shm_pieces %u%s.\n",
+         shm_pieces, addr ? " (asked of the daemon started here; GEMMD_ADDRESS's has its own)" : "");
   cublasDestroy(ip.blas);
   gp_decoder_free(dec);
   gc_close(shm);

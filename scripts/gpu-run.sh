@@ -8,7 +8,8 @@
 #   load   build, then the load-and-fault suite on the GPU backend
 #          (GEMMD_TEST_BACKEND=gpu ctest -L load; GEMMD_LOAD_SCALE passes through); not in all
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
-#   e2e    build, then bench/e2e (the daemon end to end)
+#   e2e    build, then bench/e2e (the daemon end to end), and its 4096 and 8192 rows again with
+#          gpu.shm_pieces 1 (shared-memory gemms at once, not in row blocks)
 #   all    all of the above
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
@@ -18,7 +19,8 @@
 # kernels can still be checked and timed; the summary says so.
 #
 # Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 8 files:
-# env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log summary.txt
+# env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log
+# bench-e2e-unblocked.log summary.txt
 # (daemon-gpu.log and load-gpu.log for those modes).
 # A short summary is printed last. Here (no GPU) it works too: the GPU tests skip.
 # Knobs: GPU_RUN_JOBS (16), GPU_RUN_TEST_TIMEOUT / GPU_RUN_BENCH_TIMEOUT (seconds per step,
@@ -193,6 +195,9 @@ if [ "$mode" = all ] || [ "$mode" = e2e ]; then
   bench_e2e=$(find_bench '*e2e*')
   if [ -n "$bench_e2e" ]; then
     run_step bench-e2e.log "bench: ${bench_e2e#"$root"/}" "$bench_e2e"
+    # the same shared-memory gemms run at once (no row blocks), to weigh gpu.shm_pieces
+    run_step bench-e2e-unblocked.log "bench: ${bench_e2e#"$root"/} --shm-pieces 1" \
+      "$bench_e2e" --shm-pieces 1 --sizes 4096,8192
   else
     note "e2e: no bench/e2e program in this build"
   fi
@@ -202,7 +207,7 @@ fi
 echo
 echo "================ summary ================"
 cat "$summary"
-for log in bench-baseline.log bench-kernels.log bench-e2e.log; do
+for log in bench-baseline.log bench-kernels.log bench-e2e.log bench-e2e-unblocked.log; do
   [ -f "$OUT/$log" ] && { echo "--- $log (tail)"; tail -20 "$OUT/$log"; }
 done
 echo "total $(elapsed)"
