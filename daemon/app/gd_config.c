@@ -244,6 +244,7 @@ static const field gpu_fields[] = {
     FLD("max_queue_delay_us", F_U64, gpu.max_queue_delay_us, 0, 1000000),
     FLD("small_passes", F_U32, gpu.small_passes, 0, 1024),
     FLD("shm_pieces", F_U32, gpu.shm_pieces, 1, 64),
+    FLD("split_min_rows", F_U64, gpu.split_min_rows, 0, 1ull << 31),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field shm_fields[] = {

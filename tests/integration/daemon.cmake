@@ -94,7 +94,7 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     LABELS integration
     TIMEOUT 300
     ENVIRONMENT
-      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=1;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
 
   # resident operands and broadcast_b on the GPU backend, two devices: copies from a resident
   # operand pause and resume like a region's; a shared B runs as plain pieces.

@@ -77,6 +77,9 @@ typedef struct {
                                        * least 2 x 2048 rows, runs in up to this many row blocks
                                        * whose copies overlap the others' kernels (default 4;
                                        * 1 = at once) */
+  uint64_t split_min_rows;            /* a gemm whose operands and result are all in registered
+                                       * regions, of at least twice this many rows, is split by
+                                       * rows of C with an idle second device (default 0: never) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

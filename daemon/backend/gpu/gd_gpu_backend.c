@@ -126,12 +126,7 @@ static int refuse_no_device(bool any_in_service, uint64_t need, uint64_t largest
 /* Under dev's mu: gj joins the device's jobs and load, and gets pool memory now if it fits and
  * nobody waits before it, else joins the FIFO of jobs waiting for memory. */
 static void place_on_device(gd__gpu_dev *dev, gd__gpu_job *gj) {
-  gj->next = dev->jobs;
-  if (dev->jobs)
-    dev->jobs->prev = gj;
-  dev->jobs = gj;
-  dev->active++;
-  dev->load += gj->load;
+  gd__gpu_dev_add_job(dev, gj);
   uint64_t off;
   if (!dev->wait_head && gd__gpu_pool_alloc(&dev->pool, gj->alloc_len, &off)) {
     gd__gpu_job_assign_mem(gj, off);
@@ -186,10 +181,10 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
 }
 
 static int op_submit(gd_backend *b, gd_job *job, gp_error *err) {
-  (void)b;
   gd__gpu_job *gj = gd__gpu_job_of(job);
   if (!gj)
     return gp_error_set(err, GP_E_INTERNAL, "submit of a job the GPU backend does not know");
+  gd__gpu_split_try((gd__gpu_backend *)b, gj); /* before RUN; takes the devices' mu itself */
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu);
   gd__gpu_flush(gj);
@@ -296,6 +291,7 @@ static void dev_teardown(gd__gpu_dev *dev) {
       j->owner->backend_data = NULL;
     gd__gpu_job_free_spills(j);
     gd__gpu_job_drop_resident(j);
+    gd__gpu_job_free_split(j);
     if (!j->slot) /* a slot's job goes with the slots */
       free(j);
     j = next;
@@ -312,6 +308,10 @@ static void op_destroy(gd_backend *b) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   if (!be)
     return;
+  /* Every worker stops before any device's jobs are freed: a split's child on one device
+   * tells its parent on another when it ends. */
+  for (size_t i = 0; i < be->ndev; i++)
+    gd__gpu_worker_stop(&be->devs[i]);
   for (size_t i = 0; i < be->ndev; i++)
     dev_teardown(&be->devs[i]);
   gd__gpu_reg_destroy(be);

@@ -105,7 +105,7 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
   static const char *const reg_keys[GD__GPU_REG_STATS] = {
       "shm_registered_regions", "shm_registered_bytes", "shm_register_failures",
       "shm_register_refused",   "shm_direct_in_bytes",  "shm_direct_out_bytes",
-      "shm_pieced_jobs"};
+      "shm_pieced_jobs",        "shm_split_jobs"};
   uint64_t reg[GD__GPU_REG_STATS];
   gd__gpu_reg_stats(be, reg);
   msgpack_pack_map(pk, 1 + GD__GPU_REG_STATS);

@@ -59,6 +59,7 @@ typedef struct gd__gpu_cmd gd__gpu_cmd;
 typedef struct gd__gpu_slot gd__gpu_slot;
 typedef struct gd__gpu_reg gd__gpu_reg;
 typedef struct gd__gpu_res gd__gpu_res;
+typedef struct gd__gpu_split gd__gpu_split;
 
 #define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
@@ -74,6 +75,7 @@ typedef enum {
   GD__CMD_SMALL_RUN, /* loop: a small job's payload is in its slot: copy, compute, copy (job) */
   GD__CMD_REG,      /* loop: a shared-memory region to register for DMA (gd_gpu_shm.c) */
   GD__CMD_UNREG,    /* loop: its last reference went: unregister, unmap, forget it */
+  GD__CMD_SPLIT_DONE, /* the other device: a split job's rows there are done (gd_gpu_split.c) */
 } gd__gpu_cmd_type;
 
 struct gd__gpu_cmd {
@@ -166,6 +168,13 @@ struct gd__gpu_job {
   uint8_t *mapped_out;
   gd__gpu_buf direct_out;
   gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
+  /* Split across two devices by rows of C (gd_gpu_split.c), set on the loop before RUN: the
+   * parent owns split and computes the first rows; a child (split_child) computes the rest on
+   * another device and posts no event of its own. */
+  gd__gpu_split *split;
+  bool split_child;
+  bool split_told;        /* child, under mu: its parent was told it ended (once) */
+  gd__gpu_job *kill_next; /* dev_kill's list of children to tell their parents about */
 
   /* The loop thread only. */
   struct {
@@ -295,6 +304,7 @@ struct gd__gpu_backend {
   bool reg_over_logged, reg_fail_logged;
   uint64_t direct_in_bytes, direct_out_bytes; /* copied straight from or into regions */
   uint64_t pieced_jobs;         /* jobs run in row blocks (gd_gpu_pieces.c) */
+  uint64_t split_jobs;          /* jobs split across two devices (gd_gpu_split.c) */
 };
 
 /* ---- gd_gpu_device.c ---- */
@@ -421,6 +431,10 @@ void gd__gpu_job_drop_resident(gd__gpu_job *job);
 /* References on a job (under mu); unref frees it at zero. */
 void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);
+/* Under mu: job joins the device's live jobs and its load (until retired). */
+void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job);
+/* A split's parent going away frees the split (a child's is its parent's). */
+void gd__gpu_job_free_split(gd__gpu_job *job);
 /* Takes the job's load off its device, once. */
 void gd__gpu_job_retire(gd__gpu_job *job);
 /* Gives the job's pool bytes back and hands memory to the jobs waiting for it. */
@@ -452,7 +466,7 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
                      const void *data, size_t len, bool *pause, gp_error *err);
 
 /* ---- gd_gpu_shm.c: shared-memory regions in place (loop ops; worker commands) ---- */
-#define GD__GPU_REG_STATS 7
+#define GD__GPU_REG_STATS 8
 int gd__gpu_reg_init(gd__gpu_backend *be);
 /* After every worker stopped: forgets the entries still held (the scheduler unmaps). */
 void gd__gpu_reg_destroy(gd__gpu_backend *be);
@@ -468,9 +482,14 @@ void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
 /* Worker: bytes queued straight from regions onto dev (its h2d count and the stats). */
 void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes);
+/* Loop: a job was split across two devices. */
+void gd__gpu_reg_count_split(gd__gpu_backend *be);
+/* Under the job's mu: C goes straight into ptr (a registered region), in one chunk. */
+void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr);
 /* Worker: a job ran in row blocks. */
 void gd__gpu_reg_count_pieced(gd__gpu_backend *be);
-/* regions, bytes, failures, refused, direct in bytes, direct out bytes, pieced jobs */
+/* regions, bytes, failures, refused, direct in bytes, direct out bytes, pieced jobs, split
+ * jobs */
 void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]);
 
 /* ---- gd_gpu_pieces.c: a job in and out of regions in row blocks (worker) ---- */
@@ -485,6 +504,49 @@ uint32_t gd__gpu_pieces_of(const gd__gpu_dev *dev, const gd__gpu_job *job);
  * the region may still run. */
 cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3],
                                   const char **what, bool *out_queued);
+
+/* ---- gd_gpu_split.c: one job across two idle devices by rows of C ---- */
+/* A job split in two: the parent (the scheduler's job) computes the first rows on its device,
+ * the child the rest on another, straight between the client's regions and each device. The
+ * parent's final event (its whole C as one chunk, or FAILED) waits until the child's device
+ * work is over, so the regions outlive every copy. */
+struct gd__gpu_split {
+  gd__gpu_job *parent, *child;
+  uint64_t m, c_bytes;        /* the whole job's rows and C, as its reply reports them */
+  int child_ordinal;
+  pthread_mutex_t mu;         /* a leaf lock, for the three below */
+  bool child_done;            /* the child's device work is over (finished, or its device died) */
+  bool child_failed;
+  gp_error child_err;
+  /* Under the parent's device mu. */
+  bool pushed;                /* done_cmd was pushed on the parent's FIFO */
+  bool handled;               /* the parent's worker took the child's end in */
+  bool fail_pending;          /* the parent failed: FAILED (fail_err) waits for both ends */
+  bool final_posted;
+  gp_error fail_err;
+  gd__gpu_buf *held;          /* the parent's own rows, copied out, waiting for the child */
+  gd__gpu_cmd done_cmd;       /* GD__CMD_SPLIT_DONE */
+};
+/* Loop, at submit, before RUN: splits gj when gpu.split_min_rows allows it, its operands and
+ * result are all in registered regions and another device is idle with room for the child. */
+void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj);
+/* Any thread holding no device mu: the child's device work is over (failed: why). Once. */
+void gd__gpu_split_child_ended(gd__gpu_split *split, bool failed, const gp_error *err);
+/* Under the child's device mu (gd__gpu_fail): the child failed; when its device is dead its
+ * work is over too (dev_kill then tells the parent). */
+void gd__gpu_split_child_failed(gd__gpu_job *child, const gp_error *err);
+/* Under the parent's mu (gd__gpu_fail): true when the parent's FAILED must wait (kept in the
+ * split) until the child's work and its own are both over, false when it may be posted now. */
+bool gd__gpu_split_defer_fail(gd__gpu_job *parent, const gp_error *err);
+/* Under the parent's mu: posts a FAILED that waited, once both ends are over. */
+void gd__gpu_split_maybe_final(gd__gpu_job *parent);
+/* Under the parent's mu: whether the child's end was taken in. */
+bool gd__gpu_split_settled(const gd__gpu_job *parent);
+/* Parent's worker, GD__CMD_SPLIT_DONE, under mu: takes the child's end in; posts what waited
+ * (FAILED, or the held chunk as the whole C). Returns the held buffer when it must be freed. */
+gd__gpu_buf *gd__gpu_split_handle(gd__gpu_dev *dev, gd__gpu_split *split);
+/* Under the parent's mu: posts buf (the parent's direct chunk) as the whole job's C. */
+bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf);
 
 /* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);

@@ -32,6 +32,12 @@ void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...) {
   gp_error_vset(&ev.err, code, fmt, ap);
   va_end(ap);
   gd_debug("gpu: job %llu failed: %s", (unsigned long long)job->id, ev.err.message);
+  if (job->split_child) { /* its parent fails with it, once the child's work is over */
+    gd__gpu_split_child_failed(job, &ev.err);
+    return;
+  }
+  if (job->split && gd__gpu_split_defer_fail(job, &ev.err))
+    return; /* posted when the child's work is over (gd_gpu_split.c) */
   (void)gd__gpu_post(job, &ev);
 }
 
@@ -70,10 +76,28 @@ void gd__gpu_job_unref(gd__gpu_job *job) {
   gd__gpu_dev *dev = job->dev;
   GD_LIST_UNLINK(dev->jobs, job);
   gd__gpu_job_drop_resident(job);
+  gd__gpu_job_free_split(job);
   if (job->slot)
     slot_put(job->slot); /* the job lives in the slot */
   else
     free(job);
+}
+
+void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job) {
+  job->next = dev->jobs;
+  if (dev->jobs)
+    dev->jobs->prev = job;
+  dev->jobs = job;
+  dev->active++;
+  dev->load += job->load;
+}
+
+void gd__gpu_job_free_split(gd__gpu_job *job) {
+  if (!job->split || job->split_child)
+    return;
+  pthread_mutex_destroy(&job->split->mu);
+  free(job->split);
+  job->split = NULL;
 }
 
 void gd__gpu_job_retire(gd__gpu_job *job) {
@@ -189,11 +213,30 @@ void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
           "gpu: cuda:%d out of service: %s failed with %s (%s); its jobs fail, other devices "
           "keep serving",
           dev->ordinal, what, cudaGetErrorName(e), cudaGetErrorString(e));
+  gd__gpu_job *children = NULL; /* split children: their work never ends now */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) {
     if (j->waiting_mem)
       gd__gpu_wait_remove(j);
     gd__gpu_fail(j, GP_E_UNAVAILABLE, "cuda:%d went out of service: %s", dev->ordinal,
                  cudaGetErrorString(e));
+    if (j->split_child && !j->split_told) {
+      j->split_told = true;
+      j->refs++;
+      j->kill_next = children;
+      children = j;
+    }
   }
   pthread_mutex_unlock(&dev->mu);
+  /* Their parents, on other devices, are told without this device's mu held. */
+  gp_error err;
+  gp_error_set(&err, GP_E_UNAVAILABLE, "cuda:%d went out of service: %s", dev->ordinal,
+               cudaGetErrorString(e));
+  while (children) {
+    gd__gpu_job *j = children;
+    children = j->kill_next;
+    gd__gpu_split_child_ended(j->split, true, &err);
+    pthread_mutex_lock(&dev->mu);
+    gd__gpu_job_unref(j);
+    pthread_mutex_unlock(&dev->mu);
+  }
 }

@@ -135,8 +135,14 @@ bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t 
   /* a small job's C leaves with its slot in one copy already */
   if (!gj || gj->slot || !registered((gd__gpu_backend *)b, r))
     return false;
-  gd__gpu_buf *buf = &gj->direct_out;
   pthread_mutex_lock(&gj->dev->mu);
+  gd__gpu_direct_out_set(gj, ptr);
+  pthread_mutex_unlock(&gj->dev->mu);
+  return true;
+}
+
+void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr) {
+  gd__gpu_buf *buf = &gj->direct_out;
   gj->mapped_out = ptr;
   buf->dev = gj->dev;
   buf->is_out = true;
@@ -145,8 +151,6 @@ bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t 
   buf->state = GD__BUF_FREE;
   buf->done = (gd__gpu_cmd){.type = GD__CMD_OUT_DONE, .buf = buf};
   buf->cmd = (gd__gpu_cmd){.buf = buf};
-  pthread_mutex_unlock(&gj->dev->mu);
-  return true;
 }
 
 bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
@@ -247,6 +251,7 @@ void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]) {
   v[4] = be->direct_in_bytes;
   v[5] = be->direct_out_bytes;
   v[6] = be->pieced_jobs;
+  v[7] = be->split_jobs;
   pthread_mutex_unlock(&be->reg_mu);
 }
 
@@ -255,6 +260,12 @@ void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes) {
   dev->bytes_h2d += bytes;
   pthread_mutex_unlock(&dev->mu);
   gd__gpu_reg_count_direct(dev->be, bytes, 0);
+}
+
+void gd__gpu_reg_count_split(gd__gpu_backend *be) {
+  pthread_mutex_lock(&be->reg_mu);
+  be->split_jobs++;
+  pthread_mutex_unlock(&be->reg_mu);
 }
 
 void gd__gpu_reg_count_pieced(gd__gpu_backend *be) {

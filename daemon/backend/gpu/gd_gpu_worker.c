@@ -55,20 +55,35 @@ static void buf_free_locked(gd__gpu_buf *buf) {
     gd__gpu_job_unref(job);
 }
 
-/* The worker is done with a job: no device work of it remains queued or running. */
+/* The worker is done with a job: no device work of it remains queued or running. A split's
+ * child then tells its parent (gd_gpu_split.c), with no device mu held. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
   gd__gpu_job_events_free(job);
   gd__gpu_mem_release(dev, job);
+  gd__gpu_split *tell = NULL;
+  gp_error why;
+  gp_error_clear(&why);
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
     if (!job->failed && job->work.started)
       dev->jobs_done++;
+    if (job->split_child && !job->split_told) {
+      job->split_told = true;
+      tell = job->split;
+      if (job->failed || !job->work.started)
+        gp_error_set(&why, GP_E_INTERNAL, "cuda:%d: its rows of the split job failed",
+                     dev->ordinal);
+    }
     gd__gpu_job_free_mem(job);
     gd__gpu_job_retire(job);
+    if (job->split && !job->split_child)
+      gd__gpu_split_maybe_final(job); /* a failure that waited for its own work to end */
     gd__gpu_job_unref(job); /* the worker's reference */
   }
   pthread_mutex_unlock(&dev->mu);
+  if (tell) /* the split outlives the child: its parent waits for this */
+    gd__gpu_split_child_ended(tell, why.code != GP_OK, &why);
 }
 
 /* ---- input -------------------------------------------------------------- */
@@ -374,8 +389,18 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     gd__gpu_reg_count_direct(dev->be, 0, buf->fill);
   pthread_mutex_lock(&dev->mu);
   dev->bytes_d2h += buf->fill;
-  bool posted = false;
-  if (!job->failed && job->owner && !dev->stopping) {
+  bool posted = false, held = false;
+  if (job->split_child) {
+    /* its rows are in the region: the parent posts the whole C */
+  } else if (job->split && buf == &job->direct_out && !job->failed && job->owner &&
+             !dev->stopping) {
+    if (!gd__gpu_split_settled(job)) {
+      job->split->held = buf; /* posted once the child's rows are in too */
+      held = true;
+    } else if (!(posted = gd__gpu_split_post_whole(job, buf))) {
+      gd__gpu_fail(job, GP_E_INTERNAL, "cannot hand the result to the loop");
+    }
+  } else if (!job->failed && job->owner && !dev->stopping) {
     if (buf->dst == 0)
       job->owner->result = job->work.result;
     gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
@@ -392,7 +417,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     }
   }
   gd__gpu_job_ref(job); /* keep it while we look at it below */
-  if (!posted)
+  if (!posted && !held)
     buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);
   if (!job->work.in_outq && job->work.inflight_out == 0)
@@ -402,6 +427,16 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   pthread_mutex_unlock(&dev->mu);
   if (!posted)
     pump_out(dev);
+}
+
+/* The child of parent's split ended on its device: what the parent held back goes now. */
+static void handle_split_done(gd__gpu_dev *dev, gd__gpu_job *parent) {
+  pthread_mutex_lock(&dev->mu);
+  gd__gpu_buf *unposted = gd__gpu_split_handle(dev, parent->split);
+  if (unposted)
+    buf_free_locked(unposted);
+  gd__gpu_job_unref(parent); /* the child's end held it */
+  pthread_mutex_unlock(&dev->mu);
 }
 
 static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
@@ -447,6 +482,9 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   case GD__CMD_REG:
   case GD__CMD_UNREG:
     gd__gpu_reg_handle(dev, cmd);
+    break;
+  case GD__CMD_SPLIT_DONE:
+    handle_split_done(dev, cmd->job);
     break;
   }
 }

@@ -10,6 +10,7 @@ import mmap
 import os
 import socket
 import sys
+import threading
 
 import msgpack
 import numpy as np
@@ -454,7 +455,8 @@ def reg_stats(client):
     """The GPU backend's registration figures (zeros on the CPU backend)."""
     bs = client.call("stats").get("backend_stats", {})
     keys = ("shm_registered_regions", "shm_registered_bytes", "shm_register_failures",
-            "shm_register_refused", "shm_direct_in_bytes", "shm_direct_out_bytes")
+            "shm_register_refused", "shm_direct_in_bytes", "shm_direct_out_bytes",
+            "shm_split_jobs")
     return dict((k, bs.get(k, 0)) for k in keys)
 
 
@@ -555,6 +557,83 @@ def test_in_place_row_blocks(ctx):
                 assert grew == want, (pieces, m, n, k, dtype, forms, grew, want)
 
 
+def failed_launch_then_right(ctx, client, region, m, nk):
+    """An m x nk x nk f32 gemm in region whose launch fails (the fake's alpha 777) answers
+    INTERNAL; the same gemm then comes back right."""
+    region.used = 0
+    a, b = h.random_operands(ctx.rng, m, nk, nk, "f32")
+    hdr = {"m": m, "n": nk, "k": nk, "dtype": "f32", "alpha": 777.0,
+           "out": region.take(m * nk * 4)}
+    expect_error("INTERNAL", gemm_refs, client, hdr, region.put(a, "f32"),
+                 region.put(b, "f32"), what="a failed launch")
+    region.used = 0
+    checked_gemm(ctx, client, region, m, nk, nk, "f32", "abo")
+
+
+def test_in_place_split(ctx):
+    """gpu.split_min_rows: a gemm whose A, B, C and result all lie in registered regions, of at
+    least twice that many rows, A not transposed, is split by rows of C between its device and
+    an idle second one: the reply names both devices and holds the whole result, right in every
+    dtype (ragged halves, C with beta, a transposed B), and stats count it. An operand over the
+    socket, a transposed A or too few rows keep it whole."""
+    if not GPU:
+        return
+    cases = [(300, 40, 50, "f32", "abo", False, False, 1.0, 0.0, True),
+             (333, 17, 29, "f64", "abco", False, True, -1.0, 0.5, True),
+             (257, 8, 16, "f16", "abo", False, False, 2.0, 0.0, True),
+             (300, 9, 13, "bf16", "abo", False, True, 1.0, 0.0, True),
+             (300, 9, 13, "f32", "ao", False, False, 1.0, 0.0, False),
+             (300, 9, 13, "f32", "abo", True, False, 1.0, 0.0, False),
+             (255, 9, 13, "f32", "abo", False, False, 1.0, 0.0, False)]
+    config = {"gpu": dict(IN_PLACE["gpu"], split_min_rows=128)}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        if len(client.call("stats")["backend_stats"]["devices"]) < 2:
+            print("  one GPU: nothing to split with")
+            return
+        region = Region(8 << 20).register(client)
+        wait_registered(d, client, 1, 8 << 20)
+        for m, n, k, dtype, forms, ta, tb, alpha, beta, split in cases:
+            before = reg_stats(client).get("shm_split_jobs", 0)
+            region.used = 0
+            checked_gemm(ctx, client, region, m, n, k, dtype, forms, ta, tb, alpha, beta)
+            grew = client.call("stats")["backend_stats"]["shm_split_jobs"] - before
+            assert grew == int(split), (m, n, k, dtype, forms, ta, grew)
+        if FAKE:  # both halves' launches fail: one INTERNAL answer, and the next is right
+            failed_launch_then_right(ctx, client, region, 300, 16)
+        # the devices stay idle in between, so every eligible one above was split; a stats
+        # read shows both devices computed
+        per = [dev["jobs"] for dev in client.call("stats")["backend_stats"]["devices"]]
+        assert all(jobs > 0 for jobs in per), per
+        # four clients at once: split or not as the devices happen to be idle, every result
+        # right, and nothing left behind
+        errors = []
+        splits_before = reg_stats(client)["shm_split_jobs"]
+
+        def client_loop(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                with d.connect() as c:
+                    own = Region(4 << 20).register(c)  # staged until registered: right too
+                    for i in range(12):
+                        own.used = 0
+                        m = int(rng.integers(256, 400))
+                        checked_gemm(ctx, c, own, m, 24, 40, ("f32", "f64")[i % 2], "abco",
+                                     alpha=1.5, beta=0.5)
+            except Exception as exc:  # noqa: reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=client_loop, args=(seed,)) for seed in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        print("  %d of 48 gemms from 4 clients at once were split" %
+              (reg_stats(client)["shm_split_jobs"] - splits_before))
+        st = client.call("stats")
+        assert (st["queue_depth"], st["jobs_running"]) == (0, 0), st
+
+
 def test_in_place_region_outlives_its_unregister(ctx):
     """A region unregistered (or its connection closed) while a gemm still reads it in place
     stays mapped until the job is done: the result is exact, and the registration goes after."""
@@ -648,13 +727,7 @@ def test_in_place_failed_launch(ctx):
         with d.connect() as other:
             region = Region(1 << 20).register(other)
             wait_registered(d, client, 1, 1 << 20)
-            a, b = h.random_operands(ctx.rng, 64, 64, 64, "f32")
-            hdr = {"m": 64, "n": 64, "k": 64, "dtype": "f32", "alpha": 777.0,
-                   "out": region.take(64 * 64 * 4)}
-            expect_error("INTERNAL", gemm_refs, other, hdr, region.put(a, "f32"),
-                         region.put(b, "f32"), what="a failed launch")
-            region.used = 0
-            checked_gemm(ctx, other, region, 64, 64, 64, "f32", "abo")
+            failed_launch_then_right(ctx, other, region, 64, 64)
         wait_registered(d, client, 0, 0)
         assert client.call("ping") == "pong"
 
@@ -667,6 +740,6 @@ if __name__ == "__main__":
                      test_regions_count_against_the_memory_budget, test_no_regions_allowed,
                      test_disabled, test_tcp_refused, test_released_with_the_connection,
                      test_in_place_forms, test_in_place_larger_than_staging,
-                     test_in_place_row_blocks,
+                     test_in_place_row_blocks, test_in_place_split,
                      test_in_place_region_outlives_its_unregister, test_in_place_fallbacks, test_in_place_failed_launch,
                      test_in_place_while_waiting_for_memory]))
