@@ -20,9 +20,12 @@
  * --backend gpu, or uses the daemon at GEMMD_ADDRESS=unix:PATH when that is set.
  *
  * --shm-pieces N sets the daemon's gpu.shm_pieces (default 4, as shipped; 1 runs a shared-memory
- * gemm at once, its copies before and after the kernel).
+ * gemm at once, its copies before and after the kernel). --split-min-rows N sets
+ * gpu.split_min_rows (default 0: never split; on a machine of several GPUs, e.g. 2048, the
+ * shared-memory column is then one gemm across two idle GPUs).
  *
  *   bench_e2e [--gemmd PATH] [--reps N] [--sizes 1024,4096,8192] [--kernel NAME] [--shm-pieces N]
+ *             [--split-min-rows N]
  */
 #include "gemmclient.h"
 #include <cublas_v2.h>
@@ -112,7 +115,7 @@ static int connect_unix(const char *path) {
 }
 
 static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel,
-                         unsigned shm_pieces) {
+                         unsigned shm_pieces, unsigned long split_min_rows) {
   snprintf(d->dir, sizeof(d->dir), "/tmp/bench-e2e-XXXXXX");
   if (!mkdtemp(d->dir))
     die("mkdtemp", strerror(errno));
@@ -121,8 +124,8 @@ static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel,
   snprintf(cfg, sizeof(cfg),
            "listen:\n  - unix:%s\nbackend: gpu\nlog_level: info\n"
            "gpu:\n  staging_bytes: 64MiB\n  staging_buffers: 2\n  memory_bytes: 4GiB\n"
-           "  kernel: %s\n  shm_pieces: %u\n",
-           d->sock, kernel, shm_pieces);
+           "  kernel: %s\n  shm_pieces: %u\n  split_min_rows: %lu\n",
+           d->sock, kernel, shm_pieces, split_min_rows);
   snprintf(path, sizeof(path), "%s/gemmd.yaml", d->dir);
   snprintf(log, sizeof(log), "%s/gemmd.log", d->dir);
   write_file(path, cfg);
@@ -326,6 +329,7 @@ int main(int argc, char **argv) {
   const char *gemmd = getenv("GEMMD_BIN") ? getenv("GEMMD_BIN") : GEMMD_BIN_DEFAULT;
   const char *kernel = "auto";
   unsigned shm_pieces = 4;
+  unsigned long split_min_rows = 0;
   int reps = 7, sizes[MAX_SIZES] = {1024, 4096, 8192}, nsizes = 3;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--gemmd") && i + 1 < argc) {
@@ -336,6 +340,8 @@ int main(int argc, char **argv) {
       kernel = argv[++i];
     } else if (!strcmp(argv[i], "--shm-pieces") && i + 1 < argc) {
       shm_pieces = (unsigned)atoi(argv[++i]);
+    } else if (!strcmp(argv[i], "--split-min-rows") && i + 1 < argc) {
+      split_min_rows = strtoul(argv[++i], NULL, 10);
     } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
       nsizes = 0;
       for (char *tok = strtok(argv[++i], ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ","))
@@ -343,7 +349,7 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr,
               "usage: %s [--gemmd PATH] [--reps N] [--sizes 1024,4096] [--kernel K] "
-              "[--shm-pieces N]\n",
+              "[--shm-pieces N] [--split-min-rows N]\n",
               argv[0]);
       return 2;
     }
@@ -366,7 +372,7 @@ int main(int argc, char **argv) {
   if (addr && !strncmp(addr, "unix:", 5)) {
     sock = addr + 5;
   } else {
-    start_daemon(&d, gemmd, kernel, shm_pieces);
+    start_daemon(&d, gemmd, kernel, shm_pieces, split_min_rows);
     sock = d.sock;
   }
   int fd = connect_unix(sock);
@@ -468,8 +474,9 @@ int main(int argc, char **argv) {
   printf("\nsocket share: the part of the round trip that is neither the kernel nor the staging "
          "copies (the socket, the client, the loop). shared memory: A, B and C in one registered "
          "region, copied straight between it and the device; shm in+out: those copies. "
-         "gpu.shm_pieces %u%s.\n",
-         shm_pieces, addr ? " (asked of the daemon started here; GEMMD_ADDRESS's has its own)" : "");
+         "gpu.shm_pieces %u, gpu.split_min_rows %lu%s.\n",
+         shm_pieces, split_min_rows,
+         addr ? " (asked of the daemon started here; GEMMD_ADDRESS's has its own)" : "");
   cublasDestroy(ip.blas);
   gp_decoder_free(dec);
   gc_close(shm);

@@ -9,7 +9,8 @@
 #          (GEMMD_TEST_BACKEND=gpu ctest -L load; GEMMD_LOAD_SCALE passes through); not in all
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
 #   e2e    build, then bench/e2e (the daemon end to end), and its 4096 and 8192 rows again with
-#          gpu.shm_pieces 1 (shared-memory gemms at once, not in row blocks)
+#          gpu.shm_pieces 1 (shared-memory gemms at once, not in row blocks); on two GPUs or
+#          more, 8192 and 16384 whole and split across two (gpu.split_min_rows 2048)
 #   all    all of the above
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
@@ -20,7 +21,7 @@
 #
 # Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 8 files:
 # env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log
-# bench-e2e-unblocked.log summary.txt
+# bench-e2e-variants.log summary.txt
 # (daemon-gpu.log and load-gpu.log for those modes).
 # A short summary is printed last. Here (no GPU) it works too: the GPU tests skip.
 # Knobs: GPU_RUN_JOBS (16), GPU_RUN_TEST_TIMEOUT / GPU_RUN_BENCH_TIMEOUT (seconds per step,
@@ -195,9 +196,14 @@ if [ "$mode" = all ] || [ "$mode" = e2e ]; then
   bench_e2e=$(find_bench '*e2e*')
   if [ -n "$bench_e2e" ]; then
     run_step bench-e2e.log "bench: ${bench_e2e#"$root"/}" "$bench_e2e"
-    # the same shared-memory gemms run at once (no row blocks), to weigh gpu.shm_pieces
-    run_step bench-e2e-unblocked.log "bench: ${bench_e2e#"$root"/} --shm-pieces 1" \
-      "$bench_e2e" --shm-pieces 1 --sizes 4096,8192
+    # the same shared-memory gemms run at once (no row blocks), to weigh gpu.shm_pieces; and
+    # with two GPUs or more, 8192^3 and 16384^3 whole on one GPU and split across two
+    variants="\"$bench_e2e\" --shm-pieces 1 --sizes 4096,8192"
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+      variants="$variants; \"$bench_e2e\" --sizes 8192,16384 --reps 3"
+      variants="$variants; \"$bench_e2e\" --sizes 8192,16384 --reps 3 --split-min-rows 2048"
+    fi
+    run_step bench-e2e-variants.log "bench: ${bench_e2e#"$root"/} variants" bash -c "$variants"
   else
     note "e2e: no bench/e2e program in this build"
   fi
@@ -207,7 +213,7 @@ fi
 echo
 echo "================ summary ================"
 cat "$summary"
-for log in bench-baseline.log bench-kernels.log bench-e2e.log bench-e2e-unblocked.log; do
+for log in bench-baseline.log bench-kernels.log bench-e2e.log bench-e2e-variants.log; do
   [ -f "$OUT/$log" ] && { echo "--- $log (tail)"; tail -20 "$OUT/$log"; }
 done
 echo "total $(elapsed)"
