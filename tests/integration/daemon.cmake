@@ -70,42 +70,35 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # On two fake devices: spread (one pipelining connection's jobs go to both, replies whole and
   # right); small_jobs (the small-job lane from several connections beside large jobs, the lane
   # off, SIGTERM with small jobs in flight).
+  # gemmd_fake_test(NAME SCRIPT DEVICES [ENV...]): SCRIPT against gemmd_fake on DEVICES fake
+  # devices, as test NAME.
+  function(gemmd_fake_test name script devices)
+    add_test(NAME ${name} COMMAND ${GEMMD_PYTHON3} ${script} --gemmd $<TARGET_FILE:gemmd_fake>)
+    set_tests_properties(${name} PROPERTIES
+      LABELS integration
+      TIMEOUT 300
+      ENVIRONMENT
+        "${ARGN};FAKE_CUDA_DEVICES=${devices};PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+  endfunction()
   foreach(name reply_order memory_wait staging_hold memory_on_demand readyz spread small_jobs)
     set(fake_devices 1)
     if(name STREQUAL "spread" OR name STREQUAL "small_jobs")
       set(fake_devices 2)
     endif()
-    add_test(NAME daemon_fake_${name}
-             COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py
-                     --gemmd $<TARGET_FILE:gemmd_fake>)
-    set_tests_properties(daemon_fake_${name} PROPERTIES
-      LABELS integration
-      TIMEOUT 300
-      ENVIRONMENT
-        "FAKE_CUDA_DEVICES=${fake_devices};PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+    gemmd_fake_test(daemon_fake_${name}
+                    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py ${fake_devices})
   endforeach()
 
-  # shared memory on the GPU backend: operands copied from regions into staging (pausing while
-  # it is full), results written into regions.
-  add_test(NAME daemon_fake_shm
-           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_shm.py
-                   --gemmd $<TARGET_FILE:gemmd_fake>)
-  set_tests_properties(daemon_fake_shm PROPERTIES
-    LABELS integration
-    TIMEOUT 300
-    ENVIRONMENT
-      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+  # shared memory on the GPU backend, two devices: operands copied from regions into staging
+  # (pausing while it is full), or straight to the device once registered, in row blocks, or
+  # split across both devices; results written into regions.
+  gemmd_fake_test(daemon_fake_shm ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_shm.py 2
+                  GEMMD_TEST_BACKEND=gpu)
 
   # resident operands and broadcast_b on the GPU backend, two devices: copies from a resident
   # operand pause and resume like a region's; a shared B runs as plain pieces.
-  add_test(NAME daemon_fake_resident
-           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py
-                   --gemmd $<TARGET_FILE:gemmd_fake>)
-  set_tests_properties(daemon_fake_resident PROPERTIES
-    LABELS integration
-    TIMEOUT 300
-    ENVIRONMENT
-      "GEMMD_TEST_BACKEND=gpu;FAKE_CUDA_DEVICES=2;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+  gemmd_fake_test(daemon_fake_resident ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py 2
+                  GEMMD_TEST_BACKEND=gpu)
 
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason
