@@ -151,6 +151,8 @@ struct gd__gpu_job {
   bool paused;            /* input() set *pause: a GD_EV_INPUT_RESUME is owed */
   bool retired;           /* its load was taken off the device */
   bool failed;            /* a FAILED event was posted (or would have been) */
+  bool final_posted;      /* its final event (the last chunk of C, or FAILED) was posted:
+                             nothing more may follow, not even a device's failure */
   bool mem_freed;
   bool finished;          /* the worker let go of it */
   uint64_t dev_off;       /* pool offset of the job's block */

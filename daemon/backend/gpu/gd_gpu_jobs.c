@@ -14,14 +14,20 @@
 #include "gd_log.h"
 
 bool gd__gpu_post(gd__gpu_job *job, gd_backend_event *ev) {
-  if (!job->owner || job->dev->stopping)
+  if (!job->owner || job->dev->stopping || job->final_posted)
     return false;
   ev->job = job->owner;
-  return gd_completion_post(job->dev->be->base.sink, ev) == 0;
+  if (gd_completion_post(job->dev->be->base.sink, ev) != 0)
+    return false;
+  job->final_posted = ev->type == GD_EV_FAILED || (ev->type == GD_EV_OUTPUT_CHUNK && ev->last);
+  return true;
 }
 
 void gd__gpu_fail(gd__gpu_job *job, int code, const char *fmt, ...) {
-  if (job->failed)
+  /* A job whose whole result was handed over keeps it: its chunks are in host memory (staging
+   * or the client's region), whole, whatever befalls the device now (dev_kill meets such jobs
+   * while a slow client still holds their last chunk). */
+  if (job->failed || job->final_posted)
     return;
   job->failed = true;
   job->paused = false; /* the failure ends the request: no resume is owed */

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """/readyz on gemmd_fake: 200 while its one fake GPU serves; after a sticky device fault (the
 fake CUDA runtime faults a kernel whose alpha is 666) the device is out of service, /readyz
-answers 503 "no device in service", /healthz still 200, and the metrics say so. Only for
-gemmd_fake (FAKE_CUDA_DEVICES=1): a real GPU computes alpha 666 like any other."""
+answers 503 "no device in service", /healthz still 200, and the metrics say so. A result
+computed before the fault and still waiting in staging for its client to read it is delivered
+whole. Only for gemmd_fake (FAKE_CUDA_DEVICES=1): a real GPU computes alpha 666 like any
+other."""
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -37,5 +40,29 @@ def test_readyz_after_device_fault(ctx):
         assert mu.value(samples, "gemmd_draining") == 0
 
 
+def test_fault_while_a_result_waits_unread(ctx):
+    """The device faults while another client's whole result sits posted in staging, unread
+    (gpu.staging_hold_ms keeps it there): that client still gets its result, right, and the
+    daemon goes on (it answered the job FAILED after its last chunk, and died on its own
+    assertion, before the fix)."""
+    gpu = {"small_job_bytes": 0, "staging_bytes": "8MiB", "staging_hold_ms": 5000}
+    with e2e.gpu_daemon(ctx, gpu=gpu) as d, d.connect(timeout=60) as slow, \
+            d.connect(timeout=60) as other:
+        a, b = h.random_operands(ctx.rng, 1024, 1024, 16, "f32")
+        hdr = {"m": 1024, "n": 1024, "k": 16, "dtype": "f32"}
+        msgid = slow.send_gemm(hdr, a, b)  # a 4 MiB result: more than the socket takes
+        time.sleep(0.5 * ctx.scale)
+        s = np.ones((8, 8), np.float32)
+        try:
+            other.gemm({"m": 8, "n": 8, "k": 8, "dtype": "f32", "alpha": 666.0}, s, s)
+            raise AssertionError("a faulting kernel returned a result")
+        except h.RpcError as exc:
+            assert exc.code in ("UNAVAILABLE", "INTERNAL"), exc
+        out_hdr, c = slow.gemm_result(msgid, hdr, timeout=30)
+        h.assert_close(c, a, b, None, 1.0, 0.0, False, False, "f32", "the result held unread")
+        assert other.call("ping") == "pong"
+
+
 if __name__ == "__main__":
-    sys.exit(e2e.gpu_main([test_readyz_after_device_fault]))
+    sys.exit(e2e.gpu_main([test_readyz_after_device_fault,
+                           test_fault_while_a_result_waits_unread]))
