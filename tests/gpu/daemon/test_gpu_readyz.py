@@ -20,17 +20,22 @@ import metrics_util as mu  # noqa: E402
 h = e2e.h
 
 
+def fault_the_device(client):
+    """A gemm whose kernel faults the fake device (alpha 666): answered with an error."""
+    a = np.ones((8, 8), np.float32)
+    try:
+        client.gemm({"m": 8, "n": 8, "k": 8, "dtype": "f32", "alpha": 666.0}, a, a)
+        raise AssertionError("a faulting kernel returned a result")
+    except h.RpcError as exc:
+        assert exc.code in ("UNAVAILABLE", "INTERNAL"), exc
+
+
 def test_readyz_after_device_fault(ctx):
     port = h.free_tcp_port()
     config = {"metrics": {"listen": "tcp:127.0.0.1:%d" % port}}
     with e2e.gpu_daemon(ctx, config=config) as d, d.connect(timeout=60) as client:
         assert mu.http_get(port, "/readyz")[:2] == (200, "ready\n")
-        a = np.ones((8, 8), np.float32)
-        try:
-            client.gemm({"m": 8, "n": 8, "k": 8, "dtype": "f32", "alpha": 666.0}, a, a)
-            raise AssertionError("a faulting kernel returned a result")
-        except h.RpcError as exc:
-            assert exc.code in ("UNAVAILABLE", "INTERNAL"), exc
+        fault_the_device(client)
         h.wait_until(lambda: mu.http_get(port, "/readyz")[0] == 503, 10 * ctx.scale,
                      "/readyz to answer 503 with the only device out of service")
         assert mu.http_get(port, "/readyz")[1] == "not ready: no device in service\n"
@@ -52,12 +57,7 @@ def test_fault_while_a_result_waits_unread(ctx):
         hdr = {"m": 1024, "n": 1024, "k": 16, "dtype": "f32"}
         msgid = slow.send_gemm(hdr, a, b)  # a 4 MiB result: more than the socket takes
         time.sleep(0.5 * ctx.scale)
-        s = np.ones((8, 8), np.float32)
-        try:
-            other.gemm({"m": 8, "n": 8, "k": 8, "dtype": "f32", "alpha": 666.0}, s, s)
-            raise AssertionError("a faulting kernel returned a result")
-        except h.RpcError as exc:
-            assert exc.code in ("UNAVAILABLE", "INTERNAL"), exc
+        fault_the_device(other)
         out_hdr, c = slow.gemm_result(msgid, hdr, timeout=30)
         h.assert_close(c, a, b, None, 1.0, 0.0, False, False, "f32", "the result held unread")
         assert other.call("ping") == "pong"
