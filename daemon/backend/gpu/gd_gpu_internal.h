@@ -175,7 +175,8 @@ struct gd__gpu_job {
    * another device and posts no event of its own. */
   gd__gpu_split *split;
   bool split_child;
-  bool split_told;        /* child, under mu: its parent was told it ended (once) */
+  bool split_told;        /* child, under mu: its parent was told it ended (once); its
+                             owner (the parent's) is cleared then */
   gd__gpu_job *kill_next; /* dev_kill's list of children to tell their parents about */
 
   /* The loop thread only. */

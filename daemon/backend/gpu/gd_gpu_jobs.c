@@ -225,8 +225,11 @@ void gd__gpu_dev_kill(gd__gpu_dev *dev, const char *what, cudaError_t e) {
       gd__gpu_wait_remove(j);
     gd__gpu_fail(j, GP_E_UNAVAILABLE, "cuda:%d went out of service: %s", dev->ordinal,
                  cudaGetErrorString(e));
+    if (j->split && !j->split_child) /* its own work is over now: a FAILED that waited goes */
+      gd__gpu_split_maybe_final(j);
     if (j->split_child && !j->split_told) {
       j->split_told = true;
+      j->owner = NULL; /* the parent's: it may go once told */
       j->refs++;
       j->kill_next = children;
       children = j;

@@ -273,7 +273,7 @@ gd__gpu_buf *gd__gpu_split_handle(gd__gpu_dev *dev, gd__gpu_split *split) {
   pthread_mutex_unlock(&split->mu);
   split->handled = true;
   if (child_failed && !p->failed) /* held back until the parent's own work is over too */
-    gd__gpu_fail(p, child_err.code, "cuda:%d: %s", split->child_ordinal, child_err.message);
+    gd__gpu_fail(p, child_err.code, "%s", child_err.message);
   gd__gpu_split_maybe_final(p);
   gd__gpu_buf *held = split->held;
   split->held = NULL;

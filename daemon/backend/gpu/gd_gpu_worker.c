@@ -70,6 +70,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
       dev->jobs_done++;
     if (job->split_child && !job->split_told) {
       job->split_told = true;
+      job->owner = NULL; /* the parent's: it may go once told */
       tell = job->split;
       if (job->failed || !job->work.started)
         gp_error_set(&why, GP_E_INTERNAL, "cuda:%d: its rows of the split job failed",

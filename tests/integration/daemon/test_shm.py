@@ -632,6 +632,14 @@ def test_in_place_split(ctx):
               (reg_stats(client)["shm_split_jobs"] - splits_before))
         st = client.call("stats")
         assert (st["queue_depth"], st["jobs_running"]) == (0, 0), st
+        if FAKE:  # a split gemm that faults both devices (alpha 666): one UNAVAILABLE answer
+            region.used = 0
+            a, b = h.random_operands(ctx.rng, 300, 16, 16, "f32")
+            hdr = {"m": 300, "n": 16, "k": 16, "dtype": "f32", "alpha": 666.0,
+                   "out": region.take(300 * 16 * 4)}
+            expect_error("UNAVAILABLE", gemm_refs, client, hdr, region.put(a, "f32"),
+                         region.put(b, "f32"), what="a split gemm that faults both devices")
+            assert client.call("ping") == "pong"
 
 
 def test_in_place_region_outlives_its_unregister(ctx):
