@@ -533,10 +533,11 @@ struct gd__gpu_split {
 /* Loop, at submit, before RUN: splits gj when gpu.split_min_rows allows it, its operands and
  * result are all in registered regions and another device is idle with room for the child. */
 void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj);
-/* Any thread holding no device mu: the child's device work is over (failed: why). Once. */
+/* In gd_gpu_jobs.c (failing and dying meet splits there):
+ * Any thread holding no device mu: the child's device work is over (failed: why). Once. */
 void gd__gpu_split_child_ended(gd__gpu_split *split, bool failed, const gp_error *err);
-/* Under the child's device mu (gd__gpu_fail): the child failed; when its device is dead its
- * work is over too (dev_kill then tells the parent). */
+/* Under the child's device mu (gd__gpu_fail): the child failed; its parent hears of it when
+ * the child's work is over (job_finish, or dev_kill). */
 void gd__gpu_split_child_failed(gd__gpu_job *child, const gp_error *err);
 /* Under the parent's mu (gd__gpu_fail): true when the parent's FAILED must wait (kept in the
  * split) until the child's work and its own are both over, false when it may be posted now. */

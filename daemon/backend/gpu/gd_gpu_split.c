@@ -14,7 +14,8 @@
  * until the child's device work is over: the scheduler lets the regions go after that event,
  * and no copy may touch them after. The child's end reaches the parent's worker as a command
  * (GD__CMD_SPLIT_DONE), pushed from the child's job_finish, or from dev_kill when the child's
- * device died (its queued work never ends then). Locks: the split's own mu is a leaf; a device's
+ * device died (its queued work never ends then); those ends, and what failing does to either
+ * side, are in gd_gpu_jobs.c, which this file calls and never the other way. Locks: the split's own mu is a leaf; a device's
  * mu is never held while another device's is taken.
  */
 #include <stdio.h>
@@ -181,67 +182,9 @@ void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj) {
            (unsigned long long)r, (unsigned long long)m, placed->ordinal);
 }
 
-/* ---- the child's end ------------------------------------------------------ */
-
-void gd__gpu_split_child_failed(gd__gpu_job *child, const gp_error *err) {
-  gd__gpu_split *split = child->split;
-  pthread_mutex_lock(&split->mu);
-  if (!split->child_failed) {
-    split->child_failed = true;
-    split->child_err = *err;
-  }
-  pthread_mutex_unlock(&split->mu);
-}
-
-void gd__gpu_split_child_ended(gd__gpu_split *split, bool failed, const gp_error *err) {
-  pthread_mutex_lock(&split->mu);
-  bool first = !split->child_done;
-  split->child_done = true;
-  if (failed && !split->child_failed) {
-    split->child_failed = true;
-    split->child_err = *err;
-  }
-  pthread_mutex_unlock(&split->mu);
-  if (!first)
-    return;
-  gd__gpu_dev *dev = split->parent->dev; /* the parent lives until SPLIT_DONE is handled */
-  pthread_mutex_lock(&dev->mu);
-  if (!split->pushed) {
-    split->pushed = true;
-    split->done_cmd = (gd__gpu_cmd){.type = GD__CMD_SPLIT_DONE, .job = split->parent};
-    gd__gpu_cmd_push(dev, &split->done_cmd);
-  }
-  pthread_mutex_unlock(&dev->mu);
-}
-
 /* ---- the parent (under its device's mu) ------------------------------------ */
 
 bool gd__gpu_split_settled(const gd__gpu_job *parent) { return parent->split->handled; }
-
-/* Under the parent's mu: its own device work is over (finished, or its device died). */
-static bool own_work_over(const gd__gpu_job *parent) {
-  return parent->finished || parent->dev->dead;
-}
-
-bool gd__gpu_split_defer_fail(gd__gpu_job *parent, const gp_error *err) {
-  gd__gpu_split *split = parent->split;
-  if (split->handled && own_work_over(parent))
-    return false;
-  if (!split->fail_pending) {
-    split->fail_pending = true;
-    split->fail_err = *err;
-  }
-  return true;
-}
-
-void gd__gpu_split_maybe_final(gd__gpu_job *parent) {
-  gd__gpu_split *split = parent->split;
-  if (!split->handled || !own_work_over(parent) || !split->fail_pending || split->final_posted)
-    return;
-  split->final_posted = true;
-  gd_backend_event ev = {.type = GD_EV_FAILED, .err = split->fail_err};
-  (void)gd__gpu_post(parent, &ev);
-}
 
 bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf) {
   gd__gpu_split *split = parent->split;
