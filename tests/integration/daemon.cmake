@@ -89,6 +89,11 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
                     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py ${fake_devices})
   endforeach()
 
+  # device faults and failed launches at the moments that matter (a blocked gemm, a small
+  # batch, results streaming, a region in use): answered or closed, never a crash or a hang.
+  gemmd_fake_test(daemon_fake_faults ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_faults.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+
   # shared memory on the GPU backend, two devices: operands copied from regions into staging
   # (pausing while it is full), or straight to the device once registered, in row blocks, or
   # split across both devices; results written into regions.
