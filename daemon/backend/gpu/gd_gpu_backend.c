@@ -34,24 +34,6 @@
 
 /* ---- the ops ------------------------------------------------------------- */
 
-static bool job_sizes(gd__gpu_job *job, gp_error *err) {
-  uint64_t total = 0;
-  for (int op = 0; op < 3; op++) {
-    uint64_t len = 0, rounded = 0;
-    if (!gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len) ||
-        !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
-      gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
-                   gp_operand_name((gp_operand)op));
-      return false;
-    }
-    if (op == GP_OPERAND_C)
-      job->c_bytes = len;
-    total += rounded;
-  }
-  job->alloc_len = total;
-  return true;
-}
-
 /* The device for a job of len pool bytes: the scheduler's pick (`hint`, an index into
  * devices()) when it is in service and its budget can hold the job, else the least-loaded such
  * device. NULL when none can ever hold it. */
@@ -106,7 +88,7 @@ static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
   gj->admitted_us = job->admitted_us;
   gj->deadline_us = job->deadline_us;
   gj->pending_tail = &gj->pending;
-  if (!job_sizes(gj, err))
+  if (!gd__gpu_job_sizes(gj, err))
     return false;
   gj->load = job_load(gj);
   return true;

@@ -434,6 +434,9 @@ void gd__gpu_job_drop_resident(gd__gpu_job *job);
 /* References on a job (under mu); unref frees it at zero. */
 void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);
+/* From job->hdr: c_bytes (C as computed and returned) and alloc_len (pool bytes for a, b and c,
+ * each rounded); false with err (RESOURCE_EXHAUSTED) when an operand is too large. */
+bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err);
 /* Under mu: job joins the device's live jobs and its load (until retired). */
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job);
 /* A split's parent going away frees the split (a child's is its parent's). */

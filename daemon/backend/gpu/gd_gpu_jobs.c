@@ -89,6 +89,24 @@ void gd__gpu_job_unref(gd__gpu_job *job) {
     free(job);
 }
 
+bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
+  uint64_t total = 0;
+  for (int op = 0; op < 3; op++) {
+    uint64_t len = 0, rounded = 0;
+    if (!gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len) ||
+        !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
+      gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
+                   gp_operand_name((gp_operand)op));
+      return false;
+    }
+    if (op == GP_OPERAND_C)
+      job->c_bytes = len;
+    total += rounded;
+  }
+  job->alloc_len = total;
+  return true;
+}
+
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job) {
   job->next = dev->jobs;
   if (dev->jobs)

@@ -50,16 +50,6 @@ static uint64_t row_bytes(const gd__gpu_job *gj, gp_operand op) {
   return gj->bytes[op] / gj->hdr.m;
 }
 
-static uint64_t alloc_len_of(const gd__gpu_job *gj) {
-  uint64_t total = 0;
-  for (int op = 0; op < 3; op++) {
-    uint64_t rounded = 0;
-    (void)gd__gpu_pool_round(op == GP_OPERAND_C ? gj->c_bytes : gj->bytes[op], &rounded);
-    total += rounded; /* no overflow: each is at most the parent's, whose sum was checked */
-  }
-  return total;
-}
-
 /* The child: the parent's rows from r on, in the same regions. */
 static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64_t r) {
   gd__gpu_job *c = calloc(1, sizeof *c);
@@ -67,7 +57,6 @@ static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64
     return NULL;
   uint64_t rows = p->hdr.m - r;
   uint64_t a_row = row_bytes(p, GP_OPERAND_A), c_in_row = row_bytes(p, GP_OPERAND_C);
-  uint64_t out_row = p->c_bytes / p->hdr.m;
   c->id = p->id;
   c->hdr = p->hdr;
   c->hdr.m = rows;
@@ -75,8 +64,10 @@ static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64
   c->bytes[GP_OPERAND_A] = rows * a_row;
   c->bytes[GP_OPERAND_B] = p->bytes[GP_OPERAND_B];
   c->bytes[GP_OPERAND_C] = rows * c_in_row;
-  c->c_bytes = rows * out_row;
-  c->alloc_len = alloc_len_of(c);
+  if (!gd__gpu_job_sizes(c, NULL)) { /* cannot fail: each is at most the parent's */
+    free(c);
+    return NULL;
+  }
   c->admitted_us = p->admitted_us;
   c->deadline_us = p->deadline_us;
   c->load = p->load / 2;
