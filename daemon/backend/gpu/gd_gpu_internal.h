@@ -366,6 +366,10 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
 /* The job's problem on the device, its operands at a, b and c. */
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
                          uint8_t *c);
+/* Worker: len bytes of operand op from `from` on, straight from its registered region
+ * (mapped_in) into the job's device block, on s_in; the first such copy records ev_d0. */
+cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
+                                     uint64_t from, uint64_t len);
 /* Launches the job's kernel with kctx on stream and names the device and kernel in its
  * result. */
 cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,

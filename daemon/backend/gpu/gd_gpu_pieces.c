@@ -55,13 +55,7 @@ static cudaError_t copy_block_in(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0
     if (!job->mapped_in[op])
       continue;
     uint64_t row_bytes = job->bytes[op] / job->hdr.m;
-    if (!job->work.direct_in)
-      e = cudaEventRecord(job->work.ev_d0, dev->s_in);
-    job->work.direct_in = true;
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op] + r0 * row_bytes),
-                          job->mapped_in[op] + r0 * row_bytes, (size_t)(rows * row_bytes),
-                          cudaMemcpyHostToDevice, dev->s_in);
+    e = gd__gpu_copy_from_region(dev, job, op, r0 * row_bytes, rows * row_bytes);
     bytes += rows * row_bytes;
   }
   if (e == cudaSuccess && bytes > 0)

@@ -66,6 +66,18 @@ cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
   return e;
 }
 
+cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
+                                     uint64_t from, uint64_t len) {
+  cudaError_t e = cudaSuccess;
+  if (!job->work.direct_in)
+    e = cudaEventRecord(job->work.ev_d0, dev->s_in); /* the start of its direct copies: timings */
+  job->work.direct_in = true;
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op] + from), job->mapped_in[op] + from,
+                        (size_t)len, cudaMemcpyHostToDevice, dev->s_in);
+  return e;
+}
+
 /* The job's events, in one list for making and freeing. */
 static size_t job_event_slots(gd__gpu_job *job, cudaEvent_t *slots[8]) {
   slots[0] = &job->work.ev_in;

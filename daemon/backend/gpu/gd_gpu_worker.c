@@ -166,12 +166,7 @@ static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
   for (int op = 0; op < 3 && e == cudaSuccess; op++) {
     if (!job->mapped_in[op] || (job->work.pieces > 1 && op != GP_OPERAND_B))
       continue;
-    if (!job->work.direct_in)
-      e = cudaEventRecord(job->work.ev_d0, dev->s_in);
-    job->work.direct_in = true;
-    if (e == cudaSuccess)
-      e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op]), job->mapped_in[op],
-                          (size_t)job->bytes[op], cudaMemcpyHostToDevice, dev->s_in);
+    e = gd__gpu_copy_from_region(dev, job, (gp_operand)op, 0, job->bytes[op]);
     bytes += job->bytes[op];
   }
   if (e == cudaSuccess && bytes > 0)
