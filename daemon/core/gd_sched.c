@@ -59,7 +59,7 @@ static void tell_room(gd_sched *s) {
 
 /* The job's references to regions it used in place (after the backend let go of the job). */
 static void put_mapped(gd_sched *s, gd_job *job) {
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i <= GD_JOB_OUT; i++) {
     if (job->mapped[i])
       gd_sched_region_put(s, job->mapped[i]);
     job->mapped[i] = NULL;

@@ -3,7 +3,8 @@
  * shm_register / shm_unregister methods, a gemm operand given as a region reference (read by
  * the backend in place when it can, else copied from the mapping through the backend's input
  * seam, the way socket bytes are), and a result written into a region instead of onto the
- * socket (by the backend in place when it can, else copied there chunk by chunk). The regions themselves are gd_shm.h's.
+ * socket (by the backend in place when it can, else copied there chunk by chunk). The regions
+ * themselves are gd_shm.h's.
  * Loop thread only.
  */
 #ifndef GD_SHM_CALLS_H
