@@ -51,6 +51,7 @@
 #define MAX_DEPTH 1024
 #define CHECKED_PER_CONN 2
 #define CHECK_ROWS 256
+#define CHECK_MACS (1ull << 30)
 
 typedef struct {
   const char *addr;
@@ -372,10 +373,15 @@ static void run_one(const bench_args *args, uint64_t size, gc_dtype dtype, unsig
   st.opts.m = st.opts.n = st.opts.k = size;
   st.opts.dtype = dtype;
   size_t elems = (size_t)(size * size), bytes = elems * elem_bytes(dtype);
-  /* The float64 reference of a whole 4096^3 takes minutes on one core: above CHECK_ROWS rows,
-   * a block of CHECK_ROWS rows from the middle of C is checked (A row-major, not transposed). */
+  /* The float64 reference of a whole 4096^3 takes minutes on one core: a block of rows from the
+   * middle of C is checked (A row-major, not transposed), at most CHECK_ROWS and at most
+   * CHECK_MACS multiply-adds' worth (64 rows at 4096^3: a second, where 256 took 15 to 40 s
+   * before the clients even connected). */
+  uint64_t budget_rows = CHECK_MACS / (size * size);
   st.check = st.opts;
   st.check.m = size < CHECK_ROWS ? size : CHECK_ROWS;
+  if (st.check.m > budget_rows)
+    st.check.m = budget_rows > 16 ? budget_rows : 16;
   st.check_row0 = (size - st.check.m) / 2;
   size_t ref_elems = st.check.m * size;
   void *a = malloc(bytes), *b = malloc(bytes);
