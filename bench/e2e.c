@@ -73,8 +73,16 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The gemmd this program started, if any: die() stops it, or it would outlive the bench and keep
+ * a caller's pipe open (a `| tee` then waits for its timeout). */
+static pid_t started_gemmd = -1;
+
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "bench_e2e: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+  if (started_gemmd > 0) {
+    kill(started_gemmd, SIGKILL);
+    waitpid(started_gemmd, NULL, 0);
+  }
   exit(1);
 }
 
@@ -114,27 +122,47 @@ static int connect_unix(const char *path) {
   return fd;
 }
 
+/* GiB to hold `ops` f32 operands of size x size, at least `floor_gib`. */
+static unsigned long gib_for(int size, unsigned ops, unsigned long floor_gib) {
+  unsigned long bytes = (unsigned long)size * (unsigned long)size * 4ul * ops;
+  unsigned long gib = (bytes + (1ul << 30) - 1) >> 30;
+  return gib > floor_gib ? gib : floor_gib;
+}
+
+/* The shipped defaults, with the limits that the largest size needs raised to fit it (a 16384^3
+ * f32 gemm is 3 GiB of operands: over the default shm and budget limits of 2 and 4 GiB). */
 static void start_daemon(daemon_proc *d, const char *gemmd, const char *kernel,
-                         unsigned shm_pieces, unsigned long split_min_rows) {
+                         unsigned shm_pieces, unsigned long split_min_rows, int max_size) {
   snprintf(d->dir, sizeof(d->dir), "/tmp/bench-e2e-XXXXXX");
   if (!mkdtemp(d->dir))
     die("mkdtemp", strerror(errno));
   snprintf(d->sock, sizeof(d->sock), "%s/gemmd.sock", d->dir);
   char cfg[1024], path[256], log[256];
+  unsigned long shm_gib = gib_for(max_size, 3, 2);         /* a, b and c in regions */
+  unsigned long budget_gib = gib_for(max_size, 7, 4);      /* those, + a socket request and result */
+  unsigned long device_gib = gib_for(max_size, 4, 4);      /* a, b, c and room for the pool */
   snprintf(cfg, sizeof(cfg),
            "listen:\n  - unix:%s\nbackend: gpu\nlog_level: info\n"
-           "gpu:\n  staging_bytes: 64MiB\n  staging_buffers: 2\n  memory_bytes: 4GiB\n"
+           "limits:\n  max_message_bytes: %luGiB\n"
+           "queue:\n  memory_budget: %luGiB\n"
+           "shm:\n  max_bytes_per_connection: %luGiB\n  max_bytes_total: %luGiB\n"
+           "  gpu_register_max_bytes: %luGiB\n"
+           "gpu:\n  staging_bytes: 64MiB\n  staging_buffers: 2\n  memory_bytes: %luGiB\n"
            "  kernel: %s\n  shm_pieces: %u\n  split_min_rows: %lu\n",
-           d->sock, kernel, shm_pieces, split_min_rows);
+           d->sock, gib_for(max_size, 3, 3) + 1, budget_gib, shm_gib, shm_gib, shm_gib,
+           device_gib, kernel, shm_pieces, split_min_rows);
   snprintf(path, sizeof(path), "%s/gemmd.yaml", d->dir);
   snprintf(log, sizeof(log), "%s/gemmd.log", d->dir);
   write_file(path, cfg);
   d->pid = fork();
   if (d->pid < 0)
     die("fork", strerror(errno));
+  if (d->pid > 0)
+    started_gemmd = d->pid;
   if (d->pid == 0) {
-    FILE *f = freopen(log, "w", stderr);
-    (void)f;
+    /* stdout too: an inherited pipe would stay open as long as gemmd lives */
+    if (!freopen(log, "w", stderr) || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+      _exit(127);
     execl(gemmd, gemmd, "--config", path, (char *)NULL);
     fprintf(stderr, "exec %s: %s\n", gemmd, strerror(errno));
     _exit(127);
@@ -165,6 +193,7 @@ static void stop_daemon(daemon_proc *d) {
   int status = 0;
   waitpid(d->pid, &status, 0);
   d->pid = 0;
+  started_gemmd = -1;
 }
 
 /* ---- a minimal client ---------------------------------------------------- */
@@ -372,7 +401,10 @@ int main(int argc, char **argv) {
   if (addr && !strncmp(addr, "unix:", 5)) {
     sock = addr + 5;
   } else {
-    start_daemon(&d, gemmd, kernel, shm_pieces, split_min_rows);
+    int max_size = 0;
+    for (int i = 0; i < nsizes; i++)
+      max_size = sizes[i] > max_size ? sizes[i] : max_size;
+    start_daemon(&d, gemmd, kernel, shm_pieces, split_min_rows, max_size);
     sock = d.sock;
   }
   int fd = connect_unix(sock);

@@ -1,6 +1,7 @@
 #!/bin/bash
-# gpu-run.sh [all|tests|daemon|load|bench|e2e] - the one script for the GPU machine (default: all).
+# gpu-run.sh [all|build|tests|daemon|load|bench|e2e] - the one script for the GPU machine (default: all).
 #
+#   build  build only (build-gpu/), for runs of one's own afterwards
 #   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
 #          client's GPU tests)
 #   daemon build, then the daemon's whole integration suite on the GPU backend
@@ -28,8 +29,8 @@
 # 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
 set -uo pipefail
 mode=${1:-all}
-case $mode in all | tests | daemon | load | bench | e2e) ;; *)
-  echo "usage: $0 [all|tests|daemon|load|bench|e2e]" >&2
+case $mode in all | build | tests | daemon | load | bench | e2e) ;; *)
+  echo "usage: $0 [all|build|tests|daemon|load|bench|e2e]" >&2
   exit 2
   ;;
 esac
