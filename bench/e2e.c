@@ -21,8 +21,9 @@
  *
  * --shm-pieces N sets the daemon's gpu.shm_pieces (default 4, as shipped; 1 runs a shared-memory
  * gemm at once, its copies before and after the kernel). --split-min-rows N sets
- * gpu.split_min_rows (default 0: never split; on a machine of several GPUs, e.g. 2048, the
- * shared-memory column is then one gemm across two idle GPUs).
+ * gpu.split_min_rows (default 0 here, never split, so that the shared-memory column is one GPU's
+ * figure; the daemon's own default is 4096: with 2048 on a machine of several GPUs, the 4096 row
+ * and up are one gemm across two idle GPUs).
  *
  *   bench_e2e [--gemmd PATH] [--reps N] [--sizes 1024,4096,8192] [--kernel NAME] [--shm-pieces N]
  *             [--split-min-rows N]

@@ -448,7 +448,9 @@ GPU = h.TEST_BACKEND == "gpu"
 FAKE = "FAKE_CUDA_DEVICES" in os.environ  # gemmd_fake: registration failures can be injected
 # every job through the staging path, where regions go straight to the device (the small-job
 # lane copies its slot in one piece)
-IN_PLACE = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB"}}
+# split_min_rows 0: the tests of one device's paths must not see their large jobs split across two
+# (test_in_place_split turns it on)
+IN_PLACE = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB", "split_min_rows": 0}}
 
 
 def reg_stats(client):
