@@ -174,6 +174,7 @@ static cpu_job *take_part(cpu_backend *cb, unsigned *part, bool *late) {
 
 static void *worker_main(void *arg) {
   cpu_backend *cb = arg;
+  (void)pthread_setname_np(pthread_self(), "gd-cpu"); /* best effort, for top -H */
   if (pthread_mutex_lock(&cb->lock) != 0)
     return NULL;
   for (;;) {

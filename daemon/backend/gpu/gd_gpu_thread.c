@@ -232,6 +232,10 @@ static void *worker_main(void *arg) {
   gd__gpu_dev *dev = arg;
   gp_error err;
   gp_error_clear(&err);
+  /* named, so that top -H and /proc/PID/task/TID/stat tell the device workers from the loop */
+  char name[16];
+  snprintf(name, sizeof name, "gd-cuda%d", dev->ordinal);
+  (void)pthread_setname_np(pthread_self(), name); /* best effort: only a name */
   int rc = worker_init(dev, &err);
   pthread_mutex_lock(&dev->mu);
   dev->init_err = err;
