@@ -20,7 +20,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->memory_keep_bytes = 0;
   cfg->small_job_bytes = 1024 * 1024;
   cfg->resident_bytes = 4ull << 30;
-  cfg->small_slots = 256;
+  cfg->small_slots = 1024; /* 32 connections x 32 in flight (RESULTS.md): 1 GiB pinned */
   cfg->small_poll_us = 20;
   cfg->max_batch_jobs = 32;
   cfg->max_queue_delay_us = 0;
