@@ -380,6 +380,27 @@ GC_EXPORT int gc_shm_free(gc_conn *conn, void *ptr, int64_t timeout_ms);
 GC_EXPORT int gc_put(gc_conn *conn, gc_dtype dtype, uint64_t batch, uint64_t rows,
                      uint64_t cols, const void *data, int64_t timeout_ms, uint64_t *handle);
 GC_EXPORT int gc_put_free(gc_conn *conn, uint64_t handle, int64_t timeout_ms);
+/* ---- CUDA memory (Unix sockets, the daemon's GPU backend) ------------- */
+
+/*
+ * A device allocation of this process that the daemon reads and writes on the GPU itself,
+ * without a host copy. gc_cuda_register hands the daemon ipc_handle (the 64 bytes of a
+ * cudaIpcMemHandle_t from cudaIpcGetMemHandle(&h, dev_ptr)), pci_bus_id (from
+ * cudaDeviceGetPCIBusId for dev_ptr's device: the daemon finds its own device by it, whatever
+ * CUDA_VISIBLE_DEVICES says) and the allocation's size; *region (may be NULL) gets the daemon's
+ * id. From then on a gc_gemm / gc_submit whose a, b, c or out lies whole inside
+ * [dev_ptr, dev_ptr + bytes) names it by reference: give out inside one too (the daemon
+ * refuses device operands with a result sent back as bytes), on the same device. The library
+ * never dereferences dev_ptr and links no CUDA library; a device pointer outside every
+ * registered range would be read as host memory: never pass one. Needs a daemon whose info
+ * lists "cuda_ipc". A bad handle or a size over the allocation is refused by the first gemm
+ * that names it (INVALID_ARGUMENT). gc_cuda_unregister lets the daemon close it; gc_close
+ * does for every one of the connection.
+ */
+GC_EXPORT int gc_cuda_register(gc_conn *conn, const void *ipc_handle, const char *pci_bus_id,
+                               void *dev_ptr, size_t bytes, int64_t timeout_ms,
+                               uint64_t *region);
+GC_EXPORT int gc_cuda_unregister(gc_conn *conn, void *dev_ptr, int64_t timeout_ms);
 
 /* ---- version ----------------------------------------------------------- */
 
