@@ -271,6 +271,8 @@ static double max_error(const gp_gemm_hdr *h, const uint8_t *a, const uint8_t *b
         size_t ci = q * h->m * h->n + i * h->n + j;
         double want = h->alpha * s + (c ? h->beta * get(h->dtype, c, ci) : 0.0);
         double err = fabs(get(h->dtype, got, ci) - want);
+        if (isnan(err))
+          err = INFINITY; /* f16's poison 0x7f7f is a NaN: never below a tolerance */
         if (fabs(want) > *scale)
           *scale = fabs(want);
         if (err > worst)
@@ -280,6 +282,12 @@ static double max_error(const gp_gemm_hdr *h, const uint8_t *a, const uint8_t *b
 }
 
 /* ---- the checks --------------------------------------------------------------- */
+
+/* The client's side of the contract (PROTOCOL.md 3c): its writes to device memory must be
+ * complete before a request names that memory. A cudaMemcpy from pageable memory (malloc'd, as
+ * ours) to the device may return before its DMA lands; landing after gemmd wrote the result
+ * into the same buffer, the poison stayed on an H100. false when CUDA reports an error. */
+static bool device_writes_done(void) { return cudaDeviceSynchronize() == cudaSuccess; }
 
 typedef struct {
   conn *c;
@@ -314,7 +322,8 @@ static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t
   if (cudaMemcpy(e->dev + off[0], a, na * es, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(e->dev + off[1], b, nb * es, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(e->dev + off[2], c, nc * es, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaMemcpy(e->dev + out, got, nc * es, cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaMemcpy(e->dev + out, got, nc * es, cudaMemcpyHostToDevice) != cudaSuccess ||
+      !device_writes_done()) {
     check(false, name, "cudaMemcpy to the device failed");
     return;
   }
@@ -441,7 +450,8 @@ static void unregister_in_flight(env *e, const char *bus, int device) {
   const uint64_t off[3] = {2u << 20, 3u << 20, 0};
   const uint64_t out = 4u << 20;
   if (cudaMemcpy(e->dev + off[0], a, 4 * n, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaMemcpy(e->dev + off[1], b, 4 * n, cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaMemcpy(e->dev + off[1], b, 4 * n, cudaMemcpyHostToDevice) != cudaSuccess ||
+      !device_writes_done())
     abort();
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
@@ -533,7 +543,8 @@ static void through_libgemmclient(env *e, const char *path, const char *bus) {
   fill(GP_DTYPE_F32, b, nb);
   uint8_t *da = e->dev + (1 << 20), *db = da + 8192, *dout = db + 8192;
   if (cudaMemcpy(da, a, 4 * na, cudaMemcpyHostToDevice) != cudaSuccess ||
-      cudaMemcpy(db, b, 4 * nb, cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaMemcpy(db, b, 4 * nb, cudaMemcpyHostToDevice) != cudaSuccess ||
+      !device_writes_done())
     abort();
   int64_t in_before = ipc_in_bytes(gc);
   rc = gc_gemm(gc, &o, da, db, NULL, dout, NULL);

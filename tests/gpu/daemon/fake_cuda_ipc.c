@@ -1,8 +1,8 @@
 /*
  * fake_cuda_ipc.c - fake_cuda.c's device memory that another process can open: cudaMalloc,
  * cudaFree, cudaIpcGetMemHandle / cudaIpcOpenMemHandle / cudaIpcCloseMemHandle,
- * cudaDeviceGetPCIBusId, and the driver's cuMemGetAddressRange through
- * cudaGetDriverEntryPointByVersion.
+ * cudaDeviceGetPCIBusId, the driver's cuMemGetAddressRange through
+ * cudaGetDriverEntryPointByVersion, and the client's cudaMemcpy / cudaDeviceSynchronize.
  *
  * Each cudaMalloc is a memfd mapped MAP_SHARED; its IPC handle carries a magic, the owner's pid,
  * the descriptor and the pointer's offset in the allocation, and opening it maps
@@ -79,6 +79,37 @@ static bool forget(void *p, bool ours) {
   return true;
 }
 
+/* The test client's synchronous copies (device memory is host memory here). CUDA lets a
+ * cudaMemcpy from pageable host memory to the device return once the bytes are staged, before
+ * they land in device memory (the runtime's "API synchronization behavior"); they land in
+ * stream order, before the process's next copy runs, and by cudaDeviceSynchronize. Here they
+ * land exactly that late: a client that hands device memory to another process (gemmd, by
+ * IPC) without synchronising first then fails every time, as it may on a GPU now and then. */
+typedef struct staged {
+  uint8_t *dst;
+  size_t n;
+  struct staged *next;
+  uint8_t bytes[];
+} staged;
+
+static pthread_mutex_t s_mu = PTHREAD_MUTEX_INITIALIZER;
+static staged *s_head, **s_tail = &s_head;
+
+/* Every staged copy lands, in the order they were made. */
+static void land_staged(void) {
+  pthread_mutex_lock(&s_mu);
+  staged *c = s_head;
+  s_head = NULL;
+  s_tail = &s_head;
+  pthread_mutex_unlock(&s_mu);
+  while (c) {
+    staged *next = c->next;
+    memcpy(c->dst, c->bytes, c->n);
+    free(c);
+    c = next;
+  }
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
   *p = NULL;
   if (n == 0 || n > FAKE_DEVICE_ALLOC_MAX)
@@ -100,6 +131,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 }
 
 cudaError_t cudaFree(void *p) {
+  land_staged(); /* implicitly synchronising, as CUDA's */
   return p == NULL || forget(p, true) ? cudaSuccess : cudaErrorInvalidValue;
 }
 
@@ -185,9 +217,25 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn,
   return cudaSuccess;
 }
 
-/* Synchronous copies (the test client's): device memory is host memory here. */
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
-  (void)kind;
-  memmove(dst, src, n);
+  land_staged(); /* one stream: earlier copies first */
+  if (kind != cudaMemcpyHostToDevice) {
+    memmove(dst, src, n);
+    return cudaSuccess;
+  }
+  staged *c = malloc(sizeof *c + n);
+  if (!c)
+    return cudaErrorMemoryAllocation;
+  *c = (staged){.dst = dst, .n = n};
+  memcpy(c->bytes, src, n);
+  pthread_mutex_lock(&s_mu);
+  *s_tail = c;
+  s_tail = &c->next;
+  pthread_mutex_unlock(&s_mu);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  land_staged();
   return cudaSuccess;
 }
