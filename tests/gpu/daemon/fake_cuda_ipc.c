@@ -4,10 +4,11 @@
  * cudaDeviceGetPCIBusId, the driver's cuMemGetAddressRange through
  * cudaGetDriverEntryPointByVersion, and the client's cudaMemcpy / cudaDeviceSynchronize.
  *
- * Each cudaMalloc is a memfd mapped MAP_SHARED; its IPC handle carries a magic, the owner's pid,
- * the descriptor and the pointer's offset in the allocation, and opening it maps
- * /proc/PID/fd/N (the same user may). A handle without the magic, or whose process or
- * descriptor is gone, is refused as CUDA refuses a bad handle.
+ * Each cudaMalloc is a memfd mapped MAP_SHARED; its IPC handle carries a magic, the owner's pid
+ * and the descriptor, and opening it maps /proc/PID/fd/N (the same user may). As CUDA's, a
+ * handle names the whole allocation, whatever pointer inside it made it, and opens at the
+ * allocation's base. A handle without the magic, or whose process or descriptor is gone, is
+ * refused as CUDA refuses a bad handle.
  */
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -37,7 +38,6 @@ static devalloc *d_allocs;
 typedef struct {
   char magic[8];
   int32_t pid, fd;
-  uint64_t offset;
 } fake_handle;
 _Static_assert(sizeof(fake_handle) <= sizeof(cudaIpcMemHandle_t), "fits a handle");
 
@@ -139,8 +139,6 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p) {
   pthread_mutex_lock(&d_mu);
   devalloc *a = find(p, false);
   fake_handle h = {.pid = (int32_t)getpid(), .fd = a ? a->fd : -1};
-  if (a)
-    h.offset = (uint64_t)((uint8_t *)p - a->p);
   pthread_mutex_unlock(&d_mu);
   if (!a || a->fd < 0)
     return cudaErrorInvalidValue;
@@ -164,13 +162,13 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned i
     return cudaErrorInvalidResourceHandle;
   struct stat st;
   void *m = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && st.st_size > 0 && h.offset < (uint64_t)st.st_size)
+  if (fstat(fd, &st) == 0 && st.st_size > 0)
     m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED)
     return cudaErrorMapBufferObjectFailed;
   remember(m, (size_t)st.st_size, -1);
-  *p = (uint8_t *)m + h.offset;
+  *p = m; /* the allocation's base */
   return cudaSuccess;
 }
 
