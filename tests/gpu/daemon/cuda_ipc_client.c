@@ -7,7 +7,8 @@
  * /proc) against gemmd_fake, and over the real CUDA runtime against gemmd on a GPU. It speaks the
  * protocol through proto's encoder and decoder on a blocking Unix socket, allocates one device
  * buffer, registers it, and runs gemms of every dtype, with transposes, alpha and beta, A, B, C
- * and the result all in that buffer, each checked against a float64 reference; then the
+ * and the result all in that buffer, and one tall enough for row blocks and a split (which
+ * CUDA memory never takes), each checked against a float64 reference; then the
  * attacks: a bad handle, a size larger than the allocation, a range past the region's end, an
  * unknown bus id, a region used after it was unregistered, an IPC operand without an IPC
  * result, malformed params; and libgemmclient's gc_cuda_register / gc_gemm on device pointers
@@ -296,12 +297,13 @@ typedef struct {
   uint8_t *host;         /* staging for cudaMemcpy */
 } env;
 
-/* One gemm with every operand and the result in the device buffer, checked. */
-static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t batch) {
+/* One gemm of m rows with every operand and the result in the device buffer, checked. */
+static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t batch,
+                     uint64_t m) {
   gp_gemm_hdr h;
   gp_gemm_hdr_init(&h);
   h.dtype = t;
-  h.m = 37, h.n = 23, h.k = 19, h.batch = batch;
+  h.m = m, h.n = 23, h.k = 19, h.batch = batch;
   h.trans_a = ta, h.trans_b = tb;
   h.alpha = with_c ? -1.5 : 0.75;
   h.beta = with_c ? 0.5 : 0.0;
@@ -317,8 +319,8 @@ static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t
   fill(t, c, nc);
   memset(got, 0x7f, nc * es); /* poison */
   char name[96];
-  snprintf(name, sizeof name, "gemm %s ta=%d tb=%d c=%d batch=%llu", gp_dtype_name(t), ta, tb,
-           with_c, (unsigned long long)batch);
+  snprintf(name, sizeof name, "gemm %s m=%llu ta=%d tb=%d c=%d batch=%llu", gp_dtype_name(t),
+           (unsigned long long)m, ta, tb, with_c, (unsigned long long)batch);
   if (cudaMemcpy(e->dev + off[0], a, na * es, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(e->dev + off[1], b, nb * es, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(e->dev + off[2], c, nc * es, cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -612,7 +614,11 @@ int main(int argc, char **argv) {
   e.region = (uint64_t)r.region;
   for (gp_dtype t = 0; t < GP_DTYPE_COUNT; t++)
     for (int v = 0; v < 4; v++)
-      one_gemm(&e, t, v & 1, v & 2, v != 1, v == 3 ? 3 : 1);
+      one_gemm(&e, t, v & 1, v & 2, v != 1, v == 3 ? 3 : 1, 37);
+  /* Tall enough for row blocks and, with a small gpu.split_min_rows, a split across two
+   * devices, which registered host regions would get: device memory takes neither (the
+   * caller checks the daemon's shm_pieced_jobs and shm_split_jobs stay 0). */
+  one_gemm(&e, GP_DTYPE_F32, false, false, true, 1, 4352);
   attacks(&e, bus, device);
   malformed(&e);
   unregister_in_flight(&e, bus, device);

@@ -2,7 +2,8 @@
 """CUDA IPC operands (cuda_register) end to end: starts gemmd on the GPU backend and runs
 cuda_ipc_client (path in CUDA_IPC_CLIENT; device ordinal in CUDA_IPC_DEVICE, default 0), a
 client that keeps A, B, C and the result in its own device memory, gemms of every dtype checked
-against float64, and the attacks. Its PASS/FAIL lines are printed here. Then, the client gone,
+against float64 (one tall enough for row blocks and a split, which CUDA memory must never get:
+stats count no pieced nor split job), and the attacks. Its PASS/FAIL lines are printed here. Then, the client gone,
 the daemon has let go of every region it left registered: stats count none, the backend holds
 no handle open. Over gemmd_fake (FAKE_CUDA_DEVICES=2, the client on device 1) it checks the
 device is found by PCI bus id; over gemmd it needs a GPU (exits 77 without one)."""
@@ -27,7 +28,10 @@ def stat(stats, path):
 def test_cuda_ipc_client(ctx):
     client = os.environ["CUDA_IPC_CLIENT"]
     device = os.environ.get("CUDA_IPC_DEVICE", "0")
-    with e2e.gpu_daemon(ctx) as d:
+    # row blocks on, and splits from 2 x 128 rows: a job in registered host regions as tall as
+    # the client's tallest (4352 rows) would run in blocks, and split where a second device is
+    # idle; one in CUDA memory takes neither (checked below)
+    with e2e.gpu_daemon(ctx, gpu={"shm_pieces": 4, "split_min_rows": 128}) as d:
         run = subprocess.run([client, d.unix_path, device], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=300 * ctx.scale)
         print(run.stdout, end="", flush=True)
@@ -45,6 +49,8 @@ def test_cuda_ipc_client(ctx):
             assert stat(s, "backend_stats.cuda_ipc_open_failures") >= 2, s
             assert stat(s, "backend_stats.cuda_ipc_in_bytes") > 0, s
             assert stat(s, "backend_stats.cuda_ipc_out_bytes") > 0, s
+            assert stat(s, "backend_stats.shm_pieced_jobs") == 0, s
+            assert stat(s, "backend_stats.shm_split_jobs") == 0, s
             assert "cuda_ipc" in c.call("info")["features"]
 
 
