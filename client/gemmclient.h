@@ -380,6 +380,35 @@ GC_EXPORT int gc_shm_free(gc_conn *conn, void *ptr, int64_t timeout_ms);
 GC_EXPORT int gc_put(gc_conn *conn, gc_dtype dtype, uint64_t batch, uint64_t rows,
                      uint64_t cols, const void *data, int64_t timeout_ms, uint64_t *handle);
 GC_EXPORT int gc_put_free(gc_conn *conn, uint64_t handle, int64_t timeout_ms);
+/* ---- CUDA memory (Unix sockets, the daemon's GPU backend) ------------- */
+
+/*
+ * A device allocation of this process that the daemon reads and writes on the GPU itself,
+ * without a host copy. gc_cuda_register hands the daemon ipc_handle (the 64 bytes of a
+ * cudaIpcMemHandle_t from cudaIpcGetMemHandle(&h, dev_ptr)), pci_bus_id (from
+ * cudaDeviceGetPCIBusId for dev_ptr's device: the daemon finds its own device by it, whatever
+ * CUDA_VISIBLE_DEVICES says) and the allocation's size; *region (may be NULL) gets the daemon's
+ * id. dev_ptr is what cudaMalloc returned: the handle opens at the allocation's base (best an
+ * allocation of a multiple of 2 MiB: CUDA may share a smaller one's whole block). From then on
+ * a gc_gemm / gc_submit whose a, b, c or out lies whole inside [dev_ptr, dev_ptr + bytes)
+ * names it by reference: give out inside one too (the daemon refuses device operands with a
+ * result sent back as bytes), on the same device. The library never dereferences dev_ptr and
+ * links no CUDA library; a device pointer outside every registered range would be read as
+ * host memory: never pass one. Needs a daemon whose info lists "cuda_ipc". A bad handle or a
+ * size over the allocation is refused by the first gemm that names it (INVALID_ARGUMENT).
+ * gc_cuda_unregister lets the daemon close it; gc_close does for every one of the connection.
+ *
+ * Ordering is the caller's (the daemon is another process; the library makes no CUDA call):
+ * before a gc_gemm or gc_submit naming that memory, the caller's writes to it must be complete
+ * (cudaStreamSynchronize, cudaDeviceSynchronize: a cudaMemcpy from pageable memory may return
+ * before its bytes land), and until the result is back (gc_gemm returned, gc_wait or gc_poll
+ * gave it) the caller neither writes its operands nor touches out. The daemon's writes into
+ * out are complete when the result is back: any CUDA call may read it then.
+ */
+GC_EXPORT int gc_cuda_register(gc_conn *conn, const void *ipc_handle, const char *pci_bus_id,
+                               void *dev_ptr, size_t bytes, int64_t timeout_ms,
+                               uint64_t *region);
+GC_EXPORT int gc_cuda_unregister(gc_conn *conn, void *dev_ptr, int64_t timeout_ms);
 
 /* ---- version ----------------------------------------------------------- */
 

@@ -104,6 +104,7 @@ typedef struct {
   uint64_t handle;           /* OPERAND_REF when by_handle */
   gp_put_hdr put;            /* REQUEST of put: parsed, validated; its data follows as PAYLOAD
                                 events of operand a (or one OPERAND_REF) */
+  gp_cuda_reg cuda;          /* REQUEST of cuda_register: its params, checked for form */
 } gp_event;
 
 typedef struct gp_decoder gp_decoder;

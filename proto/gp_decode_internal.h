@@ -37,6 +37,8 @@ typedef enum {
   GP__K_PARAMS_AUTH, /* [token] */
   GP__K_PARAMS_PUT,  /* put [put_hdr, data] */
   GP__K_PUTHDR,      /* the put header map */
+  GP__K_PARAMS_CUDA, /* cuda_register [map] */
+  GP__K_CUDAREG,     /* {"handle", "pci_bus_id", "bytes", "device"} */
   GP__K_RESULT,      /* client: a 2-element result array, maybe [out_hdr, c] */
   GP__K_OUT_HDR,     /* client: the gemm reply header map */
   GP__K_TIMINGS,     /* client: out_hdr.timings */
@@ -110,6 +112,8 @@ struct gp_decoder {
   uint64_t ref_region, ref_offset, ref_handle;
   gp_put_hdr put;     /* put: its header */
   uint32_t put_seen;  /* bit per put header key */
+  gp_cuda_reg cuda;   /* cuda_register's params */
+  uint32_t cuda_seen; /* their keys read (bit per key) */
 
   /* client: the response */
   gp_error resp_err; /* code != 0 when the error field was not nil */
@@ -218,6 +222,19 @@ gp__action gp__puthdr_element(gp_decoder *d, const gp__frame *f, const gp__token
 void gp__puthdr_string(gp_decoder *d, const gp__frame *f);
 /* The put header map closed: checks, then the REQUEST event. */
 void gp__puthdr_done(gp_decoder *d);
+
+/* ---- the server grammar's cuda_register params (gp_decode_cuda.c) ---- */
+
+/* The params token of cuda_register: [one map], else a REJECT. */
+gp__action gp__cuda_params(gp_decoder *d, const gp__token *tok);
+/* The one element of those params: the map. */
+gp__action gp__cuda_param(gp_decoder *d, const gp__token *tok);
+/* An element (key or value) of the map f. */
+gp__action gp__cuda_element(gp_decoder *d, const gp__frame *f, const gp__token *tok);
+/* A key or a str/bin value of the map f was collected (d->str). */
+void gp__cuda_string(gp_decoder *d, const gp__frame *f);
+/* The map closed: the required keys are there, else a REJECT. */
+void gp__cuda_done(gp_decoder *d);
 
 extern const gp__grammar gp__client_grammar;
 

@@ -87,6 +87,8 @@ static gp__action read_params(gp_decoder *d, const gp__token *tok) {
     return gp__shm_params(d, tok);
   if (d->method == GP_METHOD_PUT)
     return gp__put_params(d, tok);
+  if (d->method == GP_METHOD_CUDA_REGISTER)
+    return gp__cuda_params(d, tok);
   if (d->method == GP_METHOD_AUTH) {
     if (tok->type == GP__TOK_ARRAY && tok->len == 1)
       return (gp__action){GP__K_PARAMS_AUTH, GP__BODY_NONE};
@@ -315,6 +317,10 @@ static gp__action server_on_value(gp_decoder *d, const gp__token *tok) {
     return gp__puthdr_element(d, f, tok);
   case GP__K_SHMREF:
     return gp__shmref_element(d, f, tok);
+  case GP__K_PARAMS_CUDA:
+    return gp__cuda_param(d, tok);
+  case GP__K_CUDAREG:
+    return gp__cuda_element(d, f, tok);
   default:
     return gp__skip_action(f->kind, tok);
   }
@@ -335,6 +341,8 @@ static void server_on_string(gp_decoder *d) {
     gp__shmref_key(d);
   else if (f->kind == GP__K_PUTHDR)
     gp__puthdr_string(d, f);
+  else if (f->kind == GP__K_CUDAREG)
+    gp__cuda_string(d, f);
 }
 
 static void server_on_close(gp_decoder *d, const gp__frame *closed) {
@@ -346,6 +354,10 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
   }
   if (closed->kind == GP__K_SHMREF) {
     gp__shmref_done(d);
+    return;
+  }
+  if (closed->kind == GP__K_CUDAREG) {
+    gp__cuda_done(d);
     return;
   }
   if (closed->kind == GP__K_PUTHDR) {
@@ -360,6 +372,8 @@ static void server_on_close(gp_decoder *d, const gp__frame *closed) {
     gp_event *ev = gp__emit(d, GP_EV_REQUEST);
     ev->token = (const uint8_t *)d->str; /* auth_param collected it: the only element */
     ev->token_len = d->str_len;
+  } else if (d->method == GP_METHOD_CUDA_REGISTER) {
+    gp__emit(d, GP_EV_REQUEST)->cuda = d->cuda;
   } else if (d->method != GP_METHOD_GEMM && d->method != GP_METHOD_PUT) {
     /* ping, info, stats: complete with their []; shm_register/unregister and free with their
      * one integer (put's REQUEST came with its header) */

@@ -123,6 +123,31 @@ int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *meth
   return GP_OK;
 }
 
+int gp_encode_cuda_register(msgpack_sbuffer *out, uint32_t msgid, const gp_cuda_reg *reg) {
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+  size_t bus_len = strnlen(reg->pci_bus_id, GP_CUDA_BUS_ID_MAX);
+  if (bus_len == 0 || bus_len == GP_CUDA_BUS_ID_MAX)
+    return GP_E_INVALID_ARGUMENT;
+  int rc = pack_request_params(&pk, msgid, "cuda_register", 1);
+  if (rc != GP_OK)
+    return rc;
+  PACK(msgpack_pack_map(&pk, reg->device >= 0 ? 4 : 3));
+  PACK_KEY(&pk, "handle");
+  PACK(msgpack_pack_bin(&pk, GP_CUDA_IPC_HANDLE_BYTES));
+  PACK(msgpack_pack_bin_body(&pk, reg->handle, GP_CUDA_IPC_HANDLE_BYTES));
+  PACK_KEY(&pk, "pci_bus_id");
+  PACK(msgpack_pack_str(&pk, bus_len));
+  PACK(msgpack_pack_str_body(&pk, reg->pci_bus_id, bus_len));
+  PACK_KEY(&pk, "bytes");
+  PACK(msgpack_pack_uint64(&pk, reg->bytes));
+  if (reg->device >= 0) {
+    PACK_KEY(&pk, "device");
+    PACK(msgpack_pack_int64(&pk, reg->device));
+  }
+  return GP_OK;
+}
+
 int gp_encode_auth_request(msgpack_sbuffer *out, uint32_t msgid, const char *token, size_t len) {
   msgpack_packer pk;
   msgpack_packer_init(&pk, out, msgpack_sbuffer_write);

@@ -36,6 +36,8 @@ int gp_encode_request(msgpack_sbuffer *out, uint32_t msgid, const char *method);
 /* [0, msgid, method, [value]]: shm_register [size], shm_unregister [region]. */
 int gp_encode_request_u64(msgpack_sbuffer *out, uint32_t msgid, const char *method,
                           uint64_t value);
+/* [0, msgid, "cuda_register", [{"handle", "pci_bus_id", "bytes"(, "device" when >= 0)}]]. */
+int gp_encode_cuda_register(msgpack_sbuffer *out, uint32_t msgid, const gp_cuda_reg *reg);
 /* [0, msgid, "auth", [token]], the token as a str of len bytes. */
 int gp_encode_auth_request(msgpack_sbuffer *out, uint32_t msgid, const char *token, size_t len);
 

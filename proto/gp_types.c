@@ -73,6 +73,8 @@ const char *gp_method_name(gp_method m) {
     return "put";
   case GP_METHOD_FREE:
     return "free";
+  case GP_METHOD_CUDA_REGISTER:
+    return "cuda_register";
   default:
     return NULL;
   }

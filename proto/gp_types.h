@@ -47,16 +47,30 @@ typedef enum {
   GP_METHOD_AUTH,           /* [token] */
   GP_METHOD_PUT,            /* [put_hdr, data]: a resident operand; answers {"handle": N} */
   GP_METHOD_FREE,           /* [handle] */
+  GP_METHOD_CUDA_REGISTER,  /* [{"handle", "pci_bus_id", "bytes"(, "device")}] (Unix only) */
 } gp_method;
-#define GP_METHOD_LAST GP_METHOD_FREE
-/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister", "auth", "put", "free";
- * NULL for GP_METHOD_UNKNOWN. */
+#define GP_METHOD_LAST GP_METHOD_CUDA_REGISTER
+/* "gemm", "ping", "info", "stats", "shm_register", "shm_unregister", "auth", "put", "free",
+ * "cuda_register"; NULL for GP_METHOD_UNKNOWN. */
 const char *gp_method_name(gp_method m);
 gp_method gp_method_from_name(const char *name, size_t len);
 
 /* The longest token `auth` compares: the decoder keeps this many bytes of the token; a longer
  * one can never match. */
 #define GP_AUTH_TOKEN_MAX 256
+
+/* cuda_register's params: a CUDA IPC memory handle (cudaIpcGetMemHandle's 64 bytes), the PCI
+ * bus id of its device as cudaDeviceGetPCIBusId writes it ("0000:3b:00.0"), the bytes the
+ * client says the allocation holds, and its CUDA ordinal as the client sees it (-1: not sent;
+ * informational only: ordinals differ between processes). */
+#define GP_CUDA_IPC_HANDLE_BYTES 64
+#define GP_CUDA_BUS_ID_MAX 32
+typedef struct {
+  uint8_t handle[GP_CUDA_IPC_HANDLE_BYTES];
+  char pci_bus_id[GP_CUDA_BUS_ID_MAX]; /* NUL-terminated */
+  uint64_t bytes;
+  int64_t device;
+} gp_cuda_reg;
 
 typedef enum { GP_OPERAND_A = 0, GP_OPERAND_B = 1, GP_OPERAND_C = 2 } gp_operand;
 /* "a", "b", "c" */

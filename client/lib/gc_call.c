@@ -9,17 +9,11 @@
 
 #include "gc_internal.h"
 
-/* Sends method (with one integer argument when has_arg, and the descriptor pass_fd on the same
- * sendmsg when >= 0), waits for its reply; on success *packed (when not NULL) takes the result
- * object's msgpack bytes (caller frees). */
-int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
-             int64_t timeout_ms, msgpack_sbuffer *packed) {
-  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
-  r->method = method;
-  r->pass_fd = pass_fd;
-  int rc = has_arg ? gp_encode_request_u64(&r->head, r->msgid, gp_method_name(method), arg)
-                   : gp_encode_request(&r->head, r->msgid, gp_method_name(method));
+/* Sends r (its request encoded in r->head, or rc the encoder's failure) and waits for the
+ * reply; see gc__call. */
+static int call_run(gc_conn *conn, gc__request *r, int rc, int64_t timeout_ms,
+                    msgpack_sbuffer *packed) {
+  gp_method method = r->method;
   if (rc != 0) {
     gc__request_release(r);
     return gc__conn_failf(conn, rc, "encoding the %s request", gp_method_name(method));
@@ -47,6 +41,30 @@ int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuf
     msgpack_sbuffer_init(&r->packed);
   }
   return gc_wait(conn, req, 0, NULL);
+}
+
+/* Sends method (with one integer argument when has_arg, and the descriptor pass_fd on the same
+ * sendmsg when >= 0), waits for its reply; on success *packed (when not NULL) takes the result
+ * object's msgpack bytes (caller frees). */
+int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
+             int64_t timeout_ms, msgpack_sbuffer *packed) {
+  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
+  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  r->method = method;
+  r->pass_fd = pass_fd;
+  int rc = has_arg ? gp_encode_request_u64(&r->head, r->msgid, gp_method_name(method), arg)
+                   : gp_encode_request(&r->head, r->msgid, gp_method_name(method));
+  return call_run(conn, r, rc, timeout_ms, packed);
+}
+
+int gc__call_cuda_register(gc_conn *conn, const gp_cuda_reg *reg, int64_t timeout_ms,
+                           msgpack_sbuffer *packed) {
+  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
+  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  r->method = GP_METHOD_CUDA_REGISTER;
+  r->pass_fd = -1;
+  return call_run(conn, r, gp_encode_cuda_register(&r->head, r->msgid, reg), timeout_ms,
+                  packed);
 }
 
 int gc_ping(gc_conn *conn, int64_t timeout_ms) {

@@ -139,6 +139,8 @@ typedef struct gc__shm {
   uint64_t link_serial; /* the socket it was registered on (regions go with their socket) */
   uint8_t *base;
   size_t size;
+  bool device;         /* CUDA memory (gc_cuda_register): base is the caller's device
+                        * pointer, never mapped nor touched here */
   struct gc__shm *next;
 } gc__shm;
 
@@ -147,6 +149,11 @@ bool gc__shm_find(const gc_conn *conn, const void *ptr, uint64_t len, uint64_t *
                   uint64_t *offset);
 /* Unmaps every buffer (gc_close). */
 void gc__shm_free_all(gc_conn *conn);
+/* Before registering a region: conn has a socket (reopened after an idle close). 0, or the
+ * error of the failed reopen. */
+int gc__shm_link_ready(gc_conn *conn);
+/* Enters s (region, size and base set) as registered on conn's socket now. */
+void gc__shm_add(gc_conn *conn, gc__shm *s);
 
 /* ---- the connection ---------------------------------------------------- */
 
@@ -231,6 +238,9 @@ int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pa
 /* The rest of gc__call for a request whose iovs are set up (put: head and the caller's data):
  * starts it, waits for its reply, hands the result over as gc__call does. */
 int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuffer *packed);
+/* The same for cuda_register with its params. */
+int gc__call_cuda_register(gc_conn *conn, const gp_cuda_reg *reg, int64_t timeout_ms,
+                           msgpack_sbuffer *packed);
 
 /* Drives conn until r is done or deadline_ms (gc__now_ms clock; < 0: none) passes. 0 when
  * done, GC_E_DEADLINE_EXCEEDED when not. */

@@ -33,9 +33,24 @@ void gc__shm_free_all(gc_conn *conn) {
   while (conn->shm != NULL) {
     gc__shm *s = conn->shm;
     conn->shm = s->next;
-    munmap(s->base, s->size);
+    if (!s->device)
+      munmap(s->base, s->size);
     free(s);
   }
+}
+
+int gc__shm_link_ready(gc_conn *conn) {
+  if (conn->broken && conn->fd < 0 && conn->send_head == NULL && conn->wire_count == 0) {
+    int rc = gc__link_open(conn); /* after an idle close: the region needs a socket now */
+    if (rc != 0) return gc__conn_fail(conn, &conn->broken_error);
+  }
+  return 0;
+}
+
+void gc__shm_add(gc_conn *conn, gc__shm *s) {
+  s->link_serial = conn->link_serial;
+  s->next = conn->shm;
+  conn->shm = s;
 }
 
 /* A new memfd of size bytes, sealed against shrinking and mapped: the descriptor, or a negative
@@ -74,10 +89,8 @@ int gc_shm_alloc(gc_conn *conn, size_t bytes, int64_t timeout_ms, void **ptr) {
   if (ptr == NULL || bytes == 0)
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT, "gc_shm_alloc needs bytes > 0 and ptr");
   *ptr = NULL;
-  if (conn->broken && conn->fd < 0 && conn->send_head == NULL && conn->wire_count == 0) {
-    int rc = gc__link_open(conn); /* after an idle close: the region needs a socket now */
-    if (rc != 0) return gc__conn_fail(conn, &conn->broken_error);
-  }
+  int ready = gc__shm_link_ready(conn);
+  if (ready != 0) return ready;
   if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
   if (!is_unix(conn))
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT,
@@ -107,10 +120,8 @@ int gc_shm_alloc(gc_conn *conn, size_t bytes, int64_t timeout_ms, void **ptr) {
     return rc;
   }
   s->region = (uint64_t)region;
-  s->link_serial = conn->link_serial;
   s->size = size;
-  s->next = conn->shm;
-  conn->shm = s;
+  gc__shm_add(conn, s);
   *ptr = s->base;
   return 0;
 }
@@ -128,7 +139,8 @@ int gc_shm_free(gc_conn *conn, void *ptr, int64_t timeout_ms) {
     if (rc != 0 && !conn->broken) return rc; /* still registered: keep it mapped */
   }
   *link = s->next;
-  munmap(s->base, s->size);
+  if (!s->device)
+    munmap(s->base, s->size);
   free(s);
   return rc;
 }

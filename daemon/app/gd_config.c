@@ -79,6 +79,8 @@ void gd_config_default(gd_config *cfg) {
   cfg->resident.max_handles_per_connection = 64;
   cfg->resident.max_bytes_per_connection = 1 * GIB;
   cfg->resident.max_bytes_total = 2 * GIB;
+  cfg->shm.cuda_enabled = true;
+  cfg->shm.cuda_max_regions_per_connection = 16;
 }
 
 const char *gd_backend_kind_name(gd_backend_kind kind) {
@@ -263,6 +265,11 @@ static const field resident_fields[] = {
     FLD("max_bytes_total", F_SIZE, resident.max_bytes_total, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL},
 };
+/* CUDA memory of a client's process (cuda_register), kept in the shm table */
+static const field cuda_ipc_fields[] = {
+    FLD("enabled", F_BOOL, shm.cuda_enabled, 0, 0),
+    FLD("max_regions_per_connection", F_U32, shm.cuda_max_regions_per_connection, 0, 1u << 16),
+    {NULL, 0, 0, 0, 0, NULL}};
 
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
@@ -288,6 +295,7 @@ static const field root_fields[] = {
     {"gpu", F_SECTION, 0, 0, 0, gpu_fields},
     {"shm", F_SECTION, 0, 0, 0, shm_fields},
     {"resident", F_SECTION, 0, 0, 0, resident_fields},
+    {"cuda_ipc", F_SECTION, 0, 0, 0, cuda_ipc_fields},
     {"metrics", F_SECTION, 0, 0, 0, metrics_fields},
     {"auth", F_SECTION, 0, 0, 0, auth_fields},
     {NULL, 0, 0, 0, 0, NULL}};

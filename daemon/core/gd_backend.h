@@ -63,6 +63,22 @@
  *                        gd_region_unmap(r) (never before: it may still be registered). Not
  *                        called after destroy(): the scheduler then unmaps itself.
  *
+ * CUDA memory of a client's process (DEVICE regions, gd_region.h; all optional: without them
+ * cuda_register is refused as UNIMPLEMENTED):
+ *
+ *   device_region_open(r, pci_bus_id, err)
+ *                        a client registered r (loop thread): find the device with that PCI
+ *                        bus id (set r->device) and start opening r->ipc_handle on it (GPU: on
+ *                        that device's worker); must not block. 0, or an error (unknown bus id,
+ *                        device out of service): then r is still the caller's to free. Once it
+ *                        returned 0, region_gone closes it like any region.
+ *   input_device(job, operand, r, offset) / output_device(job, r, offset)
+ *                        like input_mapped / output_mapped for an operand (or C) at offset in a
+ *                        DEVICE region (checked to fit). The job was admitted on r->device
+ *                        (device_fixed). false: the backend cannot (another device, a job it
+ *                        batches); the caller refuses the request, as nothing can copy the
+ *                        bytes on the host.
+ *
  * The scheduler holds a reference to r for every job whose backend said true, from that call
  * until release(), so ptr stays mapped for the job's whole life whatever its client does. The
  * client promises not to change an input nor read the result until the reply (PROTOCOL.md).
@@ -72,8 +88,8 @@
  *                        memory, per device) and reference; false: feed them through input().
  *
  * input_window, input_resident, resident_freed, output_consumed, host_bytes, kernels,
- * pack_info, pack_stats, devices, busy, region_added, output_mapped, input_mapped, region_gone
- * and shm_pinned_bytes may be NULL.
+ * pack_info, pack_stats, devices, busy, region_added, output_mapped, input_mapped, region_gone,
+ * device_region_open, input_device, output_device and shm_pinned_bytes may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -141,6 +157,11 @@ typedef struct {
   bool (*input_mapped)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                        const uint8_t *ptr);
   void (*region_gone)(gd_backend *b, gd_region *r);
+  /* optional: CUDA IPC regions in place (see the top) */
+  int (*device_region_open)(gd_backend *b, gd_region *r, const char *pci_bus_id, gp_error *err);
+  bool (*input_device)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
+                       uint64_t offset);
+  bool (*output_device)(gd_backend *b, gd_job *job, gd_region *r, uint64_t offset);
   /* optional: bytes of regions it holds pinned for DMA now (metrics); any thread */
   uint64_t (*shm_pinned_bytes)(gd_backend *b);
 

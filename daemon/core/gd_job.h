@@ -72,11 +72,14 @@ struct gd_job {
   gd_job_waiter *waiter;       /* NULL once the client is gone */
   int device;                  /* index into devices() (0 for the CPU): the scheduler's pick before
                                   prepare, which may move the job by changing it */
+  bool device_fixed;           /* device is where its CUDA IPC regions live: prepare must not
+                                  move the job (nor batch it in a small-job slot) */
   /* Shared-memory regions the backend reads a, b, c from, or writes the result into, in place
    * (indexed by gp_operand, GD_JOB_OUT for the result): each holds a reference, dropped by the
    * scheduler at release, so the mapping outlives every backend access. NULL: not in place. */
   gd_region *mapped[4];
-  uint8_t *mapped_out;         /* where C goes when mapped[GD_JOB_OUT] */
+  uint8_t *mapped_out;         /* where C goes when mapped[GD_JOB_OUT] (HOST regions) */
+  uint64_t mapped_offset[4];   /* the operand's or result's offset in its DEVICE region */
 };
 
 #define GD_JOB_OUT 3

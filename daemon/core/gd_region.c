@@ -23,10 +23,20 @@ gd_region *gd_region_new(uint8_t *base, uint64_t size) {
   return r;
 }
 
+gd_region *gd_region_new_device(uint64_t size, const uint8_t handle[GP_CUDA_IPC_HANDLE_BYTES]) {
+  gd_region *r = gd_region_new(NULL, size);
+  if (!r)
+    return NULL;
+  r->kind = GD_REGION_DEVICE;
+  r->device = -1;
+  memcpy(r->ipc_handle, handle, GP_CUDA_IPC_HANDLE_BYTES);
+  return r;
+}
+
 void gd_region_unmap(gd_region *r) {
   if (!r)
     return;
-  if (munmap(r->base, (size_t)r->size) != 0)
+  if (r->kind == GD_REGION_HOST && munmap(r->base, (size_t)r->size) != 0)
     gd_warn("shm: munmap of a region of %llu bytes failed: %s", (unsigned long long)r->size,
             strerror(errno));
   free(r);

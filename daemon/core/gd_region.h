@@ -18,10 +18,20 @@
 
 #include <stdint.h>
 
+#include "gp_types.h"
+
+/* HOST: a mapping of the client's memfd (shm_register). DEVICE: CUDA memory of the client's
+ * process that the backend opens by IPC handle (cuda_register): base is NULL, the loop never
+ * touches its bytes, and only a backend that took the operand in place may use it. */
+typedef enum { GD_REGION_HOST = 0, GD_REGION_DEVICE } gd_region_kind;
+
 typedef struct gd_region {
   uint64_t uid;          /* daemon-wide, never reused (logs, the backend's cache) */
-  uint8_t *base;         /* MAP_SHARED, size bytes, read and write */
+  gd_region_kind kind;
+  uint8_t *base;         /* HOST: MAP_SHARED, size bytes, read and write; DEVICE: NULL */
   uint64_t size;
+  int device;            /* DEVICE: the backend's device index (devices()) it lives on */
+  uint8_t ipc_handle[GP_CUDA_IPC_HANDLE_BYTES]; /* DEVICE: cudaIpcMemHandle_t, as sent */
   uint32_t refs;
   void *backend_data;    /* what the backend keeps for it (GPU: its registration), or NULL */
 } gd_region;
@@ -30,7 +40,10 @@ typedef struct gd_region {
  * memory (the caller still owns the mapping). */
 gd_region *gd_region_new(uint8_t *base, uint64_t size);
 
-/* Unmaps and frees r: only once nobody references it and no backend uses it. Any thread. */
+/* A DEVICE region of size bytes (no mapping), with one reference; NULL when out of memory. */
+gd_region *gd_region_new_device(uint64_t size, const uint8_t handle[GP_CUDA_IPC_HANDLE_BYTES]);
+
+/* Unmaps (HOST) and frees r: only once nobody references it and no backend uses it. Any thread. */
 void gd_region_unmap(gd_region *r);
 
 #endif /* GD_REGION_H */

@@ -319,7 +319,10 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   job->deadline_us = deadline_of(hdr, job->admitted_us);
   job->backend = s->backend;
   job->waiter = waiter;
-  job->device = pick_device(s, share ? share->prefer_device - 1 : -1, gp_gemm_flops(hdr));
+  job->device_fixed = share && share->fixed_device > 0;
+  job->device = job->device_fixed ? share->fixed_device - 1
+                                  : pick_device(s, share ? share->prefer_device - 1 : -1,
+                                                gp_gemm_flops(hdr));
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
@@ -487,7 +490,8 @@ void gd_sched_region_put(gd_sched *s, gd_region *r) {
   assert(r->refs > 0);
   if (--r->refs > 0)
     return;
-  gd_sched_unreserve(s, r->size); /* reserved by whoever mapped it (gd_sched_reserve) */
+  if (r->kind == GD_REGION_HOST) /* device memory is the client's: nothing was reserved */
+    gd_sched_unreserve(s, r->size); /* reserved by whoever mapped it (gd_sched_reserve) */
   if (s->backend && s->backend->ops->region_gone)
     s->backend->ops->region_gone(s->backend, r); /* it unmaps r when done with it */
   else
@@ -520,6 +524,48 @@ bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_regi
     return false;
   r->refs++;
   job->mapped[operand] = r;
+  return true;
+}
+
+/* ---- CUDA IPC regions ---------------------------------------------------- */
+
+int gd_sched_device_region_open(gd_sched *s, gd_region *r, const char *pci_bus_id,
+                                gp_error *err) {
+  assert(r->kind == GD_REGION_DEVICE && r->refs == 1);
+  if (!s->backend || !s->backend->ops->device_region_open)
+    return gp_error_set(err, GP_E_UNIMPLEMENTED,
+                        "cuda_register: the %s backend cannot use CUDA memory (it needs gemmd's "
+                        "GPU backend)", s->backend ? s->backend->ops->name : "missing");
+  return s->backend->ops->device_region_open(s->backend, r, pci_bus_id, err);
+}
+
+/* The job's reference to DEVICE region r for slot (an operand or GD_JOB_OUT). */
+static void hold_device(gd_job *job, int slot, gd_region *r, uint64_t offset) {
+  r->refs++;
+  job->mapped[slot] = r;
+  job->mapped_offset[slot] = offset;
+}
+
+bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           uint64_t offset) {
+  assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
+  assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
+         job->operand_bytes[operand] <= r->size - offset);
+  if (job->mapped[operand] || !s->backend || !s->backend->ops->input_device ||
+      !s->backend->ops->input_device(s->backend, job, operand, r, offset))
+    return false;
+  hold_device(job, operand, r, offset);
+  return true;
+}
+
+bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset) {
+  assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
+  assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
+         job->operand_bytes[GP_OPERAND_C] <= r->size - offset);
+  if (!s->backend || !s->backend->ops->output_device ||
+      !s->backend->ops->output_device(s->backend, job, r, offset))
+    return false;
+  hold_device(job, GD_JOB_OUT, r, offset);
   return true;
 }
 

@@ -58,6 +58,8 @@ typedef struct {
    * its copies there), 0 for none: preferred while it is at most one such job busier than the
    * least-loaded device. */
   int prefer_device;
+  int fixed_device;  /* >= 1: the job must run on device fixed_device - 1 (its operands are
+                        CUDA memory there), whatever prefer_device says; 0: the scheduler picks */
 } gd_sched_share;
 
 typedef struct {
@@ -160,6 +162,17 @@ bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr
  * (give it no payload for that operand); false: feed it through gd_sched_input. */
 bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
                            const uint8_t *ptr);
+
+/* CUDA IPC regions (DEVICE, gd_region.h): the backend finds r's device by its PCI bus id and
+ * opens it (UNIMPLEMENTED when it cannot: the CPU). 0, or an error; r stays the caller's. */
+int gd_sched_device_region_open(gd_sched *s, gd_region *r, const char *pci_bus_id,
+                                gp_error *err);
+/* The operand (or C) at offset in DEVICE region r, for a job admitted on r->device. true when
+ * the backend reads (writes) it there; false: it cannot, and the request must be refused. The
+ * job holds a reference to r until release. */
+bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           uint64_t offset);
+bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset);
 
 /* Closes the completion queue's handle (the loop must run once more to finish closing it). Call
  * when the backend has been destroyed or will post nothing more. */

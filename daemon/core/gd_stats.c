@@ -89,7 +89,7 @@ static void pack_requests(const gd_stats *s, msgpack_packer *pk) {
   static const gp_method methods[] = {GP_METHOD_GEMM, GP_METHOD_PING, GP_METHOD_INFO,
                                       GP_METHOD_STATS, GP_METHOD_SHM_REGISTER,
                                       GP_METHOD_SHM_UNREGISTER, GP_METHOD_AUTH, GP_METHOD_PUT,
-                                      GP_METHOD_FREE};
+                                      GP_METHOD_FREE, GP_METHOD_CUDA_REGISTER};
   msgpack_pack_map(pk, 2 + sizeof methods / sizeof methods[0]);
   gd_pack_kv_u64(pk, "total", s->requests);
   for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)

@@ -18,7 +18,7 @@
 
 #define GD_HIST_BUCKETS 32
 #define GD_STATS_CODES 10 /* index 0: OK, index -code for GP_E_* */
-#define GD_STATS_METHODS 10/* indexed by gp_method (UNKNOWN included) */
+#define GD_STATS_METHODS 11 /* indexed by gp_method (UNKNOWN included) */
 
 typedef struct {
   uint64_t counts[GD_HIST_BUCKETS];

@@ -93,12 +93,16 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
   gd_pack_str(pk, "limits");
   pack_limits(d, pk);
   gd_pack_str(pk, "features"); /* optional protocol features this connection may use */
-  msgpack_pack_array(pk, shm ? 4 : 3);
+  /* cuda_ipc: CUDA memory of the client's process, where the backend can open it */
+  bool cuda = shm && d->limits.shm.cuda_enabled && b->ops->device_region_open;
+  msgpack_pack_array(pk, 3 + shm + cuda);
   gd_pack_str(pk, "auth");
   gd_pack_str(pk, "resident");    /* put, free, {"handle": N} operands */
   gd_pack_str(pk, "broadcast_b"); /* one B for every batch entry */
   if (shm)
     gd_pack_str(pk, "shm");
+  if (cuda)
+    gd_pack_str(pk, "cuda_ipc");
   gd_pack_str(pk, "backend_info");
   if (b->ops->pack_info)
     b->ops->pack_info(b, pk);
@@ -108,7 +112,7 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
 
 static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
-  msgpack_pack_map(pk, GD_STATS_PAIRS + 14);
+  msgpack_pack_map(pk, GD_STATS_PAIRS + 16);
   gd_stats_pack_pairs(d->stats, gd_now_us(), pk);
   gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
   gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
@@ -122,6 +126,8 @@ static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_pack_kv_u64(pk, "resident_handles", d->resident.handles);
   gd_pack_kv_u64(pk, "resident_bytes", d->resident.bytes);
   gd_pack_kv_u64(pk, "resident_put_total", d->resident.put_total);
+  gd_pack_kv_u64(pk, "cuda_ipc_regions", d->shm.cuda_regions);
+  gd_pack_kv_u64(pk, "cuda_ipc_registered_total", d->shm.cuda_registered);
   gd_pack_kv_str(pk, "backend", b->ops->name);
   gd_pack_str(pk, "backend_stats");
   if (b->ops->pack_stats)

@@ -14,6 +14,7 @@
 
 #include "gd_auth.h"
 #include "gd_clock.h"
+#include "gd_cuda_ipc.h"
 #include "gd_log.h"
 #include "gd_methods.h"
 #include "gd_timeouts.h"
@@ -68,7 +69,10 @@ static void reply_simple(gd_session *s) {
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
-  int rc = is_shm_method(s->method)
+  int rc = s->method == GP_METHOD_CUDA_REGISTER
+               ? gd_shm_calls_cuda(&s->conn.shm, &s->d->limits.shm, s->msgid, &s->cuda, &sbuf,
+                                   &err)
+           : is_shm_method(s->method)
                ? gd_shm_calls_method(&s->conn.shm, &s->d->limits.shm, &s->conn.calls, s->msgid,
                                      s->method, s->arg, &sbuf, &err)
                : gd_methods_reply(s->d, s->msgid, s->method, s->conn.shm.totals != NULL,
@@ -295,6 +299,7 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
     return rc;
   }
   gd_sched_share share = share_of(s);
+  share.fixed_device = gd_cuda_ipc_fixed_device(&s->conn.shm, hdr);
   rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, &share, on_job_event, &call, &err);
   if (must_wait(rc)) {
     gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
@@ -477,6 +482,8 @@ static void on_request(gd_session *s, const gp_event *ev) {
   s->method = ev->method;
   s->msgid = ev->msgid;
   s->arg = ev->arg;
+  if (ev->method == GP_METHOD_CUDA_REGISTER)
+    s->cuda = ev->cuda;
   s->cur = NULL;
   if (ev->method == GP_METHOD_AUTH)
     s->token_ok = gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);

@@ -53,6 +53,7 @@ struct gd_session {
   uint32_t msgid;
   gd_call *cur;              /* its call, for a gemm */
   uint64_t arg;              /* shm_register's size, shm_unregister's region */
+  gp_cuda_reg cuda;          /* cuda_register's params */
   gd_shm_feed feed;          /* an operand being copied from a region (feed.left > 0) */
   bool token_ok;             /* auth: the token it carried matched */
   uint64_t msg_started_us;   /* moved on by the time spent paused or waiting */

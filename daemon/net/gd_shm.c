@@ -27,10 +27,16 @@ void gd_shm_attach(gd_shm *t, gd_shm_totals *totals, gd_sched *sched, uint32_t f
 static void unmap(gd_shm *t, uint32_t i) {
   gd_region *map = t->regions[i].map;
   uint64_t size = map->size;
-  assert(t->bytes >= size && t->totals->bytes >= size && t->totals->regions > 0);
-  t->bytes -= size;
-  t->totals->bytes -= size;
-  t->totals->regions--;
+  if (map->kind == GD_REGION_DEVICE) { /* its bytes are the client's device memory */
+    assert(t->cuda_count > 0 && t->totals->cuda_regions > 0);
+    t->cuda_count--;
+    t->totals->cuda_regions--;
+  } else {
+    assert(t->bytes >= size && t->totals->bytes >= size && t->totals->regions > 0);
+    t->bytes -= size;
+    t->totals->bytes -= size;
+    t->totals->regions--;
+  }
   t->regions[i] = t->regions[--t->count];
   gd_sched_region_put(t->sched, map);
 }
@@ -138,10 +144,10 @@ static bool fits(uint64_t used, uint64_t more, uint64_t max) {
 
 static int check_quota(const gd_shm *t, const gd_shm_limits *lim, uint64_t size,
                        gp_error *err) {
-  if (t->count >= lim->max_regions_per_connection)
+  if (t->count - t->cuda_count >= lim->max_regions_per_connection)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
                         "shm_register: %u regions already registered "
-                        "(shm.max_regions_per_connection)", (unsigned)t->count);
+                        "(shm.max_regions_per_connection)", (unsigned)(t->count - t->cuda_count));
   if (!fits(t->bytes, size, lim->max_bytes_per_connection))
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
                         "shm_register: %llu more bytes are over shm.max_bytes_per_connection "
@@ -155,18 +161,26 @@ static int check_quota(const gd_shm *t, const gd_shm_limits *lim, uint64_t size,
   return 0;
 }
 
-static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
+int gd_shm_insert(gd_shm *t, gd_region *r, uint64_t *id) {
   if (t->count == t->cap) {
     gd_shm_region *grown = gd_array_grow(t->regions, &t->cap, sizeof *grown, 4);
     if (!grown)
       return -1;
     t->regions = grown;
   }
+  *id = ++t->next_id;
+  t->regions[t->count++] = (gd_shm_region){*id, r};
+  return 0;
+}
+
+static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
   gd_region *map = gd_region_new(base, size);
   if (!map)
     return -1;
-  *id = ++t->next_id;
-  t->regions[t->count++] = (gd_shm_region){*id, map};
+  if (gd_shm_insert(t, map, id) != 0) {
+    free(map); /* the caller unmaps base */
+    return -1;
+  }
   t->bytes += size;
   t->totals->bytes += size;
   t->totals->regions++;
@@ -247,7 +261,7 @@ int gd_shm_range(const gd_shm *t, uint64_t id, uint64_t offset, uint64_t len, co
                            "%s: %llu bytes at offset %llu do not fit region %llu of %llu bytes",
                            what, (unsigned long long)len, (unsigned long long)offset,
                            (unsigned long long)id, (unsigned long long)r->size);
-    *ptr = r->base + offset;
+    *ptr = r->kind == GD_REGION_HOST ? r->base + offset : NULL;
     return 0;
   }
   return gp_error_set(err, GP_E_NOT_FOUND, "%s: region %llu is not registered on this "

@@ -40,6 +40,9 @@ typedef struct {
   uint32_t max_regions_per_connection;
   uint64_t max_bytes_per_connection;
   uint64_t max_bytes_total;            /* over every connection */
+  /* cuda_ipc.*: CUDA memory of a client's process (cuda_register), in the same table */
+  bool cuda_enabled;
+  uint32_t cuda_max_regions_per_connection;
 } gd_shm_limits;
 
 /* Daemon-wide figures (stats). */
@@ -47,6 +50,8 @@ typedef struct {
   uint64_t regions, bytes;             /* registered now */
   uint64_t registered;                 /* since start */
   uint64_t fds_dropped;                /* received and closed unused (over the cap, TCP...) */
+  uint64_t cuda_regions;               /* CUDA IPC regions registered now (not in regions) */
+  uint64_t cuda_registered;            /* since start */
 } gd_shm_totals;
 
 typedef struct {
@@ -58,9 +63,10 @@ typedef struct {
   gd_shm_totals *totals;               /* NULL: shared memory off for this connection */
   gd_sched *sched;                     /* regions count against queue.memory_budget */
   gd_shm_region *regions;              /* count of them, in a block of cap */
-  uint32_t count;
+  uint32_t count;                      /* both kinds */
+  uint32_t cuda_count;                 /* of them, DEVICE (cuda_register) */
   size_t cap;
-  uint64_t bytes;
+  uint64_t bytes;                      /* of HOST regions */
   uint64_t next_id;
   int fds[GD_SHM_FDS_MAX];             /* the FIFO of received descriptors */
   uint32_t fd_head, fd_count, fd_cap;
@@ -83,11 +89,16 @@ void gd_shm_drop_fd(gd_shm *t);
  * *id, or a GP_E_* code with err. */
 int gd_shm_register(gd_shm *t, const gd_shm_limits *lim, uint64_t size, uint64_t *id,
                     gp_error *err);
-/* shm_unregister [id]: unmaps it. 0, or NOT_FOUND. The caller checks it is not in use. */
+/* Enters region r (the caller's reference becomes the table's) under a new *id; -1 when out
+ * of memory (r is still the caller's). The caller counts it in the totals. */
+int gd_shm_insert(gd_shm *t, gd_region *r, uint64_t *id);
+
+/* shm_unregister [id]: unmaps it (or, a DEVICE region, lets the backend close it). 0, or NOT_FOUND. The caller checks it is not in use. */
 int gd_shm_unregister(gd_shm *t, uint64_t id, gp_error *err);
 
-/* The bytes [offset, offset + len) of region id, for operand what ("a", "out"): 0 with *ptr,
- * NOT_FOUND for an unknown region, INVALID_ARGUMENT for a range past its end. */
+/* The bytes [offset, offset + len) of region id, for operand what ("a", "out"): 0 with *ptr
+ * (NULL for a DEVICE region: the loop never touches its bytes), NOT_FOUND for an unknown
+ * region, INVALID_ARGUMENT for a range past its end. */
 int gd_shm_range(const gd_shm *t, uint64_t id, uint64_t offset, uint64_t len, const char *what,
                  uint8_t **ptr, gp_error *err);
 

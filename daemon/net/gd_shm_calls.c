@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "gd_cuda_ipc.h"
 #include "gd_stats.h"
 #include "gp_encode.h"
 
@@ -59,6 +60,17 @@ int gd_shm_calls_method(gd_shm *t, const gd_shm_limits *lim, const gd_calls *cal
   return 0;
 }
 
+int gd_shm_calls_cuda(gd_shm *t, const gd_shm_limits *lim, uint32_t msgid,
+                      const gp_cuda_reg *reg, msgpack_sbuffer *out, gp_error *err) {
+  uint64_t id;
+  int rc = gd_cuda_ipc_register(t, lim, reg, &id, err);
+  if (rc != 0)
+    return rc;
+  if (pack_register_reply(out, msgid, id, reg->bytes) != 0)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
+  return 0;
+}
+
 static int need_shm(const gd_shm *t, gp_error *err) {
   if (t->totals)
     return 0;
@@ -94,9 +106,14 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
                         "%s: bytes %llu..%llu of region %llu overlap the output", what,
                         (unsigned long long)ev->offset, (unsigned long long)(ev->offset + len),
                         (unsigned long long)ev->region);
+  gd_region *r = gd_shm_find(t, ev->region);
+  if (r->kind == GD_REGION_DEVICE) {
+    *feed = (gd_shm_feed){ev->operand, NULL, len, 0}; /* the backend reads it, or refused */
+    return gd_cuda_ipc_ref(t->sched, call->job, ev->operand, r, ev->region, ev->offset, err);
+  }
   *feed = (gd_shm_feed){ev->operand, src, 0, len};
   /* In place when the backend can: it reads the mapping itself, and nothing is fed. */
-  if (gd_sched_input_mapped(t->sched, call->job, ev->operand, gd_shm_find(t, ev->region), src))
+  if (gd_sched_input_mapped(t->sched, call->job, ev->operand, r, src))
     *feed = (gd_shm_feed){ev->operand, src, len, 0};
   return 0;
 }
@@ -108,7 +125,11 @@ void gd_shm_calls_out_mapped(const gd_shm *t, gd_call *call) {
   if (gd_shm_range(t, call->out_region, call->out_offset,
                    call->job->operand_bytes[GP_OPERAND_C], "out", &dst, &err) != 0)
     return;
-  gd_sched_output_mapped(t->sched, call->job, gd_shm_find(t, call->out_region), dst);
+  gd_region *r = gd_shm_find(t, call->out_region);
+  if (r->kind == GD_REGION_DEVICE)
+    gd_cuda_ipc_out(t->sched, call->job, r, call->out_offset);
+  else
+    gd_sched_output_mapped(t->sched, call->job, r, dst);
 }
 
 int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *pause,
@@ -142,6 +163,8 @@ int gd_shm_calls_output(const gd_shm *t, const gd_call *call, uint64_t offset, c
   gp_error err;
   if (gd_shm_range(t, call->out_region, call->out_offset + offset, len, "out", &dst, &err) != 0)
     return -1;
+  if (!dst) /* a DEVICE region: only a backend that wrote it in place may post into it */
+    return call->job->mapped[GD_JOB_OUT] ? 0 : -1;
   if (dst != data) /* else the backend wrote it in place (output_mapped) */
     memcpy(dst, data, len);
   return 0;

@@ -32,6 +32,10 @@ int gd_shm_calls_method(gd_shm *t, const gd_shm_limits *lim, const gd_calls *cal
                         uint32_t msgid, gp_method method, uint64_t arg, msgpack_sbuffer *out,
                         gp_error *err);
 
+/* Replies to cuda_register (gd_cuda_ipc.h) into out: {"region": id, "size": bytes}. */
+int gd_shm_calls_cuda(gd_shm *t, const gd_shm_limits *lim, uint32_t msgid,
+                      const gp_cuda_reg *reg, msgpack_sbuffer *out, gp_error *err);
+
 /* At admission of a gemm with "out": the region exists and holds the whole result. */
 int gd_shm_calls_check_out(const gd_shm *t, const gp_gemm_hdr *hdr, gp_error *err);
 

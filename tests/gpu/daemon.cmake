@@ -18,12 +18,30 @@ if(TARGET gemmd)
   endforeach()
 endif()
 
+# CUDA IPC operands on a real GPU: cuda_ipc_client (the real CUDA runtime) keeps its operands
+# in cudaMalloc'd memory and gemmd reads and writes them there (test_gpu_cuda_ipc.py; it prints
+# the client's PASS/FAIL lines, exits 77 without a GPU).
+if(TARGET gemmd)
+  add_executable(cuda_ipc_client ${CMAKE_CURRENT_LIST_DIR}/daemon/cuda_ipc_client.c)
+  target_link_libraries(cuda_ipc_client PRIVATE gemmclient_static gemmproto gemmhalf CUDA::cudart m)
+  add_test(NAME daemon_gpu_cuda_ipc
+           COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_cuda_ipc.py
+                   --gemmd $<TARGET_FILE:gemmd>)
+  set_tests_properties(daemon_gpu_cuda_ipc PROPERTIES
+    LABELS gpu
+    TIMEOUT 600
+    SKIP_RETURN_CODE 77
+    ENVIRONMENT
+      "GEMMD_TEST_BACKEND=gpu;CUDA_IPC_CLIENT=$<TARGET_FILE:cuda_ipc_client>;PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+endif()
+
 # The backend's host logic over a fake CUDA runtime (fake_cuda.c: streams are threads, devices
 # are host memory): staging, pause/resume, spills, chunked output, memory waits, faults. Needs
 # only the CUDA headers, so it runs (label unit) on any machine that builds with CUDA.
 add_executable(test_gpu_backend_fake
   ${CMAKE_CURRENT_LIST_DIR}/daemon/test_gpu_backend_fake.c
   ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda.c
+  ${CMAKE_CURRENT_LIST_DIR}/daemon/fake_cuda_ipc.c
   ${GEMMD_GPU_BACKEND_SOURCES}
   ${PROJECT_SOURCE_DIR}/daemon/backend/gpu/gd_gpu_config.c
   ${PROJECT_SOURCE_DIR}/daemon/core/gd_region.c

@@ -24,6 +24,7 @@ if(TARGET gemmd)
     shm                 # shared-memory regions: operands and results, every misuse
     auth                # auth.token_file, the auth method, exposed TCP refused without a token
     resident            # put / free, {"handle": N} operands, broadcast_b, quotas
+    cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -51,7 +52,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     ${PROJECT_SOURCE_DIR}/daemon/main.c
     ${GEMMD_CORE_SOURCES}
     ${GEMMD_GPU_BACKEND_SOURCES}
-    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c)
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c)
   target_include_directories(gemmd_fake PRIVATE
     ${GEMMD_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
   target_compile_definitions(gemmd_fake PRIVATE
@@ -104,6 +106,28 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # operand pause and resume like a region's; a shared B runs as plain pieces.
   gemmd_fake_test(daemon_fake_resident ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py 2
                   GEMMD_TEST_BACKEND=gpu)
+
+  # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon
+  # opens through /proc) holds A, B, C and the result; every dtype, the attacks, and the
+  # regions released with its connection. The client is on fake device 1 of 2: the daemon
+  # finds its device by PCI bus id.
+  add_executable(cuda_ipc_client_fake
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/cuda_ipc_client.c
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c
+    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c
+    ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c)
+  target_include_directories(cuda_ipc_client_fake PRIVATE
+    ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
+  target_link_libraries(cuda_ipc_client_fake PRIVATE
+    gemmclient_static gemmproto gemmhalf Threads::Threads m)
+  add_test(NAME daemon_fake_cuda_ipc
+           COMMAND ${GEMMD_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_cuda_ipc.py
+                   --gemmd $<TARGET_FILE:gemmd_fake>)
+  set_tests_properties(daemon_fake_cuda_ipc PROPERTIES
+    LABELS integration
+    TIMEOUT 300
+    ENVIRONMENT
+      "FAKE_CUDA_DEVICES=2;CUDA_IPC_DEVICE=1;CUDA_IPC_CLIENT=$<TARGET_FILE:cuda_ipc_client_fake>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
 
   # backend gpu with no device says why (CUDA's reason), not only that there is none.
   add_test(NAME daemon_fake_no_device_reason

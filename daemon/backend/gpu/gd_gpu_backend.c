@@ -67,6 +67,22 @@ static gd__gpu_dev *pick_device(gd__gpu_backend *be, int hint, uint64_t len, boo
   return best;
 }
 
+/* Device i when it is in service and can ever hold len pool bytes (a job fixed there by its
+ * CUDA IPC regions), else NULL with the same figures as pick_device. */
+static gd__gpu_dev *fixed_device(gd__gpu_backend *be, int i, uint64_t len, bool *any_in_service,
+                                 uint64_t *largest) {
+  *any_in_service = false;
+  *largest = 0;
+  if (i < 0 || (size_t)i >= be->ndev)
+    return NULL;
+  gd__gpu_dev *dev = &be->devs[i];
+  pthread_mutex_lock(&dev->mu);
+  *any_in_service = dev->in_service && !dev->dead;
+  *largest = dev->pool.size;
+  pthread_mutex_unlock(&dev->mu);
+  return *any_in_service && gd__gpu_pool_fits_ever(&dev->pool, len) ? dev : NULL;
+}
+
 /* Seconds of work, roughly: the kernel at ~20 TFLOP/s plus the bytes through the socket at
  * ~5 GB/s. Only the comparison between devices matters. */
 static double job_load(const gd__gpu_job *job) {
@@ -127,7 +143,8 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_job tmp;
   if (!gpu_job_init(&tmp, job, err))
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
-  gd__gpu_job *gj = gd__gpu_small_take(be, &tmp, job);
+  /* a job whose memory is a client's on one device runs there, alone (never batched) */
+  gd__gpu_job *gj = job->device_fixed ? NULL : gd__gpu_small_take(be, &tmp, job);
   if (gj) { /* the small lane: a slot, no pool memory, no staging */
     job->device = (int)(gj->dev - be->devs);
     job->backend_data = gj;
@@ -143,7 +160,9 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   /* Each job goes where the load is least, also within one connection: the connection's reply
    * queue holds other replies while a result leaves in several chunks, so results of one
    * connection coming back from several devices never interleave. */
-  gd__gpu_dev *dev = pick_device(be, job->device, gj->alloc_len, &any, &largest);
+  gd__gpu_dev *dev = job->device_fixed
+                         ? fixed_device(be, job->device, gj->alloc_len, &any, &largest)
+                         : pick_device(be, job->device, gj->alloc_len, &any, &largest);
   if (!dev) {
     uint64_t need = gj->alloc_len;
     free(gj);
@@ -296,9 +315,19 @@ static void op_destroy(gd_backend *b) {
     gd__gpu_worker_stop(&be->devs[i]);
   for (size_t i = 0; i < be->ndev; i++)
     dev_teardown(&be->devs[i]);
+  gd__gpu_ipc_destroy(be);
   gd__gpu_reg_destroy(be);
   free(be->devs);
   free(be);
+}
+
+/* A region's last reference: a host mapping's DMA registration (gd_gpu_shm.c), or a CUDA IPC
+ * handle (gd_gpu_ipc.c). */
+static void op_region_gone(gd_backend *b, gd_region *r) {
+  if (r->kind == GD_REGION_DEVICE)
+    gd__gpu_ipc_gone(r);
+  else
+    gd__gpu_op_region_gone(b, r);
 }
 
 static const gd_backend_ops gpu_ops = {
@@ -314,7 +343,10 @@ static const gd_backend_ops gpu_ops = {
     .region_added = gd__gpu_op_region_added,
     .output_mapped = gd__gpu_op_output_mapped,
     .input_mapped = gd__gpu_op_input_mapped,
-    .region_gone = gd__gpu_op_region_gone,
+    .region_gone = op_region_gone,
+    .device_region_open = gd__gpu_op_device_region_open,
+    .input_device = gd__gpu_op_input_device,
+    .output_device = gd__gpu_op_output_device,
     .shm_pinned_bytes = gd__gpu_op_shm_pinned_bytes,
     .host_bytes = op_host_bytes,
     .kernels = gd__gpu_op_kernels,
@@ -362,6 +394,7 @@ static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_
   pthread_cond_init(&dev->cv, NULL);
   if (gd__gpu_device_describe(dev->ordinal, &dev->info, last) == 0 &&
       gd__gpu_worker_start(dev, last) == 0) {
+    gd__gpu_ipc_describe(dev);
     dev->in_service = true;
     return true;
   }

@@ -106,11 +106,17 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
       "shm_registered_regions", "shm_registered_bytes", "shm_register_failures",
       "shm_register_refused",   "shm_direct_in_bytes",  "shm_direct_out_bytes",
       "shm_pieced_jobs",        "shm_split_jobs"};
-  uint64_t reg[GD__GPU_REG_STATS];
+  static const char *const ipc_keys[GD__GPU_IPC_STATS] = {
+      "cuda_ipc_open", "cuda_ipc_opened_total", "cuda_ipc_open_failures", "cuda_ipc_in_bytes",
+      "cuda_ipc_out_bytes"};
+  uint64_t reg[GD__GPU_REG_STATS], ipc[GD__GPU_IPC_STATS];
   gd__gpu_reg_stats(be, reg);
-  msgpack_pack_map(pk, 1 + GD__GPU_REG_STATS);
+  gd__gpu_ipc_stats(be, ipc);
+  msgpack_pack_map(pk, 1 + GD__GPU_REG_STATS + GD__GPU_IPC_STATS);
   for (size_t k = 0; k < GD__GPU_REG_STATS; k++)
     pack_kv_u64(pk, reg_keys[k], reg[k]);
+  for (size_t k = 0; k < GD__GPU_IPC_STATS; k++)
+    pack_kv_u64(pk, ipc_keys[k], ipc[k]);
   pack_str(pk, "devices");
   msgpack_pack_array(pk, be->ndev);
   for (size_t i = 0; i < be->ndev; i++) {

@@ -60,6 +60,7 @@ typedef struct gd__gpu_slot gd__gpu_slot;
 typedef struct gd__gpu_reg gd__gpu_reg;
 typedef struct gd__gpu_res gd__gpu_res;
 typedef struct gd__gpu_split gd__gpu_split;
+typedef struct gd__gpu_ipc gd__gpu_ipc;
 
 #define GD__GPU_BATCH_BUCKETS GD_BATCH_BUCKETS
 
@@ -76,6 +77,8 @@ typedef enum {
   GD__CMD_REG,      /* loop: a shared-memory region to register for DMA (gd_gpu_shm.c) */
   GD__CMD_UNREG,    /* loop: its last reference went: unregister, unmap, forget it */
   GD__CMD_SPLIT_DONE, /* the other device: a split job's rows there are done (gd_gpu_split.c) */
+  GD__CMD_IPC_OPEN, /* loop: a CUDA IPC region to open on this device (gd_gpu_ipc.c) */
+  GD__CMD_IPC_CLOSE, /* loop: its last reference went: close it, forget it */
 } gd__gpu_cmd_type;
 
 struct gd__gpu_cmd {
@@ -169,6 +172,13 @@ struct gd__gpu_job {
   const uint8_t *mapped_in[3];
   uint8_t *mapped_out;
   gd__gpu_buf direct_out;
+  /* CUDA IPC regions (gd_gpu_ipc.c), set on the loop before submit under mu: operands and C
+   * in a client's device memory, at these offsets. At RUN the worker turns them into
+   * mapped_in / mapped_out (device pointers: the copies are device to device). */
+  gd__gpu_ipc *ipc_in[3];
+  uint64_t ipc_in_off[3];
+  gd__gpu_ipc *ipc_out;
+  uint64_t ipc_out_off;
   gd__gpu_cmd alloc_cmd;  /* GD__CMD_ALLOC: pushed once, when mem_ready */
   /* Split across two devices by rows of C (gd_gpu_split.c), set on the loop before RUN: the
    * parent owns split and computes the first rows; a child (split_child) computes the rest on
@@ -233,6 +243,9 @@ struct gd__gpu_dev {
   gd__gpu_backend *be;
   int ordinal;
   gd_device_info info;
+  bool pci_known;               /* pci: domain, bus, device of its PCI function (cuda_register) */
+  unsigned pci[3];
+  struct gd__gpu_ipc_map *ipc_maps; /* worker: the IPC handles open on it (gd_gpu_ipc.c) */
 
   pthread_t thread;
   bool thread_started;
@@ -308,6 +321,9 @@ struct gd__gpu_backend {
   uint64_t direct_in_bytes, direct_out_bytes; /* copied straight from or into regions */
   uint64_t pieced_jobs;         /* jobs run in row blocks (gd_gpu_pieces.c) */
   uint64_t split_jobs;          /* jobs split across two devices (gd_gpu_split.c) */
+  /* CUDA IPC regions (gd_gpu_ipc.c), under reg_mu. */
+  gd__gpu_ipc *ipcs;            /* every entry not yet closed */
+  uint64_t ipc_open, ipc_opened, ipc_failures, ipc_in_bytes, ipc_out_bytes;
 };
 
 /* ---- gd_gpu_device.c ---- */
@@ -366,8 +382,9 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
 /* The job's problem on the device, its operands at a, b and c. */
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
                          uint8_t *c);
-/* Worker: len bytes of operand op from `from` on, straight from its registered region
- * (mapped_in) into the job's device block, on s_in; the first such copy records ev_d0. */
+/* Worker: len bytes of operand op from `from` on, straight from its registered region or, for a
+ * CUDA IPC operand (ipc_in), the client's device memory (mapped_in) into the job's device
+ * block, on s_in; the first such copy records ev_d0. */
 cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
                                      uint64_t from, uint64_t len);
 /* Launches the job's kernel with kctx on stream and names the device and kernel in its
@@ -494,7 +511,8 @@ void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
 void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes);
 /* Loop: a job was split across two devices. */
 void gd__gpu_reg_count_split(gd__gpu_backend *be);
-/* Under the job's mu: C goes straight into ptr (a registered region), in one chunk. */
+/* Under the job's mu: C goes straight into ptr, in one chunk: a registered region's pages, or
+ * a client's device memory (a CUDA IPC region, set at RUN by gd__gpu_ipc_resolve). */
 void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr);
 /* Worker: a job ran in row blocks. */
 void gd__gpu_reg_count_pieced(gd__gpu_backend *be);
@@ -558,6 +576,33 @@ bool gd__gpu_split_settled(const gd__gpu_job *parent);
 gd__gpu_buf *gd__gpu_split_handle(gd__gpu_dev *dev, gd__gpu_split *split);
 /* Under the parent's mu: posts buf (the parent's direct chunk) as the whole job's C. */
 bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf);
+
+/* ---- gd_gpu_ipc.c: CUDA IPC regions (loop ops; worker commands) ---- */
+#define GD__GPU_IPC_STATS 5
+/* At start (no lock): dev's PCI address, for finding it by bus id. */
+void gd__gpu_ipc_describe(gd__gpu_dev *dev);
+int gd__gpu_op_device_region_open(gd_backend *b, gd_region *r, const char *pci_bus_id,
+                                  gp_error *err);
+bool gd__gpu_op_input_device(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
+                             uint64_t offset);
+bool gd__gpu_op_output_device(gd_backend *b, gd_job *job, gd_region *r, uint64_t offset);
+/* Loop: the region's last reference went: its worker closes it. */
+void gd__gpu_ipc_gone(gd_region *r);
+/* Worker: GD__CMD_IPC_OPEN or GD__CMD_IPC_CLOSE. */
+void gd__gpu_ipc_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
+/* Worker, at RUN: the job's CUDA IPC operands and result as device pointers; false when one
+ * could not be opened (the job failed: INVALID_ARGUMENT). */
+bool gd__gpu_ipc_resolve(gd__gpu_dev *dev, gd__gpu_job *job);
+/* Whether any operand or the result of job is in a CUDA IPC region (set before submit). Such a
+ * job is never run in row blocks nor split: those copy to and from host pages, and its handles
+ * are open on its own device only. */
+bool gd__gpu_job_has_ipc(const gd__gpu_job *job);
+/* Worker: bytes copied from (in) or into (out) CUDA IPC regions. */
+void gd__gpu_ipc_count(gd__gpu_backend *be, uint64_t in, uint64_t out);
+/* After every worker stopped: forgets the entries still held. */
+void gd__gpu_ipc_destroy(gd__gpu_backend *be);
+/* open now, opened since start, failures, in bytes, out bytes */
+void gd__gpu_ipc_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_IPC_STATS]);
 
 /* ---- gd_gpu_info.c (loop thread; each takes the devices' mu itself) ---- */
 void gd__gpu_op_pack_info(gd_backend *b, msgpack_packer *pk);

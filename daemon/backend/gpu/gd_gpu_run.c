@@ -74,7 +74,9 @@ cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_oper
   job->work.direct_in = true;
   if (e == cudaSuccess)
     e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op] + from), job->mapped_in[op] + from,
-                        (size_t)len, cudaMemcpyHostToDevice, dev->s_in);
+                        (size_t)len,
+                        job->ipc_in[op] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                        dev->s_in);
   return e;
 }
 

@@ -119,10 +119,11 @@ void gd__gpu_op_region_gone(gd_backend *b, gd_region *r) {
   pthread_mutex_unlock(&dev->mu);
 }
 
-/* Whether r is registered now (a job may copy straight from or to it). */
+/* Whether r is registered now (a job may copy straight from or to it). A DEVICE region's
+ * backend_data is a CUDA IPC entry (gd_gpu_ipc.c), never a registration. */
 static bool registered(gd__gpu_backend *be, const gd_region *r) {
   const gd__gpu_reg *g = r->backend_data;
-  if (!g)
+  if (!g || r->kind != GD_REGION_HOST)
     return false;
   pthread_mutex_lock(&be->reg_mu);
   bool ok = g->state == REG_OK;

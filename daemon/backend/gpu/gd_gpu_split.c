@@ -28,8 +28,10 @@
 /* Row counts are cut at a multiple of the largest tile height (as gd_gpu_pieces.c does). */
 #define SPLIT_ROW_ALIGN 128u
 
+/* Registered host regions only: a CUDA IPC operand or result is open on the job's device alone
+ * (gd_job.device_fixed), so its job never splits. */
 static bool all_in_regions(const gd__gpu_job *gj) {
-  if (!gj->mapped_out)
+  if (!gj->mapped_out || gd__gpu_job_has_ipc(gj))
     return false;
   for (int op = 0; op < 3; op++)
     if (gj->bytes[op] > 0 && (!gj->mapped_in[op] || gj->res[op]))

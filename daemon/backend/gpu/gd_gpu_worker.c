@@ -14,6 +14,8 @@
  *   REG/UNREG a shared-memory region pinned for DMA, or let go of (gd_gpu_shm.c). A job whose
  *             operands lie in a registered region copies them straight from there at RUN,
  *             and one whose result goes into one copies C straight there in one chunk.
+ *   IPC_*     a client's CUDA IPC handle opened on this device, or closed (gd_gpu_ipc.c); a
+ *             job naming one copies device to device from and into that memory.
  *   OUT_*     C leaves the device in chunks of staging_bytes into the free
  *             output buffers on the copy-out stream (which waits for the
  *             kernel's event); each chunk's host func queues OUT_DONE and the
@@ -157,18 +159,21 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
 
 /* ---- compute ------------------------------------------------------------ */
 
-/* The copies straight from registered regions (mapped_in) on the copy-in stream, after every
- * staged copy of the job: the event recorded after them covers both. A job run in row blocks
- * copies only B here; its A and C go block by block (gd_gpu_pieces.c). */
+/* The copies straight from registered regions or a client's device memory (mapped_in; CUDA
+ * IPC: device to device) on the copy-in stream, after every staged copy of the job: the event
+ * recorded after them covers both. A job run in row blocks copies only B here; its A and C go
+ * block by block (gd_gpu_pieces.c). */
 static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
-  uint64_t bytes = 0;
+  uint64_t bytes = 0, ipc_bytes = 0;
   cudaError_t e = cudaSuccess;
   for (int op = 0; op < 3 && e == cudaSuccess; op++) {
     if (!job->mapped_in[op] || (job->work.pieces > 1 && op != GP_OPERAND_B))
       continue;
     e = gd__gpu_copy_from_region(dev, job, (gp_operand)op, 0, job->bytes[op]);
-    bytes += job->bytes[op];
+    *(job->ipc_in[op] ? &ipc_bytes : &bytes) += job->bytes[op]; /* device memory, or pages */
   }
+  if (e == cudaSuccess && ipc_bytes > 0)
+    gd__gpu_ipc_count(dev->be, ipc_bytes, 0);
   if (e == cudaSuccess && bytes > 0)
     gd__gpu_count_direct_in(dev, bytes);
   return e;
@@ -234,7 +239,7 @@ launched:
 
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (!gd__gpu_run_admit(dev, job, job->work.dptr != NULL, gd_now_us()) ||
-      !run_launch(dev, job)) {
+      !gd__gpu_ipc_resolve(dev, job) || !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
@@ -314,7 +319,9 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
     what = "copy out";
     e = cudaMemcpyAsync(buf->host + early,
                         gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off + early), n - early,
-                        cudaMemcpyDeviceToHost, dev->s_out);
+                        buf == &job->direct_out && job->ipc_out ? cudaMemcpyDeviceToDevice
+                                                                : cudaMemcpyDeviceToHost,
+                        dev->s_out);
     queued = e == cudaSuccess;
   }
   if (e == cudaSuccess)
@@ -381,10 +388,14 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     job->work.first_out_len = buf->fill - (buf == &job->direct_out ? job->work.out_early : 0);
     first_chunk_timings(dev, job, ms);
   }
-  if (buf == &job->direct_out)
+  bool ipc = buf == &job->direct_out && job->ipc_out; /* into a client's device memory */
+  if (ipc)
+    gd__gpu_ipc_count(dev->be, 0, buf->fill);
+  else if (buf == &job->direct_out)
     gd__gpu_reg_count_direct(dev->be, 0, buf->fill);
   pthread_mutex_lock(&dev->mu);
-  dev->bytes_d2h += buf->fill;
+  if (!ipc)
+    dev->bytes_d2h += buf->fill;
   bool posted = false, held = false;
   if (job->split_child) {
     /* its rows are in the region: the parent posts the whole C */
@@ -481,6 +492,10 @@ void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
     break;
   case GD__CMD_SPLIT_DONE:
     handle_split_done(dev, cmd->job);
+    break;
+  case GD__CMD_IPC_OPEN:
+  case GD__CMD_IPC_CLOSE:
+    gd__gpu_ipc_handle(dev, cmd);
     break;
   }
 }

@@ -7,7 +7,8 @@
  * host funcs and completions interleave as they do on a real GPU. Faults can be injected
  * through alpha: 777 makes the launch fail (not sticky), 666 makes the kernel "fault" when it
  * runs (sticky: every later call on that device fails and nothing queued after it runs, as with
- * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2).
+ * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2). Device
+ * memory from cudaMalloc can be shared with another process by CUDA IPC (fake_cuda_ipc.c).
  *
  * Stream-ordered memory pools keep CUDA's accounting: a pool reserves device memory in 2 MiB
  * steps as allocations need it (failing when the device's FAKE_FREE_BYTES, less what other
@@ -115,6 +116,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   prop->multiProcessorCount = 132;
   prop->major = 9;
   prop->minor = 0;
+  prop->pciBusID = 0x10 + device; /* as fake_cuda_ipc.c's cudaDeviceGetPCIBusId says */
   return cudaSuccess;
 }
 
@@ -292,19 +294,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **p, size_t n) {
-  if (n > FAKE_FREE_BYTES)
-    return ret(cudaErrorMemoryAllocation);
-  *p = malloc(n);
-  if (*p)
-    memset(*p, 0xA5, n); /* garbage, like fresh device memory */
-  return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
-}
-
-cudaError_t cudaFree(void *p) {
-  free(p);
-  return cudaSuccess;
-}
+/* cudaMalloc, cudaFree and CUDA IPC: fake_cuda_ipc.c (memory other processes can open). */
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
   (void)flags;

@@ -65,6 +65,7 @@ static void record(tp_trace *t, const gp_event *ev) {
     e->has_c = ev->has_c;
     e->arg = ev->arg;
     e->put = ev->put;
+    e->cuda = ev->cuda;
   }
   if (ev->type == GP_EV_OPERAND_REF) {
     e->operand = ev->operand;
@@ -179,7 +180,7 @@ static bool event_equal(const tp_event *a, const tp_event *b) {
       a->payload_len != b->payload_len || a->arg != b->arg || a->region != b->region ||
       a->offset != b->offset || a->by_handle != b->by_handle || a->handle != b->handle ||
       a->put.dtype != b->put.dtype || a->put.rows != b->put.rows || a->put.cols != b->put.cols ||
-      a->put.batch != b->put.batch)
+      a->put.batch != b->put.batch || memcmp(&a->cuda, &b->cuda, sizeof a->cuda) != 0)
     return false;
   if ((a->type == GP_EV_PAYLOAD || a->type == GP_EV_OPERAND_REF) && a->operand != b->operand)
     return false;

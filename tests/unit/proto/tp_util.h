@@ -31,6 +31,7 @@ typedef struct {
   gp_operand operand;     /* PAYLOAD: pieces of one operand merged, offsets checked;
                              OPERAND_REF: the operand */
   uint64_t arg;           /* REQUEST: shm_register's size, shm_unregister's region */
+  gp_cuda_reg cuda;       /* REQUEST: cuda_register's params */
   uint64_t region, offset; /* OPERAND_REF */
   bool by_handle;          /* OPERAND_REF */
   uint64_t handle;         /* OPERAND_REF when by_handle */
