@@ -83,7 +83,10 @@ def test_quota(ctx):
     """cuda_ipc.max_regions_per_connection, counted apart from shm regions (fake bus id: only
     over gemmd_fake, where device 0 is 0000:10:00.0)."""
     if not os.path.basename(ctx.gemmd).endswith("_fake"):
-        raise h.Skip("needs gemmd_fake's bus ids")
+        # not a Skip: one skipped case marks the whole ctest test skipped, hiding that every
+        # other case passed on the GPU; daemon_fake_cuda_ipc runs this one in CI
+        print("note: test_quota runs over gemmd_fake only (its bus ids); nothing to check here")
+        return
     config = {"cuda_ipc": {"max_regions_per_connection": 2}, "shm": {"max_regions_per_connection": 1}}
     with e2e.gpu_daemon(ctx, config=config) as d, d.connect() as c:
         first = register(c, "0000:10:00.0")["region"]
