@@ -11,7 +11,8 @@
 #   bench  build, then the kernel baseline (test_gpu_kernels --bench) and bench/kernels
 #   e2e    build, then bench/e2e (the daemon end to end), and its 4096 and 8192 rows again with
 #          gpu.shm_pieces 1 (shared-memory gemms at once, not in row blocks); on two GPUs or
-#          more, 8192 and 16384 whole and split across two (gpu.split_min_rows 2048)
+#          more, 8192 and 16384 whole and split across two (gpu.split_min_rows 2048); then
+#          bench_cuda_ipc (operands in the client's GPU memory) against a gemmd on defaults
 #   all    all of the above
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
@@ -20,9 +21,9 @@
 # does not build, the kernels-only project (tests/gpu/standalone) is built instead, so the
 # kernels can still be checked and timed; the summary says so.
 #
-# Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 8 files:
+# Logs go to $OUT (the device tool's output folder; build-gpu/out when unset), at most 10 files:
 # env.log build.log gpu-tests.log bench-baseline.log bench-kernels.log bench-e2e.log
-# bench-e2e-variants.log summary.txt
+# bench-e2e-variants.log bench-cuda-ipc.log bench-cuda-ipc-gemmd.log summary.txt
 # (daemon-gpu.log and load-gpu.log for those modes).
 # A short summary is printed last. Here (no GPU) it works too: the GPU tests skip.
 # Knobs: GPU_RUN_JOBS (16), GPU_RUN_TEST_TIMEOUT / GPU_RUN_BENCH_TIMEOUT (seconds per step,
@@ -208,13 +209,32 @@ if [ "$mode" = all ] || [ "$mode" = e2e ]; then
   else
     note "e2e: no bench/e2e program in this build"
   fi
+  # operands in the client's GPU memory (CUDA IPC), against a gemmd of this build on defaults
+  bench_ipc=$(find_bench bench_cuda_ipc)
+  if [ -n "$bench_ipc" ] && [ -x "$build/daemon/gemmd" ]; then
+    ipc_dir=$(mktemp -d)
+    printf 'listen:\n  - unix:%s/gemmd.sock\nbackend: gpu\nlog_level: warn\n' "$ipc_dir" \
+      >"$ipc_dir/gemmd.yaml"
+    "$build/daemon/gemmd" --config "$ipc_dir/gemmd.yaml" >"$OUT/bench-cuda-ipc-gemmd.log" 2>&1 &
+    ipc_pid=$!
+    for _ in $(seq 150); do
+      [ -S "$ipc_dir/gemmd.sock" ] || ! kill -0 "$ipc_pid" 2>/dev/null && break
+      sleep 0.2
+    done
+    run_step bench-cuda-ipc.log "bench: ${bench_ipc#"$root"/}" "$bench_ipc" \
+      --connect "unix:$ipc_dir/gemmd.sock"
+    kill "$ipc_pid" 2>/dev/null
+    wait "$ipc_pid" 2>/dev/null
+    rm -rf "$ipc_dir"
+  fi
 fi
 
 # ---- summary, last -------------------------------------------------------------------------
 echo
 echo "================ summary ================"
 cat "$summary"
-for log in bench-baseline.log bench-kernels.log bench-e2e.log bench-e2e-variants.log; do
+for log in bench-baseline.log bench-kernels.log bench-e2e.log bench-e2e-variants.log \
+  bench-cuda-ipc.log; do
   [ -f "$OUT/$log" ] && { echo "--- $log (tail)"; tail -20 "$OUT/$log"; }
 done
 echo "total $(elapsed)"
