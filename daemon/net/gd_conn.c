@@ -38,6 +38,12 @@ static void on_replyq_failed(gd_replyq *q, const char *why) {
 static void on_flush(uv_idle_t *idle) {
   gd_conn *c = idle->data;
   uv_idle_stop(idle);
+  if (c->yielded) { /* its iteration has passed: the protocol layer says whether to read on */
+    c->yielded = false;
+    c->events->kick(c);
+    if (c->closing)
+      return;
+  }
   gd_replyq_flush(&c->out);
 }
 
@@ -181,6 +187,22 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)c->rbuf, GD_CONN_READ_BUFFER_BYTES);
 }
 
+/* libuv reads a readable stream up to 32 times in one go, and a large payload's window takes
+ * each read whole (what the socket holds, hundreds of KiB): one client streaming a large
+ * operand could hold the loop for milliseconds while every other connection's requests and
+ * replies waited. After GD_CONN_READ_QUANTUM window bytes the connection stops reading until
+ * the idle handle runs (the next iteration, before its poll), so the loop goes round the others
+ * once per MiB of a large payload. */
+static void yield_after_quantum(gd_conn *c) {
+  if (c->closing || !c->reading || c->window_read < GD_CONN_READ_QUANTUM)
+    return;
+  c->window_read = 0;
+  uv_read_stop(&c->h.stream);
+  c->reading = false;
+  c->yielded = true;
+  uv_idle_start(&c->flush, on_flush); /* cannot fail with a callback */
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   gd_conn *c = stream->data;
   if (nread == 0)
@@ -203,11 +225,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   c->pending = (const uint8_t *)buf->base;
   c->pending_len = (size_t)nread;
   c->pending_in_window = buf->base != (char *)c->rbuf;
+  if (c->pending_in_window)
+    c->window_read += (size_t)nread;
   c->events->data(c);
+  yield_after_quantum(c);
 }
 
 void gd_conn_want_read(gd_conn *c, bool want) {
-  want = want && !c->closing && c->pending_len == 0;
+  want = want && !c->closing && c->pending_len == 0 && !c->yielded;
   if (want && !c->reading) {
     int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
     if (rc != 0) {

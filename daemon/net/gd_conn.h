@@ -28,6 +28,9 @@
 #include "gd_uv_stream.h"
 
 #define GD_CONN_READ_BUFFER_BYTES (64 * 1024)
+/* Payload bytes read into a job's window after which the connection lets one loop iteration
+ * pass before it reads again (see on_read in gd_conn.c). */
+#define GD_CONN_READ_QUANTUM (1024 * 1024)
 
 typedef struct gd_conn gd_conn;
 
@@ -59,6 +62,8 @@ struct gd_conn {
   size_t pending_len;
   bool pending_in_window;    /* pending points into the current job's buffer */
   bool reading, closing;
+  bool yielded;              /* stopped for one iteration after a quantum of window bytes */
+  size_t window_read;        /* window bytes read since the last yield */
   uint64_t last_activity_us; /* the last byte read */
 
   gd_replyq out;
