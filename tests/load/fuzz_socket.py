@@ -4,7 +4,8 @@
 Each execution opens a connection, writes one input (valid requests mutated: bit flips,
 interesting bytes, truncations, splices of two messages, huge declared lengths, random
 msgpack objects as whole messages, params or header values; a memfd passed and registered,
-then gemms naming it, in bounds or not), half-closes, and reads until the daemon closes (one in
+then gemms naming it, in bounds or not; a cuda_register of fake device memory, then gemms
+naming it), half-closes, and reads until the daemon closes (one in
 ten closes at once instead): every reply must be a well-formed msgpack-RPC response, and the
 daemon must close once it has answered (a connection left hanging is a failure). After each
 batch the daemon must still be running, answer ping and gemms checked against the float64
@@ -50,6 +51,11 @@ HUGE_HEADS = [b"\xc6", b"\xdb", b"\xdd", b"\xdf", b"\xc9\x00\x00\x00\x01"]
 HDR_KEYS = ["m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch",
             "precision", "timeout_ms"]
 DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+# A CUDA IPC handle as gemmd_fake's runtime reads it (magic, pid, descriptor of a memfd that is
+# the "device memory"), with pid 0 and the size in the descriptor's place: execute() makes the
+# memfd and writes the real pid and descriptor in, so a kept input replays.
+CUDA_PLACEHOLDER = b"FAKEIPC1" + struct.pack("<i", 0)
+CUDA_BUS_IDS = ["0000:10:00.0", "0000:10:00.0", "10:00.0", "0000:11:00.0", "zz:zz", ""]
 
 
 class Fuzzer:
@@ -210,9 +216,34 @@ class Fuzzer:
             tail += self.pack([0, self.msgid(), "shm_unregister", [self.choice([1, 2, "x"])]])
         return self.pack([0, self.msgid(), "shm_register", [declared]]) + tail, size
 
+    def cuda_input(self):
+        """A cuda_register of "device memory" (a memfd, over gemmd_fake: see CUDA_PLACEHOLDER),
+        then a gemm naming it (mutated or not); the CPU backend answers UNIMPLEMENTED."""
+        size = self.choice([4096, 65536, self.randint(1, 65536)])
+        handle = CUDA_PLACEHOLDER + struct.pack("<i", size) + bytes(64 - 16)
+        if self.chance(0.15):
+            handle = self.choice([self.rng.bytes(64), handle[:self.randint(0, 63)], handle + b"x"])
+        declared = size if self.chance(0.8) else self.choice([0, size + 1, 2**32, 2**64 - 1])
+        reg = {"handle": handle, "pci_bus_id": self.choice(CUDA_BUS_IDS), "bytes": declared}
+        if self.chance(0.1):
+            reg[self.choice(list(reg))] = self.random_object()
+        gemm = self.gemm_seed()
+        params = gemm[3]
+        for i in range(1, len(params)):
+            if self.chance(0.7):
+                params[i] = self.ref(size)
+        if self.chance(0.8):
+            params[0]["out"] = self.ref(size)
+        tail = self.pack(gemm)
+        if self.chance(0.3):
+            tail = self.mutate(tail)
+        if self.chance(0.3):
+            tail += self.pack([0, self.msgid(), "shm_unregister", [self.choice([1, 2, "x"])]])
+        return self.pack([0, self.msgid(), "cuda_register", [reg]]) + tail, None
+
     def input(self):
         """(bytes, memfd size or None): one execution's input."""
-        kind = self.randint(0, 10)
+        kind = self.randint(0, 11)
         if kind < 5:
             data = b"".join(self.pack(self.seed()) for _ in range(self.randint(1, 3)))
             return self.mutate(data), None
@@ -222,6 +253,8 @@ class Fuzzer:
             return self.pack(self.random_object()), None
         if kind == 9:
             return self.shm_input()
+        if kind == 10:
+            return self.cuda_input()
         return self.rng.bytes(self.randint(1, 256)), None
 
 
@@ -248,10 +281,27 @@ def _send_with_memfd(sock, data, size):
     sock.sendall(data[sent:])
 
 
+def _with_device_memfds(data):
+    """data with each CUDA_PLACEHOLDER made a real fake handle: a memfd of the size it carries,
+    this process's pid and the descriptor. Returns (data, descriptors to close after)."""
+    out, fds = bytearray(data), []
+    at = out.find(CUDA_PLACEHOLDER)
+    while 0 <= at and at + 16 <= len(out):
+        size = struct.unpack_from("<i", out, at + 12)[0]
+        if 0 < size <= 1 << 20:
+            fd = os.memfd_create("fuzz-device")
+            fds.append(fd)
+            os.ftruncate(fd, size)
+            struct.pack_into("<ii", out, at + 8, os.getpid(), fd)
+        at = out.find(CUDA_PLACEHOLDER, at + 1)
+    return bytes(out), fds
+
+
 def execute(path, item, timeout, abrupt):
     """One input (bytes, memfd size or None) on a fresh connection; returns None or what went
     wrong. abrupt: close at once without reading (the replies then meet a closed peer)."""
     data, memfd_size = item
+    data, device_fds = _with_device_memfds(data)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -288,12 +338,15 @@ def execute(path, item, timeout, abrupt):
         return "reply bytes that are not msgpack: %s" % exc
     finally:
         sock.close()
+        for fd in device_fds:
+            os.close(fd)
 
 
 def _settled(st):
     """Every fuzz connection closed (only the health client is left) and nothing held."""
     return (st["connections"] == 1 and st["queue_depth"] == 0 and st["jobs_running"] == 0 and
-            st["reserved_bytes"] == 0 and st.get("shm_regions", 0) == 0)
+            st["reserved_bytes"] == 0 and st.get("shm_regions", 0) == 0 and
+            st.get("cuda_ipc_regions", 0) == 0)
 
 
 def _healthy(d, client, rng_):
@@ -388,6 +441,10 @@ def test_fuzz_socket(ctx):
                    requests_seen=st["requests"]["total"],
                    error_replies=sum(st["errors"].values()),
                    shm_registered=st.get("shm_registered_total", 0),
+                   cuda_registered=st.get("cuda_ipc_registered_total", 0),
+                   cuda_opened=h.dig(st, "backend_stats.cuda_ipc_opened_total", 0),
+                   cuda_bytes=h.dig(st, "backend_stats.cuda_ipc_in_bytes", 0) +
+                   h.dig(st, "backend_stats.cuda_ipc_out_bytes", 0),
                    connections=st["connections_total"], failures=0,
                    rss_before_mib=lu.mib(rss_before), rss_after_mib=lu.mib(lu.rss_bytes(d.pid)))
 
