@@ -22,8 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "gemmclient.h"
 
 #define MAX_SIZES 8
@@ -37,29 +37,6 @@
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "bench_cuda_ipc: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
   exit(1);
-}
-
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess)                                                                         \
-      die(#call, cudaGetErrorString(e_));                                                          \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* Uniform [-1, 1) f32 on the host, copied to dev (synchronously: gemmd reads it next). */
@@ -121,15 +98,15 @@ static void run_size(gc_conn *conn, cublasHandle_t blas, const char *bus, size_t
   const float one = 1, zero = 0;
   double through[MAX_REPS], local[MAX_REPS], err = 0;
   for (int r = -1; r < reps; r++) { /* r = -1: warm-up (kernel choice, first use of the handle) */
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (gc_gemm(conn, &o, a, b, NULL, c, NULL) != 0)
       die("gc_gemm", gc_last_error(conn)->message);
-    double t1 = now_ms();
+    double t1 = bench_now_ms();
     if (cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n, &one, b, (int)n, a,
                     (int)n, &zero, ref, (int)n) != CUBLAS_STATUS_SUCCESS)
       die("cublasSgemm", NULL);
     CUDA_OK(cudaDeviceSynchronize());
-    double t2 = now_ms();
+    double t2 = bench_now_ms();
     if (r == -1) {
       err = worst_error(c, ref, n);
       continue;
@@ -139,7 +116,7 @@ static void run_size(gc_conn *conn, cublasHandle_t blas, const char *bus, size_t
   }
   if (gc_cuda_unregister(conn, base, 30000) != 0)
     die("gc_cuda_unregister", gc_last_error(conn)->message);
-  double tm = median(through, reps), lm = median(local, reps);
+  double tm = bench_median(through, reps), lm = bench_median(local, reps);
   bool ok = err <= 2.0 * (double)n * 0x1p-24;
   printf("| %zu | %.2f | %.2f | %.2fx | %.1f | %s (%.1e) |\n", n, tm, lm, tm / lm,
          2.0 * (double)n * (double)n * (double)n / (tm * 1e9), ok ? "right" : "WRONG", err);

@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "gp_decode.h"
 #include "gp_encode.h"
 
@@ -58,22 +59,6 @@
 #define MAX_SIZES 8
 #define MAX_REPS 100
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* The gemmd this program started, if any: die() stops it, or it would outlive the bench and keep
  * a caller's pipe open (a `| tee` then waits for its timeout). */
 static pid_t started_gemmd = -1;
@@ -86,13 +71,6 @@ static void die(const char *what, const char *detail) {
   }
   exit(1);
 }
-
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess)                                                                         \
-      die(#call, cudaGetErrorString(e_));                                                          \
-  } while (0)
 
 /* ---- the daemon ---------------------------------------------------------- */
 
@@ -223,7 +201,7 @@ static void daemon_gemm(int fd, gp_decoder *dec, uint32_t msgid, const gp_gemm_h
                         uint64_t c_bytes, rpc_result *out) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
-  double t0 = now_ms();
+  double t0 = bench_now_ms();
   if (gp_encode_gemm_request_head(&sb, msgid, hdr, false) != 0)
     die("encode", NULL);
   send_all(fd, sb.data, sb.size);
@@ -278,7 +256,7 @@ static void daemon_gemm(int fd, gp_decoder *dec, uint32_t msgid, const gp_gemm_h
       }
     }
   }
-  out->rtt_ms = now_ms() - t0;
+  out->rtt_ms = bench_now_ms() - t0;
 }
 
 /* ---- shared memory --------------------------------------------------------- */
@@ -310,10 +288,10 @@ static double shm_gemm(gc_conn *conn, int n, const float *a, const float *b, flo
   gc_gemm_opts_init(&o);
   o.m = o.n = o.k = (uint64_t)n;
   o.dtype = GC_DTYPE_F32;
-  double t0 = now_ms();
+  double t0 = bench_now_ms();
   if (gc_gemm(conn, &o, a, b, NULL, c, res) != 0)
     die("gemm through shared memory", gc_last_error(conn)->message);
-  return now_ms() - t0;
+  return bench_now_ms() - t0;
 }
 
 /* ---- in-process ---------------------------------------------------------- */
@@ -326,7 +304,7 @@ typedef struct {
 static double inproc_gemm(inproc *ip, int n, const float *a, const float *b, float *c) {
   size_t bytes = (size_t)n * n * sizeof(float);
   const float alpha = 1.0f, beta = 0.0f;
-  double t0 = now_ms();
+  double t0 = bench_now_ms();
   CUDA_OK(cudaMemcpy(ip->da, a, bytes, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(ip->db, b, bytes, cudaMemcpyHostToDevice));
   /* row-major C = A B is column-major C^T = B^T A^T */
@@ -335,7 +313,7 @@ static double inproc_gemm(inproc *ip, int n, const float *a, const float *b, flo
     die("cublasSgemm", NULL);
   CUDA_OK(cudaMemcpy(c, ip->dc, bytes, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaDeviceSynchronize());
-  return now_ms() - t0;
+  return bench_now_ms() - t0;
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -486,11 +464,11 @@ int main(int argc, char **argv) {
     diff2 = max_rel_diff(sc, c_ref, count);
     if (diff2 > diff)
       diff = diff2;
-    double md = median(t_d, reps), mi = median(t_i, reps), mx = median(xfer, reps);
-    double mc = median(comp, reps), ms = median(t_s, reps);
+    double md = bench_median(t_d, reps), mi = bench_median(t_i, reps), mx = bench_median(xfer, reps);
+    double mc = bench_median(comp, reps), ms = bench_median(t_s, reps);
     printf("| %d | %.2f | %.2f | %.2f | %.2fx | %.2fx | %s | %.2f | %.2f | %.1f | %.0f%% | %.2f |\n",
-           n, md, ms, mi, md / mi, ms / mi, r.rh.kernel, mc, mx, median(rate, reps),
-           md > 0 ? 100.0 * (md - mc - mx) / md : 0.0, median(xfer_s, reps));
+           n, md, ms, mi, md / mi, ms / mi, r.rh.kernel, mc, mx, bench_median(rate, reps),
+           md > 0 ? 100.0 * (md - mc - mx) / md : 0.0, bench_median(xfer_s, reps));
     fflush(stdout);
     if (!(diff < 1e-3))
       fprintf(stderr, "bench_e2e: %d: gemmd and cuBLAS differ by %.3g (relative)\n", n, diff);

@@ -197,24 +197,32 @@ class Fuzzer:
             ref["offset"] = self.choice([0, 0, self.randint(0, size), size, 2**63, -1])
         return ref
 
-    def shm_input(self):
-        """A memfd of `size` bytes registered, then a gemm naming it (mutated or not): returns
-        (bytes, size); the descriptor goes with the first byte."""
-        size = self.choice([0, 1, 4096, 65536, self.randint(1, 65536)])
-        declared = size if self.chance(0.8) else self.choice([0, size + 1, 2**32, 2**64 - 1])
+    def naming_tail(self, size, p_operand, p_out):
+        """A gemm whose operands (each with p_operand) and result (p_out) name region 1 of
+        size bytes, mutated now and then, sometimes followed by a shm_unregister."""
         gemm = self.gemm_seed()
         params = gemm[3]
         for i in range(1, len(params)):
-            if self.chance(0.6):
+            if self.chance(p_operand):
                 params[i] = self.ref(size)
-        if self.chance(0.3):
+        if self.chance(p_out):
             params[0]["out"] = self.ref(size)
         tail = self.pack(gemm)
         if self.chance(0.3):
             tail = self.mutate(tail)
         if self.chance(0.3):
             tail += self.pack([0, self.msgid(), "shm_unregister", [self.choice([1, 2, "x"])]])
-        return self.pack([0, self.msgid(), "shm_register", [declared]]) + tail, size
+        return tail
+
+    def declared(self, size):
+        return size if self.chance(0.8) else self.choice([0, size + 1, 2**32, 2**64 - 1])
+
+    def shm_input(self):
+        """A memfd of `size` bytes registered, then a gemm naming it (mutated or not): returns
+        (bytes, size); the descriptor goes with the first byte."""
+        size = self.choice([0, 1, 4096, 65536, self.randint(1, 65536)])
+        register = self.pack([0, self.msgid(), "shm_register", [self.declared(size)]])
+        return register + self.naming_tail(size, 0.6, 0.3), size
 
     def cuda_input(self):
         """A cuda_register of "device memory" (a memfd, over gemmd_fake: see CUDA_PLACEHOLDER),
@@ -223,23 +231,12 @@ class Fuzzer:
         handle = CUDA_PLACEHOLDER + struct.pack("<i", size) + bytes(64 - 16)
         if self.chance(0.15):
             handle = self.choice([self.rng.bytes(64), handle[:self.randint(0, 63)], handle + b"x"])
-        declared = size if self.chance(0.8) else self.choice([0, size + 1, 2**32, 2**64 - 1])
-        reg = {"handle": handle, "pci_bus_id": self.choice(CUDA_BUS_IDS), "bytes": declared}
+        reg = {"handle": handle, "pci_bus_id": self.choice(CUDA_BUS_IDS),
+               "bytes": self.declared(size)}
         if self.chance(0.1):
             reg[self.choice(list(reg))] = self.random_object()
-        gemm = self.gemm_seed()
-        params = gemm[3]
-        for i in range(1, len(params)):
-            if self.chance(0.7):
-                params[i] = self.ref(size)
-        if self.chance(0.8):
-            params[0]["out"] = self.ref(size)
-        tail = self.pack(gemm)
-        if self.chance(0.3):
-            tail = self.mutate(tail)
-        if self.chance(0.3):
-            tail += self.pack([0, self.msgid(), "shm_unregister", [self.choice([1, 2, "x"])]])
-        return self.pack([0, self.msgid(), "cuda_register", [reg]]) + tail, None
+        register = self.pack([0, self.msgid(), "cuda_register", [reg]])
+        return register + self.naming_tail(size, 0.7, 0.8), None
 
     def input(self):
         """(bytes, memfd size or None): one execution's input."""
