@@ -32,7 +32,7 @@ if(TARGET gemmd)
     TIMEOUT 600
     SKIP_RETURN_CODE 77
     ENVIRONMENT
-      "GEMMD_TEST_BACKEND=gpu;CUDA_IPC_CLIENT=$<TARGET_FILE:cuda_ipc_client>;PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
+      "GEMMD_TEST_BACKEND=gpu;CUDA_IPC_CLIENT=$<TARGET_FILE:cuda_ipc_client>;$<$<TARGET_EXISTS:example_cuda_gemm>:EXAMPLE_CUDA_GEMM=$<TARGET_FILE:example_cuda_gemm>>;PYTHONPATH=${CMAKE_CURRENT_LIST_DIR}/../integration;PYTHONDONTWRITEBYTECODE=1;PYTHONUNBUFFERED=1")
 endif()
 
 # The backend's host logic over a fake CUDA runtime (fake_cuda.c: streams are threads, devices

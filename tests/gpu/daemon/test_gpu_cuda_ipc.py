@@ -98,5 +98,22 @@ def test_quota(ctx):
         assert c.call("stats")["cuda_ipc_regions"] == 2
 
 
+def test_example(ctx):
+    """examples/cuda_gemm.c, as a user builds it (path in EXAMPLE_CUDA_GEMM), against gemmd on
+    the GPU: matrices in its GPU memory, the product checked on the host."""
+    example = os.environ.get("EXAMPLE_CUDA_GEMM")
+    if not example or os.path.basename(ctx.gemmd).endswith("_fake"):
+        # linked to the real CUDA runtime: nothing to run over the fake
+        print("note: examples/cuda_gemm runs against gemmd on a GPU only")
+        return
+    with e2e.gpu_daemon(ctx) as d:
+        env = dict(os.environ, GEMMD_ADDRESS="unix:" + d.unix_path)
+        run = subprocess.run([example], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, timeout=120 * ctx.scale, env=env)
+        print(run.stdout, end="", flush=True)
+        assert run.returncode == 0, "examples/cuda_gemm exited %d" % run.returncode
+
+
 if __name__ == "__main__":
-    sys.exit(e2e.gpu_main([test_cuda_ipc_client, test_disabled_and_tcp, test_quota]))
+    sys.exit(e2e.gpu_main([test_cuda_ipc_client, test_disabled_and_tcp, test_quota,
+                           test_example]))
