@@ -281,6 +281,8 @@ def _send_with_memfd(sock, data, size):
 def _with_device_memfds(data):
     """data with each CUDA_PLACEHOLDER made a real fake handle: a memfd of the size it carries,
     this process's pid and the descriptor. Returns (data, descriptors to close after)."""
+    if CUDA_PLACEHOLDER not in data:  # most inputs: no copy
+        return data, []
     out, fds = bytearray(data), []
     at = out.find(CUDA_PLACEHOLDER)
     while 0 <= at and at + 16 <= len(out):
