@@ -30,8 +30,8 @@ Finding and running the daemon
       A Daemon started by /bin/sh after the shell commands `shell` (e.g. "umask 000",
       "ulimit -n 64"): what gemmd inherits from a shell or a unit (umask, rlimits).
       .scale              wait budgets multiply by it (4 under a sanitizer, else 1).
-      .start(wait=True, wait_addr=None)   spawn; with wait, block until wait_addr (default the
-                          unix socket) accepts (raises DaemonError with the log if gemmd exits
+      .start(wait=True, wait_addr=None)   spawn; with wait, block until wait_addr (default: the
+                          unix socket, and the tcp / tcp6 ones it was given) accepts (raises DaemonError with the log if gemmd exits
                           or never listens).
       .stop(sig=SIGTERM, timeout=None, expect_code=0) -> exit code; asserts the code and a log
                           free of sanitizer reports (sig None: already signalled, just wait).
@@ -354,8 +354,22 @@ class Daemon:
                                      stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
                                      cwd=self.dir)
         if wait:
-            self.wait_listening(timeout, wait_addr)
+            if wait_addr:
+                self.wait_listening(timeout, wait_addr)
+            else:
+                # every address of its own it listens on: gemmd opens them one after another,
+                # so the unix socket accepting says nothing yet of the TCP ones
+                for kind in self._own_listen_kinds():
+                    self.wait_listening(timeout, self.address(kind))
         return self
+
+    def _own_listen_kinds(self):
+        kinds = ["unix"]
+        for kind in ("tcp", "tcp6"):
+            port = self.tcp_port if kind == "tcp" else self.tcp6_port
+            if port and self.address(kind) in self.config_text:
+                kinds.append(kind)
+        return kinds
 
     def wait_listening(self, timeout=None, addr=None):
         addr = addr or self.address("unix")
