@@ -9,6 +9,9 @@
  * runs (sticky: every later call on that device fails and nothing queued after it runs, as with
  * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2). Device
  * memory from cudaMalloc can be shared with another process by CUDA IPC (fake_cuda_ipc.c).
+ * FAKE_CUDA_FAST=1 skips the GEMM arithmetic and the copies' random delays, so a profile of the
+ * daemon's host threads is not drowned by the fake device (results are then wrong: benches
+ * with --ref none only).
  *
  * Stream-ordered memory pools keep CUDA's accounting: a pool reserves device memory in 2 MiB
  * steps as allocations need it (failing when the device's FAKE_FREE_BYTES, less what other
@@ -25,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gk_epilogue.h"
 #include "gk_gpu.h"
 #include "gp_half.h"
 
@@ -51,7 +55,7 @@ struct CUevent_st {
   int device;
 };
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_FAULT, OP_FREE };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_BIAS, OP_ACT, OP_FAULT, OP_FREE };
 typedef struct op {
   int kind;
   void *dst;
@@ -460,10 +464,23 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 
 static void gemm_run(const gk_problem *p);
 
+static bool g_fast;
+static pthread_once_t g_fast_once = PTHREAD_ONCE_INIT;
+
+static void fast_init(void) {
+  const char *v = getenv("FAKE_CUDA_FAST");
+  g_fast = v && strcmp(v, "1") == 0;
+}
+
+static bool fast_mode(void) {
+  pthread_once(&g_fast_once, fast_init);
+  return g_fast;
+}
+
 static void exec(struct CUstream_st *s, op *o) {
   switch (o->kind) {
   case OP_COPY:
-    if (rand() % 4 == 0)
+    if (!fast_mode() && rand() % 4 == 0)
       usleep(rand() % 300); /* shuffle the interleavings a little */
     memcpy(o->dst, o->tmp ? o->tmp : o->src, o->n);
     break;
@@ -485,7 +502,16 @@ static void exec(struct CUstream_st *s, op *o) {
     o->fn(o->arg);
     break;
   case OP_GEMM:
-    gemm_run(&o->p);
+    if (!fast_mode())
+      gemm_run(&o->p);
+    break;
+  case OP_BIAS: /* the epilogue's passes, as gk_epilogue.cu's on a real device */
+    for (int64_t i = 0; i < o->p.batch; i++)
+      gk_host_bias_rows(&o->p, i, 0, o->p.m);
+    break;
+  case OP_ACT:
+    for (int64_t i = 0; i < o->p.batch; i++)
+      gk_host_act_rows(&o->p, i, 0, o->p.m);
     break;
   case OP_FREE:
     pool_free(o->arg);
@@ -761,9 +787,19 @@ cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *prefer
   if (used)
     *used = k;
   cudaError_t e = cudaSuccess;
-  for (int64_t i = 0; i < gk_problem_pieces(p) && e == cudaSuccess; i++) { /* as the real one */
+  if (p->bias && p->beta != 0.0) { /* as the real one: the bias rows, the kernel, the activation */
+    op *o = new_op(OP_BIAS);
+    o->p = *p;
+    e = push(stream, o);
+  }
+  for (int64_t i = 0; i < gk_problem_pieces(p) && e == cudaSuccess; i++) {
     gk_problem q = gk_problem_piece(p, i);
     e = k->launch(ctx, &q, stream);
+  }
+  if (e == cudaSuccess && p->act != GK_ACT_NONE) {
+    op *o = new_op(OP_ACT);
+    o->p = *p;
+    e = push(stream, o);
   }
   return e;
 }
