@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gk_epilogue.h"
 #include "gp_half.h"
 
 /* ---- the GEMM ------------------------------------------------------------ */
@@ -20,6 +21,8 @@ void gk_cpu_set_blas_threads(int threads) {
 
 static bool problem_ok(const gk_problem *p) {
   if (!p || !p->a || !p->b || !p->c)
+    return false;
+  if ((unsigned)p->act > GK_ACT_GELU_TANH || p->bias_stride < 0)
     return false;
   if (p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1)
     return false;
@@ -127,7 +130,10 @@ static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t ro
   narrow(fc, c, rows * n, p->dtype);
 }
 
+/* Rows [r0, r0 + rows) of batch element i, the epilogue around them: C's rows take the bias
+ * first (beta then reads it), the activation runs last. */
 static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, float *scratch) {
+  gk_host_bias_rows(p, i, r0, rows);
   int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_stride(p), nc = gk_problem_c_elems(p);
   blas_shape s = shape_of(p, rows);
   int64_t ao = i * na + a_row_offset(p, r0), co = i * nc + r0 * p->n;
@@ -145,6 +151,7 @@ static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, f
     run_half_rows(p, i, r0, rows, scratch);
     break;
   }
+  gk_host_act_rows(p, i, r0, rows);
 }
 
 int gk_cpu_gemm(const gk_problem *p, const char **kernel) {

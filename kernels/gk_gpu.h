@@ -79,7 +79,13 @@ const gk_kernel *gk_kernel_by_name(const char *name);
  * Never NULL for a valid problem: the tiled kernel supports everything. */
 const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference);
 
-/* Checks p, selects and launches in one call; *used (may be NULL) gets the kernel chosen
+/* The epilogue's two passes over C (gk_epilogue.cu), enqueued on stream: the bias row into every
+ * row (nothing without a bias or with beta 0), and the activation (nothing for GK_ACT_NONE).
+ * gk_gpu_gemm runs them around the kernel; cudaSuccess or the launch error. */
+cudaError_t gk_gpu_bias_rows(const gk_problem *p, cudaStream_t stream);
+cudaError_t gk_gpu_act(const gk_problem *p, cudaStream_t stream);
+
+/* Checks p, selects and launches in one call, with the epilogue (bias, activation) around it; *used (may be NULL) gets the kernel chosen
  * (NULL when p failed its checks). */
 cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                         cudaStream_t stream, const gk_kernel **used);

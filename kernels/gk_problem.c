@@ -23,6 +23,20 @@ const char *gk_dtype_name(gk_dtype dtype) {
   return "?";
 }
 
+const char *gk_act_name(gk_act act) {
+  switch (act) {
+  case GK_ACT_NONE: return "none";
+  case GK_ACT_RELU: return "relu";
+  case GK_ACT_GELU: return "gelu";
+  case GK_ACT_GELU_TANH: return "gelu_tanh";
+  }
+  return "?";
+}
+
+bool gk_problem_has_epilogue(const gk_problem *p) {
+  return (p->bias != NULL && p->beta != 0.0) || p->act != GK_ACT_NONE;
+}
+
 /* Stored shapes do not matter for the element count: m*k either way. */
 int64_t gk_problem_a_elems(const gk_problem *p) { return p->m * p->k; }
 int64_t gk_problem_b_elems(const gk_problem *p) { return p->k * p->n; }

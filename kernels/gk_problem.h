@@ -23,6 +23,10 @@ extern "C" {
 
 typedef enum { GK_F32 = 0, GK_F64 = 1, GK_F16 = 2, GK_BF16 = 3 } gk_dtype;
 
+/* The activation of the epilogue (same numbering as gp_act in proto/gp_types.h). GELU is the
+ * erf form; GELU_TANH the tanh approximation. */
+typedef enum { GK_ACT_NONE = 0, GK_ACT_RELU = 1, GK_ACT_GELU = 2, GK_ACT_GELU_TANH = 3 } gk_act;
+
 typedef struct {
   gk_dtype dtype;
   bool fast;            /* precision "fast": f32 may use TF32 tensor cores */
@@ -32,9 +36,21 @@ typedef struct {
   double alpha, beta;
   const void *a, *b;    /* inputs */
   void *c;              /* in/out */
+  /* The epilogue: C = act(alpha * op(A) * op(B) + beta * C0), where C0 is C as given, or with
+   * bias set, every row of C0 is the bias row: n elements of the dtype, the same for every row
+   * of a batch entry; bias_stride elements from one entry's row to the next (0: one row for
+   * the whole batch). The bias may be C's own first row of each entry (the daemon copies it
+   * there); it is read only when beta != 0. f16/bf16: the product is rounded to the dtype
+   * before the activation, which rounds once more. */
+  const void *bias;
+  int64_t bias_stride;
+  gk_act act;
 } gk_problem;
 
 size_t gk_dtype_size(gk_dtype dtype);
+const char *gk_act_name(gk_act act);
+/* true when p has an epilogue beyond the plain GEMM: a bias or an activation. */
+bool gk_problem_has_epilogue(const gk_problem *p);
 const char *gk_dtype_name(gk_dtype dtype);
 
 /* Elements of one matrix of each operand (rows * cols). */

@@ -65,6 +65,8 @@ extern "C" cudaError_t gk_problem_check(const gk_problem *p)
     return cudaErrorInvalidValue;
   if (!isfinite(p->alpha) || !isfinite(p->beta))
     return cudaErrorInvalidValue;
+  if ((unsigned)p->act > GK_ACT_GELU_TANH || p->bias_stride < 0)
+    return cudaErrorInvalidValue;
   /* Every kernel indexes with int64 offsets: batch * rows * cols must fit, with room for a
    * byte count (x 8). */
   int64_t elems;
@@ -104,6 +106,9 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
   cudaError_t err = gk_problem_check(p);
   if (err != cudaSuccess)
     return err;
+  err = gk_gpu_bias_rows(p, stream); /* before the kernel: its beta reads the bias rows */
+  if (err != cudaSuccess)
+    return err;
   /* A shared B: the kernels batch over grid.z with a B stride of one matrix (some through
    * 3-D tensor maps, which take no stride of 0), so the problem goes as plain pieces. */
   int64_t pieces = gk_problem_pieces(p);
@@ -116,5 +121,7 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
       *used = kernel;
     err = kernel->launch(ctx, &q, stream);
   }
+  if (err == cudaSuccess)
+    err = gk_gpu_act(p, stream);
   return err;
 }

@@ -13,10 +13,11 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
-       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_COUNT };
+       KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_BIAS, KEY_ACTIVATION,
+       KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms", "out", "broadcast_b"};
+    "timeout_ms", "out", "broadcast_b", "bias", "activation"};
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -215,13 +216,14 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
   case KEY_TRANS_A: return hdr_bool(d, tok, &h->trans_a);
   case KEY_TRANS_B: return hdr_bool(d, tok, &h->trans_b);
   case KEY_BROADCAST_B: return hdr_bool(d, tok, &h->broadcast_b);
+  case KEY_BIAS: return hdr_bool(d, tok, &h->bias);
   case KEY_ALPHA: return hdr_number(d, tok, &h->alpha);
   case KEY_OUT:
     if (tok->type == GP__TOK_MAP)
       return gp__shmref_start(d, GP__REF_OUT);
     return reject_type(d, GP__K_HDR, tok, "out", "a region reference map");
   case KEY_BETA: return hdr_number(d, tok, &h->beta);
-  default: /* dtype, precision */
+  default: /* dtype, precision, activation */
     if (tok->type == GP__TOK_STR)
       return COLLECT;
     return reject_type(d, GP__K_HDR, tok, hdr_keys[d->cur_key], "a str");
@@ -252,10 +254,16 @@ static void hdr_string_read(gp_decoder *d) {
   if (d->cur_key == KEY_PRECISION && len > 0 &&
       gp_precision_from_name(d->str, len, &d->gemm.precision) == 0)
     return;
+  if (d->cur_key == KEY_ACTIVATION && len > 0 &&
+      gp_act_from_name(d->str, len, &d->gemm.activation) == 0)
+    return;
   gp__printable(value, sizeof value, d->str, d->str_len);
   if (d->cur_key == KEY_DTYPE)
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "dtype: \"%s\" is not one of f32, f64, f16, bf16",
                 value);
+  else if (d->cur_key == KEY_ACTIVATION)
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT,
+                "activation: \"%s\" is not one of none, relu, gelu, gelu_tanh", value);
   else
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "precision: \"%s\" is not one of exact, fast", value);
 }

@@ -232,8 +232,11 @@ int gp_encode_put_request_head(msgpack_sbuffer *out, uint32_t msgid, const gp_pu
 int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)hdr->dtype >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
+  if ((unsigned)hdr->activation >= GP_ACT_COUNT)
+    return GP_E_INVALID_ARGUMENT;
   PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0) +
-                               (hdr->broadcast_b ? 1 : 0)));
+                               (hdr->broadcast_b ? 1 : 0) + (hdr->bias ? 1 : 0) +
+                               (hdr->activation != GP_ACT_NONE ? 1 : 0)));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -252,6 +255,10 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   }
   if (hdr->broadcast_b) /* only when set: a daemon without it refuses the key */
     PACK(pack_key_bool(pk, "broadcast_b", true));
+  if (hdr->bias) /* the epilogue's keys likewise */
+    PACK(pack_key_bool(pk, "bias", true));
+  if (hdr->activation != GP_ACT_NONE)
+    PACK(pack_key_cstr(pk, "activation", gp_act_name(hdr->activation)));
   return GP_OK;
 }
 

@@ -53,6 +53,24 @@ int gp_precision_from_name(const char *name, size_t len, gp_precision *out) {
   return GP_E_INVALID_ARGUMENT;
 }
 
+static const char *const act_names[GP_ACT_COUNT] = {"none", "relu", "gelu", "gelu_tanh"};
+
+const char *gp_act_name(gp_act act) {
+  if ((unsigned)act >= GP_ACT_COUNT)
+    return "?";
+  return act_names[act];
+}
+
+int gp_act_from_name(const char *name, size_t len, gp_act *out) {
+  for (unsigned i = 0; i < GP_ACT_COUNT; i++) {
+    if (name_equals(name, len, act_names[i])) {
+      *out = (gp_act)i;
+      return GP_OK;
+    }
+  }
+  return GP_E_INVALID_ARGUMENT;
+}
+
 const char *gp_method_name(gp_method m) {
   switch (m) {
   case GP_METHOD_GEMM:
@@ -124,8 +142,8 @@ void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows
     *rows = hdr->trans_b ? hdr->n : hdr->k;
     *cols = hdr->trans_b ? hdr->k : hdr->n;
     break;
-  default:
-    *rows = hdr->m;
+  default: /* C is m x n; with bias, c carries one row of it */
+    *rows = hdr->bias ? 1 : hdr->m;
     *cols = hdr->n;
     break;
   }
@@ -142,8 +160,19 @@ static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes) {
   uint64_t rows, cols, n;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
-  uint64_t batch = op == GP_OPERAND_B && hdr->broadcast_b ? 1 : hdr->batch;
+  uint64_t batch = (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias)
+                       ? 1
+                       : hdr->batch;
   if (!mul_u64(rows, cols, &n) || !mul_u64(n, batch, &n) ||
+      !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
+    return false;
+  *bytes = n;
+  return true;
+}
+
+bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes) {
+  uint64_t n;
+  if (!mul_u64(hdr->m, hdr->n, &n) || !mul_u64(n, hdr->batch, &n) ||
       !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
     return false;
   *bytes = n;
@@ -189,8 +218,8 @@ static int check_work(const gp_gemm_hdr *hdr, const gp_limits *limits, gp_error 
 }
 
 /* Every operand within max_operand_bytes (and bin32), the sent ones' sum within
- * max_message_bytes. C is checked even when not sent: the result goes back as a bin of its
- * size, and k = 1 would otherwise let tiny a and b ask for an m x n result of any size. */
+ * max_message_bytes. The result is checked too, whatever c carried: it goes back as a bin of
+ * its size, and k = 1 would otherwise let tiny a and b ask for an m x n result of any size. */
 static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
                           gp_error *err) {
   uint64_t max_operand = limits->max_operand_bytes;
@@ -206,6 +235,11 @@ static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *l
     if (op != GP_OPERAND_C || has_c)
       total += bytes; /* cannot wrap: three values <= 2^32 each */
   }
+  uint64_t result;
+  if (!gp_gemm_result_bytes(hdr, &result) || result > max_operand)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                        "c: over the limit of %llu bytes (the result c)",
+                        (unsigned long long)max_operand);
   if (total > limits->max_message_bytes)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
                         "message: %llu payload bytes are over the limit %llu",
@@ -229,6 +263,12 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta: must be finite");
   if (hdr->beta != 0.0 && !has_c)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
+  if (hdr->bias && (hdr->beta == 0.0 || !has_c))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "bias: needs c (the bias row of n elements) and beta != 0 (beta scales "
+                        "it: send 1)");
+  if ((unsigned)hdr->activation >= GP_ACT_COUNT)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "activation: unknown");
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)
     return rc;

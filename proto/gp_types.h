@@ -72,6 +72,19 @@ typedef struct {
   int64_t device;
 } gp_cuda_reg;
 
+/* The epilogue's activation, applied to every element of the result last. GELU is the erf
+ * form, 0.5 x (1 + erf(x / sqrt 2)); gelu_tanh the tanh approximation. */
+typedef enum {
+  GP_ACT_NONE = 0,
+  GP_ACT_RELU = 1,
+  GP_ACT_GELU = 2,
+  GP_ACT_GELU_TANH = 3,
+} gp_act;
+#define GP_ACT_COUNT 4
+/* "none", "relu", "gelu", "gelu_tanh" */
+const char *gp_act_name(gp_act act);
+int gp_act_from_name(const char *name, size_t len, gp_act *out);
+
 typedef enum { GP_OPERAND_A = 0, GP_OPERAND_B = 1, GP_OPERAND_C = 2 } gp_operand;
 /* "a", "b", "c" */
 const char *gp_operand_name(gp_operand op);
@@ -93,18 +106,24 @@ typedef struct {
   bool has_out;             /* "out": the result goes into a shared-memory region */
   uint64_t out_region, out_offset;
   bool broadcast_b;         /* "broadcast_b": B is one matrix used by every batch entry */
+  bool bias;                /* "bias": c is one row of n elements, added (times beta) to
+                               every row of every batch entry's product */
+  gp_act activation;        /* "activation": applied to each result element last */
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
 void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
 
-/* Rows and columns of an operand as stored (after the transpose flags). */
+/* Rows and columns of an operand as stored (after the transpose flags; C with bias: 1 x n). */
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
 
 /* Bytes of one operand for all batches: batch * rows * cols * dtype size (B: one matrix
- * when broadcast_b).
+ * when broadcast_b; C: one row of n when bias).
  * Returns false (and leaves *bytes alone) when that overflows uint64_t. */
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes);
+
+/* Bytes of the result: batch * m * n * dtype size, whatever c carried in; false on overflow. */
+bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes);
 
 /* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double). */
 double gp_gemm_flops(const gp_gemm_hdr *hdr);

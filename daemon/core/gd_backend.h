@@ -47,7 +47,7 @@
  *                        registration on a worker); it must not block.
  *   output_mapped(job, r, ptr)
  *                        right after prepare, before any input: C is to land at ptr (the whole
- *                        operand_bytes[C], inside r). true: the backend writes C there itself
+ *                        result_bytes, inside r). true: the backend writes C there itself
  *                        and every OUTPUT_CHUNK it posts points at ptr + offset, with the bytes
  *                        already in place; ordering and output_consumed stay as above (each
  *                        chunk is still given back, after which the backend writes no more).

@@ -29,7 +29,7 @@ typedef enum {
   GD_EV_INPUT_RESUME,  /* staging freed: the connection may read again */
   GD_EV_OUTPUT_CHUNK,  /* data/len of C at offset are ready to send; last marks the final one.
                           A job's chunks are posted in order: the first at offset 0, each next
-                          one where the previous ended, the last ending at operand_bytes[C]
+                          one where the previous ended, the last ending at result_bytes
                           (else the connection closes: INTERNAL). For a job whose backend took
                           output_mapped (gd_backend.h), data is already C's place in the
                           client's region (the result's pointer + offset): the bytes are in
@@ -60,7 +60,9 @@ struct gd_job {
   uint32_t msgid;              /* the client's */
   gp_gemm_hdr hdr;
   bool has_c;
-  uint64_t operand_bytes[3];   /* a, b, c: exact payload sizes (c: the size of C, sent or not) */
+  uint64_t operand_bytes[3];   /* a, b, c: exact payload sizes (c: the size of C, sent or not;
+                                  with hdr.bias, the one bias row c carries) */
+  uint64_t result_bytes;       /* the result C: batch * m * n * dtype size */
   uint64_t reserved_bytes;     /* counted against the memory budget */
   uint64_t admitted_us;        /* monotonic clock, microseconds */
   uint64_t submitted_us;       /* when submit() was called (all payloads landed); queue_us in the

@@ -200,6 +200,12 @@ bool gd_sched_operand_total(const gp_gemm_hdr *hdr, uint64_t operand_bytes[3], u
       return false;
     sum += operand_bytes[op];
   }
+  uint64_t result;
+  if (hdr->bias) { /* c is the bias row: the result C is memory of its own */
+    if (!gp_gemm_result_bytes(hdr, &result) || result > UINT64_MAX - sum)
+      return false;
+    sum += result;
+  }
   *total = sum;
   return true;
 }
@@ -308,7 +314,8 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   if (!sj)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory admitting the request");
   gd_job *job = &sj->job;
-  if (!gd_sched_operand_total(hdr, job->operand_bytes, &total)) {
+  if (!gd_sched_operand_total(hdr, job->operand_bytes, &total) ||
+      !gp_gemm_result_bytes(hdr, &job->result_bytes)) {
     free(sj);
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "operand sizes overflow");
   }
@@ -501,7 +508,7 @@ void gd_sched_region_put(gd_sched *s, gd_region *r) {
 bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr) {
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
-         job->operand_bytes[GP_OPERAND_C] <= r->size - (uint64_t)(ptr - r->base));
+         job->result_bytes <= r->size - (uint64_t)(ptr - r->base));
   if (!s->backend || !s->backend->ops->output_mapped)
     return false;
   job->mapped_out = ptr; /* set first: the backend may look at it */
@@ -561,7 +568,7 @@ bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_regi
 bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset) {
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
-         job->operand_bytes[GP_OPERAND_C] <= r->size - offset);
+         job->result_bytes <= r->size - offset);
   if (!s->backend || !s->backend->ops->output_device ||
       !s->backend->ops->output_device(s->backend, job, r, offset))
     return false;

@@ -57,7 +57,7 @@ void gd_call_uncount(gd_call *c) {
 
 void gd_call_owe(gd_call *c) {
   assert(c->owed == 0 && !c->orphan);
-  c->owed = c->job->operand_bytes[GP_OPERAND_C];
+  c->owed = c->job->result_bytes;
   c->list->owed += c->owed;
 }
 

@@ -154,7 +154,8 @@ int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr
   const gd_resident_op *r = &t->ops[i];
   uint64_t rows, cols;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
-  uint64_t batch = op == GP_OPERAND_B && hdr->broadcast_b ? 1 : hdr->batch;
+  uint64_t batch =
+      (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias) ? 1 : hdr->batch;
   if (r->hdr.dtype != hdr->dtype || r->hdr.rows != rows || r->hdr.cols != cols ||
       r->hdr.batch != batch)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,

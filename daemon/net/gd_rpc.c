@@ -731,7 +731,7 @@ static int encode_head(const gd_call *call, char **head, size_t *head_len) {
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   if (gp_encode_gemm_response_head(&sbuf, call->msgid, &call->job->result,
-                                   call->job->operand_bytes[GP_OPERAND_C]) != 0) {
+                                   call->job->result_bytes) != 0) {
     msgpack_sbuffer_destroy(&sbuf);
     return -1;
   }
@@ -769,7 +769,7 @@ static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event 
 static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev) {
   char *head = NULL;
   size_t head_len = 0;
-  uint64_t c_bytes = call->job->operand_bytes[GP_OPERAND_C];
+  uint64_t c_bytes = call->job->result_bytes;
   const char *bad = NULL;
   if (!continues_c(call, ev, c_bytes)) {
     gd_error("conn %llu: msgid %u: backend chunk at %llu+%zu does not continue C (%llu of %llu "

@@ -84,7 +84,7 @@ int gd_shm_calls_check_out(const gd_shm *t, const gp_gemm_hdr *hdr, gp_error *er
   int rc = need_shm(t, err);
   if (rc != 0)
     return rc;
-  if (!gp_gemm_operand_bytes(hdr, GP_OPERAND_C, &bytes)) /* validated: cannot happen */
+  if (!gp_gemm_result_bytes(hdr, &bytes)) /* validated: cannot happen */
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "out: the result size overflows");
   return gd_shm_range(t, hdr->out_region, hdr->out_offset, bytes, "out", &ptr, err);
 }
@@ -100,8 +100,7 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
   if (rc != 0)
     return rc;
   if (call->shm_out && call->out_region == ev->region &&
-      gd_shm_overlap(ev->offset, len, call->out_offset,
-                     call->job->operand_bytes[GP_OPERAND_C]))
+      gd_shm_overlap(ev->offset, len, call->out_offset, call->job->result_bytes))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "%s: bytes %llu..%llu of region %llu overlap the output", what,
                         (unsigned long long)ev->offset, (unsigned long long)(ev->offset + len),
@@ -122,8 +121,8 @@ void gd_shm_calls_out_mapped(const gd_shm *t, gd_call *call) {
   uint8_t *dst;
   gp_error err;
   /* checked at admission (gd_shm_calls_check_out), and regions do not go while reading */
-  if (gd_shm_range(t, call->out_region, call->out_offset,
-                   call->job->operand_bytes[GP_OPERAND_C], "out", &dst, &err) != 0)
+  if (gd_shm_range(t, call->out_region, call->out_offset, call->job->result_bytes, "out", &dst,
+                   &err) != 0)
     return;
   gd_region *r = gd_shm_find(t, call->out_region);
   if (r->kind == GD_REGION_DEVICE)
@@ -172,5 +171,5 @@ int gd_shm_calls_output(const gd_shm *t, const gd_call *call, uint64_t offset, c
 
 int gd_shm_calls_reply(const gd_call *call, msgpack_sbuffer *out) {
   return gp_encode_gemm_response_shm(out, call->msgid, &call->job->result, call->out_region,
-                                     call->out_offset, call->job->operand_bytes[GP_OPERAND_C]);
+                                     call->out_offset, call->job->result_bytes);
 }

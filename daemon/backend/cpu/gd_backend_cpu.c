@@ -30,10 +30,14 @@
 /* A job runs as one or more parts (row runs of C, gk_cpu_gemm_part), taken by whichever workers
  * are free, in FIFO order: a lone large request uses every core, and a queue of many requests
  * keeps every core busy with whole ones. */
+/* cpu_job.buf's slots: a, b, c as sent, and with a bias (c is then the bias row) the result's
+ * own buffer. */
+enum { CPU_BUF_OUT = 3, CPU_BUFS = 4 };
+
 typedef struct cpu_job {
   gd_job *job;
-  uint8_t *buf[3];               /* a, b, c: our own (NULL where in place) */
-  size_t cap[3];                 /* their sizes, to give them back to the cache */
+  uint8_t *buf[CPU_BUFS];        /* our own (NULL where in place, or not needed) */
+  size_t cap[CPU_BUFS];          /* their sizes, to give them back to the cache */
   const uint8_t *in[2];          /* where a and b are read: buf, or the client's region */
   uint8_t *c;                    /* where C is read and written: buf, or the result's region */
   unsigned parts;                /* fixed at submit */
@@ -82,10 +86,12 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   p.b_shared = job->hdr.broadcast_b;
   p.alpha = job->hdr.alpha;
   p.beta = job->hdr.beta;
+  p.act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values too */
   if (cj) {
     p.a = cj->in[GP_OPERAND_A];
     p.b = cj->in[GP_OPERAND_B];
     p.c = cj->c;
+    p.bias = job->hdr.bias ? cj->buf[GP_OPERAND_C] : NULL; /* one row for every batch entry */
   }
   return p;
 }
@@ -147,7 +153,7 @@ static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64
   ev.type = GD_EV_OUTPUT_CHUNK;
   ev.job = job;
   ev.data = cj->c; /* in the result's region when output_mapped: nothing left to copy */
-  ev.len = (size_t)job->operand_bytes[GP_OPERAND_C];
+  ev.len = (size_t)job->result_bytes;
   ev.offset = 0;
   ev.last = true;
   post_or_retry(cb, &ev);
@@ -242,11 +248,12 @@ static unsigned parts_of(const cpu_backend *cb, const gd_job *job) {
 static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
   gk_problem p = problem_of(job, NULL);
   return job->operand_bytes[0] + job->operand_bytes[1] + job->operand_bytes[2] +
+         (job->hdr.bias ? job->result_bytes : 0) +
          gk_cpu_scratch_bytes_split(&p, parts_of(cpu_of(b), job));
 }
 
 static void free_cpu_job(cpu_backend *cb, cpu_job *cj) {
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < CPU_BUFS; i++)
     gd_cpu_bufcache_give(&cb->cache, cj->buf[i], cj->cap[i]);
   free(cj);
 }
@@ -268,9 +275,19 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
                           (unsigned long long)job->operand_bytes[op]);
     }
   }
+  if (job->hdr.bias) { /* c is the bias row: the result needs its own buffer */
+    cj->buf[CPU_BUF_OUT] =
+        gd_cpu_bufcache_take(&cb->cache, (size_t)job->result_bytes, &cj->cap[CPU_BUF_OUT]);
+    if (!cj->buf[CPU_BUF_OUT]) {
+      free_cpu_job(cb, cj);
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                          "out of host memory for the result (%llu bytes)",
+                          (unsigned long long)job->result_bytes);
+    }
+  }
   cj->in[GP_OPERAND_A] = cj->buf[GP_OPERAND_A];
   cj->in[GP_OPERAND_B] = cj->buf[GP_OPERAND_B];
-  cj->c = cj->buf[GP_OPERAND_C];
+  cj->c = cj->buf[job->hdr.bias ? CPU_BUF_OUT : GP_OPERAND_C];
   job->device = 0;
   job->backend_data = cj;
   cj->next = cb->live;
@@ -280,13 +297,19 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   return 0;
 }
 
+/* Where an operand's bytes land: C sent with beta where C is computed (our buffer, or the
+ * result's region), a bias row and a and b in their own buffers. */
+static uint8_t *input_at(gd_job *job, gp_operand operand) {
+  cpu_job *cj = job->backend_data;
+  return operand == GP_OPERAND_C && !job->hdr.bias ? cj->c : cj->buf[operand];
+}
+
 static bool cpu_input_window(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                              void **ptr, size_t *len) {
   (void)b;
-  cpu_job *cj = job->backend_data;
   if ((int)operand < 0 || operand > GP_OPERAND_C || offset >= job->operand_bytes[operand])
     return false;
-  *ptr = (operand == GP_OPERAND_C ? cj->c : cj->buf[operand]) + offset;
+  *ptr = input_at(job, operand) + offset;
   *len = (size_t)(job->operand_bytes[operand] - offset);
   return true;
 }
@@ -294,13 +317,12 @@ static bool cpu_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
 static int cpu_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                      const void *data, size_t len, bool *pause, gp_error *err) {
   (void)b;
-  cpu_job *cj = job->backend_data;
   *pause = false;
   if ((int)operand < 0 || operand > GP_OPERAND_C || offset > job->operand_bytes[operand] ||
       len > job->operand_bytes[operand] - offset)
     return gp_error_set(err, GP_E_INTERNAL, "payload of %s past its end",
                         gp_operand_name(operand));
-  uint8_t *dst = (operand == GP_OPERAND_C ? cj->c : cj->buf[operand]) + offset;
+  uint8_t *dst = input_at(job, operand) + offset;
   if (dst != data) /* already there when the session read into our window */
     memcpy(dst, data, len);
   return 0;
@@ -310,11 +332,11 @@ static int cpu_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
  * computes C straight in the result's region, so a region costs no copy at all. C sent with
  * beta (from a region or the socket) lands where it is computed: the result's region when that
  * is in place (input_window points there), else our buffer. */
-/* Our own buffer for operand is not needed: back to the cache. */
-static void drop_buffer(cpu_backend *cb, cpu_job *cj, gp_operand operand) {
-  gd_cpu_bufcache_give(&cb->cache, cj->buf[operand], cj->cap[operand]);
-  cj->buf[operand] = NULL;
-  cj->cap[operand] = 0;
+/* Our own buffer in slot (an operand or CPU_BUF_OUT) is not needed: back to the cache. */
+static void drop_buffer(cpu_backend *cb, cpu_job *cj, int slot) {
+  gd_cpu_bufcache_give(&cb->cache, cj->buf[slot], cj->cap[slot]);
+  cj->buf[slot] = NULL;
+  cj->cap[slot] = 0;
 }
 
 /* Whether ptr may be read as the job's elements in place: a client may name any byte offset,
@@ -329,7 +351,7 @@ static bool cpu_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t 
   if (!aligned_for(job, ptr))
     return false;
   cpu_job *cj = job->backend_data;
-  drop_buffer(cpu_of(b), cj, GP_OPERAND_C);
+  drop_buffer(cpu_of(b), cj, job->hdr.bias ? CPU_BUF_OUT : GP_OPERAND_C);
   cj->c = ptr;
   return true;
 }

@@ -93,7 +93,9 @@ bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
   uint64_t total = 0;
   for (int op = 0; op < 3; op++) {
     uint64_t len = 0, rounded = 0;
-    if (!gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len) ||
+    bool ok = op == GP_OPERAND_C ? gp_gemm_result_bytes(&job->hdr, &len) /* C's area: the result */
+                                 : gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len);
+    if (!ok ||
         !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
       gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
                    gp_operand_name((gp_operand)op));

@@ -55,6 +55,8 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->a = a;
   p->b = b;
   p->c = c;
+  p->act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values */
+  p->bias = job->hdr.bias ? c : NULL; /* the bias row was copied to C's start, for every entry */
 }
 
 cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,

@@ -169,13 +169,14 @@ static void slot_layout(gd__gpu_slot *slot) {
     (void)gd__gpu_pool_round(len, &rounded); /* alloc_len was computed so: no overflow */
     at += rounded;
   }
-  slot->in_len = job->has_c ? slot->off[GP_OPERAND_C] + job->c_bytes
+  slot->in_len = job->has_c ? slot->off[GP_OPERAND_C] + job->bytes[GP_OPERAND_C] /* c as sent */
                             : slot->off[GP_OPERAND_B] + job->bytes[GP_OPERAND_B];
 }
 
 gd__gpu_job *gd__gpu_small_take(gd__gpu_backend *be, const gd__gpu_job *tmp, gd_job *owner) {
   if (be->cfg.small_job_bytes == 0 || tmp->alloc_len > be->cfg.small_job_bytes ||
-      tmp->hdr.broadcast_b) /* a dynamic batch stacks B per entry: a shared B does not fit */
+      tmp->hdr.broadcast_b || /* a dynamic batch stacks B per entry: a shared B does not fit */
+      (tmp->hdr.bias && tmp->hdr.batch > 1)) /* nor one bias row for several entries */
     return NULL;
   gd__gpu_dev *dev = lock_device_with_slot(be, owner->device);
   if (!dev)

@@ -58,7 +58,8 @@ static void finish_batch(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 static bool same_shape(const gp_gemm_hdr *a, const gp_gemm_hdr *b) {
   return a->dtype == b->dtype && a->m == b->m && a->n == b->n && a->k == b->k &&
          a->trans_a == b->trans_a && a->trans_b == b->trans_b &&
-         a->precision == b->precision && a->alpha == b->alpha && a->beta == b->beta;
+         a->precision == b->precision && a->alpha == b->alpha && a->beta == b->beta &&
+         a->bias == b->bias && a->activation == b->activation;
 }
 
 /* Under mu: takes the queued SMALL_RUNs of lead's shape out of the command FIFO (their order
@@ -135,7 +136,9 @@ static uint32_t lay_out(gd__gpu_slot *lead) {
 static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
   size_t pitch = dev->slot_bytes;
   for (gd__gpu_slot *s = lead; s;) {
-    size_t width = (size_t)(op == GP_OPERAND_C ? s->job.c_bytes : s->job.bytes[op]);
+    /* C's area holds the result; c as sent (a bias row: shorter) lands at its start */
+    size_t area_pitch = (size_t)(op == GP_OPERAND_C ? s->job.c_bytes : s->job.bytes[op]);
+    size_t width = op == GP_OPERAND_C && in ? (size_t)s->job.bytes[op] : area_pitch;
     size_t rows = 1;
     gd__gpu_slot *end = s->batch_next;
     while (end && end->host == s->host + rows * pitch && end->job.hdr.batch == s->job.hdr.batch) {
@@ -144,10 +147,10 @@ static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bo
     }
     uint8_t *host = s->host + s->off[op], *area = dev->small_area + s->dev_off[op];
     cudaError_t e =
-        in ? cudaMemcpy2DAsync(area, width, host, pitch, width, rows, cudaMemcpyHostToDevice,
-                               dev->s_small)
-           : cudaMemcpy2DAsync(host, pitch, area, width, width, rows, cudaMemcpyDeviceToHost,
-                               dev->s_small);
+        in ? cudaMemcpy2DAsync(area, area_pitch, host, pitch, width, rows,
+                               cudaMemcpyHostToDevice, dev->s_small)
+           : cudaMemcpy2DAsync(host, pitch, area, area_pitch, width, rows,
+                               cudaMemcpyDeviceToHost, dev->s_small);
     if (e != cudaSuccess)
       return e;
     s = end;
@@ -181,6 +184,8 @@ static cudaError_t launch_one(gd__gpu_dev *dev, gd__gpu_slot *s, int64_t batch) 
   gd__gpu_job_problem(&s->job, &p, area + s->dev_off[GP_OPERAND_A],
                       area + s->dev_off[GP_OPERAND_B], area + s->dev_off[GP_OPERAND_C]);
   p.batch = batch;
+  if (p.bias) /* each job (batch 1 with a bias) brought its own row, at its entry's C */
+    p.bias_stride = p.m * p.n;
   return gd__gpu_launch(dev, dev->kctx_small, &s->job, &p, dev->s_small);
 }
 

@@ -43,7 +43,8 @@ static bool eligible(const gd__gpu_backend *be, const gd__gpu_job *gj) {
   const gp_gemm_hdr *h = &gj->hdr;
   uint64_t min = be->cfg.split_min_rows;
   return min > 0 && be->ndev > 1 && !gj->slot && gj->mem_ready && !gj->failed && gj->owner &&
-         !gj->split && !h->trans_a && h->batch == 1 && !h->broadcast_b && h->m >= 2 * min &&
+         !gj->split && !h->trans_a && h->batch == 1 && !h->broadcast_b && !h->bias &&
+         h->m >= 2 * min &&
          all_in_regions(gj);
 }
 

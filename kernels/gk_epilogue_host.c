@@ -1,0 +1,62 @@
+/*
+ * gk_epilogue_host.c - the epilogue on host memory (gk_epilogue.h): the CPU path runs it around
+ * each part's BLAS call; the tests' fake CUDA runtime runs it around its host GEMM.
+ */
+#include "gk_epilogue.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "gp_half.h"
+
+double gk_act_apply(gk_act act, double x) {
+  switch (act) {
+  case GK_ACT_NONE: return x;
+  case GK_ACT_RELU: return x < 0.0 ? 0.0 : x; /* NaN stays NaN, as in PyTorch */
+  case GK_ACT_GELU: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+  case GK_ACT_GELU_TANH:
+    return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+static double load(gk_dtype dtype, const void *base, int64_t i) {
+  switch (dtype) {
+  case GK_F32: return ((const float *)base)[i];
+  case GK_F64: return ((const double *)base)[i];
+  case GK_F16: return gp_f16_to_f32(((const uint16_t *)base)[i]);
+  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)base)[i]);
+  }
+  return 0.0;
+}
+
+static void store(gk_dtype dtype, void *base, int64_t i, double v) {
+  switch (dtype) {
+  case GK_F32: ((float *)base)[i] = (float)v; break;
+  case GK_F64: ((double *)base)[i] = v; break;
+  case GK_F16: ((uint16_t *)base)[i] = gp_f32_to_f16((float)v); break;
+  case GK_BF16: ((uint16_t *)base)[i] = gp_f32_to_bf16((float)v); break;
+  }
+}
+
+void gk_host_bias_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
+  if (!p->bias || p->beta == 0.0)
+    return;
+  size_t es = gk_dtype_size(p->dtype), row_bytes = (size_t)p->n * es;
+  const char *src = (const char *)p->bias + (size_t)(i * p->bias_stride) * es;
+  char *entry = (char *)p->c + (size_t)(i * gk_problem_c_elems(p)) * es;
+  for (int64_t r = r0; r < r0 + rows; r++) {
+    char *dst = entry + (size_t)r * row_bytes;
+    if (dst != src)
+      memcpy(dst, src, row_bytes);
+  }
+}
+
+void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
+  if (p->act == GK_ACT_NONE)
+    return;
+  size_t es = gk_dtype_size(p->dtype);
+  char *first = (char *)p->c + (size_t)(i * gk_problem_c_elems(p) + r0 * p->n) * es;
+  for (int64_t e = 0; e < rows * p->n; e++)
+    store(p->dtype, first, e, gk_act_apply(p->act, load(p->dtype, first, e)));
+}
