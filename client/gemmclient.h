@@ -175,6 +175,16 @@ typedef enum {
   GC_PRECISION_FAST = 1,  /* f32 may use TF32 tensor cores */
 } gc_precision;
 
+/* The activation applied to every element of the result last (the daemon's "epilogue"
+ * feature). GELU is the erf form, 0.5 x (1 + erf(x / sqrt 2)); GELU_TANH its tanh
+ * approximation. */
+typedef enum {
+  GC_ACT_NONE = 0,
+  GC_ACT_RELU = 1,
+  GC_ACT_GELU = 2,
+  GC_ACT_GELU_TANH = 3,
+} gc_activation;
+
 /*
  * What one gemm computes: C = alpha * op(A) * op(B) + beta * C for `batch`
  * problems stored back to back, row-major. op(A) is m x k (A is stored k x m
@@ -208,13 +218,20 @@ typedef struct {
   /* Since 1.2. Nonzero: b is one matrix (k x n, n x k with trans_b) for every batch entry
    * (the daemon's "broadcast_b" feature). Default 0. */
   int broadcast_b;
+  /* Since 1.3 (the daemon's "epilogue" feature). Nonzero: c is one bias row of n elements,
+   * added to every row of every batch entry's product, times beta (set beta to 1): the result
+   * is act(alpha * op(A) * op(B) + beta * bias). out still receives all of C. Default 0. */
+  int bias;
+  /* Since 1.3. Applied to each result element last. Default GC_ACT_NONE. */
+  gc_activation activation;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
 #define gc_gemm_opts_init(opts) gc_gemm_opts_init_sized((opts), sizeof(gc_gemm_opts))
 
-/* Bytes of one operand ('a', 'b' or 'c'; 'c' is also the output) for all batches, or 0 when
- * opts is malformed or the size overflows. */
+/* Bytes of one operand ('a', 'b' or 'c' as sent: with bias, the one row) for all batches, or
+ * of the result ('o': m x n x batch elements), or 0 when opts is malformed or the size
+ * overflows. */
 GC_EXPORT uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand);
 
 /* Where and how fast a gemm ran, as the daemon reports it. */

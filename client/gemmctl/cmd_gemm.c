@@ -19,9 +19,11 @@
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] gemm --a A.npy --b B.npy [--c C.npy]\n"
     "         [--alpha X] [--beta Y] [--trans-a] [--trans-b] [--precision exact|fast]\n"
-    "         [--dtype bf16] --out C.npy\n"
+    "         [--dtype bf16] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh] --out C.npy\n"
     "\n"
     "Computes C = alpha * op(A) * op(B) + beta * C on the daemon and writes C to --out.\n"
+    "--bias (n values, 1-D, the dtype of A) is added to every row instead of --c, and\n"
+    "--activation is applied to every element last: act(alpha * op(A) * op(B) + bias).\n"
     "dtype and shapes come from the files: <f4 (f32), <f8 (f64), <f2 (f16); NumPy has no\n"
     "bfloat16, so bf16 is read from a '<V2' descr (ml_dtypes) or from <u2 data holding\n"
     "bfloat16 bits with --dtype bf16 (the result is then written as <u2 too).\n"
@@ -35,7 +37,7 @@ static const char help[] =
     "4 output not written.\n";
 
 typedef struct {
-  const char *a_path, *b_path, *c_path, *out_path;
+  const char *a_path, *b_path, *c_path, *out_path, *bias_path;
   gc_gemm_opts opts;
   bool have_dtype;
   bool have_beta;
@@ -43,7 +45,7 @@ typedef struct {
 } gemm_args;
 
 enum { OPT_A = 1, OPT_B, OPT_C, OPT_OUT, OPT_ALPHA, OPT_BETA, OPT_TA, OPT_TB, OPT_PREC,
-       OPT_DTYPE, OPT_HELP };
+       OPT_DTYPE, OPT_BIAS, OPT_ACT, OPT_HELP };
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *args) {
   static const struct option options[] = {
@@ -53,6 +55,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
       {"trans-a", no_argument, NULL, OPT_TA},        {"trans-b", no_argument, NULL, OPT_TB},
       {"precision", required_argument, NULL, OPT_PREC},
       {"dtype", required_argument, NULL, OPT_DTYPE}, {"help", no_argument, NULL, OPT_HELP},
+      {"bias", required_argument, NULL, OPT_BIAS},
+      {"activation", required_argument, NULL, OPT_ACT},
       {NULL, 0, NULL, 0}};
   memset(args, 0, sizeof *args);
   gc_gemm_opts_init(&args->opts);
@@ -83,6 +87,14 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
         if (!gctl_parse_dtype(optarg, &args->dtype)) return GCTL_EXIT_USAGE;
         args->have_dtype = true;
         break;
+      case OPT_BIAS: args->bias_path = optarg; break;
+      case OPT_ACT:
+        if (strcmp(optarg, "none") == 0) args->opts.activation = GC_ACT_NONE;
+        else if (strcmp(optarg, "relu") == 0) args->opts.activation = GC_ACT_RELU;
+        else if (strcmp(optarg, "gelu") == 0) args->opts.activation = GC_ACT_GELU;
+        else if (strcmp(optarg, "gelu_tanh") == 0) args->opts.activation = GC_ACT_GELU_TANH;
+        else return gctl_fail(g, GCTL_EXIT_USAGE, "--activation is relu, gelu, gelu_tanh or none, not \"%s\"", optarg);
+        break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: fputs(help, stderr); return gctl_fail(g, GCTL_EXIT_USAGE, "bad gemm arguments");
     }
@@ -91,6 +103,14 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
   if (!args->a_path || !args->b_path || !args->out_path) {
     fputs(help, stderr);
     return gctl_fail(g, GCTL_EXIT_USAGE, "gemm needs --a, --b and --out");
+  }
+  if (args->bias_path != NULL) {
+    if (args->c_path != NULL || args->have_beta)
+      return gctl_fail(g, GCTL_EXIT_USAGE, "--bias is added to every row: it takes no --c or --beta");
+    args->c_path = args->bias_path; /* sent as c, one row, beta 1 */
+    args->opts.bias = 1;
+    args->opts.beta = 1.0;
+    return GCTL_EXIT_OK;
   }
   if (args->c_path != NULL && !args->have_beta) args->opts.beta = 1.0; /* --c alone: C += */
   if (args->opts.beta != 0.0 && args->c_path == NULL)
@@ -110,10 +130,19 @@ static void inputs_free(gemm_inputs *in) {
   gctl_npy_free(&in->c);
 }
 
-static int load(const gctl_global *g, const char *path, gctl_npy *arr) {
+static int load(const gctl_global *g, const char *path, gctl_npy *arr, bool is_bias) {
   char err[512];
   if (gctl_npy_read(path, arr, err, sizeof err) != 0)
     return gctl_fail(g, GCTL_EXIT_USAGE, "%s", err);
+  if (is_bias) { /* n values: a vector, read as one row */
+    if (arr->ndim != 1)
+      return gctl_fail(g, GCTL_EXIT_USAGE, "%s: a %d-D array; --bias takes n values (1-D)",
+                       path, arr->ndim);
+    arr->ndim = 2;
+    arr->shape[1] = arr->shape[0];
+    arr->shape[0] = 1;
+    return GCTL_EXIT_OK;
+  }
   if (arr->ndim != 2 && arr->ndim != 3)
     return gctl_fail(g, GCTL_EXIT_USAGE, "%s: a %d-D array; gemm takes 2-D matrices or 3-D "
                      "batches (batch, rows, cols)", path, arr->ndim);
@@ -183,8 +212,11 @@ static int settle_shapes(const gctl_global *g, const gemm_inputs *in, gc_gemm_op
   o->batch = batch_of(&in->a);
   if (o->m == 0 || o->n == 0 || o->k == 0 || o->batch == 0)
     return gctl_fail(g, GCTL_EXIT_USAGE, "empty matrices: every dimension must be >= 1");
-  if (in->has_c && (in->c.ndim != in->a.ndim || batch_of(&in->c) != o->batch ||
-                    rows_of(&in->c) != o->m || cols_of(&in->c) != o->n))
+  if (in->has_c && o->bias && cols_of(&in->c) != o->n)
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--bias must hold n = %llu values (one per column of C)",
+                     (unsigned long long)o->n);
+  if (in->has_c && !o->bias && (in->c.ndim != in->a.ndim || batch_of(&in->c) != o->batch ||
+                                rows_of(&in->c) != o->m || cols_of(&in->c) != o->n))
     return gctl_fail(g, GCTL_EXIT_USAGE, "C must be %s%llux%llu to match op(A) * op(B)",
                      in->a.ndim == 3 ? "batch x " : "", (unsigned long long)o->m,
                      (unsigned long long)o->n);
@@ -195,9 +227,9 @@ static int read_inputs(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   int rc;
   memset(in, 0, sizeof *in);
   in->has_c = args->c_path != NULL;
-  if ((rc = load(g, args->a_path, &in->a)) != 0) return rc;
-  if ((rc = load(g, args->b_path, &in->b)) != 0) return rc;
-  if (in->has_c && (rc = load(g, args->c_path, &in->c)) != 0) return rc;
+  if ((rc = load(g, args->a_path, &in->a, false)) != 0) return rc;
+  if ((rc = load(g, args->b_path, &in->b, false)) != 0) return rc;
+  if (in->has_c && (rc = load(g, args->c_path, &in->c, args->opts.bias != 0)) != 0) return rc;
   if ((rc = settle_dtype(g, args, in, &args->opts.dtype)) != 0) return rc;
   if ((rc = settle_order(g, &in->a, &args->opts.trans_a, true)) != 0) return rc;
   if ((rc = settle_order(g, &in->b, &args->opts.trans_b, true)) != 0) return rc;
@@ -261,7 +293,7 @@ static int check_out_writable(const gctl_global *g, const char *path) {
 
 static int run(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   if (check_out_writable(g, args->out_path) != GCTL_EXIT_OK) return GCTL_EXIT_LOCAL;
-  uint64_t out_bytes = gc_gemm_operand_bytes(&args->opts, 'c');
+  uint64_t out_bytes = gc_gemm_operand_bytes(&args->opts, 'o');
   if (out_bytes == 0 || out_bytes > SIZE_MAX)
     return gctl_fail(g, GCTL_EXIT_USAGE, "the result would be too large");
   void *out = malloc((size_t)out_bytes);

@@ -48,6 +48,9 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   if (o.precision != GC_PRECISION_EXACT && o.precision != GC_PRECISION_FAST)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "precision %d is not a gc_precision",
                          (int)o.precision);
+  if ((unsigned)o.activation >= GP_ACT_COUNT)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "activation %d is not a gc_activation",
+                         (int)o.activation);
   gp_gemm_hdr_init(hdr);
   hdr->m = o.m;
   hdr->n = o.n;
@@ -62,6 +65,8 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->has_timeout = o.timeout_ms >= 0;
   hdr->timeout_ms = o.timeout_ms >= 0 ? (uint64_t)o.timeout_ms : 0;
   hdr->broadcast_b = o.broadcast_b != 0;
+  hdr->bias = o.bias != 0;
+  hdr->activation = (gp_act)o.activation;
   *timeout_ms = o.timeout_ms;
   *user = o.user;
   handles[GP_OPERAND_A] = o.a_handle;
@@ -78,8 +83,9 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   uint64_t handles[3] = {0, 0, 0};
   if (opts_to_hdr(opts, &hdr, &timeout, &user, handles, &err) != 0) return 0;
   gp_operand op = operand == 'a' ? GP_OPERAND_A : operand == 'b' ? GP_OPERAND_B : GP_OPERAND_C;
-  if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
   uint64_t bytes;
+  if (operand == 'o') return gp_gemm_result_bytes(&hdr, &bytes) ? bytes : 0;
+  if (operand != 'a' && operand != 'b' && operand != 'c') return 0;
   return gp_gemm_operand_bytes(&hdr, op, &bytes) ? bytes : 0;
 }
 
@@ -115,11 +121,11 @@ static void add_operand(gc_conn *conn, gc__request *r, gp_operand op, const void
 static int build_gemm(gc_conn *conn, gc__request *r, gp_gemm_hdr *hdr, const void *a,
                       const void *b, const void *c, const void *out, const uint64_t handles[3]) {
   bool has_c = c != NULL || handles[GP_OPERAND_C] != 0;
-  uint64_t bytes[3];
+  uint64_t bytes[3], result_bytes = 0;
   for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++)
     gp_gemm_operand_bytes(hdr, op, &bytes[op]);
-  hdr->has_out = gc__shm_find(conn, out, bytes[GP_OPERAND_C], &hdr->out_region,
-                              &hdr->out_offset);
+  gp_gemm_result_bytes(hdr, &result_bytes);
+  hdr->has_out = gc__shm_find(conn, out, result_bytes, &hdr->out_region, &hdr->out_offset);
   int rc = gp_encode_gemm_request_hdr(&r->head, r->msgid, hdr, has_c);
   if (rc != 0) return rc;
   add_iov(r, r->head.data, r->head.size, false);
@@ -127,7 +133,7 @@ static int build_gemm(gc_conn *conn, gc__request *r, gp_gemm_hdr *hdr, const voi
   add_operand(conn, r, GP_OPERAND_B, b, bytes[GP_OPERAND_B], handles[GP_OPERAND_B]);
   if (has_c) add_operand(conn, r, GP_OPERAND_C, c, bytes[GP_OPERAND_C], handles[GP_OPERAND_C]);
   r->expect = *hdr;
-  r->out_bytes = bytes[GP_OPERAND_C];
+  r->out_bytes = result_bytes;
   r->out_in_shm = hdr->has_out;
   r->uses_shm |= hdr->has_out;
   return 0;

@@ -16,9 +16,10 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i);
 void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
 
 /*
- * ref[b][i][j] = alpha * sum_l op(A)[b][i][l] * op(B)[b][l][j] + beta * C[b][i][j] in double,
- * from the values as stored (c may be NULL when beta is 0), and bound[] the same sum over
- * absolute values (what rounding errors scale with). ref and bound hold m*n*batch doubles.
+ * ref[b][i][j] = act(alpha * sum_l op(A)[b][i][l] * op(B)[b][l][j] + beta * C[b][i][j]) in
+ * double, from the values as stored (c may be NULL when beta is 0; with o->bias it is one row,
+ * C[b][i][j] = c[j]; act is o->activation), and bound[] the same sum over absolute values (what
+ * rounding errors scale with), times act's largest slope. ref and bound hold m*n*batch doubles.
  */
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound);

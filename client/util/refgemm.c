@@ -77,6 +77,17 @@ static void ref_row(const gc_gemm_opts *o, const void *a, size_t a0, const void 
   }
 }
 
+/* The epilogue's activation in double; *slope bounds |act'| (how it scales an error). */
+static double ref_act(gc_activation act, double x, double *slope) {
+  *slope = act == GC_ACT_NONE || act == GC_ACT_RELU ? 1.0 : 1.13; /* GELU's |f'| <= 1.13 */
+  switch (act) {
+    case GC_ACT_RELU: return x < 0.0 ? 0.0 : x;
+    case GC_ACT_GELU: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+    case GC_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    default: return x;
+  }
+}
+
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound) {
   size_t m = o->m, n = o->n, k = o->k;
@@ -86,9 +97,11 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
       double *sum = ref + c0 + i * n, *abs_sum = bound + c0 + i * n;
       ref_row(o, a, a0, b, b0, i, sum, abs_sum);
       for (size_t j = 0; j < n; j++) {
-        double cv = c != NULL ? gctl_load(o->dtype, c, c0 + i * n + j) : 0.0;
+        double cv = c != NULL ? gctl_load(o->dtype, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
         sum[j] = o->alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
         abs_sum[j] = fabs(o->alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
+        sum[j] = ref_act(o->activation, sum[j], &slope);
+        abs_sum[j] *= slope;
       }
     }
   }

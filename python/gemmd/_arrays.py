@@ -147,7 +147,8 @@ class Problem:
     maps), and the shape and dtype of the result. A 3-D a with a 2-D b is a batch by one
     shared B (broadcast_b)."""
 
-    def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision):
+    def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision, bias=None,
+                 activation=None):
         a = _array_or_resident(a, "a")
         b = _array_or_resident(b, "b")
         self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
@@ -187,6 +188,36 @@ class Problem:
             raise ValueError("precision must be 'exact' or 'fast', not %r" % (precision,))
         if precision != "exact":
             self.hdr["precision"] = precision
+        self._epilogue(bias, activation, c, beta, n)
+
+    def _epilogue(self, bias, activation, c, beta, n):
+        """The daemon's epilogue: a bias row (sent as c, beta 1) and an activation."""
+        if bias is not None:
+            if c is not None or beta != 0:
+                raise ValueError("bias is added to every row of the product: give it without c "
+                                 "and beta")
+            self.operands.append(self._bias_operand(bias, n))
+            self.hdr["beta"] = 1.0
+            self.hdr["bias"] = True
+        if activation not in (None, "none", "relu", "gelu", "gelu_tanh"):
+            raise ValueError("activation must be 'relu', 'gelu', 'gelu_tanh' or None, not %r" %
+                             (activation,))
+        if activation not in (None, "none"):
+            self.hdr["activation"] = activation
+
+    def _bias_operand(self, bias, n):
+        if isinstance(bias, Resident):
+            if bias.freed:
+                raise ValueError("bias: %r was freed" % (bias,))
+            self.residents.append(bias)
+            return bias.ref()
+        bias = as_array(bias, "bias")
+        if bias.shape not in ((n,), (1, n)):
+            raise ValueError("bias has shape %s: it must be (%d,), one value per column of the "
+                             "result" % (bias.shape, n))
+        if bias.dtype.newbyteorder("=") != self.np_dtype.newbyteorder("="):
+            raise TypeError("bias is %s, a and b %s" % (bias.dtype, self.np_dtype))
+        return byte_view(np.ascontiguousarray(_little(bias)))
 
     @property
     def nbytes(self):

@@ -190,10 +190,10 @@ class Client:
 
     # ---- the API (arguments as gemmd.Client's)
     async def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-                   precision="exact", timeout=None, out=None):
+                   precision="exact", timeout=None, out=None, bias=None, activation=None):
         """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm."""
         timeout = self.timeout if timeout is None else timeout
-        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision)
+        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms

@@ -241,7 +241,7 @@ class Client:
 
     # ---- the API
     def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-             precision="exact", timeout=None, out=None):
+             precision="exact", timeout=None, out=None, bias=None, activation=None):
         """C = alpha * op(a) @ op(b) + beta * c on the daemon, as a new array (or in out).
 
         a, b (and c): 2-D matrices, or 3-D batches (batch, rows, cols) of the same dtype:
@@ -252,20 +252,28 @@ class Client:
         it instead (straight into its memory when it is C-contiguous). precision "fast" lets
         f32 run on TF32 tensor cores. timeout (seconds; default the Client's) bounds the
         whole call and is sent to the daemon too; on expiry gemmd.Timeout is raised and out
-        may hold part of a result."""
+        may hold part of a result.
+
+        The epilogue (daemons whose features list "epilogue"): bias, n values (shape (n,), the
+        dtype of a), is added to every row of the product, in place of c and beta; activation
+        "relu", "gelu" (erf form) or "gelu_tanh" is applied to every element last. So
+        gemm(x, w, bias=b, activation="gelu") is gelu(x @ w + b), computed where the product
+        is."""
         timeout = self.timeout if timeout is None else timeout
         staged = None
         if self._scratch is not None:
             staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out)
         if staged is None:
             future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
-                                 trans_b=trans_b, precision=precision, timeout=timeout, out=out)
+                                 trans_b=trans_b, precision=precision, timeout=timeout, out=out,
+                                 bias=bias, activation=activation)
             return self._finish(future, timeout)
         ok = False
         try:
             sa, sb, sc, sout = staged
             future = self.submit(sa, sb, sc, alpha=alpha, beta=beta, trans_a=trans_a,
-                                 trans_b=trans_b, precision=precision, timeout=timeout, out=sout)
+                                 trans_b=trans_b, precision=precision, timeout=timeout, out=sout,
+                                 bias=bias, activation=activation)
             self._finish(future, timeout)
             ok = True
         finally:
@@ -276,11 +284,11 @@ class Client:
         return out if out is not None else result
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-               precision="exact", timeout=None, out=None):
+               precision="exact", timeout=None, out=None, bias=None, activation=None):
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
-        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision)
+        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms
