@@ -4,8 +4,9 @@
 # gemmd finds no GPU.
 if(TARGET gemmd)
   # gpu_resident: resident operands and the shared B, and a layer's shapes timed (TIMING lines)
+  # gpu_epilogue: the bias row and the activations against float64, small lane and general path
   foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs gpu_shm
-          gpu_resident)
+          gpu_resident gpu_epilogue)
     add_test(NAME daemon_${name}
              COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)
@@ -46,7 +47,8 @@ add_executable(test_gpu_backend_fake
   ${PROJECT_SOURCE_DIR}/daemon/backend/gpu/gd_gpu_config.c
   ${PROJECT_SOURCE_DIR}/daemon/core/gd_region.c
   ${PROJECT_SOURCE_DIR}/daemon/util/gd_log.c
-  ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c)
+  ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c
+    ${PROJECT_SOURCE_DIR}/kernels/gk_epilogue_host.c)
 target_include_directories(test_gpu_backend_fake PRIVATE
   ${GEMMD_INCLUDE_DIRS} ${PROJECT_SOURCE_DIR}/kernels ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto gemmhalf Threads::Threads m)

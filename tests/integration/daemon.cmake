@@ -24,6 +24,7 @@ if(TARGET gemmd)
     shm                 # shared-memory regions: operands and results, every misuse
     auth                # auth.token_file, the auth method, exposed TCP refused without a token
     resident            # put / free, {"handle": N} operands, broadcast_b, quotas
+    epilogue            # the bias row and ReLU / GELU against float64, every misuse
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -107,6 +108,11 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   gemmd_fake_test(daemon_fake_resident ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py 2
                   GEMMD_TEST_BACKEND=gpu)
 
+  # the epilogue on the GPU backend: the small lane batches by shape and epilogue, bias rows at
+  # each entry's C; the general path's bias copied to C's start.
+  gemmd_fake_test(daemon_fake_epilogue ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_epilogue.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon
   # opens through /proc) holds A, B, C and the result; every dtype, the attacks, and the
   # regions released with its connection. The client is on fake device 1 of 2: the daemon
@@ -115,7 +121,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/cuda_ipc_client.c
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda.c
     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/fake_cuda_ipc.c
-    ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c)
+    ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c
+    ${PROJECT_SOURCE_DIR}/kernels/gk_epilogue_host.c)
   target_include_directories(cuda_ipc_client_fake PRIVATE
     ${PROJECT_SOURCE_DIR}/kernels ${GEMMD_CUDA_RUNTIME_INCLUDE})
   target_link_libraries(cuda_ipc_client_fake PRIVATE

@@ -6,6 +6,7 @@ numpy against float64, verify, bench, --json, --help, and the exit codes.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -154,6 +155,43 @@ def test_gemm_files(ctx):
                        False, False, "bf16", "gemm bf16 |V2")
 
 
+def test_gemm_epilogue(ctx):
+    """--bias and --activation: gelu(A B + bias) and relu(...) in f32 and bf16 against float64;
+    --bias with --c, a bias of the wrong length and an unknown activation exit 2 unsent."""
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        for dtype, act, batch in (("f32", "gelu", None), ("bf16", "relu", 3), ("f64", None, None)):
+            lead = (batch,) if batch else ()
+            a, av = random_stored(ctx.rng, lead + (13, 7), dtype)
+            b, bv = random_stored(ctx.rng, lead + (7, 11), dtype)
+            bias, biasv = random_stored(ctx.rng, (11,), dtype)
+            for name, arr in (("a", a), ("b", b), ("bias", bias)):
+                save(p(name + ".npy"), arr)
+            argv = ["gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--bias", p("bias.npy"),
+                    "--out", p("out.npy")] + (["--dtype", "bf16"] if dtype == "bf16" else [])
+            if act:
+                argv += ["--activation", act]
+            expect(gemmctl(*argv, addr=d.address("unix")), EXIT_OK, "gemm --bias %s" % dtype)
+            ref = np.matmul(av, bv) + biasv
+            if act == "relu":
+                ref = np.maximum(ref, 0.0)
+            elif act == "gelu":
+                ref = 0.5 * ref * (1.0 + np.vectorize(math.erf)(ref / math.sqrt(2.0)))
+            got = load_values(p("out.npy"), dtype)
+            scale = np.matmul(np.abs(av), np.abs(bv)) + np.abs(biasv) + np.abs(ref)
+            assert got.shape == ref.shape, (got.shape, ref.shape)
+            assert (np.abs(got - ref) <= h.tolerance(dtype, 7) * 1.2 * scale).all(), (dtype, act)
+        save(p("c.npy"), np.ones((13, 11), "<f8"))  # a and b are f64 from the last case
+        save(p("bias5.npy"), np.ones(5, "<f8"))
+        dead = "unix:" + p("nobody.sock")
+        base = ["gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--out", p("o2.npy")]
+        for extra, why in ((["--bias", p("bias5.npy")], "n = 11 values"),
+                           (["--bias", p("bias.npy"), "--c", p("c.npy")], "no --c"),
+                           (["--activation", "tanh"], "relu, gelu")):
+            _, err = expect(gemmctl(*(base + extra), addr=dead), EXIT_USAGE, " ".join(extra))
+            assert why in err, (extra, err)
+
+
 def test_gemm_rejects_before_sending(ctx):
     """Bad inputs exit 2 without connecting: the address is a dead socket, which would be 3."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -274,5 +312,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemmctl", required=True)
     ARGS, rest = parser.parse_known_args()
-    sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_rejects_before_sending,
+    sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_epilogue,
+                     test_gemm_rejects_before_sending,
                      test_verify_and_bench, test_usage_and_exit_codes], [sys.argv[0]] + rest))

@@ -491,6 +491,62 @@ START_TEST(wrong_values) {
 }
 END_TEST
 
+static void x_act_bad(msgpack_packer *pk) { key(pk, "activation"); tp_pack_str(pk, "tanh"); }
+static void x_act_int(msgpack_packer *pk) { key(pk, "activation"); msgpack_pack_uint8(pk, 1); }
+static void x_bias_int(msgpack_packer *pk) { key(pk, "bias"); msgpack_pack_uint8(pk, 1); }
+static void x_bias_no_c(msgpack_packer *pk) { key(pk, "bias"); msgpack_pack_true(pk); }
+
+/* The epilogue's keys: bias makes c one row of n (a full C is refused by its length), it needs
+ * c and a beta, the activation names are the four of PROTOCOL.md, and the encoder writes both
+ * keys back only when set. */
+START_TEST(epilogue_keys) {
+  reject_extra(x_act_bad, "activation: \"tanh\" is not one of none, relu, gelu, gelu_tanh",
+               GP_E_INVALID_ARGUMENT);
+  reject_extra(x_act_int, "activation: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_bias_int, "bias: must be a bool, got an integer", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_bias_no_c, "bias: needs c", GP_E_INVALID_ARGUMENT);
+  const char *acts[] = {"none", "relu", "gelu", "gelu_tanh"};
+  for (int i = 0; i < 4; i++) {
+    gp_gemm_hdr want;
+    gp_gemm_hdr_init(&want);
+    want.m = 5, want.n = 3, want.k = 2, want.batch = 4, want.beta = 1.0;
+    want.bias = true;
+    want.activation = (gp_act)i;
+    ck_assert_str_eq(gp_act_name(want.activation), acts[i]);
+    uint64_t c_bytes, result_bytes;
+    ck_assert(gp_gemm_operand_bytes(&want, GP_OPERAND_C, &c_bytes) && c_bytes == 3 * 4);
+    ck_assert(gp_gemm_result_bytes(&want, &result_bytes) && result_bytes == 4 * 5 * 3 * 4);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    ck_assert_int_eq(gp_encode_gemm_request_hdr(&sb, MSGID, &want, true), 0);
+    ck_assert((memmem(sb.data, sb.size, "activation", 10) != NULL) == (i != 0));
+    msgpack_packer pk;
+    tp_packer(&pk, &sb);
+    pack_operands(&pk, &want, true);
+    gp_gemm_hdr got = decode_hdr(&sb, true);
+    ck_assert(got.bias);
+    ck_assert_int_eq(got.activation, i);
+    msgpack_sbuffer_destroy(&sb);
+  }
+  /* with bias, a c of the full C's size is the wrong length */
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 4, 6);
+  pack_required(&pk, 2, 2, 2, "f32");
+  key(&pk, "bias");
+  msgpack_pack_true(&pk);
+  key(&pk, "beta");
+  msgpack_pack_double(&pk, 1.0);
+  uint8_t sixteen[16] = {0};
+  for (int i = 0; i < 3; i++)
+    tp_pack_bin(&pk, sixteen, 16);
+  expect_reject_in(&sb, "REQUEST PAYLOAD PAYLOAD", GP_E_INVALID_ARGUMENT, "c: expected 8 bytes");
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
 START_TEST(wrong_dims_and_dtype) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
@@ -606,6 +662,7 @@ Suite *header_suite(void) {
   tcase_add_test(tc, unknown_and_duplicate_keys);
   tcase_add_test(tc, missing_required_keys);
   tcase_add_test(tc, wrong_values);
+  tcase_add_test(tc, epilogue_keys);
   tcase_add_test(tc, wrong_dims_and_dtype);
   tcase_add_test(tc, operands_wrong);
   tcase_add_test(tc, semantic_limits);
