@@ -258,8 +258,10 @@ static void run_case(test_env *env, const test_case *tc)
    * first kernel can read a half-uploaded A, B or C (seen on the H200: the first kernel run,
    * cuBLAS, disagreed with float64 on a few beta != 0 cases while every later one agreed). */
   CUDA_OR_DIE(cudaDeviceSynchronize());
-  const gk_problem p = {tc->dtype, tc->fast, tc->trans_a, tc->trans_b, tc->m, tc->n, tc->k,
-                        tc->batch, false, tc->alpha, tc->beta, d_a, d_b, d_c};
+  const gk_problem p = {.dtype = tc->dtype, .fast = tc->fast, .trans_a = tc->trans_a,
+                        .trans_b = tc->trans_b, .m = tc->m, .n = tc->n, .k = tc->k,
+                        .batch = tc->batch, .alpha = tc->alpha, .beta = tc->beta,
+                        .a = d_a, .b = d_b, .c = d_c};
   const int cc = gk_gpu_ctx_cc(env->ctx);
   void *out = xmalloc(c_bytes);
 
@@ -422,8 +424,8 @@ static int check_registry(bool verbose)
   const int ccs[] = {80, 90};
   for (size_t mi = 0; mi < MODE_COUNT; mi++) {
     for (int c = 0; c < 2; c++) {
-      gk_problem p = {all_modes[mi].dtype, all_modes[mi].fast, false, true, 33, 17, 65, 2, false, 1.0, 0.0,
-                      NULL, NULL, NULL};
+      gk_problem p = {.dtype = all_modes[mi].dtype, .fast = all_modes[mi].fast, .trans_b = true,
+                      .m = 33, .n = 17, .k = 65, .batch = 2, .alpha = 1.0};
       const gk_kernel *chosen = gk_select(&p, ccs[c], "auto");
       EXPECT(chosen != NULL && chosen != &gk_kernel_cublas); /* auto never picks the reference */
       EXPECT(gk_select(&p, ccs[c], NULL) == chosen);
@@ -437,7 +439,8 @@ static int check_registry(bool verbose)
   }
   /* Malformed problems are refused before anything is launched. */
   int dummy;
-  gk_problem bad = {GK_F32, false, false, false, 0, 4, 4, 1, false, 1.0, 0.0, &dummy, &dummy, &dummy};
+  gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
+                    .a = &dummy, .b = &dummy, .c = &dummy};
   EXPECT(gk_problem_check(&bad) == cudaErrorInvalidValue);
   bad.m = 4;
   EXPECT(gk_problem_check(&bad) == cudaSuccess);
@@ -517,8 +520,8 @@ static void run_bench(test_env *env, int64_t size)
     fill_random(h, mode.dtype, elems);
     CUDA_OR_DIE(cudaMemcpy(d_b, h, bytes, cudaMemcpyHostToDevice));
     CUDA_OR_DIE(cudaDeviceSynchronize()); /* the uploads landed before the timing stream reads */
-    gk_problem p = {mode.dtype, mode.fast, false, false, size, size, size, 1, false, 1.0, 0.0,
-                    d_a, d_b, d_ref};
+    gk_problem p = {.dtype = mode.dtype, .fast = mode.fast, .m = size, .n = size, .k = size,
+                    .batch = 1, .alpha = 1.0, .a = d_a, .b = d_b, .c = d_ref};
     void *ref = xmalloc(bytes);
     const double cublas_ms = time_kernel(env, &gk_kernel_cublas, &p);
     CUDA_OR_DIE(cudaMemcpy(ref, d_ref, bytes, cudaMemcpyDeviceToHost));
