@@ -49,7 +49,8 @@ INTERESTING = [0x00, 0x01, 0x7f, 0x80, 0xff, 0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5,
 # msgpack heads that declare far more than follows (bin32, str32, array32, map32, ext32)
 HUGE_HEADS = [b"\xc6", b"\xdb", b"\xdd", b"\xdf", b"\xc9\x00\x00\x00\x01"]
 HDR_KEYS = ["m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch",
-            "precision", "timeout_ms"]
+            "precision", "timeout_ms", "bias", "activation"]
+ACTIVATIONS = ["none", "relu", "gelu", "gelu_tanh"]
 DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
 # A CUDA IPC handle as gemmd_fake's runtime reads it (magic, pid, descriptor of a memfd that is
 # the "device memory"), with pid 0 and the size in the descriptor's place: execute() makes the
@@ -94,10 +95,15 @@ class Fuzzer:
             hdr["precision"] = self.choice(["exact", "fast"])
         if self.chance(0.1):
             hdr["timeout_ms"] = self.randint(0, 1000)
+        if self.chance(0.2):
+            hdr["activation"] = self.choice(ACTIVATIONS)
+        bias = with_c and self.chance(0.3)  # the epilogue's c: one row of n
+        if bias:
+            hdr["bias"] = True
         size, nb = DTYPE_SIZE[dtype], batch or 1
         params = [hdr, self.rng.bytes(nb * m * k * size), self.rng.bytes(nb * k * n * size)]
         if with_c:
-            params.append(self.rng.bytes(nb * m * n * size))
+            params.append(self.rng.bytes(n * size if bias else nb * m * n * size))
         return [0, self.msgid(), "gemm", params]
 
     def seed(self):

@@ -15,7 +15,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 from test_resident import put  # noqa: E402
-from test_shm import expect_error, gemm_refs  # noqa: E402
+from test_shm import Region, expect_error, gemm_refs  # noqa: E402
 
 DTYPES = ("f32", "f64", "f16", "bf16")
 ACTS = (None, "relu", "gelu", "gelu_tanh")
@@ -169,6 +169,27 @@ def test_bias_as_a_handle(ctx):
             assert client.call("free", [wrong]) is None
 
 
+def test_through_shared_memory(ctx):
+    """a, b and the bias row in a region, the result written into it (in place where the backend
+    can: the CPU computes into the region, the GPU copies C there)."""
+    with ctx.daemon() as d, d.connect() as client:
+        if "shm" not in client.call("info")["features"]:
+            raise h.Skip("no shared memory on this connection")
+        region = Region(16 << 20).register(client)
+        try:
+            for dtype, (m, n, k) in (("f32", (300, 257, 70)), ("f16", (64, 64, 64))):
+                hdr, a, b, c = problem(ctx, m, n, k, dtype, True, "gelu_tanh", alpha=2.0)
+                refs = [region.put(x, dtype) for x in (a, b, c)]
+                out = region.take(m * n * h.DTYPES[dtype])
+                hdr["out"] = out
+                out_hdr, data = gemm_refs(client, hdr, *refs)
+                assert data is None and out_hdr["out"]["bytes"] == m * n * h.DTYPES[dtype], out_hdr
+                ref, scale = expected(a, b, c, hdr)
+                check(region.read(out, dtype, (m, n)), ref, scale, dtype, k, "shm " + dtype)
+        finally:
+            region.close()
+
+
 def test_misuse(ctx):
     with ctx.daemon() as d, d.connect() as client:
         hdr, a, b, c = problem(ctx, 8, 6, 4, "f32", True, None)
@@ -188,7 +209,7 @@ def test_misuse(ctx):
 
 
 TESTS = [test_features, test_every_dtype_and_form, test_large, test_pipelined_mixed,
-         test_bias_as_a_handle, test_misuse]
+         test_bias_as_a_handle, test_through_shared_memory, test_misuse]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
