@@ -2,7 +2,7 @@
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
  *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64]
- *                 [--seed N] [--reps N] [--variants] [--ex-only]
+ *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64) and shape (1024^3, 2048^3,
  * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3):
@@ -22,6 +22,10 @@
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
  * Everything goes through gk_gpu.h: gk_select for ours, gk_kernel_by_name("cublas") for cuBLAS.
+ *
+ * --small-batches instead times the batched small problems of the small-job lane (one launch
+ * each: 8192 x 32^3, 4096 x 64^3, 1024 x 128^3, 256 x 256^3, 64 x 512^3), against
+ * cublasGemmStridedBatchedEx and cublasLt in the same way.
  *
  * --variants instead times other tile configurations of the fast kernels (instantiated here from
  * their templates, no transpose, aligned rows; 09's split counts forced) at 1024^3,
@@ -85,6 +89,13 @@ const shape kShapes[] = {
     {"64x256^3", 256, 256, 256, 64, true},
 };
 
+/* --small-batches: what the small-job lane launches, many small problems in one launch */
+const shape kSmallBatches[] = {
+    {"8192x32^3", 32, 32, 32, 8192, true},    {"4096x64^3", 64, 64, 64, 4096, true},
+    {"1024x128^3", 128, 128, 128, 1024, true}, {"256x256^3", 256, 256, 256, 256, true},
+    {"64x512^3", 512, 512, 512, 64, true},
+};
+
 /* ---- tile-configuration variants (--variants) -------------------------------------------- */
 
 template <class L>
@@ -139,6 +150,13 @@ const variant kVariants[] = {
     {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},
     {4, DMMA_F64K(64, 64, 32, 2, 2, 3, 8)},  {4, DMMA_F64K(64, 128, 16, 2, 4, 4, 8)},
     {4, DMMA_F64K(128, 64, 16, 8, 2, 3, 8)},
+    /* small tiles, for the batched small problems (--variants --small-batches) */
+    {0, SIMT_F32(64, 32, 8, 16, true)},      {0, SIMT_F32(64, 64, 8, 8, true)},
+    {0, SIMT_F32(64, 64, 16, 8, true)},
+    {3, MMA_BF16(32, 32, 32, 1, 1, 3)},      {3, MMA_BF16(64, 64, 32, 2, 2, 3)},
+    {3, MMA_BF16(64, 32, 32, 2, 1, 3)},
+    {1, TF32(32, 32, 32, 1, 1, 3)},          {1, TF32(64, 64, 32, 2, 2, 3)},
+    {4, DMMA_F64K(32, 32, 16, 1, 1, 4, 8)},  {4, DMMA_F64K(32, 32, 16, 2, 2, 4, 8)},
 };
 const shape kVariantShapes[] = {
     {"1024^3", 1024, 1024, 1024, 1, true},
@@ -268,6 +286,7 @@ struct row {
 struct options {
   bool quick = false, markdown = false, variants = false;
   bool ex_only = false; /* the cuBLAS figure from cublasGemmStridedBatchedEx alone, no cublasLt */
+  bool small_batches = false; /* kSmallBatches instead of kShapes */
   const char *kernel = "auto";
   const char *only_dtype = NULL;
   uint64_t seed = 0;
@@ -566,7 +585,7 @@ void print_splitk_occupancy() {
 int usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64] "
-          "[--seed N] [--reps N] [--variants] [--ex-only]\n",
+          "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;
 }
@@ -581,6 +600,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--markdown") == 0) opt.markdown = true;
     else if (strcmp(argv[i], "--variants") == 0) opt.variants = true;
     else if (strcmp(argv[i], "--ex-only") == 0) opt.ex_only = true;
+    else if (strcmp(argv[i], "--small-batches") == 0) opt.small_batches = true;
     else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) opt.kernel = argv[++i];
     else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) opt.only_dtype = argv[++i];
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) opt.seed = strtoull(argv[++i], NULL, 10);
@@ -633,12 +653,22 @@ int main(int argc, char **argv) {
     for (const variant &v : kVariants) {
       const mode &md = kModes[v.mode];
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
+      if (opt.small_batches) {
+        for (const shape &sh : kSmallBatches)
+          if (sh.m <= 128) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel, lt));
+        continue;
+      }
       for (const shape &sh : kVariantShapes)
         if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel, lt));
     }
   } else {
     for (const mode &md : kModes) {
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
+      if (opt.small_batches) {
+        for (const shape &sh : kSmallBatches)
+          record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
+        continue;
+      }
       for (const shape &sh : kShapes)
         if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
     }

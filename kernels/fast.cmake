@@ -8,6 +8,8 @@
 # for f64 the Hopper tensor-core kernel (10, sm_90 mma shapes), then 06 (m8n8k4, cc >= 8.0), then
 # the SIMT one (03, kept for GPUs without DMMA); for
 # f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
+# Ahead of all of them, the small-tile kernels (11-14): they take only problems with m and n of
+# at most 64 (32 for f64), the small-job lane's batches, which the big tiles mostly pad.
 list(APPEND GK_GPU_SOURCES
   02_simt_f32.cu
   03_simt_f64.cu
@@ -17,8 +19,16 @@ list(APPEND GK_GPU_SOURCES
   07_wgmma_f16.cu
   08_wgmma_tf32.cu
   09_simt_f32_splitk.cu
-  10_dmma16_f64.cu)
+  10_dmma16_f64.cu
+  11_simt_f32_small.cu
+  12_mma_tf32_small.cu
+  13_mma_f16_small.cu
+  14_dmma_f64_small.cu)
 list(APPEND GK_FAST_KERNELS
+  gk_kernel_mma_tf32_small
+  gk_kernel_simt_f32_small
+  gk_kernel_mma_f16_small
+  gk_kernel_dmma_f64_small
   gk_kernel_wgmma_tf32
   gk_kernel_mma_tf32
   gk_kernel_simt_f32_splitk
