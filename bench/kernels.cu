@@ -157,6 +157,10 @@ const variant kVariants[] = {
     {3, MMA_BF16(64, 32, 32, 2, 1, 3)},
     {1, TF32(32, 32, 32, 1, 1, 3)},          {1, TF32(64, 64, 32, 2, 2, 3)},
     {4, DMMA_F64K(32, 32, 16, 1, 1, 4, 8)},  {4, DMMA_F64K(32, 32, 16, 2, 2, 4, 8)},
+    {3, MMA_BF16(64, 64, 32, 2, 2, 4)},      {3, MMA_BF16(64, 64, 64, 2, 2, 3)},
+    {3, MMA_BF16(64, 128, 32, 2, 2, 4)},     {3, MMA_BF16(128, 64, 32, 2, 2, 4)},
+    {3, MMA_BF16(64, 128, 32, 2, 4, 4)},     {3, MMA_BF16(128, 128, 32, 4, 2, 4)},
+    {3, MMA_BF16(64, 64, 32, 1, 2, 4)},
 };
 const shape kVariantShapes[] = {
     {"1024^3", 1024, 1024, 1024, 1, true},
@@ -655,7 +659,7 @@ int main(int argc, char **argv) {
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
       if (opt.small_batches) {
         for (const shape &sh : kSmallBatches)
-          if (sh.m <= 128) record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel, lt));
+          record(bench_one(ctx, md, sh, opt, stream, sums, &v.kernel, lt));
         continue;
       }
       for (const shape &sh : kVariantShapes)

@@ -1,18 +1,19 @@
 /*
  * 13_mma_f16_small.cu - "mma_f16_small": f16 and bf16 GEMM (f32 accumulate) of small problems
- * (m <= 64, n <= 64): 04's mma.sync kernel with small block tiles.
+ * (m <= 128, n <= 128): 04's mma.sync kernel with small block tiles.
  *
- * Tiling: 32 x 32 x 32, one warp (m, n <= 32), else 64 x 64 x 32 with 2 x 2 warps of 32 x 32;
+ * Tiling: 32 x 32 x 32, one warp (m, n <= 32), else 64 x 64 x 64 with 2 x 2 warps of 32 x 32;
  * 3 cp.async stages, ldmatrix / ldmatrix.trans, mma.sync m16n8k16.
  *
  * What changed over 04/07: only the tile. 07 (wgmma, 128 x 256) ran a batch of 8192 32^3
  * problems at 2.0 TFLOP/s, 14% of cublasLt's 14.5, and 64^3 at 21%.
  *
  * Measured (H200, bench_kernels --variants --small-batches, batched NN, bf16): 32 x 32 at
- * 8192 x 32^3: 23.7 / 14.9 TFLOP/s = 159% of cuBLAS at its best; 64 x 64 at 4096 x 64^3:
- * 52.1 / 64.3 = 81% (cublasLt's small-tile tensor-core kernels keep the lead there: 4x 07's).
+ * 8192 x 32^3: 23.7 / 14.9 TFLOP/s = 159% of cuBLAS at its best; at 4096 x 64^3 64 x 64 x 32
+ * gave 81-84% and 64 x 64 x 64 92% (53.3 / 58.2); at 1024 x 128^3 64 x 64 x 64 74% against 07's
+ * 58-61% and 04's 66% (cublasLt keeps the lead there). From 256^3 up 07 is faster (80%).
  *
- * Contract: f16 or bf16, m <= 64 and n <= 64, any k, both transposes, alpha/beta, any batch,
+ * Contract: f16 or bf16, m <= 128 and n <= 128, any k, both transposes, alpha/beta, any batch,
  * aligned or not (04's contract). Compute capability >= 8.0.
  */
 #include "gk_fast_mma16.cuh"
@@ -21,7 +22,7 @@
 namespace {
 
 using tile32 = gk__mma16_cfg<32, 32, 32, 1, 1, 3>;
-using tile64 = gk__mma16_cfg<64, 64, 32, 2, 2, 3>;
+using tile64 = gk__mma16_cfg<64, 64, 64, 2, 2, 3>;
 
 template <typename T>
 cudaError_t launch_for(const gk_problem *p, cudaStream_t stream) {
@@ -30,8 +31,8 @@ cudaError_t launch_for(const gk_problem *p, cudaStream_t stream) {
 }
 
 bool mma_f16_small_supports(const gk_problem *p, int cc) {
-  return (p->dtype == GK_F16 || p->dtype == GK_BF16) && cc >= 80 && p->m <= 64 && p->n <= 64 &&
-         gk__fits_int32(p);
+  return (p->dtype == GK_F16 || p->dtype == GK_BF16) && cc >= 80 && p->m <= 128 &&
+         p->n <= 128 && gk__fits_int32(p);
 }
 
 cudaError_t mma_f16_small_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
@@ -45,7 +46,7 @@ cudaError_t mma_f16_small_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStrea
 
 extern "C" const gk_kernel gk_kernel_mma_f16_small = {
     "mma_f16_small",
-    "f16/bf16, m and n <= 64: 04's mma.sync kernel, 32x32 or 64x64 tile (13)",
+    "f16/bf16, m and n <= 128: 04's mma.sync kernel, 32x32x32 or 64x64x64 tile (13)",
     mma_f16_small_supports,
     mma_f16_small_launch,
 };

@@ -9,7 +9,8 @@
 # the SIMT one (03, kept for GPUs without DMMA); for
 # f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
 # Ahead of all of them, the small-tile kernels (11-14): they take only problems with m and n of
-# at most 64 (32 for f64), the small-job lane's batches, which the big tiles mostly pad.
+# at most 64 (128 for tf32 and f16/bf16, 32 for f64), the small-job lane's batches, which the
+# big tiles mostly pad.
 list(APPEND GK_GPU_SOURCES
   02_simt_f32.cu
   03_simt_f64.cu
