@@ -81,7 +81,7 @@ def test_errors_and_cancel(daemon, rng):
 
 def test_daemon_killed_mid_request(fresh_daemon, rng):
     d = fresh_daemon(config={"cpu": {"threads": 1, "blas_threads": 1}})
-    big = rng.standard_normal((1500, 1500))
+    big = rng.standard_normal((2500, 2500))  # 150 MB to send for three: still going at the kill
 
     async def main():
         async with gemmd.aio.Client(d.address()) as c:
@@ -92,11 +92,17 @@ def test_daemon_killed_mid_request(fresh_daemon, rng):
             start = time.monotonic()
             answered = [task for task in tasks if task.done()]
             assert len(answered) < len(tasks), "every request answered before the kill"
+            lost = 0
             for task in tasks:
                 if task in answered:
                     continue
-                with pytest.raises(gemmd.ConnectionLost):
-                    await task
+                # A reply the daemon had written before the kill may still be read: a result
+                # (checked), never a hang or another error; the rest are ConnectionLost.
+                try:
+                    np.testing.assert_allclose(await task, big @ big, rtol=1e-9, atol=1e-9)
+                except gemmd.ConnectionLost:
+                    lost += 1
+            assert lost > 0, "no request was lost with the daemon"
             assert time.monotonic() - start < 10
     run(main())
 
