@@ -81,7 +81,7 @@ def test_errors_and_cancel(daemon, rng):
 
 def test_daemon_killed_mid_request(fresh_daemon, rng):
     d = fresh_daemon(config={"cpu": {"threads": 1, "blas_threads": 1}})
-    big = rng.standard_normal((2500, 2500))  # 150 MB to send for three: still going at the kill
+    big = rng.standard_normal((2500, 2500))  # 300 MB to send for three: still going at the kill
 
     async def main():
         async with gemmd.aio.Client(d.address()) as c:
