@@ -394,6 +394,108 @@ static void run_matrix(test_env *env, bool quick)
   }
 }
 
+/* ---- the epilogue (gk_gpu_gemm's passes: gk_epilogue.cu) ------------------------------------ */
+
+/* The activation in double, as PROTOCOL.md defines it. */
+static double act_ref(gk_act act, double x)
+{
+  switch (act) {
+  case GK_ACT_RELU: return x < 0.0 ? 0.0 : x;
+  case GK_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+  case GK_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  default: return x;
+  }
+}
+
+/* One problem through gk_gpu_gemm (auto) with a bias row and an activation, against float64: the
+ * bias in a buffer of its own (one row for every batch entry), or in C's own first row of each
+ * entry (bias_stride m * n, as the daemon's small lane places it); C poisoned where not read. */
+static void run_epilogue_case(test_env *env, const test_case *tc, gk_act act, int bias_mode)
+{
+  const size_t es = dtype_size(tc->dtype);
+  const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
+  const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
+  void *a = xmalloc((size_t)a_elems * es), *b = xmalloc((size_t)b_elems * es);
+  void *rows = xmalloc((size_t)(tc->n * tc->batch) * es), *c0 = xmalloc((size_t)c_elems * es);
+  fill_random(a, tc->dtype, a_elems);
+  fill_random(b, tc->dtype, b_elems);
+  fill_random(rows, tc->dtype, tc->n * tc->batch);
+  memset(c0, 0xFF, (size_t)c_elems * es); /* NaN: what is not the bias must not be read */
+  for (int64_t z = 0; z < tc->batch; z++) /* each entry's C starts with its row (bias_mode 2) */
+    memcpy((char *)c0 + (size_t)(z * ce) * es, (char *)rows + (size_t)(bias_mode == 2 ? z * tc->n : 0) * es,
+           (size_t)tc->n * es);
+  /* the reference: C0 = the rows repeated, then act(alpha A B + beta C0) */
+  void *full = xmalloc((size_t)c_elems * es);
+  for (int64_t z = 0; z < tc->batch; z++)
+    for (int64_t i = 0; i < tc->m; i++)
+      memcpy((char *)full + (size_t)(z * ce + i * tc->n) * es,
+             (char *)rows + (size_t)(bias_mode == 2 ? z * tc->n : 0) * es, (size_t)tc->n * es);
+  test_case ref_tc = *tc;
+  if (bias_mode == 0)
+    ref_tc.beta = 0.0;
+  double *ref = reference64(&ref_tc, a, b, bias_mode ? full : NULL);
+  for (int64_t i = 0; i < c_elems; i++)
+    ref[i] = act_ref(act, ref[i]);
+
+  void *d_a, *d_b, *d_c, *d_row = NULL;
+  CUDA_OR_DIE(cudaMalloc(&d_a, (size_t)a_elems * es));
+  CUDA_OR_DIE(cudaMalloc(&d_b, (size_t)b_elems * es));
+  CUDA_OR_DIE(cudaMalloc(&d_c, (size_t)c_elems * es));
+  CUDA_OR_DIE(cudaMemcpy(d_a, a, (size_t)a_elems * es, cudaMemcpyHostToDevice));
+  CUDA_OR_DIE(cudaMemcpy(d_b, b, (size_t)b_elems * es, cudaMemcpyHostToDevice));
+  CUDA_OR_DIE(cudaMemcpy(d_c, c0, (size_t)c_elems * es, cudaMemcpyHostToDevice));
+  if (bias_mode == 1) {
+    CUDA_OR_DIE(cudaMalloc(&d_row, (size_t)tc->n * es));
+    CUDA_OR_DIE(cudaMemcpy(d_row, rows, (size_t)tc->n * es, cudaMemcpyHostToDevice));
+  }
+  CUDA_OR_DIE(cudaDeviceSynchronize());
+  gk_problem p = {.dtype = tc->dtype, .fast = tc->fast, .trans_a = tc->trans_a,
+                  .trans_b = tc->trans_b, .m = tc->m, .n = tc->n, .k = tc->k, .batch = tc->batch,
+                  .alpha = tc->alpha, .beta = bias_mode ? tc->beta : 0.0, .a = d_a, .b = d_b,
+                  .c = d_c, .act = act};
+  if (bias_mode == 1)
+    p.bias = d_row; /* bias_stride 0: one row for all */
+  else if (bias_mode == 2)
+    p.bias = d_c, p.bias_stride = ce;
+  const gk_kernel *used = NULL;
+  cudaError_t err = gk_gpu_gemm(env->ctx, &p, "auto", env->stream, &used);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(env->stream);
+  void *out = xmalloc((size_t)c_elems * es);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(out, d_c, (size_t)c_elems * es, cudaMemcpyDeviceToHost);
+  char label[64];
+  snprintf(label, sizeof label, "%s+%s/%s", used ? used->name : "?", gk_act_name(act),
+           bias_mode == 0 ? "nobias" : bias_mode == 1 ? "bias" : "bias-in-c");
+  if (err != cudaSuccess)
+    print_result(env, tc, label, -1, -1, 0, cudaGetErrorString(err));
+  else
+    print_result(env, tc, label, rel_error(out, tc->dtype, ref, NULL, c_elems), -1,
+                 count_nonfinite(out, tc->dtype, c_elems), NULL);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+  if (d_row)
+    CUDA_OR_DIE(cudaFree(d_row));
+  free(a), free(b), free(rows), free(c0), free(full), free(ref), free(out);
+}
+
+static void run_epilogue(test_env *env)
+{
+  static const int64_t shapes[][4] = {{37, 29, 13, 3}, {64, 64, 64, 5}, {130, 70, 40, 1}};
+  static const gk_act acts[] = {GK_ACT_RELU, GK_ACT_GELU, GK_ACT_GELU_TANH, GK_ACT_NONE};
+  for (size_t mi = 0; mi < MODE_COUNT; mi++)
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+      for (int bias_mode = 0; bias_mode < 3; bias_mode++) {
+        const gk_act act = acts[(s + (size_t)bias_mode) % 4];
+        if (act == GK_ACT_NONE && bias_mode == 0)
+          continue; /* no epilogue: run_matrix's */
+        test_case tc = {all_modes[mi].dtype, all_modes[mi].fast, shapes[s][0], shapes[s][1],
+                        shapes[s][2], shapes[s][3], s == 1, s == 2, 0.75, 0.5, true, false};
+        run_epilogue_case(env, &tc, act, bias_mode);
+      }
+}
+
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
 
 static int check_registry(bool verbose)
@@ -620,8 +722,10 @@ int main(int argc, char **argv)
 
   if (bench)
     run_bench(&env, bench_size);
-  else
+  else {
     run_matrix(&env, quick);
+    run_epilogue(&env);
+  }
 
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));
   gk_gpu_ctx_destroy(env.ctx);
