@@ -33,10 +33,6 @@ const char *gk_act_name(gk_act act) {
   return "?";
 }
 
-bool gk_problem_has_epilogue(const gk_problem *p) {
-  return (p->bias != NULL && p->beta != 0.0) || p->act != GK_ACT_NONE;
-}
-
 /* Stored shapes do not matter for the element count: m*k either way. */
 int64_t gk_problem_a_elems(const gk_problem *p) { return p->m * p->k; }
 int64_t gk_problem_b_elems(const gk_problem *p) { return p->k * p->n; }

@@ -49,8 +49,6 @@ typedef struct {
 
 size_t gk_dtype_size(gk_dtype dtype);
 const char *gk_act_name(gk_act act);
-/* true when p has an epilogue beyond the plain GEMM: a bias or an activation. */
-bool gk_problem_has_epilogue(const gk_problem *p);
 const char *gk_dtype_name(gk_dtype dtype);
 
 /* Elements of one matrix of each operand (rows * cols). */
