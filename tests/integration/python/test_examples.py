@@ -36,6 +36,12 @@ def test_numpy_example(daemon):
     assert proc.returncode == 0 and "numpy example: right" in proc.stdout, proc.stdout
 
 
+def test_dense_layers_example(daemon):
+    """resident weights, a batch by one matrix, and the epilogue (bias, gelu) in one example"""
+    proc = run_example([sys.executable, os.path.join(EXAMPLES, "dense_layers.py")], daemon)
+    assert proc.returncode == 0 and "dense layers example: right" in proc.stdout, proc.stdout
+
+
 def test_torch_example(daemon):
     proc = run_example([sys.executable, os.path.join(EXAMPLES, "torch_gemm.py")], daemon)
     if proc.returncode == 77:
