@@ -12,8 +12,10 @@
 extern "C" {
 #endif
 
-/* The activation of one value, in double (the host path and the tests' reference). */
-double gk_act_apply(gk_act act, double x);
+/* Element i of a buffer of dtype, as double (f16/bf16 widened), and v stored there rounded to
+ * dtype (nearest even): the host path's element access, also the fake CUDA runtime's. */
+double gk_host_load(gk_dtype dtype, const void *base, int64_t i);
+void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v);
 
 /* Rows [r0, r0 + rows) of batch entry i: C's rows become the bias row (p->bias set and
  * beta != 0; otherwise nothing). Rows that are the bias row itself are left alone. */

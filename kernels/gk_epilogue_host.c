@@ -9,7 +9,7 @@
 
 #include "gp_half.h"
 
-double gk_act_apply(gk_act act, double x) {
+static double act_apply(gk_act act, double x) {
   switch (act) {
   case GK_ACT_NONE: return x;
   case GK_ACT_RELU: return x < 0.0 ? 0.0 : x; /* NaN stays NaN, as in PyTorch */
@@ -20,7 +20,7 @@ double gk_act_apply(gk_act act, double x) {
   return x;
 }
 
-static double load(gk_dtype dtype, const void *base, int64_t i) {
+double gk_host_load(gk_dtype dtype, const void *base, int64_t i) {
   switch (dtype) {
   case GK_F32: return ((const float *)base)[i];
   case GK_F64: return ((const double *)base)[i];
@@ -30,7 +30,7 @@ static double load(gk_dtype dtype, const void *base, int64_t i) {
   return 0.0;
 }
 
-static void store(gk_dtype dtype, void *base, int64_t i, double v) {
+void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v) {
   switch (dtype) {
   case GK_F32: ((float *)base)[i] = (float)v; break;
   case GK_F64: ((double *)base)[i] = v; break;
@@ -58,5 +58,5 @@ void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) 
   size_t es = gk_dtype_size(p->dtype);
   char *first = (char *)p->c + (size_t)(i * gk_problem_c_elems(p) + r0 * p->n) * es;
   for (int64_t e = 0; e < rows * p->n; e++)
-    store(p->dtype, first, e, gk_act_apply(p->act, load(p->dtype, first, e)));
+    gk_host_store(p->dtype, first, e, act_apply(p->act, gk_host_load(p->dtype, first, e)));
 }

@@ -85,8 +85,8 @@ const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference);
 cudaError_t gk_gpu_bias_rows(const gk_problem *p, cudaStream_t stream);
 cudaError_t gk_gpu_act(const gk_problem *p, cudaStream_t stream);
 
-/* Checks p, selects and launches in one call, with the epilogue (bias, activation) around it; *used (may be NULL) gets the kernel chosen
- * (NULL when p failed its checks). */
+/* Checks p, selects and launches in one call, with the epilogue (bias, activation) around it;
+ * *used (may be NULL) gets the kernel chosen (NULL when p failed its checks). */
 cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                         cudaStream_t stream, const gk_kernel **used);
 

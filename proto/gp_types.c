@@ -12,6 +12,14 @@ static bool name_equals(const char *name, size_t len, const char *want) {
   return name != NULL && len == want_len && memcmp(name, want, len) == 0;
 }
 
+/* Index of the name of len bytes in names[0..count), or -1 (the wire names of an enum). */
+static int name_index(const char *const *names, unsigned count, const char *name, size_t len) {
+  for (unsigned i = 0; i < count; i++)
+    if (name_equals(name, len, names[i]))
+      return (int)i;
+  return -1;
+}
+
 static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16"};
 static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2};
 
@@ -28,13 +36,11 @@ const char *gp_dtype_name(gp_dtype dtype) {
 }
 
 int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out) {
-  for (unsigned i = 0; i < GP_DTYPE_COUNT; i++) {
-    if (name_equals(name, len, dtype_names[i])) {
-      *out = (gp_dtype)i;
-      return GP_OK;
-    }
-  }
-  return GP_E_INVALID_ARGUMENT;
+  int i = name_index(dtype_names, GP_DTYPE_COUNT, name, len);
+  if (i < 0)
+    return GP_E_INVALID_ARGUMENT;
+  *out = (gp_dtype)i;
+  return GP_OK;
 }
 
 const char *gp_precision_name(gp_precision p) {
@@ -62,13 +68,11 @@ const char *gp_act_name(gp_act act) {
 }
 
 int gp_act_from_name(const char *name, size_t len, gp_act *out) {
-  for (unsigned i = 0; i < GP_ACT_COUNT; i++) {
-    if (name_equals(name, len, act_names[i])) {
-      *out = (gp_act)i;
-      return GP_OK;
-    }
-  }
-  return GP_E_INVALID_ARGUMENT;
+  int i = name_index(act_names, GP_ACT_COUNT, name, len);
+  if (i < 0)
+    return GP_E_INVALID_ARGUMENT;
+  *out = (gp_act)i;
+  return GP_OK;
 }
 
 const char *gp_method_name(gp_method m) {

@@ -124,11 +124,15 @@ def put_params(arr):
     return [hdr, bytes(byte_view(arr))], arr.shape, arr.dtype
 
 
+def _live(resident, what):
+    if resident.freed:
+        raise ValueError("%s: %r was freed" % (what, resident))
+    return resident
+
+
 def _array_or_resident(x, what):
     if isinstance(x, Resident):
-        if x.freed:
-            raise ValueError("%s: %r was freed" % (what, x))
-        return x
+        return _live(x, what)
     x = as_array(x, what)
     _check_dims(x, what)
     return x
@@ -207,9 +211,7 @@ class Problem:
 
     def _bias_operand(self, bias, n):
         if isinstance(bias, Resident):
-            if bias.freed:
-                raise ValueError("bias: %r was freed" % (bias,))
-            self.residents.append(bias)
+            self.residents.append(_live(bias, "bias"))
             return bias.ref()
         bias = as_array(bias, "bias")
         if bias.shape not in ((n,), (1, n)):

@@ -30,7 +30,6 @@
 
 #include "gk_epilogue.h"
 #include "gk_gpu.h"
-#include "gp_half.h"
 
 #define FAKE_MAX_DEV 8
 #define FAKE_FREE_BYTES (256ull << 20)
@@ -804,25 +803,6 @@ cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *prefer
   return e;
 }
 
-static double at(const gk_problem *p, const void *base, int64_t i) {
-  switch (p->dtype) {
-  case GK_F64: return ((const double *)base)[i];
-  case GK_F32: return ((const float *)base)[i];
-  case GK_F16: return gp_f16_to_f32(((const uint16_t *)base)[i]);
-  case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)base)[i]);
-  }
-  return 0;
-}
-
-static void put(const gk_problem *p, int64_t i, double v) {
-  switch (p->dtype) {
-  case GK_F64: ((double *)p->c)[i] = v; break;
-  case GK_F32: ((float *)p->c)[i] = (float)v; break;
-  case GK_F16: ((uint16_t *)p->c)[i] = gp_f32_to_f16((float)v); break;
-  case GK_BF16: ((uint16_t *)p->c)[i] = gp_f32_to_bf16((float)v); break;
-  }
-}
-
 static void gemm_run(const gk_problem *p) {
   int64_t sa = p->m * p->k, sb = p->k * p->n, sc = p->m * p->n;
   for (int64_t b = 0; b < p->batch; b++)
@@ -832,10 +812,12 @@ static void gemm_run(const gk_problem *p) {
         for (int64_t l = 0; l < p->k; l++) {
           int64_t ia = p->trans_a ? l * p->m + i : i * p->k + l;
           int64_t ib = p->trans_b ? j * p->k + l : l * p->n + j;
-          acc += at(p, p->a, b * sa + ia) * at(p, p->b, b * sb + ib);
+          acc += gk_host_load(p->dtype, p->a, b * sa + ia) *
+                 gk_host_load(p->dtype, p->b, b * sb + ib);
         }
         int64_t ic = b * sc + i * p->n + j;
-        double v = p->alpha * acc + (p->beta != 0.0 ? p->beta * at(p, p->c, ic) : 0.0);
-        put(p, ic, v);
+        double v =
+            p->alpha * acc + (p->beta != 0.0 ? p->beta * gk_host_load(p->dtype, p->c, ic) : 0.0);
+        gk_host_store(p->dtype, p->c, ic, v);
       }
 }

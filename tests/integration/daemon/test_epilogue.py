@@ -37,14 +37,12 @@ def expected(a, b, c, hdr):
     scale the same sum over absolute values (what rounding errors scale with)."""
     ta, tb = hdr.get("trans_a", False), hdr.get("trans_b", False)
     alpha, beta = hdr.get("alpha", 1.0), hdr.get("beta", 0.0)
+    ref = h.ref_gemm(a, b, c, alpha, beta, ta, tb)  # a bias row broadcasts over rows and entries
     opa = np.swapaxes(a, -1, -2) if ta else a
     opb = np.swapaxes(b, -1, -2) if tb else b
-    ref = alpha * np.matmul(opa, opb)
     scale = abs(alpha) * np.matmul(np.abs(opa), np.abs(opb))
     if beta != 0.0:
-        c0 = np.asarray(c, np.float64)  # a bias row broadcasts over rows (and batch entries)
-        ref = ref + beta * c0
-        scale = scale + abs(beta) * np.abs(c0)
+        scale = scale + abs(beta) * np.abs(np.asarray(c, np.float64))
     act = hdr.get("activation")
     return activate(ref, act), scale * (1.13 if act in ("gelu", "gelu_tanh") else 1.0)
 
