@@ -286,6 +286,7 @@ static const field root_fields[] = {
     FLD("unix_socket_mode", F_MODE, unix_socket_mode, 0, 0777),
     FLD("unix_socket_group", F_GROUP, unix_socket_group, 0, 0),
     FLD("backend", F_BACKEND, backend, 0, 0),
+    FLD("loops", F_U32, loops, 0, 64), /* 0: auto */
     FLD("log_level", F_LEVEL, log_level, 0, 0),
     FLD("log_target", F_TARGET, log_target, 0, 0),
     {"limits", F_SECTION, 0, 0, 0, limits_fields},

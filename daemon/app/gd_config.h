@@ -39,6 +39,7 @@ typedef struct {
   unsigned unix_socket_mode;       /* e.g. 0660 */
   char unix_socket_group[GD_CONFIG_GROUP_MAX]; /* name or number; "" = the process's group */
   gd_backend_kind backend;
+  uint32_t loops;                  /* loop threads serving connections; 0: auto */
   gd_log_level log_level;
   gd_log_target log_target;        /* auto: the journal when JOURNAL_STREAM is set */
 

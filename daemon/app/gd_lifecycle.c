@@ -100,6 +100,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("unix_socket_group");
   if (cur->backend != next->backend)
     restart += restart_key("backend");
+  if (cur->loops != next->loops)
+    restart += restart_key("loops");
   if (cur->cpu_threads != next->cpu_threads)
     restart += restart_key("cpu.threads");
   if (cur->cpu_min_part_mflop != next->cpu_min_part_mflop)
@@ -145,7 +147,11 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     gd_sched_limits limits = {cur->max_jobs, cur->memory_budget};
     gd_sched_set_limits(d->sched, &limits);
   }
+  if (d->sched)
+    gd_sched_lock(d->sched); /* every loop reads them (gd_server.h) */
   gd_daemon_net_limits(cur, &d->srv.limits);
+  if (d->sched)
+    gd_sched_unlock(d->sched);
   gd_sessions_apply_limits(&d->srv);
   return restart;
 }
@@ -179,7 +185,9 @@ static void reload(gd_lifecycle *lc) {
     gd_notify_ready("running; last reload failed");
     return;
   }
+  gd_sched_lock(d->sched);
   d->srv.token = token;
+  gd_sched_unlock(d->sched);
   int restart = gd_lifecycle_apply_config(d, &next);
   gd_info("reloaded %s: log level %s, limits, queue, timeouts and auth applied%s",
           lc->have_path ? lc->config_path : "built-in defaults",
@@ -196,7 +204,7 @@ static void finish(gd_lifecycle *lc, const char *why) {
   if (lc->finished)
     return;
   lc->finished = true;
-  gd_info("shutdown: %s; closing %zu connections", why, lc->d->srv.connections);
+  gd_info("shutdown: %s; closing %zu connections", why, gd_sessions_count(&lc->d->srv));
   gd_sessions_close_all(&lc->d->srv, "daemon stopping");
   close_handles(lc);
 }
@@ -204,13 +212,13 @@ static void finish(gd_lifecycle *lc, const char *why) {
 static void on_poll(uv_timer_t *timer) {
   gd_lifecycle *lc = timer->data;
   gd_daemon *d = lc->d;
-  uint64_t backlog = gd_sessions_write_backlog(&d->srv);
-  if (!lc->expired && gd_sched_jobs(d->sched) + gd_sched_delivering(d->sched) == 0 &&
-      backlog == 0 && !d->srv.wait_head) {
+  uint64_t backlog;
+  bool busy = gd_sessions_busy(&d->srv, &backlog);
+  if (!lc->expired && gd_sched_jobs(d->sched) + gd_sched_delivering(d->sched) == 0 && !busy) {
     finish(lc, "every request answered");
     return;
   }
-  if (lc->expired && backlog == 0) {
+  if (lc->expired && !busy) {
     finish(lc, "drain time over, every reply written");
     return;
   }
@@ -239,7 +247,7 @@ void gd_lifecycle_shutdown(gd_lifecycle *lc, const char *why) {
     return;
   }
   lc->draining = true;
-  d->srv.draining = true;
+  atomic_store(&d->srv.draining, true);
   gd_sched_set_draining(d->sched); /* wakes requests waiting for admission: UNAVAILABLE */
   gd_listeners_close(d->listeners);
   d->listeners = NULL;

@@ -27,9 +27,11 @@ struct gd_completion {
 };
 
 int gd_completion_post(gd_completion *q, const gd_backend_event *ev) {
+  assert(ev->job);
+  if (ev->job->queue)
+    q = ev->job->queue; /* the loop that admitted the job */
   if (!q)
     return GP_E_INTERNAL;
-  assert(ev->job);
   int rc = 0;
   if (pthread_mutex_lock(&q->lock) != 0)
     return GP_E_INTERNAL;

@@ -2,7 +2,7 @@
  * gd_completion.h - the completion queue: the one way back from backend threads to the loop.
  *
  * Backends answer every job through gd_completion_post() (any thread): the event is queued under a
- * lock and the loop is woken with uv_async_send (wake-ups coalesce; the loop drains the whole
+ * lock on the queue of the job's loop (one per loop thread) and that loop is woken with uv_async_send (wake-ups coalesce; the loop drains the whole
  * queue each time). On the loop thread the queue hands each event, in posting order, to its
  * deliver callback (the scheduler's). Events of a job that is released meanwhile are dropped
  * (gd_completion_forget), never delivered.
@@ -24,7 +24,9 @@ typedef void (*gd_completion_deliver_cb)(gd_sched *to, const gd_backend_event *e
 int gd_completion_new(uv_loop_t *loop, gd_completion_deliver_cb deliver, gd_sched *to,
                       gd_completion **out, gp_error *err);
 
-/* Thread-safe: queue ev for the loop and wake it. A backend posts to its gd_backend.sink.
+/* Thread-safe: queue ev for the loop and wake it. A backend posts to its gd_backend.sink; the
+ * event goes to ev->job->queue instead where the job has one (the queue of the loop thread
+ * that admitted it: gd_sched_port).
  * Returns 0, or GP_E_RESOURCE_EXHAUSTED when out of memory (the event is then lost: callers
  * preallocate or retry where losing it matters), or GP_E_INTERNAL without a queue. */
 int gd_completion_post(gd_completion *q, const gd_backend_event *ev);

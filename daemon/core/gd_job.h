@@ -72,6 +72,7 @@ struct gd_job {
   gd_backend *backend;
   void *backend_data;          /* the backend's own */
   gd_job_waiter *waiter;       /* NULL once the client is gone */
+  struct gd_completion *queue; /* where its events go: the queue of the loop that admitted it */
   int device;                  /* index into devices() (0 for the CPU): the scheduler's pick before
                                   prepare, which may move the job by changing it */
   bool device_fixed;           /* device is where its CUDA IPC regions live: prepare must not

@@ -8,6 +8,8 @@
 #include "gd_sched.h"
 
 #include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +19,7 @@
 #include "gd_log.h"
 
 #define GD_SCHED_MAX_DEVICES 64
+#define GD_SCHED_MAX_PORTS 64
 
 typedef struct sched_job {
   gd_job job; /* first: the backend and the waiter only see this */
@@ -28,20 +31,34 @@ typedef struct sched_job {
   double work;         /* flops, for the device load */
 } sched_job;
 
+/* One loop thread's way in: its jobs' completion queue and its room callback. */
+struct gd_sched_port {
+  gd_sched *s;
+  gd_completion *queue;        /* events of the jobs admitted through this port */
+  uv_async_t room_async;       /* tell_room from another thread */
+  void (*room)(void *arg);
+  void *room_arg;
+  pthread_t thread;            /* the thread that runs the port's loop */
+  atomic_bool want_room;       /* its loop has requests waiting for room */
+  bool open;                   /* handles initialised and not yet closed */
+};
+
 struct gd_sched {
-  uv_loop_t *loop;
+  /* Every loop thread calls in: one lock over the scheduler, the backend's ops (called only from
+   * here) and the connections' shared counters (gd_sched_lock). Recursive, so that a callback
+   * run under it (room, a waiter's) may call back in. */
+  pthread_mutex_t mu;
   gd_backend *backend;
   gd_sched_limits limits;
   gd_stats *stats;
-  gd_completion *completion;
+  gd_sched_port *ports[GD_SCHED_MAX_PORTS]; /* [0]: the port gd_sched_new opened */
+  size_t nports;
   sched_job *jobs; /* every job admitted and not yet released */
   size_t job_count, running;
   uint64_t reserved;           /* jobs' and extra */
   uint64_t extra;              /* of it, outside jobs (gd_sched_reserve) */
   size_t delivering_jobs;     /* final, reply going out to its client: not in job_count */
   uint64_t delivering_bytes;  /* their reserved bytes: not in reserved */
-  void (*room)(void *arg);    /* job_count or reserved went down, or the limits changed */
-  void *room_arg;
   uint64_t next_id;
   bool draining;
   double device_load[GD_SCHED_MAX_DEVICES];
@@ -52,10 +69,39 @@ static sched_job *to_sched_job(gd_job *job) { return (sched_job *)job; }
 
 /* ---- the one release ------------------------------------------------------ */
 
+/* job_count or reserved went down, or the limits changed. Each port's loop hears it: at once
+ * when it is this thread's, else through its async handle when requests wait there. */
 static void tell_room(gd_sched *s) {
-  if (s->room)
-    s->room(s->room_arg);
+  pthread_t self = pthread_self();
+  for (size_t i = 0; i < s->nports; i++) {
+    gd_sched_port *p = s->ports[i];
+    if (!p || !p->room || !p->open)
+      continue;
+    if (pthread_equal(p->thread, self))
+      p->room(p->room_arg);
+    else if (atomic_load(&p->want_room))
+      uv_async_send(&p->room_async); /* thread-safe; coalesces */
+  }
 }
+
+void gd_sched_lock(gd_sched *s) {
+  int rc = pthread_mutex_lock(&s->mu);
+  assert(rc == 0);
+  (void)rc;
+}
+
+void gd_sched_unlock(gd_sched *s) {
+  int rc = pthread_mutex_unlock(&s->mu);
+  assert(rc == 0);
+  (void)rc;
+}
+
+#define LOCKED(s, expr) \
+  do { \
+    gd_sched_lock(s); \
+    expr; \
+    gd_sched_unlock(s); \
+  } while (0)
 
 /* The job's references to regions it used in place (after the backend let go of the job). */
 static void put_mapped(gd_sched *s, gd_job *job) {
@@ -74,7 +120,7 @@ static void release(gd_sched *s, sched_job *sj) {
   if (s->backend)
     s->backend->ops->release(s->backend, job);
   put_mapped(s, job);
-  gd_completion_forget(s->completion, job);
+  gd_completion_forget(job->queue, job);
   GD_LIST_UNLINK(s->jobs, sj);
   bool shared = !sj->delivering;
   if (sj->delivering) {
@@ -124,9 +170,12 @@ static void mark_final(gd_sched *s, sched_job *sj) {
     move_to_delivery(s, sj);
 }
 
+/* The waiter runs without the lock: the job is its loop's alone (only that loop's calls and
+ * this queue's deliveries touch it), and the waiter copies chunks and encodes replies. */
 static void deliver(gd_sched *s, const gd_backend_event *ev) {
   sched_job *sj = to_sched_job(ev->job);
   gd_job *job = ev->job;
+  gd_sched_lock(s);
   if (ev->type == GD_EV_OUTPUT_CHUNK || ev->type == GD_EV_FAILED) {
     assert(sj->submitted && !sj->final); /* nothing after the final event */
     if (ev->type == GD_EV_FAILED || ev->last)
@@ -135,6 +184,7 @@ static void deliver(gd_sched *s, const gd_backend_event *ev) {
   if (job->waiter) {
     if (ev->type == GD_EV_OUTPUT_CHUNK)
       sj->chunks_out++;
+    gd_sched_unlock(s);
     job->waiter->on_event(job->waiter, job, ev);
     return;
   }
@@ -144,49 +194,126 @@ static void deliver(gd_sched *s, const gd_backend_event *ev) {
   uint64_t id = job->id;
   if (release_if_done(s, sj))
     gd_debug("job %llu: client gone, dropped after it completed", (unsigned long long)id);
+  gd_sched_unlock(s);
 }
 
 /* ---- set-up -------------------------------------------------------------- */
 
 static size_t count_devices(gd_backend *b);
 
+static void on_room_async(uv_async_t *handle) {
+  gd_sched_port *p = handle->data;
+  gd_sched_lock(p->s); /* room callbacks run under the lock, wherever they come from */
+  if (p->room)
+    p->room(p->room_arg);
+  gd_sched_unlock(p->s);
+}
+
+int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_sched_port **out, gp_error *err) {
+  gd_sched_lock(s);
+  size_t slot = s->nports;
+  if (slot < GD_SCHED_MAX_PORTS)
+    s->ports[s->nports++] = NULL; /* taken; filled below */
+  gd_sched_unlock(s);
+  if (slot == GD_SCHED_MAX_PORTS)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "scheduler: more than %d loops",
+                        GD_SCHED_MAX_PORTS);
+  gd_sched_port *p = calloc(1, sizeof *p);
+  int rc = p ? gd_completion_new(loop, deliver, s, &p->queue, err)
+             : gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "scheduler: out of memory");
+  if (rc == 0 && (rc = uv_async_init(loop, &p->room_async, on_room_async)) != 0) {
+    gd_completion_close(p->queue); /* its memory is lost: libuv may still touch it */
+    rc = gp_error_set(err, GP_E_INTERNAL, "scheduler: %s", uv_strerror(rc));
+  }
+  if (rc != 0) {
+    free(p);
+    return rc; /* the slot stays NULL: every walk skips it */
+  }
+  p->s = s;
+  p->thread = pthread_self();
+  atomic_init(&p->want_room, false);
+  p->room_async.data = p;
+  uv_unref((uv_handle_t *)&p->room_async);
+  p->open = true;
+  LOCKED(s, s->ports[slot] = p);
+  *out = p;
+  return 0;
+}
+
+void gd_sched_port_on_room(gd_sched_port *p, void (*room)(void *arg), void *arg) {
+  LOCKED(p->s, p->room = room; p->room_arg = arg);
+}
+
+void gd_sched_port_want_room(gd_sched_port *p, bool want) { atomic_store(&p->want_room, want); }
+
+void gd_sched_port_close(gd_sched_port *p) {
+  if (!p || !p->open)
+    return;
+  LOCKED(p->s, p->open = false);
+  gd_completion_close(p->queue);
+  uv_close((uv_handle_t *)&p->room_async, NULL); /* the port is freed with the scheduler */
+}
+
+gd_sched_port *gd_sched_default_port(gd_sched *s) { return s->ports[0]; }
+
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
                  gd_stats *stats, gd_sched **out, gp_error *err) {
   gd_sched *s = calloc(1, sizeof *s);
   if (!s)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "scheduler: out of memory");
-  s->loop = loop;
+  pthread_mutexattr_t attr;
+  int rc = pthread_mutexattr_init(&attr);
+  if (rc == 0) {
+    rc = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    if (rc == 0)
+      rc = pthread_mutex_init(&s->mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+  }
+  if (rc != 0) {
+    free(s);
+    return gp_error_set(err, GP_E_INTERNAL, "scheduler: mutex: %s", strerror(rc));
+  }
   s->backend = backend;
   s->limits = *limits;
   s->stats = stats;
   s->next_id = 1;
   s->ndevices = count_devices(backend);
-  int rc = gd_completion_new(loop, deliver, s, &s->completion, err);
+  gd_sched_port *first;
+  rc = gd_sched_port_open(s, loop, &first, err);
   if (rc != 0) {
+    pthread_mutex_destroy(&s->mu);
     free(s);
     return rc;
   }
   if (backend)
-    backend->sink = s->completion;
+    backend->sink = first->queue; /* jobs admitted with no port of their own */
   *out = s;
   return 0;
 }
 
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits) {
+  gd_sched_lock(s);
   s->limits = *limits;
   tell_room(s); /* larger limits may admit a waiting request */
+  gd_sched_unlock(s);
 }
 
 void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg) {
-  s->room = room;
-  s->room_arg = arg;
+  gd_sched_port_on_room(s->ports[0], room, arg);
 }
 
-gd_sched_limits gd_sched_get_limits(const gd_sched *s) { return s->limits; }
+gd_sched_limits gd_sched_get_limits(const gd_sched *s) {
+  gd_sched *m = (gd_sched *)s; /* the lock is not part of the value */
+  gd_sched_limits limits;
+  LOCKED(m, limits = s->limits);
+  return limits;
+}
 
 void gd_sched_set_draining(gd_sched *s) {
+  gd_sched_lock(s);
   s->draining = true;
   tell_room(s); /* whoever waits for room gets UNAVAILABLE now */
+  gd_sched_unlock(s);
 }
 
 /* ---- admission ----------------------------------------------------------- */
@@ -302,7 +429,7 @@ static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
   return 0;
 }
 
-int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
                    const gd_sched_share *share, gd_job_waiter *waiter,
                    gd_job **out, gp_error *err) {
   assert(waiter && waiter->on_event);
@@ -326,6 +453,8 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   job->deadline_us = deadline_of(hdr, job->admitted_us);
   job->backend = s->backend;
   job->waiter = waiter;
+  gd_sched_port *port = share && share->port ? share->port : s->ports[0];
+  job->queue = port->queue;
   job->device_fixed = share && share->fixed_device > 0;
   job->device = job->device_fixed ? share->fixed_device - 1
                                   : pick_device(s, share ? share->prefer_device - 1 : -1,
@@ -368,7 +497,7 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   return 0;
 }
 
-bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+static bool input_window_unlocked(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
                            void **ptr, size_t *len) {
   assert(!to_sched_job(job)->submitted && job->waiter);
   if (!s->backend || !s->backend->ops->input_window)
@@ -376,7 +505,7 @@ bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_
   return s->backend->ops->input_window(s->backend, job, operand, offset, ptr, len);
 }
 
-bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
+static bool input_resident_unlocked(gd_sched *s, gd_job *job, gp_operand operand,
                              gd_resident_buf *res) {
   assert(!to_sched_job(job)->submitted && job->waiter);
   assert(res->bytes == job->operand_bytes[operand]);
@@ -385,12 +514,12 @@ bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
   return s->backend->ops->input_resident(s->backend, job, operand, res);
 }
 
-void gd_sched_resident_freed(gd_sched *s) {
+static void resident_freed_unlocked(gd_sched *s) {
   if (s->backend && s->backend->ops->resident_freed)
     s->backend->ops->resident_freed(s->backend);
 }
 
-int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+static int input_unlocked(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
                    const void *data, size_t len, bool *pause, gp_error *err) {
   assert(!to_sched_job(job)->submitted && job->waiter);
   if (!s->backend)
@@ -402,7 +531,7 @@ int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset
   return rc;
 }
 
-int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
+static int submit_unlocked(gd_sched *s, gd_job *job, gp_error *err) {
   sched_job *sj = to_sched_job(job);
   assert(!sj->submitted && job->waiter);
   job->submitted_us = gd_now_us();
@@ -427,7 +556,7 @@ bool gd_sched_chunks_in_job_memory(const gd_sched *s, const gd_job *job) {
   return s->backend && s->backend->ops->output_in_job_memory;
 }
 
-void gd_sched_chunk_done(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
+static void chunk_done_unlocked(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
   sched_job *sj = to_sched_job(job);
   assert(sj->chunks_out > 0); /* each chunk comes back exactly once */
   sj->chunks_out--;
@@ -436,13 +565,13 @@ void gd_sched_chunk_done(gd_sched *s, gd_job *job, const void *chunk, size_t len
   release_if_done(s, sj);
 }
 
-void gd_sched_abandon(gd_sched *s, gd_job *job) {
+static void abandon_unlocked(gd_sched *s, gd_job *job) {
   assert(job->waiter);
   job->waiter = NULL;
   release_if_done(s, to_sched_job(job));
 }
 
-void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
+static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
   sched_job *sj = to_sched_job(job);
   assert(job->waiter && sj->chunks_out == 0);
   assert(!sj->submitted || sj->final);
@@ -460,13 +589,13 @@ void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
   (void)released;
 }
 
-size_t gd_sched_jobs(const gd_sched *s) { return s->job_count; }
-size_t gd_sched_running(const gd_sched *s) { return s->running; }
-size_t gd_sched_delivering(const gd_sched *s) { return s->delivering_jobs; }
-uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return s->delivering_bytes; }
-uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return s->reserved; }
+static size_t jobs_unlocked(const gd_sched *s) { return s->job_count; }
+static size_t running_unlocked(const gd_sched *s) { return s->running; }
+static size_t delivering_unlocked(const gd_sched *s) { return s->delivering_jobs; }
+static uint64_t delivering_bytes_unlocked(const gd_sched *s) { return s->delivering_bytes; }
+static uint64_t reserved_bytes_unlocked(const gd_sched *s) { return s->reserved; }
 
-int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
+static int reserve_unlocked(gd_sched *s, uint64_t bytes, gp_error *err) {
   /* A registration does not wait for room as a gemm does: it fits now or is refused. */
   uint64_t left = budget_left(s);
   if (bytes > left)
@@ -478,7 +607,7 @@ int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
   return 0;
 }
 
-void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
+static void unreserve_unlocked(gd_sched *s, uint64_t bytes) {
   assert(s->extra >= bytes && s->reserved >= bytes);
   s->extra -= bytes;
   s->reserved -= bytes;
@@ -487,13 +616,13 @@ void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
 
 /* ---- shared-memory regions ----------------------------------------------- */
 
-void gd_sched_region_added(gd_sched *s, gd_region *r) {
+static void region_added_unlocked(gd_sched *s, gd_region *r) {
   assert(r->refs > 0);
   if (s->backend && s->backend->ops->region_added)
     s->backend->ops->region_added(s->backend, r);
 }
 
-void gd_sched_region_put(gd_sched *s, gd_region *r) {
+static void region_put_unlocked(gd_sched *s, gd_region *r) {
   assert(r->refs > 0);
   if (--r->refs > 0)
     return;
@@ -505,7 +634,7 @@ void gd_sched_region_put(gd_sched *s, gd_region *r) {
     gd_region_unmap(r);
 }
 
-bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr) {
+static bool output_mapped_unlocked(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr) {
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
          job->result_bytes <= r->size - (uint64_t)(ptr - r->base));
@@ -521,7 +650,7 @@ bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr
   return true;
 }
 
-bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+static bool input_mapped_unlocked(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
                            const uint8_t *ptr) {
   assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
   assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
@@ -536,7 +665,7 @@ bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_regi
 
 /* ---- CUDA IPC regions ---------------------------------------------------- */
 
-int gd_sched_device_region_open(gd_sched *s, gd_region *r, const char *pci_bus_id,
+static int device_region_open_unlocked(gd_sched *s, gd_region *r, const char *pci_bus_id,
                                 gp_error *err) {
   assert(r->kind == GD_REGION_DEVICE && r->refs == 1);
   if (!s->backend || !s->backend->ops->device_region_open)
@@ -553,7 +682,7 @@ static void hold_device(gd_job *job, int slot, gd_region *r, uint64_t offset) {
   job->mapped_offset[slot] = offset;
 }
 
-bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+static bool input_device_unlocked(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
                            uint64_t offset) {
   assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
   assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
@@ -565,7 +694,7 @@ bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_regi
   return true;
 }
 
-bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset) {
+static bool output_device_unlocked(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset) {
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
          job->result_bytes <= r->size - offset);
@@ -576,9 +705,158 @@ bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t off
   return true;
 }
 
+/* ---- the locked entry points ------------------------------------------------ */
+
+int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                   const gd_sched_share *share, gd_job_waiter *waiter,
+                   gd_job **out, gp_error *err) {
+  int result;
+  LOCKED(s, result = admit_unlocked(s, hdr, has_c, msgid, share, waiter, out, err));
+  return result;
+}
+
+bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+                           void **ptr, size_t *len) {
+  bool result;
+  LOCKED(s, result = input_window_unlocked(s, job, operand, offset, ptr, len));
+  return result;
+}
+
+bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
+                             gd_resident_buf *res) {
+  bool result;
+  LOCKED(s, result = input_resident_unlocked(s, job, operand, res));
+  return result;
+}
+
+void gd_sched_resident_freed(gd_sched *s) {
+  LOCKED(s, resident_freed_unlocked(s));
+}
+
+/* Bytes that arrived elsewhere (behind a header in the read buffer, a region, a resident
+ * operand) are copied into the job's window outside the lock when the window takes them all:
+ * the window is the job's alone, and other loops need not wait on the copy. The backend then
+ * sees them landed in place, as after a read straight into the window. */
+int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
+                   const void *data, size_t len, bool *pause, gp_error *err) {
+  void *window;
+  size_t room;
+  if (len > 0 && gd_sched_input_window(s, job, operand, offset, &window, &room) && room >= len &&
+      window != data) {
+    memcpy(window, data, len);
+    data = window;
+  }
+  int result;
+  LOCKED(s, result = input_unlocked(s, job, operand, offset, data, len, pause, err));
+  return result;
+}
+
+int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
+  int result;
+  LOCKED(s, result = submit_unlocked(s, job, err));
+  return result;
+}
+
+void gd_sched_chunk_done(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
+  LOCKED(s, chunk_done_unlocked(s, job, chunk, len));
+}
+
+void gd_sched_abandon(gd_sched *s, gd_job *job) {
+  LOCKED(s, abandon_unlocked(s, job));
+}
+
+void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
+  LOCKED(s, finish_unlocked(s, job, ok));
+}
+
+size_t gd_sched_jobs(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
+  size_t result;
+  LOCKED(s, result = jobs_unlocked(s));
+  return result;
+}
+
+size_t gd_sched_running(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
+  size_t result;
+  LOCKED(s, result = running_unlocked(s));
+  return result;
+}
+
+size_t gd_sched_delivering(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
+  size_t result;
+  LOCKED(s, result = delivering_unlocked(s));
+  return result;
+}
+
+uint64_t gd_sched_delivering_bytes(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
+  uint64_t result;
+  LOCKED(s, result = delivering_bytes_unlocked(s));
+  return result;
+}
+
+uint64_t gd_sched_reserved_bytes(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
+  uint64_t result;
+  LOCKED(s, result = reserved_bytes_unlocked(s));
+  return result;
+}
+
+int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {
+  int result;
+  LOCKED(s, result = reserve_unlocked(s, bytes, err));
+  return result;
+}
+
+void gd_sched_unreserve(gd_sched *s, uint64_t bytes) {
+  LOCKED(s, unreserve_unlocked(s, bytes));
+}
+
+void gd_sched_region_added(gd_sched *s, gd_region *r) {
+  LOCKED(s, region_added_unlocked(s, r));
+}
+
+
+bool gd_sched_output_mapped(gd_sched *s, gd_job *job, gd_region *r, uint8_t *ptr) {
+  bool result;
+  LOCKED(s, result = output_mapped_unlocked(s, job, r, ptr));
+  return result;
+}
+
+bool gd_sched_input_mapped(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           const uint8_t *ptr) {
+  bool result;
+  LOCKED(s, result = input_mapped_unlocked(s, job, operand, r, ptr));
+  return result;
+}
+
+int gd_sched_device_region_open(gd_sched *s, gd_region *r, const char *pci_bus_id,
+                                gp_error *err) {
+  int result;
+  LOCKED(s, result = device_region_open_unlocked(s, r, pci_bus_id, err));
+  return result;
+}
+
+bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_region *r,
+                           uint64_t offset) {
+  bool result;
+  LOCKED(s, result = input_device_unlocked(s, job, operand, r, offset));
+  return result;
+}
+
+bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset) {
+  bool result;
+  LOCKED(s, result = output_device_unlocked(s, job, r, offset));
+  return result;
+}
+
+void gd_sched_region_put(gd_sched *s, gd_region *r) { LOCKED(s, region_put_unlocked(s, r)); }
+
 /* ---- teardown ------------------------------------------------------------ */
 
-void gd_sched_close(gd_sched *s) { gd_completion_close(s->completion); }
+void gd_sched_close(gd_sched *s) { gd_sched_port_close(s->ports[0]); }
 
 void gd_sched_free(gd_sched *s) {
   if (!s)
@@ -586,13 +864,17 @@ void gd_sched_free(gd_sched *s) {
   /* The backend is gone: its destroy() freed what it held; free our side only. */
   sched_job *sj = s->jobs;
   s->backend = NULL; /* regions the jobs still hold are unmapped here */
-  s->room = NULL;
   while (sj) {
     sched_job *next = sj->next;
     put_mapped(s, &sj->job);
     free(sj);
     sj = next;
   }
-  gd_completion_free(s->completion);
+  for (size_t i = 0; i < s->nports; i++) {
+    if (s->ports[i])
+      gd_completion_free(s->ports[i]->queue);
+    free(s->ports[i]);
+  }
+  pthread_mutex_destroy(&s->mu);
   free(s);
 }

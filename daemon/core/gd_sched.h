@@ -1,7 +1,14 @@
 /*
  * gd_sched.h - the scheduler: owns every job from admission to release. Admission, the
  * daemon-wide job count, the memory budget, load spreading over devices, and the only caller of
- * the backend's ops (gd_backend.h). Loop thread only.
+ * the backend's ops (gd_backend.h).
+ *
+ * Threads: every loop thread (server.loops) calls in. Each opens a port (gd_sched_port_open) on
+ * its own loop: the events of the jobs it admits come back through that port's completion
+ * queue, on that loop, and its room callback runs there. One recursive lock (gd_sched_lock)
+ * covers the scheduler and the backend's ops; every function here takes it, and the connections
+ * take it too around the few counters all loops share. A job is touched only by the loop thread
+ * that admitted it (its calls and its port's deliveries).
  *
  * Admission happens when a gemm header has been parsed, before any payload byte is read:
  *   - draining                              -> UNAVAILABLE
@@ -60,6 +67,7 @@ typedef struct {
   int prefer_device;
   int fixed_device;  /* >= 1: the job must run on device fixed_device - 1 (its operands are
                         CUDA memory there), whatever prefer_device says; 0: the scheduler picks */
+  struct gd_sched_port *port; /* the admitting loop's port; NULL: the first (gd_sched_new's) */
 } gd_sched_share;
 
 typedef struct {
@@ -72,6 +80,24 @@ typedef struct {
  * submit are skipped). stats may be NULL. Returns 0, or a gp code with err filled. */
 int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *limits,
                  gd_stats *stats, gd_sched **out, gp_error *err);
+
+/* One loop thread's way in (see the top). Open it on the thread that runs loop; the port lives
+ * until gd_sched_free. gd_sched_new opens the first one on its own loop. */
+typedef struct gd_sched_port gd_sched_port;
+int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_sched_port **out, gp_error *err);
+gd_sched_port *gd_sched_default_port(gd_sched *s);
+/* room(arg) runs on the port's loop thread, under the lock (see gd_sched_on_room). Another
+ * thread's room reaches this loop only while want_room is set: set it (then look for room once
+ * more yourself) before a request waits, clear it when none does. */
+void gd_sched_port_on_room(gd_sched_port *p, void (*room)(void *arg), void *arg);
+void gd_sched_port_want_room(gd_sched_port *p, bool want);
+/* Closes the port's handles, on its loop's thread (or once that thread ended); the loop must run
+ * once more to finish closing them. */
+void gd_sched_port_close(gd_sched_port *p);
+
+/* The lock (recursive) over the scheduler, the backend's ops and what connections share. */
+void gd_sched_lock(gd_sched *s);
+void gd_sched_unlock(gd_sched *s);
 
 /* New limits (SIGHUP): apply to later admissions; jobs already admitted stay. */
 void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits);
@@ -174,8 +200,9 @@ bool gd_sched_input_device(gd_sched *s, gd_job *job, gp_operand operand, gd_regi
                            uint64_t offset);
 bool gd_sched_output_device(gd_sched *s, gd_job *job, gd_region *r, uint64_t offset);
 
-/* Closes the completion queue's handle (the loop must run once more to finish closing it). Call
- * when the backend has been destroyed or will post nothing more. */
+/* Closes the first port's handles (the loop must run once more to finish closing them). Call
+ * when the backend has been destroyed or will post nothing more; other ports are closed by
+ * their loops (gd_sched_port_close). */
 void gd_sched_close(gd_sched *s);
 /* Frees the scheduler, every job still held (without release()) and undelivered events. Only
  * after gd_sched_close() and the loop has run its close callbacks, and after backend destroy. */

@@ -3,9 +3,25 @@
  */
 #include "gd_stats.h"
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 void gd_stats_init(gd_stats *s) { memset(s, 0, sizeof *s); }
+
+/* Every field after started_us is a gd_counter, hists included: copied as one array of them. */
+_Static_assert((sizeof(gd_stats) - offsetof(gd_stats, requests)) % sizeof(gd_counter) == 0,
+               "gd_stats is started_us and counters");
+
+void gd_stats_copy(gd_stats *dst, const gd_stats *src) {
+  dst->started_us = src->started_us;
+  size_t n = (sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter);
+  const gd_counter *from = &src->requests;
+  gd_counter *to = &dst->requests;
+  for (size_t i = 0; i < n; i++)
+    atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed),
+                          memory_order_relaxed);
+}
 
 unsigned gd_hist_bucket(uint64_t us) {
   unsigned b = 0;
@@ -26,8 +42,9 @@ void gd_hist_add(gd_hist *h, uint64_t us) {
   h->counts[gd_hist_bucket(us)]++;
   h->count++;
   h->sum_us += us;
-  if (us > h->max_us)
-    h->max_us = us;
+  uint64_t max = atomic_load_explicit(&h->max_us, memory_order_relaxed);
+  while (us > max && !atomic_compare_exchange_weak(&h->max_us, &max, us))
+    ; /* another loop raised it meanwhile: max now holds its value */
 }
 
 unsigned gd_stats_code_index(int code) {

@@ -1,7 +1,9 @@
 /*
  * gd_stats.h - the daemon's counters and latency histograms (the `stats`
- * method). Loop thread only: every update happens where the loop handles the
- * event, so no locks.
+ * method). Every loop thread updates the same counters (gemmd runs `server.loops` of them):
+ * each field is an atomic, so an increment is one locked add and a reader (the stats method, the
+ * metrics snapshot) never sees a torn value. Counters of one request need not agree with each
+ * other at every instant.
  *
  * Histograms have fixed log2 buckets in microseconds: bucket 0 counts values
  * < 1 us, bucket i (1 <= i < GD_HIST_BUCKETS - 1) counts [2^(i-1), 2^i) us,
@@ -11,6 +13,7 @@
 #define GD_STATS_H
 
 #include <msgpack.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "gp_error.h"
@@ -20,33 +23,37 @@
 #define GD_STATS_CODES 10 /* index 0: OK, index -code for GP_E_* */
 #define GD_STATS_METHODS 11 /* indexed by gp_method (UNKNOWN included) */
 
+typedef _Atomic uint64_t gd_counter;
+
 typedef struct {
-  uint64_t counts[GD_HIST_BUCKETS];
-  uint64_t count;
-  uint64_t sum_us;
-  uint64_t max_us;
+  gd_counter counts[GD_HIST_BUCKETS];
+  gd_counter count;
+  gd_counter sum_us;
+  gd_counter max_us;
 } gd_hist;
 
 typedef enum { GD_HIST_QUEUED = 0, GD_HIST_COMPUTE = 1, GD_HIST_TOTAL = 2 } gd_hist_kind;
 #define GD_HIST_KINDS 3
 
 typedef struct {
-  uint64_t started_us;                  /* monotonic, for uptime */
-  uint64_t requests;                    /* every request answered or refused */
-  uint64_t requests_by_method[GD_STATS_METHODS];
-  uint64_t replies[GD_STATS_METHODS][GD_STATS_CODES]; /* replies sent, by method and code */
-  uint64_t notifications;
-  uint64_t errors_by_code[GD_STATS_CODES];
-  uint64_t bytes_in, bytes_out;
-  uint64_t connections_total;           /* accepted since start */
-  uint64_t connections_refused;         /* over max_connections */
-  uint64_t connections_dropped;         /* accept failed (out of file descriptors) */
-  uint64_t admission_waits;             /* gemm requests that waited for room to be admitted */
-  uint64_t gemm_ok;
+  uint64_t started_us;                    /* monotonic, for uptime */
+  gd_counter requests;                    /* every request answered or refused */
+  gd_counter requests_by_method[GD_STATS_METHODS];
+  gd_counter replies[GD_STATS_METHODS][GD_STATS_CODES]; /* replies sent, by method and code */
+  gd_counter notifications;
+  gd_counter errors_by_code[GD_STATS_CODES];
+  gd_counter bytes_in, bytes_out;
+  gd_counter connections_total;           /* accepted since start */
+  gd_counter connections_refused;         /* over max_connections */
+  gd_counter connections_dropped;         /* accept failed (out of file descriptors) */
+  gd_counter admission_waits;             /* gemm requests that waited for room to be admitted */
+  gd_counter gemm_ok;
   gd_hist hist[GD_HIST_KINDS];
 } gd_stats;
 
 void gd_stats_init(gd_stats *s);
+/* A copy of src, each counter read atomically (a plain struct copy would not be). */
+void gd_stats_copy(gd_stats *dst, const gd_stats *src);
 /* Bucket of a value (exposed for tests). */
 unsigned gd_hist_bucket(uint64_t us);
 /* Upper bound (exclusive) of bucket i in us; UINT64_MAX for the last. */

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "gd_clock.h"
 
@@ -101,9 +102,13 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
 void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
   gd_calls_free_all(&c->calls);
+  if (c->calls.sched) /* the regions' and resident operands' totals are every loop's */
+    gd_sched_lock(c->calls.sched);
   gd_shm_free(&c->shm);
   gd_replyq_free(&c->out);
   gd_resident_free(&c->resident); /* after its calls: none holds a pointer into it anyway */
+  if (c->calls.sched)
+    gd_sched_unlock(c->calls.sched);
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }
@@ -145,10 +150,11 @@ static void describe_peer(gd_conn *c) {
   snprintf(c->peer_key, sizeof c->peer_key, "tcp %s", host);
 }
 
-int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
+/* The stream, timer and idle handles on loop; open_handles counts those that must be closed. */
+static int init_handles(gd_conn *c, uv_loop_t *loop, bool tcp) {
   snprintf(c->peer, sizeof c->peer, "?");
-  int rc = server->type == UV_TCP ? uv_tcp_init(loop, &c->h.tcp)
-                                  : uv_pipe_init(loop, &c->h.pipe, c->shm.totals != NULL);
+  int rc = tcp ? uv_tcp_init(loop, &c->h.tcp)
+               : uv_pipe_init(loop, &c->h.pipe, c->shm.totals != NULL);
   if (rc != 0)
     return rc;
   c->h.handle.data = c;
@@ -163,9 +169,29 @@ int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
     return rc;
   c->flush.data = c;
   c->open_handles = 3;
-  rc = uv_accept(server, &c->h.stream);
-  if (rc != 0)
+  return 0;
+}
+
+int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
+  int rc = init_handles(c, loop, server->type == UV_TCP);
+  if (rc == 0)
+    rc = uv_accept(server, &c->h.stream);
+  if (rc == 0)
+    describe_peer(c);
+  return rc;
+}
+
+int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp) {
+  int rc = init_handles(c, loop, tcp);
+  if (rc != 0) {
+    close(fd);
     return rc;
+  }
+  rc = tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
+  if (rc != 0) {
+    close(fd); /* not the handle's: closing it closes nothing */
+    return rc;
+  }
   describe_peer(c);
   return 0;
 }

@@ -82,6 +82,9 @@ void gd_conn_free(gd_conn *c);
  * gd_shm_attach was called on c->shm): 0, or a uv error after which c is closing
  * already (closed() follows) when open_handles > 0, else untouched. */
 int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server);
+/* The same for a connection accepted elsewhere (on loop 0, handed over as fd): the handles on
+ * loop, the stream opened on fd (tcp: a TCP socket, else a Unix one). fd is closed on failure. */
+int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp);
 
 /* Reads while want is true, else stops. May close c (uv_read_start failed). */
 void gd_conn_want_read(gd_conn *c, bool want);

@@ -23,7 +23,8 @@
 
 /* Appends the whole reply to msgid for method (PING, INFO or STATS) to out. shm: the connection
  * may use shared memory (info's "features" then lists "shm"). 0, or a gp_code with err filled
- * (UNIMPLEMENTED for any other method, RESOURCE_EXHAUSTED when out of memory). */
+ * (UNIMPLEMENTED for any other method, RESOURCE_EXHAUSTED when out of memory). Under the shared
+ * lock (gd_server.h): it reads the daemon's limits and counts. */
 int gd_methods_reply(gd_server *d, uint32_t msgid, gp_method method, bool shm,
                      msgpack_sbuffer *out, gp_error *err);
 

@@ -17,6 +17,7 @@
 #include "gd_cuda_ipc.h"
 #include "gd_log.h"
 #include "gd_methods.h"
+#include "gd_netloop.h"
 #include "gd_timeouts.h"
 #include "gp_encode.h"
 
@@ -60,6 +61,10 @@ static void send_error(gd_session *s, uint32_t msgid, int code, const char *mess
   send_error_for(s, GP_METHOD_GEMM, msgid, code, message);
 }
 
+/* What all loops share is under the scheduler's lock (gd_server.h). */
+static void lock_shared(const gd_session *s) { gd_sched_lock(s->d->sched); }
+static void unlock_shared(const gd_session *s) { gd_sched_unlock(s->d->sched); }
+
 static bool is_shm_method(gp_method method) {
   return method == GP_METHOD_SHM_REGISTER || method == GP_METHOD_SHM_UNREGISTER;
 }
@@ -69,14 +74,16 @@ static void reply_simple(gd_session *s) {
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
+  lock_shared(s); /* the regions' totals, the daemon's figures */
   int rc = s->method == GP_METHOD_CUDA_REGISTER
-               ? gd_shm_calls_cuda(&s->conn.shm, &s->d->limits.shm, s->msgid, &s->cuda, &sbuf,
+               ? gd_shm_calls_cuda(&s->conn.shm, &s->nl->limits.shm, s->msgid, &s->cuda, &sbuf,
                                    &err)
            : is_shm_method(s->method)
-               ? gd_shm_calls_method(&s->conn.shm, &s->d->limits.shm, &s->conn.calls, s->msgid,
+               ? gd_shm_calls_method(&s->conn.shm, &s->nl->limits.shm, &s->conn.calls, s->msgid,
                                      s->method, s->arg, &sbuf, &err)
                : gd_methods_reply(s->d, s->msgid, s->method, s->conn.shm.totals != NULL,
                                   &sbuf, &err);
+  unlock_shared(s);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
     send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
@@ -94,6 +101,7 @@ static void reply_resident(gd_session *s) {
   gp_error err;
   gp_error_clear(&err);
   uint64_t handle = 0;
+  lock_shared(s); /* the resident totals */
   int rc = s->method == GP_METHOD_PUT ? gd_resident_commit(t, &handle, &err)
                                       : gd_resident_release(t, s->arg, &err);
   if (rc == 0 && (s->method == GP_METHOD_PUT ? gd_resident_pack_put(&sbuf, s->msgid, handle)
@@ -102,6 +110,7 @@ static void reply_resident(gd_session *s) {
       gd_resident_release(t, handle, &err);
     rc = gp_error_set(&err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
   }
+  unlock_shared(s);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
     send_error_for(s, s->method, s->msgid, rc, err.message);
@@ -127,7 +136,7 @@ static bool at_boundary(const gd_session *s) {
  * request it sent (max_requests_in_flight of them) computed into host memory. So what one
  * connection holds stays within max_buffered_bytes and the one result that crosses it. */
 static bool over_caps(const gd_session *s) {
-  const gd_net_limits *cfg = &s->d->limits;
+  const gd_net_limits *cfg = &s->nl->limits;
   return s->conn.calls.in_flight >= cfg->max_requests_in_flight ||
          gd_replyq_backlog(&s->conn.out) >= cfg->max_buffered_bytes ||
          s->conn.calls.owed > cfg->max_buffered_bytes;
@@ -214,7 +223,11 @@ static void consume_window_bytes(gd_session *s) {
  * makes the decoder skip the rest of the message (or it already does). No-op without one. */
 static void drop_current(gd_session *s) {
   gd_call *call = s->cur;
-  gd_resident_abort(&s->conn.resident); /* a put cut short (no call of its own) */
+  if (s->conn.resident.receiving) {
+    lock_shared(s);
+    gd_resident_abort(&s->conn.resident); /* a put cut short (no call of its own) */
+    unlock_shared(s);
+  }
   if (!call)
     return;
   consume_window_bytes(s);
@@ -261,7 +274,7 @@ static void reply_auth(gd_session *s) {
 
 static void count_request(gd_server *d, gp_method method) {
   d->stats->requests++;
-  if ((unsigned)method < sizeof d->stats->requests_by_method / sizeof(uint64_t))
+  if ((unsigned)method < sizeof d->stats->requests_by_method / sizeof(gd_counter))
     d->stats->requests_by_method[method]++;
 }
 
@@ -272,21 +285,24 @@ static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *
  * connected: alone, a peer takes no room from anyone). */
 static gd_sched_share share_of(const gd_session *s) {
   const gd_server *d = s->d;
+  const gd_net_limits *lim = &s->nl->limits;
   double budget = (double)gd_sched_get_limits(d->sched).memory_budget;
   gd_sched_share share = {
       .conn_used = s->conn.calls.reserved,
-      .conn_limit = (uint64_t)(budget * d->limits.connection_memory_share),
+      .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
-      .prefer_device = s->conn.resident.last_device};
+      .prefer_device = s->conn.resident.last_device,
+      .port = s->nl->port};
   if (d->peers.n > 1)
-    share.peer_limit = (uint64_t)(budget * d->limits.peer_memory_share);
+    share.peer_limit = (uint64_t)(budget * lim->peer_memory_share);
   return share;
 }
 
 static bool must_wait(int rc) { return rc == GD_SCHED_FULL || rc == GD_SCHED_OVER_SHARE; }
 
 /* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL or
- * GD_SCHED_OVER_SHARE (nothing done), or a gp code (refused and answered). */
+ * GD_SCHED_OVER_SHARE (nothing done), or a gp code (refused and answered). Under the shared
+ * lock (the peers' counts). */
 static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
@@ -330,27 +346,34 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
 /* ---- waiting for admission (see gd_rpc.h) ----------------------------------- */
 
 static void wait_link(gd_session *s) {
-  gd_server *d = s->d;
-  s->wait_prev = d->wait_tail;
+  gd_netloop *nl = s->nl;
+  s->wait_prev = nl->wait_tail;
   s->wait_next = NULL;
-  if (d->wait_tail)
-    d->wait_tail->wait_next = s;
+  if (nl->wait_tail)
+    nl->wait_tail->wait_next = s;
   else
-    d->wait_head = s;
-  d->wait_tail = s;
+    nl->wait_head = s;
+  nl->wait_tail = s;
 }
 
 static void wait_unlink(gd_session *s) {
-  gd_server *d = s->d;
+  gd_netloop *nl = s->nl;
   if (s->wait_prev)
     s->wait_prev->wait_next = s->wait_next;
   else
-    d->wait_head = s->wait_next;
+    nl->wait_head = s->wait_next;
   if (s->wait_next)
     s->wait_next->wait_prev = s->wait_prev;
   else
-    d->wait_tail = s->wait_prev;
+    nl->wait_tail = s->wait_prev;
   s->wait_prev = s->wait_next = NULL;
+}
+
+/* Another loop's room reaches this one only while something waits here (gd_sched.h). Set
+ * under the shared lock, with the admission that failed: room made after it is heard. */
+static void want_room(gd_netloop *nl) {
+  atomic_store(&nl->share_waiting, nl->share_waiters);
+  gd_sched_port_want_room(nl->port, nl->wait_head || nl->share_waiters > 0);
 }
 
 /* A gemm header waits: in the FIFO for shared room (GD_SCHED_FULL), or, over its own share
@@ -365,7 +388,8 @@ static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int
   if (s->in_line)
     wait_link(s);
   else
-    s->d->share_waiters++;
+    s->nl->share_waiters++;
+  want_room(s->nl);
 }
 
 /* Stops waiting; the time spent waiting does not count against timeouts.request_ms. The next
@@ -376,13 +400,14 @@ static void stop_waiting(gd_session *s) {
   if (s->in_line) {
     wait_unlink(s);
   } else {
-    assert(s->d->share_waiters > 0);
-    s->d->share_waiters--;
+    assert(s->nl->share_waiters > 0);
+    s->nl->share_waiters--;
   }
+  want_room(s->nl);
   s->waiting = s->in_line = false;
   s->wake = false;
   s->msg_started_us += gd_now_us() - s->wait_since_us;
-  gd_rpc_room(s->d);
+  gd_rpc_room(s->nl);
 }
 
 static void wake(gd_session *s) {
@@ -392,32 +417,45 @@ static void wake(gd_session *s) {
   uv_timer_start(&s->conn.timer, on_timer, 0, 0); /* cannot fail on an initialised timer */
 }
 
-/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
- * woken, to be answered UNAVAILABLE. */
-void gd_rpc_room(void *server) {
-  gd_server *d = server;
-  for (gd_session *s = d->wait_head; s; s = d->draining ? s->wait_next : NULL)
-    wake(s);
-  if (!d->draining || d->share_waiters == 0)
+/* Wakes nl's connections waiting over their share (those of peer_key only, unless NULL). */
+static void wake_share_waiters(gd_netloop *nl, const char *peer_key) {
+  if (nl->share_waiters == 0)
     return;
-  for (gd_session *s = d->sessions; s; s = s->next)
-    if (s->waiting && !s->in_line && !s->conn.closing)
-      wake(s);
+  for (gd_session *o = nl->sessions; o; o = o->next)
+    if (o->waiting && !o->in_line && !o->conn.closing &&
+        (!peer_key || strcmp(o->conn.peer_key, peer_key) == 0))
+      wake(o);
 }
 
+/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
+ * woken, to be answered UNAVAILABLE. */
+void gd_rpc_room(void *netloop) {
+  gd_netloop *nl = netloop;
+  bool draining = atomic_load(&nl->d->draining);
+  for (gd_session *s = nl->wait_head; s; s = draining ? s->wait_next : NULL)
+    wake(s);
+  if (draining)
+    wake_share_waiters(nl, NULL);
+}
+
+void gd_rpc_peer_room(gd_netloop *nl) { wake_share_waiters(nl, NULL); }
+
 /* Budget bytes of s's jobs stopped counting (computed, or let go): its peer's count goes down,
- * and whoever of that peer waits over its share tries again. */
+ * and whoever of that peer waits over its share tries again (on other loops: whoever waits
+ * over its share, which looks again). */
 static void peer_uncharge(gd_session *s, uint64_t bytes) {
   gd_server *d = s->d;
   if (!s->peer_counted || bytes == 0)
     return;
+  lock_shared(s);
   gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
-  if (d->share_waiters == 0)
-    return;
-  for (gd_session *o = d->sessions; o; o = o->next)
-    if (o->waiting && !o->in_line && !o->conn.closing &&
-        strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
-      wake(o);
+  unlock_shared(s);
+  wake_share_waiters(s->nl, s->conn.peer_key);
+  for (size_t i = 0; i < d->nloops; i++) {
+    gd_netloop *other = d->loops[i];
+    if (other != s->nl && atomic_load(&other->share_waiting) > 0)
+      gd_netloop_post(other, GD_NETLOOP_PEER_ROOM, NULL);
+  }
 }
 
 static void on_uncounted(gd_calls *l, uint64_t bytes) {
@@ -441,6 +479,7 @@ bool gd_rpc_idle(const gd_session *s) {
  * admitted or refused, it reads on. */
 static void retry_admission(gd_session *s) {
   s->wake = false;
+  lock_shared(s);
   int rc = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
   bool still = s->in_line ? rc == GD_SCHED_FULL : rc == GD_SCHED_OVER_SHARE;
   if (!still) {
@@ -450,25 +489,30 @@ static void retry_admission(gd_session *s) {
     if (must_wait(rc))
       start_waiting(s, &hdr, has_c, rc);
   }
+  unlock_shared(s);
   gd_rpc_kick(&s->conn);
 }
 
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
-  /* behind connections already in line: first come, first served */
-  int rc = s->d->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  lock_shared(s); /* admission and the wait it may start: see want_room */
+  /* behind connections already in line on this loop: first come, first served */
+  int rc = s->nl->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
   if (must_wait(rc)) {
     s->d->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
   }
+  unlock_shared(s);
 }
 
 /* A put's header: its bytes are reserved now, or it is refused before any data byte. */
 static void on_put_request(gd_session *s, const gp_event *ev) {
   gp_error err;
   gp_error_clear(&err);
-  int rc = s->authenticated ? gd_resident_begin(&s->conn.resident, &s->d->limits.resident,
+  lock_shared(s); /* the resident totals */
+  int rc = s->authenticated ? gd_resident_begin(&s->conn.resident, &s->nl->limits.resident,
                                                 &ev->put, &err)
                             : gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET);
+  unlock_shared(s);
   if (rc == 0)
     return;
   gp_decoder_skip_message(s->dec);
@@ -485,8 +529,11 @@ static void on_request(gd_session *s, const gp_event *ev) {
   if (ev->method == GP_METHOD_CUDA_REGISTER)
     s->cuda = ev->cuda;
   s->cur = NULL;
-  if (ev->method == GP_METHOD_AUTH)
+  if (ev->method == GP_METHOD_AUTH) {
+    lock_shared(s); /* SIGHUP may re-read the token */
     s->token_ok = gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
+    unlock_shared(s);
+  }
   if (ev->method == GP_METHOD_GEMM && !s->authenticated)
     refuse_current(s, ev->msgid, GP_E_UNAUTHENTICATED, NOT_YET); /* before any payload byte */
   else if (ev->method == GP_METHOD_GEMM)
@@ -545,7 +592,9 @@ static void put_from_region(gd_session *s, const gp_event *ev) {
                               "shared memory needs a Unix socket connection (and shm.enabled)");
   if (rc != 0) {
     gp_decoder_skip_message(s->dec);
+    lock_shared(s);
     gd_resident_abort(t);
+    unlock_shared(s);
     s->in_request = false;
     send_error_for(s, GP_METHOD_PUT, s->msgid, rc, err.message);
     return;
@@ -847,7 +896,7 @@ static uint64_t payload_bytes(const gd_session *s) {
 }
 
 static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
-  const gd_net_limits *cfg = &s->d->limits;
+  const gd_net_limits *cfg = &s->nl->limits;
   gd_timeout_state st = {
       .at_boundary = at_boundary(s), .paused = s->paused || s->waiting, .eof = s->eof,
       .in_flight = s->conn.calls.in_flight, .writes = s->conn.out.writes,
@@ -881,9 +930,13 @@ static void on_timer(uv_timer_t *timer) {
   update_timer(s);
 }
 
-/* (Re)arms the timer for the earliest timeout that applies now, or stops it. */
+/* (Re)arms the timer for the earliest timeout that applies now, or stops it. It runs after every
+ * change of the connection's state, so it also tells other loops whether the connection is idle
+ * (the connection caps' choice of one to close: gd_session.c). */
 static void update_timer(gd_session *s) {
   uint64_t due = 0;
+  atomic_store_explicit(&s->idle_since_us, gd_rpc_idle(s) ? s->conn.last_activity_us | 1 : 0,
+                        memory_order_relaxed);
   if (s->wake)
     return; /* a retry of admission is due now: its tick re-arms the timer */
   if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
@@ -899,7 +952,9 @@ static void update_timer(gd_session *s) {
 
 void gd_rpc_start(gd_session *s, bool tcp) {
   s->tcp = tcp;
+  lock_shared(s);
   s->authenticated = gd_auth_trusted_at_accept(s->d, tcp);
+  unlock_shared(s);
   assert(tcp || s->authenticated); /* a Unix socket's file mode is its guard */
   s->conn.calls.uncounted = on_uncounted;
   update_reading(s);
@@ -908,7 +963,7 @@ void gd_rpc_start(gd_session *s, bool tcp) {
 }
 
 void gd_rpc_apply_limits(gd_session *s) {
-  gp_decoder_set_limits(s->dec, &s->d->limits.proto);
+  gp_decoder_set_limits(s->dec, &s->nl->limits.proto);
   gd_rpc_kick(&s->conn);
 }
 

@@ -12,17 +12,18 @@
  *
  * Admission: a gemm that fits an idle daemon but not now (queue.max_jobs or what is left of
  * queue.memory_budget: GD_SCHED_FULL) is not refused; its connection stops reading and waits in
- * the server's FIFO of waiting connections. When the scheduler reports room, the first waiter's
+ * its loop's FIFO of waiting connections. When the scheduler reports room, the first waiter's
  * timer fires at once and admission is tried again; a waiter that gets in wakes the next one.
  * A gemm over its connection's or peer's share of the budget (GD_SCHED_OVER_SHARE) waits out
  * of line, so it never blocks other connections; it tries again when a job of its peer is
  * computed or let go. Waiting does not count against timeouts.request_ms.
  *
- * Loop thread only.
+ * The thread of the connection's loop only (gd_netloop.h).
  */
 #ifndef GD_RPC_H
 #define GD_RPC_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -37,7 +38,11 @@ typedef struct gd_session gd_session;
 struct gd_session {
   gd_conn conn;              /* first: the transport's callbacks get &conn */
   gd_server *d;
-  struct gd_session *prev, *next;
+  struct gd_netloop *nl;     /* the loop thread it lives on */
+  struct gd_session *prev, *next;           /* its loop's connections */
+  struct gd_session *all_prev, *all_next;   /* every loop's, under the shared lock */
+  _Atomic uint64_t idle_since_us; /* its last activity while idle (gd_rpc_idle), else 0: for
+                                     other loops (the caps' choice of one to close) */
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
@@ -77,9 +82,15 @@ void gd_rpc_eof(gd_conn *c);
 void gd_rpc_kick(gd_conn *c);
 void gd_rpc_queued(gd_conn *c);
 
-/* The scheduler's room callback (gd_sched_on_room), arg the gd_server: wakes the first
- * connection waiting for admission. */
-void gd_rpc_room(void *server);
+struct gd_netloop;
+
+/* The scheduler's room callback for a loop's port, arg the gd_netloop: wakes the first of its
+ * connections waiting for admission (all of them while draining). */
+void gd_rpc_room(void *netloop);
+
+/* A peer's jobs were let go on another loop: this loop's connections waiting over their share
+ * try again. */
+void gd_rpc_peer_room(struct gd_netloop *nl);
 
 /* Nothing in flight, nothing being read or written, no request waiting: closing it loses no
  * work (the per-peer caps may close it to make room). */

@@ -1,12 +1,16 @@
 /*
  * gd_server.h - what the connections of one daemon share: the loop, their limits, the daemon's
  * counters, the scheduler and backend they hand jobs to, and the list of open connections. The
- * application (app/) fills it from the config and keeps the limits current on SIGHUP. Loop
- * thread only.
+ * application (app/) fills it from the config and keeps the limits current on SIGHUP.
+ *
+ * Threads: connections live on several loop threads (gd_netloop.h). What is marked "shared" here
+ * is read and written under the scheduler's lock (gd_sched_lock(sched)); what is marked "loop 0"
+ * only on the main loop's thread; the rest is set before the loops start, or is atomic.
  */
 #ifndef GD_SERVER_H
 #define GD_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -46,28 +50,31 @@ typedef struct {
   uint8_t bytes[GP_AUTH_TOKEN_MAX];
 } gd_auth_token;
 
+struct gd_netloop;
+
 typedef struct gd_server {
-  uv_loop_t *loop;
-  gd_net_limits limits;            /* live: SIGHUP replaces them */
-  gd_auth_token token;             /* live: SIGHUP re-reads it */
+  uv_loop_t *loop;                 /* loop 0's: the listeners' */
+  gd_net_limits limits;            /* shared; live: SIGHUP replaces them (each loop keeps a copy) */
+  gd_auth_token token;             /* shared; live: SIGHUP re-reads it */
   bool exposed_tcp_ok;             /* a token, or auth.allow_unauthenticated_tcp: listeners
                                       systemd hands over may be reachable from elsewhere */
   gd_stats *stats;
   gd_backend *backend;
   gd_sched *sched;
-  struct gd_session *sessions;     /* every open connection */
-  struct gd_session *wait_head, *wait_tail; /* FIFO of connections waiting for admission */
-  size_t share_waiters;            /* connections waiting over their share, out of line */
-  size_t connections;              /* sessions not yet closing */
-  gd_peers peers;                  /* those sessions counted per peer */
-  uint64_t next_session_id;
-  bool draining;                   /* refuse new connections */
+  struct gd_netloop **loops;       /* the loop threads and their connections (gd_netloop.h) */
+  size_t nloops;
+  size_t next_loop;                /* loop 0: where the next connection goes */
+  struct gd_session *all_sessions; /* shared: every loop's open connections (not closing) */
+  size_t connections;              /* shared: sessions not yet closing */
+  gd_peers peers;                  /* shared: those sessions counted per peer */
+  uint64_t next_session_id;        /* shared */
+  atomic_bool draining;            /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
   uint64_t fd_limit;               /* RLIMIT_NOFILE (soft); 0: unknown, no fd check */
-  uint64_t fd_drop_logged_us;      /* rate limit of the out-of-descriptors warning */
-  uint64_t fd_drops_unlogged;      /* dropped since that warning */
-  gd_shm_totals shm;               /* shared-memory regions of every connection */
-  gd_resident_totals resident;     /* resident operands of every connection */
+  uint64_t fd_drop_logged_us;      /* shared: rate limit of the out-of-descriptors warning */
+  uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
+  gd_shm_totals shm;               /* shared: shared-memory regions of every connection */
+  gd_resident_totals resident;     /* shared: resident operands of every connection */
 } gd_server;
 
 #endif /* GD_SERVER_H */

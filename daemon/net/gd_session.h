@@ -15,7 +15,8 @@
  * reading paused), and for replies that have not moved by a byte (a client that stopped
  * reading). A client that shuts down its writing side still gets the replies to its complete
  * requests; then the connection closes. When it closes with jobs in flight, those jobs are
- * abandoned to the scheduler (running ones finish and are dropped there). Loop thread only.
+ * abandoned to the scheduler (running ones finish and are dropped there). Loop 0's thread
+ * only, but for what a loop's own hooks run (gd_netloop.h).
  */
 #ifndef GD_SESSION_H
 #define GD_SESSION_H
@@ -24,8 +25,16 @@
 #include <uv.h>
 
 #include "gd_server.h"
+#include "gp_error.h"
 
 typedef struct gd_session gd_session;
+
+/* Starts serving on `loops` loop threads (gd_netloop.h), loop 0 being loop (the caller's).
+ * 0, or a gp code with err. */
+int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err);
+
+/* Connections open now (every loop). */
+size_t gd_sessions_count(gd_server *d);
 
 /* Accepts one pending connection from server (a listening pipe or TCP handle) and starts
  * serving it. Over limits.max_connections (or while draining) the connection is accepted and
@@ -35,19 +44,18 @@ int gd_session_accept(gd_server *d, uv_stream_t *server);
 /* Closes a session: stops reading, abandons its jobs, cancels its writes. why is logged. */
 void gd_session_close(gd_session *s, const char *why);
 
-/* Every session: new decoder limits (SIGHUP), then re-evaluates reading and timers. */
+/* Every session of every loop: the server's limits (SIGHUP) become each loop's, then reading
+ * and timers are re-evaluated. */
 void gd_sessions_apply_limits(gd_server *d);
 
 /* Drain deadline reached: answer every job whose reply has not started with UNAVAILABLE and
- * abandon it. Returns how many were answered so. */
+ * abandon it. Returns how many were answered so on loop 0 (other loops log their own). */
 size_t gd_sessions_fail_pending(gd_server *d, const char *why);
 
-/* Bytes of replies still queued for writing across all sessions. */
-uint64_t gd_sessions_write_backlog(const gd_server *d);
-
-/* The scheduler's room callback (gd_sched_on_room; server is the gd_server): a request waiting
- * for admission may fit now. */
-void gd_sessions_room(void *server);
+/* Loop 0, while draining: true while replies are still queued for writing or requests wait
+ * for admission on any loop (*backlog: the bytes). Other loops answer through their inbox, so
+ * what they say is one look old: false only once every loop answered the previous look. */
+bool gd_sessions_busy(gd_server *d, uint64_t *backlog);
 
 /* A connection was dropped for want of file descriptors (where: the listener or peer, for the
  * log): counted in stats (connections_dropped) and logged at most once a second. */

@@ -88,8 +88,11 @@ void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
     if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap) {
       if (fd >= 0)
         close(fd);
-      if (t->totals)
+      if (t->totals) {
+        gd_sched_lock(t->sched); /* every loop's total */
         t->totals->fds_dropped++;
+        gd_sched_unlock(t->sched);
+      }
       continue;
     }
     t->fds[(t->fd_head + t->fd_count) % GD_SHM_FDS_MAX] = fd;

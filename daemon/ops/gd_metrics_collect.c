@@ -37,10 +37,12 @@ static void collect_devices(const gd_daemon *d, gd_metrics_snapshot *snap) {
 }
 
 void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
+  if (d->sched) /* the shared counts and the backend's figures (gd_server.h) */
+    gd_sched_lock(d->sched);
   snap->uptime_us = gd_now_us() - d->stats.started_us;
   snprintf(snap->backend, sizeof snap->backend, "%s",
            d->backend ? d->backend->ops->name : "none");
-  snap->stats = d->stats;
+  gd_stats_copy(&snap->stats, &d->stats);
   snap->jobs = d->sched ? gd_sched_jobs(d->sched) : 0;
   snap->jobs_running = d->sched ? gd_sched_running(d->sched) : 0;
   snap->host_reserved_bytes = d->sched ? gd_sched_reserved_bytes(d->sched) : 0;
@@ -51,8 +53,10 @@ void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
   snap->shm_pinned_bytes = d->backend && d->backend->ops->shm_pinned_bytes
                                ? d->backend->ops->shm_pinned_bytes(d->backend)
                                : 0;
-  snap->draining = d->srv.draining;
+  snap->draining = atomic_load(&d->srv.draining);
   collect_devices(d, snap);
+  if (d->sched)
+    gd_sched_unlock(d->sched);
 }
 
 bool gd_metrics_ready(const gd_metrics_snapshot *snap, const char **why) {

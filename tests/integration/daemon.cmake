@@ -37,6 +37,22 @@ if(TARGET gemmd)
       SKIP_RETURN_CODE 77
       ENVIRONMENT "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
   endforeach()
+
+  # The same suites on three loop threads (`loops: 3`): connections spread over the loops,
+  # each loop's admission line, the caps and shares across loops, drain, reload and metrics.
+  # Label loops: CI also runs them under ThreadSanitizer (GEMMD_TSAN).
+  foreach(name gemm_forms pipelining concurrency disconnects backpressure fair_shares timeouts
+               shutdown reload connection_cap shm resident metrics methods)
+    set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
+    add_test(NAME daemon_loops3_${name}
+             COMMAND ${GEMMD_PYTHON3} ${script} --gemmd $<TARGET_FILE:gemmd>)
+    set_tests_properties(daemon_loops3_${name} PROPERTIES
+      LABELS "integration;loops"
+      TIMEOUT 600
+      SKIP_RETURN_CODE 77
+      ENVIRONMENT
+        "GEMMD_TEST_LOOPS=3;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
+  endforeach()
 endif()
 
 # gemmd_fake: the real daemon (main.c and every module) with the GPU backend over the fake CUDA
@@ -91,6 +107,18 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
     gemmd_fake_test(daemon_fake_${name}
                     ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py ${fake_devices})
   endforeach()
+
+  # The small-job lane, two devices and regions with connections on three loop threads: every
+  # loop's jobs batched together on one device's lane, each result back on its own loop.
+  foreach(name small_jobs spread)
+    gemmd_fake_test(daemon_fake_loops3_${name}
+                    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_${name}.py 2 GEMMD_TEST_LOOPS=3)
+    set_tests_properties(daemon_fake_loops3_${name} PROPERTIES LABELS "integration;loops"
+                         TIMEOUT 600)
+  endforeach()
+  gemmd_fake_test(daemon_fake_loops3_shm ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_shm.py 2
+                  GEMMD_TEST_BACKEND=gpu GEMMD_TEST_LOOPS=3)
+  set_tests_properties(daemon_fake_loops3_shm PROPERTIES LABELS "integration;loops" TIMEOUT 600)
 
   # device faults and failed launches at the moments that matter (a blocked gemm, a small
   # batch, results streaming, a region in use): answered or closed, never a crash or a hang.

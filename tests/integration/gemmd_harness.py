@@ -209,6 +209,10 @@ DEFAULT_CONFIG = {
     # start, and the default (90% of the card) would leave the next one nothing.
     "gpu": {"memory_bytes": "4GiB"},
 }
+# GEMMD_TEST_LOOPS=N runs every test daemon on N loop threads (the `loops` key) unless the
+# test's own config names it: the suites run again so (tests/integration/daemon.cmake).
+if os.environ.get("GEMMD_TEST_LOOPS"):
+    DEFAULT_CONFIG["loops"] = int(os.environ["GEMMD_TEST_LOOPS"])
 
 
 def deep_merge(base, over):

@@ -97,6 +97,9 @@ def test_waiting_request_answered_on_shutdown(ctx):
         staller = d.connect()  # its job is admitted at the header and never completes
         packed = h.Client.pack_gemm(1, hdr, b"\0" * (64 * 64 * 4), b"\0" * (64 * 64 * 4))
         staller.send_raw(packed[:len(packed) // 2])
+        # admitted before the waiter's request is read (they may be on different loop threads)
+        h.wait_until(lambda: h.dig(_stats(d), "queue_depth", 0) >= 1, 10 * ctx.scale,
+                     "the staller's request to be admitted")
         with d.connect() as waiter:
             a, b = h.random_operands(ctx.rng, 64, 64, 64, "f32")
             sender = h.send_in_background(waiter, h.Client.pack_gemm(7, hdr, a, b))
