@@ -4,6 +4,7 @@
 #include "gd_netloop.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,6 +108,9 @@ int gd_netloop_evict(gd_netloop *nl, uint64_t id) { return push(nl, (gd_handoff)
 
 static void thread_main(void *arg) {
   gd_netloop *nl = arg;
+  char name[16];
+  snprintf(name, sizeof name, "gd-loop%zu", nl->index);
+  pthread_setname_np(pthread_self(), name); /* top and perf tell the loops apart; may fail */
   gp_error_clear(&nl->start_err);
   /* libuv opens a reserve descriptor for each loop with its first stream: open it now, so that a
    * loop's first connection does not leave one descriptor more behind when it closes. */
