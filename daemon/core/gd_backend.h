@@ -87,6 +87,11 @@
  *                        (protocol put), which the backend may keep a copy of (GPU: in device
  *                        memory, per device) and reference; false: feed them through input().
  *
+ * Threads: the scheduler calls the ops under its lock, but for input_window, input and
+ * output_consumed, which the loop threads (config key `loops`) may call at once for different
+ * jobs (never for one job at once): a backend guards the state its jobs share in those itself
+ * (the GPU backend: each device's mu; the CPU backend's touch only the job).
+ *
  * input_window, input_resident, resident_freed, output_consumed, host_bytes, kernels,
  * pack_info, pack_stats, devices, busy, region_added, output_mapped, input_mapped, region_gone,
  * device_region_open, input_device, output_device and shm_pinned_bytes may be NULL.

@@ -28,6 +28,7 @@ typedef struct sched_job {
   bool final;          /* the backend's last event (last chunk or FAILED) reached the loop */
   bool delivering;     /* final with its waiter attached: counted off the shared queue */
   uint32_t chunks_out; /* chunks handed to the waiter and not yet given back */
+  gd_stats *stats;     /* its loop's (the admitting port's), for the latencies at finish */
   double work;         /* flops, for the device load */
 } sched_job;
 
@@ -35,6 +36,7 @@ typedef struct sched_job {
 struct gd_sched_port {
   gd_sched *s;
   gd_completion *queue;        /* events of the jobs admitted through this port */
+  gd_stats *stats;             /* the loop's counters: its jobs' latencies */
   uv_async_t room_async;       /* tell_room from another thread */
   void (*room)(void *arg);
   void *room_arg;
@@ -120,7 +122,10 @@ static void release(gd_sched *s, sched_job *sj) {
   if (s->backend)
     s->backend->ops->release(s->backend, job);
   put_mapped(s, job);
-  gd_completion_forget(job->queue, job);
+  /* After its final event nothing more of the job can be queued (the backend posts nothing
+   * after it, and a queue delivers in order): the scan, O(events queued), is spared. */
+  if (!sj->final)
+    gd_completion_forget(job->queue, job);
   GD_LIST_UNLINK(s->jobs, sj);
   bool shared = !sj->delivering;
   if (sj->delivering) {
@@ -209,7 +214,8 @@ static void on_room_async(uv_async_t *handle) {
   gd_sched_unlock(p->s);
 }
 
-int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_sched_port **out, gp_error *err) {
+int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_stats *stats, gd_sched_port **out,
+                       gp_error *err) {
   gd_sched_lock(s);
   size_t slot = s->nports;
   if (slot < GD_SCHED_MAX_PORTS)
@@ -230,6 +236,7 @@ int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_sched_port **out, gp_err
     return rc; /* the slot stays NULL: every walk skips it */
   }
   p->s = s;
+  p->stats = stats;
   p->thread = pthread_self();
   atomic_init(&p->want_room, false);
   p->room_async.data = p;
@@ -279,7 +286,7 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
   s->next_id = 1;
   s->ndevices = count_devices(backend);
   gd_sched_port *first;
-  rc = gd_sched_port_open(s, loop, &first, err);
+  rc = gd_sched_port_open(s, loop, stats, &first, err);
   if (rc != 0) {
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -455,6 +462,7 @@ static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint3
   job->waiter = waiter;
   gd_sched_port *port = share && share->port ? share->port : s->ports[0];
   job->queue = port->queue;
+  sj->stats = port->stats;
   job->device_fixed = share && share->fixed_device > 0;
   job->device = job->device_fixed ? share->fixed_device - 1
                                   : pick_device(s, share ? share->prefer_device - 1 : -1,
@@ -562,7 +570,9 @@ static void chunk_done_unlocked(gd_sched *s, gd_job *job, const void *chunk, siz
   sj->chunks_out--;
   if (s->backend && s->backend->ops->output_consumed)
     s->backend->ops->output_consumed(s->backend, job, chunk, len);
-  release_if_done(s, sj);
+  if (job->waiter)
+    return; /* finish or abandon releases it */
+  LOCKED(s, release_if_done(s, sj));
 }
 
 static void abandon_unlocked(gd_sched *s, gd_job *job) {
@@ -575,12 +585,12 @@ static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
   sched_job *sj = to_sched_job(job);
   assert(job->waiter && sj->chunks_out == 0);
   assert(!sj->submitted || sj->final);
-  if (s->stats) {
+  if (sj->stats) {
     uint64_t total = gd_now_us() - job->admitted_us;
-    gd_hist_add(&s->stats->hist[GD_HIST_TOTAL], total);
+    gd_hist_add(&sj->stats->hist[GD_HIST_TOTAL], total);
     if (ok) {
-      gd_hist_add(&s->stats->hist[GD_HIST_QUEUED], job->result.queue_us);
-      gd_hist_add(&s->stats->hist[GD_HIST_COMPUTE], job->result.compute_us);
+      gd_hist_add(&sj->stats->hist[GD_HIST_QUEUED], job->result.queue_us);
+      gd_hist_add(&sj->stats->hist[GD_HIST_COMPUTE], job->result.compute_us);
     }
   }
   job->waiter = NULL;
@@ -715,11 +725,11 @@ int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msg
   return result;
 }
 
+/* The payload's way in takes no lock: it touches the job (its loop's alone) and the backend,
+ * whose input ops guard what jobs share themselves (gd_backend.h). */
 bool gd_sched_input_window(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
                            void **ptr, size_t *len) {
-  bool result;
-  LOCKED(s, result = input_window_unlocked(s, job, operand, offset, ptr, len));
-  return result;
+  return input_window_unlocked(s, job, operand, offset, ptr, len);
 }
 
 bool gd_sched_input_resident(gd_sched *s, gd_job *job, gp_operand operand,
@@ -746,9 +756,7 @@ int gd_sched_input(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset
     memcpy(window, data, len);
     data = window;
   }
-  int result;
-  LOCKED(s, result = input_unlocked(s, job, operand, offset, data, len, pause, err));
-  return result;
+  return input_unlocked(s, job, operand, offset, data, len, pause, err);
 }
 
 int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
@@ -757,8 +765,10 @@ int gd_sched_submit(gd_sched *s, gd_job *job, gp_error *err) {
   return result;
 }
 
+/* While the waiter holds the job nothing is released here: the lock is taken only when it let
+ * go (the client vanished while the chunk was out). output_consumed guards itself. */
 void gd_sched_chunk_done(gd_sched *s, gd_job *job, const void *chunk, size_t len) {
-  LOCKED(s, chunk_done_unlocked(s, job, chunk, len));
+  chunk_done_unlocked(s, job, chunk, len);
 }
 
 void gd_sched_abandon(gd_sched *s, gd_job *job) {

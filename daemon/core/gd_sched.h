@@ -3,12 +3,14 @@
  * daemon-wide job count, the memory budget, load spreading over devices, and the only caller of
  * the backend's ops (gd_backend.h).
  *
- * Threads: every loop thread (server.loops) calls in. Each opens a port (gd_sched_port_open) on
+ * Threads: every loop thread (config key `loops`) calls in. Each opens a port (gd_sched_port_open) on
  * its own loop: the events of the jobs it admits come back through that port's completion
  * queue, on that loop, and its room callback runs there. One recursive lock (gd_sched_lock)
- * covers the scheduler and the backend's ops; every function here takes it, and the connections
+ * covers the scheduler and the backend's ops; the functions here take it, and the connections
  * take it too around the few counters all loops share. A job is touched only by the loop thread
- * that admitted it (its calls and its port's deliveries).
+ * that admitted it (its calls and its port's deliveries), so the payload's way in
+ * (gd_sched_input_window, gd_sched_input) and a chunk given back while the waiter holds the job
+ * take no lock: there the backend's ops guard what jobs share (gd_backend.h).
  *
  * Admission happens when a gemm header has been parsed, before any payload byte is read:
  *   - draining                              -> UNAVAILABLE
@@ -82,9 +84,11 @@ int gd_sched_new(uv_loop_t *loop, gd_backend *backend, const gd_sched_limits *li
                  gd_stats *stats, gd_sched **out, gp_error *err);
 
 /* One loop thread's way in (see the top). Open it on the thread that runs loop; the port lives
- * until gd_sched_free. gd_sched_new opens the first one on its own loop. */
+ * until gd_sched_free. gd_sched_new opens the first one on its own loop, with its stats. The
+ * latencies of the port's jobs are counted in stats (the loop's own; may be NULL). */
 typedef struct gd_sched_port gd_sched_port;
-int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_sched_port **out, gp_error *err);
+int gd_sched_port_open(gd_sched *s, uv_loop_t *loop, gd_stats *stats, gd_sched_port **out,
+                       gp_error *err);
 gd_sched_port *gd_sched_default_port(gd_sched *s);
 /* room(arg) runs on the port's loop thread, under the lock (see gd_sched_on_room). Another
  * thread's room reaches this loop only while want_room is set: set it (then look for room once

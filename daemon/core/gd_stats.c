@@ -13,6 +13,22 @@ void gd_stats_init(gd_stats *s) { memset(s, 0, sizeof *s); }
 _Static_assert((sizeof(gd_stats) - offsetof(gd_stats, requests)) % sizeof(gd_counter) == 0,
                "gd_stats is started_us and counters");
 
+void gd_stats_add(gd_stats *dst, const gd_stats *src) {
+  uint64_t max[GD_HIST_KINDS];
+  for (int i = 0; i < GD_HIST_KINDS; i++)
+    max[i] = atomic_load(&dst->hist[i].max_us);
+  size_t n = (sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter);
+  const gd_counter *from = &src->requests;
+  gd_counter *to = &dst->requests;
+  for (size_t i = 0; i < n; i++)
+    atomic_fetch_add_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed),
+                              memory_order_relaxed);
+  for (int i = 0; i < GD_HIST_KINDS; i++) { /* the largest, not the sum */
+    uint64_t theirs = atomic_load(&src->hist[i].max_us);
+    atomic_store(&dst->hist[i].max_us, theirs > max[i] ? theirs : max[i]);
+  }
+}
+
 void gd_stats_copy(gd_stats *dst, const gd_stats *src) {
   dst->started_us = src->started_us;
   size_t n = (sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter);

@@ -1,9 +1,9 @@
 /*
  * gd_stats.h - the daemon's counters and latency histograms (the `stats`
- * method). Every loop thread updates the same counters (gemmd runs `server.loops` of them):
- * each field is an atomic, so an increment is one locked add and a reader (the stats method, the
- * metrics snapshot) never sees a torn value. Counters of one request need not agree with each
- * other at every instant.
+ * method). Each loop thread (config key `loops`) keeps its own, and a reader (the stats method,
+ * the metrics snapshot) adds them up (gd_stats_add) from another thread: each field is an atomic,
+ * so no value is torn, and a loop's increments stay in its own cache lines. Counters of one
+ * request need not agree with each other at every instant.
  *
  * Histograms have fixed log2 buckets in microseconds: bucket 0 counts values
  * < 1 us, bucket i (1 <= i < GD_HIST_BUCKETS - 1) counts [2^(i-1), 2^i) us,
@@ -52,6 +52,8 @@ typedef struct {
 } gd_stats;
 
 void gd_stats_init(gd_stats *s);
+/* dst += src, counter by counter (each hist's max_us: the larger); dst's started_us stays. */
+void gd_stats_add(gd_stats *dst, const gd_stats *src);
 /* A copy of src, each counter read atomically (a plain struct copy would not be). */
 void gd_stats_copy(gd_stats *dst, const gd_stats *src);
 /* Bucket of a value (exposed for tests). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
+#include "gd_netloop.h"
 #include "gd_stats.h"
 #include "gp_encode.h"
 
@@ -114,7 +115,9 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
 static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_backend *b = d->backend;
   msgpack_pack_map(pk, GD_STATS_PAIRS + 16);
-  gd_stats_pack_pairs(d->stats, gd_now_us(), pk);
+  gd_stats every_loop;
+  gd_netloops_stats(d, &every_loop);
+  gd_stats_pack_pairs(&every_loop, gd_now_us(), pk);
   gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
   gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
   gd_pack_kv_u64(pk, "jobs_delivering", gd_sched_delivering(d->sched));

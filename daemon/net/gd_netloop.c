@@ -119,7 +119,8 @@ static void thread_main(void *arg) {
     uv_close((uv_handle_t *)&scratch, NULL);
     uv_run(nl->loop, UV_RUN_NOWAIT);
   }
-  nl->start_rc = gd_sched_port_open(nl->d->sched, nl->loop, &nl->port, &nl->start_err);
+  nl->start_rc =
+      gd_sched_port_open(nl->d->sched, nl->loop, nl->stats, &nl->port, &nl->start_err);
   if (nl->start_rc == 0)
     gd_sched_port_on_room(nl->port, nl->hooks->room, nl);
   uv_sem_post(&nl->started);
@@ -139,6 +140,12 @@ static gd_netloop *netloop_new(gd_server *d, size_t index, const gd_netloop_hook
   nl->index = index;
   nl->hooks = hooks;
   nl->limits = d->limits;
+  nl->stats = d->stats;
+  if (index > 0) {
+    gd_stats_init(&nl->own_stats);
+    nl->own_stats.started_us = d->stats->started_us;
+    nl->stats = &nl->own_stats;
+  }
   atomic_init(&nl->share_waiting, 0);
   atomic_init(&nl->backlog, 0);
   atomic_init(&nl->waiters, false);
@@ -236,6 +243,12 @@ int gd_netloops_start(gd_server *d, uv_loop_t *main_loop, size_t n, const gd_net
   }
   gd_info("serving connections on %zu loop thread%s", n, n == 1 ? "" : "s");
   return 0;
+}
+
+void gd_netloops_stats(const gd_server *d, gd_stats *out) {
+  gd_stats_copy(out, d->stats);
+  for (size_t i = 1; i < d->nloops; i++)
+    gd_stats_add(out, d->loops[i]->stats);
 }
 
 gd_netloop *gd_netloops_next(gd_server *d) {

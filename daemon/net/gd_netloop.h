@@ -65,6 +65,7 @@ struct gd_netloop {
   size_t index;                    /* 0: the main loop */
   uv_loop_t *loop;
   gd_sched_port *port;
+  gd_stats *stats;                 /* its counters (loop 0: the server's); gd_stats.h */
   gd_net_limits limits;            /* this loop's copy of d->limits; loop thread only */
   struct gd_session *sessions;     /* its connections; loop thread only */
   struct gd_session *wait_head, *wait_tail; /* FIFO of its connections waiting for room */
@@ -77,6 +78,7 @@ struct gd_netloop {
   uint64_t summary_taken;          /* loop thread: summary_asked when this run took its cmds */
 
   /* private: the thread, its loop and its inbox */
+  gd_stats own_stats;
   uv_loop_t own_loop;
   uv_thread_t thread;
   bool running;                    /* the thread runs (until gd_netloops_stop joined it) */
@@ -110,6 +112,9 @@ int gd_netloop_post(gd_netloop *nl, unsigned cmd, const char *why);
 
 /* Asks nl to close its connection id to make room (hooks.evict). 0, or a gp code. */
 int gd_netloop_evict(gd_netloop *nl, uint64_t id);
+
+/* Every loop's counters added up into out (started_us: loop 0's). Any thread. */
+void gd_netloops_stats(const gd_server *d, gd_stats *out);
 
 /* Runs cmd on every loop: now on loop 0 (the caller's thread), through the inbox on others. */
 void gd_netloops_broadcast(gd_server *d, unsigned cmd, const char *why);

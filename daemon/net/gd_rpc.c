@@ -38,8 +38,8 @@ static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
  * is closing). */
 static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
                            const char *message) {
-  gd_stats_error(s->d->stats, code);
-  gd_stats_reply(s->d->stats, method, code);
+  gd_stats_error(s->nl->stats, code);
+  gd_stats_reply(s->nl->stats, method, code);
   gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
                     .code = gp_code_name(code)};
   gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
@@ -89,7 +89,7 @@ static void reply_simple(gd_session *s) {
     send_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
     return;
   }
-  gd_stats_reply(s->d->stats, s->method, 0);
+  gd_stats_reply(s->nl->stats, s->method, 0);
   send_sbuffer(s, &sbuf);
 }
 
@@ -119,7 +119,7 @@ static void reply_resident(gd_session *s) {
   gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)s->conn.id,
            (unsigned)s->msgid, gp_method_name(s->method),
            (unsigned long long)(s->method == GP_METHOD_PUT ? handle : s->arg));
-  gd_stats_reply(s->d->stats, s->method, 0);
+  gd_stats_reply(s->nl->stats, s->method, 0);
   send_sbuffer(s, &sbuf);
 }
 
@@ -272,10 +272,10 @@ static void reply_auth(gd_session *s) {
 
 /* ---- decoder events ------------------------------------------------------------ */
 
-static void count_request(gd_server *d, gp_method method) {
-  d->stats->requests++;
-  if ((unsigned)method < sizeof d->stats->requests_by_method / sizeof(gd_counter))
-    d->stats->requests_by_method[method]++;
+static void count_request(gd_stats *stats, gp_method method) {
+  stats->requests++;
+  if ((unsigned)method < sizeof stats->requests_by_method / sizeof(gd_counter))
+    stats->requests_by_method[method]++;
 }
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
@@ -498,7 +498,7 @@ static void on_gemm_request(gd_session *s, const gp_event *ev) {
   /* behind connections already in line on this loop: first come, first served */
   int rc = s->nl->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
   if (must_wait(rc)) {
-    s->d->stats->admission_waits++;
+    s->nl->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
   }
   unlock_shared(s);
@@ -521,7 +521,7 @@ static void on_put_request(gd_session *s, const gp_event *ev) {
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {
-  count_request(s->d, ev->method);
+  count_request(s->nl->stats, ev->method);
   s->in_request = true;
   s->method = ev->method;
   s->msgid = ev->msgid;
@@ -674,7 +674,6 @@ static void on_message_end(gd_session *s) {
 }
 
 static void on_reject(gd_session *s, const gp_event *ev) {
-  gd_server *d = s->d;
   bool counted = s->in_request; /* its REQUEST event was counted already */
   drop_current(s);
   s->in_request = false;
@@ -682,7 +681,7 @@ static void on_reject(gd_session *s, const gp_event *ev) {
   bool hide = !s->authenticated && ev->method != GP_METHOD_AUTH;
   if (ev->has_msgid) {
     if (!counted)
-      count_request(d, ev->method);
+      count_request(s->nl->stats, ev->method);
     send_error_for(s, ev->method, ev->msgid,
                    hide ? GP_E_UNAUTHENTICATED
                         : ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
@@ -690,7 +689,7 @@ static void on_reject(gd_session *s, const gp_event *ev) {
     if (ev->method == GP_METHOD_SHM_REGISTER)
       gd_shm_drop_fd(&s->conn.shm); /* its descriptor, to keep the rest paired */
   } else {
-    gd_stats_error(d->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
+    gd_stats_error(s->nl->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",
             (unsigned long long)s->conn.id, ev->err.message);
   }
@@ -710,7 +709,7 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
   case GP_EV_NEED_MORE: return;
   case GP_EV_REQUEST: on_request(s, ev); return;
   case GP_EV_NOTIFICATION:
-    s->d->stats->notifications++;
+    s->nl->stats->notifications++;
     s->in_request = false;
     if (ev->method == GP_METHOD_SHM_REGISTER)
       gd_shm_drop_fd(&s->conn.shm);
@@ -807,8 +806,8 @@ static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event 
   if (!ev->last)
     return;
   call->head_sent = true;
-  s->d->stats->gemm_ok++;
-  gd_stats_reply(s->d->stats, GP_METHOD_GEMM, 0);
+  s->nl->stats->gemm_ok++;
+  gd_stats_reply(s->nl->stats, GP_METHOD_GEMM, 0);
   send_sbuffer(s, &sbuf);
   gd_call_finish(call, true);
 }

@@ -106,7 +106,7 @@ static gd_session *new_session(gd_netloop *nl) {
   uint64_t id = ++d->next_session_id;
   unlock_shared(d);
   s->dec = gp_decoder_new(GP_ROLE_SERVER, &nl->limits.proto);
-  if (!s->dec || gd_conn_init(&s->conn, id, d->sched, d->stats, &nl->limits.staging_hold_ms,
+  if (!s->dec || gd_conn_init(&s->conn, id, d->sched, nl->stats, &nl->limits.staging_hold_ms,
                               &conn_events) != 0) {
     gp_decoder_free(s->dec);
     free(s);
@@ -131,7 +131,7 @@ static void link_session(gd_netloop *nl, gd_session *s) {
     s->all_next->all_prev = s;
   nl->d->all_sessions = s;
   unlock_shared(nl->d);
-  nl->d->stats->connections_total++;
+  nl->stats->connections_total++;
 }
 
 /* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
@@ -259,7 +259,7 @@ static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
   const char *why = admit_peer(nl, s);
   size_t open = gd_sessions_count(d);
   if (why) {
-    d->stats->connections_refused++;
+    nl->stats->connections_refused++;
     s->quiet = true;
     gd_conn_close(&s->conn, why);
     gd_warn("connection refused: %s (%s, %zu connections)", why, s->conn.peer_key, open);
@@ -335,7 +335,7 @@ static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
   gd_session *s = atomic_load(&d->draining) ? NULL : new_session(nl);
   if (!s) {
     close(fd); /* the client sees EOF */
-    d->stats->connections_refused++;
+    nl->stats->connections_refused++;
     return;
   }
   if (shm)

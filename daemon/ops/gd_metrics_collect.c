@@ -9,6 +9,7 @@
 #include "gd_clock.h"
 #include "gd_daemon.h"
 #include "gd_metrics.h"
+#include "gd_netloop.h"
 
 static void collect_devices(const gd_daemon *d, gd_metrics_snapshot *snap) {
   static gd_device_info infos[GD_METRICS_MAX_DEVICES]; /* loop thread only: off the stack */
@@ -42,7 +43,7 @@ void gd_metrics_collect(const gd_daemon *d, gd_metrics_snapshot *snap) {
   snap->uptime_us = gd_now_us() - d->stats.started_us;
   snprintf(snap->backend, sizeof snap->backend, "%s",
            d->backend ? d->backend->ops->name : "none");
-  gd_stats_copy(&snap->stats, &d->stats);
+  gd_netloops_stats(&d->srv, &snap->stats); /* every loop's */
   snap->jobs = d->sched ? gd_sched_jobs(d->sched) : 0;
   snap->jobs_running = d->sched ? gd_sched_running(d->sched) : 0;
   snap->host_reserved_bytes = d->sched ? gd_sched_reserved_bytes(d->sched) : 0;
