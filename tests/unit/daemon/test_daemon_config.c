@@ -167,7 +167,8 @@ END_TEST
 START_TEST(every_key_parses) {
   gd_config cfg;
   load_ok("listen:\n  - unix:/tmp/x.sock\n  - tcp:127.0.0.1:7000\n  - tcp:[::1]:7001\n"
-          "unix_socket_mode: \"0600\"\nunix_socket_group: gemmd\nbackend: cpu\nlog_level: debug\n"
+          "unix_socket_mode: \"0600\"\nunix_socket_group: gemmd\nbackend: cpu\nloops: 6\n"
+          "log_level: debug\n"
           "limits:\n  max_connections: 10\n  reserved_fds: 8\n  max_connections_per_peer: 6\n  max_requests_in_flight: 3\n"
           "  max_buffered_bytes: 1MiB\n  max_message_bytes: 2GiB\n  max_header_bytes: 4KiB\n"
           "  max_depth: 5\n  max_items: 100\n  max_string_bytes: 1KiB\n  max_dim: 4096\n  max_batch: 7\n  max_work: 12345\n"
@@ -190,6 +191,7 @@ START_TEST(every_key_parses) {
           "auth: {token_file: /etc/gemmd/token, allow_unauthenticated_tcp: true}\n",
           &cfg);
   ck_assert(!cfg.shm.enabled);
+  ck_assert_uint_eq(cfg.loops, 6);
   ck_assert_uint_eq(cfg.shm.max_regions_per_connection, 0);
   ck_assert_uint_eq(cfg.shm.max_bytes_per_connection, 1u << 20);
   ck_assert_uint_eq(cfg.shm.max_bytes_total, 2ull << 30);
@@ -282,6 +284,7 @@ START_TEST(errors_name_line_and_column) {
   load_bad("limits:\n  max_operand_bytes: 8GiB\n", "test.yaml:2:22:", "out of range");
   load_bad("limits:\n  max_buffered_bytes: 99999999999999999999\n", "test.yaml:2:23:", "size");
   load_bad("backend: tpu\n", "test.yaml:1:10:", "auto, gpu or cpu");
+  load_bad("loops: 65\n", "test.yaml:1:8:", "out of range");
   load_bad("log_level: loud\n", "test.yaml:1:12:", "error, warn, info or debug");
   load_bad("log_target: syslog\n", "test.yaml:1:13:", "auto, journal or stderr");
   load_bad("metrics:\n  listen: unix:/tmp/m.sock\n", "test.yaml:2:11:", "tcp:HOST:PORT");
