@@ -120,12 +120,6 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
                   GEMMD_TEST_BACKEND=gpu GEMMD_TEST_LOOPS=3)
   set_tests_properties(daemon_fake_loops3_shm PROPERTIES LABELS "integration;loops" TIMEOUT 600)
 
-  # the small-job lane on a driver without batched copies (cudaMemcpyBatchAsync): a copy per
-  # run of adjacent slots, the results as exact
-  gemmd_fake_test(daemon_fake_small_jobs_per_run
-                  ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_small_jobs.py 2
-                  FAKE_CUDA_NO_BATCH_COPY=1)
-
   # device faults and failed launches at the moments that matter (a blocked gemm, a small
   # batch, results streaming, a region in use): answered or closed, never a crash or a hang.
   gemmd_fake_test(daemon_fake_faults ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_faults.py 1

@@ -272,8 +272,6 @@ struct gd__gpu_dev {
   gd__gpu_slot *forming, *forming_tail; /* a batch waiting gpu.max_queue_delay_us for more */
   uint32_t forming_n;
   uint32_t small_inflight;      /* batches queued on s_small and not yet seen done */
-  bool small_copy_per_run;      /* the driver lacks cudaMemcpyBatchAsync: one copy per run of
-                                 * adjacent slots instead (gd_gpu_small_run.c) */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
   gd__gpu_res *res_cache;       /* device copies of resident operands (gd_gpu_resident.c) */
 

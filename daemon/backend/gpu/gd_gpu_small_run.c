@@ -31,7 +31,6 @@
 
 #include "gd_clock.h"
 #include "gd_gpu_internal.h"
-#include "gd_log.h"
 
 /* The worker is done with the slot's job: no device work of it remains queued or running. */
 static void small_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
@@ -134,7 +133,7 @@ static uint32_t lay_out(gd__gpu_slot *lead) {
 
 /* Copies one operand of every job between the slots and the area, a run of adjacent slots (of
  * jobs of one size) in one pitched copy. */
-static cudaError_t copy_operand_per_run(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
+static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
   size_t pitch = dev->slot_bytes;
   for (gd__gpu_slot *s = lead; s;) {
     /* C's area holds the result; c as sent (a bias row: shorter) lands at its start */
@@ -157,57 +156,6 @@ static cudaError_t copy_operand_per_run(gd__gpu_dev *dev, gd__gpu_slot *lead, in
     s = end;
   }
   return cudaSuccess;
-}
-
-/* The same in one call for up to COPY_BATCH jobs. Slots are handed out in no order, so runs of
- * adjacent ones are short: a call per job cost the worker ~3 us each, its bound near 100k small
- * GEMM/s (bench/RESULTS.md, "Loop threads"). */
-#define COPY_BATCH 128
-
-static cudaError_t copy_operand_batched(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
-  void *dsts[COPY_BATCH];
-  const void *srcs[COPY_BATCH];
-  size_t sizes[COPY_BATCH];
-  struct cudaMemcpyAttributes attr;
-  memset(&attr, 0, sizeof attr);
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  size_t attr_index = 0;
-  for (gd__gpu_slot *s = lead; s;) {
-    size_t n = 0;
-    for (; s && n < COPY_BATCH; s = s->batch_next, n++) {
-      /* C's area holds the result; c as sent (a bias row: shorter) lands at its start */
-      size_t len = (size_t)(op == GP_OPERAND_C && !in ? s->job.c_bytes : s->job.bytes[op]);
-      uint8_t *host = s->host + s->off[op], *area = dev->small_area + s->dev_off[op];
-      dsts[n] = in ? (void *)area : (void *)host;
-      srcs[n] = in ? (const void *)host : (const void *)area;
-      sizes[n] = len;
-    }
-    cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, n, &attr, &attr_index, 1,
-                                         dev->s_small);
-    if (e != cudaSuccess)
-      return e;
-  }
-  return cudaSuccess;
-}
-
-/* A driver without batched copies says so at the first call (nothing was queued): from then on,
- * per run. */
-static bool batch_copy_missing(cudaError_t e) {
-  return e == cudaErrorNotSupported || e == cudaErrorCallRequiresNewerDriver ||
-         e == cudaErrorInvalidValue;
-}
-
-static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
-  if (!dev->small_copy_per_run) {
-    cudaError_t e = copy_operand_batched(dev, lead, op, in);
-    if (!batch_copy_missing(e))
-      return e;
-    (void)cudaGetLastError();
-    dev->small_copy_per_run = true;
-    gd_warn("gpu: cuda:%d: no batched copies (%s): the small-job lane copies per job",
-            dev->ordinal, cudaGetErrorString(e));
-  }
-  return copy_operand_per_run(dev, lead, op, in);
 }
 
 static cudaError_t copy_in(gd__gpu_dev *dev, gd__gpu_slot *lead) {

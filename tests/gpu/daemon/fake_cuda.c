@@ -703,25 +703,6 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   return cudaSuccess;
 }
 
-/* One copy after another, in stream order, as the real one promises for the batch as a whole
- * (FAKE_CUDA_NO_BATCH_COPY=1: a driver without it, for the lane's other way). */
-cudaError_t cudaMemcpyBatchAsync(void *const *dsts, const void *const *srcs, const size_t *sizes,
-                                 size_t count, struct cudaMemcpyAttributes *attrs,
-                                 size_t *attrs_idxs, size_t num_attrs, cudaStream_t s) {
-  const char *no = getenv("FAKE_CUDA_NO_BATCH_COPY");
-  if (no && *no == '1')
-    return ret(cudaErrorNotSupported);
-  if (count == 0 || !attrs || !attrs_idxs || num_attrs == 0 || attrs_idxs[0] != 0 ||
-      attrs[0].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid)
-    return ret(cudaErrorInvalidValue);
-  for (size_t i = 0; i < count; i++) {
-    cudaError_t e = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, s);
-    if (e != cudaSuccess)
-      return e;
-  }
-  return cudaSuccess;
-}
-
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   /* Every allocation of the backend is on the copy-in stream, where it frees too: an
    * allocation queued after this free may reuse its bytes, so they count as free at once. The
