@@ -7,7 +7,7 @@
  * exposed: gd_auth_exposed_host (net/gd_auth.h), which also checks the sockets systemd hands
  * over (gd_server.exposed_tcp_ok).
  *
- * Start-up, --check-config and SIGHUP; loop thread only.
+ * Start-up, --check-config and SIGHUP; loop 0's thread only.
  */
 #ifndef GD_AUTH_SETUP_H
 #define GD_AUTH_SETUP_H

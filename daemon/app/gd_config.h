@@ -7,7 +7,7 @@
  * Sizes are integers (bytes) or strings with a binary suffix ("64MiB");
  * durations are integer milliseconds.
  *
- * Not thread-safe; the daemon parses on the loop thread (start-up, SIGHUP).
+ * Not thread-safe; the daemon parses on loop 0's thread (start-up, SIGHUP).
  */
 #ifndef GD_CONFIG_H
 #define GD_CONFIG_H

@@ -1,6 +1,7 @@
 /*
  * gd_daemon.h - the daemon's shared state: one per process, owned by main.c,
- * touched only on the loop thread.
+ * touched on loop 0's thread; what the other loop threads share of it is
+ * in srv (gd_server.h says which fields, under which lock).
  */
 #ifndef GD_DAEMON_H
 #define GD_DAEMON_H

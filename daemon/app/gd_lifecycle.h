@@ -14,7 +14,7 @@
  * unix_socket_mode, backend, cpu.*, gpu.*). A file that does not parse
  * changes nothing.
  *
- * Loop thread only.
+ * Loop 0's thread only.
  */
 #ifndef GD_LIFECYCLE_H
 #define GD_LIFECYCLE_H

@@ -2,7 +2,7 @@
  * gd_notify.h - systemd's notify protocol: READY=1 once listeners are up,
  * STATUS= lines, RELOADING=1 around SIGHUP, STOPPING=1 at shutdown, and
  * WATCHDOG=1 from a timer at half of WATCHDOG_USEC. Every call is a no-op
- * when NOTIFY_SOCKET is not set. Loop thread only.
+ * when NOTIFY_SOCKET is not set. Loop 0's thread only.
  */
 #ifndef GD_NOTIFY_H
 #define GD_NOTIFY_H

@@ -2,12 +2,13 @@
  * gd_backend.h - the seam between the scheduler and whatever multiplies.
  *
  * A backend (CPU: OpenBLAS worker pool; GPU: one worker per device with its own streams and
- * pinned staging) implements gd_backend_ops. Only the scheduler calls them (gd_sched.h), on the
- * loop thread, and they must not block: no CUDA synchronisation, no BLAS, no file I/O. Work
- * happens on the backend's own threads (or in CUDA streams); results come back to the loop
+ * pinned staging) implements gd_backend_ops. Only the scheduler calls them (gd_sched.h), on a
+ * loop thread (see Threads below), and they must not block: no CUDA synchronisation, no BLAS,
+ * no file I/O. Work happens on the backend's own threads (or in CUDA streams); results come
+ * back to the loop
  * through gd_completion_post() to b->sink (gd_completion.h).
  *
- * Life of a job, as the scheduler drives it (all on the loop thread):
+ * Life of a job, as the scheduler drives it (all on the loop thread that admitted it):
  *
  *   prepare(job)         header admitted: reserve memory for a, b, c (and scratch) and pick a
  *                        device (job->device holds the scheduler's pick: the in-service device
@@ -42,7 +43,7 @@
  * Shared memory in place (all optional; a backend without them gets region operands through
  * input() and writes results into OUTPUT_CHUNKs the connection copies into the region):
  *
- *   region_added(r)      a client registered region r (loop thread, right after the mapping).
+ *   region_added(r)      a client registered region r (a loop thread, right after the mapping).
  *                        The backend may start what makes in-place access fast (GPU: queue a DMA
  *                        registration on a worker); it must not block.
  *   output_mapped(job, r, ptr)
@@ -67,7 +68,7 @@
  * cuda_register is refused as UNIMPLEMENTED):
  *
  *   device_region_open(r, pci_bus_id, err)
- *                        a client registered r (loop thread): find the device with that PCI
+ *                        a client registered r (a loop thread): find the device with that PCI
  *                        bus id (set r->device) and start opening r->ipc_handle on it (GPU: on
  *                        that device's worker); must not block. 0, or an error (unknown bus id,
  *                        device out of service): then r is still the caller's to free. Once it

@@ -2,7 +2,7 @@
  * gd_auth.h - the `auth` method's policy: which connections must authenticate, and the token
  * comparison. A TCP connection accepted while a token is configured answers nothing but `auth`
  * until it sent the right token; a Unix connection is trusted (the socket file's mode guards
- * it). Loop thread only.
+ * it). A connection's loop thread; the token under the shared lock.
  */
 #ifndef GD_AUTH_H
 #define GD_AUTH_H

@@ -5,7 +5,7 @@
  *
  * Every result chunk the connection was handed goes back through gd_call_chunk_done, and every
  * job leaves through gd_call_finish (answered) or gd_call_abandon / gd_calls_orphan_all (not):
- * nothing else in net/ calls the scheduler's release paths. Loop thread only.
+ * nothing else in net/ calls the scheduler's release paths. The connection's loop thread only.
  */
 #ifndef GD_CALL_H
 #define GD_CALL_H

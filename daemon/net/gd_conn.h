@@ -9,7 +9,7 @@
  *
  * Closing (gd_conn_close) abandons every call, drops the reply queue, stops reading and closes
  * both handles; the connection is freed (events->closed) in the last close callback, never
- * inside a read or write callback. Loop thread only.
+ * inside a read or write callback. The connection's loop thread only.
  */
 #ifndef GD_CONN_H
 #define GD_CONN_H

@@ -10,7 +10,7 @@
  * device (its "out" must be a CUDA IPC region there: the scheduler places the job by it), and
  * reads and writes the client's memory there. Nothing is reserved against
  * queue.memory_budget (the memory is the client's); cuda_ipc.max_regions_per_connection bounds
- * how many a connection holds. Loop thread only.
+ * how many a connection holds. The connection's loop thread only.
  */
 #ifndef GD_CUDA_IPC_H
 #define GD_CUDA_IPC_H

@@ -1,6 +1,6 @@
 /*
  * gd_methods.h - the small methods: ping, info and stats. (gemm is the
- * session's and the scheduler's.) Loop thread only.
+ * session's and the scheduler's.) A connection's loop thread, under the shared lock.
  *
  * info:  {version, protocol, backend, devices: [{id, name, memory, sms, cc}],
  *         kernels: [...], dtypes: [...], limits: {...}, backend_info: {...}}

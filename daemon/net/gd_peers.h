@@ -3,7 +3,7 @@
  * limits.connections_reserve. A peer is the client's uid on a Unix socket (SO_PEERCRED) and its
  * address on TCP (the port left out), written as a short key ("uid 1000", "tcp 127.0.0.1").
  * A plain array searched linearly: there are few distinct peers, and it is touched only when a
- * connection opens or closes. Loop thread only.
+ * connection opens or closes. Under the shared lock (gd_server.h): every loop counts here.
  */
 #ifndef GD_PEERS_H
 #define GD_PEERS_H

@@ -17,7 +17,8 @@
  * request names is checked against the mapping without overflow. All regions go with their
  * connection; the mapping itself (gd_region.h) stays until the last job that reads or writes it
  * in place is released, and its bytes stay counted against queue.memory_budget until then.
- * Loop thread only.
+ * The connection's loop thread only; the totals under the shared lock
+ * (gd_server.h).
  */
 #ifndef GD_SHM_H
 #define GD_SHM_H

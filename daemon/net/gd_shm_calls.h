@@ -5,7 +5,7 @@
  * seam, the way socket bytes are), and a result written into a region instead of onto the
  * socket (by the backend in place when it can, else copied there chunk by chunk). The regions
  * themselves are gd_shm.h's.
- * Loop thread only.
+ * The connection's loop thread only.
  */
 #ifndef GD_SHM_CALLS_H
 #define GD_SHM_CALLS_H

@@ -1,6 +1,6 @@
 /*
  * gd_metrics.h - what /metrics, /healthz and /readyz report: a snapshot of
- * the daemon's counters, taken on the loop thread (gd_metrics_collect), and
+ * the daemon's counters, taken on loop 0's thread (gd_metrics_collect), and
  * its rendering in the Prometheus text exposition format 0.0.4
  * (gd_metrics_render), done on the HTTP thread from a private copy.
  *
