@@ -5,8 +5,7 @@
  * pinned staging) implements gd_backend_ops. Only the scheduler calls them (gd_sched.h), on a
  * loop thread (see Threads below), and they must not block: no CUDA synchronisation, no BLAS,
  * no file I/O. Work happens on the backend's own threads (or in CUDA streams); results come
- * back to the loop
- * through gd_completion_post() to b->sink (gd_completion.h).
+ * back to the job's loop through gd_completion_post() (gd_completion.h).
  *
  * Life of a job, as the scheduler drives it (all on the loop thread that admitted it):
  *
