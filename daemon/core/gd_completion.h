@@ -2,10 +2,10 @@
  * gd_completion.h - the completion queue: the one way back from backend threads to the loop.
  *
  * Backends answer every job through gd_completion_post() (any thread): the event is queued under a
- * lock on the queue of the job's loop (one per loop thread) and that loop is woken with uv_async_send (wake-ups coalesce; the loop drains the whole
- * queue each time). On the loop thread the queue hands each event, in posting order, to its
- * deliver callback (the scheduler's). Events of a job that is released meanwhile are dropped
- * (gd_completion_forget), never delivered.
+ * lock on the queue of the job's loop (one per loop thread) and that loop is woken with
+ * uv_async_send (wake-ups coalesce; the loop drains the whole queue each time). On the loop thread
+ * the queue hands each event, in posting order, to its deliver callback (the scheduler's). Events
+ * of a job that is released meanwhile are dropped (gd_completion_forget), never delivered.
  */
 #ifndef GD_COMPLETION_H
 #define GD_COMPLETION_H

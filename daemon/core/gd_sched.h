@@ -3,14 +3,14 @@
  * daemon-wide job count, the memory budget, load spreading over devices, and the only caller of
  * the backend's ops (gd_backend.h).
  *
- * Threads: every loop thread (config key `loops`) calls in. Each opens a port (gd_sched_port_open) on
- * its own loop: the events of the jobs it admits come back through that port's completion
- * queue, on that loop, and its room callback runs there. One recursive lock (gd_sched_lock)
- * covers the scheduler and the backend's ops; the functions here take it, and the connections
- * take it too around the few counters all loops share. A job is touched only by the loop thread
- * that admitted it (its calls and its port's deliveries), so the payload's way in
- * (gd_sched_input_window, gd_sched_input) and a chunk given back while the waiter holds the job
- * take no lock: there the backend's ops guard what jobs share (gd_backend.h).
+ * Threads: every loop thread (config key `loops`) calls in. Each opens a port (gd_sched_port_open)
+ * on its own loop: the events of the jobs it admits come back through that port's completion queue,
+ * on that loop, and its room callback runs there. One recursive lock (gd_sched_lock) covers the
+ * scheduler and the backend's ops; the functions here take it, and the connections take it too
+ * around the few counters all loops share. A job is touched only by the loop thread that admitted
+ * it (its calls and its port's deliveries), so the payload's way in (gd_sched_input_window,
+ * gd_sched_input) and a chunk given back while the waiter holds the job take no lock: there the
+ * backend's ops guard what jobs share (gd_backend.h).
  *
  * Admission happens when a gemm header has been parsed, before any payload byte is read:
  *   - draining                              -> UNAVAILABLE

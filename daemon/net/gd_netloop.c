@@ -102,7 +102,9 @@ int gd_netloop_hand_over(gd_netloop *nl, int fd, bool tcp, bool shm) {
   return push(nl, (gd_handoff){fd, tcp, shm, 0});
 }
 
-int gd_netloop_evict(gd_netloop *nl, uint64_t id) { return push(nl, (gd_handoff){-1, false, false, id}); }
+int gd_netloop_evict(gd_netloop *nl, uint64_t id) {
+  return push(nl, (gd_handoff){-1, false, false, id});
+}
 
 /* ---- the threads ---------------------------------------------------------- */
 

@@ -16,8 +16,8 @@
  * that does not read holds no staging other jobs need. A shared chunk of 32 KiB or less is
  * copied and given back at once and goes out with the batch (cheaper than a write of its own).
  *
- * The connection's loop thread only. The queue reports to its connection through callbacks (gd_replyq_events);
- * on failed the connection closes and calls gd_replyq_drop.
+ * The connection's loop thread only. The queue reports to its connection through callbacks
+ * (gd_replyq_events); on failed the connection closes and calls gd_replyq_drop.
  */
 #ifndef GD_REPLYQ_H
 #define GD_REPLYQ_H

@@ -11,8 +11,8 @@
  * backend that took it holds its own reference, so free drops the connection's at once.
  *
  * Handles are unique over the whole daemon (a counter in the totals), so a handle another
- * connection holds is simply not in this table: NOT_FOUND, like a freed one. The connection's loop thread only; the totals
- * under the shared lock (gd_server.h).
+ * connection holds is simply not in this table: NOT_FOUND, like a freed one. The connection's loop
+ * thread only; the totals under the shared lock (gd_server.h).
  */
 #ifndef GD_RESIDENT_H
 #define GD_RESIDENT_H

@@ -2,12 +2,12 @@
  * gd_cpu_bufcache.h - operand buffers of finished CPU jobs kept for the next ones
  * (cpu.buffer_cache_bytes).
  *
- * glibc serves a request of a few MiB with a fresh mmap each time (its mmap threshold follows
- * the largest block freed, and a block of the same size is not below it), so every page of a,
- * b and c was faulted in and zeroed again on every request: at 1024^3 f32 3,000 faults a
- * request, 35% of the daemon's CPU time. Buffers of at least GD_CPU_BUFCACHE_MIN bytes are
- * kept here instead, up to the configured total, and a request takes the smallest one that
- * fits and is at most twice its size. Under the scheduler's lock (prepare and release run there, on any loop thread).
+ * glibc serves a request of a few MiB with a fresh mmap each time (its mmap threshold follows the
+ * largest block freed, and a block of the same size is not below it), so every page of a, b and c
+ * was faulted in and zeroed again on every request: at 1024^3 f32 3,000 faults a request, 35% of
+ * the daemon's CPU time. Buffers of at least GD_CPU_BUFCACHE_MIN bytes are kept here instead, up to
+ * the configured total, and a request takes the smallest one that fits and is at most twice its
+ * size. Under the scheduler's lock (prepare and release run there, on any loop thread).
  */
 #ifndef GD_CPU_BUFCACHE_H
 #define GD_CPU_BUFCACHE_H
