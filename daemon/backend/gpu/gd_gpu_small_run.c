@@ -62,28 +62,31 @@ static bool same_shape(const gp_gemm_hdr *a, const gp_gemm_hdr *b) {
          a->bias == b->bias && a->activation == b->activation;
 }
 
-/* Under mu: takes the queued SMALL_RUNs of lead's shape out of the command FIFO (their order
- * among other commands does not matter: a small job depends on no other command), chaining
- * their slots after *tail. Returns how many. */
+/* Under mu: takes up to room queued SMALL_RUNs of lead's shape out of the command FIFO (their
+ * order among other commands does not matter: a small job depends on no other command),
+ * chaining their slots after *tail. Returns how many. It stops at the room's end: the loops
+ * wait on mu while it walks, and with hundreds of jobs queued (32 connections x 32 in flight) a
+ * walk to the FIFO's end on every turn of the worker was that wait. */
 static uint32_t take_same_shape(gd__gpu_dev *dev, gd__gpu_slot *lead, gd__gpu_slot **tail,
                                 uint32_t room) {
   uint32_t taken = 0;
-  gd__gpu_cmd **pp = &dev->q_head;
-  dev->q_tail = NULL;
-  while (*pp) {
+  gd__gpu_cmd **pp = &dev->q_head, *kept = NULL; /* kept: the last command left in */
+  while (*pp && taken < room) {
     gd__gpu_cmd *cmd = *pp;
-    if (taken < room && cmd->type == GD__CMD_SMALL_RUN &&
-        same_shape(&cmd->job->hdr, &lead->job.hdr)) {
+    if (cmd->type == GD__CMD_SMALL_RUN && same_shape(&cmd->job->hdr, &lead->job.hdr)) {
       *pp = cmd->next;
+      if (dev->q_tail == cmd)
+        dev->q_tail = kept;
       cmd->next = NULL;
       (*tail)->batch_next = cmd->job->slot;
       *tail = cmd->job->slot;
       taken++;
       continue;
     }
-    dev->q_tail = cmd;
+    kept = cmd;
     pp = &cmd->next;
   }
+  assert(!dev->q_head == !dev->q_tail);
   return taken;
 }
 
