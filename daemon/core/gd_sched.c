@@ -599,11 +599,27 @@ static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
   (void)released;
 }
 
-static size_t jobs_unlocked(const gd_sched *s) { return s->job_count; }
-static size_t running_unlocked(const gd_sched *s) { return s->running; }
-static size_t delivering_unlocked(const gd_sched *s) { return s->delivering_jobs; }
-static uint64_t delivering_bytes_unlocked(const gd_sched *s) { return s->delivering_bytes; }
-static uint64_t reserved_bytes_unlocked(const gd_sched *s) { return s->reserved; }
+/* The counts the getters below return, read together under the lock (which is not part of the
+ * scheduler's value: hence the cast). */
+typedef struct {
+  size_t jobs, running, delivering;
+  uint64_t delivering_bytes, reserved;
+} sched_counts;
+
+static sched_counts read_counts(const gd_sched *cs) {
+  gd_sched *s = (gd_sched *)cs;
+  gd_sched_lock(s);
+  sched_counts c = {s->job_count, s->running, s->delivering_jobs, s->delivering_bytes,
+                    s->reserved};
+  gd_sched_unlock(s);
+  return c;
+}
+
+size_t gd_sched_jobs(const gd_sched *s) { return read_counts(s).jobs; }
+size_t gd_sched_running(const gd_sched *s) { return read_counts(s).running; }
+size_t gd_sched_delivering(const gd_sched *s) { return read_counts(s).delivering; }
+uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return read_counts(s).delivering_bytes; }
+uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return read_counts(s).reserved; }
 
 static int reserve_unlocked(gd_sched *s, uint64_t bytes, gp_error *err) {
   /* A registration does not wait for room as a gemm does: it fits now or is refused. */
@@ -777,41 +793,6 @@ void gd_sched_abandon(gd_sched *s, gd_job *job) {
 
 void gd_sched_finish(gd_sched *s, gd_job *job, bool ok) {
   LOCKED(s, finish_unlocked(s, job, ok));
-}
-
-size_t gd_sched_jobs(const gd_sched *cs) {
-  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
-  size_t result;
-  LOCKED(s, result = jobs_unlocked(s));
-  return result;
-}
-
-size_t gd_sched_running(const gd_sched *cs) {
-  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
-  size_t result;
-  LOCKED(s, result = running_unlocked(s));
-  return result;
-}
-
-size_t gd_sched_delivering(const gd_sched *cs) {
-  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
-  size_t result;
-  LOCKED(s, result = delivering_unlocked(s));
-  return result;
-}
-
-uint64_t gd_sched_delivering_bytes(const gd_sched *cs) {
-  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
-  uint64_t result;
-  LOCKED(s, result = delivering_bytes_unlocked(s));
-  return result;
-}
-
-uint64_t gd_sched_reserved_bytes(const gd_sched *cs) {
-  gd_sched *s = (gd_sched *)cs; /* the lock is not part of the value */
-  uint64_t result;
-  LOCKED(s, result = reserved_bytes_unlocked(s));
-  return result;
 }
 
 int gd_sched_reserve(gd_sched *s, uint64_t bytes, gp_error *err) {

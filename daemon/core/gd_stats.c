@@ -9,18 +9,19 @@
 
 void gd_stats_init(gd_stats *s) { memset(s, 0, sizeof *s); }
 
-/* Every field after started_us is a gd_counter, hists included: copied as one array of them. */
+/* Every field after started_us is a gd_counter, hists included: added and copied as one array
+ * of COUNTERS of them, from `requests` on. */
 _Static_assert((sizeof(gd_stats) - offsetof(gd_stats, requests)) % sizeof(gd_counter) == 0,
                "gd_stats is started_us and counters");
+#define COUNTERS ((sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter))
 
 void gd_stats_add(gd_stats *dst, const gd_stats *src) {
   uint64_t max[GD_HIST_KINDS];
   for (int i = 0; i < GD_HIST_KINDS; i++)
     max[i] = atomic_load(&dst->hist[i].max_us);
-  size_t n = (sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter);
   const gd_counter *from = &src->requests;
   gd_counter *to = &dst->requests;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < COUNTERS; i++)
     atomic_fetch_add_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed),
                               memory_order_relaxed);
   for (int i = 0; i < GD_HIST_KINDS; i++) { /* the largest, not the sum */
@@ -31,10 +32,9 @@ void gd_stats_add(gd_stats *dst, const gd_stats *src) {
 
 void gd_stats_copy(gd_stats *dst, const gd_stats *src) {
   dst->started_us = src->started_us;
-  size_t n = (sizeof(gd_stats) - offsetof(gd_stats, requests)) / sizeof(gd_counter);
   const gd_counter *from = &src->requests;
   gd_counter *to = &dst->requests;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < COUNTERS; i++)
     atomic_store_explicit(&to[i], atomic_load_explicit(&from[i], memory_order_relaxed),
                           memory_order_relaxed);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gd_clock.h"
+#include "gd_list.h"
 #include "gd_log.h"
 #include "gd_netloop.h"
 #include "gd_rpc.h"
@@ -21,14 +22,11 @@
 static void lock_shared(gd_server *d) { gd_sched_lock(d->sched); }
 static void unlock_shared(gd_server *d) { gd_sched_unlock(d->sched); }
 
-/* Off the list of every loop's connections (under the shared lock). */
+/* Off the list of every loop's connections (under the shared lock); every session that closes
+ * was linked first (start_session). */
 static void unlink_all(gd_server *d, gd_session *s) {
-  if (s->all_prev)
-    s->all_prev->all_next = s->all_next;
-  else if (d->all_sessions == s)
-    d->all_sessions = s->all_next;
-  if (s->all_next)
-    s->all_next->all_prev = s->all_prev;
+  assert(s->all_prev || d->all_sessions == s);
+  GD_LIST_UNLINK_AT(d->all_sessions, s, all_prev, all_next);
   s->all_prev = s->all_next = NULL;
 }
 
