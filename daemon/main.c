@@ -296,14 +296,16 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     goto out_sched;
   }
   warn_socket_mode(&d.cfg, addrs, n);
-  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "", why);
-    goto out_sched;
-  }
+  /* /metrics first: whoever can reach the socket can reach it too (a test that saw the socket
+   * met a refused metrics port while the other loop threads slowed start-up under TSan). */
   if (d.cfg.metrics_listen[0] &&
       gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "metrics.listen: ", why);
-    goto out_listeners;
+    goto out_sched;
+  }
+  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
+    from_text(&err, GP_E_UNAVAILABLE, "", why);
+    goto out_listeners; /* stops /metrics; no listener is open */
   }
   if ((rc = gd_notify_start(&loop, &notify)) != 0) {
     from_uv(&err, rc, "watchdog timer");
