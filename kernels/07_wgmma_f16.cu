@@ -34,6 +34,10 @@
  * (one k tile per CTA: load, multiply and store do not overlap; a persistent grid would).
  * Every result bit-identical to cuBLAS.
  *
+ * Since 15 (wgmma_f16_persist, the same tiles on a persistent grid with TMA stores of C) is
+ * registered ahead of it, 07 serves the problems whose C TMA cannot store: n not a multiple of
+ * 8, or C not 16-byte aligned.
+ *
  * Contract: f16 or bf16 on compute capability 9.0 exactly (wgmma and setmaxnreg are sm_90a; the
  * build carries sm_90a SASS), any m, n, k, both transposes, alpha/beta (beta == 0: C not read),
  * any batch, when TMA can describe the operands: A and B 16-byte aligned and their stored rows a

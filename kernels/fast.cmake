@@ -7,7 +7,8 @@
 # cc >= 9.0; 02 the rest);
 # for f64 the Hopper tensor-core kernel (10, sm_90 mma shapes), then 06 (m8n8k4, cc >= 8.0), then
 # the SIMT one (03, kept for GPUs without DMMA); for
-# f16/bf16 the Hopper kernel (07, cc 9.0 and TMA-describable operands only) before mma.sync (04).
+# f16/bf16 the Hopper kernels (15, persistent, when TMA can also store C; then 07, cc 9.0 and
+# TMA-describable operands only) before mma.sync (04).
 # Ahead of all of them, the small-tile kernels (11-14): they take only problems with m and n of
 # at most 64 (128 for tf32 and f16/bf16, 32 for f64), the small-job lane's batches, which the
 # big tiles mostly pad.
@@ -24,7 +25,8 @@ list(APPEND GK_GPU_SOURCES
   11_simt_f32_small.cu
   12_mma_tf32_small.cu
   13_mma_f16_small.cu
-  14_dmma_f64_small.cu)
+  14_dmma_f64_small.cu
+  15_wgmma_f16_persist.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_tf32_small
   gk_kernel_simt_f32_small
@@ -34,6 +36,7 @@ list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_tf32
   gk_kernel_simt_f32_splitk
   gk_kernel_simt_f32
+  gk_kernel_wgmma_f16_persist
   gk_kernel_wgmma_f16
   gk_kernel_mma_f16
   gk_kernel_dmma16_f64

@@ -140,6 +140,28 @@ __device__ __forceinline__ void gk__tma_load_3d(uint32_t dst, const CUtensorMap 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+/* The other direction (15): one box from shared memory to a 3-D tensor map, in this thread's
+ * bulk group; the copy engine clips the parts outside the matrix. The writes that filled the
+ * box must be made visible to the async proxy first (gk__fence_proxy_async by every writer,
+ * then a barrier). */
+__device__ __forceinline__ void gk__tma_store_3d(const CUtensorMap *map, uint32_t src, int c0, int c1,
+                                                 int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void gk__fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void gk__bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Waits until this thread's bulk groups have finished reading shared memory (the source may be
+ * rewritten) / have completed (the writes are done). */
+__device__ __forceinline__ void gk__bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void gk__bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void gk__wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -320,6 +342,55 @@ GK_WGMMA_OP(__half, 256, f16)
 GK_WGMMA_OP(__nv_bfloat16, 256, bf16)
 #undef GK_WGMMA_OP
 
+/* Producer side, ring slot `it` (the running count of k tiles this CTA has loaded): the k tile
+ * at k0 of the BM x BN tile at (m0, n0) of problem z, 2 + BN / 64 TMA boxes on the slot's full
+ * barrier. TA / TB: the stored layouts, as in the kernel below. */
+template <class C, bool TA, bool TB>
+__device__ __forceinline__ void gk__wgmma_produce(const gk__ring &ring, int it, const CUtensorMap *map_a,
+                                                  const CUtensorMap *map_b, int m0, int n0, int k0,
+                                                  int z) {
+  constexpr int CHUNK = C::CHUNK;
+  const int s = it % C::STAGES;
+  const uint32_t bar = gk__ring_produce<C>(ring, it);
+  const uint32_t sa = ring.smem0 + s * C::STAGE_BYTES, sb = sa + C::A_BYTES;
+#pragma unroll
+  for (int c = 0; c < C::BM / CHUNK; ++c) {
+    if (TA) gk__tma_load_3d(sa + c * C::CHUNK_BYTES, map_a, m0 + c * CHUNK, k0, z, bar);
+    else gk__tma_load_3d(sa + c * C::CHUNK_BYTES, map_a, k0, m0 + c * CHUNK, z, bar);
+  }
+#pragma unroll
+  for (int c = 0; c < C::BN / CHUNK; ++c) {
+    if (TB) gk__tma_load_3d(sb + c * C::CHUNK_BYTES, map_b, k0, n0 + c * CHUNK, z, bar);
+    else gk__tma_load_3d(sb + c * C::CHUNK_BYTES, map_b, n0 + c * CHUNK, k0, z, bar);
+  }
+}
+
+/* Consumer side, ring slot `it`: waits for its bytes, issues this warpgroup's BK / 16 wgmmas on
+ * its 64 rows (box `consumer` of A in either layout) and keeps them in flight; once the group
+ * before is done, releases slot it - 1 when release_prev (that slot held this CTA's previous k
+ * tile). The caller waits for the last group (gk__wgmma_wait<0>) before reading acc. */
+template <typename T, class C, bool TA, bool TB>
+__device__ __forceinline__ void gk__wgmma_consume(const gk__ring &ring, int it, bool release_prev,
+                                                  int consumer, float (&acc)[C::ACC]) {
+  /* byte offsets per k16 step and descriptor strides, by layout (see gk__wgmma_desc) */
+  constexpr uint32_t A_STEP = TA ? 16 * 128 : 32, B_STEP = TB ? 32 : 16 * 128;
+  constexpr uint32_t A_LBO = TA ? C::CHUNK_BYTES : 16, B_LBO = TB ? 16 : C::CHUNK_BYTES;
+  const int s = it % C::STAGES;
+  gk__mbar_wait(ring.full0 + 8 * s, (it / C::STAGES) & 1);
+  const uint32_t sa = ring.smem0 + s * C::STAGE_BYTES + consumer * C::CHUNK_BYTES;
+  const uint32_t sb = ring.smem0 + s * C::STAGE_BYTES + C::A_BYTES;
+  gk__wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::BK / 16; ++kk)
+    gk__wgmma_op<T, C::BN, TA ? 1 : 0, TB ? 0 : 1>::run(acc, gk__wgmma_desc(sa + kk * A_STEP, A_LBO, 1024),
+                                                       gk__wgmma_desc(sb + kk * B_STEP, B_LBO, 1024));
+  gk__wgmma_commit();
+  /* keep this k tile's group in flight; the previous one is done, so its stage is free */
+  gk__wgmma_wait<1>();
+  if (release_prev && threadIdx.x % 128 == 0)
+    gk__mbar_arrive(ring.empty0 + 8 * ((it + C::STAGES - 1) % C::STAGES));
+}
+
 /* Four neighbouring outputs (row, col..col+3) after alpha/beta; vec4 (n % 4 == 0, C 8-byte
  * aligned): the group is wholly inside, two 4-byte accesses; else element by element. */
 template <typename T>
@@ -358,10 +429,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     gk__wgmma_gemm(const __grid_constant__ CUtensorMap map_a,
                    const __grid_constant__ CUtensorMap map_b, gk__mma16_args<T> args) {
 #if GK_WGMMA_DEVICE
-  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, CHUNK = C::CHUNK;
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const gk__ring ring = gk__ring_init<C>(smem_raw);
-  const uint32_t smem0 = ring.smem0, full0 = ring.full0, empty0 = ring.empty0;
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
 
   int tile_m, tile_n;
@@ -372,21 +442,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warpgroup == 0) { /* producer */
     gk__setmaxnreg_dec<C::PRODUCER_REGS>();
     if (wg_thread != 0) return;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % STAGES, k0 = kt * BK;
-      const uint32_t bar = gk__ring_produce<C>(ring, kt);
-      const uint32_t sa = smem0 + s * C::STAGE_BYTES, sb = sa + C::A_BYTES;
-#pragma unroll
-      for (int c = 0; c < BM / CHUNK; ++c) {
-        if (TA) gk__tma_load_3d(sa + c * C::CHUNK_BYTES, &map_a, m0 + c * CHUNK, k0, z, bar);
-        else gk__tma_load_3d(sa + c * C::CHUNK_BYTES, &map_a, k0, m0 + c * CHUNK, z, bar);
-      }
-#pragma unroll
-      for (int c = 0; c < BN / CHUNK; ++c) {
-        if (TB) gk__tma_load_3d(sb + c * C::CHUNK_BYTES, &map_b, k0, n0 + c * CHUNK, z, bar);
-        else gk__tma_load_3d(sb + c * C::CHUNK_BYTES, &map_b, n0 + c * CHUNK, k0, z, bar);
-      }
-    }
+    for (int kt = 0; kt < k_tiles; ++kt)
+      gk__wgmma_produce<C, TA, TB>(ring, kt, &map_a, &map_b, m0, n0, kt * BK, z);
     return;
   }
 
@@ -397,25 +454,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll
   for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
 
-  /* byte offsets per k16 step and descriptor strides, by layout (see gk__wgmma_desc) */
-  constexpr uint32_t A_STEP = TA ? 16 * 128 : 32, B_STEP = TB ? 32 : 16 * 128;
-  constexpr uint32_t A_LBO = TA ? C::CHUNK_BYTES : 16, B_LBO = TB ? 16 : C::CHUNK_BYTES;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    gk__mbar_wait(full0 + 8 * s, (kt / STAGES) & 1);
-    /* this consumer's 64 rows of A are box `consumer` in either layout */
-    const uint32_t sa = smem0 + s * C::STAGE_BYTES + consumer * C::CHUNK_BYTES;
-    const uint32_t sb = smem0 + s * C::STAGE_BYTES + C::A_BYTES;
-    gk__wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk)
-      gk__wgmma_op<T, BN, TA ? 1 : 0, TB ? 0 : 1>::run(acc, gk__wgmma_desc(sa + kk * A_STEP, A_LBO, 1024),
-                                                    gk__wgmma_desc(sb + kk * B_STEP, B_LBO, 1024));
-    gk__wgmma_commit();
-    /* keep this k tile's group in flight; the previous one is done, so its stage is free */
-    gk__wgmma_wait<1>();
-    if (kt > 0 && wg_thread == 0) gk__mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
-  }
+  for (int kt = 0; kt < k_tiles; ++kt) gk__wgmma_consume<T, C, TA, TB>(ring, kt, kt > 0, consumer, acc);
   gk__wgmma_wait<0>();
 
   /* Epilogue through shared memory, so that C is written (and, with beta, read) in whole rows:
@@ -423,7 +462,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
    * accumulator layout (thread (warp w4, lane g*4+t) holds rows w4*16+g and +8), then reads it
    * back four columns per thread, a warp along a row. alpha/beta in f32, one rounding to T. */
   gk__named_sync(1, 128 * C::CONSUMERS);
-  unsigned char *stage_c = smem_raw + (smem0 - gk__smem_addr(smem_raw)) + consumer * 64 * C::C_PITCH;
+  unsigned char *stage_c = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw)) + consumer * 64 * C::C_PITCH;
   {
     const int warp4 = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, t = lane % 4;
     unsigned char *row0 = stage_c + (warp4 * 16 + g) * C::C_PITCH + 8 * t;
@@ -493,6 +532,19 @@ static inline cudaError_t gk__wgmma_map(CUtensorMap *map, bool bf16, const void 
   return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/* The tensor maps of a batch chunk's A and B (count problems from a and b): stored A is m x k
+ * (K-major) or, with trans_a, k x m; stored B is k x n or, with trans_b, n x k (K-major). */
+static inline cudaError_t gk__wgmma_operand_maps(CUtensorMap *map_a, CUtensorMap *map_b,
+                                                 const gk_problem *p, const void *a, const void *b,
+                                                 int64_t count) {
+  const bool bf16 = p->dtype == GK_BF16;
+  cudaError_t err = p->trans_a ? gk__wgmma_map(map_a, bf16, a, p->m, p->k, count)
+                               : gk__wgmma_map(map_a, bf16, a, p->k, p->m, count);
+  if (err != cudaSuccess) return err;
+  return p->trans_b ? gk__wgmma_map(map_b, bf16, b, p->k, p->n, count)
+                    : gk__wgmma_map(map_b, bf16, b, p->n, p->k, count);
+}
+
 template <typename T, class C>
 struct gk__wgmma_launcher {
   template <bool TA, bool TB>
@@ -504,17 +556,10 @@ struct gk__wgmma_launcher {
     const gk__mma16_args<T> args = gk__mma_args<gk__mma16_args<T>, T, float>(p);
     const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
     if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-    const bool bf16 = p->dtype == GK_BF16;
     return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
       const gk__mma16_args<T> chunk = gk__args_at(args, first);
       CUtensorMap map_a, map_b;
-      /* stored A: m x k (K-major) or k x m; stored B: k x n or n x k (K-major) */
-      cudaError_t map_err =
-          TA ? gk__wgmma_map(&map_a, bf16, chunk.a, p->m, p->k, count)
-             : gk__wgmma_map(&map_a, bf16, chunk.a, p->k, p->m, count);
-      if (map_err != cudaSuccess) return map_err;
-      map_err = TB ? gk__wgmma_map(&map_b, bf16, chunk.b, p->k, p->n, count)
-                   : gk__wgmma_map(&map_b, bf16, chunk.b, p->n, p->k, count);
+      const cudaError_t map_err = gk__wgmma_operand_maps(&map_a, &map_b, p, chunk.a, chunk.b, count);
       if (map_err != cudaSuccess) return map_err;
       kernel<<<dim3((unsigned)tiles, 1, count), C::THREADS, C::SMEM_BYTES, stream>>>(map_a, map_b,
                                                                                      chunk);
