@@ -49,48 +49,8 @@
  * describe the operands: A and B 16-byte aligned and their stored rows a multiple of 4 elements
  * (16 bytes). Everything else stays with mma_tf32, registered after this kernel.
  */
-#include "gk_fast_wgmma.cuh" /* mbarrier, TMA, wgmma fence/commit/wait, setmaxnreg, descriptors */
+#include "gk_fast_wgmma_tf32.cuh" /* the tile, fragments, k-tile steps, maps; gk_fast_wgmma.cuh */
 #include "gk_gpu.h"
-
-/* The tile configuration (see the file comment). Outside the anonymous namespace: in the
- * compute_80 pass the kernel body is empty, and members of an internal class that nothing reads
- * would be warnings (errors here). */
-template <int BS_, int STAGES_>
-struct gk__wgmma_tf32_cfg {
-  static constexpr int BR = 128, BS = BS_, BK = 32, STAGES = STAGES_;
-  static constexpr int CONSUMERS = BR / 64;
-  static constexpr int THREADS = 128 * (1 + CONSUMERS); /* warpgroup 0 is the producer */
-  static constexpr int ACC = BS / 2;                    /* f32 accumulators per consumer thread */
-  static constexpr int ROW_BYTES = BK * 4;              /* 128: one swizzle row */
-  static constexpr int KBOX_ROWS = 64, KBOX_BYTES = KBOX_ROWS * ROW_BYTES;   /* K-major boxes */
-  static constexpr int MNBOX_COLS = 32, MNBOX_BYTES = BK * ROW_BYTES;        /* MN-major boxes */
-  static constexpr int X_BYTES = BR * ROW_BYTES, Y_BYTES = BS * ROW_BYTES;
-  static constexpr int STAGE_BYTES = X_BYTES + Y_BYTES;
-  /* C staging, in the idle ring: direct rows (pitch +32 B, as 07) or transposed (64 + 4 words) */
-  static constexpr int C_PITCH = BS * 4 + 32, CT_PITCH = 64 * 4 + 16;
-  static constexpr int C_BYTES = CONSUMERS * 64 * C_PITCH, CT_BYTES = CONSUMERS * BS * CT_PITCH;
-  static constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
-  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static_assert(BS == 128 || BS == 256, "wgmma wrappers exist for m64n128k8 and m64n256k8");
-  static_assert(BS % KBOX_ROWS == 0 && BR % KBOX_ROWS == 0 && 64 % MNBOX_COLS == 0,
-                "operand tiles are whole TMA boxes, and a consumer's 64 rows whole boxes");
-  static_assert(ROW_BYTES == 128, "BK spans exactly one 128-byte swizzle row");
-  static_assert(C_BYTES <= STAGES * STAGE_BYTES && CT_BYTES <= STAGES * STAGE_BYTES,
-                "the C staging tile fits in the ring");
-  static_assert(SMEM_BYTES <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
-  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
-                "the register file holds the producer and every consumer warpgroup");
-};
-
-/* What the kernel needs besides the tensor maps: D's shape (rows R, columns S) and C's. */
-struct gk__wgmma_tf32_args {
-  float *c;
-  int rows, cols, k; /* R, S, K of D = X * Y^T */
-  int m, n;          /* C is m x n, row-major */
-  int64_t stride_c;
-  float alpha, beta;
-  bool beta_zero;
-};
 
 namespace {
 
@@ -99,99 +59,6 @@ template <int BS, int STAGES>
 using tf32_cfg = gk__wgmma_tf32_cfg<BS, STAGES>;
 
 #if GK_WGMMA_DEVICE
-/* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
- * K-major shared-memory descriptor. tf32 takes no transpose immediates. */
-__device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-__device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "{%128, %129, %130, %131}, %132, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-template <int N>
-struct tf32_wgmma;
-template <>
-struct tf32_wgmma<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n128k8_tf32_rs(d, a, db);
-  }
-};
-template <>
-struct tf32_wgmma<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n256k8_tf32_rs(d, a, db);
-  }
-};
-
-/* Byte offset, within a stage's X tile, of element (row r, k) of X, for the thread's rows and
- * the TMA's 128-byte swizzle (16-byte chunk c of 128-byte line l sits at chunk c ^ (l % 8); every
- * box starts on a 1 KB boundary, so line parity is address parity).
- *   K-major X: 64-row boxes of lines of 32 k;   MN-major X: 32-column boxes of lines of 32 r. */
-template <class C, bool X_MN>
-__device__ __forceinline__ uint32_t x_offset(int r, int k) {
-  if (X_MN) {
-    const int box = r / C::MNBOX_COLS, col = r % C::MNBOX_COLS;
-    return box * C::MNBOX_BYTES + k * C::ROW_BYTES + ((((col >> 2) ^ (k & 7))) << 4) + (col & 3) * 4;
-  }
-  const int box = r / C::KBOX_ROWS, line = r % C::KBOX_ROWS;
-  return box * C::KBOX_BYTES + line * C::ROW_BYTES + ((((k >> 2) ^ (line & 7))) << 4) + (k & 3) * 4;
-}
-
 /* Four outputs C[row][col..col+3] after alpha/beta; vec4 (n % 4 == 0, C 16-byte aligned): the
  * group is wholly inside, one 16-byte access each way; else element by element. */
 __device__ __forceinline__ void store4(const tf32_args &args, float *c, int row, int col, float4 v,
@@ -216,42 +83,6 @@ __device__ __forceinline__ void store4(const tf32_args &args, float *c, int row,
   }
 }
 
-/* One k tile of a consumer: its m64k8 fragments (four k8 steps) from the stage into `frag`, four
- * wgmmas with Y from the stage's descriptor, and the release of the stage no longer read: by
- * default this tile's, once its group is complete (the other consumer warpgroup keeps the tensor
- * cores busy meanwhile); with IN_FLIGHT (a variant, measured slower) the previous tile's, one
- * group left in flight. */
-template <class C, bool X_MN, bool IN_FLIGHT>
-__device__ __forceinline__ void consume_tile(float (&acc)[C::ACC], uint32_t (&frag)[C::BK / 8][4],
-                                             int kt, const unsigned char *ring, uint32_t smem0,
-                                             uint32_t full0, uint32_t empty0, int row_lo, int t,
-                                             int wg_thread) {
-  const int s = kt % C::STAGES;
-  gk__mbar_wait(full0 + 8 * s, (kt / C::STAGES) & 1);
-  const unsigned char *tile_x = ring + s * C::STAGE_BYTES;
-  const uint32_t sy = smem0 + s * C::STAGE_BYTES + C::X_BYTES;
-#pragma unroll
-  for (int kk = 0; kk < C::BK / 8; ++kk) {
-    const int k = kk * 8 + t;
-    frag[kk][0] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k));
-    frag[kk][1] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k));
-    frag[kk][2] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo, k + 4));
-    frag[kk][3] = *reinterpret_cast<const uint32_t *>(tile_x + x_offset<C, X_MN>(row_lo + 8, k + 4));
-  }
-  gk__wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < C::BK / 8; ++kk)
-    tf32_wgmma<C::BS>::run(acc, frag[kk], gk__wgmma_desc(sy + kk * 32, 16, 1024));
-  gk__wgmma_commit();
-  if (IN_FLIGHT) {
-    /* keep this tile's group in flight; the previous one is done, so its stage is free */
-    gk__wgmma_wait<1>();
-    if (kt > 0 && wg_thread == 0) gk__mbar_arrive(empty0 + 8 * ((kt - 1) % C::STAGES));
-  } else {
-    gk__wgmma_wait<0>();
-    if (wg_thread == 0) gk__mbar_arrive(empty0 + 8 * s);
-  }
-}
 #endif /* GK_WGMMA_DEVICE */
 
 /*
@@ -264,7 +95,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     tf32_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
               tf32_args args) {
 #if GK_WGMMA_DEVICE
-  constexpr int BR = C::BR, BS = C::BS, BK = C::BK, STAGES = C::STAGES;
+  constexpr int BR = C::BR, BS = C::BS, BK = C::BK;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const gk__ring ring_addr = gk__ring_init<C>(smem_raw); /* gk_fast_wgmma.cuh */
   const uint32_t smem0 = ring_addr.smem0, full0 = ring_addr.full0, empty0 = ring_addr.empty0;
@@ -279,23 +110,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warpgroup == 0) { /* producer */
     gk__setmaxnreg_dec<C::PRODUCER_REGS>();
     if (wg_thread != 0) return;
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % STAGES, k0 = kt * BK;
-      const uint32_t bar = gk__ring_produce<C>(ring_addr, kt);
-      const uint32_t sx = smem0 + s * C::STAGE_BYTES, sy = sx + C::X_BYTES;
-      if (X_MN) {
-#pragma unroll
-        for (int b = 0; b < BR / C::MNBOX_COLS; ++b)
-          gk__tma_load_3d(sx + b * C::MNBOX_BYTES, &map_x, r0 + b * C::MNBOX_COLS, k0, z, bar);
-      } else {
-#pragma unroll
-        for (int b = 0; b < BR / C::KBOX_ROWS; ++b)
-          gk__tma_load_3d(sx + b * C::KBOX_BYTES, &map_x, k0, r0 + b * C::KBOX_ROWS, z, bar);
-      }
-#pragma unroll
-      for (int b = 0; b < BS / C::KBOX_ROWS; ++b)
-        gk__tma_load_3d(sy + b * C::KBOX_BYTES, &map_y, k0, s0 + b * C::KBOX_ROWS, z, bar);
-    }
+    for (int kt = 0; kt < k_tiles; ++kt)
+      gk__tf32_produce<C, X_MN>(ring_addr, kt, &map_x, &map_y, r0, s0, kt * BK, z);
     return;
   }
 
@@ -314,16 +130,16 @@ __global__ void __launch_bounds__(C::THREADS, 1)
      * overwritten (wgmma reads its register operand asynchronously) */
     uint32_t frag_even[BK / 8][4], frag_odd[BK / 8][4];
     for (int kt = 0; kt < k_tiles; kt += 2) {
-      consume_tile<C, X_MN, true>(acc, frag_even, kt, ring, smem0, full0, empty0, row_lo, t,
+      gk__tf32_consume<C, X_MN, true>(acc, frag_even, kt, ring, smem0, full0, empty0, row_lo, t,
                                   wg_thread);
       if (kt + 1 < k_tiles)
-        consume_tile<C, X_MN, true>(acc, frag_odd, kt + 1, ring, smem0, full0, empty0, row_lo, t,
+        gk__tf32_consume<C, X_MN, true>(acc, frag_odd, kt + 1, ring, smem0, full0, empty0, row_lo, t,
                                     wg_thread);
     }
   } else {
     uint32_t frag[BK / 8][4];
     for (int kt = 0; kt < k_tiles; ++kt)
-      consume_tile<C, X_MN, false>(acc, frag, kt, ring, smem0, full0, empty0, row_lo, t, wg_thread);
+      gk__tf32_consume<C, X_MN, false>(acc, frag, kt, ring, smem0, full0, empty0, row_lo, t, wg_thread);
   }
   gk__wgmma_wait<0>();
 
@@ -378,28 +194,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
 /* ---- host side ------------------------------------------------------------------------------ */
 
-/* True when TMA can describe both operands: 16-byte-aligned bases, stored rows (and so the batch
- * strides) multiples of 16 bytes, sizes within the tensor map's ranges (strides < 2^40 bytes). */
-bool tf32_fits(const gk_problem *p) {
-  return gk__fits_int32(p) && gk__aligned(p->a, 16) && gk__aligned(p->b, 16) &&
-         (gk__lda(p) * 4) % 16 == 0 && (gk__ldb(p) * 4) % 16 == 0 &&
-         p->m * p->k * 4 < ((int64_t)1 << 40) && p->k * p->n * 4 < ((int64_t)1 << 40);
-}
-
-/* A 3-D map (inner, outer, batch) over `batch` row-major matrices of outer x inner floats, read
- * as boxes of 32 (128 bytes) x box_outer with the 128-byte swizzle, zero fill out of bounds. */
-cudaError_t tf32_map(CUtensorMap *map, const float *base, int64_t inner, int64_t outer,
-                     int64_t batch, unsigned box_outer) {
-  PFN_cuTensorMapEncodeTiled_v12000 encode = gk__tensor_map_encoder();
-  if (encode == NULL) return cudaErrorNotSupported;
-  const cuuint64_t dims[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)batch};
-  const cuuint64_t strides[2] = {(cuuint64_t)inner * 4, (cuuint64_t)(inner * outer) * 4};
-  const cuuint32_t box[3] = {32, box_outer, 1}, unit[3] = {1, 1, 1};
-  CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float *>(base), dims,
-                       strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
 
 /* One formulation (see the file comment): X stored x_inner x x_outer per problem, Y stored S x K
  * (K-major); D is R x S. */
@@ -409,29 +203,14 @@ cudaError_t run(const gk_problem *p, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)C::SMEM_BYTES);
   if (err != cudaSuccess) return err;
-  /* NN: X = B (k x n), Y = A (m x k); NT / TT: X = A (m x k or k x m), Y = B (n x k) */
-  const float *x = static_cast<const float *>(OUT_T ? p->b : p->a);
-  const float *y = static_cast<const float *>(OUT_T ? p->a : p->b);
-  const int64_t rows = OUT_T ? p->n : p->m, cols = OUT_T ? p->m : p->n;
-  const int64_t x_stride = OUT_T ? p->k * p->n : p->m * p->k, y_stride = OUT_T ? p->m * p->k : p->k * p->n;
-  tf32_args args;
-  args.c = static_cast<float *>(p->c);
-  args.rows = (int)rows, args.cols = (int)cols, args.k = (int)p->k;
-  args.m = (int)p->m, args.n = (int)p->n;
-  args.stride_c = p->m * p->n;
-  args.alpha = (float)p->alpha, args.beta = (float)p->beta;
-  args.beta_zero = p->beta == 0.0;
-  const int64_t tiles = ((rows + C::BR - 1) / C::BR) * ((cols + C::BS - 1) / C::BS);
+  const gk__tf32_plan plan = gk__tf32_plan_for(p, OUT_T);
+  const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    tf32_args chunk = args;
-    chunk.c += first * args.stride_c;
+    tf32_args chunk = plan.args;
+    chunk.c += first * plan.args.stride_c;
     CUtensorMap map_x, map_y;
-    cudaError_t map_err =
-        X_MN ? tf32_map(&map_x, x + first * x_stride, rows, p->k, count, C::BK)
-             : tf32_map(&map_x, x + first * x_stride, p->k, rows, count, C::KBOX_ROWS);
-    if (map_err != cudaSuccess) return map_err;
-    map_err = tf32_map(&map_y, y + first * y_stride, p->k, cols, count, C::KBOX_ROWS);
+    const cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err != cudaSuccess) return map_err;
     kernel<<<dim3((unsigned)tiles, 1, count), C::THREADS, C::SMEM_BYTES, stream>>>(map_x, map_y,
                                                                                    chunk);
@@ -461,7 +240,7 @@ cudaError_t launch_with(const gk_problem *p, cudaStream_t stream) {
 }
 
 bool wgmma_tf32_supports(const gk_problem *p, int cc) {
-  return p->dtype == GK_F32 && p->fast && cc == 90 && !(p->trans_a && !p->trans_b) && tf32_fits(p);
+  return p->dtype == GK_F32 && p->fast && cc == 90 && !(p->trans_a && !p->trans_b) && gk__tf32_fits(p);
 }
 
 cudaError_t wgmma_tf32_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {

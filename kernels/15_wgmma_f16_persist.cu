@@ -54,17 +54,6 @@ using cfg_wide = persist_cfg<256, 3>;
 using cfg_narrow = persist_cfg<128, 5>;
 
 #if GK_WGMMA_DEVICE
-/* Where tile t of a batch chunk starts: 07's grouped order within each problem. */
-template <class cfg>
-__device__ __forceinline__ void tile_origin(int64_t t, int tiles_m, int tiles_n, int *m0, int *n0,
-                                            int *z) {
-  const int64_t tiles = (int64_t)tiles_m * tiles_n;
-  int tile_m, tile_n;
-  *z = (int)(t / tiles);
-  gk__raster_pid((int)(t % tiles), tiles_m, tiles_n, &tile_m, &tile_n);
-  *m0 = tile_m * cfg::BM, *n0 = tile_n * cfg::BN;
-}
-
 /* One consumer's epilogue for the tile at (m0, n0) of problem z: its 64 rows into its staging
  * tile (row r, column col of box b at b * 8 KB + r * 128 + ((col / 8) ^ (r % 8)) * 16 +
  * (col % 8) * 2: the 128-byte swizzle), then TMA stores of the boxes inside the matrix. */
@@ -127,7 +116,7 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
     if (threadIdx.x != 0) return;
     int it = 0; /* k tiles loaded so far: the ring's running slot */
     for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-      tile_origin<cfg>(t, tiles_m, tiles_n, &m0, &n0, &z);
+      gk__tile_origin(t, tiles_m, tiles_n, cfg::BM, cfg::BN, &m0, &n0, &z);
       for (int kt = 0; kt < k_tiles; ++kt, ++it)
         gk__wgmma_produce<cfg, TA, TB>(ring, it, &map_a, &map_b, m0, n0, kt * cfg::BK, z);
     }
@@ -140,7 +129,7 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
   unsigned char *staging_ptr = smem_raw + (staging - gk__smem_addr(smem_raw));
   int it = 0;
   for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-    tile_origin<cfg>(t, tiles_m, tiles_n, &m0, &n0, &z);
+    gk__tile_origin(t, tiles_m, tiles_n, cfg::BM, cfg::BN, &m0, &n0, &z);
     float acc[cfg::ACC];
 #pragma unroll
     for (int i = 0; i < cfg::ACC; ++i) acc[i] = 0.0f;

@@ -1,8 +1,9 @@
 # The fast kernels, plugged into gemmkernels_gpu through the hook in kernels/gpu.cmake.
 # One kernel per file, numbered by the idea it adds (see each file's opening comment and
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
-# TF32 kernels first (they only accept f32 with precision "fast"; the Hopper one, 08, takes
-# cc 9.0, TMA-describable operands and every transpose but TN, before mma.sync, 05), then the
+# TF32 kernels first (they only accept f32 with precision "fast"; the Hopper ones, 16 (persistent,
+# k <= 512 and when TMA can also store C) and 08, take cc 9.0, TMA-describable operands and every transpose
+# but TN, before mma.sync, 05), then the
 # exact SIMT f32 kernels (09, split-K over a cluster, takes only the short grids it splits on
 # cc >= 9.0; 02 the rest);
 # for f64 the Hopper tensor-core kernel (10, sm_90 mma shapes), then 06 (m8n8k4, cc >= 8.0), then
@@ -26,12 +27,14 @@ list(APPEND GK_GPU_SOURCES
   12_mma_tf32_small.cu
   13_mma_f16_small.cu
   14_dmma_f64_small.cu
-  15_wgmma_f16_persist.cu)
+  15_wgmma_f16_persist.cu
+  16_wgmma_tf32_persist.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_tf32_small
   gk_kernel_simt_f32_small
   gk_kernel_mma_f16_small
   gk_kernel_dmma_f64_small
+  gk_kernel_wgmma_tf32_persist
   gk_kernel_wgmma_tf32
   gk_kernel_mma_tf32
   gk_kernel_simt_f32_splitk

@@ -158,6 +158,17 @@ __device__ __forceinline__ void gk__raster(int tiles_m, int tiles_n, int *tile_m
   gk__raster_pid((int)blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
 }
 
+/* For persistent grids (15, 16): where tile t of a batch chunk of tiles_m x tiles_n tiles of
+ * bm x bn each starts (row m0, column n0 of problem z), in the grouped order within each problem. */
+__device__ __forceinline__ void gk__tile_origin(int64_t t, int tiles_m, int tiles_n, int bm, int bn,
+                                                int *m0, int *n0, int *z) {
+  const int64_t tiles = (int64_t)tiles_m * tiles_n;
+  int tile_m, tile_n;
+  *z = (int)(t / tiles);
+  gk__raster_pid((int)(t % tiles), tiles_m, tiles_n, &tile_m, &tile_n);
+  *m0 = tile_m * bm, *n0 = tile_n * bn;
+}
+
 __device__ __forceinline__ uint32_t gk__smem_addr(const void *ptr) {
   return (uint32_t)__cvta_generic_to_shared(ptr);
 }

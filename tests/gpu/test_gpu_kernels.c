@@ -375,17 +375,20 @@ static void run_matrix(test_env *env, bool quick)
       run_case(env, &tc);
     }
   }
-  { /* more tiles than SMs, so persistent CTAs (15) walk several, the operand ring runs on
+  { /* more tiles than SMs, so persistent CTAs (15, 16) walk several, the operand ring runs on
      * across tiles and each staging tile is stored from more than once: rows of 16 bytes, odd
      * m and k tails, a batch past the 65535 launch chunk */
     const test_case walks[] = {
         {GK_BF16, false, 24, 16, 8, 200, false, false, -0.75, 1.5, true, true},
+        {GK_F32, true, 24, 16, 8, 200, false, false, -0.75, 1.5, true, true}, /* tf32: D = C^T */
+        {GK_F32, true, 328, 264, 104, 40, false, true, 0.5, -2.0, true, true},
+        {GK_F32, true, 200, 128, 72, 150, true, true, 1.0, 0.0, true, true},
         {GK_F16, false, 328, 264, 104, 40, true, false, 1.0, 0.0, true, true},
         {GK_BF16, false, 328, 264, 104, 40, false, true, 0.5, -2.0, true, true},
         {GK_BF16, false, 200, 128, 72, 150, false, false, 1.0, 0.0, true, true}, /* narrow */
         {GK_F16, false, 24, 16, 8, 66000, true, true, 1.0, 0.0, true, true},
     };
-    const size_t count = quick ? 1 : sizeof(walks) / sizeof(walks[0]);
+    const size_t count = quick ? 2 : sizeof(walks) / sizeof(walks[0]);
     for (size_t i = 0; i < count; i++)
       run_case(env, &walks[i]);
   }
