@@ -132,6 +132,10 @@ bool any_problem(const gk_problem *, int) { return true; }
   {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K, "", any_problem,          \
    launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K>>>}
 
+#define DMMA_F64KF(BM, BN, BK, WM, WN, S, K, FS, MB)                                            \
+  {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K "_f" #FS "_b" #MB, "",      \
+   any_problem, launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K, FS, MB>>>}
+
 struct variant {
   int mode; /* index into kModes */
   gk_kernel kernel;
@@ -150,6 +154,15 @@ const variant kVariants[] = {
     {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},
     {4, DMMA_F64K(64, 64, 32, 2, 2, 3, 8)},  {4, DMMA_F64K(64, 128, 16, 2, 4, 4, 8)},
     {4, DMMA_F64K(128, 64, 16, 8, 2, 3, 8)},
+    /* one fragment set, registers capped for 2 blocks (or 16 warps) per SM: 32 x 32 warp tiles */
+    {4, DMMA_F64KF(128, 64, 16, 4, 2, 3, 8, 1, 2)}, {4, DMMA_F64KF(64, 128, 16, 2, 4, 3, 8, 1, 2)},
+    {4, DMMA_F64KF(128, 128, 16, 4, 4, 3, 8, 1, 1)}, {4, DMMA_F64KF(64, 64, 16, 4, 2, 4, 8, 1, 2)},
+    {4, DMMA_F64KF(128, 64, 16, 4, 2, 3, 8, 2, 2)}, {4, DMMA_F64KF(128, 128, 16, 4, 4, 3, 8, 2, 1)},
+    {4, DMMA_F64KF(64, 64, 16, 2, 2, 4, 8, 1, 3)},
+    {4, DMMA_F64KF(64, 64, 16, 2, 2, 3, 8, 1, 3)}, {4, DMMA_F64KF(64, 64, 16, 2, 2, 3, 8, 2, 3)},
+    {4, DMMA_F64KF(64, 64, 32, 2, 2, 2, 8, 1, 3)}, {4, DMMA_F64KF(64, 128, 16, 2, 4, 4, 8, 1, 2)},
+    {4, DMMA_F64KF(64, 64, 16, 2, 2, 4, 8, 2, 2)}, {4, DMMA_F64KF(64, 128, 16, 2, 4, 3, 8, 2, 2)},
+    {4, DMMA_F64KF(64, 64, 16, 2, 2, 3, 8, 1, 2)},
     /* small tiles, for the batched small problems (--variants --small-batches) */
     {0, SIMT_F32(64, 32, 8, 16, true)},      {0, SIMT_F32(64, 64, 8, 8, true)},
     {0, SIMT_F32(64, 64, 16, 8, true)},

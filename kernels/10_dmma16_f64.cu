@@ -3,7 +3,8 @@
  * shapes (mma.sync m16n8k8 / m16n8k16 .f64).
  *
  * Tiling: 64 x 64 block tile, BK = 16, 8 warps (4 x 2) of 16 x 32 = 1 x 4 m16n8k8 tiles, 4
- * cp.async stages, 128 registers; otherwise 06's kernel (gk_fast_dmma.cuh): row padding of 4
+ * cp.async stages, 128 registers (and, for larger grids, 32 x 32 warp tiles: see the
+ * configurations below); otherwise 06's kernel (gk_fast_dmma.cuh): row padding of 4
  * doubles, two fragment sets in registers, conflict-free 8-byte fragment loads in every layout.
  *
  * What changed over 06: 06 issues mma.sync m8n8k4 (256 multiply-adds an instruction, the
@@ -27,23 +28,42 @@
 
 namespace {
 
-using cfg = gk__dmma_cfg<64, 64, 16, 4, 2, 4, 8>;
+/* Three configurations by the grid's size (bench_kernels --variants --dtype f64, H100, same run;
+ * bench/RESULTS.md "Kernel history", 10):
+ *   - wide: 64 x 128 tiles, 8 warps of 32 x 32, one fragment set, at most 128 registers for 2
+ *     blocks per SM, where its tiles fill 4 waves or more (4096^3 47.2-47.8 TFLOP/s = 80-82%
+ *     of cuBLAS, 8192 x 8192 x 64 85%, against 43.1 / 72% and 67% for `few` below);
+ *   - square: 64 x 64 tiles, 4 warps of 32 x 32, one set, 3 blocks per SM, where its tiles fill
+ *     a wave (2048^3 77%);
+ *   - few: 64 x 64 tiles, 8 warps of 16 x 32, two fragment sets (10's first configuration), for
+ *     shorter grids, where more warps per tile win (1024^3 87% against 72-79%).
+ * The 32 x 32 warp tile reads 2 fragment doubles from shared memory per m16n8k8 instead of 3; its
+ * registers fit 2-3 blocks per SM only with one fragment set (two sets at 2 blocks: 54-71%). */
+using cfg_wide = gk__dmma_cfg<64, 128, 16, 2, 4, 4, 8, 1, 2>;
+using cfg_square = gk__dmma_cfg<64, 64, 16, 2, 2, 4, 8, 1, 3>;
+using cfg_few = gk__dmma_cfg<64, 64, 16, 4, 2, 4, 8>;
 
 bool dmma16_f64_supports(const gk_problem *p, int cc) {
   return p->dtype == GK_F64 && cc == 90 && gk__fits_int32(p);
 }
 
 cudaError_t dmma16_f64_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  (void)ctx;
   if (p->dtype != GK_F64) return cudaErrorInvalidValue;
-  return gk__dmma_launcher<cfg>::launch(p, stream);
+  const int64_t sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+  const int64_t row_tiles = (p->m + 63) / 64;
+  if (row_tiles * ((p->n + 127) / 128) * p->batch >= 4 * 2 * sms)
+    return gk__dmma_launcher<cfg_wide>::launch(p, stream);
+  if (row_tiles * ((p->n + 63) / 64) * p->batch >= 3 * sms)
+    return gk__dmma_launcher<cfg_square>::launch(p, stream);
+  return gk__dmma_launcher<cfg_few>::launch(p, stream);
 }
 
 } // namespace
 
 extern "C" const gk_kernel gk_kernel_dmma16_f64 = {
     "dmma16_f64",
-    "f64, Hopper FP64 tensor cores mma.sync m16n8k8: 64x64x16 tile, 8 warps, 4-stage cp.async (10)",
+    "f64, Hopper FP64 tensor cores mma.sync m16n8k8: 64x64x16 or 64x128x16 tile, 32x32 or 16x32 "
+    "warp tiles by grid size, 4-stage cp.async (10)",
     dmma16_f64_supports,
     dmma16_f64_launch,
 };

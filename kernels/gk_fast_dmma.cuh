@@ -11,9 +11,14 @@
 /* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async
  * stages; MMA_K 4: mma.sync m8n8k4 (sm_80); 8 or 16: m16n8k8 / m16n8k16 (sm_90 only,
  * 10_dmma16_f64.cu). */
-template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, int MMA_K_ = 4>
+template <int BM_, int BN_, int BK_, int WARPS_M_, int WARPS_N_, int STAGES_, int MMA_K_ = 4,
+          int FRAG_SETS_ = 2, int MIN_BLOCKS_ = 1>
 struct gk__dmma_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, MMA_K = MMA_K_;
+  /* FRAG_SETS 2: the next k step's fragments load while this one's mma run (more registers);
+   * 1: one set, the other warps hide the loads. MIN_BLOCKS: __launch_bounds__'s blocks per SM,
+   * which caps the registers a thread may use. */
+  static constexpr int FRAG_SETS = FRAG_SETS_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, NT = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N; /* the warp tile */
   static constexpr int MMA_M = MMA_K == 4 ? 8 : 16;          /* the mma tile: MMA_M x 8 x MMA_K */
@@ -23,6 +28,7 @@ struct gk__dmma_cfg {
   static_assert(MMA_K == 4 || MMA_K == 8 || MMA_K == 16, "m8n8k4, m16n8k8 or m16n8k16");
   static_assert(WM % MMA_M == 0 && WN % 8 == 0, "a warp tile is a grid of mma tiles");
   static_assert(BK % (2 * MMA_K) == 0, "an even number of mma k steps per tile (fragment buffers alternate)");
+  static_assert(FRAG_SETS == 1 || FRAG_SETS == 2, "one or two fragment sets");
 };
 
 /* Shared layout of one stage: operands keep their global layout. Row pitches are 4 doubles
@@ -83,7 +89,7 @@ __device__ __forceinline__ void gk__dmma1688(double d[4], const double a[4], con
 }
 
 template <class C, bool TA, bool TB, bool VEC>
-__global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
+__global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_args args) {
   using T = double;
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, NT = C::NT;
   constexpr int WARPS_N = C::WARPS_N, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
@@ -153,30 +159,51 @@ __global__ void __launch_bounds__(C::NT) gk__dmma_gemm(gk__dmma_args args) {
   if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1);
   gk__cp_async_commit();
 
-  double af[2][MI][AF], bf[2][NI][BF];
-  load_frags(af[0], bf[0], 0, 0);
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int st = kt % STAGES;
+  auto mma_step = [&](const double(&a_set)[MI][AF], const double(&b_set)[NI][BF]) {
 #pragma unroll
-    for (int step = 0; step < KSTEPS; ++step) {
-      const int cur = step & 1, nxt = cur ^ 1;
-      if (step + 1 < KSTEPS) {
-        load_frags(af[nxt], bf[nxt], st, (step + 1) * MMA_K);
-      } else if (kt + 1 < k_tiles) {
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j) {
+        if constexpr (MMA_K == 16) gk__dmma16816(acc[i][j], a_set[i], b_set[j]);
+        else if constexpr (MMA_K == 8) gk__dmma1688(acc[i][j], a_set[i], b_set[j]);
+        else gk__dmma884(acc[i][j], a_set[i][0], b_set[j][0]);
+      }
+  };
+  if constexpr (C::FRAG_SETS == 1) { /* the loads of one step wait; other warps run meanwhile */
+    double af1[MI][AF], bf1[NI][BF];
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int st = kt % STAGES;
+#pragma unroll
+      for (int step = 0; step < KSTEPS; ++step) {
+        load_frags(af1, bf1, st, step * MMA_K);
+        mma_step(af1, bf1);
+      }
+      if (kt + 1 < k_tiles) {
         gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
         __syncthreads();
         if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
         gk__cp_async_commit();
-        load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
       }
+    }
+  } else { /* two sets: the next step's fragments load under this step's mma */
+    double af[2][MI][AF], bf[2][NI][BF];
+    load_frags(af[0], bf[0], 0, 0);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int st = kt % STAGES;
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          if constexpr (MMA_K == 16) gk__dmma16816(acc[i][j], af[cur][i], bf[cur][j]);
-          else if constexpr (MMA_K == 8) gk__dmma1688(acc[i][j], af[cur][i], bf[cur][j]);
-          else gk__dmma884(acc[i][j], af[cur][i][0], bf[cur][j][0]);
+      for (int step = 0; step < KSTEPS; ++step) {
+        const int cur = step & 1, nxt = cur ^ 1;
+        if (step + 1 < KSTEPS) {
+          load_frags(af[nxt], bf[nxt], st, (step + 1) * MMA_K);
+        } else if (kt + 1 < k_tiles) {
+          gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
+          __syncthreads();
+          if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
+          gk__cp_async_commit();
+          load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
         }
+        mma_step(af[cur], bf[cur]);
+      }
     }
   }
   gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
