@@ -106,35 +106,35 @@ bool any_problem(const gk_problem *, int) { return true; }
 
 #define SIMT_F32(BM, BN, BK, MB, ASYNC)                                                       \
   {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB "_async_" #ASYNC, "", any_problem,               \
-   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB, ASYNC>>}
+   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB, ASYNC>>, 0}
 #define MMA_BF16(BM, BN, BK, WM, WN, S)                                                        \
   {"mma_bf16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
-   launch_nn<gk__mma16_launcher<__nv_bfloat16, gk__mma16_cfg<BM, BN, BK, WM, WN, S>>>}
+   launch_nn<gk__mma16_launcher<__nv_bfloat16, gk__mma16_cfg<BM, BN, BK, WM, WN, S>>>, 0}
 #define TF32(BM, BN, BK, WM, WN, S)                                                            \
   {"tf32_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                       \
-   launch_nn<gk__tf32_launcher<gk__tf32_cfg<BM, BN, BK, WM, WN, S>>>}
+   launch_nn<gk__tf32_launcher<gk__tf32_cfg<BM, BN, BK, WM, WN, S>>>, 0}
 
 #define DMMA_F64(BM, BN, BK, WM, WN, S)                                                        \
   {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
-   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S>>>}
+   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S>>>, 0}
 
 #define SIMT_F32_SPLITK(S)                                                                     \
   {"simt_f32_splitk_s" #S, "", any_problem,                                                    \
-   launch_nn<gk__simt_splitk_launcher<float, 128, 128, 8, true, S>>}
+   launch_nn<gk__simt_splitk_launcher<float, 128, 128, 8, true, S>>, 0}
 
 /* 09's kernel with one cluster-of-one per tile: a plain one-block-per-SM kernel with dynamic
  * shared memory, for tiles too big for 02's static shared memory */
 #define SIMT_F32_ONE_PER_SM(BM, BN, BK)                                                        \
   {"simt_f32_1sm_" #BM "x" #BN "x" #BK, "", any_problem,                                       \
-   launch_nn<gk__simt_splitk_launcher<float, BM, BN, BK, true, 1>>}
+   launch_nn<gk__simt_splitk_launcher<float, BM, BN, BK, true, 1>>, 0}
 
 #define DMMA_F64K(BM, BN, BK, WM, WN, S, K)                                                    \
   {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K, "", any_problem,          \
-   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K>>>}
+   launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K>>>, 0}
 
 #define DMMA_F64KF(BM, BN, BK, WM, WN, S, K, FS, MB)                                            \
   {"dmma_f64_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S "_k" #K "_f" #FS "_b" #MB, "",      \
-   any_problem, launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K, FS, MB>>>}
+   any_problem, launch_nn<gk__dmma_launcher<gk__dmma_cfg<BM, BN, BK, WM, WN, S, K, FS, MB>>>, 0}
 
 struct variant {
   int mode; /* index into kModes */

@@ -96,4 +96,5 @@ extern "C" const gk_kernel gk_kernel_cublas = {
     "cuBLAS (cublasGemmStridedBatchedEx): the reference; used only when named",
     cublas_supports,
     cublas_launch,
+    0,
 };

@@ -205,4 +205,5 @@ extern "C" const gk_kernel gk_kernel_tiled16 = {
     "the classic 16x16 shared-memory tiled kernel: every dtype, shape, transpose and batch",
     tiled_supports,
     tiled_launch,
+    0,
 };

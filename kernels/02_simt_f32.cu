@@ -48,4 +48,5 @@ extern "C" const gk_kernel gk_kernel_simt_f32 = {
     "f32 exact, CUDA cores: 128x128x8 block tile, 8x8 per thread, cp.async + register staging (02)",
     simt_f32_supports,
     simt_f32_launch,
+    0,
 };

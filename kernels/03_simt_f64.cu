@@ -41,4 +41,5 @@ extern "C" const gk_kernel gk_kernel_simt_f64 = {
     "f64, CUDA cores: 64x64x8 block tile, 8x8 per thread, double-buffered (03)",
     simt_f64_supports,
     simt_f64_launch,
+    0,
 };

@@ -53,4 +53,5 @@ extern "C" const gk_kernel gk_kernel_mma_f16 = {
     "f16/bf16, tensor cores mma.sync m16n8k16: 128x128x32 tile, 4-stage cp.async (04)",
     mma_f16_supports,
     mma_f16_launch,
+    0,
 };

@@ -49,4 +49,5 @@ extern "C" const gk_kernel gk_kernel_mma_tf32 = {
     "f32 precision fast, TF32 tensor cores mma.sync m16n8k8: 128x128x32, 3-stage cp.async (05)",
     mma_tf32_supports,
     mma_tf32_launch,
+    0,
 };

@@ -46,4 +46,5 @@ extern "C" const gk_kernel gk_kernel_dmma_f64 = {
     "f64, FP64 tensor cores mma.sync m8n8k4: 64x64x16 tile, 4-stage cp.async (06)",
     dmma_f64_supports,
     dmma_f64_launch,
+    0,
 };

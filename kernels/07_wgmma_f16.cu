@@ -86,4 +86,5 @@ extern "C" const gk_kernel gk_kernel_wgmma_f16 = {
     "producer/consumer warpgroups (07)",
     wgmma_f16_supports,
     wgmma_f16_launch,
+    0,
 };

@@ -266,9 +266,12 @@ extern "C" const gk_kernel gk_kernel_wgmma_tf32 = {
     "A operand from registers, C^T = B^T A^T for NN; not TN (08)",
     wgmma_tf32_supports,
     wgmma_tf32_launch,
+    0,
 };
 #ifdef GK_WGMMA_TF32_VARIANTS
 extern "C" const gk_kernel gk_kernel_wgmma_tf32_in_flight = {
     "wgmma_tf32_in_flight", "08 with one wgmma group kept in flight across k tiles",
-    wgmma_tf32_supports, wgmma_tf32_in_flight_launch};
+    wgmma_tf32_supports, wgmma_tf32_in_flight_launch,
+    0,
+};
 #endif

@@ -65,4 +65,5 @@ extern "C" const gk_kernel gk_kernel_simt_f32_splitk = {
     "cluster, summed in distributed shared memory (09)",
     simt_f32_splitk_supports,
     simt_f32_splitk_launch,
+    0,
 };

@@ -66,4 +66,5 @@ extern "C" const gk_kernel gk_kernel_dmma16_f64 = {
     "warp tiles by grid size, 4-stage cp.async (10)",
     dmma16_f64_supports,
     dmma16_f64_launch,
+    0,
 };

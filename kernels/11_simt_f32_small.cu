@@ -45,4 +45,5 @@ extern "C" const gk_kernel gk_kernel_simt_f32_small = {
     "f32 exact, m and n <= 64: 02's CUDA-core kernel with a 64x32 or 64x64 block tile (11)",
     simt_f32_small_supports,
     simt_f32_small_launch,
+    0,
 };

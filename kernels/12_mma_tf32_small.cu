@@ -46,4 +46,5 @@ extern "C" const gk_kernel gk_kernel_mma_tf32_small = {
     "f32 precision fast, m and n <= 128: 05's TF32 mma.sync kernel, 32x32, 64x64 or 128x128 tile (12)",
     mma_tf32_small_supports,
     mma_tf32_small_launch,
+    0,
 };

@@ -56,4 +56,5 @@ extern "C" const gk_kernel gk_kernel_mma_f16_small = {
     "f16/bf16, m and n <= 128: 04's mma.sync kernel, 32x32x32 or 64x64x64 tile (13)",
     mma_f16_small_supports,
     mma_f16_small_launch,
+    0,
 };

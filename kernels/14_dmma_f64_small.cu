@@ -38,4 +38,5 @@ extern "C" const gk_kernel gk_kernel_dmma_f64_small = {
     "f64, m and n <= 32: 10's FP64 tensor-core kernel with a 32x32x16 tile, 4 warps (14)",
     dmma_f64_small_supports,
     dmma_f64_small_launch,
+    0,
 };

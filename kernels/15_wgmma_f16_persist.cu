@@ -14,7 +14,9 @@
  *     alpha * acc (+ beta * C, read from global at the accumulator's own positions) there,
  *     rounded once to T, then one thread hands the four boxes to the copy engine (TMA store,
  *     clipped at the matrix's edges) and the warpgroup goes straight on to its next tile; the
- *     staging tile is rewritten only once the engine has read it (cp.async.bulk.wait_group.read).
+ *     staging tile is rewritten only once the engine has read it (cp.async.bulk.wait_group.read);
+ *   - the epilogue is fused there (gk_kernel.epilogue): a bias row in place of C for beta, and
+ *     the activation, so that a bias and GELU cost no extra pass over C.
  * What changed over 07: 07 runs one tile per CTA and its epilogue stages C in the operand ring,
  * so a CTA loads, multiplies and stores in turn. Where k is short the store is most of the work:
  * 8192 x 8192 x 64 writes 128 MB of C for 8.6 GFLOP, and 07 ran it at 49-53% of cuBLAS.
@@ -28,8 +30,19 @@
  * m, n, k, both transposes, alpha/beta, any batch), and C describable by TMA too: 16-byte
  * aligned, n a multiple of 8. Everything else stays with 07 and 04, registered after this kernel.
  */
+#include "gk_epilogue_dev.cuh"
 #include "gk_fast_wgmma.cuh"
 #include "gk_gpu.h"
+
+/* The fused epilogue (gk_kernel.epilogue): with bias set, beta multiplies the bias row (n
+ * elements, bias_stride apart per problem) instead of C; act is applied last, to the result
+ * rounded to T (as the pass over C would see it). */
+template <typename T>
+struct gk__persist_epilogue {
+  const T *bias;
+  int64_t bias_stride;
+  gk_act act;
+};
 
 namespace {
 
@@ -59,6 +72,7 @@ using cfg_narrow = persist_cfg<128, 5>;
  * (col % 8) * 2: the 128-byte swizzle), then TMA stores of the boxes inside the matrix. */
 template <typename T, class cfg>
 __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__mma16_args<T> &args,
+                                           const gk__persist_epilogue<T> &epi,
                                            const float (&acc)[cfg::ACC], uint32_t staging,
                                            unsigned char *staging_ptr, int consumer, int m0, int n0,
                                            int z) {
@@ -66,6 +80,7 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
   const int g = lane / 4, t4 = lane % 4;
   const int band0 = m0 + consumer * 64; /* this consumer's first row of C */
   const T *c = args.c + (int64_t)z * args.stride_c;
+  const T *bias = epi.bias != NULL ? epi.bias + (int64_t)z * epi.bias_stride : NULL;
   if (wg_thread == 0) gk__bulk_wait_read(); /* the engine is done with the previous tile */
   gk__named_sync(2 + consumer, 128);
 #pragma unroll
@@ -75,9 +90,12 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
       const int r = warp4 * 16 + g + 8 * h, col = n0 + 8 * j + 2 * t4, row = band0 + r;
       float v0 = acc[4 * j + 2 * h] * args.alpha, v1 = acc[4 * j + 2 * h + 1] * args.alpha;
       if (!args.beta_zero && row < args.m && col < args.n) { /* n is even: col + 1 < n too */
-        const float2 old = gk__load2(c + (int64_t)row * args.n + col);
+        const float2 old = bias != NULL ? make_float2(float(bias[col]), float(bias[col + 1]))
+                                        : gk__load2(c + (int64_t)row * args.n + col);
         v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
       }
+      if (epi.act != GK_ACT_NONE)
+        v0 = gk__act(epi.act, float(T(v0))), v1 = gk__act(epi.act, float(T(v1)));
       const int offset = (j / 8) * cfg::C_BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) << 4) + 4 * t4;
       gk__store2(reinterpret_cast<T *>(staging_ptr + offset), v0, v1);
     }
@@ -101,7 +119,8 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
 template <typename T, class cfg, bool TA, bool TB>
 __global__ void __launch_bounds__(cfg::THREADS, 1)
     persist_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                 const __grid_constant__ CUtensorMap map_c, gk__mma16_args<T> args, int problems) {
+                 const __grid_constant__ CUtensorMap map_c, gk__mma16_args<T> args,
+                 gk__persist_epilogue<T> epi, int problems) {
 #if GK_WGMMA_DEVICE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const gk__ring ring = gk__ring_init<cfg>(smem_raw);
@@ -138,11 +157,11 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
     gk__wgmma_wait<0>();
     if (threadIdx.x % 128 == 0) /* the tile's last slot: free for the producer */
       gk__mbar_arrive(ring.empty0 + 8 * ((it + cfg::STAGES - 1) % cfg::STAGES));
-    store_tile<T, cfg>(&map_c, args, acc, staging, staging_ptr, consumer, m0, n0, z);
+    store_tile<T, cfg>(&map_c, args, epi, acc, staging, staging_ptr, consumer, m0, n0, z);
   }
   if (threadIdx.x % 128 == 0) gk__bulk_wait_all(); /* C is written before the grid ends */
 #else
-  (void)map_a, (void)map_b, (void)map_c, (void)args, (void)problems;
+  (void)map_a, (void)map_b, (void)map_c, (void)args, (void)epi, (void)problems;
 #endif
 }
 
@@ -168,9 +187,12 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
     if (map_err == cudaSuccess)
       map_err = gk__wgmma_map(&map_c, p->dtype == GK_BF16, chunk.c, p->n, p->m, count);
     if (map_err != cudaSuccess) return map_err;
+    gk__persist_epilogue<T> epi = {static_cast<const T *>(p->bias), p->bias_stride, p->act};
+    if (epi.bias != NULL) epi.bias += first * p->bias_stride;
     const int64_t work = tiles * count;
     const unsigned grid = (unsigned)(work < sms ? work : sms);
-    kernel<<<grid, cfg::THREADS, cfg::SMEM_TOTAL, stream>>>(map_a, map_b, map_c, chunk, (int)count);
+    kernel<<<grid, cfg::THREADS, cfg::SMEM_TOTAL, stream>>>(map_a, map_b, map_c, chunk, epi,
+                                                            (int)count);
     return cudaGetLastError();
   });
 }
@@ -209,4 +231,5 @@ extern "C" const gk_kernel gk_kernel_wgmma_f16_persist = {
     "staging tile while the next tile loads (15)",
     wgmma_f16_persist_supports,
     wgmma_f16_persist_launch,
+    GK_EPILOGUE_FUSED,
 };

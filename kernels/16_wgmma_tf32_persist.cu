@@ -13,6 +13,8 @@
  * The buffer holds 128-byte-swizzled boxes of 32 columns of C: 64 rows deep for D = C (the
  * accumulators' 8-byte pairs: two-way bank conflicts at most), BS / 2 rows for D = C^T (each
  * accumulator is one element of a column of C: conflict-free).
+ * The epilogue is fused there (gk_kernel.epilogue): a bias row in place of C for beta, and the
+ * activation, so that they cost no extra pass over C.
  * What changed over 08: the persistent grid and the stores (08 stages C in its ring, so a CTA
  * loads, multiplies and stores in turn; at 8192 x 8192 x 64, 256 MB of C for 8.6 GFLOP, 08 ran
  * at 81-82% of cuBLAS).
@@ -28,6 +30,7 @@
  * describable by TMA: 16-byte aligned, n a multiple of 4. The rest stays with 08 and 05,
  * registered after this kernel.
  */
+#include "gk_epilogue_dev.cuh"
 #include "gk_fast_wgmma_tf32.cuh"
 #include "gk_gpu.h"
 
@@ -60,18 +63,21 @@ __device__ __forceinline__ int swizzled(int row, int col, int box_rows) {
   return (col / 32) * box_rows * 128 + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
 }
 
-/* alpha * v (+ beta * C[row][col], read where inside C) */
-__device__ __forceinline__ float scaled(const tf32_args &args, const float *c, int row, int col, float v) {
+/* act(alpha * v + beta * C0[row][col]), C0 read where inside C: C, or the bias row (fused
+ * epilogue; bias already at the problem's row) */
+__device__ __forceinline__ float scaled(const tf32_args &args, const float *c, const float *bias,
+                                        int row, int col, float v) {
   v *= args.alpha;
-  if (!args.beta_zero && row < args.m && col < args.n) v = fmaf(args.beta, c[(int64_t)row * args.n + col], v);
-  return v;
+  if (!args.beta_zero && row < args.m && col < args.n)
+    v = fmaf(args.beta, bias != NULL ? bias[col] : c[(int64_t)row * args.n + col], v);
+  return args.act != GK_ACT_NONE ? gk__act(args.act, v) : v;
 }
 
 /* Part `part` of one consumer's tile into its buffer. Accumulator layout: thread (warp4, g, t)
  * holds D rows warp4 * 16 + g and + 8, columns 8j + 2t and + 1 (acc[4j..4j+1], acc[4j+2..4j+3]).
  * D = C: rows of C, boxes 64 deep; D = C^T: D's columns are rows of C, boxes PART_COLS deep. */
 template <class C, bool OUT_T>
-__device__ __forceinline__ void stage_part(const tf32_args &args, const float *c,
+__device__ __forceinline__ void stage_part(const tf32_args &args, const float *c, const float *bias,
                                            const float (&acc)[C::ACC], unsigned char *buffer,
                                            int part, int d_row0, int d_col0) {
   const int wg_thread = threadIdx.x % 128, warp4 = wg_thread / 32, lane = wg_thread % 32;
@@ -86,12 +92,12 @@ __device__ __forceinline__ void stage_part(const tf32_args &args, const float *c
       const int d_row = d_row0 + r, d_col = d_col0 + col;
       if (OUT_T) { /* D (d_row, d_col) is C (d_col, d_row) */
         *reinterpret_cast<float *>(buffer + swizzled(col, r, C::PART_COLS)) =
-            scaled(args, c, d_col, d_row, d0);
+            scaled(args, c, bias, d_col, d_row, d0);
         *reinterpret_cast<float *>(buffer + swizzled(col + 1, r, C::PART_COLS)) =
-            scaled(args, c, d_col + 1, d_row, d1);
+            scaled(args, c, bias, d_col + 1, d_row, d1);
       } else {
         *reinterpret_cast<float2 *>(buffer + swizzled(r, col, 64)) =
-            make_float2(scaled(args, c, d_row, d_col, d0), scaled(args, c, d_row, d_col + 1, d1));
+            make_float2(scaled(args, c, bias, d_row, d_col, d0), scaled(args, c, bias, d_row, d_col + 1, d1));
       }
     }
   }
@@ -106,13 +112,14 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const tf32_
                                            int z) {
   const int wg_thread = threadIdx.x % 128;
   const float *c = args.c + (int64_t)z * args.stride_c;
+  const float *bias = args.bias != NULL ? args.bias + (int64_t)z * args.bias_stride : NULL;
   const int d_row0 = r0 + consumer * 64;
 #pragma unroll /* part indexes acc: a constant, or acc goes to local memory */
   for (int part = 0; part < C::PARTS; ++part) {
     const int d_col0 = s0 + part * C::PART_COLS;
     if (wg_thread == 0) gk__bulk_wait_read();
     gk__named_sync(2 + consumer, 128);
-    stage_part<C, OUT_T>(args, c, acc, buffer_ptr, part, d_row0, d_col0);
+    stage_part<C, OUT_T>(args, c, bias, acc, buffer_ptr, part, d_row0, d_col0);
     gk__fence_proxy_async();
     gk__named_sync(2 + consumer, 128);
     if (wg_thread != 0) continue;
@@ -198,6 +205,7 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
     tf32_args chunk = plan.args;
     chunk.c += first * plan.args.stride_c;
+    if (chunk.bias != NULL) chunk.bias += first * plan.args.bias_stride;
     CUtensorMap map_x, map_y, map_c;
     cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err == cudaSuccess) /* boxes of 32 columns of C, 64 rows deep or PART_COLS (D = C^T) */
@@ -247,4 +255,5 @@ extern "C" const gk_kernel gk_kernel_wgmma_tf32_persist = {
     "halves while the next tile loads; not TN (16)",
     wgmma_tf32_persist_supports,
     wgmma_tf32_persist_launch,
+    GK_EPILOGUE_FUSED,
 };

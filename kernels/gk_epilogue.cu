@@ -3,8 +3,9 @@
  * whichever kernel it picked: the bias row copied into every row of C before the product (the
  * kernel's beta then reads it), the activation over C after it.
  *
- * Two passes over C in device memory, not fused into each kernel's store: every kernel (and
- * cuBLAS, the reference) gets the epilogue the same way, and a pass costs what reading and
+ * Two passes over C in device memory, for the kernels that do not fuse the epilogue into their
+ * own store (gk_kernel.epilogue; 15 and 16 do): every other kernel (and cuBLAS, the reference)
+ * gets it the same way, and a pass costs what reading and
  * writing C once costs, 2 * m * n * size bytes at the device's memory bandwidth (0.1 ms for a
  * 4096 x 4096 f32 C on an H100): small beside the GEMM that made C, and far less than a client's
  * own pass over the result on its host.
@@ -13,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "gk_epilogue_dev.cuh"
 #include "gk_gpu.h"
 
 namespace {
@@ -47,30 +49,18 @@ template <> __device__ float from_f<float>(float x) { return x; }
 template <> __device__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-template <typename F> __device__ F act_of(gk_act act, F x)
-{
-  const F half = (F)0.5, one = (F)1;
-  switch (act) {
-  case GK_ACT_RELU: return x < (F)0 ? (F)0 : x;
-  case GK_ACT_GELU: return half * x * (one + erf(x * (F)0.70710678118654752440));
-  case GK_ACT_GELU_TANH:
-    return half * x * (one + tanh((F)0.7978845608028654 * (x + (F)0.044715 * x * x * x)));
-  default: return x;
-  }
-}
-
 template <typename T> __global__ void act_all(T *c, gk_act act, int64_t total)
 {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x)
-    c[e] = from_f<T>(act_of<float>(act, to_f(c[e])));
+    c[e] = from_f<T>(gk__act<float>(act, to_f(c[e])));
 }
 
 __global__ void act_all_f64(double *c, gk_act act, int64_t total)
 {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x)
-    c[e] = act_of<double>(act, c[e]);
+    c[e] = gk__act<double>(act, c[e]);
 }
 
 } // namespace

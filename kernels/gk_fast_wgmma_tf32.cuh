@@ -50,8 +50,12 @@ struct gk__wgmma_tf32_args {
   int64_t stride_c;
   float alpha, beta;
   bool beta_zero;
+  /* the fused epilogue (16 only; 08 leaves it to gk_gpu_gemm's passes): with bias set, beta
+   * multiplies the bias row (n floats, bias_stride apart per problem) instead of C; act last */
+  const float *bias;
+  int64_t bias_stride;
+  gk_act act;
 };
-
 
 #if GK_WGMMA_DEVICE
 /* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
@@ -252,6 +256,8 @@ static inline gk__tf32_plan gk__tf32_plan_for(const gk_problem *p, bool out_t) {
   args.stride_c = p->m * p->n;
   args.alpha = (float)p->alpha, args.beta = (float)p->beta;
   args.beta_zero = p->beta == 0.0;
+  args.bias = static_cast<const float *>(p->bias), args.bias_stride = p->bias_stride;
+  args.act = p->act;
   return plan;
 }
 

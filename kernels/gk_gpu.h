@@ -34,8 +34,9 @@
 extern "C" {
 #endif
 
-/* Per-device state the kernels need (cuBLAS handle, device properties). One per device and
- * stream user; not thread-safe, create one per worker thread. */
+/* Per-device state the kernels need (cuBLAS handle, device properties, a scratch buffer). One
+ * per device and stream: not thread-safe, and the scratch is ordered by that stream; create one
+ * per worker thread and stream. */
 typedef struct gk_gpu_ctx gk_gpu_ctx;
 
 typedef struct {
@@ -45,7 +46,14 @@ typedef struct {
   bool (*supports)(const gk_problem *p, int cc);
   /* enqueue p on stream; cudaSuccess or the launch error */
   cudaError_t (*launch)(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream);
+  /* 0: the kernel ignores p->bias and p->act, and gk_gpu_gemm runs the epilogue as passes over
+   * C around it; GK_EPILOGUE_FUSED: it applies them in its own store when they are set (a bias
+   * row read where p->bias points, never aliasing C; the activation last), and gk_gpu_gemm
+   * sets them only where every piece's kernel does so. */
+  unsigned epilogue;
 } gk_kernel;
+
+#define GK_EPILOGUE_FUSED 1u
 
 /* The two kernels that are always registered; the fast ones are reached through gk_kernels(). */
 extern const gk_kernel gk_kernel_tiled16; /* the classic 16x16 shared-memory tiled kernel: every problem */
@@ -63,6 +71,11 @@ const struct cudaDeviceProp *gk_gpu_ctx_props(const gk_gpu_ctx *ctx);
 /* The context's cuBLAS handle (cublasHandle_t), created on first use; NULL when cuBLAS cannot
  * be initialised. Same thread rules as the context. */
 struct cublasContext *gk_gpu_ctx_cublas(gk_gpu_ctx *ctx);
+/* GK_BIAS_SCRATCH_BYTES of device memory, allocated on first use, for the bias rows that a
+ * fused epilogue must read from outside C (gk_gpu_gemm copies them there on its stream, so the
+ * context's one stream orders its uses); NULL when it cannot be allocated. */
+#define GK_BIAS_SCRATCH_BYTES ((size_t)1 << 20)
+void *gk_gpu_ctx_bias_scratch(gk_gpu_ctx *ctx);
 
 /* Shape and pointer checks shared by every launch path: m, n, k, batch >= 1, dtype known,
  * a, b, c non-NULL, alpha and beta finite. cudaSuccess or cudaErrorInvalidValue. */

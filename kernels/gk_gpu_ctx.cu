@@ -1,8 +1,9 @@
 /*
  * gk_gpu_ctx.cu - per-device state for the kernels: the device ordinal, its
  * properties (read once: a cudaGetDeviceProperties call costs far more than
- * a launch) and a cuBLAS handle created on first use, so that a daemon that
- * never names "cublas" does not pay for its workspace.
+ * a launch), a cuBLAS handle created on first use, so that a daemon that
+ * never names "cublas" does not pay for its workspace, and, also on first use,
+ * GK_BIAS_SCRATCH_BYTES of device memory for the bias rows of a fused epilogue.
  */
 #include <cublas_v2.h>
 
@@ -16,6 +17,7 @@ struct gk_gpu_ctx {
   cudaDeviceProp props;
   cublasHandle_t cublas; /* NULL until gk_gpu_ctx_cublas() first succeeds (retried after a
                           * failure: an out-of-memory moment should not disable it for good) */
+  void *bias_scratch;    /* NULL until gk_gpu_ctx_bias_scratch() first succeeds (the same) */
 };
 
 extern "C" cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out)
@@ -48,6 +50,10 @@ extern "C" void gk_gpu_ctx_destroy(gk_gpu_ctx *ctx)
     (void)cudaSetDevice(ctx->device);
     (void)cublasDestroy(ctx->cublas);
   }
+  if (ctx->bias_scratch != NULL) {
+    (void)cudaSetDevice(ctx->device);
+    (void)cudaFree(ctx->bias_scratch); /* waits for the work that read it */
+  }
   free(ctx);
 }
 
@@ -69,4 +75,16 @@ extern "C" struct cublasContext *gk_gpu_ctx_cublas(gk_gpu_ctx *ctx)
     ctx->cublas = handle;
   }
   return ctx->cublas;
+}
+
+extern "C" void *gk_gpu_ctx_bias_scratch(gk_gpu_ctx *ctx)
+{
+  if (ctx->bias_scratch == NULL) {
+    void *scratch = NULL;
+    if (cudaSetDevice(ctx->device) != cudaSuccess ||
+        cudaMalloc(&scratch, GK_BIAS_SCRATCH_BYTES) != cudaSuccess)
+      return NULL;
+    ctx->bias_scratch = scratch;
+  }
+  return ctx->bias_scratch;
 }

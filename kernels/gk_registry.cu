@@ -98,6 +98,52 @@ extern "C" const gk_kernel *gk_select(const gk_problem *p, int cc, const char *p
   return NULL; /* unreachable for a problem that passed gk_problem_check: tiled16 takes all */
 }
 
+/* True when the bias rows (p->bias, bias_stride apart, one per entry or one for all) lie
+ * outside C: a kernel that fuses the bias reads them while other blocks write C. */
+static bool gk_bias_apart(const gk_problem *p)
+{
+  const size_t size = gk_dtype_size(p->dtype);
+  const char *bias = (const char *)p->bias, *c = (const char *)p->c;
+  const int64_t rows = p->bias_stride > 0 ? p->batch : 1;
+  const char *bias_end = bias + ((rows - 1) * p->bias_stride + p->n) * (int64_t)size;
+  const char *c_end = c + p->batch * p->m * p->n * (int64_t)size;
+  return bias_end <= c || bias >= c_end;
+}
+
+/* The bias rows of p copied, on stream, to the context's scratch (one row, or one per batch
+ * entry, n apart), so that a fused kernel can read them while C is written: the daemon brings
+ * each entry's row at the start of its C. false (the passes then do the bias) when they do not
+ * fit the scratch or it cannot be had. */
+static bool gk_bias_to_scratch(gk_gpu_ctx *ctx, gk_problem *p, cudaStream_t stream)
+{
+  const size_t size = gk_dtype_size(p->dtype), row_bytes = (size_t)p->n * size;
+  const int64_t rows = p->bias_stride > 0 ? p->batch : 1;
+  if (rows > (int64_t)(GK_BIAS_SCRATCH_BYTES / row_bytes))
+    return false;
+  void *scratch = gk_gpu_ctx_bias_scratch(ctx);
+  if (scratch == NULL)
+    return false;
+  const size_t pitch = p->bias_stride > 0 ? (size_t)p->bias_stride * size : row_bytes;
+  if (cudaMemcpy2DAsync(scratch, row_bytes, p->bias, pitch, row_bytes, (size_t)rows,
+                        cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+    return false;
+  p->bias = scratch;
+  p->bias_stride = p->bias_stride > 0 ? p->n : 0;
+  return true;
+}
+
+/* Which of the epilogue p's kernel does itself (p is one piece: a kernel sees only its piece):
+ * the activation when the kernel fuses it, the bias too when its rows lie apart from C or
+ * could be copied apart (p->bias then points at the copy). The rest runs as passes. */
+static void gk_fused_parts(gk_gpu_ctx *ctx, gk_problem *p, const gk_kernel *kernel,
+                           cudaStream_t stream, bool *bias, bool *act)
+{
+  const bool fused = (kernel->epilogue & GK_EPILOGUE_FUSED) != 0;
+  *act = fused && p->act != GK_ACT_NONE;
+  *bias = fused && p->bias != NULL && p->beta != 0.0 &&
+          (gk_bias_apart(p) || gk_bias_to_scratch(ctx, p, stream));
+}
+
 extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                                    cudaStream_t stream, const gk_kernel **used)
 {
@@ -106,22 +152,33 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
   cudaError_t err = gk_problem_check(p);
   if (err != cudaSuccess)
     return err;
-  err = gk_gpu_bias_rows(p, stream); /* before the kernel: its beta reads the bias rows */
-  if (err != cudaSuccess)
-    return err;
   /* A shared B: the kernels batch over grid.z with a B stride of one matrix (some through
    * 3-D tensor maps, which take no stride of 0), so the problem goes as plain pieces. */
-  int64_t pieces = gk_problem_pieces(p);
+  const int64_t pieces = gk_problem_pieces(p);
+  const gk_kernel *first = pieces == 1 ? gk_select(p, gk_gpu_ctx_cc(ctx), preference) : NULL;
+  gk_problem whole = *p; /* its bias may move to the scratch */
+  bool bias_fused = false, act_fused = false;
+  if (pieces == 1 && first != NULL)
+    gk_fused_parts(ctx, &whole, first, stream, &bias_fused, &act_fused);
+  if (!bias_fused) {
+    err = gk_gpu_bias_rows(p, stream); /* before the kernel: its beta reads the bias rows */
+    if (err != cudaSuccess)
+      return err;
+  }
   for (int64_t i = 0; i < pieces && err == cudaSuccess; i++) {
-    gk_problem q = gk_problem_piece(p, i);
-    const gk_kernel *kernel = gk_select(&q, gk_gpu_ctx_cc(ctx), preference);
+    gk_problem q = gk_problem_piece(&whole, i);
+    const gk_kernel *kernel = pieces == 1 ? first : gk_select(&q, gk_gpu_ctx_cc(ctx), preference);
     if (kernel == NULL)
       return cudaErrorNotSupported;
     if (used != NULL)
       *used = kernel;
+    if (!bias_fused) /* C holds the bias rows already, or there are none */
+      q.bias = NULL, q.bias_stride = 0;
+    if (!act_fused)
+      q.act = GK_ACT_NONE;
     err = kernel->launch(ctx, &q, stream);
   }
-  if (err == cudaSuccess)
+  if (err == cudaSuccess && !act_fused)
     err = gk_gpu_act(p, stream);
   return err;
 }

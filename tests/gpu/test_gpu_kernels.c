@@ -499,7 +499,10 @@ static void run_epilogue_case(test_env *env, const test_case *tc, gk_act act, in
 
 static void run_epilogue(test_env *env)
 {
-  static const int64_t shapes[][4] = {{37, 29, 13, 3}, {64, 64, 64, 5}, {130, 70, 40, 1}};
+  /* the last two: rows of 16 bytes and more than 128 rows, so that f16/bf16 and TF32 go to the
+   * persistent kernels (15, 16), which fuse the epilogue into their store */
+  static const int64_t shapes[][4] = {{37, 29, 13, 3}, {64, 64, 64, 5}, {130, 70, 40, 1},
+                                      {200, 136, 72, 2}, {264, 128, 100, 3}};
   static const gk_act acts[] = {GK_ACT_RELU, GK_ACT_GELU, GK_ACT_GELU_TANH, GK_ACT_NONE};
   for (size_t mi = 0; mi < MODE_COUNT; mi++)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)

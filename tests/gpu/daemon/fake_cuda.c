@@ -764,7 +764,7 @@ static cudaError_t fake_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_
   o->p = *p;
   return push(s, o);
 }
-static const gk_kernel fake_kernel = {"fake", "naive host loop", fake_supports, fake_launch};
+static const gk_kernel fake_kernel = {"fake", "naive host loop", fake_supports, fake_launch, 0};
 static const gk_kernel *const fake_registry[] = {&fake_kernel};
 
 const gk_kernel *const *gk_kernels(size_t *count) {
