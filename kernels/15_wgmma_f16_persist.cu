@@ -70,7 +70,7 @@ using cfg_narrow = persist_cfg<128, 5>;
 /* One consumer's epilogue for the tile at (m0, n0) of problem z: its 64 rows into its staging
  * tile (row r, column col of box b at b * 8 KB + r * 128 + ((col / 8) ^ (r % 8)) * 16 +
  * (col % 8) * 2: the 128-byte swizzle), then TMA stores of the boxes inside the matrix. */
-template <typename T, class cfg>
+template <typename T, class cfg, bool EPI>
 __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__mma16_args<T> &args,
                                            const gk__persist_epilogue<T> &epi,
                                            const float (&acc)[cfg::ACC], uint32_t staging,
@@ -80,7 +80,7 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
   const int g = lane / 4, t4 = lane % 4;
   const int band0 = m0 + consumer * 64; /* this consumer's first row of C */
   const T *c = args.c + (int64_t)z * args.stride_c;
-  const T *bias = epi.bias != NULL ? epi.bias + (int64_t)z * epi.bias_stride : NULL;
+  const T *bias = EPI && epi.bias != NULL ? epi.bias + (int64_t)z * epi.bias_stride : NULL;
   if (wg_thread == 0) gk__bulk_wait_read(); /* the engine is done with the previous tile */
   gk__named_sync(2 + consumer, 128);
 #pragma unroll
@@ -90,12 +90,12 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
       const int r = warp4 * 16 + g + 8 * h, col = n0 + 8 * j + 2 * t4, row = band0 + r;
       float v0 = acc[4 * j + 2 * h] * args.alpha, v1 = acc[4 * j + 2 * h + 1] * args.alpha;
       if (!args.beta_zero && row < args.m && col < args.n) { /* n is even: col + 1 < n too */
-        const float2 old = bias != NULL ? make_float2(float(bias[col]), float(bias[col + 1]))
+        const float2 old = EPI && bias != NULL ? make_float2(float(bias[col]), float(bias[col + 1]))
                                         : gk__load2(c + (int64_t)row * args.n + col);
         v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
       }
-      if (epi.act != GK_ACT_NONE)
-        v0 = gk__act(epi.act, float(T(v0))), v1 = gk__act(epi.act, float(T(v1)));
+      if (EPI && epi.act != GK_ACT_NONE)
+        v0 = gk__act_call(epi.act, float(T(v0))), v1 = gk__act_call(epi.act, float(T(v1)));
       const int offset = (j / 8) * cfg::C_BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) << 4) + 4 * t4;
       gk__store2(reinterpret_cast<T *>(staging_ptr + offset), v0, v1);
     }
@@ -157,7 +157,10 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
     gk__wgmma_wait<0>();
     if (threadIdx.x % 128 == 0) /* the tile's last slot: free for the producer */
       gk__mbar_arrive(ring.empty0 + 8 * ((it + cfg::STAGES - 1) % cfg::STAGES));
-    store_tile<T, cfg>(&map_c, args, epi, acc, staging, staging_ptr, consumer, m0, n0, z);
+    if (epi.bias == NULL && epi.act == GK_ACT_NONE) /* the plain store has no epilogue code */
+      store_tile<T, cfg, false>(&map_c, args, epi, acc, staging, staging_ptr, consumer, m0, n0, z);
+    else
+      store_tile<T, cfg, true>(&map_c, args, epi, acc, staging, staging_ptr, consumer, m0, n0, z);
   }
   if (threadIdx.x % 128 == 0) gk__bulk_wait_all(); /* C is written before the grid ends */
 #else

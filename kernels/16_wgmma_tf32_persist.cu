@@ -65,18 +65,19 @@ __device__ __forceinline__ int swizzled(int row, int col, int box_rows) {
 
 /* act(alpha * v + beta * C0[row][col]), C0 read where inside C: C, or the bias row (fused
  * epilogue; bias already at the problem's row) */
+template <bool EPI>
 __device__ __forceinline__ float scaled(const tf32_args &args, const float *c, const float *bias,
                                         int row, int col, float v) {
   v *= args.alpha;
   if (!args.beta_zero && row < args.m && col < args.n)
-    v = fmaf(args.beta, bias != NULL ? bias[col] : c[(int64_t)row * args.n + col], v);
-  return args.act != GK_ACT_NONE ? gk__act(args.act, v) : v;
+    v = fmaf(args.beta, EPI && bias != NULL ? bias[col] : c[(int64_t)row * args.n + col], v);
+  return EPI && args.act != GK_ACT_NONE ? gk__act_call(args.act, v) : v;
 }
 
 /* Part `part` of one consumer's tile into its buffer. Accumulator layout: thread (warp4, g, t)
  * holds D rows warp4 * 16 + g and + 8, columns 8j + 2t and + 1 (acc[4j..4j+1], acc[4j+2..4j+3]).
  * D = C: rows of C, boxes 64 deep; D = C^T: D's columns are rows of C, boxes PART_COLS deep. */
-template <class C, bool OUT_T>
+template <class C, bool OUT_T, bool EPI>
 __device__ __forceinline__ void stage_part(const tf32_args &args, const float *c, const float *bias,
                                            const float (&acc)[C::ACC], unsigned char *buffer,
                                            int part, int d_row0, int d_col0) {
@@ -92,12 +93,13 @@ __device__ __forceinline__ void stage_part(const tf32_args &args, const float *c
       const int d_row = d_row0 + r, d_col = d_col0 + col;
       if (OUT_T) { /* D (d_row, d_col) is C (d_col, d_row) */
         *reinterpret_cast<float *>(buffer + swizzled(col, r, C::PART_COLS)) =
-            scaled(args, c, bias, d_col, d_row, d0);
+            scaled<EPI>(args, c, bias, d_col, d_row, d0);
         *reinterpret_cast<float *>(buffer + swizzled(col + 1, r, C::PART_COLS)) =
-            scaled(args, c, bias, d_col + 1, d_row, d1);
+            scaled<EPI>(args, c, bias, d_col + 1, d_row, d1);
       } else {
         *reinterpret_cast<float2 *>(buffer + swizzled(r, col, 64)) =
-            make_float2(scaled(args, c, bias, d_row, d_col, d0), scaled(args, c, bias, d_row, d_col + 1, d1));
+            make_float2(scaled<EPI>(args, c, bias, d_row, d_col, d0),
+                        scaled<EPI>(args, c, bias, d_row, d_col + 1, d1));
       }
     }
   }
@@ -105,7 +107,7 @@ __device__ __forceinline__ void stage_part(const tf32_args &args, const float *c
 
 /* One consumer's epilogue for the tile at (r0, s0) of problem z, part by part: wait until the
  * engine has read the buffer, fill it, make it visible to the async proxy, store its boxes. */
-template <class C, bool OUT_T>
+template <class C, bool OUT_T, bool EPI>
 __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const tf32_args &args,
                                            const float (&acc)[C::ACC], uint32_t buffer,
                                            unsigned char *buffer_ptr, int consumer, int r0, int s0,
@@ -119,7 +121,7 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const tf32_
     const int d_col0 = s0 + part * C::PART_COLS;
     if (wg_thread == 0) gk__bulk_wait_read();
     gk__named_sync(2 + consumer, 128);
-    stage_part<C, OUT_T>(args, c, bias, acc, buffer_ptr, part, d_row0, d_col0);
+    stage_part<C, OUT_T, EPI>(args, c, bias, acc, buffer_ptr, part, d_row0, d_col0);
     gk__fence_proxy_async();
     gk__named_sync(2 + consumer, 128);
     if (wg_thread != 0) continue;
@@ -180,7 +182,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     for (int kt = 0; kt < k_tiles; ++kt, ++it) /* each step waits for its group, frees its slot */
       gk__tf32_consume<C, X_MN, false>(acc, frag, it, ring_ptr, ring.smem0, ring.full0, ring.empty0,
                                        row_lo, t4, wg_thread);
-    store_tile<C, OUT_T>(&map_c, args, acc, buffer, buffer_ptr, consumer, r0, s0, z);
+    if (args.bias == NULL && args.act == GK_ACT_NONE) /* the plain store has no epilogue code */
+      store_tile<C, OUT_T, false>(&map_c, args, acc, buffer, buffer_ptr, consumer, r0, s0, z);
+    else
+      store_tile<C, OUT_T, true>(&map_c, args, acc, buffer, buffer_ptr, consumer, r0, s0, z);
   }
   if (wg_thread == 0) gk__bulk_wait_all(); /* C is written before the grid ends */
 #else

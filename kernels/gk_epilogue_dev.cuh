@@ -24,4 +24,13 @@ __device__ __forceinline__ F gk__act(gk_act act, F x) {
   }
 }
 
+/* The same, called rather than inlined: for the kernels' stores, where inlined copies of erf
+ * and tanh in an unrolled store of a whole tile multiply the code and the registers (15 ran at
+ * a third of its speed with them inlined, even without an activation); the call is paid once
+ * per output element, and only where an activation is asked for. */
+template <typename F>
+__device__ __noinline__ F gk__act_call(gk_act act, F x) {
+  return gk__act(act, x);
+}
+
 #endif /* GK_EPILOGUE_DEV_CUH */
