@@ -16,7 +16,7 @@
  *     clipped at the matrix's edges) and the warpgroup goes straight on to its next tile; the
  *     staging tile is rewritten only once the engine has read it (cp.async.bulk.wait_group.read);
  *   - the epilogue is fused there (gk_kernel.epilogue): a bias row in place of C for beta, and
- *     the activation, so that a bias and GELU cost no extra pass over C.
+ *     ReLU, so that they cost no extra pass over C (GELU stays a pass: see gk_registry.cu).
  * What changed over 07: 07 runs one tile per CTA and its epilogue stages C in the operand ring,
  * so a CTA loads, multiplies and stores in turn. Where k is short the store is most of the work:
  * 8192 x 8192 x 64 writes 128 MB of C for 8.6 GFLOP, and 07 ran it at 49-53% of cuBLAS.
@@ -35,8 +35,8 @@
 #include "gk_gpu.h"
 
 /* The fused epilogue (gk_kernel.epilogue): with bias set, beta multiplies the bias row (n
- * elements, bias_stride apart per problem) instead of C; act is applied last, to the result
- * rounded to T (as the pass over C would see it). */
+ * elements, bias_stride apart per problem) instead of C; act (ReLU or none: gk_gpu_gemm asks
+ * for no other) is applied last, to the result rounded to T (as the pass over C would see it). */
 template <typename T>
 struct gk__persist_epilogue {
   const T *bias;
@@ -94,8 +94,8 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const gk__m
                                         : gk__load2(c + (int64_t)row * args.n + col);
         v0 = fmaf(args.beta, old.x, v0), v1 = fmaf(args.beta, old.y, v1);
       }
-      if (EPI && epi.act != GK_ACT_NONE)
-        v0 = gk__act_call(epi.act, float(T(v0))), v1 = gk__act_call(epi.act, float(T(v1)));
+      if (EPI && epi.act == GK_ACT_RELU) /* the only activation asked of a store */
+        v0 = gk__relu(float(T(v0))), v1 = gk__relu(float(T(v1)));
       const int offset = (j / 8) * cfg::C_BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) << 4) + 4 * t4;
       gk__store2(reinterpret_cast<T *>(staging_ptr + offset), v0, v1);
     }

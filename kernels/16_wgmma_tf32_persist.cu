@@ -13,8 +13,8 @@
  * The buffer holds 128-byte-swizzled boxes of 32 columns of C: 64 rows deep for D = C (the
  * accumulators' 8-byte pairs: two-way bank conflicts at most), BS / 2 rows for D = C^T (each
  * accumulator is one element of a column of C: conflict-free).
- * The epilogue is fused there (gk_kernel.epilogue): a bias row in place of C for beta, and the
- * activation, so that they cost no extra pass over C.
+ * The epilogue is fused there (gk_kernel.epilogue): a bias row in place of C for beta, and
+ * ReLU, so that they cost no extra pass over C (GELU stays a pass: see gk_registry.cu).
  * What changed over 08: the persistent grid and the stores (08 stages C in its ring, so a CTA
  * loads, multiplies and stores in turn; at 8192 x 8192 x 64, 256 MB of C for 8.6 GFLOP, 08 ran
  * at 81-82% of cuBLAS).
@@ -64,14 +64,14 @@ __device__ __forceinline__ int swizzled(int row, int col, int box_rows) {
 }
 
 /* act(alpha * v + beta * C0[row][col]), C0 read where inside C: C, or the bias row (fused
- * epilogue; bias already at the problem's row) */
+ * epilogue; bias already at the problem's row); act is ReLU or none */
 template <bool EPI>
 __device__ __forceinline__ float scaled(const tf32_args &args, const float *c, const float *bias,
                                         int row, int col, float v) {
   v *= args.alpha;
   if (!args.beta_zero && row < args.m && col < args.n)
     v = fmaf(args.beta, EPI && bias != NULL ? bias[col] : c[(int64_t)row * args.n + col], v);
-  return EPI && args.act != GK_ACT_NONE ? gk__act_call(args.act, v) : v;
+  return EPI && args.act == GK_ACT_RELU ? gk__relu(v) : v; /* no other is asked of a store */
 }
 
 /* Part `part` of one consumer's tile into its buffer. Accumulator layout: thread (warp4, g, t)

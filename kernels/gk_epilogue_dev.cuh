@@ -1,7 +1,7 @@
 /*
  * gk_epilogue_dev.cuh - the activations of the GEMM epilogue (gk_problem.h, gk_act) as device
- * functions: used by gk_epilogue.cu's pass over C and by the kernels that fuse the epilogue
- * into their own store (gk_kernel.epilogue). The formulas are proto/PROTOCOL.md's.
+ * functions: used by gk_epilogue.cu's pass over C, and ReLU by the kernels that fuse it into
+ * their own store (gk_kernel.epilogue). The formulas are proto/PROTOCOL.md's.
  *
  * Contract: header-only, included by .cu files only; F is float or double.
  */
@@ -24,13 +24,10 @@ __device__ __forceinline__ F gk__act(gk_act act, F x) {
   }
 }
 
-/* The same, called rather than inlined: for the kernels' stores, where inlined copies of erf
- * and tanh in an unrolled store of a whole tile multiply the code and the registers (15 ran at
- * a third of its speed with them inlined, even without an activation); the call is paid once
- * per output element, and only where an activation is asked for. */
+/* ReLU alone, for the kernels that fuse it into their store (gk_kernel.epilogue). */
 template <typename F>
-__device__ __noinline__ F gk__act_call(gk_act act, F x) {
-  return gk__act(act, x);
+__device__ __forceinline__ F gk__relu(F x) {
+  return x < (F)0 ? (F)0 : x;
 }
 
 #endif /* GK_EPILOGUE_DEV_CUH */

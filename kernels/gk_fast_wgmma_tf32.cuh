@@ -51,7 +51,8 @@ struct gk__wgmma_tf32_args {
   float alpha, beta;
   bool beta_zero;
   /* the fused epilogue (16 only; 08 leaves it to gk_gpu_gemm's passes): with bias set, beta
-   * multiplies the bias row (n floats, bias_stride apart per problem) instead of C; act last */
+   * multiplies the bias row (n floats, bias_stride apart per problem) instead of C; act (ReLU
+   * or none) last */
   const float *bias;
   int64_t bias_stride;
   gk_act act;

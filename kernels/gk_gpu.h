@@ -47,9 +47,10 @@ typedef struct {
   /* enqueue p on stream; cudaSuccess or the launch error */
   cudaError_t (*launch)(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream);
   /* 0: the kernel ignores p->bias and p->act, and gk_gpu_gemm runs the epilogue as passes over
-   * C around it; GK_EPILOGUE_FUSED: it applies them in its own store when they are set (a bias
-   * row read where p->bias points, never aliasing C; the activation last), and gk_gpu_gemm
-   * sets them only where every piece's kernel does so. */
+   * C around it; GK_EPILOGUE_FUSED: it applies the bias and ReLU in its own store when they
+   * are set (a bias row read where p->bias points, never aliasing C; ReLU last), and
+   * gk_gpu_gemm sets them only for a one-piece problem (GELU stays a pass) and clears them
+   * otherwise. */
   unsigned epilogue;
 } gk_kernel;
 
