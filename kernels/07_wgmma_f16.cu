@@ -57,7 +57,7 @@ using cfg_narrow = gk__wgmma_cfg<128, 6>;
 /* The narrow tile when the wide one fills at most half of the SMs (one CTA per SM either way):
  * twice the CTAs then beat the wide tile's fewer operand bytes per flop. */
 bool use_narrow(const gk_gpu_ctx *ctx, const gk_problem *p) {
-  const int sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+  const int sms = gk__sm_count(ctx);
   const int64_t wide_tiles = ((p->m + cfg_wide::BM - 1) / cfg_wide::BM) *
                              ((p->n + cfg_wide::BN - 1) / cfg_wide::BN) * p->batch;
   return wide_tiles * 2 <= sms;

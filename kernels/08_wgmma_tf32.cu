@@ -207,8 +207,7 @@ cudaError_t run(const gk_problem *p, cudaStream_t stream) {
   const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    tf32_args chunk = plan.args;
-    chunk.c += first * plan.args.stride_c;
+    const tf32_args chunk = gk__tf32_args_at(plan, first);
     CUtensorMap map_x, map_y;
     const cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err != cudaSuccess) return map_err;
@@ -224,7 +223,7 @@ using cfg_wide = tf32_cfg<256, 4>;
 using cfg_narrow = tf32_cfg<128, 6>;
 
 bool use_narrow(const gk_gpu_ctx *ctx, const gk_problem *p) {
-  const int sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+  const int sms = gk__sm_count(ctx);
   const int64_t rows = p->trans_b ? p->m : p->n, cols = p->trans_b ? p->n : p->m;
   const int64_t wide_tiles = ((rows + cfg_wide::BR - 1) / cfg_wide::BR) *
                              ((cols + cfg_wide::BS - 1) / cfg_wide::BS) * p->batch;

@@ -43,17 +43,22 @@ using cfg_wide = gk__dmma_cfg<64, 128, 16, 2, 4, 4, 8, 1, 2>;
 using cfg_square = gk__dmma_cfg<64, 64, 16, 2, 2, 4, 8, 1, 3>;
 using cfg_few = gk__dmma_cfg<64, 64, 16, 4, 2, 4, 8>;
 
+/* Blocks of configuration C for p, the whole batch. */
+template <class C>
+int64_t tiles(const gk_problem *p) {
+  return ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN) * p->batch;
+}
+
 bool dmma16_f64_supports(const gk_problem *p, int cc) {
   return p->dtype == GK_F64 && cc == 90 && gk__fits_int32(p);
 }
 
 cudaError_t dmma16_f64_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (p->dtype != GK_F64) return cudaErrorInvalidValue;
-  const int64_t sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
-  const int64_t row_tiles = (p->m + 63) / 64;
-  if (row_tiles * ((p->n + 127) / 128) * p->batch >= 4 * 2 * sms)
+  const int64_t sms = gk__sm_count(ctx);
+  if (tiles<cfg_wide>(p) >= 4 * cfg_wide::MIN_BLOCKS * sms) /* 4 waves */
     return gk__dmma_launcher<cfg_wide>::launch(p, stream);
-  if (row_tiles * ((p->n + 63) / 64) * p->batch >= 3 * sms)
+  if (tiles<cfg_square>(p) >= cfg_square::MIN_BLOCKS * sms) /* a wave */
     return gk__dmma_launcher<cfg_square>::launch(p, stream);
   return gk__dmma_launcher<cfg_few>::launch(p, stream);
 }

@@ -209,7 +209,7 @@ cudaError_t launch_with(const gk_problem *p, int sms, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t launch_as(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  const int sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+  const int sms = gk__sm_count(ctx);
   const int64_t wide_tiles = ((p->m + cfg_wide::BM - 1) / cfg_wide::BM) *
                              ((p->n + cfg_wide::BN - 1) / cfg_wide::BN) * p->batch;
   const bool narrow = wide_tiles * 2 <= sms || p->n <= cfg_narrow::BN; /* or half of it idle */

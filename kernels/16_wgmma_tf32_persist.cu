@@ -208,9 +208,7 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
   const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    tf32_args chunk = plan.args;
-    chunk.c += first * plan.args.stride_c;
-    if (chunk.bias != NULL) chunk.bias += first * plan.args.bias_stride;
+    const tf32_args chunk = gk__tf32_args_at(plan, first);
     CUtensorMap map_x, map_y, map_c;
     cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err == cudaSuccess) /* boxes of 32 columns of C, 64 rows deep or PART_COLS (D = C^T) */
@@ -244,7 +242,7 @@ bool wgmma_tf32_persist_supports(const gk_problem *p, int cc) {
 
 cudaError_t wgmma_tf32_persist_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_tf32_persist_supports(p, 90)) return cudaErrorInvalidValue;
-  const int sms = ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+  const int sms = gk__sm_count(ctx);
   const int64_t rows = p->trans_b ? p->m : p->n, cols = p->trans_b ? p->n : p->m;
   const int64_t wide_tiles = ((rows + cfg_wide::BR - 1) / cfg_wide::BR) *
                              ((cols + cfg_wide::BS - 1) / cfg_wide::BS) * p->batch;

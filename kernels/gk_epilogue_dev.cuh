@@ -10,24 +10,25 @@
 
 #include "gk_problem.h"
 
-/* act(x): ReLU keeps NaN (x < 0 is false for it); GELU in its erf form or its tanh
- * approximation; GK_ACT_NONE returns x. */
+/* ReLU, NaN kept (x < 0 is false for it); alone for the kernels that fuse it into their store
+ * (gk_kernel.epilogue). */
+template <typename F>
+__device__ __forceinline__ F gk__relu(F x) {
+  return x < (F)0 ? (F)0 : x;
+}
+
+/* act(x): ReLU as above; GELU in its erf form or its tanh approximation; GK_ACT_NONE returns
+ * x. */
 template <typename F>
 __device__ __forceinline__ F gk__act(gk_act act, F x) {
   const F half = (F)0.5, one = (F)1;
   switch (act) {
-  case GK_ACT_RELU: return x < (F)0 ? (F)0 : x;
+  case GK_ACT_RELU: return gk__relu(x);
   case GK_ACT_GELU: return half * x * (one + erf(x * (F)0.70710678118654752440));
   case GK_ACT_GELU_TANH:
     return half * x * (one + tanh((F)0.7978845608028654 * (x + (F)0.044715 * x * x * x)));
   default: return x;
   }
-}
-
-/* ReLU alone, for the kernels that fuse it into their store (gk_kernel.epilogue). */
-template <typename F>
-__device__ __forceinline__ F gk__relu(F x) {
-  return x < (F)0 ? (F)0 : x;
 }
 
 #endif /* GK_EPILOGUE_DEV_CUH */

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "gk_gpu.h" /* gk_gpu_ctx_props */
 #include "gk_problem.h"
 
 /* Tile-rows per rasterisation group: 8 rows of 128 = 1024 rows of A stay hot in L2 while the
@@ -34,6 +35,12 @@
 /* Row-major leading dimensions of the stored operands (see gk_problem.h). */
 static inline int64_t gk__lda(const gk_problem *p) { return p->trans_a ? p->m : p->k; }
 static inline int64_t gk__ldb(const gk_problem *p) { return p->trans_b ? p->k : p->n; }
+
+/* The device's SM count, for the launchers that size their grid or tile by it; 132 (the H100
+ * SXM's and the H200's) without a context. */
+static inline int gk__sm_count(const gk_gpu_ctx *ctx) {
+  return ctx != NULL ? gk_gpu_ctx_props(ctx)->multiProcessorCount : 132;
+}
 
 static inline bool gk__aligned(const void *ptr, size_t bytes) {
   return ((uintptr_t)ptr % bytes) == 0;

@@ -169,6 +169,13 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
         else gk__dmma884(acc[i][j], a_set[i][0], b_set[j][0]);
       }
   };
+  /* After the last k step reads stage st (tile kt): wait for tile kt+1, refill st. */
+  auto advance = [&](int st, int kt) {
+    gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
+    __syncthreads();
+    if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
+    gk__cp_async_commit();
+  };
   if constexpr (C::FRAG_SETS == 1) { /* the loads of one step wait; other warps run meanwhile */
     double af1[MI][AF], bf1[NI][BF];
     for (int kt = 0; kt < k_tiles; ++kt) {
@@ -178,12 +185,7 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
         load_frags(af1, bf1, st, step * MMA_K);
         mma_step(af1, bf1);
       }
-      if (kt + 1 < k_tiles) {
-        gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
-        __syncthreads();
-        if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
-        gk__cp_async_commit();
-      }
+      if (kt + 1 < k_tiles) advance(st, kt);
     }
   } else { /* two sets: the next step's fragments load under this step's mma */
     double af[2][MI][AF], bf[2][NI][BF];
@@ -196,10 +198,7 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
         if (step + 1 < KSTEPS) {
           load_frags(af[nxt], bf[nxt], st, (step + 1) * MMA_K);
         } else if (kt + 1 < k_tiles) {
-          gk__cp_async_wait<STAGES - 2>(); /* tile kt+1 landed; stage st no longer read */
-          __syncthreads();
-          if (kt + STAGES < k_tiles) load_stage(st, kt + STAGES);
-          gk__cp_async_commit();
+          advance(st, kt);
           load_frags(af[nxt], bf[nxt], (kt + 1) % STAGES, 0);
         }
         mma_step(af[cur], bf[cur]);

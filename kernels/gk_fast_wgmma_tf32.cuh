@@ -262,6 +262,14 @@ static inline gk__tf32_plan gk__tf32_plan_for(const gk_problem *p, bool out_t) {
   return plan;
 }
 
+/* The kernel's arguments for the batch chunk from problem `first` on: C and the bias rows. */
+static inline gk__wgmma_tf32_args gk__tf32_args_at(const gk__tf32_plan &plan, int64_t first) {
+  gk__wgmma_tf32_args chunk = plan.args;
+  chunk.c += first * plan.args.stride_c;
+  if (chunk.bias != NULL) chunk.bias += first * plan.args.bias_stride;
+  return chunk;
+}
+
 /* The tensor maps of X and Y for `count` problems from problem `first`: X stored MN-major (k rows
  * of R, X_MN) or K-major (R rows of k), Y always K-major (S rows of k). */
 template <class C, bool X_MN>

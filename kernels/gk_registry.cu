@@ -98,13 +98,19 @@ extern "C" const gk_kernel *gk_select(const gk_problem *p, int cc, const char *p
   return NULL; /* unreachable for a problem that passed gk_problem_check: tiled16 takes all */
 }
 
-/* True when the bias rows (p->bias, bias_stride apart, one per entry or one for all) lie
- * outside C: a kernel that fuses the bias reads them while other blocks write C. */
+/* How many bias rows p has: one per batch entry (bias_stride apart), or one for all. */
+static int64_t gk_bias_row_count(const gk_problem *p)
+{
+  return p->bias_stride > 0 ? p->batch : 1;
+}
+
+/* True when the bias rows lie outside C: a kernel that fuses the bias reads them while other
+ * blocks write C. */
 static bool gk_bias_apart(const gk_problem *p)
 {
   const size_t size = gk_dtype_size(p->dtype);
   const char *bias = (const char *)p->bias, *c = (const char *)p->c;
-  const int64_t rows = p->bias_stride > 0 ? p->batch : 1;
+  const int64_t rows = gk_bias_row_count(p);
   const char *bias_end = bias + ((rows - 1) * p->bias_stride + p->n) * (int64_t)size;
   const char *c_end = c + p->batch * p->m * p->n * (int64_t)size;
   return bias_end <= c || bias >= c_end;
@@ -117,7 +123,7 @@ static bool gk_bias_apart(const gk_problem *p)
 static bool gk_bias_to_scratch(gk_gpu_ctx *ctx, gk_problem *p, cudaStream_t stream)
 {
   const size_t size = gk_dtype_size(p->dtype), row_bytes = (size_t)p->n * size;
-  const int64_t rows = p->bias_stride > 0 ? p->batch : 1;
+  const int64_t rows = gk_bias_row_count(p);
   if (rows > (int64_t)(GK_BIAS_SCRATCH_BYTES / row_bytes))
     return false;
   void *scratch = gk_gpu_ctx_bias_scratch(ctx);
