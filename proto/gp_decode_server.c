@@ -14,10 +14,10 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
        KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_BIAS, KEY_ACTIVATION,
-       KEY_COUNT };
+       KEY_OUT_DTYPE, KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms", "out", "broadcast_b", "bias", "activation"};
+    "timeout_ms", "out", "broadcast_b", "bias", "activation", "out_dtype"};
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -223,7 +223,7 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
       return gp__shmref_start(d, GP__REF_OUT);
     return reject_type(d, GP__K_HDR, tok, "out", "a region reference map");
   case KEY_BETA: return hdr_number(d, tok, &h->beta);
-  default: /* dtype, precision, activation */
+  default: /* dtype, precision, activation, out_dtype */
     if (tok->type == GP__TOK_STR)
       return COLLECT;
     return reject_type(d, GP__K_HDR, tok, hdr_keys[d->cur_key], "a str");
@@ -251,6 +251,11 @@ static void hdr_string_read(gp_decoder *d) {
   size_t len = d->str_len <= GP__STR_CAP ? d->str_len : 0;
   if (d->cur_key == KEY_DTYPE && len > 0 && gp_dtype_from_name(d->str, len, &d->gemm.dtype) == 0)
     return;
+  if (d->cur_key == KEY_OUT_DTYPE && len > 0 &&
+      gp_dtype_from_name(d->str, len, &d->gemm.out_dtype) == 0) {
+    d->gemm.has_out_dtype = true;
+    return;
+  }
   if (d->cur_key == KEY_PRECISION && len > 0 &&
       gp_precision_from_name(d->str, len, &d->gemm.precision) == 0)
     return;
@@ -258,9 +263,9 @@ static void hdr_string_read(gp_decoder *d) {
       gp_act_from_name(d->str, len, &d->gemm.activation) == 0)
     return;
   gp__printable(value, sizeof value, d->str, d->str_len);
-  if (d->cur_key == KEY_DTYPE)
-    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "dtype: \"%s\" is not one of f32, f64, f16, bf16",
-                value);
+  if (d->cur_key == KEY_DTYPE || d->cur_key == KEY_OUT_DTYPE)
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: \"%s\" is not one of f32, f64, f16, bf16",
+                hdr_keys[d->cur_key], value);
   else if (d->cur_key == KEY_ACTIVATION)
     gp__rejectf(d, GP_E_INVALID_ARGUMENT,
                 "activation: \"%s\" is not one of none, relu, gelu, gelu_tanh", value);

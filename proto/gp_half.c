@@ -79,3 +79,21 @@ uint16_t gp_f32_to_bf16(float f) {
   /* below inf, no overflow of u: the largest finite rounds up to 0x7f80 (inf) as it should */
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+/* d as a float rounded "to odd": the nearer-to-zero neighbour, its last bit set when any dropped
+ * bit was. A float keeps 13 (f16) or 16 (bf16) bits past either 16-bit format, so rounding this
+ * float to nearest even rounds d itself once (the double rounding of a plain (float)d can be
+ * off by one ulp at a tie it made). (float)d may round either way: only its neighbour matters. */
+static float f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if (d != d || (double)f == d)
+    return f; /* NaN, or exact */
+  uint32_t u = bits_of(f);
+  if (d > 0 ? (double)f > d : (double)f < d)
+    u--; /* it rounded away from zero (inf included): step back to the truncated neighbour */
+  return float_of(u | 1u);
+}
+
+uint16_t gp_f64_to_f16(double d) { return gp_f32_to_f16(f64_to_f32_odd(d)); }
+
+uint16_t gp_f64_to_bf16(double d) { return gp_f32_to_bf16(f64_to_f32_odd(d)); }

@@ -22,6 +22,9 @@ float gp_f16_to_f32(uint16_t h);
 uint16_t gp_f32_to_f16(float f);
 float gp_bf16_to_f32(uint16_t h);
 uint16_t gp_f32_to_bf16(float f);
+/* From a double, rounded once (never through a rounded float), as the output cast needs. */
+uint16_t gp_f64_to_f16(double d);
+uint16_t gp_f64_to_bf16(double d);
 
 #ifdef __cplusplus
 }

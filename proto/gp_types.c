@@ -136,6 +136,19 @@ void gp_gemm_hdr_init(gp_gemm_hdr *hdr) {
   hdr->timeout_ms = 0;
 }
 
+gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr) {
+  return hdr->has_out_dtype ? hdr->out_dtype : hdr->dtype;
+}
+
+bool gp_gemm_casts(const gp_gemm_hdr *hdr) { return gp_gemm_out_dtype(hdr) != hdr->dtype; }
+
+bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out) {
+  if (out == dtype)
+    return true;
+  return (dtype == GP_DTYPE_F32 || dtype == GP_DTYPE_F64) &&
+         (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
+}
+
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols) {
   switch (op) {
   case GP_OPERAND_A: /* op(A) is m x k; A itself k x m when transposed */
@@ -167,8 +180,9 @@ bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *byte
   uint64_t batch = (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias)
                        ? 1
                        : hdr->batch;
+  gp_dtype dtype = op == GP_OPERAND_C ? gp_gemm_out_dtype(hdr) : hdr->dtype;
   if (!mul_u64(rows, cols, &n) || !mul_u64(n, batch, &n) ||
-      !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
+      !mul_u64(n, gp_dtype_size(dtype), &n))
     return false;
   *bytes = n;
   return true;
@@ -177,7 +191,7 @@ bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *byte
 bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes) {
   uint64_t n;
   if (!mul_u64(hdr->m, hdr->n, &n) || !mul_u64(n, hdr->batch, &n) ||
-      !mul_u64(n, gp_dtype_size(hdr->dtype), &n))
+      !mul_u64(n, gp_dtype_size(gp_gemm_out_dtype(hdr)), &n))
     return false;
   *bytes = n;
   return true;
@@ -273,6 +287,13 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
                         "it: send 1)");
   if ((unsigned)hdr->activation >= GP_ACT_COUNT)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "activation: unknown");
+  if (hdr->has_out_dtype && (unsigned)hdr->out_dtype >= GP_DTYPE_COUNT)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "out_dtype: unknown");
+  if (!gp_dtype_cast_ok(hdr->dtype, gp_gemm_out_dtype(hdr)))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
+                        "cast to f16 or bf16)",
+                        gp_dtype_name(hdr->dtype), gp_dtype_name(hdr->out_dtype));
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)
     return rc;

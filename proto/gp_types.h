@@ -109,20 +109,31 @@ typedef struct {
   bool bias;                /* "bias": c is one row of n elements, added (times beta) to
                                every row of every batch entry's product */
   gp_act activation;        /* "activation": applied to each result element last */
+  bool has_out_dtype;       /* "out_dtype" was sent */
+  gp_dtype out_dtype;       /* the result's dtype (and c's): f16 or bf16 from an f32 or f64
+                               gemm, rounded once at the end; read it with gp_gemm_out_dtype */
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
 void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
 
+/* The dtype of C as sent and of the result: out_dtype when sent, else dtype. */
+gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr);
+/* True when the result is cast: its dtype is not the one A and B have. */
+bool gp_gemm_casts(const gp_gemm_hdr *hdr);
+/* Whether a gemm of dtype may return out: out == dtype, or f16 / bf16 from f32 / f64. */
+bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out);
+
 /* Rows and columns of an operand as stored (after the transpose flags; C with bias: 1 x n). */
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
 
 /* Bytes of one operand for all batches: batch * rows * cols * dtype size (B: one matrix
- * when broadcast_b; C: one row of n when bias).
+ * when broadcast_b; C: one row of n when bias; C in the out dtype).
  * Returns false (and leaves *bytes alone) when that overflows uint64_t. */
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes);
 
-/* Bytes of the result: batch * m * n * dtype size, whatever c carried in; false on overflow. */
+/* Bytes of the result: batch * m * n * out dtype size, whatever c carried in; false on
+ * overflow. */
 bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes);
 
 /* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double). */

@@ -306,6 +306,49 @@ START_TEST(bf16_special_values) {
 }
 END_TEST
 
+/* |d - v| for a 16-bit value v, in long double (exact for these magnitudes on x86). */
+static long double gap(double d, float v) { return fabsl((long double)d - (long double)v); }
+
+/* From a double the narrowing rounds once: the nearest 16-bit value, ties to even. A float in
+ * between would round twice (1 + 2^-11 + 2^-40 is above f16's tie, but its float is the tie). */
+static void check_f64_once(uint16_t (*narrow)(double), float (*widen)(uint16_t), double lo,
+                           double hi, const char *name) {
+  for (int i = 0; i < 200000; i++) {
+    double d = lo * pow(hi / lo, drand48());
+    if (i & 1)
+      d = -d;
+    uint16_t h = narrow(d);
+    float v = widen(h), below = widen((uint16_t)(h - 1)), above = widen((uint16_t)(h + 1));
+    long double g = gap(d, v);
+    EXPECT(g <= gap(d, below) && g <= gap(d, above), "%s(%.17g) = 0x%04x: not the nearest", name,
+           d, h);
+    EXPECT(!(g == gap(d, below) || g == gap(d, above)) || (h & 1) == 0,
+           "%s(%.17g) = 0x%04x: a tie not to even", name, d, h);
+  }
+}
+
+START_TEST(f64_rounds_once) {
+  const double tiny = ldexp(1.0, -40);
+  ck_assert_uint_eq(gp_f64_to_f16(1.0 + ldexp(1.0, -11) + tiny), 0x3c01);
+  ck_assert_uint_eq(gp_f64_to_f16(1.0 + ldexp(1.0, -11) - tiny), 0x3c00);
+  ck_assert_uint_eq(gp_f64_to_f16(1.0 + ldexp(1.0, -11)), 0x3c00);
+  ck_assert_uint_eq(gp_f64_to_bf16(1.0 + ldexp(1.0, -8) + tiny), 0x3f81);
+  ck_assert_uint_eq(gp_f64_to_bf16(-(1.0 + ldexp(1.0, -8) + tiny)), 0xbf81);
+  ck_assert_uint_eq(gp_f64_to_bf16(1.0 + ldexp(1.0, -8)), 0x3f80);
+  ck_assert_uint_eq(gp_f64_to_f16(65520.0), 0x7c00);
+  ck_assert_uint_eq(gp_f64_to_f16(65519.99), 0x7bff);
+  ck_assert_uint_eq(gp_f64_to_bf16(1e300), 0x7f80);
+  ck_assert_uint_eq(gp_f64_to_bf16(-1e300), 0xff80);
+  ck_assert_uint_eq(gp_f64_to_f16(1e-300), 0x0000);
+  ck_assert_uint_eq(gp_f64_to_f16(-1e-300), 0x8000);
+  ck_assert_uint_eq(gp_f64_to_bf16(ldexp(1.0, -140)), gp_f32_to_bf16(ldexpf(1.0f, -140)));
+  ck_assert((gp_f64_to_f16(NAN) & 0x7c00) == 0x7c00 && (gp_f64_to_f16(NAN) & 0x3ff) != 0);
+  ck_assert_uint_eq(gp_f64_to_bf16(INFINITY), 0x7f80);
+  check_f64_once(gp_f64_to_f16, gp_f16_to_f32, ldexp(1.0, -14), 65000.0, "f16");
+  check_f64_once(gp_f64_to_bf16, gp_bf16_to_f32, ldexp(1.0, -120), 1e38, "bf16");
+}
+END_TEST
+
 static Suite *half_suite(void) {
   Suite *s = suite_create("proto_half");
   TCase *numpy = tcase_create("numpy");
@@ -321,6 +364,7 @@ static Suite *half_suite(void) {
   tcase_add_test(ref, bf16_rounds_to_nearest_even);
   tcase_add_test(ref, f16_special_values);
   tcase_add_test(ref, bf16_special_values);
+  tcase_add_test(ref, f64_rounds_once);
   suite_add_tcase(s, ref);
   return s;
 }

@@ -496,6 +496,42 @@ static void x_act_int(msgpack_packer *pk) { key(pk, "activation"); msgpack_pack_
 static void x_bias_int(msgpack_packer *pk) { key(pk, "bias"); msgpack_pack_uint8(pk, 1); }
 static void x_bias_no_c(msgpack_packer *pk) { key(pk, "bias"); msgpack_pack_true(pk); }
 
+/* want encoded (with c) and decoded again; key is in the encoding exactly when present. */
+static gp_gemm_hdr encode_decode(const gp_gemm_hdr *want, const char *name, bool present) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  ck_assert_int_eq(gp_encode_gemm_request_hdr(&sb, MSGID, want, true), 0);
+  ck_assert((memmem(sb.data, sb.size, name, strlen(name)) != NULL) == present);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  pack_operands(&pk, want, true);
+  gp_gemm_hdr got = decode_hdr(&sb, true);
+  msgpack_sbuffer_destroy(&sb);
+  return got;
+}
+
+/* A 2 x 2 x 2 f32 gemm with beta 1, one more key (extra) and a c of 16 bytes (a full f32 C):
+ * refused where that key makes c 8 bytes long. */
+static void reject_short_c(void (*extra)(msgpack_packer *)) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  tp_packer(&pk, &sb);
+  gemm_start(&pk, 4, 6);
+  pack_required(&pk, 2, 2, 2, "f32");
+  extra(&pk);
+  key(&pk, "beta");
+  msgpack_pack_double(&pk, 1.0);
+  uint8_t sixteen[16] = {0};
+  for (int i = 0; i < 3; i++)
+    tp_pack_bin(&pk, sixteen, 16);
+  expect_reject_in(&sb, "REQUEST PAYLOAD PAYLOAD", GP_E_INVALID_ARGUMENT, "c: expected 8 bytes");
+  msgpack_sbuffer_destroy(&sb);
+}
+
+static void x_bias_true(msgpack_packer *pk) { key(pk, "bias"); msgpack_pack_true(pk); }
+static void x_out_bf16(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(pk, "bf16"); }
+
 /* The epilogue's keys: bias makes c one row of n (a full C is refused by its length), it needs
  * c and a beta, the activation names are the four of PROTOCOL.md, and the encoder writes both
  * keys back only when set. */
@@ -516,34 +552,55 @@ START_TEST(epilogue_keys) {
     uint64_t c_bytes, result_bytes;
     ck_assert(gp_gemm_operand_bytes(&want, GP_OPERAND_C, &c_bytes) && c_bytes == 3 * 4);
     ck_assert(gp_gemm_result_bytes(&want, &result_bytes) && result_bytes == 4 * 5 * 3 * 4);
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    ck_assert_int_eq(gp_encode_gemm_request_hdr(&sb, MSGID, &want, true), 0);
-    ck_assert((memmem(sb.data, sb.size, "activation", 10) != NULL) == (i != 0));
-    msgpack_packer pk;
-    tp_packer(&pk, &sb);
-    pack_operands(&pk, &want, true);
-    gp_gemm_hdr got = decode_hdr(&sb, true);
+    gp_gemm_hdr got = encode_decode(&want, "activation", i != 0);
     ck_assert(got.bias);
     ck_assert_int_eq(got.activation, i);
-    msgpack_sbuffer_destroy(&sb);
   }
-  /* with bias, a c of the full C's size is the wrong length */
-  msgpack_sbuffer sb;
-  msgpack_sbuffer_init(&sb);
-  msgpack_packer pk;
-  tp_packer(&pk, &sb);
-  gemm_start(&pk, 4, 6);
-  pack_required(&pk, 2, 2, 2, "f32");
-  key(&pk, "bias");
-  msgpack_pack_true(&pk);
-  key(&pk, "beta");
-  msgpack_pack_double(&pk, 1.0);
-  uint8_t sixteen[16] = {0};
-  for (int i = 0; i < 3; i++)
-    tp_pack_bin(&pk, sixteen, 16);
-  expect_reject_in(&sb, "REQUEST PAYLOAD PAYLOAD", GP_E_INVALID_ARGUMENT, "c: expected 8 bytes");
-  msgpack_sbuffer_destroy(&sb);
+  reject_short_c(x_bias_true); /* with bias, a c of the full C's size is the wrong length */
+}
+END_TEST
+
+static void x_out_bad(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(pk, "f8"); }
+static void x_out_int(msgpack_packer *pk) { key(pk, "out_dtype"); msgpack_pack_uint8(pk, 2); }
+static void x_out_wider(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(pk, "f64"); }
+
+/* The output cast: out_dtype names one of the four dtypes, only f16/bf16 from f32/f64 is a
+ * cast, c and the result take the out dtype's size, and the encoder writes the key only for a
+ * real cast. */
+START_TEST(out_dtype_key) {
+  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16",
+               GP_E_INVALID_ARGUMENT);
+  reject_extra(x_out_int, "out_dtype: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_out_wider, "out_dtype: a f32 gemm cannot return f64", GP_E_INVALID_ARGUMENT);
+  for (int dt = 0; dt < GP_DTYPE_COUNT; dt++)
+    for (int out = 0; out < GP_DTYPE_COUNT; out++) {
+      bool casts = (dt == GP_DTYPE_F32 || dt == GP_DTYPE_F64) &&
+                   (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
+      ck_assert(gp_dtype_cast_ok((gp_dtype)dt, (gp_dtype)out) == (casts || dt == out));
+    }
+  const gp_dtype from[2] = {GP_DTYPE_F32, GP_DTYPE_F64}, to[3] = {GP_DTYPE_F16, GP_DTYPE_BF16,
+                                                                  GP_DTYPE_F64};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) {
+      if (!gp_dtype_cast_ok(from[i], to[j]))
+        continue;
+      gp_gemm_hdr want;
+      gp_gemm_hdr_init(&want);
+      want.m = 5, want.n = 3, want.k = 2, want.batch = 4, want.beta = 0.5;
+      want.dtype = from[i];
+      want.has_out_dtype = true;
+      want.out_dtype = to[j];
+      size_t es = gp_dtype_size(from[i]), os = gp_dtype_size(to[j]);
+      uint64_t a_bytes, c_bytes, result_bytes;
+      ck_assert(gp_gemm_operand_bytes(&want, GP_OPERAND_A, &a_bytes) && a_bytes == 4 * 5 * 2 * es);
+      ck_assert(gp_gemm_operand_bytes(&want, GP_OPERAND_C, &c_bytes) && c_bytes == 4 * 5 * 3 * os);
+      ck_assert(gp_gemm_result_bytes(&want, &result_bytes) && result_bytes == c_bytes);
+      ck_assert(gp_gemm_casts(&want) == (from[i] != to[j]));
+      gp_gemm_hdr got = encode_decode(&want, "out_dtype", gp_gemm_casts(&want));
+      ck_assert_int_eq(gp_gemm_out_dtype(&got), to[j]);
+      ck_assert_int_eq(got.dtype, from[i]);
+    }
+  reject_short_c(x_out_bf16); /* c of the compute dtype's size is the wrong length for a cast */
 }
 END_TEST
 
@@ -663,6 +720,7 @@ Suite *header_suite(void) {
   tcase_add_test(tc, missing_required_keys);
   tcase_add_test(tc, wrong_values);
   tcase_add_test(tc, epilogue_keys);
+  tcase_add_test(tc, out_dtype_key);
   tcase_add_test(tc, wrong_dims_and_dtype);
   tcase_add_test(tc, operands_wrong);
   tcase_add_test(tc, semantic_limits);
