@@ -29,7 +29,7 @@ static bool problem_ok(const gk_problem *p) {
   /* CBLAS takes int dimensions and leading dimensions. */
   if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
     return false;
-  return gk_dtype_size(p->dtype) != 0;
+  return gk_dtype_size(p->dtype) != 0 && gk_problem_cast_ok(p);
 }
 
 size_t gk_cpu_scratch_bytes(const gk_problem *p) { return gk_cpu_scratch_bytes_split(p, 1); }
@@ -177,10 +177,17 @@ int gk_cpu_gemm_part(const gk_problem *p, int64_t part, int64_t parts, const cha
     if (!scratch)
       return -ENOMEM;
   }
+  /* A cast problem runs plain in its work area, whose rows take C0 first (the bias included:
+   * each row its own copy, so no part reads another's rows) and go to C last. */
+  gk_problem plain = p->cast ? gk_problem_uncast(p) : *p;
+  if (p->cast)
+    plain.bias = NULL, plain.bias_stride = 0;
   for (int64_t row = first; row < last;) {
     int64_t i = row / p->m, r0 = row % p->m;
     int64_t rows = p->m - r0 < last - row ? p->m - r0 : last - row;
-    run_rows(p, i, r0, rows, scratch);
+    gk_host_cast_in(p, i, r0, rows);
+    run_rows(&plain, i, r0, rows, scratch);
+    gk_host_cast_out(p, i, r0, rows);
     row += rows;
   }
   free(scratch);

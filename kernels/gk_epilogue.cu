@@ -63,7 +63,87 @@ __global__ void act_all_f64(double *c, gk_act act, int64_t total)
     c[e] = gk__act<double>(act, c[e]);
 }
 
+/* rows x n elements from src (pitch src_pitch elements) to dst (pitch dst_pitch), converted:
+ * the cast's widening of C0 (exact) and its rounding of the result (once, to nearest even; f64
+ * goes straight to 16 bits). */
+__device__ float cast_to(__half x, float *) { return __half2float(x); }
+__device__ float cast_to(__nv_bfloat16 x, float *) { return __bfloat162float(x); }
+__device__ double cast_to(__half x, double *) { return (double)__half2float(x); }
+__device__ double cast_to(__nv_bfloat16 x, double *) { return (double)__bfloat162float(x); }
+__device__ __half cast_to(float x, __half *) { return __float2half_rn(x); }
+__device__ __nv_bfloat16 cast_to(float x, __nv_bfloat16 *) { return __float2bfloat16_rn(x); }
+__device__ __half cast_to(double x, __half *) { return __double2half(x); }
+__device__ __nv_bfloat16 cast_to(double x, __nv_bfloat16 *) { return __double2bfloat16(x); }
+
+template <typename From, typename To>
+__global__ void cast_rows(const From *src, int64_t src_pitch, To *dst, int64_t dst_pitch,
+                          int64_t n, int64_t total)
+{
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    int64_t row = e / n, col = e % n;
+    dst[row * dst_pitch + col] = cast_to(src[row * src_pitch + col], (To *)nullptr);
+  }
+}
+
+template <typename From, typename To>
+cudaError_t cast_launch(const void *src, int64_t src_pitch, void *dst, int64_t dst_pitch,
+                        int64_t rows, int64_t n, cudaStream_t stream)
+{
+  int64_t total = rows * n;
+  cast_rows<<<blocks_for(total), kThreads, 0, stream>>>((const From *)src, src_pitch, (To *)dst,
+                                                        dst_pitch, n, total);
+  return cudaGetLastError();
+}
+
+/* The one of the four (compute, 16-bit) pairs; widen: from the 16-bit type to the compute one. */
+template <typename Wide>
+cudaError_t cast_pick_narrow(gk_dtype narrow, bool widen, const void *src, int64_t src_pitch,
+                             void *dst, int64_t dst_pitch, int64_t rows, int64_t n,
+                             cudaStream_t stream)
+{
+  if (narrow == GK_F16)
+    return widen ? cast_launch<__half, Wide>(src, src_pitch, dst, dst_pitch, rows, n, stream)
+                 : cast_launch<Wide, __half>(src, src_pitch, dst, dst_pitch, rows, n, stream);
+  return widen ? cast_launch<__nv_bfloat16, Wide>(src, src_pitch, dst, dst_pitch, rows, n, stream)
+               : cast_launch<Wide, __nv_bfloat16>(src, src_pitch, dst, dst_pitch, rows, n, stream);
+}
+
+cudaError_t cast_pick(const gk_problem *p, bool widen, const void *src, int64_t src_pitch,
+                      void *dst, int64_t dst_pitch, int64_t rows, cudaStream_t stream)
+{
+  if (p->dtype == GK_F32)
+    return cast_pick_narrow<float>(p->out_dtype, widen, src, src_pitch, dst, dst_pitch, rows,
+                                   p->n, stream);
+  return cast_pick_narrow<double>(p->out_dtype, widen, src, src_pitch, dst, dst_pitch, rows,
+                                  p->n, stream);
+}
+
 } // namespace
+
+extern "C" cudaError_t gk_gpu_cast_in(const gk_problem *p, cudaStream_t stream)
+{
+  if (!p->cast || p->beta == 0.0)
+    return cudaSuccess;
+  if (!gk_problem_cast_ok(p))
+    return cudaErrorInvalidValue;
+  const int64_t mn = p->m * p->n;
+  if (p->bias == NULL) /* C as a whole: batch * m rows of n, dense */
+    return cast_pick(p, true, p->c, p->n, p->work, p->n, p->batch * p->m, stream);
+  /* one row per entry (bias_stride apart) to each entry's first row, or one row for all */
+  const int64_t rows = p->bias_stride > 0 ? p->batch : 1;
+  return cast_pick(p, true, p->bias, p->bias_stride > 0 ? p->bias_stride : p->n, p->work, mn,
+                   rows, stream);
+}
+
+extern "C" cudaError_t gk_gpu_cast_out(const gk_problem *p, cudaStream_t stream)
+{
+  if (!p->cast)
+    return cudaSuccess;
+  if (!gk_problem_cast_ok(p))
+    return cudaErrorInvalidValue;
+  return cast_pick(p, false, p->work, p->n, p->c, p->n, p->batch * p->m, stream);
+}
 
 extern "C" cudaError_t gk_gpu_bias_rows(const gk_problem *p, cudaStream_t stream)
 {

@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 /* Element i of a buffer of dtype, as double (f16/bf16 widened), and v stored there rounded to
- * dtype (nearest even): the host path's element access, also the fake CUDA runtime's. */
+ * dtype (nearest even, once: a double goes to f16/bf16 without a float between): the host
+ * path's element access, also the fake CUDA runtime's. */
 double gk_host_load(gk_dtype dtype, const void *base, int64_t i);
 void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v);
 
@@ -22,6 +23,13 @@ void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v);
 void gk_host_bias_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows);
 /* The same rows: each element x of C becomes act(x) (nothing for GK_ACT_NONE). */
 void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows);
+
+/* The output cast (p->cast), the same rows. cast_in: C0 into the work area's rows, widened to
+ * dtype (exactly): the bias row into each (with p->bias), else C's own rows; nothing when
+ * beta == 0. cast_out: the work area's rows rounded once into C's out dtype. Each reads and
+ * writes only its own rows, so that parts may run side by side. */
+void gk_host_cast_in(const gk_problem *p, int64_t i, int64_t r0, int64_t rows);
+void gk_host_cast_out(const gk_problem *p, int64_t i, int64_t r0, int64_t rows);
 
 #ifdef __cplusplus
 }

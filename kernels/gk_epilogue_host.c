@@ -34,8 +34,8 @@ void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v) {
   switch (dtype) {
   case GK_F32: ((float *)base)[i] = (float)v; break;
   case GK_F64: ((double *)base)[i] = v; break;
-  case GK_F16: ((uint16_t *)base)[i] = gp_f32_to_f16((float)v); break;
-  case GK_BF16: ((uint16_t *)base)[i] = gp_f32_to_bf16((float)v); break;
+  case GK_F16: ((uint16_t *)base)[i] = gp_f64_to_f16(v); break;
+  case GK_BF16: ((uint16_t *)base)[i] = gp_f64_to_bf16(v); break;
   }
 }
 
@@ -59,4 +59,29 @@ void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) 
   char *first = (char *)p->c + (size_t)(i * gk_problem_c_elems(p) + r0 * p->n) * es;
   for (int64_t e = 0; e < rows * p->n; e++)
     gk_host_store(p->dtype, first, e, act_apply(p->act, gk_host_load(p->dtype, first, e)));
+}
+
+/* Row r of batch entry i: its first element's index in C (and in the work area). */
+static int64_t row_index(const gk_problem *p, int64_t i, int64_t r) {
+  return i * gk_problem_c_elems(p) + r * p->n;
+}
+
+void gk_host_cast_in(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
+  if (!p->cast || p->beta == 0.0)
+    return;
+  for (int64_t r = r0; r < r0 + rows; r++) {
+    int64_t from = p->bias ? i * p->bias_stride : row_index(p, i, r);
+    const void *src = p->bias ? p->bias : p->c;
+    int64_t to = row_index(p, i, r);
+    for (int64_t j = 0; j < p->n; j++)
+      gk_host_store(p->dtype, p->work, to + j, gk_host_load(p->out_dtype, src, from + j));
+  }
+}
+
+void gk_host_cast_out(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
+  if (!p->cast)
+    return;
+  int64_t first = row_index(p, i, r0);
+  for (int64_t e = first; e < first + rows * p->n; e++)
+    gk_host_store(p->out_dtype, p->c, e, gk_host_load(p->dtype, p->work, e));
 }

@@ -98,9 +98,15 @@ const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference);
  * gk_gpu_gemm runs them around the kernel; cudaSuccess or the launch error. */
 cudaError_t gk_gpu_bias_rows(const gk_problem *p, cudaStream_t stream);
 cudaError_t gk_gpu_act(const gk_problem *p, cudaStream_t stream);
+/* The output cast's two passes (p->cast; nothing otherwise): C0 widened into the work area
+ * (beta != 0: C, or the bias rows to each entry's first row there, as gk_problem_uncast's bias
+ * expects), and the work area rounded once into C. cudaSuccess or the launch error. */
+cudaError_t gk_gpu_cast_in(const gk_problem *p, cudaStream_t stream);
+cudaError_t gk_gpu_cast_out(const gk_problem *p, cudaStream_t stream);
 
-/* Checks p, selects and launches in one call, with the epilogue (bias, activation) around it;
- * *used (may be NULL) gets the kernel chosen (NULL when p failed its checks). */
+/* Checks p, selects and launches in one call, with the epilogue (bias, activation, and the
+ * output cast of a p->cast problem) around it; *used (may be NULL) gets the kernel chosen
+ * (NULL when p failed its checks). */
 cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                         cudaStream_t stream, const gk_kernel **used);
 

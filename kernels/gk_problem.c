@@ -33,6 +33,33 @@ const char *gk_act_name(gk_act act) {
   return "?";
 }
 
+gk_dtype gk_problem_c_dtype(const gk_problem *p) { return p->cast ? p->out_dtype : p->dtype; }
+
+bool gk_problem_cast_ok(const gk_problem *p) {
+  if (!p->cast)
+    return true;
+  return (p->dtype == GK_F32 || p->dtype == GK_F64) &&
+         (p->out_dtype == GK_F16 || p->out_dtype == GK_BF16) && p->work != NULL;
+}
+
+size_t gk_problem_work_bytes(const gk_problem *p) {
+  if (!p->cast)
+    return 0;
+  return (size_t)(p->batch * gk_problem_c_elems(p)) * gk_dtype_size(p->dtype);
+}
+
+gk_problem gk_problem_uncast(const gk_problem *p) {
+  gk_problem q = *p;
+  q.cast = false;
+  q.work = NULL;
+  q.c = p->work;
+  if (p->bias != NULL) {
+    q.bias = p->work;
+    q.bias_stride = p->bias_stride > 0 ? gk_problem_c_elems(p) : 0;
+  }
+  return q;
+}
+
 /* Stored shapes do not matter for the element count: m*k either way. */
 int64_t gk_problem_a_elems(const gk_problem *p) { return p->m * p->k; }
 int64_t gk_problem_b_elems(const gk_problem *p) { return p->k * p->n; }
@@ -56,9 +83,11 @@ gk_problem gk_problem_piece(const gk_problem *p, int64_t i) {
     q.batch = 1;
     return q;
   }
-  size_t es = gk_dtype_size(p->dtype);
+  size_t es = gk_dtype_size(p->dtype), ces = gk_dtype_size(gk_problem_c_dtype(p));
   q.batch = 1;
   q.a = (const char *)p->a + (size_t)i * (size_t)gk_problem_a_elems(p) * es;
-  q.c = (char *)p->c + (size_t)i * (size_t)gk_problem_c_elems(p) * es;
+  q.c = (char *)p->c + (size_t)i * (size_t)gk_problem_c_elems(p) * ces;
+  if (p->work != NULL)
+    q.work = (char *)p->work + (size_t)i * (size_t)gk_problem_c_elems(p) * es;
   return q;
 }

@@ -45,9 +45,27 @@ typedef struct {
   const void *bias;
   int64_t bias_stride;
   gk_act act;
+  /* The output cast: with cast set, C and the bias hold out_dtype elements (F16 or BF16, from
+   * an F32 or F64 dtype). The product and the epilogue are formed in dtype in `work` (batch *
+   * m * n elements of dtype, apart from C: C0 is widened into it first), and each element is
+   * rounded once, last, into C. Kernels never see such a problem: gk_gpu_gemm and gk_cpu_gemm
+   * run it as the plain problem gk_problem_uncast gives. */
+  bool cast;
+  gk_dtype out_dtype;
+  void *work;
 } gk_problem;
 
 size_t gk_dtype_size(gk_dtype dtype);
+/* The dtype C is stored in: out_dtype with the cast, else dtype. */
+gk_dtype gk_problem_c_dtype(const gk_problem *p);
+/* Whether p's cast, if any, is one the kernels make (F16/BF16 from F32/F64, with work set). */
+bool gk_problem_cast_ok(const gk_problem *p);
+/* Bytes of the work area p needs: batch * m * n elements of dtype with the cast, else 0. */
+size_t gk_problem_work_bytes(const gk_problem *p);
+/* The plain problem a cast problem runs as: C is the work area, in dtype; the bias (read when
+ * beta != 0) is the work area's first row of each entry, or of the whole batch with one row,
+ * where the caller widens it; no cast. */
+gk_problem gk_problem_uncast(const gk_problem *p);
 const char *gk_act_name(gk_act act);
 const char *gk_dtype_name(gk_dtype dtype);
 

@@ -65,7 +65,7 @@ extern "C" cudaError_t gk_problem_check(const gk_problem *p)
     return cudaErrorInvalidValue;
   if (!isfinite(p->alpha) || !isfinite(p->beta))
     return cudaErrorInvalidValue;
-  if ((unsigned)p->act > GK_ACT_GELU_TANH || p->bias_stride < 0)
+  if ((unsigned)p->act > GK_ACT_GELU_TANH || p->bias_stride < 0 || !gk_problem_cast_ok(p))
     return cudaErrorInvalidValue;
   /* Every kernel indexes with int64 offsets: batch * rows * cols must fit, with room for a
    * byte count (x 8). */
@@ -152,6 +152,21 @@ static void gk_fused_parts(gk_gpu_ctx *ctx, gk_problem *p, const gk_kernel *kern
           (gk_bias_apart(p) || gk_bias_to_scratch(ctx, p, stream));
 }
 
+/* A cast problem: C0 into the work area, the plain problem there, then the rounding into C.
+ * The plain problem's bias is the work area's first row of each entry (fused kernels copy it
+ * apart as they do any bias inside C). */
+static cudaError_t gk_gpu_gemm_cast(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
+                                    cudaStream_t stream, const gk_kernel **used)
+{
+  cudaError_t err = gk_gpu_cast_in(p, stream);
+  const gk_problem plain = gk_problem_uncast(p);
+  if (err == cudaSuccess)
+    err = gk_gpu_gemm(ctx, &plain, preference, stream, used);
+  if (err == cudaSuccess)
+    err = gk_gpu_cast_out(p, stream);
+  return err;
+}
+
 extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                                    cudaStream_t stream, const gk_kernel **used)
 {
@@ -160,6 +175,8 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
   cudaError_t err = gk_problem_check(p);
   if (err != cudaSuccess)
     return err;
+  if (p->cast)
+    return gk_gpu_gemm_cast(ctx, p, preference, stream, used);
   /* A shared B: the kernels batch over grid.z with a B stride of one matrix (some through
    * 3-D tensor maps, which take no stride of 0), so the problem goes as plain pieces. */
   const int64_t pieces = gk_problem_pieces(p);

@@ -424,6 +424,18 @@ static double act_ref(gk_act act, double x)
   }
 }
 
+/* p through gk_gpu_gemm ("auto"), then its C (c_bytes) to out; the first error. */
+static cudaError_t run_auto(test_env *env, const gk_problem *p, void *out, size_t c_bytes,
+                            const gk_kernel **used)
+{
+  cudaError_t err = gk_gpu_gemm(env->ctx, p, "auto", env->stream, used);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(env->stream);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
+  return err;
+}
+
 /* One problem through gk_gpu_gemm (auto) with a bias row and an activation, against float64: the
  * bias in a buffer of its own (one row for every batch entry), or in C's own first row of each
  * entry (bias_stride m * n, as the daemon's small lane places it); C poisoned where not read. */
@@ -475,12 +487,8 @@ static void run_epilogue_case(test_env *env, const test_case *tc, gk_act act, in
   else if (bias_mode == 2)
     p.bias = d_c, p.bias_stride = ce;
   const gk_kernel *used = NULL;
-  cudaError_t err = gk_gpu_gemm(env->ctx, &p, "auto", env->stream, &used);
-  if (err == cudaSuccess)
-    err = cudaStreamSynchronize(env->stream);
   void *out = xmalloc((size_t)c_elems * es);
-  if (err == cudaSuccess)
-    err = cudaMemcpy(out, d_c, (size_t)c_elems * es, cudaMemcpyDeviceToHost);
+  cudaError_t err = run_auto(env, &p, out, (size_t)c_elems * es, &used);
   char label[64];
   snprintf(label, sizeof label, "%s+%s/%s", used ? used->name : "?", gk_act_name(act),
            bias_mode == 0 ? "nobias" : bias_mode == 1 ? "bias" : "bias-in-c");
@@ -514,6 +522,117 @@ static void run_epilogue(test_env *env)
                         shapes[s][2], shapes[s][3], s == 1, s == 2, 0.75, 0.5, true, false};
         run_epilogue_case(env, &tc, act, bias_mode);
       }
+}
+
+/* ---- the output cast (gk_gpu_gemm's cast passes around the plain problem) ------------------ */
+
+static void *to_device(const void *host, size_t bytes)
+{
+  void *d;
+  CUDA_OR_DIE(cudaMalloc(&d, bytes ? bytes : 1));
+  CUDA_OR_DIE(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+/* The out dtype's rounding of x (once, from double). */
+static uint16_t round_out(gk_dtype out, double x)
+{
+  return out == GK_F16 ? gp_f64_to_f16(x) : gp_f64_to_bf16(x);
+}
+
+/* One f32 / f64 problem whose C, C0 and bias are f16 / bf16, against float64: normwise within
+ * the out dtype's tolerance, and for f64 every element the out dtype's rounding of the float64
+ * result (a float in between, or a lost rounding, would show). form: 0 beta 0 (C poisoned),
+ * 1 beta with C0, 2 a bias row of its own + ReLU, 3 each entry's bias row at its C's start +
+ * GELU. */
+static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int form)
+{
+  const size_t es = dtype_size(tc->dtype), os = dtype_size(out);
+  const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
+  const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
+  void *a = xmalloc((size_t)a_elems * es), *b = xmalloc((size_t)b_elems * es);
+  uint16_t *c0 = xmalloc((size_t)c_elems * os), *rows = xmalloc((size_t)(tc->n * tc->batch) * os);
+  fill_random(a, tc->dtype, a_elems);
+  fill_random(b, tc->dtype, b_elems);
+  fill_random(rows, out, tc->n * tc->batch);
+  if (form == 1)
+    fill_random(c0, out, c_elems);
+  else
+    memset(c0, 0xFF, (size_t)c_elems * os); /* NaN: not read */
+  for (int64_t z = 0; form == 3 && z < tc->batch; z++)
+    memcpy(c0 + z * ce, rows + z * tc->n, (size_t)tc->n * os);
+  /* the reference's C0 in the compute dtype (exact), then act(alpha A B + beta C0) */
+  void *wide = xmalloc((size_t)c_elems * es);
+  for (int64_t e = 0; e < c_elems; e++) {
+    const int64_t z = e / ce, j = e % tc->n;
+    const double v = form == 1 ? load(c0, out, e) : form == 2 ? load(rows, out, j)
+                                                              : load(rows, out, z * tc->n + j);
+    if (tc->dtype == GK_F64)
+      ((double *)wide)[e] = v;
+    else
+      ((float *)wide)[e] = (float)v;
+  }
+  test_case ref_tc = *tc;
+  ref_tc.beta = form == 0 ? 0.0 : form == 1 ? tc->beta : 1.0;
+  const gk_act act = form == 2 ? GK_ACT_RELU : form == 3 ? GK_ACT_GELU : GK_ACT_NONE;
+  double *ref = reference64(&ref_tc, a, b, form ? wide : NULL);
+  for (int64_t i = 0; i < c_elems; i++)
+    ref[i] = act_ref(act, ref[i]);
+
+  void *d_a = to_device(a, (size_t)a_elems * es), *d_b = to_device(b, (size_t)b_elems * es);
+  void *d_c = to_device(c0, (size_t)c_elems * os), *d_row = to_device(rows, (size_t)tc->n * os);
+  void *d_work;
+  CUDA_OR_DIE(cudaMalloc(&d_work, (size_t)c_elems * es));
+  CUDA_OR_DIE(cudaMemset(d_work, 0xFF, (size_t)c_elems * es));
+  gk_problem p = {.dtype = tc->dtype, .fast = tc->fast, .trans_a = tc->trans_a,
+                  .trans_b = tc->trans_b, .m = tc->m, .n = tc->n, .k = tc->k, .batch = tc->batch,
+                  .alpha = tc->alpha, .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c,
+                  .act = act, .cast = true, .out_dtype = out, .work = d_work};
+  if (form == 2)
+    p.bias = d_row; /* one row for every entry */
+  else if (form == 3)
+    p.bias = d_c, p.bias_stride = ce;
+  const gk_kernel *used = NULL;
+  uint16_t *got = xmalloc((size_t)c_elems * os);
+  cudaError_t err = run_auto(env, &p, got, (size_t)c_elems * os, &used);
+  int64_t off = 0; /* f64: elements not the out dtype's rounding of the float64 result */
+  for (int64_t i = 0; tc->dtype == GK_F64 && err == cudaSuccess && i < c_elems; i++)
+    off += got[i] != round_out(out, ref[i]);
+  char label[64], why[96];
+  snprintf(label, sizeof label, "%s+%s>%s/%d", used ? used->name : "?",
+           dtype_label(tc->dtype, tc->fast), dtype_label(out, false), form);
+  snprintf(why, sizeof why, "%lld elements not rounded once from the f64 result",
+           (long long)off);
+  test_case shown = *tc;
+  shown.dtype = out; /* the tolerance of the out dtype */
+  if (err != cudaSuccess)
+    print_result(env, &shown, label, -1, -1, 0, cudaGetErrorString(err));
+  else
+    print_result(env, &shown, label, rel_error(got, out, ref, NULL, c_elems), -1,
+                 count_nonfinite(got, out, c_elems), off > c_elems / 1000 ? why : NULL);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+  CUDA_OR_DIE(cudaFree(d_row));
+  CUDA_OR_DIE(cudaFree(d_work));
+  free(a), free(b), free(c0), free(rows), free(wide), free(ref), free(got);
+}
+
+static void run_cast(test_env *env)
+{
+  /* the last: rows of 16 bytes and more than 128 rows (TF32 reaches 16, which fuses the bias) */
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 41, 3}, {200, 136, 72, 2}};
+  static const gk_dtype outs[] = {GK_F16, GK_BF16};
+  for (size_t mi = 0; mi < MODE_COUNT; mi++) {
+    if (all_modes[mi].dtype != GK_F32 && all_modes[mi].dtype != GK_F64)
+      continue;
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+      for (int form = 0; form < 4; form++) {
+        test_case tc = {all_modes[mi].dtype, all_modes[mi].fast, shapes[s][0], shapes[s][1],
+                        shapes[s][2], shapes[s][3], form & 1, s == 1, -0.75, 0.5, true, false};
+        run_cast_case(env, &tc, outs[(s + (size_t)form) % 2], form);
+      }
+  }
 }
 
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
@@ -745,6 +864,7 @@ int main(int argc, char **argv)
   else {
     run_matrix(&env, quick);
     run_epilogue(&env);
+    run_cast(&env);
   }
 
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));

@@ -54,7 +54,8 @@ struct CUevent_st {
   int device;
 };
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_BIAS, OP_ACT, OP_FAULT, OP_FREE };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_BIAS, OP_ACT, OP_CAST_IN, OP_CAST_OUT,
+       OP_FAULT, OP_FREE };
 typedef struct op {
   int kind;
   void *dst;
@@ -512,6 +513,14 @@ static void exec(struct CUstream_st *s, op *o) {
     for (int64_t i = 0; i < o->p.batch; i++)
       gk_host_act_rows(&o->p, i, 0, o->p.m);
     break;
+  case OP_CAST_IN: /* the output cast's passes, as gk_epilogue.cu's */
+    for (int64_t i = 0; i < o->p.batch; i++)
+      gk_host_cast_in(&o->p, i, 0, o->p.m);
+    break;
+  case OP_CAST_OUT:
+    for (int64_t i = 0; i < o->p.batch; i++)
+      gk_host_cast_out(&o->p, i, 0, o->p.m);
+    break;
   case OP_FREE:
     pool_free(o->arg);
     break;
@@ -780,8 +789,32 @@ const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference) 
   (void)preference;
   return &fake_kernel;
 }
+/* The output cast around the plain problem, as the real gk_gpu_gemm: C0 into the work area
+ * (here every row takes its own bias copy), the plain gemm there, the rounding into C. */
+static cudaError_t gemm_cast(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
+                             cudaStream_t stream, const gk_kernel **used) {
+  if (!gk_problem_cast_ok(p))
+    return cudaErrorInvalidValue;
+  op *in = new_op(OP_CAST_IN);
+  in->p = *p;
+  cudaError_t e = push(stream, in);
+  gk_problem plain = gk_problem_uncast(p);
+  plain.bias = NULL;
+  plain.bias_stride = 0;
+  if (e == cudaSuccess)
+    e = gk_gpu_gemm(ctx, &plain, preference, stream, used);
+  if (e == cudaSuccess) {
+    op *out = new_op(OP_CAST_OUT);
+    out->p = *p;
+    e = push(stream, out);
+  }
+  return e;
+}
+
 cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                         cudaStream_t stream, const gk_kernel **used) {
+  if (p->cast)
+    return gemm_cast(ctx, p, preference, stream, used);
   const gk_kernel *k = gk_select(p, 90, preference);
   if (used)
     *used = k;

@@ -227,6 +227,97 @@ START_TEST(malformed_problems) {
 }
 END_TEST
 
+/* ---- the output cast ------------------------------------------------------ */
+
+static double act_of(gk_act act, double x) {
+  if (act == GK_ACT_RELU)
+    return x < 0 ? 0 : x;
+  if (act == GK_ACT_GELU)
+    return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+  return x;
+}
+
+/* An f32 / f64 problem whose C (C0 and the result) and bias are f16 / bf16: C0 (or the bias
+ * row) widened, the product and the epilogue in the compute dtype, each element rounded once
+ * into C. Checked against float64 with the out dtype's rounding on top of the compute one. */
+static void check_cast(gk_dtype t, gk_dtype out, int64_t m, int64_t n, int64_t k, int64_t batch,
+                       bool ta, double beta, bool bias, gk_act act, int64_t parts) {
+  size_t es = gk_dtype_size(t), os = gk_dtype_size(out);
+  int64_t na = m * k, nb = k * n, nc = m * n;
+  void *a = malloc((size_t)(na * batch) * es), *b = malloc((size_t)(nb * batch) * es);
+  void *c = malloc((size_t)(nc * batch) * os), *c0 = malloc((size_t)(nc * batch) * os);
+  void *row = malloc((size_t)n * os), *work = malloc((size_t)(nc * batch) * es);
+  ck_assert(a && b && c && c0 && row && work);
+  fill_random(t, a, na * batch);
+  fill_random(t, b, nb * batch);
+  fill_random(out, row, n);
+  poison(t, work, nc * batch);
+  if (beta != 0.0 && !bias)
+    fill_random(out, c, nc * batch);
+  else
+    poison(out, c, nc * batch);
+  memcpy(c0, c, (size_t)(nc * batch) * os);
+  gk_problem p = {.dtype = t, .trans_a = ta, .m = m, .n = n, .k = k, .batch = batch,
+                  .alpha = -0.75, .beta = beta, .a = a, .b = b, .c = c,
+                  .bias = bias ? row : NULL, .act = act, .cast = true, .out_dtype = out,
+                  .work = work};
+  ck_assert_uint_eq(gk_problem_work_bytes(&p), (size_t)(nc * batch) * es);
+  run_problem(&p, parts);
+  for (int64_t q = 0; q < batch; q++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double sum = 0, mag = 0;
+        for (int64_t l = 0; l < k; l++) {
+          double av = get(t, a, q * na + (ta ? l * m + i : i * k + l)), bv = get(t, b, q * nb + l * n + j);
+          sum += av * bv;
+          mag += fabs(av * bv);
+        }
+        double c_in = beta == 0.0 ? 0.0 : bias ? get(out, row, j) : get(out, c0, q * nc + i * n + j);
+        double want = act_of(act, -0.75 * sum + beta * c_in);
+        double err = (double)(k + 2) * acc_eps(t) * (0.75 * mag + fabs(beta * c_in)) * 2;
+        double tol = out_eps(out) * (fabs(want) + err) * 1.01 + err + 0x1p-24;
+        double got = get(out, c, q * nc + i * n + j);
+        ck_assert_msg(isfinite(got) && fabs(got - want) <= tol,
+                      "%s->%s %lldx%lldx%lld batch %lld ta=%d beta=%g bias=%d act=%d parts=%lld: "
+                      "C[%lld][%lld][%lld] = %.9g, want %.9g (tol %.3g, seed %lu)",
+                      gk_dtype_name(t), gk_dtype_name(out), (long long)m, (long long)n,
+                      (long long)k, (long long)batch, ta, beta, bias, act, (long long)parts,
+                      (long long)q, (long long)i, (long long)j, got, want, tol, seed);
+      }
+  free(a), free(b), free(c), free(c0), free(row), free(work);
+}
+
+/* _i: the compute dtype (bit 0: f64) and the out dtype (bit 1: bf16). */
+START_TEST(output_cast) {
+  gk_dtype t = _i & 1 ? GK_F64 : GK_F32, out = _i & 2 ? GK_BF16 : GK_F16;
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 41, 1}, {13, 9, 17, 3}, {2, 70, 5, 2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int form = 0; form < 4; form++) /* beta 0; beta with C0; bias + ReLU; bias + GELU */
+      for (int64_t parts = 1; parts <= 3; parts += 2)
+        check_cast(t, out, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], form & 1,
+                   form == 0 ? 0.0 : form == 1 ? 0.5 : 1.0, form >= 2,
+                   form == 2 ? GK_ACT_RELU : form == 3 ? GK_ACT_GELU : GK_ACT_NONE, parts);
+}
+END_TEST
+
+/* A cast the kernels do not make (to a wider dtype, from a 16-bit one, without a work area)
+ * is refused, not run. */
+START_TEST(bad_casts) {
+  float a = 1, b = 1, w = 0;
+  uint16_t c = 0;
+  gk_problem p = {.dtype = GK_F32, .m = 1, .n = 1, .k = 1, .batch = 1, .alpha = 1, .a = &a,
+                  .b = &b, .c = &c, .cast = true, .out_dtype = GK_BF16, .work = &w};
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  ck_assert_uint_eq(c, 0x3f80);
+  p.work = NULL;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.work = &w, p.out_dtype = GK_F64;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.out_dtype = GK_F16, p.dtype = GK_BF16;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+}
+END_TEST
+
 START_TEST(scratch_sizes) {
   gk_problem p = {.dtype = GK_F32, .m = 3, .n = 5, .k = 7, .batch = 4};
   ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), 0);
@@ -250,6 +341,8 @@ int main(void) {
   tcase_add_loop_test(gemm, bigger_than_any_tile, GK_F32, GK_BF16 + 1);
   tcase_add_test(gemm, malformed_problems);
   tcase_add_test(gemm, scratch_sizes);
+  tcase_add_loop_test(gemm, output_cast, 0, 4);
+  tcase_add_test(gemm, bad_casts);
   suite_add_tcase(s, gemm);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
