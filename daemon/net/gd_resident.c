@@ -156,7 +156,8 @@ int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
   uint64_t batch =
       (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias) ? 1 : hdr->batch;
-  if (r->hdr.dtype != hdr->dtype || r->hdr.rows != rows || r->hdr.cols != cols ||
+  const gp_dtype dtype = op == GP_OPERAND_C ? gp_gemm_out_dtype(hdr) : hdr->dtype;
+  if (r->hdr.dtype != dtype || r->hdr.rows != rows || r->hdr.cols != cols ||
       r->hdr.batch != batch)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "%s: handle %llu holds %llu x %llu x %llu %s, the gemm needs %llu x %llu "
@@ -164,8 +165,7 @@ int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr
                         (unsigned long long)handle, (unsigned long long)r->hdr.batch,
                         (unsigned long long)r->hdr.rows, (unsigned long long)r->hdr.cols,
                         gp_dtype_name(r->hdr.dtype), (unsigned long long)batch,
-                        (unsigned long long)rows, (unsigned long long)cols,
-                        gp_dtype_name(hdr->dtype),
+                        (unsigned long long)rows, (unsigned long long)cols, gp_dtype_name(dtype),
                         op == GP_OPERAND_B && r->hdr.batch == 1 && batch > 1
                             ? "; set broadcast_b to use one B for every batch entry"
                             : "");

@@ -32,7 +32,8 @@
  * keeps every core busy with whole ones. */
 /* cpu_job.buf's slots: a, b, c as sent, and with a bias (c is then the bias row) the result's
  * own buffer. */
-enum { CPU_BUF_OUT = 3, CPU_BUFS = 4 };
+/* Beyond a, b, c: the result's own buffer (with a bias row in c), the output cast's work area. */
+enum { CPU_BUF_OUT = 3, CPU_BUF_WORK = 4, CPU_BUFS = 5 };
 
 typedef struct cpu_job {
   gd_job *job;
@@ -92,7 +93,10 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
     p.b = cj->in[GP_OPERAND_B];
     p.c = cj->c;
     p.bias = job->hdr.bias ? cj->buf[GP_OPERAND_C] : NULL; /* one row for every batch entry */
+    p.work = cj->buf[CPU_BUF_WORK];
   }
+  p.cast = gp_gemm_casts(&job->hdr); /* C and the bias in the out dtype, the product in work */
+  p.out_dtype = (gk_dtype)gp_gemm_out_dtype(&job->hdr);
   return p;
 }
 
@@ -141,7 +145,7 @@ static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64
   r->m = job->hdr.m;
   r->n = job->hdr.n;
   r->batch = job->hdr.batch;
-  r->dtype = job->hdr.dtype;
+  r->dtype = gp_gemm_out_dtype(&job->hdr); /* the result's */
   snprintf(r->device, sizeof r->device, "cpu");
   snprintf(r->kernel, sizeof r->kernel, "openblas");
   r->queue_us = start - job->submitted_us; /* waiting for a worker, not for the payload */
@@ -248,7 +252,7 @@ static unsigned parts_of(const cpu_backend *cb, const gd_job *job) {
 static uint64_t cpu_host_bytes(gd_backend *b, const gd_job *job) {
   gk_problem p = problem_of(job, NULL);
   return job->operand_bytes[0] + job->operand_bytes[1] + job->operand_bytes[2] +
-         (job->hdr.bias ? job->result_bytes : 0) +
+         (job->hdr.bias ? job->result_bytes : 0) + gk_problem_work_bytes(&p) +
          gk_cpu_scratch_bytes_split(&p, parts_of(cpu_of(b), job));
 }
 
@@ -275,14 +279,19 @@ static int cpu_prepare(gd_backend *b, gd_job *job, gp_error *err) {
                           (unsigned long long)job->operand_bytes[op]);
     }
   }
-  if (job->hdr.bias) { /* c is the bias row: the result needs its own buffer */
-    cj->buf[CPU_BUF_OUT] =
-        gd_cpu_bufcache_take(&cb->cache, (size_t)job->result_bytes, &cj->cap[CPU_BUF_OUT]);
-    if (!cj->buf[CPU_BUF_OUT]) {
+  /* c is the bias row: the result needs its own buffer; the cast computes in a work area */
+  const gk_problem shape = problem_of(job, NULL);
+  const uint64_t extra[2] = {job->hdr.bias ? job->result_bytes : 0, gk_problem_work_bytes(&shape)};
+  for (int i = 0; i < 2; i++) {
+    if (extra[i] == 0)
+      continue;
+    cj->buf[CPU_BUF_OUT + i] =
+        gd_cpu_bufcache_take(&cb->cache, (size_t)extra[i], &cj->cap[CPU_BUF_OUT + i]);
+    if (!cj->buf[CPU_BUF_OUT + i]) {
       free_cpu_job(cb, cj);
-      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                          "out of host memory for the result (%llu bytes)",
-                          (unsigned long long)job->result_bytes);
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory for %s (%llu bytes)",
+                          i == 0 ? "the result" : "the result before its cast",
+                          (unsigned long long)extra[i]);
     }
   }
   cj->in[GP_OPERAND_A] = cj->buf[GP_OPERAND_A];
@@ -342,13 +351,13 @@ static void drop_buffer(cpu_backend *cb, cpu_job *cj, int slot) {
 /* Whether ptr may be read as the job's elements in place: a client may name any byte offset,
  * and the kernels load whole elements (the socket fuzzer's odd offset for f16 was a misaligned
  * uint16_t load under UBSan). An unaligned operand takes the copy into our buffer instead. */
-static bool aligned_for(const gd_job *job, const uint8_t *ptr) {
-  return (uintptr_t)ptr % gp_dtype_size(job->hdr.dtype) == 0;
+static bool aligned_for(gp_dtype dtype, const uint8_t *ptr) {
+  return (uintptr_t)ptr % gp_dtype_size(dtype) == 0;
 }
 
 static bool cpu_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr) {
   (void)r;
-  if (!aligned_for(job, ptr))
+  if (!aligned_for(gp_gemm_out_dtype(&job->hdr), ptr))
     return false;
   cpu_job *cj = job->backend_data;
   drop_buffer(cpu_of(b), cj, job->hdr.bias ? CPU_BUF_OUT : GP_OPERAND_C);
@@ -362,7 +371,7 @@ static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
   cpu_job *cj = job->backend_data;
   if (operand != GP_OPERAND_A && operand != GP_OPERAND_B)
     return false; /* C is written where it is read: it must be copied there */
-  if (!aligned_for(job, ptr))
+  if (!aligned_for(job->hdr.dtype, ptr))
     return false;
   drop_buffer(cpu_of(b), cj, operand);
   cj->in[operand] = ptr;

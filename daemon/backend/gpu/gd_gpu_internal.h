@@ -136,8 +136,9 @@ struct gd__gpu_job {
   bool has_c;
   uint64_t bytes[3];      /* a, b, c as sent */
   uint64_t c_bytes;       /* C as computed and returned */
+  uint64_t work_bytes;    /* the output cast's work area: C in the compute dtype (0: no cast) */
   uint64_t admitted_us, deadline_us;
-  uint64_t alloc_len;     /* pool bytes reserved for a, b, c */
+  uint64_t alloc_len;     /* pool bytes reserved for a, b, c and the work area */
   double load;            /* its share of the device load estimate */
   gd__gpu_slot *slot;     /* the small-job slot it lives in (gd_gpu_small.c), or NULL */
 
@@ -160,6 +161,7 @@ struct gd__gpu_job {
   bool finished;          /* the worker let go of it */
   uint64_t dev_off;       /* pool offset of the job's block */
   uint64_t op_dev[3];     /* pool offsets of a, b, c (fixed once mem_ready) */
+  uint64_t work_dev;      /* pool offset of the work area (work_bytes > 0) */
   gd__gpu_spill *pending, **pending_tail; /* spills waiting for mem_ready */
   gd_resident_buf *res[3]; /* resident operands (referenced), set on the loop before submit:
                              the worker takes them from the device's cache */
@@ -237,6 +239,7 @@ struct gd__gpu_slot {
   gd__gpu_slot *batch_next; /* the next job of its batch */
   uint32_t batch_n;       /* leader: jobs in the batch */
   uint64_t dev_off[3];    /* its a, b, c in the batch area */
+  uint64_t work_off;      /* its work area there (job.work_bytes > 0) */
 };
 
 struct gd__gpu_dev {
@@ -379,9 +382,10 @@ void gd__gpu_job_events_free(gd__gpu_job *job);
 /* Whether job may start now (no lock held; a passed deadline fails it); fills its result's
  * shape and queue time either way. */
 bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64_t now_us);
-/* The job's problem on the device, its operands at a, b and c. */
+/* The job's problem on the device, its operands at a, b and c, and its work area at work
+ * (used only with the output cast, when job->work_bytes > 0). */
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
-                         uint8_t *c);
+                         uint8_t *c, uint8_t *work);
 /* Worker: len bytes of operand op from `from` on, straight from its registered region or, for a
  * CUDA IPC operand (ipc_in), the client's device memory (mapped_in) into the job's device
  * block, on s_in; the first such copy records ev_d0. */
@@ -455,8 +459,8 @@ void gd__gpu_job_drop_resident(gd__gpu_job *job);
 /* References on a job (under mu); unref frees it at zero. */
 void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);
-/* From job->hdr: c_bytes (C as computed and returned) and alloc_len (pool bytes for a, b and c,
- * each rounded); false with err (RESOURCE_EXHAUSTED) when an operand is too large. */
+/* From job->hdr: c_bytes (C as computed and returned), work_bytes (the output cast's C in the
+ * compute dtype) and alloc_len (pool bytes for a, b, c and the work area, each rounded); false with err (RESOURCE_EXHAUSTED) when an operand is too large. */
 bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err);
 /* Under mu: job joins the device's live jobs and its load (until retired). */
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job);

@@ -89,20 +89,34 @@ void gd__gpu_job_unref(gd__gpu_job *job) {
     free(job);
 }
 
+/* Bytes of the output cast's work area: the result in the compute dtype (0: no cast). */
+static bool work_bytes_of(const gp_gemm_hdr *hdr, uint64_t *bytes) {
+  if (!gp_gemm_casts(hdr)) {
+    *bytes = 0;
+    return true;
+  }
+  gp_gemm_hdr plain = *hdr;
+  plain.has_out_dtype = false;
+  return gp_gemm_result_bytes(&plain, bytes);
+}
+
 bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
   uint64_t total = 0;
-  for (int op = 0; op < 3; op++) {
+  for (int op = 0; op < 4; op++) { /* a, b, c and the work area */
     uint64_t len = 0, rounded = 0;
-    bool ok = op == GP_OPERAND_C ? gp_gemm_result_bytes(&job->hdr, &len) /* C's area: the result */
-                                 : gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len);
+    bool ok = op == 3               ? work_bytes_of(&job->hdr, &len)
+              : op == GP_OPERAND_C ? gp_gemm_result_bytes(&job->hdr, &len) /* C's area: the result */
+                                   : gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len);
     if (!ok ||
         !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
       gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
-                   gp_operand_name((gp_operand)op));
+                   op == 3 ? "c (as computed before the cast)" : gp_operand_name((gp_operand)op));
       return false;
     }
     if (op == GP_OPERAND_C)
       job->c_bytes = len;
+    if (op == 3)
+      job->work_bytes = len;
     total += rounded;
   }
   job->alloc_len = total;
@@ -163,6 +177,7 @@ void gd__gpu_job_assign_mem(gd__gpu_job *job, uint64_t off) {
     (void)gd__gpu_pool_round(len, &rounded); /* cannot overflow: alloc_len was computed so */
     at += rounded;
   }
+  job->work_dev = at; /* last: work_bytes of it (0 without the cast) */
   job->refs++; /* the worker's, until it finishes the job */
   job->alloc_cmd.type = GD__CMD_ALLOC;
   job->alloc_cmd.job = job;

@@ -81,10 +81,11 @@ static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr
   if (e != cudaSuccess)
     return e;
   uint64_t a_row = job->bytes[GP_OPERAND_A] / job->hdr.m;
-  uint64_t c_row = job->c_bytes / job->hdr.m;
+  uint64_t c_row = job->c_bytes / job->hdr.m, work_row = job->work_bytes / job->hdr.m;
   gk_problem p;
   gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A] + r0 * a_row, ptr[GP_OPERAND_B],
-                      ptr[GP_OPERAND_C] + r0 * c_row);
+                      ptr[GP_OPERAND_C] + r0 * c_row,
+                      gd__gpu_mem_at(job, job->work_dev) + r0 * work_row);
   p.m = (int64_t)rows;
   *what = "gemm launch";
   return gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);

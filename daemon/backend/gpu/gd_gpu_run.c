@@ -33,13 +33,13 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
   job->work.result.m = job->hdr.m;
   job->work.result.n = job->hdr.n;
   job->work.result.batch = job->hdr.batch;
-  job->work.result.dtype = job->hdr.dtype;
+  job->work.result.dtype = gp_gemm_out_dtype(&job->hdr); /* the result's */
   job->work.result.queue_us = now_us > job->admitted_us ? now_us - job->admitted_us : 0;
   return !skip;
 }
 
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
-                         uint8_t *c) {
+                         uint8_t *c, uint8_t *work) {
   memset(p, 0, sizeof(*p));
   p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
   p->fast = job->hdr.precision == GP_PRECISION_FAST;
@@ -57,6 +57,11 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->c = c;
   p->act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values */
   p->bias = job->hdr.bias ? c : NULL; /* the bias row was copied to C's start, for every entry */
+  if (job->work_bytes > 0) { /* C (and the bias) in the out dtype; the product in work */
+    p->cast = true;
+    p->out_dtype = (gk_dtype)gp_gemm_out_dtype(&job->hdr);
+    p->work = work;
+  }
 }
 
 cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,

@@ -59,7 +59,8 @@ static bool same_shape(const gp_gemm_hdr *a, const gp_gemm_hdr *b) {
   return a->dtype == b->dtype && a->m == b->m && a->n == b->n && a->k == b->k &&
          a->trans_a == b->trans_a && a->trans_b == b->trans_b &&
          a->precision == b->precision && a->alpha == b->alpha && a->beta == b->beta &&
-         a->bias == b->bias && a->activation == b->activation;
+         a->bias == b->bias && a->activation == b->activation &&
+         gp_gemm_out_dtype(a) == gp_gemm_out_dtype(b);
 }
 
 /* Under mu: takes up to room queued SMALL_RUNs of lead's shape out of the command FIFO (their
@@ -110,22 +111,28 @@ static gd__gpu_slot *admit_batch(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 /* Lays the batch's operands out in the area: each operand's matrices back to back (a batch of
  * one: the slot's own layout). Returns the jobs in it. */
 static uint32_t lay_out(gd__gpu_slot *lead) {
-  uint64_t at[3] = {0, 0, 0};
+  uint64_t at[4] = {0, 0, 0, 0}; /* a, b, c, and the output cast's work areas */
   uint32_t n = 0;
-  for (gd__gpu_slot *s = lead; s; s = s->batch_next, n++)
+  for (gd__gpu_slot *s = lead; s; s = s->batch_next, n++) {
     for (int op = 0; op < 3; op++) {
       s->dev_off[op] = at[op];
       at[op] += op == GP_OPERAND_C ? s->job.c_bytes : s->job.bytes[op];
     }
-  uint64_t base_b = 0, base_c = 0;
+    s->work_off = at[3];
+    at[3] += s->job.work_bytes;
+  }
+  uint64_t base_b = 0, base_c = 0, base_w = 0;
   (void)gd__gpu_pool_round(at[GP_OPERAND_A], &base_b); /* bounded by the area: no overflow */
   (void)gd__gpu_pool_round(at[GP_OPERAND_B], &base_c);
+  (void)gd__gpu_pool_round(at[GP_OPERAND_C], &base_w);
   base_c += base_b;
+  base_w += base_c;
   for (gd__gpu_slot *s = lead; s; s = s->batch_next) {
     s->dev_off[GP_OPERAND_B] += base_b;
     s->dev_off[GP_OPERAND_C] += base_c;
+    s->work_off += base_w;
   }
-  uint64_t end = base_c + at[GP_OPERAND_C];
+  uint64_t end = base_w + at[3];
   assert(end <= (uint64_t)n * lead->job.dev->slot_bytes); /* each job's rounded sum fits a slot */
   (void)end;
   lead->batch_n = n;
@@ -185,7 +192,8 @@ static cudaError_t launch_one(gd__gpu_dev *dev, gd__gpu_slot *s, int64_t batch) 
   gk_problem p;
   uint8_t *area = dev->small_area;
   gd__gpu_job_problem(&s->job, &p, area + s->dev_off[GP_OPERAND_A],
-                      area + s->dev_off[GP_OPERAND_B], area + s->dev_off[GP_OPERAND_C]);
+                      area + s->dev_off[GP_OPERAND_B], area + s->dev_off[GP_OPERAND_C],
+                      area + s->work_off);
   p.batch = batch;
   if (p.bias) /* each job (batch 1 with a bias) brought its own row, at its entry's C */
     p.bias_stride = p.m * p.n;

@@ -213,7 +213,8 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
   if (e == cudaSuccess) {
     gk_problem p;
-    gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A], ptr[GP_OPERAND_B], ptr[GP_OPERAND_C]);
+    gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A], ptr[GP_OPERAND_B], ptr[GP_OPERAND_C],
+                        gd__gpu_mem_at(job, job->work_dev));
     what = "gemm launch";
     e = gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
   }

@@ -20,6 +20,7 @@
 #include "gd_backend_gpu.h"
 #include "gd_completion.h"
 #include "gd_gpu_internal.h" /* gd__gpu_cpulist_parse */
+#include "gp_half.h"
 #include "gd_gpu_pool.h"
 #include "gd_log.h"
 
@@ -150,13 +151,38 @@ static void tjob_free(tjob *t) {
 }
 
 static double elem(gp_dtype dt, const uint8_t *p, uint64_t i) {
-  return dt == GP_DTYPE_F64 ? ((const double *)p)[i] : ((const float *)p)[i];
+  switch (dt) {
+  case GP_DTYPE_F64: return ((const double *)p)[i];
+  case GP_DTYPE_F16: return gp_f16_to_f32(((const uint16_t *)p)[i]);
+  case GP_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)p)[i]);
+  default: return ((const float *)p)[i];
+  }
+}
+
+/* t's result cast to out (f16 / bf16): c (when sent) and the result in out. */
+static void tjob_cast(tjob *t, gp_dtype out) {
+  gp_gemm_hdr *h = &t->job.hdr;
+  h->has_out_dtype = true;
+  h->out_dtype = out;
+  uint64_t bytes = 0;
+  gp_gemm_operand_bytes(h, GP_OPERAND_C, &bytes);
+  t->job.operand_bytes[2] = bytes;
+  free(t->op[2]);
+  free(t->out);
+  t->op[2] = malloc(bytes);
+  t->out = malloc(bytes);
+  for (uint64_t i = 0; i < bytes / 2; i++)
+    ((uint16_t *)t->op[2])[i] = out == GP_DTYPE_F16 ? gp_f32_to_f16((float)urand())
+                                                      : gp_f32_to_bf16((float)urand());
+  memset(t->out, 0xff, bytes);
 }
 
 static void tjob_verify(const tjob *t, const char *what) {
   const gp_gemm_hdr *h = &t->job.hdr;
   int64_t m = (int64_t)h->m, n = (int64_t)h->n, k = (int64_t)h->k;
+  const gp_dtype out = gp_gemm_out_dtype(h);
   double tol = h->dtype == GP_DTYPE_F64 ? 1e-12 : 1e-5;
+  double out_tol = out == GP_DTYPE_F16 ? 0x1p-11 : out == GP_DTYPE_BF16 ? 0x1p-8 : 0;
   int bad = 0;
   for (int64_t b = 0; b < (int64_t)h->batch; b++)
     for (int64_t i = 0; i < m; i++)
@@ -173,11 +199,12 @@ static void tjob_verify(const tjob *t, const char *what) {
         uint64_t ic = (uint64_t)(b * m * n + i * n + j);
         double ref = h->alpha * acc, scale = fabs(h->alpha) * mag;
         if (h->beta != 0.0) {
-          ref += h->beta * elem(h->dtype, t->op[2], ic);
-          scale += fabs(h->beta * elem(h->dtype, t->op[2], ic));
+          ref += h->beta * elem(out, t->op[2], ic);
+          scale += fabs(h->beta * elem(out, t->op[2], ic));
         }
-        double got = elem(h->dtype, t->out, ic);
-        if (!(fabs(got - ref) <= tol * (scale + 1e-30) * sqrt((double)k + 1)))
+        double got = elem(out, t->out, ic);
+        if (!(fabs(got - ref) <= tol * (scale + 1e-30) * sqrt((double)k + 1) +
+                                     out_tol * fabs(ref) * 1.01 + 0x1p-24))
           bad++;
       }
   CHECK(bad == 0, "%s: job %llu (%llux%llux%llu): %d elements wrong", what,
@@ -772,6 +799,17 @@ static void scenario_cpulist(void) {
     CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
 }
 
+/* Prepares every job on device 0. */
+static void prepare_on_first(gd_backend *be, tjob *jobs, int count) {
+  for (int i = 0; i < count; i++) {
+    gp_error err;
+    gp_error_clear(&err);
+    jobs[i].job.device = 0;
+    CHECK(be->ops->prepare(be, &jobs[i].job, &err) == 0, "prepare %d: %s", i, err.message);
+    jobs[i].prepared = true;
+  }
+}
+
 /* The small jobs of one shape waiting on a device run as one batched launch; batches split by
  * shape; a job whose deadline passed leaves its batch alone; adjacent slots copy as one. The
  * worker is held in its first job's pass (a stalled fake device) while the others queue. */
@@ -794,13 +832,7 @@ static void scenario_small_batches(void) {
   jobs[13].job.deadline_us = 2; /* an X job past its deadline: it alone fails */
   for (int i = 14; i < N; i++)   /* in a row: adjacent slots */
     tjob_init(&jobs[i], 1000 + (uint64_t)i, 11, 3, 17, GP_DTYPE_F64, true, true, -2.0, -1.0, 1);
-  for (int i = 0; i < N; i++) {
-    gp_error err;
-    gp_error_clear(&err);
-    jobs[i].job.device = 0;
-    CHECK(be->ops->prepare(be, &jobs[i].job, &err) == 0, "prepare %d: %s", i, err.message);
-    jobs[i].prepared = true;
-  }
+  prepare_on_first(be, jobs, N);
   fake_cuda_stall(0, true);
   while (jobs[0].phase == T_FEED)
     feed_piece(be, &jobs[0], 1 << 20);
@@ -834,6 +866,35 @@ static void scenario_small_batches(void) {
   CHECK(one == 1 && four == 4 && all == 5, "batches: %llu of 1, %llu of 4-7, %llu in all "
         "(want 1, 4 and 5: one per shape)", (unsigned long long)one, (unsigned long long)four,
         (unsigned long long)all);
+  be->ops->destroy(be);
+}
+
+/* The output cast through every path: f32 / f64 jobs returning f16 / bf16, small ones batched in
+ * the small lane (two shapes, one with beta), large ones through staging in many chunks. */
+static void scenario_cast(void) {
+  uint32_t slots = g_small_slots;
+  g_small_slots = 32;
+  gd_backend *be = make(4096, 0);
+  g_small_slots = slots;
+  if (!be)
+    return;
+  enum { N = 10 };
+  tjob jobs[N];
+  for (int i = 0; i < N; i++) {
+    bool large = i >= 8, f64 = i % 2 == 1;
+    tjob_init(&jobs[i], 3000 + (uint64_t)i, large ? 70 : 9, large ? 90 : 7, large ? 33 : 5,
+              f64 ? GP_DTYPE_F64 : GP_DTYPE_F32, i == 9, i % 4 == 1, -0.5, i % 3 ? 0.0 : 0.75,
+              1 + i % 2);
+    tjob_cast(&jobs[i], i % 4 < 2 ? GP_DTYPE_BF16 : GP_DTYPE_F16);
+  }
+  prepare_on_first(be, jobs, N);
+  run_jobs(be, jobs, N, 3000);
+  for (int i = 0; i < N; i++) {
+    CHECK(!jobs[i].failed, "cast job %d failed (%d)", i, jobs[i].fail_code);
+    if (!jobs[i].failed)
+      tjob_verify(&jobs[i], "cast");
+    tjob_free(&jobs[i]);
+  }
   be->ops->destroy(be);
 }
 
@@ -889,6 +950,7 @@ int main(void) {
   scenario_destroy_busy();
   scenario_small_beside_large();
   scenario_small_batches();
+  scenario_cast();
   scenario_small_delay();
   scenario_faults();
   fake_cuda_revive();
