@@ -164,6 +164,9 @@ GC_EXPORT int gc_fd(const gc_conn *conn);
 /* ---- gemm -------------------------------------------------------------- */
 
 typedef enum {
+  /* Since 1.4. Only for gc_gemm_opts.out_dtype: "the gemm's dtype" (no cast). Not a dtype of
+   * any buffer: gc_gemm_opts.dtype and gc_put refuse it. */
+  GC_DTYPE_DEFAULT = -1,
   GC_DTYPE_F32 = 0,  /* float */
   GC_DTYPE_F64 = 1,  /* double */
   GC_DTYPE_F16 = 2,  /* IEEE binary16, as uint16_t bits */
@@ -224,6 +227,13 @@ typedef struct {
   int bias;
   /* Since 1.3. Applied to each result element last. Default GC_ACT_NONE. */
   gc_activation activation;
+  /* Since 1.4 (the daemon's "out_dtype" feature). The dtype of the result and of c (beta's
+   * input, or the bias row): GC_DTYPE_F16 or GC_DTYPE_BF16 from an F32 or F64 gemm, which is
+   * computed in dtype (epilogue included) and each result element rounded once, last (to
+   * nearest even). out then receives m x n x batch elements of out_dtype, c and a c_handle
+   * hold out_dtype elements too. Default GC_DTYPE_DEFAULT, the gemm's dtype (the same as
+   * naming dtype itself); any other pair fails with GC_E_INVALID_ARGUMENT before sending. */
+  gc_dtype out_dtype;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
@@ -231,7 +241,7 @@ GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
 
 /* Bytes of one operand ('a', 'b' or 'c' as sent: with bias, the one row) for all batches, or
  * of the result ('o': m x n x batch elements), or 0 when opts is malformed or the size
- * overflows. */
+ * overflows. 'c' and 'o' count elements of out_dtype (when set). */
 GC_EXPORT uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand);
 
 /* Where and how fast a gemm ran, as the daemon reports it. */

@@ -12,7 +12,7 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] bench [--m M --n N --k K] [--dtype T]\n"
-    "         [--requests R] [--concurrency C] [--shm] [--resident-b]\n"
+    "         [--out-dtype f16|bf16] [--requests R] [--concurrency C] [--shm] [--resident-b]\n"
     "\n"
     "Sends R gemm requests of m x k times k x n (default 512 each, f32, 64 requests),\n"
     "keeping C in flight at once on one connection (default 4), and prints the\n"
@@ -22,6 +22,8 @@ static const char help[] =
     "\"shm\" feature): the matrices then never cross the socket. --resident-b puts B once\n"
     "(a daemon with the \"resident\" feature) and names it by handle in every request, as\n"
     "a layer's weights would be: only A goes with each request (GB/s counts A and C).\n"
+    "--out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16 (the\n"
+    "daemon's \"out_dtype\" feature): half or a quarter of the bytes back.\n"
     "Exit status: 0 ok, 1 error reply, 2 usage error, 3 connection error.\n";
 
 typedef struct {
@@ -31,13 +33,15 @@ typedef struct {
 } bench_args;
 
 static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *args) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_REQ, OPT_CONC, OPT_SHM, OPT_RESIDENT, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_REQ, OPT_CONC, OPT_SHM,
+         OPT_RESIDENT, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M},          {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K},          {"dtype", required_argument, NULL, OPT_DTYPE},
       {"requests", required_argument, NULL, OPT_REQ}, {"concurrency", required_argument, NULL, OPT_CONC},
       {"shm", no_argument, NULL, OPT_SHM},            {"help", no_argument, NULL, OPT_HELP},
       {"resident-b", no_argument, NULL, OPT_RESIDENT},
+      {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
       {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(&args->opts);
   args->opts.m = args->opts.n = args->opts.k = 512;
@@ -53,6 +57,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *a
       case OPT_N: ok = gctl_parse_u64("--n", optarg, 1, &args->opts.n); break;
       case OPT_K: ok = gctl_parse_u64("--k", optarg, 1, &args->opts.k); break;
       case OPT_DTYPE: ok = gctl_parse_dtype(optarg, &args->opts.dtype); break;
+      case OPT_OUT_DTYPE: ok = gctl_parse_out_dtype(optarg, &args->opts.out_dtype); break;
       case OPT_REQ: ok = gctl_parse_u64("--requests", optarg, 1, &args->requests); break;
       case OPT_CONC: ok = gctl_parse_u64("--concurrency", optarg, 1, &args->concurrency); break;
       case OPT_SHM: args->shm = true; break;
@@ -66,6 +71,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *a
     }
   }
   if (optind < argc) return gctl_fail(g, GCTL_EXIT_USAGE, "bench: unexpected argument \"%s\"", argv[optind]);
+  if (gctl_check_out_dtype(g, &args->opts) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
   if (args->concurrency > 4096) return gctl_fail(g, GCTL_EXIT_USAGE, "--concurrency is at most 4096");
   if (args->concurrency > args->requests) args->concurrency = args->requests;
   return GCTL_EXIT_OK;
@@ -99,16 +105,16 @@ static void print_report(const gctl_global *g, const bench_args *args, double wa
          p99 = percentile(lat_ms, n, 0.99);
   if (g->json) {
     printf("{\"ok\": true, \"command\": \"bench\", \"m\": %llu, \"n\": %llu, \"k\": %llu, "
-           "\"dtype\": \"%s\", \"requests\": %llu, \"concurrency\": %llu, \"seconds\": %.6f, "
-           "\"tflops\": %.6f, \"gbps\": %.6f, \"latency_ms\": {\"p50\": %.3f, \"p90\": %.3f, "
-           "\"p99\": %.3f}}\n",
+           "\"dtype\": \"%s\", \"out_dtype\": \"%s\", \"requests\": %llu, \"concurrency\": %llu, "
+           "\"seconds\": %.6f, \"tflops\": %.6f, \"gbps\": %.6f, \"latency_ms\": {\"p50\": %.3f, "
+           "\"p90\": %.3f, \"p99\": %.3f}}\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
-           gctl_dtype_name(o->dtype), (unsigned long long)args->requests,
+           gctl_dtype_name(o->dtype), gctl_out_dtype_name(o), (unsigned long long)args->requests,
            (unsigned long long)args->concurrency, wall_s, tflops, gbps, p50, p90, p99);
   } else {
     printf("%llu x gemm %llux%llux%llu %s, %llu in flight: %.3f s\n",
            (unsigned long long)args->requests, (unsigned long long)o->m, (unsigned long long)o->n,
-           (unsigned long long)o->k, gctl_dtype_name(o->dtype),
+           (unsigned long long)o->k, gctl_dtype_label(o),
            (unsigned long long)args->concurrency, wall_s);
     printf("throughput  %.4f TFLOP/s  %.3f GB/s\n", tflops, gbps);
     printf("latency     p50 %.3f ms  p90 %.3f ms  p99 %.3f ms\n", p50, p90, p99);
@@ -197,7 +203,7 @@ static void free_buffers(const bench_args *args, buffers *buf, slot *slots) {
 static int run(const gctl_global *g, const bench_args *args) {
   const gc_gemm_opts *o = &args->opts;
   uint64_t bytes[3] = {gc_gemm_operand_bytes(o, 'a'), gc_gemm_operand_bytes(o, 'b'),
-                       gc_gemm_operand_bytes(o, 'c')};
+                       gc_gemm_operand_bytes(o, 'o')};
   if (bytes[0] == 0 || bytes[1] == 0 || bytes[2] == 0)
     return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
   size_t esize = gctl_dtype_size(o->dtype);

@@ -14,16 +14,21 @@
 #include <unistd.h>
 
 #include "gctl_npy.h"
+#include "gctl_ref.h"
 #include "gemmctl.h"
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] gemm --a A.npy --b B.npy [--c C.npy]\n"
     "         [--alpha X] [--beta Y] [--trans-a] [--trans-b] [--precision exact|fast]\n"
-    "         [--dtype bf16] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh] --out C.npy\n"
+    "         [--dtype bf16] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh]\n"
+    "         [--out-dtype f16|bf16] --out C.npy\n"
     "\n"
     "Computes C = alpha * op(A) * op(B) + beta * C on the daemon and writes C to --out.\n"
     "--bias (n values, 1-D, the dtype of A) is added to every row instead of --c, and\n"
     "--activation is applied to every element last: act(alpha * op(A) * op(B) + bias).\n"
+    "--out-dtype f16|bf16 (an f32 or f64 gemm; the daemon's \"out_dtype\" feature) rounds\n"
+    "the result to f16 or bf16 once, at the end; --c or --bias must then hold that dtype\n"
+    "(bf16: as below, <u2 bits writing the result as <u2 too), and --out gets it.\n"
     "dtype and shapes come from the files: <f4 (f32), <f8 (f64), <f2 (f16); NumPy has no\n"
     "bfloat16, so bf16 is read from a '<V2' descr (ml_dtypes) or from <u2 data holding\n"
     "bfloat16 bits with --dtype bf16 (the result is then written as <u2 too).\n"
@@ -45,7 +50,7 @@ typedef struct {
 } gemm_args;
 
 enum { OPT_A = 1, OPT_B, OPT_C, OPT_OUT, OPT_ALPHA, OPT_BETA, OPT_TA, OPT_TB, OPT_PREC,
-       OPT_DTYPE, OPT_BIAS, OPT_ACT, OPT_HELP };
+       OPT_DTYPE, OPT_BIAS, OPT_ACT, OPT_OUT_DTYPE, OPT_HELP };
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *args) {
   static const struct option options[] = {
@@ -57,6 +62,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
       {"dtype", required_argument, NULL, OPT_DTYPE}, {"help", no_argument, NULL, OPT_HELP},
       {"bias", required_argument, NULL, OPT_BIAS},
       {"activation", required_argument, NULL, OPT_ACT},
+      {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
       {NULL, 0, NULL, 0}};
   memset(args, 0, sizeof *args);
   gc_gemm_opts_init(&args->opts);
@@ -88,6 +94,9 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
         args->have_dtype = true;
         break;
       case OPT_BIAS: args->bias_path = optarg; break;
+      case OPT_OUT_DTYPE:
+        if (!gctl_parse_out_dtype(optarg, &args->opts.out_dtype)) return GCTL_EXIT_USAGE;
+        break;
       case OPT_ACT:
         if (strcmp(optarg, "none") == 0) args->opts.activation = GC_ACT_NONE;
         else if (strcmp(optarg, "relu") == 0) args->opts.activation = GC_ACT_RELU;
@@ -149,11 +158,13 @@ static int load(const gctl_global *g, const char *path, gctl_npy *arr, bool is_b
   return GCTL_EXIT_OK;
 }
 
-/* One dtype for all files; <u2 only with --dtype bf16. */
+/* One dtype for A and B (and C, unless --out-dtype gives C and the result another); <u2 only
+ * with --dtype bf16. */
 static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs *in,
                         gc_dtype *dtype) {
   int file_dtype = in->a.dtype;
-  if (in->b.dtype != file_dtype || (in->has_c && in->c.dtype != file_dtype))
+  bool c_apart = args->opts.out_dtype != GC_DTYPE_DEFAULT; /* checked by settle_out_dtype */
+  if (in->b.dtype != file_dtype || (in->has_c && !c_apart && in->c.dtype != file_dtype))
     return gctl_fail(g, GCTL_EXIT_USAGE, "A, B and C must have the same dtype (A is %s, B is %s%s%s)",
                      gctl_npy_descr(in->a.dtype), gctl_npy_descr(in->b.dtype),
                      in->has_c ? ", C is " : "", in->has_c ? gctl_npy_descr(in->c.dtype) : "");
@@ -169,6 +180,24 @@ static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs
     return gctl_fail(g, GCTL_EXIT_USAGE, "--dtype %s but the files hold %s",
                      gctl_dtype_name(args->dtype), gctl_npy_descr(file_dtype));
   *dtype = (gc_dtype)file_dtype;
+  return GCTL_EXIT_OK;
+}
+
+/* --out-dtype: a cast the daemon makes, and C (or the bias) in the out dtype; bf16 also as <u2
+ * bits, the result then written as <u2 too. */
+static int settle_out_dtype(const gctl_global *g, gemm_inputs *in, const gc_gemm_opts *o) {
+  if (o->out_dtype == GC_DTYPE_DEFAULT) return GCTL_EXIT_OK;
+  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
+  if (!in->has_c) {
+    in->raw_u2 = in->raw_u2 && o->out_dtype == o->dtype;
+    return GCTL_EXIT_OK;
+  }
+  bool u2 = in->c.dtype == GCTL_NPY_U2 && o->out_dtype == GC_DTYPE_BF16;
+  if (in->c.dtype != (int)o->out_dtype && !u2)
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: %s must hold %s too, not %s",
+                     gctl_dtype_name(o->out_dtype), o->bias ? "--bias" : "--c",
+                     gctl_npy_descr(o->out_dtype), gctl_npy_descr(in->c.dtype));
+  in->raw_u2 = u2;
   return GCTL_EXIT_OK;
 }
 
@@ -231,6 +260,7 @@ static int read_inputs(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   if ((rc = load(g, args->b_path, &in->b, false)) != 0) return rc;
   if (in->has_c && (rc = load(g, args->c_path, &in->c, args->opts.bias != 0)) != 0) return rc;
   if ((rc = settle_dtype(g, args, in, &args->opts.dtype)) != 0) return rc;
+  if ((rc = settle_out_dtype(g, in, &args->opts)) != 0) return rc;
   if ((rc = settle_order(g, &in->a, &args->opts.trans_a, true)) != 0) return rc;
   if ((rc = settle_order(g, &in->b, &args->opts.trans_b, true)) != 0) return rc;
   if (in->has_c && (rc = settle_order(g, &in->c, NULL, false)) != 0) return rc;
@@ -266,16 +296,18 @@ static void print_result(const gctl_global *g, const gemm_args *args, const gc_g
     fprintf(f, "{\"ok\": true, \"command\": \"gemm\", \"out\": ");
     gctl_json_string(f, args->out_path, strlen(args->out_path));
     fprintf(f, ", \"m\": %llu, \"n\": %llu, \"k\": %llu, \"batch\": %llu, \"dtype\": \"%s\", "
-           "\"device\": \"%s\", \"kernel\": \"%s\", \"seconds\": %.6f, \"timings_us\": "
-           "{\"queue\": %llu, \"transfer_in\": %llu, \"compute\": %llu, \"transfer_out\": %llu}}\n",
+           "\"out_dtype\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", \"seconds\": %.6f, "
+           "\"timings_us\": {\"queue\": %llu, \"transfer_in\": %llu, \"compute\": %llu, "
+           "\"transfer_out\": %llu}}\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
-           (unsigned long long)o->batch, gctl_dtype_name(o->dtype), r->device, r->kernel, seconds,
+           (unsigned long long)o->batch, gctl_dtype_name(o->dtype), gctl_out_dtype_name(o),
+           r->device, r->kernel, seconds,
            (unsigned long long)r->queue_us, (unsigned long long)r->transfer_in_us,
            (unsigned long long)r->compute_us, (unsigned long long)r->transfer_out_us);
   } else {
     fprintf(f, "C (%llux%llu%s, %s) written to %s: %s, kernel %s, %.3f ms (compute %.3f ms)\n",
            (unsigned long long)o->m, (unsigned long long)o->n, o->batch > 1 ? " batched" : "",
-           gctl_dtype_name(o->dtype), args->out_path, r->device, r->kernel, seconds * 1e3,
+           gctl_dtype_label(o), args->out_path, r->device, r->kernel, seconds * 1e3,
            (double)r->compute_us / 1e3);
   }
 }
@@ -318,7 +350,7 @@ static int run(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
     uint64_t shape[3] = {o->batch, o->m, o->n};
     int ndim = in->a.ndim;
     char err[512];
-    int dtype = in->raw_u2 ? GCTL_NPY_U2 : (int)o->dtype;
+    int dtype = in->raw_u2 ? GCTL_NPY_U2 : (int)gctl_out_dtype(o);
     if (gctl_npy_write(args->out_path, dtype, ndim, shape + (3 - ndim), out, 0, err, sizeof err) != 0)
       rc = gctl_fail(g, GCTL_EXIT_LOCAL, "%s", err);
     else

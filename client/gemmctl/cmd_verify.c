@@ -13,18 +13,23 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] verify [--m M --n N --k K] [--dtype T]\n"
+    "         [--out-dtype f16|bf16]\n"
     "\n"
     "Multiplies random matrices (default 129 x 127 x 131, f32; values in [-1, 1)) on the\n"
     "daemon, computes the same product here in float64, and prints the largest error\n"
     "relative to |alpha| sum |a||b| (the rounding bound) against a tolerance fitted to\n"
     "the dtype and k, then PASS or FAIL.\n"
+    "--out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16 (the\n"
+    "daemon's \"out_dtype\" feature): it is checked against the reference rounded to that\n"
+    "dtype, the tolerance growing by half its ulp.\n"
     "Exit status: 0 PASS, 1 FAIL or error reply, 2 usage error, 3 connection error.\n";
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts *o) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M}, {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K}, {"dtype", required_argument, NULL, OPT_DTYPE},
+      {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
       {"help", no_argument, NULL, OPT_HELP}, {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(o);
   o->m = 129;
@@ -39,6 +44,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
       case OPT_N: ok = gctl_parse_u64("--n", optarg, 1, &o->n); break;
       case OPT_K: ok = gctl_parse_u64("--k", optarg, 1, &o->k); break;
       case OPT_DTYPE: ok = gctl_parse_dtype(optarg, &o->dtype); break;
+      case OPT_OUT_DTYPE: ok = gctl_parse_out_dtype(optarg, &o->out_dtype); break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: ok = false;
     }
@@ -48,6 +54,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
     }
   }
   if (optind < argc) return gctl_fail(g, GCTL_EXIT_USAGE, "verify: unexpected argument \"%s\"", argv[optind]);
+  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
   /* the reference is O(m n k) here: keep it to seconds */
   if ((double)o->m * (double)o->n * (double)o->k > 4e10)
     return gctl_fail(g, GCTL_EXIT_USAGE, "verify: m * n * k is at most 4e10 (the reference runs here)");
@@ -58,27 +65,29 @@ static void print_verdict(const gctl_global *g, const gc_gemm_opts *o, const gc_
                           double error, double tolerance, bool pass) {
   if (g->json) {
     printf("{\"ok\": %s, \"command\": \"verify\", \"m\": %llu, \"n\": %llu, \"k\": %llu, "
-           "\"dtype\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", \"error\": %s%.6g%s, "
-           "\"tolerance\": %.6g, \"result\": \"%s\"}\n",
+           "\"dtype\": \"%s\", \"out_dtype\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", "
+           "\"error\": %s%.6g%s, \"tolerance\": %.6g, \"result\": \"%s\"}\n",
            pass ? "true" : "false", (unsigned long long)o->m, (unsigned long long)o->n,
-           (unsigned long long)o->k, gctl_dtype_name(o->dtype), r->device, r->kernel,
+           (unsigned long long)o->k, gctl_dtype_name(o->dtype), gctl_out_dtype_name(o),
+           r->device, r->kernel,
            isfinite(error) ? "" : "\"", error, isfinite(error) ? "" : "\"", tolerance,
            pass ? "PASS" : "FAIL");
   } else {
     printf("verify %llux%llux%llu %s on %s (%s): max relative error %.3g, tolerance %.3g: %s\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
-           gctl_dtype_name(o->dtype), r->device, r->kernel, error, tolerance,
+           gctl_dtype_label(o), r->device, r->kernel, error, tolerance,
            pass ? "PASS" : "FAIL");
   }
 }
 
 static int run(const gctl_global *g, const gc_gemm_opts *o) {
   size_t esize = gctl_dtype_size(o->dtype);
+  gc_dtype out_dtype = gctl_out_dtype(o);
   uint64_t a_bytes = gc_gemm_operand_bytes(o, 'a'), b_bytes = gc_gemm_operand_bytes(o, 'b');
-  uint64_t c_bytes = gc_gemm_operand_bytes(o, 'c');
-  if (a_bytes == 0 || b_bytes == 0 || c_bytes == 0) return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
-  size_t cn = (size_t)(c_bytes / esize);
-  void *a = malloc(a_bytes), *b = malloc(b_bytes), *out = malloc(c_bytes);
+  uint64_t out_bytes = gc_gemm_operand_bytes(o, 'o');
+  if (a_bytes == 0 || b_bytes == 0 || out_bytes == 0) return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
+  size_t cn = (size_t)(out_bytes / gctl_dtype_size(out_dtype));
+  void *a = malloc(a_bytes), *b = malloc(b_bytes), *out = malloc(out_bytes);
   double *ref = malloc(cn * sizeof *ref), *bound = malloc(cn * sizeof *bound);
   int rc = a && b && out && ref && bound ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   gc_conn *conn = NULL;
@@ -86,7 +95,7 @@ static int run(const gctl_global *g, const gc_gemm_opts *o) {
     uint64_t seed = (uint64_t)time(NULL) * 2654435761u;
     gctl_fill_random(o->dtype, a, a_bytes / esize, &seed);
     gctl_fill_random(o->dtype, b, b_bytes / esize, &seed);
-    gctl_poison(o->dtype, out, cn);
+    gctl_poison(out_dtype, out, cn);
     rc = gctl_connect(g, &conn);
   }
   gc_gemm_result result;

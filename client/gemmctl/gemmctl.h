@@ -51,6 +51,13 @@ int gctl_fail(const gctl_global *g, int code, const char *fmt, ...)
 bool gctl_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t *out);
 bool gctl_parse_double(const char *flag, const char *text, double *out);
 bool gctl_parse_dtype(const char *text, gc_dtype *out);
+bool gctl_parse_out_dtype(const char *text, gc_dtype *out);
+/* A usage error (printed) when o->dtype cannot be cast to o->out_dtype, else GCTL_EXIT_OK. */
+int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o);
+/* The result's dtype: o->out_dtype, or o->dtype when that is GC_DTYPE_DEFAULT. */
+const char *gctl_out_dtype_name(const gc_gemm_opts *o);
+/* For people: "f32", or "f32 -> bf16" when the result is cast (valid until the next call). */
+const char *gctl_dtype_label(const gc_gemm_opts *o);
 const char *gctl_dtype_name(gc_dtype dtype);
 size_t gctl_dtype_size(gc_dtype dtype);
 int64_t gctl_now_us(void);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gctl_ref.h"
 #include "gemmctl.h"
 
 static const char usage_text[] =
@@ -21,13 +22,15 @@ static const char usage_text[] =
     "  info                       version, backend, devices, kernels, limits\n"
     "  stats                      counters, queues, bytes, latencies\n"
     "  gemm --a A.npy --b B.npy [--c C.npy] [--alpha X] [--beta Y] [--trans-a] [--trans-b]\n"
-    "       [--precision exact|fast] [--dtype bf16] --out C.npy\n"
+    "       [--precision exact|fast] [--dtype bf16] [--out-dtype f16|bf16] --out C.npy\n"
     "                             C = alpha * op(A) * op(B) + beta * C from .npy files\n"
-    "  bench [--m M --n N --k K] [--dtype T] [--requests R] [--concurrency C]\n"
-    "                             throughput (TFLOP/s, GB/s) and latency percentiles\n"
-    "  verify [--m M --n N --k K] [--dtype T]\n"
+    "  bench [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16] [--requests R]\n"
+    "        [--concurrency C]    throughput (TFLOP/s, GB/s) and latency percentiles\n"
+    "  verify [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16]\n"
     "                             random inputs, the daemon's answer against a float64\n"
     "                             reference: the error and PASS or FAIL\n"
+    "  --out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16\n"
+    "  (the daemon's \"out_dtype\" feature; C is then in that dtype too)\n"
     "\n"
     "options (before or after the command):\n"
     "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT (a path with a / alone is\n"
@@ -137,15 +140,45 @@ bool gctl_parse_double(const char *flag, const char *text, double *out) {
 
 static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16"};
 
-bool gctl_parse_dtype(const char *text, gc_dtype *out) {
+static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) {
   for (int i = 0; i < 4; i++) {
     if (strcmp(text, dtype_names[i]) == 0) {
       *out = (gc_dtype)i;
       return true;
     }
   }
-  fprintf(stderr, "gemmctl: --dtype takes f32, f64, f16 or bf16, not \"%s\"\n", text);
+  fprintf(stderr, "gemmctl: %s takes f32, f64, f16 or bf16, not \"%s\"\n", flag, text);
   return false;
+}
+
+bool gctl_parse_dtype(const char *text, gc_dtype *out) {
+  return parse_dtype_flag("--dtype", text, out);
+}
+
+bool gctl_parse_out_dtype(const char *text, gc_dtype *out) {
+  return parse_dtype_flag("--out-dtype", text, out);
+}
+
+int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o) {
+  gc_gemm_opts probe = *o; /* the library's own rule, on a shape that cannot overflow */
+  probe.m = probe.n = probe.k = probe.batch = 1;
+  if (o->out_dtype == GC_DTYPE_DEFAULT || gc_gemm_operand_bytes(&probe, 'o') != 0)
+    return GCTL_EXIT_OK;
+  return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: a %s gemm cannot return %s (an f32 or "
+                   "f64 result may be cast to f16 or bf16)", gctl_dtype_name(o->out_dtype),
+                   gctl_dtype_name(o->dtype), gctl_dtype_name(o->out_dtype));
+}
+
+const char *gctl_out_dtype_name(const gc_gemm_opts *o) {
+  return gctl_dtype_name(gctl_out_dtype(o));
+}
+
+const char *gctl_dtype_label(const gc_gemm_opts *o) {
+  static _Thread_local char label[16];
+  const char *in = gctl_dtype_name(o->dtype), *out = gctl_out_dtype_name(o);
+  snprintf(label, sizeof label, "%s%s%s", in, strcmp(in, out) ? " -> " : "",
+           strcmp(in, out) ? out : "");
+  return label;
 }
 
 const char *gctl_dtype_name(gc_dtype dtype) {

@@ -14,6 +14,7 @@ _Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (i
                    (int)GC_DTYPE_F16 == (int)GP_DTYPE_F16 &&
                    (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16,
                "gc_dtype must mirror gp_dtype");
+_Static_assert((int)GC_DTYPE_DEFAULT < 0, "GC_DTYPE_DEFAULT is no gp_dtype");
 
 /* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
  * gc_gemm_opts_init. Fields added later are read only when struct_size covers them. */
@@ -28,9 +29,25 @@ void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
   defaults.batch = 1;
   defaults.precision = GC_PRECISION_EXACT;
   defaults.timeout_ms = -1;
+  defaults.out_dtype = GC_DTYPE_DEFAULT;
   size_t n = struct_size < sizeof defaults ? struct_size : sizeof defaults;
   memcpy(opts, &defaults, n);
   if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
+}
+
+/* out_dtype (1.4): GC_DTYPE_DEFAULT or a gc_dtype the gemm's dtype may be cast to. */
+static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
+  if (o->out_dtype == GC_DTYPE_DEFAULT) return 0;
+  if ((unsigned)o->out_dtype >= GP_DTYPE_COUNT)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "out_dtype %d is not a gc_dtype (nor GC_DTYPE_DEFAULT)",
+                         (int)o->out_dtype);
+  if (!gp_dtype_cast_ok((gp_dtype)o->dtype, (gp_dtype)o->out_dtype))
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
+                         "cast to f16 or bf16)",
+                         gp_dtype_name((gp_dtype)o->dtype), gp_dtype_name((gp_dtype)o->out_dtype));
+  return 0;
 }
 
 /* Copies the caller's opts (whatever version of the struct it has) over the defaults and
@@ -51,6 +68,8 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   if ((unsigned)o.activation >= GP_ACT_COUNT)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "activation %d is not a gc_activation",
                          (int)o.activation);
+  int rc = check_out_dtype(&o, err);
+  if (rc != 0) return rc;
   gp_gemm_hdr_init(hdr);
   hdr->m = o.m;
   hdr->n = o.n;
@@ -67,6 +86,8 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->broadcast_b = o.broadcast_b != 0;
   hdr->bias = o.bias != 0;
   hdr->activation = (gp_act)o.activation;
+  hdr->has_out_dtype = o.out_dtype != GC_DTYPE_DEFAULT && o.out_dtype != o.dtype;
+  hdr->out_dtype = hdr->has_out_dtype ? (gp_dtype)o.out_dtype : hdr->dtype;
   *timeout_ms = o.timeout_ms;
   *user = o.user;
   handles[GP_OPERAND_A] = o.a_handle;

@@ -169,7 +169,7 @@ static int send_some(gc_conn *conn) {
 static bool reply_matches(const gc__request *r, const gp_event *ev) {
   const gp_gemm_result_hdr *h = &ev->result_hdr;
   return h->m == r->expect.m && h->n == r->expect.n && h->batch == r->expect.batch &&
-         h->dtype == r->expect.dtype && ev->result_in_shm == r->out_in_shm &&
+         h->dtype == gp_gemm_out_dtype(&r->expect) && ev->result_in_shm == r->out_in_shm &&
          (r->out_in_shm || ev->result_bytes == r->out_bytes);
 }
 

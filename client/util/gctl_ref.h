@@ -10,22 +10,26 @@
 
 #include "gemmclient.h"
 
+/* The dtype of the result and of c: o->out_dtype, or o->dtype when that is GC_DTYPE_DEFAULT. */
+gc_dtype gctl_out_dtype(const gc_gemm_opts *o);
+
 /* Element i of a buffer of dtype, as double (f16/bf16 are uint16_t bits). */
 double gctl_load(gc_dtype dtype, const void *buf, size_t i);
-/* Stores v, rounded to dtype (nearest even), as element i. */
+/* Stores v, rounded once to dtype (nearest even), as element i. */
 void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
 
 /*
  * ref[b][i][j] = act(alpha * sum_l op(A)[b][i][l] * op(B)[b][l][j] + beta * C[b][i][j]) in
- * double, from the values as stored (c may be NULL when beta is 0; with o->bias it is one row,
- * C[b][i][j] = c[j]; act is o->activation), and bound[] the same sum over absolute values (what
+ * double, from the values as stored (c, in the out dtype, may be NULL when beta is 0; with
+ * o->bias it is one row, C[b][i][j] = c[j]; act is o->activation), and bound[] the same sum over absolute values (what
  * rounding errors scale with), times act's largest slope. ref and bound hold m*n*batch doubles.
  */
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound);
 
 /* The largest (|out - ref| less one subnormal spacing of the dtype) / bound over all elements
- * (bound 0: any difference is infinite); NaN when an element is NaN. */
+ * (bound 0: any difference is infinite); NaN when an element is NaN. out holds the out dtype;
+ * a cast result is compared with ref rounded to it. */
 double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
                       const double *bound);
 

@@ -8,8 +8,11 @@
  * of the accumulation (f64: 2^-53; f32, f16, bf16: f32, 2^-24), u_in the
  * rounding of inputs by the kernel (TF32 when precision is fast: 2^-11 each
  * operand) and u_out the rounding of the result into its dtype (f16 2^-11,
- * bf16 2^-8). The tolerance is four times that. Results in the subnormal range are also
- * allowed one subnormal spacing of absolute error.
+ * bf16 2^-8). A result cast to an out dtype (gc_gemm_opts.out_dtype) is compared with the
+ * reference rounded to that dtype, and gains u_cast, the out dtype's half ulp (f16 2^-11,
+ * bf16 2^-8): the daemon's value and the reference may round to neighbours. The tolerance is
+ * four times the sum. Results in the subnormal range (of the out dtype) are also allowed one
+ * subnormal spacing of absolute error.
  */
 #include <math.h>
 #include <string.h>
@@ -23,6 +26,7 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
     case GC_DTYPE_F32: return ((const float *)buf)[i];
     case GC_DTYPE_F16: return gp_f16_to_f32(((const uint16_t *)buf)[i]);
     case GC_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case GC_DTYPE_DEFAULT: break;
   }
   return NAN;
 }
@@ -31,9 +35,14 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
   switch (dtype) {
     case GC_DTYPE_F64: ((double *)buf)[i] = v; break;
     case GC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
-    case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gp_f32_to_f16((float)v); break;
-    case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gp_f32_to_bf16((float)v); break;
+    case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gp_f64_to_f16(v); break;
+    case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gp_f64_to_bf16(v); break;
+    case GC_DTYPE_DEFAULT: break;
   }
+}
+
+gc_dtype gctl_out_dtype(const gc_gemm_opts *o) {
+  return o->out_dtype == GC_DTYPE_DEFAULT ? o->dtype : o->out_dtype;
 }
 
 /* Row i of op(A) times op(B) into ref and bound (sums of a*b and of |a*b|). Where B is not
@@ -91,13 +100,14 @@ static double ref_act(gc_activation act, double x, double *slope) {
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound) {
   size_t m = o->m, n = o->n, k = o->k;
+  gc_dtype out = gctl_out_dtype(o); /* c's dtype */
   for (size_t p = 0; p < o->batch; p++) {
     size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n, c0 = p * m * n;
     for (size_t i = 0; i < m; i++) {
       double *sum = ref + c0 + i * n, *abs_sum = bound + c0 + i * n;
       ref_row(o, a, a0, b, b0, i, sum, abs_sum);
       for (size_t j = 0; j < n; j++) {
-        double cv = c != NULL ? gctl_load(o->dtype, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
+        double cv = c != NULL ? gctl_load(out, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
         sum[j] = o->alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
         abs_sum[j] = fabs(o->alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
         sum[j] = ref_act(o->activation, sum[j], &slope);
@@ -118,12 +128,23 @@ static double subnormal_spacing(gc_dtype dtype) {
   }
 }
 
+/* The reference as the result holds it: rounded to the out dtype when the result is cast. */
+static double ref_as_out(const gc_gemm_opts *o, double ref) {
+  gc_dtype out = gctl_out_dtype(o);
+  if (out == o->dtype) return ref;
+  uint16_t bits;
+  gctl_store(out, &bits, 0, ref);
+  return gctl_load(out, &bits, 0);
+}
+
 double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
                       const double *bound) {
-  double worst = 0, spacing = subnormal_spacing(o->dtype);
+  gc_dtype out_dtype = gctl_out_dtype(o);
+  double worst = 0, spacing = subnormal_spacing(out_dtype);
   size_t total = (size_t)(o->m * o->n * o->batch);
   for (size_t i = 0; i < total; i++) {
-    double diff = fabs(gctl_load(o->dtype, out, i) - ref[i]);
+    double got = gctl_load(out_dtype, out, i), want = ref_as_out(o, ref[i]);
+    double diff = got == want ? 0 : fabs(got - want); /* the same infinity is no error */
     diff = diff <= spacing ? 0 : diff - spacing;
     double e = bound[i] > 0 ? diff / bound[i] : (diff == 0 ? 0 : INFINITY);
     if (!(e <= worst)) worst = e; /* NaN (an unwritten, poisoned element) wins */
@@ -131,13 +152,17 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
   return worst;
 }
 
+/* The unit roundoff (half an ulp, relative) of f16 and bf16. */
+static double half_ulp(gc_dtype dtype) { return dtype == GC_DTYPE_F16 ? ldexp(1, -11) : ldexp(1, -8); }
+
 double gctl_ref_tolerance(const gc_gemm_opts *o) {
   double u_acc = o->dtype == GC_DTYPE_F64 ? ldexp(1, -53) : ldexp(1, -24);
   double u_in = o->dtype == GC_DTYPE_F32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
-  double u_out = o->dtype == GC_DTYPE_F16    ? ldexp(1, -11)
-                 : o->dtype == GC_DTYPE_BF16 ? ldexp(1, -8)
-                 : u_acc;
-  return 4 * ((double)(o->k + 4) * u_acc + u_in + u_out);
+  double u_out = o->dtype == GC_DTYPE_F16 || o->dtype == GC_DTYPE_BF16 ? half_ulp(o->dtype)
+                                                                       : u_acc;
+  gc_dtype out = gctl_out_dtype(o);
+  double u_cast = out != o->dtype ? half_ulp(out) : 0;
+  return 4 * ((double)(o->k + 4) * u_acc + u_in + u_out + u_cast);
 }
 
 void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed) {

@@ -22,6 +22,17 @@ if BFLOAT16 is not None:
     _WIRE_NAMES[BFLOAT16] = "bf16"
 
 
+# The NumPy dtype of a result of each wire dtype when the caller names it by name (bf16: uint16
+# bit patterns without ml_dtypes).
+_RESULT_DTYPES = {"f32": np.dtype("float32"), "f64": np.dtype("float64"),
+                  "f16": np.dtype("float16"),
+                  "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("uint16")}
+_NAMES_OF = {"f32": "float32", "f64": "float64", "f16": "float16",
+             "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns"}
+# The output casts the daemon makes (feature "out_dtype"): (dtype, out_dtype).
+CASTS = {("f32", "f16"), ("f32", "bf16"), ("f64", "f16"), ("f64", "bf16")}
+
+
 def wire_dtype(dtype):
     """The protocol's name for a NumPy dtype; TypeError for one gemm does not take."""
     name = _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("="))
@@ -29,6 +40,36 @@ def wire_dtype(dtype):
         raise TypeError("gemm takes float32, float64, float16 and bfloat16 (ml_dtypes.bfloat16, "
                         "or uint16 bit patterns), not %s: convert with .astype()" % dtype)
     return name
+
+
+def _holds(dtype, name):
+    """Whether arrays of NumPy dtype hold elements of wire dtype name (any byte order)."""
+    return _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("=")) == name
+
+
+def result_dtype(out_dtype, dtype, np_dtype):
+    """(wire name, NumPy dtype) of a gemm's result: out_dtype None (a's own: dtype, np_dtype),
+    a wire name ("f16", "bf16", "f32", "f64") or a NumPy dtype (float16, ml_dtypes.bfloat16 or
+    uint16 bf16 bit patterns, float32, float64). TypeError for one the daemon cannot return."""
+    if out_dtype is None:
+        return dtype, np_dtype
+    if isinstance(out_dtype, str) and out_dtype in ELEMENT_BYTES:
+        name = out_dtype
+        np_out = np_dtype if name == dtype else _RESULT_DTYPES[name]
+    else:
+        try:
+            np_out = np.dtype(out_dtype).newbyteorder("<")
+        except TypeError:
+            np_out = None
+        name = _WIRE_NAMES.get(np_out.newbyteorder("=")) if np_out is not None else None
+        if name is None:
+            raise TypeError("out_dtype %r is none of 'f16', 'bf16', 'f32', 'f64', float16, "
+                            "bfloat16 (ml_dtypes, or uint16 bit patterns), float32, float64" %
+                            (out_dtype,))
+    if name != dtype and (dtype, name) not in CASTS:
+        raise TypeError("out_dtype %s: a %s gemm cannot return %s (an f32 or f64 result may be "
+                        "cast to f16 or bf16)" % (name, dtype, name))
+    return name, np_out
 
 
 def _torch_bf16(obj):
@@ -152,7 +193,7 @@ class Problem:
     shared B (broadcast_b)."""
 
     def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision, bias=None,
-                 activation=None):
+                 activation=None, out_dtype=None):
         a = _array_or_resident(a, "a")
         b = _array_or_resident(b, "b")
         self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
@@ -165,6 +206,8 @@ class Problem:
                             (a.dtype, b.dtype))
         self.dtype = wire_dtype(a.dtype)
         self.np_dtype = a.dtype.newbyteorder("<")
+        # the result's dtype, and that of c (or the bias): a's, or out_dtype's cast
+        self.out_dtype, self.out_np_dtype = result_dtype(out_dtype, self.dtype, self.np_dtype)
         m, k = a.shape[-2:][::-1] if trans_a else a.shape[-2:]   # of op(a), op(b)
         k_b, n = b.shape[-2:][::-1] if trans_b else b.shape[-2:]
         if k != k_b:
@@ -192,6 +235,8 @@ class Problem:
             raise ValueError("precision must be 'exact' or 'fast', not %r" % (precision,))
         if precision != "exact":
             self.hdr["precision"] = precision
+        if self.out_dtype != self.dtype:   # only then: a daemon without the feature refuses it
+            self.hdr["out_dtype"] = self.out_dtype
         self._epilogue(bias, activation, c, beta, n)
 
     def _epilogue(self, bias, activation, c, beta, n):
@@ -217,23 +262,31 @@ class Problem:
         if bias.shape not in ((n,), (1, n)):
             raise ValueError("bias has shape %s: it must be (%d,), one value per column of the "
                              "result" % (bias.shape, n))
-        if bias.dtype.newbyteorder("=") != self.np_dtype.newbyteorder("="):
-            raise TypeError("bias is %s, a and b %s" % (bias.dtype, self.np_dtype))
+        self._check_out_typed(bias, "bias")
         return byte_view(np.ascontiguousarray(_little(bias)))
+
+    def _check_out_typed(self, x, what):
+        """c and the bias hold the result's dtype (a's, or out_dtype's)."""
+        if _holds(x.dtype, self.out_dtype):
+            return
+        if self.out_dtype == self.dtype:
+            raise TypeError("%s is %s, a and b %s" % (what, x.dtype, self.np_dtype))
+        raise TypeError("%s is %s: with out_dtype %s it must hold %s elements (%s), as the "
+                        "result does" % (what, x.dtype, self.out_dtype, self.out_dtype,
+                                         _NAMES_OF[self.out_dtype]))
 
     @property
     def nbytes(self):
         count = 1
         for dim in self.shape:
             count *= dim
-        return count * ELEMENT_BYTES[self.dtype]
+        return count * ELEMENT_BYTES[self.out_dtype]
 
     def _c_operand(self, c):
         c = _array_or_resident(c, "c")
         if c.shape != self.shape:
             raise ValueError("c has shape %s, the result %s" % (c.shape, self.shape))
-        if c.dtype.newbyteorder("=") != self.np_dtype.newbyteorder("="):
-            raise TypeError("c is %s, a and b %s" % (c.dtype, self.np_dtype))
+        self._check_out_typed(c, "c")
         if isinstance(c, Resident):
             return c.ref()
         return byte_view(np.ascontiguousarray(_little(c)))   # C goes row-major on the wire
@@ -242,16 +295,16 @@ class Problem:
         """(array the caller gets, array the reply lands in): out itself when it is row-major,
         else a new array whose contents are copied into out afterwards."""
         if out is None:
-            result = np.empty(self.shape, self.np_dtype)
+            result = np.empty(self.shape, self.out_np_dtype)
             return result, result
         if not isinstance(out, np.ndarray):
             out = as_array(out, "out")
         if out.shape != self.shape:
             raise ValueError("out has shape %s, the result %s" % (out.shape, self.shape))
-        if out.dtype != self.np_dtype:
-            raise TypeError("out is %s, the result %s" % (out.dtype, self.np_dtype))
+        if out.dtype.byteorder == ">" or not _holds(out.dtype, self.out_dtype):
+            raise TypeError("out is %s, the result %s" % (out.dtype, self.out_np_dtype))
         if not out.flags.writeable:
             raise ValueError("out is read-only")
         if out.flags.c_contiguous:
             return out, out
-        return out, np.empty(self.shape, self.np_dtype)
+        return out, np.empty(self.shape, out.dtype)

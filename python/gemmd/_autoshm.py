@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from ._arrays import result_dtype, wire_dtype
 from ._errors import Error
 
 _ALIGN = 256    # operands start on 256-byte boundaries, as the daemon's kernels like them
@@ -70,14 +71,19 @@ class Scratch:
             return False
         return True
 
-    def stage(self, a, b, c, trans_a, trans_b, out):
-        """(a, b, c, out) copied into the scratch with the lock held, or None (lock free)."""
+    def stage(self, a, b, c, trans_a, trans_b, out, out_dtype=None):
+        """(a, b, c, out) copied into the scratch with the lock held, or None (lock free). The
+        result is of out_dtype (gemm's argument: None is a's dtype)."""
         arrays = [x for x in (a, b, c) if x is not None]
         if not self._usable(arrays, out) or a.dtype != b.dtype:
             return None
+        try:
+            result_np = result_dtype(out_dtype, wire_dtype(a.dtype), a.dtype.newbyteorder("<"))[1]
+        except TypeError:
+            return None     # let Problem's checks speak
         shape = _result_shape(a, b, trans_a, trans_b)
-        nout = int(np.prod(shape, dtype=np.int64)) * a.dtype.itemsize
-        if out is not None and (out.shape != shape or out.dtype != a.dtype):
+        nout = int(np.prod(shape, dtype=np.int64)) * result_np.itemsize
+        if out is not None and (out.shape != shape or out.dtype != result_np):
             return None     # let the daemon's checks speak
         offsets, total = [], 0
         for nbytes in [x.nbytes for x in arrays] + [nout]:
@@ -90,7 +96,7 @@ class Scratch:
             return None
         views = []
         for x, off in zip(arrays + [None], offsets):
-            dtype, shape_x = (a.dtype, shape) if x is None else (x.dtype, x.shape)
+            dtype, shape_x = (result_np, shape) if x is None else (x.dtype, x.shape)
             count = int(np.prod(shape_x, dtype=np.int64))
             view = np.frombuffer(self.array, dtype, count, off).reshape(shape_x)
             if x is not None:

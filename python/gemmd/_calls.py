@@ -62,13 +62,15 @@ class Call:
 
 
 def check_report(out_hdr, problem, msgid):
-    """The reply's m, n and dtype must be the request's (the payload length was checked)."""
+    """The reply's m, n and dtype (the result's: out_dtype when cast) must be the request's (the
+    payload length was checked)."""
     if problem is None:
         return
-    for key in ("m", "n", "dtype"):
-        if out_hdr.get(key) != problem.hdr[key]:
+    want = {"m": problem.hdr["m"], "n": problem.hdr["n"], "dtype": problem.out_dtype}
+    for key, value in want.items():
+        if out_hdr.get(key) != value:
             raise ProtocolError("msgid %d: out_hdr %s is %r, the request's %r" %
-                                (msgid, key, out_hdr.get(key), problem.hdr[key]))
+                                (msgid, key, out_hdr.get(key), value))
 
 
 class Table:

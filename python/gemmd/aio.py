@@ -190,10 +190,12 @@ class Client:
 
     # ---- the API (arguments as gemmd.Client's)
     async def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-                   precision="exact", timeout=None, out=None, bias=None, activation=None):
-        """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm."""
+                   precision="exact", timeout=None, out=None, bias=None, activation=None,
+                   out_dtype=None):
+        """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype included)."""
         timeout = self.timeout if timeout is None else timeout
-        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation)
+        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
+                          out_dtype)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms

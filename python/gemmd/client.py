@@ -241,7 +241,8 @@ class Client:
 
     # ---- the API
     def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-             precision="exact", timeout=None, out=None, bias=None, activation=None):
+             precision="exact", timeout=None, out=None, bias=None, activation=None,
+             out_dtype=None):
         """C = alpha * op(a) @ op(b) + beta * c on the daemon, as a new array (or in out).
 
         a, b (and c): 2-D matrices, or 3-D batches (batch, rows, cols) of the same dtype:
@@ -258,22 +259,30 @@ class Client:
         dtype of a), is added to every row of the product, in place of c and beta; activation
         "relu", "gelu" (erf form) or "gelu_tanh" is applied to every element last. So
         gemm(x, w, bias=b, activation="gelu") is gelu(x @ w + b), computed where the product
-        is."""
+        is.
+
+        The output cast (daemons whose features list "out_dtype"): out_dtype "f16" or "bf16"
+        (or np.float16, ml_dtypes.bfloat16, np.uint16 for bf16 bit patterns) asks a float32 or
+        float64 gemm for its result rounded once, at the end, to that dtype: computed in a's
+        dtype, epilogue included, then rounded to nearest even. The result (and out=) then has
+        the out dtype, and so must c or bias. "f32"/"f64" or a's own dtype is the same as None
+        (a's dtype: nothing is sent); any other pair raises TypeError before sending."""
         timeout = self.timeout if timeout is None else timeout
         staged = None
         if self._scratch is not None:
-            staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out)
+            staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out,
+                                         out_dtype)
         if staged is None:
             future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
                                  trans_b=trans_b, precision=precision, timeout=timeout, out=out,
-                                 bias=bias, activation=activation)
+                                 bias=bias, activation=activation, out_dtype=out_dtype)
             return self._finish(future, timeout)
         ok = False
         try:
             sa, sb, sc, sout = staged
             future = self.submit(sa, sb, sc, alpha=alpha, beta=beta, trans_a=trans_a,
                                  trans_b=trans_b, precision=precision, timeout=timeout, out=sout,
-                                 bias=bias, activation=activation)
+                                 bias=bias, activation=activation, out_dtype=out_dtype)
             self._finish(future, timeout)
             ok = True
         finally:
@@ -284,11 +293,13 @@ class Client:
         return out if out is not None else result
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
-               precision="exact", timeout=None, out=None, bias=None, activation=None):
+               precision="exact", timeout=None, out=None, bias=None, activation=None,
+               out_dtype=None):
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
-        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation)
+        problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
+                          out_dtype)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms

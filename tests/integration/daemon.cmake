@@ -25,6 +25,7 @@ if(TARGET gemmd)
     auth                # auth.token_file, the auth method, exposed TCP refused without a token
     resident            # put / free, {"handle": N} operands, broadcast_b, quotas
     epilogue            # the bias row and ReLU / GELU against float64, every misuse
+    out_dtype           # f32 / f64 results rounded once to f16 / bf16, c in the out dtype
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -139,6 +140,12 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # the epilogue on the GPU backend: the small lane batches by shape and epilogue, bias rows at
   # each entry's C; the general path's bias copied to C's start.
   gemmd_fake_test(daemon_fake_epilogue ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_epilogue.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+
+  # the output cast on the GPU backend: f16 / bf16 results of f32 / f64 gemms, the small lane
+  # batching by shape and out dtype, results through staging, regions and resident c in the
+  # out dtype.
+  gemmd_fake_test(daemon_fake_out_dtype ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_out_dtype.py 1
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

@@ -78,6 +78,13 @@ Numbers
       beta=0.0, batch=None, poison_c=True, extra=None) -> out_hdr   one full checked round trip;
       with beta == 0 and poison_c it sends c full of NaN, which must not leak into the result.
   check_out_hdr(out_hdr, m, n, dtype, batch, what) asserts the reply header's fields.
+  The output cast (header key out_dtype: f16 / bf16 results of f32 / f64 gemms):
+  half_bits(x, out) -> uint16 patterns of float64 x rounded ONCE (nearest even) to "f16"/"bf16"
+  half_values(bits, out) -> float64;  round_once(x, dtype) -> float64 values dtype holds (any)
+  check_cast(got_bits, ref, scale, dtype, out, k, what) asserts a cast result against the float64
+      reference ref (act(alpha AB + beta C), scale its |.| sum): within tolerance(dtype, k) *
+      scale plus one ulp of out of ref rounded once, and that pattern or its neighbour wherever
+      the compute error is a quarter of that ulp or less (f64: 99% the very pattern).
 
 Running a test script
   wait_until(predicate, timeout, what) -> the first truthy value of predicate(), polled; raises
@@ -624,6 +631,87 @@ def assert_close(out, a, b, c, alpha, beta, trans_a, trans_b, dtype, what=""):
         raise AssertionError("%s: %d elements off (worst at %s: got %r, expected %r, error %.3g "
                              "> %.3g)" % (what, int(over.sum()), idx, out[idx], ref[idx],
                                           err[idx], limit[idx]))
+
+
+def _bf16_bits_once(x):
+    """float64 -> bf16 bits rounded once: through a float32 rounded "to odd" (toward zero, the
+    last bit set when inexact), which keeps a tie a tie and a near-tie off it."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+        back = f.astype(np.float64)
+        inexact = (back != x) & ~np.isnan(x)
+        bits = np.array(f.view(np.uint32))
+        bits[inexact & (np.abs(back) > np.abs(x))] -= 1   # rounded away from zero: step back
+    bits[inexact] |= 1
+    return f32_to_bf16_bits(bits.view(np.float32))
+
+
+def half_bits(x, out):
+    """float64 values rounded once (nearest even) to out ("f16" or "bf16"), as uint16 bits."""
+    if out == "bf16":
+        return _bf16_bits_once(x)
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(np.float16).view(np.uint16)  # NumPy: once
+
+
+def half_values(bits, out):
+    """uint16 patterns of out ("f16" or "bf16") as float64."""
+    bits = np.asarray(bits, np.uint16)
+    if out == "bf16":
+        return bf16_bits_to_f32(bits).astype(np.float64)
+    return bits.view(np.float16).astype(np.float64)
+
+
+def round_once(x, dtype):
+    """The values dtype holds nearest to float64 x, rounded once (round_to goes through f32)."""
+    if dtype in ("f16", "bf16"):
+        return half_values(half_bits(x, dtype), dtype)
+    return round_to(x, dtype)
+
+
+def _ulp_order(bits):
+    """16-bit sign-magnitude patterns as integers that count ulps across zero."""
+    bits = np.asarray(bits, np.uint16).astype(np.int64)
+    return np.where(bits & 0x8000, -(bits & 0x7FFF), bits)
+
+
+def check_cast(got_bits, ref, scale, dtype, out, k, what=""):
+    """A result cast to out (got_bits, uint16 patterns) against the float64 reference ref rounded
+    once to out: every element within the compute dtype's tolerance (times scale) plus one ulp
+    of out, and the same pattern or its neighbour wherever the compute error is a quarter of
+    that ulp or less; an f64 gemm's (of 100 elements or more) 99% the very pattern."""
+    got_bits = np.asarray(got_bits, np.uint16)
+    want_bits = half_bits(ref, out)
+    if got_bits.shape != want_bits.shape:
+        raise AssertionError("%s: shape %s, expected %s" % (what, got_bits.shape,
+                                                            want_bits.shape))
+    got, want = half_values(got_bits, out), half_values(want_bits, out)
+    if not np.isfinite(got).all():
+        raise AssertionError("%s: %d non-finite elements (unwritten, or NaN c leaked)" %
+                             (what, int((~np.isfinite(got)).sum())))
+    magnitude = want_bits & 0x7FFF
+    ulp = half_values(magnitude + 1, out) - half_values(magnitude, out)
+    compute = tolerance(dtype, k) * np.asarray(scale, np.float64)
+    err = np.where(got == want, 0.0, np.abs(got - want))
+    bad = ~(err <= compute + ulp + SUBNORMAL_SPACING[out])
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError("%s: %d elements off (first at %s: got %r = 0x%04x, expected %r = "
+                             "0x%04x from %r)" % (what, int(bad.sum()), idx, got[idx],
+                                                  got_bits[idx], want[idx], want_bits[idx],
+                                                  ref[idx]))
+    dist = np.abs(_ulp_order(got_bits) - _ulp_order(want_bits))
+    far = (compute <= 0.25 * ulp) & (dist > 1)
+    if far.any():
+        idx = tuple(int(i) for i in np.argwhere(far)[0])
+        raise AssertionError("%s: at %s 0x%04x is %d ulps from the reference's 0x%04x (%r)" % (
+            what, idx, got_bits[idx], dist[idx], want_bits[idx], ref[idx]))
+    if dtype == "f64" and got_bits.size >= 100:
+        same = float(np.mean(dist == 0))
+        if same < 0.99:
+            raise AssertionError("%s: only %.3f of the elements are the reference rounded" %
+                                 (what, same))
 
 
 def random_operands(rng_, m, n, k, dtype, trans_a=False, trans_b=False, batch=None):

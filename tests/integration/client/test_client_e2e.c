@@ -39,24 +39,39 @@ typedef struct {
   gc_req req;
 } job;
 
+static size_t elem_size(gc_dtype dtype) {
+  return dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
+}
+
+/* c (random, when beta != 0) and out (poisoned) for j->o as it is now: in its out dtype. */
+static void job_make_c_out(job *j) {
+  gc_dtype out = gctl_out_dtype(&j->o);
+  uint64_t cb = gc_gemm_operand_bytes(&j->o, 'c'), ob = gc_gemm_operand_bytes(&j->o, 'o');
+  ck_assert(cb && ob);
+  free(j->c);
+  free(j->out);
+  j->c = NULL;
+  j->out = malloc(ob);
+  if (j->o.beta != 0.0) {
+    j->c = malloc(cb);
+    gctl_fill_random(out, j->c, cb / elem_size(out), &seed);
+  }
+  gctl_poison(out, j->out, ob / elem_size(out));
+}
+
 static void job_make(job *j, uint64_t m, uint64_t n, uint64_t k, gc_dtype dtype, bool ta, bool tb,
                      double alpha, double beta, uint64_t batch) {
   memset(j, 0, sizeof *j);
   gc_gemm_opts_init(&j->o);
   j->o.m = m, j->o.n = n, j->o.k = k, j->o.dtype = dtype;
   j->o.trans_a = ta, j->o.trans_b = tb, j->o.alpha = alpha, j->o.beta = beta, j->o.batch = batch;
-  size_t es = dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
-  uint64_t ab = gc_gemm_operand_bytes(&j->o, 'a'), bb = gc_gemm_operand_bytes(&j->o, 'b'),
-           cb = gc_gemm_operand_bytes(&j->o, 'c');
-  ck_assert(ab && bb && cb);
-  j->a = malloc(ab), j->b = malloc(bb), j->out = malloc(cb);
+  size_t es = elem_size(dtype);
+  uint64_t ab = gc_gemm_operand_bytes(&j->o, 'a'), bb = gc_gemm_operand_bytes(&j->o, 'b');
+  ck_assert(ab && bb);
+  j->a = malloc(ab), j->b = malloc(bb);
   gctl_fill_random(dtype, j->a, ab / es, &seed);
   gctl_fill_random(dtype, j->b, bb / es, &seed);
-  if (beta != 0.0) {
-    j->c = malloc(cb);
-    gctl_fill_random(dtype, j->c, cb / es, &seed);
-  }
-  gctl_poison(dtype, j->out, cb / es);
+  job_make_c_out(j);
 }
 
 static void job_check(const job *j, const char *what) {
@@ -65,9 +80,10 @@ static void job_check(const job *j, const char *what) {
   gctl_ref_gemm(&j->o, j->a, j->b, j->c, ref, bound);
   double err = gctl_ref_error(&j->o, j->out, ref, bound), tol = gctl_ref_tolerance(&j->o);
   ck_assert_msg(err <= tol,
-                "%s: %llux%llux%llu dtype %d trans %d%d alpha %g beta %g batch %llu: error %g > %g",
-                what, (unsigned long long)j->o.m, (unsigned long long)j->o.n,
-                (unsigned long long)j->o.k, (int)j->o.dtype, j->o.trans_a, j->o.trans_b,
+                "%s: %llux%llux%llu dtype %d -> %d trans %d%d alpha %g beta %g batch %llu: error "
+                "%g > %g", what, (unsigned long long)j->o.m, (unsigned long long)j->o.n,
+                (unsigned long long)j->o.k, (int)j->o.dtype, (int)gctl_out_dtype(&j->o),
+                j->o.trans_a, j->o.trans_b,
                 j->o.alpha, j->o.beta, (unsigned long long)j->o.batch, err, tol);
   free(ref);
   free(bound);
@@ -238,7 +254,7 @@ static int64_t stat_int(gc_conn *conn, const char *path) {
  * in j stay as the reference. */
 static void shm_gemm(gc_conn *conn, uint8_t *shm, job *j, const char *which) {
   size_t sizes[4] = {gc_gemm_operand_bytes(&j->o, 'a'), gc_gemm_operand_bytes(&j->o, 'b'),
-                     gc_gemm_operand_bytes(&j->o, 'c'), gc_gemm_operand_bytes(&j->o, 'c')};
+                     gc_gemm_operand_bytes(&j->o, 'c'), gc_gemm_operand_bytes(&j->o, 'o')};
   void *src[4] = {j->a, j->b, j->c, j->out}, *arg[4];
   size_t at = 0;
   for (int i = 0; i < 4; i++) {
@@ -349,6 +365,75 @@ START_TEST(resident_operands) {
     nanosleep(&(struct timespec){0, 10000000}, NULL);
   ck_assert_int_eq(stat_int(conn, "resident_handles"), 0);
   ck_assert_int_eq(gc_put_free(conn, h, 10000), GC_E_NOT_FOUND);
+  gc_close(conn);
+}
+END_TEST
+
+/* The output cast (gc_gemm_opts.out_dtype): f32 and f64 gemms returning f16 or bf16, c (or the
+ * bias row) in the out dtype, blocking and in flight, in shared memory and with c by handle
+ * (put with the out dtype; the input dtype refused); each against the float64 reference
+ * rounded to the out dtype, out poisoned. */
+static job cast_job(gc_dtype dtype, gc_dtype out, int form) {
+  job j;
+  job_make(&j, 37, 29, 41, dtype, form & 1, form & 2, form == 3 ? -1.5 : 1.0,
+           form >= 2 ? 0.5 : 0.0, 1 + (form == 1) * 2);
+  j.o.out_dtype = out;
+  if (form == 4) { /* the epilogue: one bias row, gelu, then the one rounding */
+    j.o.bias = 1, j.o.beta = 1.0, j.o.activation = GC_ACT_GELU;
+  }
+  job_make_c_out(&j);
+  return j;
+}
+
+START_TEST(out_dtype_casts) {
+  gc_conn *conn = connect_env();
+  static const gc_dtype casts[][2] = {{GC_DTYPE_F32, GC_DTYPE_BF16}, {GC_DTYPE_F32, GC_DTYPE_F16},
+                                      {GC_DTYPE_F64, GC_DTYPE_BF16}, {GC_DTYPE_F64, GC_DTYPE_F16}};
+  uint8_t *shm = NULL;
+  ck_assert_int_eq(gc_shm_alloc(conn, 1u << 20, 10000, (void **)&shm), 0);
+  for (size_t i = 0; i < 4; i++) {
+    for (int form = 0; form < 5; form++) {
+      job j = cast_job(casts[i][0], casts[i][1], form);
+      ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'o'), 37u * 29u * 2u * j.o.batch);
+      gc_gemm_result res;
+      int rc = gc_gemm(conn, &j.o, j.a, j.b, j.c, j.out, &res);
+      ck_assert_msg(rc == 0, "gemm: %s", gc_last_error(conn)->message);
+      ck_assert_int_eq(res.dtype, casts[i][1]);
+      job_check(&j, "cast");
+      job_make_c_out(&j); /* afresh, poisoned: the same in shared memory */
+      shm_gemm(conn, shm, &j, form % 2 ? "abco" : "o");
+      job_free(&j);
+    }
+    job j = cast_job(casts[i][0], casts[i][1], 2); /* c by handle */
+    ck_assert_int_eq(gc_put(conn, casts[i][1], 1, 37, 29, j.c, 10000, &j.o.c_handle), 0);
+    ck_assert_int_eq(gc_gemm(conn, &j.o, j.a, j.b, NULL, j.out, NULL), 0);
+    job_check(&j, "c by handle");
+    uint64_t wide = 0; /* c put in the gemm's own dtype: not what the cast takes */
+    void *zeros = calloc(37 * 29, 8);
+    ck_assert_int_eq(gc_put(conn, casts[i][0], 1, 37, 29, zeros, 10000, &wide), 0);
+    gc_gemm_opts o = j.o;
+    o.c_handle = wide;
+    ck_assert_int_eq(gc_gemm(conn, &o, j.a, j.b, NULL, j.out, NULL), GC_E_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, casts[i][1] == GC_DTYPE_F16 ? "f16"
+                                                                                          : "bf16"));
+    ck_assert_int_eq(gc_put_free(conn, wide, 10000), 0);
+    ck_assert_int_eq(gc_put_free(conn, j.o.c_handle, 10000), 0);
+    free(zeros);
+    job_free(&j);
+  }
+  /* many in flight, casts and plain gemms of one shape mixed */
+  enum { N = 40 };
+  static job jobs[N];
+  for (int i = 0; i < N; i++) {
+    jobs[i] = cast_job(casts[i % 4][0], i % 5 == 4 ? GC_DTYPE_DEFAULT : casts[i % 4][1], i % 4);
+    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, jobs[i].c, jobs[i].out,
+                               &jobs[i].req), 0);
+  }
+  for (int i = N - 1; i >= 0; i--) {
+    ck_assert_int_eq(gc_wait(conn, jobs[i].req, 30000, NULL), 0);
+    job_check(&jobs[i], "in flight");
+    job_free(&jobs[i]);
+  }
   gc_close(conn);
 }
 END_TEST
@@ -536,6 +621,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, ping_and_info);
     tcase_add_test(tc, shared_memory);
     tcase_add_test(tc, resident_operands);
+    tcase_add_test(tc, out_dtype_casts);
     tcase_add_test(tc, timeout_leaves_connection_usable);
   }
   suite_add_tcase(s, tc);

@@ -284,6 +284,88 @@ def test_verify_and_bench(ctx):
         assert "100" in report["error"]["message"], report
 
 
+CASTS = (("f32", "bf16"), ("f32", "f16"), ("f64", "bf16"), ("f64", "f16"))
+
+
+def test_out_dtype(ctx):
+    """--out-dtype f16|bf16: verify of the four casts on odd sizes (PASS against the reference
+    rounded to the out dtype, the tolerance grown by its half ulp), gemm with .npy files (c and
+    the bias in the out dtype, bf16 as |V2 or <u2 bits, the result written in the out dtype)
+    checked with the harness's check_cast, bench; every misuse exits 2 unsent."""
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        addr = d.address("unix")
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        for dtype, out in CASTS:
+            out_json, _ = expect(gemmctl("--json", "verify", "--m", "37", "--n", "29", "--k",
+                                         "41", "--dtype", dtype, "--out-dtype", out, addr=addr),
+                                 EXIT_OK, "verify %s -> %s" % (dtype, out))
+            report = json.loads(out_json)
+            assert report["result"] == "PASS" and report["out_dtype"] == out, report
+            assert 0 <= report["error"] <= report["tolerance"], report
+            plain = json.loads(expect(gemmctl("--json", "verify", "--m", "37", "--n", "29",
+                                              "--k", "41", "--dtype", dtype, addr=addr),
+                                      EXIT_OK, "verify " + dtype)[0])
+            assert plain["out_dtype"] == dtype and plain["tolerance"] < report["tolerance"], \
+                (plain, report)
+        text, _ = expect(gemmctl("verify", "--dtype", "f64", "--out-dtype", "bf16", addr=addr),
+                         EXIT_OK, "verify text")
+        assert "f64 -> bf16" in text and "PASS" in text, text
+        # gemm: f32 A, B with an f16 C; f64 with a bf16 bias row as <u2 bits (written back as
+        # <u2); f32 alone to bf16 (|V2)
+        for dtype, out, c_form in (("f32", "f16", "c"), ("f64", "bf16", "bias"),
+                                   ("f32", "bf16", None)):
+            a, av = random_stored(ctx.rng, (19, 13), dtype)
+            b, bv = random_stored(ctx.rng, (17, 13), dtype)   # stored n x k: --trans-b
+            save(p("a.npy"), a)
+            save(p("b.npy"), b)
+            argv = ["--json", "gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--trans-b",
+                    "--out", p("out.npy"), "--out-dtype", out, "--alpha", "-1.5"]
+            cv, beta = None, 0.0
+            if c_form is not None:
+                shape = (19, 17) if c_form == "c" else (17,)
+                cv = h.round_once(ctx.rng.uniform(-1, 1, shape), out)
+                bits = h.half_bits(cv, out)
+                save(p("c.npy"), bits.view("<f2") if out == "f16" else bits)
+                argv += ["--" + c_form, p("c.npy")] + (["--beta", "0.5"] if c_form == "c" else
+                                                       ["--activation", "relu"])
+                beta = 0.5 if c_form == "c" else 1.0
+            report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, " ".join(argv))[0])
+            assert report["dtype"] == dtype and report["out_dtype"] == out, report
+            got = np.load(p("out.npy"))
+            assert got.dtype.str == {"f16": "<f2", "bf16": "<u2" if c_form else "|V2"}[out], \
+                (out, c_form, got.dtype)
+            ref = h.ref_gemm(av, bv, cv, -1.5, beta, False, True)
+            scale = 1.5 * np.abs(av) @ np.abs(bv).T + (np.abs(beta * cv) if cv is not None else 0)
+            if c_form == "bias":
+                ref = np.maximum(ref, 0.0)
+            h.check_cast(got.view(np.uint16), ref, scale, dtype, out, 13,
+                         "gemm %s -> %s %s" % (dtype, out, c_form))
+        bench = json.loads(expect(gemmctl("--json", "bench", "--m", "16", "--n", "24", "--k",
+                                          "8", "--requests", "10", "--out-dtype", "bf16",
+                                          addr=addr), EXIT_OK, "bench --out-dtype")[0])
+        assert bench["out_dtype"] == "bf16" and bench["requests"] == 10, bench
+        # misuse: exit 2, nothing sent (a dead address would make it 3)
+        dead = "unix:" + p("nobody.sock")
+        save(p("a16.npy"), np.ones((3, 4), "<f2"))
+        save(p("b16.npy"), np.ones((4, 5), "<f2"))
+        save(p("a32.npy"), np.ones((3, 4), "<f4"))
+        save(p("b32.npy"), np.ones((4, 5), "<f4"))
+        save(p("c32.npy"), np.ones((3, 5), "<f4"))
+        for argv, why in (
+                (["verify", "--dtype", "f16", "--out-dtype", "f32"],
+                 "a f16 gemm cannot return f32"),
+                (["verify", "--out-dtype", "f64"], "cannot return f64"),
+                (["verify", "--out-dtype", "f8"], "--out-dtype takes"),
+                (["bench", "--dtype", "bf16", "--out-dtype", "f16"], "cannot return f16"),
+                (["gemm", "--a", p("a16.npy"), "--b", p("b16.npy"), "--out", p("o.npy"),
+                  "--out-dtype", "bf16"], "a f16 gemm cannot return bf16"),
+                (["gemm", "--a", p("a32.npy"), "--b", p("b32.npy"), "--c", p("c32.npy"),
+                  "--out", p("o.npy"), "--out-dtype", "f16"], "--c must hold <f2")):
+            _, err = expect(gemmctl(*argv, addr=dead), EXIT_USAGE, " ".join(argv))
+            assert why in err, (argv, err)
+            assert not os.path.exists(p("o.npy"))
+
+
 def test_usage_and_exit_codes(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         dead = "unix:" + os.path.join(tmp, "nobody.sock")
@@ -314,4 +396,5 @@ if __name__ == "__main__":
     ARGS, rest = parser.parse_known_args()
     sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_epilogue,
                      test_gemm_rejects_before_sending,
-                     test_verify_and_bench, test_usage_and_exit_codes], [sys.argv[0]] + rest))
+                     test_verify_and_bench, test_out_dtype, test_usage_and_exit_codes],
+                    [sys.argv[0]] + rest))

@@ -62,13 +62,16 @@ def check(out, ref, scale, dtype, k, what):
 
 
 def problem(ctx, m, n, k, dtype, bias, act, trans_a=False, trans_b=False, alpha=1.0, beta=None,
-            batch=None):
+            batch=None, out=None):
     """(hdr, a, b, c) of a random gemm with the epilogue asked: with bias, c is one row of n and
-    beta defaults to 1; without, c is a full C when beta is given, else NaN (never read)."""
+    beta defaults to 1; without, c is a full C when beta is given, else NaN (never read). out:
+    the header's out_dtype (test_out_dtype.py), c's dtype then."""
     a, b = h.random_operands(ctx.rng, m, n, k, dtype, trans_a, trans_b, batch)
     lead = (batch,) if batch else ()
     hdr = {"m": m, "n": n, "k": k, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b,
            "alpha": float(alpha)}
+    if out:
+        hdr["out_dtype"] = out
     if batch:
         hdr["batch"] = batch
     if act:
@@ -76,10 +79,10 @@ def problem(ctx, m, n, k, dtype, bias, act, trans_a=False, trans_b=False, alpha=
     if bias:
         hdr["bias"] = True
         hdr["beta"] = float(1.0 if beta is None else beta)
-        c = h.round_to(ctx.rng.uniform(-1.0, 1.0, (n,)), dtype)
+        c = h.round_once(ctx.rng.uniform(-1.0, 1.0, (n,)), out or dtype)
     elif beta:
         hdr["beta"] = float(beta)
-        c = h.round_to(ctx.rng.uniform(-1.0, 1.0, lead + (m, n)), dtype)
+        c = h.round_once(ctx.rng.uniform(-1.0, 1.0, lead + (m, n)), out or dtype)
     else:
         hdr["beta"] = 0.0
         c = np.full(lead + (m, n), np.nan)

@@ -3,7 +3,9 @@
  * strings, version, options; and against fake servers on a Unix socket:
  * replies in reverse order matched by msgid and received into the right
  * buffers, the daemon's error code and message in gc_error, client-side
- * timeouts, lost connections, and a reply that breaks the protocol.
+ * timeouts, lost connections, and a reply that breaks the protocol; out_dtype (1.4): its
+ * default, the bytes it gives c and the result, the casts refused locally, and the key on the
+ * wire only for a cast.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -82,6 +84,54 @@ START_TEST(version_and_options) {
 }
 END_TEST
 
+/* gc_gemm_opts.out_dtype (1.4): the default, the bytes of c and of the result with a cast, and
+ * every pair the daemon does not cast refused locally (gc_gemm_operand_bytes gives 0). */
+START_TEST(out_dtype_options) {
+  gc_gemm_opts o;
+  memset(&o, 0x5a, sizeof o);
+  gc_gemm_opts_init(&o);
+  ck_assert_int_eq(o.out_dtype, GC_DTYPE_DEFAULT);
+  o.m = 3, o.n = 5, o.k = 7, o.batch = 2;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 4);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+  o.out_dtype = GC_DTYPE_BF16; /* f32 -> bf16: a and b stay f32, c and the result are bf16 */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 2 * 3 * 7 * 4);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'b'), 2 * 7 * 5 * 4);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 2);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 2);
+  o.bias = 1; /* the bias row in the out dtype */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 5 * 2);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 2);
+  o.bias = 0;
+  o.dtype = GC_DTYPE_F64, o.out_dtype = GC_DTYPE_F16;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 2 * 3 * 7 * 8);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 2);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 2);
+  o.out_dtype = GC_DTYPE_F64; /* its own dtype: no cast */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 8);
+  static const gc_dtype refused[][2] = {
+      {GC_DTYPE_F16, GC_DTYPE_F32},  {GC_DTYPE_F32, GC_DTYPE_F64}, {GC_DTYPE_F64, GC_DTYPE_F32},
+      {GC_DTYPE_F16, GC_DTYPE_BF16}, {GC_DTYPE_BF16, GC_DTYPE_F16}, {GC_DTYPE_BF16, GC_DTYPE_F64},
+      {GC_DTYPE_F32, (gc_dtype)4},   {GC_DTYPE_F32, (gc_dtype)-2},
+      {GC_DTYPE_DEFAULT, GC_DTYPE_DEFAULT}, /* DEFAULT is no dtype of a and b */
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    o.dtype = refused[i][0], o.out_dtype = refused[i][1];
+    ck_assert_msg(gc_gemm_operand_bytes(&o, 'o') == 0 && gc_gemm_operand_bytes(&o, 'a') == 0,
+                  "dtype %d out_dtype %d accepted", (int)o.dtype, (int)o.out_dtype);
+  }
+  /* a caller built against 1.3 or older: its struct ends before out_dtype, whatever lies there
+   * is not read (the default holds) */
+  memset(&o, 0x5a, sizeof o);
+  gc_gemm_opts_init_sized(&o, offsetof(gc_gemm_opts, out_dtype));
+  ck_assert_uint_eq(o.struct_size, offsetof(gc_gemm_opts, out_dtype));
+  o.m = 3, o.n = 5, o.k = 7, o.dtype = GC_DTYPE_F64;
+  ck_assert_int_ne(o.out_dtype, GC_DTYPE_DEFAULT); /* not the library's to write */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 3 * 5 * 8);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 3 * 5 * 8);
+}
+END_TEST
+
 START_TEST(connect_failures) {
   gc_conn *conn = (gc_conn *)1;
   setenv("GEMMD_ADDRESS", "unix:/nonexistent/gemmd.sock", 1);
@@ -153,6 +203,8 @@ typedef struct {
   atomic_int auth_tries;  /* auth requests, right or wrong (a stray TCP client sends none) */
   atomic_int close_idle;  /* FAKE_ONE_SHOT closes connections up to this one (from 1) */
   atomic_int refusals;    /* UNAVAILABLE answers written */
+  pthread_mutex_t lock;   /* guards last_gemm */
+  gp_gemm_hdr last_gemm;  /* the header of the last gemm request decoded */
 } fake_server;
 
 typedef struct {
@@ -179,7 +231,8 @@ static void reply_error(int fd, uint32_t msgid, int code, const char *message) {
   msgpack_sbuffer_destroy(&sb);
 }
 
-/* Replies to one request: gemm results are filled with the byte (msgid & 0xff). */
+/* Replies to one request: gemm results (in the request's out dtype) are filled with the byte
+ * (msgid & 0xff). */
 static void reply(int fd, const seen_request *r, fake_mode mode) {
   if (mode == FAKE_ERRORS) {
     reply_error(fd, r->msgid, GP_E_RESOURCE_EXHAUSTED, "queue full: try later");
@@ -193,12 +246,13 @@ static void reply(int fd, const seen_request *r, fake_mode mode) {
   } else if (r->method == GP_METHOD_GEMM) {
     gp_gemm_result_hdr rh;
     memset(&rh, 0, sizeof rh);
-    rh.m = r->hdr.m, rh.n = r->hdr.n, rh.batch = r->hdr.batch, rh.dtype = r->hdr.dtype;
+    rh.m = r->hdr.m, rh.n = r->hdr.n, rh.batch = r->hdr.batch;
+    rh.dtype = gp_gemm_out_dtype(&r->hdr);
     strcpy(rh.device, "fake");
     strcpy(rh.kernel, "memset");
     rh.compute_us = r->msgid;
     uint64_t c_bytes;
-    gp_gemm_operand_bytes(&r->hdr, GP_OPERAND_C, &c_bytes);
+    gp_gemm_result_bytes(&r->hdr, &c_bytes);
     gp_encode_gemm_response_head(&sb, r->msgid, &rh, c_bytes);
     write_all(fd, sb.data, sb.size);
     uint8_t *c = malloc(c_bytes);
@@ -303,6 +357,11 @@ static void fake_serve(fake_server *fs, int fd, fake_mode mode) {
         seen[nseen].method = ev.method;
         seen[nseen].hdr = ev.gemm;
       }
+      if (ev.type == GP_EV_REQUEST && ev.method == GP_METHOD_GEMM) {
+        pthread_mutex_lock(&fs->lock);
+        fs->last_gemm = ev.gemm;
+        pthread_mutex_unlock(&fs->lock);
+      }
       if (ev.type == GP_EV_MESSAGE_END) nseen++;
       if (ev.type == GP_EV_FATAL) goto out;
     }
@@ -361,6 +420,7 @@ static void fake_start_on(fake_server *fs, fake_mode mode, int expect, unsigned 
   fs->mode = mode;
   fs->expect = expect;
   fs->needs_token = (flags & FAKE_NEEDS_TOKEN) != 0;
+  pthread_mutex_init(&fs->lock, NULL);
   if (flags & FAKE_TCP) {
     fs->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fs->listen_fd, 0);
@@ -407,6 +467,15 @@ static void fake_stop(fake_server *fs) {
   pthread_join(fs->thread, NULL);
   close(fs->listen_fd);
   if (fs->path[0] != '\0') unlink(fs->path);
+  pthread_mutex_destroy(&fs->lock);
+}
+
+/* The header of the last gemm the fake decoded. */
+static gp_gemm_hdr fake_last_gemm(fake_server *fs) {
+  pthread_mutex_lock(&fs->lock);
+  gp_gemm_hdr hdr = fs->last_gemm;
+  pthread_mutex_unlock(&fs->lock);
+  return hdr;
 }
 
 /* Starts a fake server in this mode and connects to it (asserting that the connect works). */
@@ -1004,8 +1073,59 @@ START_TEST(rejects_bad_requests_before_sending) {
   ck_assert_int_eq(gc_submit(conn, &o, NULL, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
   o.struct_size = 4; /* not from gc_gemm_opts_init */
   ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
+  /* out_dtype: a pair the daemon does not cast (the message names both), a value that is no
+   * gc_dtype; GC_DTYPE_DEFAULT as the dtype of a gemm or of a put */
+  small_opts(&o, 2, 2, 2);
+  o.dtype = GC_DTYPE_F16, o.out_dtype = GC_DTYPE_F32;
+  ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
+  const char *msg = gc_last_error(conn)->message;
+  ck_assert_msg(strstr(msg, "out_dtype") && strstr(msg, "f16") && strstr(msg, "f32"), "%s", msg);
+  o.dtype = GC_DTYPE_F32, o.out_dtype = (gc_dtype)9;
+  ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "out_dtype 9"));
+  o.dtype = GC_DTYPE_DEFAULT, o.out_dtype = GC_DTYPE_DEFAULT;
+  ck_assert_int_eq(gc_gemm(conn, &o, x, x, NULL, x, NULL), GC_E_INVALID_ARGUMENT);
+  uint64_t handle = 1;
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_DEFAULT, 1, 2, 2, x, 1000, &handle),
+                   GC_E_INVALID_ARGUMENT);
+  ck_assert_uint_eq(handle, 0);
   ck_assert_uint_eq(gc_in_flight(conn), 0);
   ck_assert_uint_eq(gc_pending_sends(conn), 0);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* out_dtype on the wire: sent only for a cast (its own dtype or the default send no key, as an
+ * older daemon refuses it), the reply's bf16 result received into out (m n elements of 2 bytes,
+ * nothing past them touched) and its dtype reported. */
+START_TEST(out_dtype_on_the_wire) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_IN_ORDER, 0);
+  float a[6 * 4], b[4 * 5];
+  uint16_t out[6 * 5 + 8];
+  memset(a, 0, sizeof a), memset(b, 0, sizeof b);
+  gc_gemm_opts o;
+  small_opts(&o, 6, 5, 4);
+  static const gc_dtype asked[] = {GC_DTYPE_DEFAULT, GC_DTYPE_F32, GC_DTYPE_BF16, GC_DTYPE_F16};
+  for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+    o.out_dtype = asked[i];
+    bool cast = asked[i] == GC_DTYPE_BF16 || asked[i] == GC_DTYPE_F16;
+    float wide[6 * 5 + 8]; /* an f32 result needs 4-byte room */
+    void *dst = cast ? (void *)out : (void *)wide;
+    memset(out, 0xee, sizeof out), memset(wide, 0xee, sizeof wide);
+    gc_gemm_result res;
+    ck_assert_int_eq(gc_gemm(conn, &o, a, b, NULL, dst, &res), 0);
+    gp_gemm_hdr seen = fake_last_gemm(&fs);
+    ck_assert_int_eq(seen.has_out_dtype, cast);
+    ck_assert_int_eq((int)gp_gemm_out_dtype(&seen), cast ? (int)asked[i] : (int)GP_DTYPE_F32);
+    ck_assert_int_eq((int)res.dtype, cast ? (int)asked[i] : (int)GC_DTYPE_F32);
+    size_t bytes = 6 * 5 * (cast ? 2 : 4);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), bytes);
+    const uint8_t *p = dst;
+    for (size_t j = 0; j < bytes; j++) ck_assert_uint_ne(p[j], 0xee);
+    for (size_t j = bytes; j < bytes + 16; j++) ck_assert_uint_eq(p[j], 0xee);
+  }
   gc_close(conn);
   fake_stop(&fs);
 }
@@ -1017,6 +1137,7 @@ int main(void) {
   tcase_add_test(local, connect_refuses_bad_addresses);
   tcase_add_test(local, error_strings);
   tcase_add_test(local, version_and_options);
+  tcase_add_test(local, out_dtype_options);
   tcase_add_test(local, connect_failures);
   tcase_add_test(local, connect_option_refusals);
   suite_add_tcase(s, local);
@@ -1041,6 +1162,7 @@ int main(void) {
   tcase_add_test(fake, protocol_violation);
   tcase_add_test(fake, reply_over_the_limit);
   tcase_add_test(fake, rejects_bad_requests_before_sending);
+  tcase_add_test(fake, out_dtype_on_the_wire);
   suite_add_tcase(s, fake);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
