@@ -1,14 +1,30 @@
 /*
  * gk_epilogue_dev.cuh - the activations of the GEMM epilogue (gk_problem.h, gk_act) as device
  * functions: used by gk_epilogue.cu's pass over C, and ReLU by the kernels that fuse it into
- * their own store (gk_kernel.epilogue). The formulas are proto/PROTOCOL.md's.
+ * their own store (gk_kernel.epilogue), and the conversions of C's element types. The formulas
+ * are proto/PROTOCOL.md's.
  *
  * Contract: header-only, included by .cu files only; F is float or double.
  */
 #ifndef GK_EPILOGUE_DEV_CUH
 #define GK_EPILOGUE_DEV_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "gk_problem.h"
+
+/* An element of C as float, and a float rounded (to nearest even) into C's type: for the
+ * passes over C and the stores that write C in its out dtype (the output cast). */
+__device__ __forceinline__ float gk__to_f32(float x) { return x; }
+__device__ __forceinline__ float gk__to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float gk__to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T gk__from_f32(float x);
+template <> __device__ __forceinline__ float gk__from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half gk__from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 gk__from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 /* ReLU, NaN kept (x < 0 is false for it); alone for the kernels that fuse it into their store
  * (gk_kernel.epilogue). */

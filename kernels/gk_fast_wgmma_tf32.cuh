@@ -221,16 +221,18 @@ static inline bool gk__tf32_fits(const gk_problem *p) {
          p->m * p->k * 4 < ((int64_t)1 << 40) && p->k * p->n * 4 < ((int64_t)1 << 40);
 }
 
-/* A 3-D map (inner, outer, batch) over `batch` row-major matrices of outer x inner floats, read
- * as boxes of 32 (128 bytes) x box_outer with the 128-byte swizzle, zero fill out of bounds. */
-static inline cudaError_t gk__tf32_map(CUtensorMap *map, const float *base, int64_t inner, int64_t outer,
-                     int64_t batch, unsigned box_outer) {
+/* A 3-D map (inner, outer, batch) over `batch` row-major matrices of outer x inner floats (or
+ * elements of `elem` bytes of `type`), read as boxes of 128 bytes x box_outer with the 128-byte
+ * swizzle, zero fill out of bounds. */
+static inline cudaError_t gk__tf32_map(CUtensorMap *map, const void *base, int64_t inner, int64_t outer,
+                     int64_t batch, unsigned box_outer,
+                     CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_FLOAT32, unsigned elem = 4) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = gk__tensor_map_encoder();
   if (encode == NULL) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {(cuuint64_t)inner, (cuuint64_t)outer, (cuuint64_t)batch};
-  const cuuint64_t strides[2] = {(cuuint64_t)inner * 4, (cuuint64_t)(inner * outer) * 4};
-  const cuuint32_t box[3] = {32, box_outer, 1}, unit[3] = {1, 1, 1};
-  CUresult rc = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float *>(base), dims,
+  const cuuint64_t strides[2] = {(cuuint64_t)inner * elem, (cuuint64_t)(inner * outer) * elem};
+  const cuuint32_t box[3] = {128 / elem, box_outer, 1}, unit[3] = {1, 1, 1}; /* a swizzle row */
+  CUresult rc = encode(map, type, 3, const_cast<void *>(base), dims,
                        strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return rc == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;

@@ -55,6 +55,10 @@ typedef struct {
 } gk_kernel;
 
 #define GK_EPILOGUE_FUSED 1u
+/* The kernel also takes a p->cast problem itself (C, C0 and the bias in the out dtype, rounded
+ * in its store; p->work unused), with the bias and ReLU fused as above: gk_gpu_gemm then gives it
+ * the cast problem (one piece, no GELU) instead of widening C0 and rounding C in passes. */
+#define GK_EPILOGUE_CAST 2u
 
 /* The two kernels that are always registered; the fast ones are reached through gk_kernels(). */
 extern const gk_kernel gk_kernel_tiled16; /* the classic 16x16 shared-memory tiled kernel: every problem */

@@ -108,7 +108,7 @@ static int64_t gk_bias_row_count(const gk_problem *p)
  * blocks write C. */
 static bool gk_bias_apart(const gk_problem *p)
 {
-  const size_t size = gk_dtype_size(p->dtype);
+  const size_t size = gk_dtype_size(gk_problem_c_dtype(p));
   const char *bias = (const char *)p->bias, *c = (const char *)p->c;
   const int64_t rows = gk_bias_row_count(p);
   const char *bias_end = bias + ((rows - 1) * p->bias_stride + p->n) * (int64_t)size;
@@ -122,7 +122,7 @@ static bool gk_bias_apart(const gk_problem *p)
  * fit the scratch or it cannot be had. */
 static bool gk_bias_to_scratch(gk_gpu_ctx *ctx, gk_problem *p, cudaStream_t stream)
 {
-  const size_t size = gk_dtype_size(p->dtype), row_bytes = (size_t)p->n * size;
+  const size_t size = gk_dtype_size(gk_problem_c_dtype(p)), row_bytes = (size_t)p->n * size;
   const int64_t rows = gk_bias_row_count(p);
   if (rows > (int64_t)(GK_BIAS_SCRATCH_BYTES / row_bytes))
     return false;
@@ -152,14 +152,44 @@ static void gk_fused_parts(gk_gpu_ctx *ctx, gk_problem *p, const gk_kernel *kern
           (gk_bias_apart(p) || gk_bias_to_scratch(ctx, p, stream));
 }
 
-/* A cast problem: C0 into the work area, the plain problem there, then the rounding into C.
- * The plain problem's bias is the work area's first row of each entry (fused kernels copy it
- * apart as they do any bias inside C). */
+/* A cast problem to a kernel that casts in its own store (GK_EPILOGUE_CAST), with the bias
+ * and ReLU fused too; false (nothing enqueued but maybe the bias's copy to the scratch, which
+ * does no harm) when it cannot take the whole epilogue: GELU, or a bias it cannot read apart. */
+static bool gk_gpu_gemm_cast_fused(gk_gpu_ctx *ctx, const gk_problem *p, const gk_kernel *kernel,
+                                   cudaStream_t stream, cudaError_t *err)
+{
+  if (!(kernel->epilogue & GK_EPILOGUE_CAST) || (p->act != GK_ACT_NONE && p->act != GK_ACT_RELU) ||
+      !kernel->supports(p, gk_gpu_ctx_cc(ctx)))
+    return false;
+  gk_problem whole = *p;
+  bool bias_fused = false, act_fused = false;
+  gk_fused_parts(ctx, &whole, kernel, stream, &bias_fused, &act_fused);
+  const bool bias_read = p->bias != NULL && p->beta != 0.0;
+  if ((bias_read && !bias_fused) || (p->act == GK_ACT_RELU && !act_fused))
+    return false;
+  if (!bias_read)
+    whole.bias = NULL, whole.bias_stride = 0;
+  *err = kernel->launch(ctx, &whole, stream);
+  return true;
+}
+
+/* A cast problem: to a kernel that casts in its store where the plain problem's kernel does;
+ * else C0 into the work area, the plain problem there, then the rounding into C. The plain
+ * problem's bias is the work area's first row of each entry (fused kernels copy it apart as
+ * they do any bias inside C). */
 static cudaError_t gk_gpu_gemm_cast(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                                     cudaStream_t stream, const gk_kernel **used)
 {
-  cudaError_t err = gk_gpu_cast_in(p, stream);
   const gk_problem plain = gk_problem_uncast(p);
+  const gk_kernel *kernel =
+      gk_problem_pieces(p) == 1 ? gk_select(&plain, gk_gpu_ctx_cc(ctx), preference) : NULL;
+  cudaError_t err = cudaSuccess;
+  if (kernel != NULL && gk_gpu_gemm_cast_fused(ctx, p, kernel, stream, &err)) {
+    if (used != NULL)
+      *used = kernel;
+    return err;
+  }
+  err = gk_gpu_cast_in(p, stream);
   if (err == cudaSuccess)
     err = gk_gpu_gemm(ctx, &plain, preference, stream, used);
   if (err == cudaSuccess)

@@ -584,6 +584,8 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
   void *d_work;
   CUDA_OR_DIE(cudaMalloc(&d_work, (size_t)c_elems * es));
   CUDA_OR_DIE(cudaMemset(d_work, 0xFF, (size_t)c_elems * es));
+  CUDA_OR_DIE(cudaDeviceSynchronize()); /* the memset is on the legacy stream, which the test's
+                                           non-blocking stream does not wait for */
   gk_problem p = {.dtype = tc->dtype, .fast = tc->fast, .trans_a = tc->trans_a,
                   .trans_b = tc->trans_b, .m = tc->m, .n = tc->n, .k = tc->k, .batch = tc->batch,
                   .alpha = tc->alpha, .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c,
@@ -620,8 +622,11 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
 
 static void run_cast(test_env *env)
 {
-  /* the last: rows of 16 bytes and more than 128 rows (TF32 reaches 16, which fuses the bias) */
-  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 41, 3}, {200, 136, 72, 2}};
+  /* from the third: rows of whole 16 bytes in f16/bf16 and more than 128 rows, so that TF32
+   * reaches 16, which casts in its store (NN and TN, then NT and TT; the last on its wide tile
+   * and more tiles than SMs) */
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 41, 3}, {200, 136, 72, 2},
+                                      {264, 128, 100, 3}, {2048, 1024, 64, 2}};
   static const gk_dtype outs[] = {GK_F16, GK_BF16};
   for (size_t mi = 0; mi < MODE_COUNT; mi++) {
     if (all_modes[mi].dtype != GK_F32 && all_modes[mi].dtype != GK_F64)
@@ -629,7 +634,7 @@ static void run_cast(test_env *env)
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
       for (int form = 0; form < 4; form++) {
         test_case tc = {all_modes[mi].dtype, all_modes[mi].fast, shapes[s][0], shapes[s][1],
-                        shapes[s][2], shapes[s][3], form & 1, s == 1, -0.75, 0.5, true, false};
+                        shapes[s][2], shapes[s][3], form & 1, s % 2 == 1, -0.75, 0.5, true, false};
         run_cast_case(env, &tc, outs[(s + (size_t)form) % 2], form);
       }
   }
