@@ -47,8 +47,12 @@
  * Contract: f32 with precision "fast" on compute capability 9.0 exactly, any m, n, k, the
  * transposes NN, NT and TT, alpha/beta (beta == 0: C not read), any batch, when TMA can
  * describe the operands: A and B 16-byte aligned and their stored rows a multiple of 4 elements
- * (16 bytes). Everything else stays with mma_tf32, registered after this kernel.
+ * (16 bytes). Everything else stays with mma_tf32, registered after this kernel. With the output
+ * cast (p->cast) C is f16 or bf16, each output rounded from its float in the store
+ * (GK_EPILOGUE_CAST), for a problem without a bias or activation (gk_gpu_gemm runs those as
+ * passes, so such a problem keeps the cast's passes too).
  */
+#include "gk_epilogue_dev.cuh"
 #include "gk_fast_wgmma_tf32.cuh" /* the tile, fragments, k-tile steps, maps; gk_fast_wgmma.cuh */
 #include "gk_gpu.h"
 
@@ -59,27 +63,33 @@ template <int BS, int STAGES>
 using tf32_cfg = gk__wgmma_tf32_cfg<BS, STAGES>;
 
 #if GK_WGMMA_DEVICE
-/* Four outputs C[row][col..col+3] after alpha/beta; vec4 (n % 4 == 0, C 16-byte aligned): the
- * group is wholly inside, one 16-byte access each way; else element by element. */
-__device__ __forceinline__ void store4(const tf32_args &args, float *c, int row, int col, float4 v,
+/* Four outputs C[row][col..col+3] after alpha/beta, rounded to C's element type T (float, or
+ * the output cast's __half / __nv_bfloat16); vec4 (n % 4 == 0, C aligned to four elements): the
+ * group is wholly inside, one access each way; else element by element. */
+template <typename T>
+__device__ __forceinline__ void store4(const tf32_args &args, T *c, int row, int col, float4 v,
                                        bool vec4) {
+  struct alignas(4 * sizeof(T)) quad { T e[4]; };
   if (row >= args.m || col >= args.n) return;
-  float *dst = c + (int64_t)row * args.n + col;
+  T *dst = c + (int64_t)row * args.n + col;
   float r[4] = {v.x * args.alpha, v.y * args.alpha, v.z * args.alpha, v.w * args.alpha};
   if (vec4) {
     if (!args.beta_zero) {
-      const float4 old = *reinterpret_cast<const float4 *>(dst);
-      r[0] = fmaf(args.beta, old.x, r[0]), r[1] = fmaf(args.beta, old.y, r[1]);
-      r[2] = fmaf(args.beta, old.z, r[2]), r[3] = fmaf(args.beta, old.w, r[3]);
+      const quad old = *reinterpret_cast<const quad *>(dst);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = fmaf(args.beta, gk__to_f32(old.e[e]), r[e]);
     }
-    *reinterpret_cast<float4 *>(dst) = make_float4(r[0], r[1], r[2], r[3]);
+    quad out;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out.e[e] = gk__from_f32<T>(r[e]);
+    *reinterpret_cast<quad *>(dst) = out;
     return;
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     if (col + e >= args.n) break;
-    if (!args.beta_zero) r[e] = fmaf(args.beta, dst[e], r[e]);
-    dst[e] = r[e];
+    if (!args.beta_zero) r[e] = fmaf(args.beta, gk__to_f32(dst[e]), r[e]);
+    dst[e] = gk__from_f32<T>(r[e]);
   }
 }
 
@@ -90,7 +100,7 @@ __device__ __forceinline__ void store4(const tf32_args &args, float *c, int row,
  * batch chunk. Warpgroup 0 (one elected thread) fills the ring by TMA; warpgroups 1 and 2 each
  * multiply 64 rows of the tile. X_MN: X's stored tile is MN-major (k rows); OUT_T: D = C^T.
  */
-template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT>
+template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT, typename T>
 __global__ void __launch_bounds__(C::THREADS, 1)
     tf32_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
               tf32_args args) {
@@ -148,8 +158,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
    * Accumulator layout: thread (warp4, g, t) holds D rows warp4*16 + g and + 8, columns 8j + 2t
    * and + 1 in acc[4j..4j+1] and acc[4j+2..4j+3]. */
   gk__named_sync(1, 128 * C::CONSUMERS);
-  float *c = args.c + (int64_t)z * args.stride_c;
-  const bool vec4 = args.n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  T *c = reinterpret_cast<T *>(args.c) + (int64_t)z * args.stride_c;
+  const bool vec4 = args.n % 4 == 0 && reinterpret_cast<uintptr_t>(c) % (4 * sizeof(T)) == 0;
   if (OUT_T) {
     /* stage[s][r]: row s of the tile = a row of C (64 floats, this consumer's columns) */
     unsigned char *stage = ring + consumer * BS * C::CT_PITCH;
@@ -197,9 +207,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
 /* One formulation (see the file comment): X stored x_inner x x_outer per problem, Y stored S x K
  * (K-major); D is R x S. */
-template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT>
+template <class C, bool X_MN, bool OUT_T, bool IN_FLIGHT, typename T>
 cudaError_t run(const gk_problem *p, cudaStream_t stream) {
-  auto kernel = tf32_gemm<C, X_MN, OUT_T, IN_FLIGHT>;
+  auto kernel = tf32_gemm<C, X_MN, OUT_T, IN_FLIGHT, T>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)C::SMEM_BYTES);
   if (err != cudaSuccess) return err;
@@ -207,7 +217,7 @@ cudaError_t run(const gk_problem *p, cudaStream_t stream) {
   const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    const tf32_args chunk = gk__tf32_args_at(plan, first);
+    const tf32_args chunk = gk__tf32_args_at<T>(plan, first);
     CUtensorMap map_x, map_y;
     const cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err != cudaSuccess) return map_err;
@@ -230,22 +240,32 @@ bool use_narrow(const gk_gpu_ctx *ctx, const gk_problem *p) {
   return wide_tiles * 2 <= sms;
 }
 
-template <class C, bool IN_FLIGHT>
+template <class C, bool IN_FLIGHT, typename T>
 cudaError_t launch_with(const gk_problem *p, cudaStream_t stream) {
-  if (!p->trans_a && !p->trans_b) return run<C, true, true, IN_FLIGHT>(p, stream); /* NN: C^T = B^T A^T */
-  if (!p->trans_a && p->trans_b) return run<C, false, false, IN_FLIGHT>(p, stream); /* NT */
-  if (p->trans_a && p->trans_b) return run<C, true, false, IN_FLIGHT>(p, stream);   /* TT */
-  return cudaErrorInvalidValue;                                                  /* TN: mma_tf32 */
+  if (!p->trans_a && !p->trans_b) return run<C, true, true, IN_FLIGHT, T>(p, stream); /* NN: C^T = B^T A^T */
+  if (!p->trans_a && p->trans_b) return run<C, false, false, IN_FLIGHT, T>(p, stream); /* NT */
+  if (p->trans_a && p->trans_b) return run<C, true, false, IN_FLIGHT, T>(p, stream);   /* TT */
+  return cudaErrorInvalidValue;                                                     /* TN: mma_tf32 */
+}
+
+/* C's element type: f32, or the output cast's f16 / bf16 (rounded in the store, so the cast
+ * costs no pass over C). */
+template <class C, bool IN_FLIGHT>
+cudaError_t launch_typed(const gk_problem *p, cudaStream_t stream) {
+  if (!p->cast) return launch_with<C, IN_FLIGHT, float>(p, stream);
+  if (p->out_dtype == GK_F16) return launch_with<C, IN_FLIGHT, __half>(p, stream);
+  return launch_with<C, IN_FLIGHT, __nv_bfloat16>(p, stream);
 }
 
 bool wgmma_tf32_supports(const gk_problem *p, int cc) {
-  return p->dtype == GK_F32 && p->fast && cc == 90 && !(p->trans_a && !p->trans_b) && gk__tf32_fits(p);
+  return p->dtype == GK_F32 && p->fast && cc == 90 && !(p->trans_a && !p->trans_b) &&
+         gk__tf32_fits(p) && gk_problem_cast_ok(p);
 }
 
 cudaError_t wgmma_tf32_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_tf32_supports(p, 90)) return cudaErrorInvalidValue;
-  return use_narrow(ctx, p) ? launch_with<cfg_narrow, false>(p, stream)
-                            : launch_with<cfg_wide, false>(p, stream);
+  return use_narrow(ctx, p) ? launch_typed<cfg_narrow, false>(p, stream)
+                            : launch_typed<cfg_wide, false>(p, stream);
 }
 
 #ifdef GK_WGMMA_TF32_VARIANTS
@@ -253,8 +273,8 @@ cudaError_t wgmma_tf32_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t
  * tiles, two fragment sets (bench/RESULTS.md, 08: slower than waiting per tile). */
 cudaError_t wgmma_tf32_in_flight_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_tf32_supports(p, 90)) return cudaErrorInvalidValue;
-  return use_narrow(ctx, p) ? launch_with<cfg_narrow, true>(p, stream)
-                            : launch_with<cfg_wide, true>(p, stream);
+  return use_narrow(ctx, p) ? launch_typed<cfg_narrow, true>(p, stream)
+                            : launch_typed<cfg_wide, true>(p, stream);
 }
 #endif
 
@@ -262,10 +282,10 @@ cudaError_t wgmma_tf32_in_flight_launch(gk_gpu_ctx *ctx, const gk_problem *p, cu
 extern "C" const gk_kernel gk_kernel_wgmma_tf32 = {
     "wgmma_tf32",
     "f32 precision fast, Hopper wgmma tf32 + TMA: 128x256x32 tile (128x128 for small grids), "
-    "A operand from registers, C^T = B^T A^T for NN; not TN (08)",
+    "A operand from registers, C^T = B^T A^T for NN, C cast to f16/bf16 in the store; not TN (08)",
     wgmma_tf32_supports,
     wgmma_tf32_launch,
-    0,
+    GK_EPILOGUE_CAST,
 };
 #ifdef GK_WGMMA_TF32_VARIANTS
 extern "C" const gk_kernel gk_kernel_wgmma_tf32_in_flight = {

@@ -33,8 +33,6 @@
  * describable by TMA: 16-byte aligned, n a multiple of 4. The rest stays with 08 and 05,
  * registered after this kernel.
  */
-#include <type_traits>
-
 #include "gk_epilogue_dev.cuh"
 #include "gk_fast_wgmma_tf32.cuh"
 #include "gk_gpu.h"
@@ -221,13 +219,6 @@ bool c_fits(const gk_problem *p) {
   return gk__aligned(p->c, 16) && (p->n * elem) % 16 == 0 && p->m * p->n * elem < ((int64_t)1 << 40);
 }
 
-/* The tensor-map type of C's element type. */
-template <typename T> constexpr CUtensorMapDataType c_map_type() {
-  return sizeof(T) == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                        : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-}
-
 template <class C, bool X_MN, bool OUT_T, typename T>
 cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
   auto kernel = persist_gemm<C, X_MN, OUT_T, T>;
@@ -238,16 +229,12 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
   const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    tf32_args chunk = plan.args; /* C and the bias rows from problem `first` on, in elements of T */
-    chunk.c = reinterpret_cast<float *>(static_cast<T *>(p->c) + first * plan.args.stride_c);
-    if (p->bias != NULL)
-      chunk.bias = reinterpret_cast<const float *>(static_cast<const T *>(p->bias) +
-                                                   first * plan.args.bias_stride);
+    const tf32_args chunk = gk__tf32_args_at<T>(plan, first);
     CUtensorMap map_x, map_y, map_c;
     cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err == cudaSuccess) /* boxes of 128 bytes of C, 64 rows deep or PART_COLS (D = C^T) */
       map_err = gk__tf32_map(&map_c, chunk.c, p->n, p->m, count, OUT_T ? C::PART_COLS : 64,
-                             c_map_type<T>(), sizeof(T));
+                             gk__tf32_c_map_type<T>(), sizeof(T));
     if (map_err != cudaSuccess) return map_err;
     const int64_t work = tiles * count;
     const unsigned grid = (unsigned)(work < sms ? work : sms);

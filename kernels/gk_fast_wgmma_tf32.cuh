@@ -10,6 +10,8 @@
 #ifndef GK_FAST_WGMMA_TF32_CUH
 #define GK_FAST_WGMMA_TF32_CUH
 
+#include <type_traits>
+
 #include "gk_fast_wgmma.cuh" /* mbarrier, TMA, wgmma fence/commit/wait, setmaxnreg, descriptors */
 
 /* The tile configuration (see 08's opening comment). At namespace scope: in the compute_80 pass
@@ -264,13 +266,26 @@ static inline gk__tf32_plan gk__tf32_plan_for(const gk_problem *p, bool out_t) {
   return plan;
 }
 
-/* The kernel's arguments for the batch chunk from problem `first` on: C and the bias rows. */
+/* The kernel's arguments for the batch chunk from problem `first` on: C and the bias rows, of
+ * C's element type T (float, or the output cast's __half / __nv_bfloat16: args.c and args.bias
+ * then point at elements of T, which the stores reinterpret). */
+template <typename T = float>
 static inline gk__wgmma_tf32_args gk__tf32_args_at(const gk__tf32_plan &plan, int64_t first) {
   gk__wgmma_tf32_args chunk = plan.args;
-  chunk.c += first * plan.args.stride_c;
-  if (chunk.bias != NULL) chunk.bias += first * plan.args.bias_stride;
+  chunk.c = reinterpret_cast<float *>(reinterpret_cast<T *>(plan.args.c) + first * plan.args.stride_c);
+  if (chunk.bias != NULL)
+    chunk.bias = reinterpret_cast<const float *>(reinterpret_cast<const T *>(plan.args.bias) +
+                                                 first * plan.args.bias_stride);
   return chunk;
 }
+
+/* The tensor-map type of C's element type T. */
+template <typename T> constexpr CUtensorMapDataType gk__tf32_c_map_type() {
+  return sizeof(T) == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                        : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
 
 /* The tensor maps of X and Y for `count` problems from problem `first`: X stored MN-major (k rows
  * of R, X_MN) or K-major (R rows of k), Y always K-major (S rows of k). */

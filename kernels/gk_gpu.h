@@ -56,8 +56,9 @@ typedef struct {
 
 #define GK_EPILOGUE_FUSED 1u
 /* The kernel also takes a p->cast problem itself (C, C0 and the bias in the out dtype, rounded
- * in its store; p->work unused), with the bias and ReLU fused as above: gk_gpu_gemm then gives it
- * the cast problem (one piece, no GELU) instead of widening C0 and rounding C in passes. */
+ * in its store; p->work unused): gk_gpu_gemm then gives it the cast problem (one piece, and an
+ * epilogue it fuses whole: none, or with GK_EPILOGUE_FUSED the bias and ReLU) instead of
+ * widening C0 and rounding C in passes. */
 #define GK_EPILOGUE_CAST 2u
 
 /* The two kernels that are always registered; the fast ones are reached through gk_kernels(). */

@@ -597,9 +597,12 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
   const gk_kernel *used = NULL;
   uint16_t *got = xmalloc((size_t)c_elems * os);
   cudaError_t err = run_auto(env, &p, got, (size_t)c_elems * os, &used);
-  int64_t off = 0; /* f64: elements not the out dtype's rounding of the float64 result */
+  /* f64: elements not the out dtype's rounding of the float64 result. Not those below 1e-6:
+   * GELU's left tail, 0.5 x (1 + erf(x / sqrt 2)) for x < -8, cancels to a few ulps of 1, where
+   * the device's erf and libm's may differ by one (k = 520 reaches it) */
+  int64_t off = 0;
   for (int64_t i = 0; tc->dtype == GK_F64 && err == cudaSuccess && i < c_elems; i++)
-    off += got[i] != round_out(out, ref[i]);
+    off += fabs(ref[i]) > 1e-6 && got[i] != round_out(out, ref[i]);
   char label[64], why[96];
   snprintf(label, sizeof label, "%s+%s>%s/%d", used ? used->name : "?",
            dtype_label(tc->dtype, tc->fast), dtype_label(out, false), form);
@@ -623,10 +626,12 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
 static void run_cast(test_env *env)
 {
   /* from the third: rows of whole 16 bytes in f16/bf16 and more than 128 rows, so that TF32
-   * reaches 16, which casts in its store (NN and TN, then NT and TT; the last on its wide tile
-   * and more tiles than SMs) */
-  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 41, 3}, {200, 136, 72, 2},
-                                      {264, 128, 100, 3}, {2048, 1024, 64, 2}};
+   * reaches 16, which casts in its store (NN and TN, then NT and TT; the fifth on its wide tile
+   * and more tiles than SMs); the last two, k > 512, reach 08, which casts in its store too
+   * (forms 0 and 1), by four-element groups and, with n % 4 != 0, element by element */
+  static const int64_t shapes[][4] = {{1, 1, 1, 1},       {37, 29, 41, 3},    {200, 136, 72, 2},
+                                      {264, 128, 100, 3}, {2048, 1024, 64, 2}, {300, 264, 600, 1},
+                                      {129, 131, 520, 2}};
   static const gk_dtype outs[] = {GK_F16, GK_BF16};
   for (size_t mi = 0; mi < MODE_COUNT; mi++) {
     if (all_modes[mi].dtype != GK_F32 && all_modes[mi].dtype != GK_F64)

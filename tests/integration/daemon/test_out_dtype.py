@@ -217,7 +217,8 @@ def test_pipelined_mixed(ctx):
 
 def test_through_shared_memory(ctx):
     """a, b and c (in the out dtype) in a region, the result written into it: m n elements of
-    the out dtype, NaN-poisoned first, and the bytes right after it untouched."""
+    the out dtype, NaN-poisoned first, and the bytes right after it untouched; the last problem
+    is tall enough for the GPU backend's row blocks."""
     with ctx.daemon() as d, d.connect() as client:
         if "shm" not in client.call("info")["features"]:
             raise h.Skip("no shared memory on this connection")
@@ -226,7 +227,10 @@ def test_through_shared_memory(ctx):
             for dtype, out, (m, n, k), kw in (("f32", "bf16", (300, 257, 70), {"beta": 0.5}),
                                               ("f64", "f16", (64, 65, 33),
                                                {"bias": True, "act": "relu"}),
-                                              ("f32", "f16", (37, 29, 41), {"batch": 3})):
+                                              ("f32", "f16", (37, 29, 41), {"batch": 3}),
+                                              # on the GPU: row blocks (gd_gpu_pieces.c), each
+                                              # with its rows of the work area
+                                              ("f32", "bf16", (4608, 256, 64), {"beta": 0.5})):
                 hdr, a, b, c = problem(ctx, m, n, k, dtype, out, **kw)
                 refs = [region.put(a, dtype), region.put(b, dtype)]
                 if "beta" in kw or "bias" in kw:
