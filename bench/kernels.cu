@@ -107,6 +107,10 @@ bool any_problem(const gk_problem *, int) { return true; }
 #define SIMT_F32(BM, BN, BK, MB, ASYNC)                                                       \
   {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB "_async_" #ASYNC, "", any_problem,               \
    launch_nn<gk__simt_launcher<float, BM, BN, BK, MB, ASYNC>>, 0}
+/* 8 x 16 outputs per thread (JG 4 column groups), warp tiles of 64 x 64 */
+#define SIMT_F32_JG(BM, BN, BK, MB, ASYNC, JG)                                                  \
+  {"simt_f32_" #BM "x" #BN "x" #BK "_b" #MB "_async_" #ASYNC "_jg" #JG, "", any_problem,      \
+   launch_nn<gk__simt_launcher<float, BM, BN, BK, MB, ASYNC, JG>>, 0}
 #define MMA_BF16(BM, BN, BK, WM, WN, S)                                                        \
   {"mma_bf16_" #BM "x" #BN "x" #BK "_w" #WM "x" #WN "_s" #S, "", any_problem,                   \
    launch_nn<gk__mma16_launcher<__nv_bfloat16, gk__mma16_cfg<BM, BN, BK, WM, WN, S>>>, 0}
@@ -144,6 +148,9 @@ const variant kVariants[] = {
     {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
     {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
     {0, SIMT_F32_ONE_PER_SM(256, 128, 16)}, {0, SIMT_F32_ONE_PER_SM(128, 256, 16)},
+    {0, SIMT_F32_JG(128, 128, 8, 2, true, 4)}, {0, SIMT_F32_JG(128, 128, 16, 2, true, 4)},
+    {0, SIMT_F32_JG(128, 256, 8, 1, true, 4)}, {0, SIMT_F32_JG(256, 128, 8, 1, true, 4)},
+    {0, SIMT_F32_JG(128, 128, 8, 3, true, 4)},
     {0, SIMT_F32_SPLITK(2)},                {0, SIMT_F32_SPLITK(3)},
     {0, SIMT_F32_SPLITK(4)},                {0, SIMT_F32_SPLITK(5)},
     {0, SIMT_F32_SPLITK(6)},                {0, SIMT_F32_SPLITK(8)},

@@ -135,14 +135,17 @@ struct gk__simt_stage {
  * shared by cp.async instead of through registers (only with VEC), freeing its staging
  * registers.
  */
-template <typename T, int BM, int BN, int BK, bool ASYNC, bool TA, bool TB, bool VEC>
+template <typename T, int BM, int BN, int BK, bool ASYNC, bool TA, bool TB, bool VEC, int JG = 2>
 struct gk__simt_cta {
-  static constexpr int NT = (BM / 8) * (BN / 8);
+  /* JG: column groups of 4 per thread, 16 columns apart: 2 (8 x 8 outputs, warp 64 x 32) or 4
+   * (8 x 16, warp 64 x 64: B read as 4 vectors a k step, 128 FMAs for 6 shared loads) */
+  static constexpr int TN = 4 * JG, WN = 16 * JG;
+  static constexpr int NT = (BM / 8) * (BN / TN);
   static constexpr int PAD = 4;
   static constexpr int PA = BM + PAD, PB = BN + PAD;
   /* shared memory of the main loop: two buffers of each operand's k tile */
   static constexpr int A_ELEMS = 2 * BK * PA, B_ELEMS = 2 * BK * PB;
-  static_assert(BM % 64 == 0 && BN % 32 == 0, "the block tile is a grid of 64x32 warp tiles");
+  static_assert(BM % 64 == 0 && BN % WN == 0, "the block tile is a grid of 64 x WN warp tiles");
   static_assert(BK % 4 == 0, "k tiles are loaded as 4-vectors");
 
   /* A tile: stored BM x BK (k contiguous, transposed into smem) or BK x BM when trans_a. */
@@ -154,11 +157,11 @@ struct gk__simt_cta {
   /* acc[i][j] is the tile's element (row_of(i), col_of(j)) (see the file comment). */
   static __device__ __forceinline__ int row_of(int i) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return (warp / (BN / 32)) * 64 + (i / 4) * 32 + (lane / 4) * 4 + (i % 4);
+    return (warp / (BN / WN)) * 64 + (i / 4) * 32 + (lane / 4) * 4 + (i % 4);
   }
   static __device__ __forceinline__ int col_of(int j) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return (warp % (BN / 32)) * 32 + (j / 4) * 16 + (lane % 4) * 4 + (j % 4);
+    return (warp % (BN / WN)) * WN + (j / 4) * 16 + (lane % 4) * 4 + (j % 4);
   }
 
   /* acc = the BM x BN tile at (m0, n0) of A*B over k tiles [kt0, kt1) (acc = 0 when empty);
@@ -166,7 +169,7 @@ struct gk__simt_cta {
    * with a __syncthreads, so the caller may reuse as and bs at once. */
   static __device__ __forceinline__ void mainloop(const gk__simt_args<T> &args, const T *a,
                                                   const T *b, int m0, int n0, int kt0, int kt1,
-                                                  T *as, T *bs, T (&acc)[8][8]) {
+                                                  T *as, T *bs, T (&acc)[8][TN]) {
     const int tid = threadIdx.x;
     /* Each operand's tile origin and how it advances per k tile. */
     const T *a_tile = TA ? a + (int64_t)kt0 * BK * args.lda + m0
@@ -202,13 +205,13 @@ struct gk__simt_cta {
     };
 
     const int warp = tid / 32, lane = tid % 32;
-    const int wm = (warp / (BN / 32)) * 64, wn = (warp % (BN / 32)) * 32;
+    const int wm = (warp / (BN / WN)) * 64, wn = (warp % (BN / WN)) * WN;
     const int lm = lane / 4, ln = lane % 4;
 
 #pragma unroll
     for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = T(0);
+      for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
     if (kt0 >= kt1) return;
 
     load_k_tile(0);
@@ -226,15 +229,19 @@ struct gk__simt_cta {
         const T *arow = as_cur + kk * PA + wm + lm * 4;
         const T *brow = bs_cur + kk * PB + wn + ln * 4;
         gk__v4<T> a_lo = gk__ld4(arow), a_hi = gk__ld4(arow + 32);
-        gk__v4<T> b_lo = gk__ld4(brow), b_hi = gk__ld4(brow + 16);
         T av[8] = {a_lo.v[0], a_lo.v[1], a_lo.v[2], a_lo.v[3],
                    a_hi.v[0], a_hi.v[1], a_hi.v[2], a_hi.v[3]};
-        T bv[8] = {b_lo.v[0], b_lo.v[1], b_lo.v[2], b_lo.v[3],
-                   b_hi.v[0], b_hi.v[1], b_hi.v[2], b_hi.v[3]};
+        T bv[TN];
+#pragma unroll
+        for (int g = 0; g < JG; ++g) {
+          const gk__v4<T> b4 = gk__ld4(brow + 16 * g);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) bv[4 * g + e] = b4.v[e];
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+          for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
       }
 
       if (kt + 1 < count) store_k_tile(cur ^ 1);
@@ -243,7 +250,7 @@ struct gk__simt_cta {
   }
 
   /* acc[i][jh*4 .. jh*4 + 3]: four neighbours in a row of the tile, at (row_of(i), col_of(jh*4)). */
-  static __device__ __forceinline__ gk__v4<T> acc4(const T (&acc)[8][8], int i, int jh) {
+  static __device__ __forceinline__ gk__v4<T> acc4(const T (&acc)[8][TN], int i, int jh) {
     gk__v4<T> v;
 #pragma unroll
     for (int e = 0; e < 4; ++e) v.v[e] = acc[i][jh * 4 + e];
@@ -280,10 +287,10 @@ struct gk__simt_cta {
 /* One block per BM x BN tile of C over all of k. MIN_BLOCKS: blocks per SM the register budget
  * must allow (launch bounds). */
 template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC, bool TA, bool TB,
-          bool VEC>
-__global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
+          bool VEC, int JG = 2>
+__global__ void __launch_bounds__((BM / 8) * (BN / (4 * JG)), MIN_BLOCKS)
     gk__simt_gemm(gk__simt_args<T> args) {
-  using cta = gk__simt_cta<T, BM, BN, BK, ASYNC, TA, TB, VEC>;
+  using cta = gk__simt_cta<T, BM, BN, BK, ASYNC, TA, TB, VEC, JG>;
   __shared__ __align__(16) T as[cta::A_ELEMS];
   __shared__ __align__(16) T bs[cta::B_ELEMS];
 
@@ -291,7 +298,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
   gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
   const int m0 = tile_m * BM, n0 = tile_n * BN;
   const int64_t z = blockIdx.z;
-  T acc[8][8];
+  T acc[8][cta::TN];
   cta::mainloop(args, args.a + z * args.stride_a, args.b + z * args.stride_b, m0, n0, 0,
                 (args.k + BK - 1) / BK, as, bs, acc);
 
@@ -299,7 +306,7 @@ __global__ void __launch_bounds__((BM / 8) * (BN / 8), MIN_BLOCKS)
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int jh = 0; jh < 2; ++jh)
+    for (int jh = 0; jh < JG; ++jh)
       cta::store4(args, c, m0 + cta::row_of(i), n0 + cta::col_of(jh * 4), cta::acc4(acc, i, jh));
 }
 
@@ -333,7 +340,7 @@ static inline bool gk__simt_vec(const gk_problem *p) {
 }
 
 /* Host side: builds the arguments, picks the instantiation, launches every batch chunk. */
-template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC = false>
+template <typename T, int BM, int BN, int BK, int MIN_BLOCKS, bool ASYNC = false, int JG = 2>
 struct gk__simt_launcher {
   template <bool TA, bool TB, bool VEC>
   static cudaError_t run(const gk_problem *p, cudaStream_t stream) {
@@ -342,8 +349,8 @@ struct gk__simt_launcher {
     if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
     return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
       dim3 grid((unsigned)tiles, 1, count);
-      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, ASYNC, TA, TB, VEC>
-          <<<grid, (BM / 8) * (BN / 8), 0, stream>>>(gk__args_at(args, first));
+      gk__simt_gemm<T, BM, BN, BK, MIN_BLOCKS, ASYNC, TA, TB, VEC, JG>
+          <<<grid, (BM / 8) * (BN / (4 * JG)), 0, stream>>>(gk__args_at(args, first));
       return cudaGetLastError();
     });
   }

@@ -402,6 +402,14 @@ static void run_matrix(test_env *env, bool quick)
     for (size_t i = 0; i < sizeof(chunked) / sizeof(chunked[0]); i++)
       run_case(env, &chunked[i]);
   }
+  if (!quick) { /* 02's wide tile (two waves of 128 x 256 tiles, k >= 1024): every transpose,
+                 * ragged m, n and k, alpha and beta with C; against cuBLAS only */
+    for (int t = 0; t < 4; t++) {
+      const test_case tc = {GK_F32, false, 2500, 4100, 1030, 1, t & 1, (t >> 1) & 1,
+                            t ? -0.75 : 1.0, t ? 1.5 : 0.0, false, true};
+      run_case(env, &tc);
+    }
+  }
   if (!quick) { /* one 8192^3 per dtype for f32 and bf16, against cuBLAS only */
     const gk_dtype big[] = {GK_F32, GK_BF16};
     for (int i = 0; i < 2; i++) {
