@@ -267,6 +267,10 @@ static void handle(gd_backend *be, tjob *jobs, int count, const gd_backend_event
   CHECK(t != NULL, "event for an unknown job");
   if (!t)
     return;
+  /* A client that left mid-payload may still meet the resume posted before it left (the
+   * scheduler drops such events itself once the waiter is gone); nothing else may follow. */
+  if (t->vanish && t->phase == T_DONE && ev->type == GD_EV_INPUT_RESUME)
+    return;
   CHECK(t->phase != T_DONE, "event type %d after the job's final event", (int)ev->type);
   switch (ev->type) {
   case GD_EV_INPUT_RESUME:
