@@ -144,8 +144,8 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
 
   # the output cast on the GPU backend: f16 / bf16 results of f32 / f64 gemms, the small lane
   # batching by shape and out dtype, results through staging, regions and resident c in the
-  # out dtype.
-  gemmd_fake_test(daemon_fake_out_dtype ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_out_dtype.py 1
+  # out dtype; on two devices, a gemm split between them whose parent runs in row blocks.
+  gemmd_fake_test(daemon_fake_out_dtype ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_out_dtype.py 2
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

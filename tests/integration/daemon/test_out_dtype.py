@@ -23,7 +23,7 @@ import gemmd_harness as h  # noqa: E402
 from test_epilogue import check as check_close, expected  # noqa: E402
 from test_epilogue import problem as epilogue_problem  # noqa: E402
 from test_resident import put  # noqa: E402
-from test_shm import Region, expect_error  # noqa: E402
+from test_shm import GPU, Region, expect_error, reg_stats, wait_registered  # noqa: E402
 
 CASTS = (("f32", "bf16"), ("f32", "f16"), ("f64", "bf16"), ("f64", "f16"))
 ACTS = (None, "relu", "gelu", "gelu_tanh")
@@ -255,6 +255,44 @@ def test_through_shared_memory(ctx):
             region.close()
 
 
+def test_split_in_row_blocks(ctx):
+    """On two GPU devices (real or the fake's): a cast gemm in a region, tall enough to be split
+    by rows between both (gpu.split_min_rows) and for the parent's rows to run in row blocks,
+    each with its own rows of the work area: right, split and run in blocks."""
+    if not GPU:
+        return
+    config = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB", "split_min_rows": 128}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        stats = client.call("stats")["backend_stats"]
+        if len(stats["devices"]) < 2 or "shm" not in client.call("info")["features"]:
+            print("  one GPU, or no shared memory: nothing to split")
+            return
+        region = Region(8 << 20).register(client)
+        wait_registered(d, client, 1, 8 << 20)
+        try:
+            m, n, k = 8704, 16, 24
+            hdr, a, b, c = problem(ctx, m, n, k, "f32", "bf16", beta=0.5)
+            refs = [region.put(a, "f32"), region.put(b, "f32"), region.put(c, "bf16")]
+            nbytes = m * n * 2
+            dest = region.take(nbytes)
+            region.map[dest["offset"]:dest["offset"] + nbytes] = b"\xff" * nbytes
+            hdr["out"] = dest
+            before = client.call("stats")["backend_stats"]
+            out_hdr, data = result(client, send(client, hdr, *refs), hdr)
+            after = client.call("stats")["backend_stats"]
+            what = "split %dx%dx%d f32 -> bf16" % (m, n, k)
+            h.check_out_hdr(out_hdr, m, n, "bf16", 1, what)
+            got = np.frombuffer(bytes(region.map[dest["offset"]:dest["offset"] + nbytes]),
+                                "<u2").reshape(m, n)
+            ref, scale = expected(a, b, c, hdr)
+            h.check_cast(got, ref, scale, "f32", "bf16", k, what)
+            assert after["shm_split_jobs"] - before["shm_split_jobs"] == 1, (before, after)
+            assert after["shm_pieced_jobs"] > before["shm_pieced_jobs"], (before, after)
+            assert "+" in out_hdr["device"], out_hdr
+        finally:
+            region.close()
+
+
 def test_resident_c(ctx):
     """c as a handle: put with the out dtype it serves; put with the gemm's own dtype it is
     refused, naming the dtype it needs."""
@@ -329,7 +367,7 @@ def send_duplicate_key(client, hdr, a, b):
 
 TESTS = [test_features, test_every_cast_and_form, test_epilogue, test_large, test_rounding,
          test_same_dtype_is_no_cast, test_pipelined_mixed, test_through_shared_memory,
-         test_resident_c, test_misuse]
+         test_split_in_row_blocks, test_resident_c, test_misuse]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
