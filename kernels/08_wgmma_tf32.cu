@@ -252,9 +252,9 @@ cudaError_t launch_with(const gk_problem *p, cudaStream_t stream) {
  * costs no pass over C). */
 template <class C, bool IN_FLIGHT>
 cudaError_t launch_typed(const gk_problem *p, cudaStream_t stream) {
-  if (!p->cast) return launch_with<C, IN_FLIGHT, float>(p, stream);
-  if (p->out_dtype == GK_F16) return launch_with<C, IN_FLIGHT, __half>(p, stream);
-  return launch_with<C, IN_FLIGHT, __nv_bfloat16>(p, stream);
+  return gk__with_c_type(p, [&](auto c_type) {
+    return launch_with<C, IN_FLIGHT, typename decltype(c_type)::type>(p, stream);
+  });
 }
 
 bool wgmma_tf32_supports(const gk_problem *p, int cc) {

@@ -251,15 +251,6 @@ cudaError_t launch_with(const gk_problem *p, int sms, cudaStream_t stream) {
   return cudaErrorInvalidValue;                                                /* TN: mma_tf32 */
 }
 
-/* C's element type: f32, or the output cast's f16 / bf16 (stored straight from the accumulators:
- * the cast costs no pass over C, and the store moves half the bytes). */
-template <class C>
-cudaError_t launch_typed(const gk_problem *p, int sms, cudaStream_t stream) {
-  if (!p->cast) return launch_with<C, float>(p, sms, stream);
-  if (p->out_dtype == GK_F16) return launch_with<C, __half>(p, sms, stream);
-  return launch_with<C, __nv_bfloat16>(p, sms, stream);
-}
-
 /* Where k is longer, 08's 4-stage ring keeps the tensor cores fed a little better than this
  * kernel's 3 stages and the store is a small share of the work (H100, same run: 8192^3 339 against
  * 347 TFLOP/s, 2048^3 306 against 322; 1000 x 1200 x 800 86 / 86); up to here it is this one
@@ -278,7 +269,12 @@ cudaError_t wgmma_tf32_persist_launch(gk_gpu_ctx *ctx, const gk_problem *p, cuda
   const int64_t wide_tiles = ((rows + cfg_wide::BR - 1) / cfg_wide::BR) *
                              ((cols + cfg_wide::BS - 1) / cfg_wide::BS) * p->batch;
   const bool narrow = wide_tiles * 2 <= sms || cols <= cfg_narrow::BS; /* or half of it idle */
-  return narrow ? launch_typed<cfg_narrow>(p, sms, stream) : launch_typed<cfg_wide>(p, sms, stream);
+  /* C's element type: f32, or the output cast's f16 / bf16 (stored straight from the
+   * accumulators: the cast costs no pass over C, and the store moves half the bytes) */
+  return gk__with_c_type(p, [&](auto c_type) {
+    using T = typename decltype(c_type)::type;
+    return narrow ? launch_with<cfg_narrow, T>(p, sms, stream) : launch_with<cfg_wide, T>(p, sms, stream);
+  });
 }
 
 } // namespace

@@ -279,6 +279,15 @@ static inline gk__wgmma_tf32_args gk__tf32_args_at(const gk__tf32_plan &plan, in
   return chunk;
 }
 
+/* C's element type for p, as a tag: float, or the output cast's __half / __nv_bfloat16. f is
+ * called with gk__c_type<T>() for the one that applies (the launchers' one typed dispatch). */
+template <typename T> struct gk__c_type { using type = T; };
+template <class F> static inline cudaError_t gk__with_c_type(const gk_problem *p, F f) {
+  if (!p->cast) return f(gk__c_type<float>());
+  if (p->out_dtype == GK_F16) return f(gk__c_type<__half>());
+  return f(gk__c_type<__nv_bfloat16>());
+}
+
 /* The tensor-map type of C's element type T. */
 template <typename T> constexpr CUtensorMapDataType gk__tf32_c_map_type() {
   return sizeof(T) == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
