@@ -52,18 +52,17 @@ void gk_host_bias_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows)
   }
 }
 
-void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
-  if (p->act == GK_ACT_NONE)
-    return;
-  size_t es = gk_dtype_size(p->dtype);
-  char *first = (char *)p->c + (size_t)(i * gk_problem_c_elems(p) + r0 * p->n) * es;
-  for (int64_t e = 0; e < rows * p->n; e++)
-    gk_host_store(p->dtype, first, e, act_apply(p->act, gk_host_load(p->dtype, first, e)));
-}
-
 /* Row r of batch entry i: its first element's index in C (and in the work area). */
 static int64_t row_index(const gk_problem *p, int64_t i, int64_t r) {
   return i * gk_problem_c_elems(p) + r * p->n;
+}
+
+void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
+  if (p->act == GK_ACT_NONE)
+    return;
+  int64_t first = row_index(p, i, r0);
+  for (int64_t e = first; e < first + rows * p->n; e++)
+    gk_host_store(p->dtype, p->c, e, act_apply(p->act, gk_host_load(p->dtype, p->c, e)));
 }
 
 void gk_host_cast_in(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
