@@ -54,8 +54,9 @@ struct CUevent_st {
   int device;
 };
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_BIAS, OP_ACT, OP_CAST_IN, OP_CAST_OUT,
-       OP_FAULT, OP_FREE };
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_GEMM, OP_ROWS, OP_FAULT, OP_FREE };
+/* A pass over a problem's C, row runs of each batch entry (gk_epilogue.h's host functions). */
+typedef void (*rows_fn)(const gk_problem *p, int64_t i, int64_t r0, int64_t rows);
 typedef struct op {
   int kind;
   void *dst;
@@ -67,6 +68,7 @@ typedef struct op {
   cudaHostFn_t fn;
   void *arg;
   gk_problem p;
+  rows_fn rows; /* OP_ROWS */
   struct op *next;
 } op;
 
@@ -505,21 +507,9 @@ static void exec(struct CUstream_st *s, op *o) {
     if (!fast_mode())
       gemm_run(&o->p);
     break;
-  case OP_BIAS: /* the epilogue's passes, as gk_epilogue.cu's on a real device */
+  case OP_ROWS: /* the epilogue's and the cast's passes, as gk_epilogue.cu's on a device */
     for (int64_t i = 0; i < o->p.batch; i++)
-      gk_host_bias_rows(&o->p, i, 0, o->p.m);
-    break;
-  case OP_ACT:
-    for (int64_t i = 0; i < o->p.batch; i++)
-      gk_host_act_rows(&o->p, i, 0, o->p.m);
-    break;
-  case OP_CAST_IN: /* the output cast's passes, as gk_epilogue.cu's */
-    for (int64_t i = 0; i < o->p.batch; i++)
-      gk_host_cast_in(&o->p, i, 0, o->p.m);
-    break;
-  case OP_CAST_OUT:
-    for (int64_t i = 0; i < o->p.batch; i++)
-      gk_host_cast_out(&o->p, i, 0, o->p.m);
+      o->rows(&o->p, i, 0, o->p.m);
     break;
   case OP_FREE:
     pool_free(o->arg);
@@ -789,25 +779,28 @@ const gk_kernel *gk_select(const gk_problem *p, int cc, const char *preference) 
   (void)preference;
   return &fake_kernel;
 }
+/* A pass of rows over p's C on stream. */
+static cudaError_t push_rows(cudaStream_t stream, const gk_problem *p, rows_fn rows) {
+  op *o = new_op(OP_ROWS);
+  o->p = *p;
+  o->rows = rows;
+  return push(stream, o);
+}
+
 /* The output cast around the plain problem, as the real gk_gpu_gemm: C0 into the work area
  * (here every row takes its own bias copy), the plain gemm there, the rounding into C. */
 static cudaError_t gemm_cast(gk_gpu_ctx *ctx, const gk_problem *p, const char *preference,
                              cudaStream_t stream, const gk_kernel **used) {
   if (!gk_problem_cast_ok(p))
     return cudaErrorInvalidValue;
-  op *in = new_op(OP_CAST_IN);
-  in->p = *p;
-  cudaError_t e = push(stream, in);
+  cudaError_t e = push_rows(stream, p, gk_host_cast_in);
   gk_problem plain = gk_problem_uncast(p);
   plain.bias = NULL;
   plain.bias_stride = 0;
   if (e == cudaSuccess)
     e = gk_gpu_gemm(ctx, &plain, preference, stream, used);
-  if (e == cudaSuccess) {
-    op *out = new_op(OP_CAST_OUT);
-    out->p = *p;
-    e = push(stream, out);
-  }
+  if (e == cudaSuccess)
+    e = push_rows(stream, p, gk_host_cast_out);
   return e;
 }
 
@@ -819,20 +812,14 @@ cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const char *prefer
   if (used)
     *used = k;
   cudaError_t e = cudaSuccess;
-  if (p->bias && p->beta != 0.0) { /* as the real one: the bias rows, the kernel, the activation */
-    op *o = new_op(OP_BIAS);
-    o->p = *p;
-    e = push(stream, o);
-  }
+  if (p->bias && p->beta != 0.0) /* as the real one: the bias rows, the kernel, the activation */
+    e = push_rows(stream, p, gk_host_bias_rows);
   for (int64_t i = 0; i < gk_problem_pieces(p) && e == cudaSuccess; i++) {
     gk_problem q = gk_problem_piece(p, i);
     e = k->launch(ctx, &q, stream);
   }
-  if (e == cudaSuccess && p->act != GK_ACT_NONE) {
-    op *o = new_op(OP_ACT);
-    o->p = *p;
-    e = push(stream, o);
-  }
+  if (e == cudaSuccess && p->act != GK_ACT_NONE)
+    e = push_rows(stream, p, gk_host_act_rows);
   return e;
 }
 

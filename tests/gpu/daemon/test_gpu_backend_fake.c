@@ -803,6 +803,15 @@ static void scenario_cpulist(void) {
     CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
 }
 
+/* A backend as make(staging, 0) with `slots` small-job slots. */
+static gd_backend *make_with_slots(uint64_t staging, uint32_t slots) {
+  uint32_t saved = g_small_slots;
+  g_small_slots = slots;
+  gd_backend *be = make(staging, 0);
+  g_small_slots = saved;
+  return be;
+}
+
 /* Prepares every job on device 0. */
 static void prepare_on_first(gd_backend *be, tjob *jobs, int count) {
   for (int i = 0; i < count; i++) {
@@ -818,10 +827,7 @@ static void prepare_on_first(gd_backend *be, tjob *jobs, int count) {
  * shape; a job whose deadline passed leaves its batch alone; adjacent slots copy as one. The
  * worker is held in its first job's pass (a stalled fake device) while the others queue. */
 static void scenario_small_batches(void) {
-  uint32_t slots = g_small_slots;
-  g_small_slots = 32;
-  gd_backend *be = make(65536, 0);
-  g_small_slots = slots;
+  gd_backend *be = make_with_slots(65536, 32);
   if (!be)
     return;
   enum { N = 18 };
@@ -876,10 +882,7 @@ static void scenario_small_batches(void) {
 /* The output cast through every path: f32 / f64 jobs returning f16 / bf16, small ones batched in
  * the small lane (two shapes, one with beta), large ones through staging in many chunks. */
 static void scenario_cast(void) {
-  uint32_t slots = g_small_slots;
-  g_small_slots = 32;
-  gd_backend *be = make(4096, 0);
-  g_small_slots = slots;
+  gd_backend *be = make_with_slots(4096, 32);
   if (!be)
     return;
   enum { N = 10 };
