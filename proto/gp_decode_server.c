@@ -264,7 +264,7 @@ static void hdr_string_read(gp_decoder *d) {
     return;
   gp__printable(value, sizeof value, d->str, d->str_len);
   if (d->cur_key == KEY_DTYPE || d->cur_key == KEY_OUT_DTYPE)
-    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: \"%s\" is not one of f32, f64, f16, bf16",
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: \"%s\" is not one of f32, f64, f16, bf16, i8, i32",
                 hdr_keys[d->cur_key], value);
   else if (d->cur_key == KEY_ACTIVATION)
     gp__rejectf(d, GP_E_INVALID_ARGUMENT,

@@ -20,8 +20,8 @@ static int name_index(const char *const *names, unsigned count, const char *name
   return -1;
 }
 
-static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16"};
-static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2};
+static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i8", "i32"};
+static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2, 1, 4};
 
 size_t gp_dtype_size(gp_dtype dtype) {
   if ((unsigned)dtype >= GP_DTYPE_COUNT)
@@ -136,14 +136,20 @@ void gp_gemm_hdr_init(gp_gemm_hdr *hdr) {
   hdr->timeout_ms = 0;
 }
 
+gp_dtype gp_dtype_result(gp_dtype dtype) { return dtype == GP_DTYPE_I8 ? GP_DTYPE_I32 : dtype; }
+
+bool gp_dtype_is_int(gp_dtype dtype) { return dtype == GP_DTYPE_I8; }
+
 gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr) {
-  return hdr->has_out_dtype ? hdr->out_dtype : hdr->dtype;
+  return hdr->has_out_dtype ? hdr->out_dtype : gp_dtype_result(hdr->dtype);
 }
 
-bool gp_gemm_casts(const gp_gemm_hdr *hdr) { return gp_gemm_out_dtype(hdr) != hdr->dtype; }
+bool gp_gemm_casts(const gp_gemm_hdr *hdr) {
+  return gp_gemm_out_dtype(hdr) != gp_dtype_result(hdr->dtype);
+}
 
 bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out) {
-  if (out == dtype)
+  if (out == gp_dtype_result(dtype))
     return true;
   return (dtype == GP_DTYPE_F32 || dtype == GP_DTYPE_F64) &&
          (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
@@ -265,6 +271,22 @@ static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *l
   return GP_OK;
 }
 
+/* An integer scalar within int32, as the 32-bit arithmetic takes it. */
+static bool is_int32(double v) { return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0; }
+
+/* What only the integer gemm asks: integer alpha and beta (the result is exact, wrapping in 32
+ * bits), and no activation but ReLU (GELU of an integer has no integer answer). */
+static int check_int_gemm(const gp_gemm_hdr *hdr, gp_error *err) {
+  if (!is_int32(hdr->alpha) || !is_int32(hdr->beta))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "alpha, beta: an %s gemm takes integers within int32 (got %g, %g)",
+                        gp_dtype_name(hdr->dtype), hdr->alpha, hdr->beta);
+  if (hdr->activation != GP_ACT_NONE && hdr->activation != GP_ACT_RELU)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "activation: an %s gemm takes none or relu", gp_dtype_name(hdr->dtype));
+  return GP_OK;
+}
+
 int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
                          gp_error *err) {
   int rc;
@@ -275,10 +297,15 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
       (rc = check_dim("k", hdr->k, limits->max_dim, err)) != GP_OK ||
       (rc = check_dim("batch", hdr->batch, limits->max_batch, err)) != GP_OK)
     return rc;
+  if (hdr->dtype == GP_DTYPE_I32)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "dtype: i32 is a result dtype only (an i8 gemm returns i32)");
   if (!isfinite(hdr->alpha))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "alpha: must be finite");
   if (!isfinite(hdr->beta))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta: must be finite");
+  if (gp_dtype_is_int(hdr->dtype) && (rc = check_int_gemm(hdr, err)) != GP_OK)
+    return rc;
   if (hdr->beta != 0.0 && !has_c)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
   if (hdr->bias && (hdr->beta == 0.0 || !has_c))
@@ -292,7 +319,7 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
   if (!gp_dtype_cast_ok(hdr->dtype, gp_gemm_out_dtype(hdr)))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
-                        "cast to f16 or bf16)",
+                        "cast to f16 or bf16; an i8 gemm returns i32)",
                         gp_dtype_name(hdr->dtype), gp_dtype_name(hdr->out_dtype));
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)

@@ -19,12 +19,14 @@ typedef enum {
   GP_DTYPE_F64 = 1,
   GP_DTYPE_F16 = 2,
   GP_DTYPE_BF16 = 3,
+  GP_DTYPE_I8 = 4,  /* an integer gemm's operands: its result (and c) is i32 */
+  GP_DTYPE_I32 = 5, /* a result dtype only (and a resident c's): no gemm takes i32 operands */
 } gp_dtype;
-#define GP_DTYPE_COUNT 4
+#define GP_DTYPE_COUNT 6
 
-/* Bytes per element (4, 8, 2, 2). */
+/* Bytes per element (4, 8, 2, 2, 1, 4). */
 size_t gp_dtype_size(gp_dtype dtype);
-/* Wire name: "f32", "f64", "f16", "bf16". */
+/* Wire name: "f32", "f64", "f16", "bf16", "i8", "i32". */
 const char *gp_dtype_name(gp_dtype dtype);
 /* Parses a wire name of len bytes; 0 on success, GP_E_INVALID_ARGUMENT otherwise. */
 int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out);
@@ -117,11 +119,17 @@ typedef struct {
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
 void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
 
-/* The dtype of C as sent and of the result: out_dtype when sent, else dtype. */
+/* The dtype a gemm of dtype returns uncast: i32 for i8 (32-bit accumulation), else dtype. */
+gp_dtype gp_dtype_result(gp_dtype dtype);
+/* True for the integer gemm (i8): alpha and beta are integers, the arithmetic 32-bit two's
+ * complement (wrapping), and the epilogue ReLU at most. */
+bool gp_dtype_is_int(gp_dtype dtype);
+/* The dtype of C as sent and of the result: out_dtype when sent, else gp_dtype_result. */
 gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr);
-/* True when the result is cast: its dtype is not the one A and B have. */
+/* True when the result is cast: its dtype is not the one the gemm returns uncast. */
 bool gp_gemm_casts(const gp_gemm_hdr *hdr);
-/* Whether a gemm of dtype may return out: out == dtype, or f16 / bf16 from f32 / f64. */
+/* Whether a gemm of dtype may return out: its uncast result dtype, or f16 / bf16 from f32 /
+ * f64. */
 bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out);
 
 /* Rows and columns of an operand as stored (after the transpose flags; C with bias: 1 x n). */

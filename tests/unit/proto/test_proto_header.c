@@ -192,9 +192,9 @@ START_TEST(every_key_set) {
 END_TEST
 
 START_TEST(every_dtype_sizes_operands) {
-  static const char *const names[] = {"f32", "f64", "f16", "bf16"};
-  static const size_t sizes[] = {4, 8, 2, 2};
-  for (int dt = 0; dt < 4; dt++) {
+  static const char *const names[] = {"f32", "f64", "f16", "bf16", "i8"};
+  static const size_t sizes[] = {4, 8, 2, 2, 1};
+  for (int dt = 0; dt < 5; dt++) {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -568,7 +568,7 @@ static void x_out_wider(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(
  * cast, c and the result take the out dtype's size, and the encoder writes the key only for a
  * real cast. */
 START_TEST(out_dtype_key) {
-  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16",
+  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32",
                GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_int, "out_dtype: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_wider, "out_dtype: a f32 gemm cannot return f64", GP_E_INVALID_ARGUMENT);
@@ -576,7 +576,8 @@ START_TEST(out_dtype_key) {
     for (int out = 0; out < GP_DTYPE_COUNT; out++) {
       bool casts = (dt == GP_DTYPE_F32 || dt == GP_DTYPE_F64) &&
                    (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
-      ck_assert(gp_dtype_cast_ok((gp_dtype)dt, (gp_dtype)out) == (casts || dt == out));
+      bool same = out == (dt == GP_DTYPE_I8 ? GP_DTYPE_I32 : dt); /* i8's result is i32 */
+      ck_assert(gp_dtype_cast_ok((gp_dtype)dt, (gp_dtype)out) == (casts || same));
     }
   const gp_dtype from[2] = {GP_DTYPE_F32, GP_DTYPE_F64}, to[3] = {GP_DTYPE_F16, GP_DTYPE_BF16,
                                                                   GP_DTYPE_F64};
@@ -625,7 +626,7 @@ START_TEST(wrong_dims_and_dtype) {
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
   msgpack_sbuffer_clear(&sb);
   expect_required_rejected(&sb, &pk, 1, 1, 1, "f128", GP_E_INVALID_ARGUMENT,
-                           "dtype: \"f128\" is not one of f32, f64, f16, bf16");
+                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32");
   gemm_start(&pk, 3, 4);
   key(&pk, "dtype");
   tp_pack_binstr(&pk, "f32");
@@ -683,6 +684,60 @@ START_TEST(operands_wrong) {
 }
 END_TEST
 
+/* An i8 header through the validator: err's code, and its message starting with `want`. */
+static void check_i8_hdr(const gp_gemm_hdr *h, bool has_c, int code, const char *want) {
+  gp_limits lim;
+  gp_limits_default(&lim);
+  gp_error err;
+  ck_assert_int_eq(gp_gemm_hdr_validate(h, has_c, &lim, &err), code);
+  if (want != NULL)
+    ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "got \"%s\", want \"%s...\"",
+                  err.message, want);
+}
+
+/* The integer gemm: i8 operands, c and the result i32 (4 bytes, out_dtype i32 or none), integer
+ * alpha and beta within int32, ReLU at most; i32 is no gemm's dtype. */
+START_TEST(integer_gemm) {
+  gp_gemm_hdr h;
+  gp_gemm_hdr_init(&h);
+  h.m = 5, h.n = 3, h.k = 16, h.batch = 2, h.dtype = GP_DTYPE_I8, h.alpha = -7, h.beta = 3;
+  uint64_t a_bytes, c_bytes, result_bytes;
+  ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_A, &a_bytes) && a_bytes == 2 * 5 * 16);
+  ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_C, &c_bytes) && c_bytes == 2 * 5 * 3 * 4);
+  ck_assert(gp_gemm_result_bytes(&h, &result_bytes) && result_bytes == c_bytes);
+  ck_assert_int_eq(gp_gemm_out_dtype(&h), GP_DTYPE_I32);
+  ck_assert(!gp_gemm_casts(&h) && gp_dtype_is_int(h.dtype));
+  check_i8_hdr(&h, true, GP_OK, NULL);
+  h.has_out_dtype = true, h.out_dtype = GP_DTYPE_I32; /* the same as none */
+  check_i8_hdr(&h, true, GP_OK, NULL);
+  ck_assert(!gp_gemm_casts(&h));
+  h.out_dtype = GP_DTYPE_F32;
+  check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "out_dtype: a i8 gemm cannot return f32");
+  h.has_out_dtype = false, h.alpha = 0.5;
+  check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "alpha, beta: an i8 gemm takes integers");
+  h.alpha = 2147483648.0; /* one past int32 */
+  check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "alpha, beta");
+  h.alpha = -2147483648.0, h.beta = 2147483647.0; /* the ends of int32 */
+  check_i8_hdr(&h, true, GP_OK, NULL);
+  h.activation = GP_ACT_GELU;
+  check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "activation: an i8 gemm takes none or relu");
+  h.activation = GP_ACT_RELU, h.bias = true; /* a bias row of n i32 values */
+  check_i8_hdr(&h, true, GP_OK, NULL);
+  ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_C, &c_bytes) && c_bytes == 3 * 4);
+  h.dtype = GP_DTYPE_I32;
+  check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "dtype: i32 is a result dtype only");
+  /* on the wire: the encoder sends no out_dtype for i8's own result, and it decodes back */
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 4, want.n = 8, want.k = 32, want.dtype = GP_DTYPE_I8, want.trans_b = true;
+  want.alpha = 3, want.beta = -2;
+  gp_gemm_hdr got = encode_decode(&want, "out_dtype", false);
+  ck_assert_int_eq(got.dtype, GP_DTYPE_I8);
+  ck_assert_int_eq(gp_gemm_out_dtype(&got), GP_DTYPE_I32);
+  ck_assert(got.alpha == 3 && got.beta == -2 && got.trans_b);
+}
+END_TEST
+
 START_TEST(semantic_limits) {
   gp_limits lim;
   gp_limits_default(&lim);
@@ -724,6 +779,7 @@ Suite *header_suite(void) {
   tcase_add_test(tc, wrong_dims_and_dtype);
   tcase_add_test(tc, operands_wrong);
   tcase_add_test(tc, semantic_limits);
+  tcase_add_test(tc, integer_gemm);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -106,6 +106,8 @@ START_TEST(gemm_requests) {
   uint64_t rng = 42;
   static const uint64_t dims[] = {1, 7, 17, 33};
   for (int dt = 0; dt < GP_DTYPE_COUNT; dt++) {
+    if (dt == GP_DTYPE_I32)
+      continue; /* a result dtype only */
     for (size_t i = 0; i < 4; i++) {
       gp_gemm_hdr h;
       gp_gemm_hdr_init(&h);
@@ -117,8 +119,8 @@ START_TEST(gemm_requests) {
       h.trans_b = (i >> 1) & 1;
       h.batch = 1 + i % 3;
       check_gemm_roundtrip(&h, false, &rng);
-      h.alpha = -0.5;
-      h.beta = 2.25;
+      h.alpha = dt == GP_DTYPE_I8 ? -3 : -0.5; /* the integer gemm takes integers */
+      h.beta = dt == GP_DTYPE_I8 ? 2 : 2.25;
       h.precision = GP_PRECISION_FAST;
       h.has_timeout = true;
       h.timeout_ms = 1500;

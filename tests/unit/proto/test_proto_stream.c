@@ -32,12 +32,12 @@ static void add_server_message(stream *s, uint32_t msgid, uint64_t *rng) {
     h.m = 1 + tp_rand(rng) % 9;
     h.n = 1 + tp_rand(rng) % 9;
     h.k = 1 + tp_rand(rng) % 9;
-    h.dtype = (gp_dtype)(tp_rand(rng) % GP_DTYPE_COUNT);
+    h.dtype = (gp_dtype)(tp_rand(rng) % GP_DTYPE_I32); /* every gemm dtype: i32 is a result's */
     h.trans_a = tp_rand(rng) & 1;
     h.batch = 1 + tp_rand(rng) % 3;
     bool with_c = tp_rand(rng) & 1;
     if (with_c)
-      h.beta = 0.5;
+      h.beta = h.dtype == GP_DTYPE_I8 ? 2 : 0.5; /* the integer gemm takes integers */
     uint8_t *ops[3];
     uint64_t sizes[3];
     tp_encode_gemm(&s->sb, msgid, &h, with_c, rng, ops, sizes);
