@@ -12,8 +12,9 @@
  * is already X^T. Leading dimensions are the stored row lengths.
  *
  * Types: f32 in/out with f32 compute (TF32 tensor cores when precision is
- * "fast"), f64 with f64 compute, f16 and bf16 in/out with f32 compute; alpha
- * and beta are passed in the compute type (double for f64, float otherwise).
+ * "fast"), f64 with f64 compute, f16 and bf16 in/out with f32 compute, i8 in
+ * with i32 out and compute; alpha and beta are passed in the compute type
+ * (double for f64, int32 for i8, float otherwise).
  * cuBLAS does not read C when beta == 0, matching gk_problem's contract.
  */
 #include <cublas_v2.h>
@@ -42,7 +43,8 @@ bool cublas_supports(const gk_problem *p, int cc)
 {
   (void)cc;
   /* The 32-bit API: dimensions and batch count are int. */
-  return (p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16) &&
+  return (p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16 ||
+          p->dtype == GK_I8) &&
          p->m <= INT_MAX && p->n <= INT_MAX && p->k <= INT_MAX && p->batch <= INT_MAX;
 }
 
@@ -60,20 +62,27 @@ cudaError_t cublas_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t str
   if (status != CUBLAS_STATUS_SUCCESS)
     return from_cublas(status);
 
-  cudaDataType_t type;
+  cudaDataType_t type, c_type;
   cublasComputeType_t compute;
   switch (p->dtype) {
   case GK_F32: type = CUDA_R_32F; compute = p->fast ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; break;
   case GK_F64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
   case GK_F16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
   case GK_BF16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
+  case GK_I8: type = CUDA_R_8I; compute = CUBLAS_COMPUTE_32I; break;
   default: return cudaErrorInvalidValue;
   }
+  c_type = p->dtype == GK_I8 ? CUDA_R_32I : type;
   /* Scalars in the compute type; host pointer mode (the handle's default) reads them now. */
   const float alpha_f = (float)p->alpha, beta_f = (float)p->beta;
   const double alpha_d = p->alpha, beta_d = p->beta;
-  const void *alpha = p->dtype == GK_F64 ? (const void *)&alpha_d : (const void *)&alpha_f;
-  const void *beta = p->dtype == GK_F64 ? (const void *)&beta_d : (const void *)&beta_f;
+  const int32_t alpha_i = (int32_t)p->alpha, beta_i = (int32_t)p->beta; /* checked integers */
+  const void *alpha = p->dtype == GK_F64 ? (const void *)&alpha_d
+                      : p->dtype == GK_I8 ? (const void *)&alpha_i
+                                          : (const void *)&alpha_f;
+  const void *beta = p->dtype == GK_F64 ? (const void *)&beta_d
+                     : p->dtype == GK_I8 ? (const void *)&beta_i
+                                         : (const void *)&beta_f;
 
   const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
   /* Column-major view, see the comment at the top: first operand B, second A. */
@@ -83,7 +92,7 @@ cudaError_t cublas_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t str
   const int ld_a = p->trans_a ? m : k; /* stored row length of A (k x m when transposed) */
   status = cublasGemmStridedBatchedEx(handle, op_b, op_a, n, m, k, alpha, p->b, type, ld_b,
                                       (long long)p->k * p->n, p->a, type, ld_a,
-                                      (long long)p->m * p->k, beta, p->c, type, n,
+                                      (long long)p->m * p->k, beta, p->c, c_type, n,
                                       (long long)p->m * p->n, (int)p->batch, compute,
                                       CUBLAS_GEMM_DEFAULT);
   return from_cublas(status);

@@ -24,7 +24,8 @@
  *   - batch: grid.z walks the batch, in chunks of 65535 (grid.z's limit), and
  *     grid.y walks row tiles in chunks of 65535 likewise;
  *   - f32, f64, f16, bf16: f16 and bf16 are converted to f32 as they are
- *     loaded and accumulate in f32; f64 accumulates in f64.
+ *     loaded and accumulate in f32; f64 accumulates in f64; i8 accumulates in
+ *     i32 into an i32 C, alpha and beta in 32-bit arithmetic that wraps.
  *
  * Measured on an H200, 4096^3 (bench/RESULTS.md, "Baseline: tiled16"):
  * f32 7.72 TFLOP/s, 15% of cuBLAS SGEMM's 51.0;
@@ -42,9 +43,13 @@ namespace {
 constexpr int kTile = 16;
 constexpr unsigned kGridLimitYZ = 65535; /* gridDim.y and gridDim.z maxima */
 
-/* Accumulator type per storage type: f64 keeps f64, everything else f32. */
+/* Accumulator type per storage type: f64 keeps f64, i8 accumulates in i32, everything else
+ * f32. C is of type CType: T, but i32 for i8. */
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
+template <> struct Acc<int8_t> { using type = int32_t; };
+template <typename T> struct CType { using type = T; };
+template <> struct CType<int8_t> { using type = int32_t; };
 
 template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
 template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
@@ -53,7 +58,35 @@ template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16
   return __bfloat162float(v);
 }
 
-template <typename T> __device__ __forceinline__ T from_acc(typename Acc<T>::type v) { return v; }
+template <> __device__ __forceinline__ int32_t to_acc<int8_t>(int8_t v) { return v; }
+/* An element of C into the accumulator type. */
+template <typename T> __device__ __forceinline__ typename Acc<T>::type c_to_acc(typename CType<T>::type v)
+{
+  return to_acc<typename CType<T>::type>(v);
+}
+template <> __device__ __forceinline__ int32_t c_to_acc<int8_t>(int32_t v) { return v; }
+
+template <typename T> __device__ __forceinline__ typename CType<T>::type from_acc(typename Acc<T>::type v)
+{
+  return v;
+}
+
+/* alpha * sum + beta * c0 (c0 read only when beta != 0: NaN in C stays out); in i32, unsigned
+ * arithmetic, which wraps as the hardware does and is defined in C++. */
+template <typename AccT>
+__device__ __forceinline__ AccT axpby(AccT alpha, AccT sum, AccT beta, const AccT *c0)
+{
+  return beta != AccT(0) ? alpha * sum + beta * *c0 : alpha * sum;
+}
+template <>
+__device__ __forceinline__ int32_t axpby<int32_t>(int32_t alpha, int32_t sum, int32_t beta,
+                                                  const int32_t *c0)
+{
+  uint32_t v = (uint32_t)alpha * (uint32_t)sum;
+  if (beta != 0)
+    v += (uint32_t)beta * (uint32_t)*c0;
+  return (int32_t)v;
+}
 template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v)
 {
@@ -70,7 +103,8 @@ struct TiledArgs {
 template <typename T, int TILE>
 __global__ void __launch_bounds__(TILE *TILE)
     tiled_gemm(TiledArgs args, typename Acc<T>::type alpha, typename Acc<T>::type beta,
-               const T *__restrict__ a, const T *__restrict__ b, T *__restrict__ c)
+               const T *__restrict__ a, const T *__restrict__ b,
+               typename CType<T>::type *__restrict__ c)
 {
   using AccT = typename Acc<T>::type;
   static_assert(TILE >= 1, "TILE is the side of the square tile and of the thread block");
@@ -138,10 +172,10 @@ __global__ void __launch_bounds__(TILE *TILE)
 
   const int64_t i = row0 + ty, j = col0 + tx;
   if (i < m && j < n) {
-    AccT out = alpha * sum;
+    AccT c0 = 0;
     if (beta != AccT(0)) /* beta == 0: C is not read, as in BLAS */
-      out += beta * to_acc(c[i * n + j]);
-    c[i * n + j] = from_acc<T>(out);
+      c0 = c_to_acc<T>(c[i * n + j]);
+    c[i * n + j] = from_acc<T>(axpby<AccT>(alpha, sum, beta, &c0));
   }
 }
 
@@ -158,7 +192,7 @@ cudaError_t launch_typed(const gk_problem *p, cudaStream_t stream)
   const dim3 block(kTile, kTile);
   const T *a = static_cast<const T *>(p->a);
   const T *b = static_cast<const T *>(p->b);
-  T *c = static_cast<T *>(p->c);
+  typename CType<T>::type *c = static_cast<typename CType<T>::type *>(p->c);
 
   for (int64_t z0 = 0; z0 < p->batch; z0 += kGridLimitYZ) {
     const int64_t zn = p->batch - z0 < kGridLimitYZ ? p->batch - z0 : kGridLimitYZ;
@@ -180,7 +214,8 @@ bool tiled_supports(const gk_problem *p, int cc)
   (void)cc; /* plain CUDA C: runs on every device the build targets */
   /* Every shape, transpose, batch and dtype: the selector's last resort. Pointers are not
    * looked at (a caller may select before it allocates); the launch checks them. */
-  return p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16;
+  return p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16 ||
+         p->dtype == GK_I8;
 }
 
 cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream)
@@ -194,6 +229,8 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
   case GK_F64: return launch_typed<double>(p, stream);
   case GK_F16: return launch_typed<__half>(p, stream);
   case GK_BF16: return launch_typed<__nv_bfloat16>(p, stream);
+  case GK_I8: return launch_typed<int8_t>(p, stream);
+  case GK_I32: break; /* a result dtype only: gk_problem_check refuses it */
   }
   return cudaErrorInvalidValue;
 }
@@ -202,7 +239,8 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
 
 extern "C" const gk_kernel gk_kernel_tiled16 = {
     "tiled16",
-    "the classic 16x16 shared-memory tiled kernel: every dtype, shape, transpose and batch",
+    "the classic 16x16 shared-memory tiled kernel: every dtype (i8 too), shape, transpose and "
+    "batch",
     tiled_supports,
     tiled_launch,
     0,

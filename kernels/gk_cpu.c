@@ -1,6 +1,7 @@
 /*
  * gk_cpu.c - the CPU path: OpenBLAS sgemm/dgemm, with f16 and bf16 widened to
- * f32 per batch element and rounded back (gp_half.h: round to nearest even).
+ * f32 per batch element and rounded back (gp_half.h: round to nearest even), and i8 widened to
+ * f64 (exact) with its i32 result formed in 32-bit arithmetic.
  */
 #include "gk_cpu.h"
 
@@ -29,20 +30,29 @@ static bool problem_ok(const gk_problem *p) {
   /* CBLAS takes int dimensions and leading dimensions. */
   if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
     return false;
+  if (p->dtype == GK_I32)
+    return false; /* a result dtype only */
+  if (p->dtype == GK_I8 && (p->act == GK_ACT_GELU || p->act == GK_ACT_GELU_TANH || p->cast))
+    return false;
   return gk_dtype_size(p->dtype) != 0 && gk_problem_cast_ok(p);
 }
 
 size_t gk_cpu_scratch_bytes(const gk_problem *p) { return gk_cpu_scratch_bytes_split(p, 1); }
 
+/* Bytes of one widened element: f16/bf16 go through sgemm, i8 through dgemm; 0: none. */
+static size_t widened_size(gk_dtype dtype) {
+  if (dtype == GK_F16 || dtype == GK_BF16)
+    return sizeof(float);
+  return dtype == GK_I8 ? sizeof(double) : 0;
+}
+
 size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts) {
-  if (p->dtype != GK_F16 && p->dtype != GK_BF16)
-    return 0;
   if (parts < 1)
     parts = 1;
   /* Each part widens its own rows of op(A) and C and a whole B: the rows add up to one A and
    * one C, the copies of B to `parts`. */
   return (size_t)(gk_problem_a_elems(p) + parts * gk_problem_b_elems(p) + gk_problem_c_elems(p)) *
-         sizeof(float);
+         widened_size(p->dtype);
 }
 
 static void widen(const uint16_t *in, float *out, int64_t count, gk_dtype dtype) {
@@ -130,9 +140,37 @@ static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t ro
   narrow(fc, c, rows * n, p->dtype);
 }
 
+/* i8 rows [r0, r0 + rows) of batch element i: this part's rows of op(A) and all of B widened to
+ * double, dgemm into a dense rows x n block (exact: every dot product of int8 values is an
+ * integer far below 2^53), then alpha and beta in 32-bit arithmetic, as the GPU forms them. */
+static void run_i8_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
+                        double *scratch) {
+  int64_t k = p->k, n = p->n, m = p->m, nb = gk_problem_b_elems(p);
+  const int8_t *a = (const int8_t *)p->a + i * gk_problem_a_elems(p);
+  const int8_t *b = (const int8_t *)p->b + i * gk_problem_b_stride(p);
+  int32_t *c = (int32_t *)p->c + i * gk_problem_c_elems(p) + r0 * n;
+  double *da = scratch, *db = da + rows * k, *dc = db + nb;
+  blas_shape s = shape_of(p, rows);
+  if (p->trans_a) {
+    for (int64_t kk = 0; kk < k; kk++)
+      for (int64_t r = 0; r < rows; r++)
+        da[kk * rows + r] = a[kk * m + r0 + r];
+    s.lda = (int)rows;
+  } else {
+    for (int64_t e = 0; e < rows * k; e++)
+      da[e] = a[r0 * k + e];
+  }
+  for (int64_t e = 0; e < nb; e++)
+    db[e] = b[e];
+  run_f64(&s, 1.0, 0.0, da, db, dc);
+  int64_t alpha = (int64_t)p->alpha, beta = (int64_t)p->beta;
+  for (int64_t e = 0; e < rows * n; e++)
+    c[e] = gk_host_i32_axpby(alpha, (int64_t)dc[e], beta, beta != 0 ? c[e] : 0);
+}
+
 /* Rows [r0, r0 + rows) of batch element i, the epilogue around them: C's rows take the bias
  * first (beta then reads it), the activation runs last. */
-static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, float *scratch) {
+static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, void *scratch) {
   gk_host_bias_rows(p, i, r0, rows);
   int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_stride(p), nc = gk_problem_c_elems(p);
   blas_shape s = shape_of(p, rows);
@@ -148,7 +186,12 @@ static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, f
     break;
   case GK_F16:
   case GK_BF16:
-    run_half_rows(p, i, r0, rows, scratch);
+    run_half_rows(p, i, r0, rows, (float *)scratch);
+    break;
+  case GK_I8:
+    run_i8_rows(p, i, r0, rows, (double *)scratch);
+    break;
+  case GK_I32: /* a result dtype only: problem_ok refuses it */
     break;
   }
   gk_host_act_rows(p, i, r0, rows);
@@ -169,10 +212,11 @@ int gk_cpu_gemm_part(const gk_problem *p, int64_t part, int64_t parts, const cha
     return -EINVAL;
   int64_t total = p->batch * p->m;
   int64_t first = total * part / parts, last = total * (part + 1) / parts;
-  float *scratch = NULL;
-  if (p->dtype == GK_F16 || p->dtype == GK_BF16) {
+  void *scratch = NULL;
+  if (widened_size(p->dtype) != 0) {
     int64_t rows = last - first < p->m ? last - first : p->m;
-    size_t bytes = (size_t)(rows * p->k + gk_problem_b_elems(p) + rows * p->n) * sizeof(float);
+    size_t bytes = (size_t)(rows * p->k + gk_problem_b_elems(p) + rows * p->n) *
+                   widened_size(p->dtype);
     scratch = malloc(bytes ? bytes : 1);
     if (!scratch)
       return -ENOMEM;

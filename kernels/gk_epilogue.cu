@@ -48,6 +48,14 @@ template <typename T> __global__ void act_all(T *c, gk_act act, int64_t total)
     c[e] = gk__from_f32<T>(gk__act<float>(act, gk__to_f32(c[e])));
 }
 
+/* The integer gemm's C: ReLU, the one activation it takes. */
+__global__ void relu_all_i32(int32_t *c, int64_t total)
+{
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x)
+    c[e] = c[e] < 0 ? 0 : c[e];
+}
+
 __global__ void act_all_f64(double *c, gk_act act, int64_t total)
 {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
@@ -166,7 +174,7 @@ extern "C" cudaError_t gk_gpu_bias_rows(const gk_problem *p, cudaStream_t stream
     return cudaSuccess;
   int64_t total = p->batch * p->m * p->n;
   unsigned blocks = blocks_for(total);
-  switch (gk_dtype_size(p->dtype)) {
+  switch (gk_dtype_size(gk_problem_c_dtype(p))) {
   case 2:
     bias_rows<<<blocks, kThreads, 0, stream>>>((uint16_t *)p->c, (const uint16_t *)p->bias,
                                                p->bias_stride, p->m, p->n, total);
@@ -196,6 +204,11 @@ extern "C" cudaError_t gk_gpu_act(const gk_problem *p, cudaStream_t stream)
   case GK_F16: act_all<<<blocks, kThreads, 0, stream>>>((__half *)p->c, p->act, total); break;
   case GK_BF16:
     act_all<<<blocks, kThreads, 0, stream>>>((__nv_bfloat16 *)p->c, p->act, total);
+    break;
+  case GK_I8:
+    if (p->act != GK_ACT_RELU)
+      return cudaErrorInvalidValue;
+    relu_all_i32<<<blocks, kThreads, 0, stream>>>((int32_t *)p->c, total);
     break;
   default: return cudaErrorInvalidValue;
   }

@@ -17,6 +17,9 @@ extern "C" {
  * path's element access, also the fake CUDA runtime's. */
 double gk_host_load(gk_dtype dtype, const void *base, int64_t i);
 void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v);
+/* The integer gemm's element (GK_I8): alpha * acc + beta * c0 in 32-bit two's complement,
+ * wrapping (c0 not read when beta is 0). acc is the exact dot product. */
+int32_t gk_host_i32_axpby(int64_t alpha, int64_t acc, int64_t beta, int32_t c0);
 
 /* Rows [r0, r0 + rows) of batch entry i: C's rows become the bias row (p->bias set and
  * beta != 0; otherwise nothing). Rows that are the bias row itself are left alone. */

@@ -26,6 +26,8 @@ double gk_host_load(gk_dtype dtype, const void *base, int64_t i) {
   case GK_F64: return ((const double *)base)[i];
   case GK_F16: return gp_f16_to_f32(((const uint16_t *)base)[i]);
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)base)[i]);
+  case GK_I8: return ((const int8_t *)base)[i];
+  case GK_I32: return ((const int32_t *)base)[i];
   }
   return 0.0;
 }
@@ -36,13 +38,23 @@ void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v) {
   case GK_F64: ((double *)base)[i] = v; break;
   case GK_F16: ((uint16_t *)base)[i] = gp_f64_to_f16(v); break;
   case GK_BF16: ((uint16_t *)base)[i] = gp_f64_to_bf16(v); break;
+  case GK_I8: ((int8_t *)base)[i] = (int8_t)(uint8_t)(int64_t)v; break;
+  case GK_I32: ((int32_t *)base)[i] = (int32_t)(uint32_t)(int64_t)v; break;
   }
+}
+
+int32_t gk_host_i32_axpby(int64_t alpha, int64_t acc, int64_t beta, int32_t c0) {
+  /* in uint32: wraps as the GPU's 32-bit arithmetic does, with no signed overflow in C */
+  uint32_t v = (uint32_t)alpha * (uint32_t)acc;
+  if (beta != 0)
+    v += (uint32_t)beta * (uint32_t)c0;
+  return (int32_t)v;
 }
 
 void gk_host_bias_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
   if (!p->bias || p->beta == 0.0)
     return;
-  size_t es = gk_dtype_size(p->dtype), row_bytes = (size_t)p->n * es;
+  size_t es = gk_dtype_size(gk_problem_c_dtype(p)), row_bytes = (size_t)p->n * es;
   const char *src = (const char *)p->bias + (size_t)(i * p->bias_stride) * es;
   char *entry = (char *)p->c + (size_t)(i * gk_problem_c_elems(p)) * es;
   for (int64_t r = r0; r < r0 + rows; r++) {
@@ -61,8 +73,9 @@ void gk_host_act_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) 
   if (p->act == GK_ACT_NONE)
     return;
   int64_t first = row_index(p, i, r0);
+  gk_dtype c_dtype = gk_problem_c_dtype(p);
   for (int64_t e = first; e < first + rows * p->n; e++)
-    gk_host_store(p->dtype, p->c, e, act_apply(p->act, gk_host_load(p->dtype, p->c, e)));
+    gk_host_store(c_dtype, p->c, e, act_apply(p->act, gk_host_load(c_dtype, p->c, e)));
 }
 
 void gk_host_cast_in(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {

@@ -9,6 +9,8 @@ size_t gk_dtype_size(gk_dtype dtype) {
   case GK_F64: return 8;
   case GK_F16: return 2;
   case GK_BF16: return 2;
+  case GK_I8: return 1;
+  case GK_I32: return 4;
   }
   return 0;
 }
@@ -19,6 +21,8 @@ const char *gk_dtype_name(gk_dtype dtype) {
   case GK_F64: return "f64";
   case GK_F16: return "f16";
   case GK_BF16: return "bf16";
+  case GK_I8: return "i8";
+  case GK_I32: return "i32";
   }
   return "?";
 }
@@ -33,7 +37,11 @@ const char *gk_act_name(gk_act act) {
   return "?";
 }
 
-gk_dtype gk_problem_c_dtype(const gk_problem *p) { return p->cast ? p->out_dtype : p->dtype; }
+gk_dtype gk_problem_c_dtype(const gk_problem *p) {
+  if (p->cast)
+    return p->out_dtype;
+  return p->dtype == GK_I8 ? GK_I32 : p->dtype;
+}
 
 bool gk_problem_cast_ok(const gk_problem *p) {
   if (!p->cast)

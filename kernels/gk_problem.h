@@ -4,7 +4,7 @@
  * C = alpha * op(A) * op(B) + beta * C for `batch` problems stored back to
  * back, row-major, densely packed: op(A) is m x k (A stored k x m when
  * trans_a), op(B) is k x n (B stored n x k when trans_b), C is m x n. f16 and
- * bf16 accumulate in f32. When beta == 0, C is not read (NaN in C does not
+ * bf16 accumulate in f32; int8 in int32 (GK_I8, below). When beta == 0, C is not read (NaN in C does not
  * propagate), as in BLAS.
  *
  * Shared by the CPU path (host pointers) and the GPU kernels (device
@@ -21,7 +21,11 @@
 extern "C" {
 #endif
 
-typedef enum { GK_F32 = 0, GK_F64 = 1, GK_F16 = 2, GK_BF16 = 3 } gk_dtype;
+/* GK_I8: the integer gemm. A and B are int8, C (and the bias) int32; alpha and beta are
+ * integers within int32, and C = act(alpha * op(A) * op(B) + beta * C0) is formed in 32-bit two's
+ * complement arithmetic, wrapping (as cuBLAS's CUBLAS_COMPUTE_32I): exact while the values fit.
+ * act is ReLU or none. GK_I32 is C's dtype only. */
+typedef enum { GK_F32 = 0, GK_F64 = 1, GK_F16 = 2, GK_BF16 = 3, GK_I8 = 4, GK_I32 = 5 } gk_dtype;
 
 /* The activation of the epilogue (same numbering as gp_act in proto/gp_types.h). GELU is the
  * erf form; GELU_TANH the tanh approximation. */
@@ -56,7 +60,7 @@ typedef struct {
 } gk_problem;
 
 size_t gk_dtype_size(gk_dtype dtype);
-/* The dtype C is stored in: out_dtype with the cast, else dtype. */
+/* The dtype C is stored in: out_dtype with the cast, else dtype (GK_I32 for GK_I8). */
 gk_dtype gk_problem_c_dtype(const gk_problem *p);
 /* Whether p's cast, if any, is one the kernels make (F16/BF16 from F32/F64, with work set). */
 bool gk_problem_cast_ok(const gk_problem *p);

@@ -55,11 +55,25 @@ static bool gk_mul_ok(int64_t a, int64_t b, int64_t *out)
   return true;
 }
 
+/* What the integer gemm asks besides the rest: integer alpha and beta within int32, no cast,
+ * no activation but ReLU. */
+static bool gk_i8_problem_ok(const gk_problem *p)
+{
+  const double scalars[2] = {p->alpha, p->beta};
+  for (int i = 0; i < 2; i++)
+    if (scalars[i] != floor(scalars[i]) || scalars[i] < -2147483648.0 || scalars[i] > 2147483647.0)
+      return false;
+  return !p->cast && (p->act == GK_ACT_NONE || p->act == GK_ACT_RELU);
+}
+
 extern "C" cudaError_t gk_problem_check(const gk_problem *p)
 {
   if (p == NULL || p->a == NULL || p->b == NULL || p->c == NULL)
     return cudaErrorInvalidValue;
-  if (p->dtype != GK_F32 && p->dtype != GK_F64 && p->dtype != GK_F16 && p->dtype != GK_BF16)
+  if (p->dtype != GK_F32 && p->dtype != GK_F64 && p->dtype != GK_F16 && p->dtype != GK_BF16 &&
+      p->dtype != GK_I8)
+    return cudaErrorInvalidValue;
+  if (p->dtype == GK_I8 && !gk_i8_problem_ok(p))
     return cudaErrorInvalidValue;
   if (p->m < 1 || p->n < 1 || p->k < 1 || p->batch < 1)
     return cudaErrorInvalidValue;

@@ -836,6 +836,12 @@ static void gemm_run(const gk_problem *p) {
                  gk_host_load(p->dtype, p->b, b * sb + ib);
         }
         int64_t ic = b * sc + i * p->n + j;
+        if (p->dtype == GK_I8) { /* exact: i32 C, 32-bit wrapping arithmetic */
+          int32_t *c = (int32_t *)p->c;
+          c[ic] = gk_host_i32_axpby((int64_t)p->alpha, (int64_t)acc, (int64_t)p->beta,
+                                    p->beta != 0.0 ? c[ic] : 0);
+          continue;
+        }
         double v =
             p->alpha * acc + (p->beta != 0.0 ? p->beta * gk_host_load(p->dtype, p->c, ic) : 0.0);
         gk_host_store(p->dtype, p->c, ic, v);

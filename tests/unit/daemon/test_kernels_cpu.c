@@ -32,6 +32,8 @@ static double get(gk_dtype t, const void *p, int64_t i) {
   case GK_F64: return ((const double *)p)[i];
   case GK_F16: return gp_f16_to_f32(((const uint16_t *)p)[i]);
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)p)[i]);
+  case GK_I8: return ((const int8_t *)p)[i];
+  case GK_I32: return ((const int32_t *)p)[i];
   }
   return NAN;
 }
@@ -42,6 +44,8 @@ static void set(gk_dtype t, void *p, int64_t i, double v) {
   case GK_F64: ((double *)p)[i] = v; break;
   case GK_F16: ((uint16_t *)p)[i] = gp_f32_to_f16((float)v); break;
   case GK_BF16: ((uint16_t *)p)[i] = gp_f32_to_bf16((float)v); break;
+  case GK_I8:
+  case GK_I32: break; /* the integer gemm has its own test, below */
   }
 }
 
@@ -62,6 +66,8 @@ static double out_eps(gk_dtype t) {
   case GK_F64: return 0x1p-53;
   case GK_F16: return 0x1p-11;
   case GK_BF16: return 0x1p-8;
+  case GK_I8:
+  case GK_I32: return 0; /* exact */
   }
   return 1;
 }
@@ -318,6 +324,105 @@ START_TEST(bad_casts) {
 }
 END_TEST
 
+/* ---- the integer gemm ------------------------------------------------------ */
+
+/* alpha * acc + beta * c0 wrapped to 32 bits, then ReLU: the reference, in 64-bit unsigned
+ * arithmetic (wraps mod 2^64, so mod 2^32 too). */
+static int32_t i8_want(int64_t alpha, int64_t acc, int64_t beta, int32_t c0, bool relu) {
+  uint64_t v = (uint64_t)alpha * (uint64_t)acc + (uint64_t)beta * (uint64_t)(int64_t)c0;
+  int32_t r = (int32_t)(uint32_t)v;
+  return relu && r < 0 ? 0 : r;
+}
+
+typedef struct {
+  int64_t m, n, k, batch;
+  bool ta, tb, shared_b, bias, relu;
+  int64_t alpha, beta, parts;
+} i8_case;
+
+/* An i8 problem against the exact reference, bit for bit: random int8 operands over the whole
+ * range, C0 random int32 (or poisoned when beta is 0, or the bias row's case). */
+static void check_i8(const i8_case *t) {
+  int64_t na = t->m * t->k, nb = t->k * t->n, nc = t->m * t->n, bcount = t->shared_b ? 1 : t->batch;
+  int8_t *a = malloc((size_t)(na * t->batch)), *b = malloc((size_t)(nb * bcount));
+  int32_t *c = malloc((size_t)(nc * t->batch) * 4), *c0 = malloc((size_t)(nc * t->batch) * 4);
+  int32_t *row = malloc((size_t)t->n * 4);
+  ck_assert(a && b && c && c0 && row);
+  for (int64_t i = 0; i < na * t->batch; i++)
+    a[i] = (int8_t)(lrand48() % 256 - 128);
+  for (int64_t i = 0; i < nb * bcount; i++)
+    b[i] = (int8_t)(lrand48() % 256 - 128);
+  for (int64_t i = 0; i < nc * t->batch; i++)
+    c[i] = (int32_t)mrand48();
+  for (int64_t j = 0; j < t->n; j++)
+    row[j] = (int32_t)mrand48();
+  memcpy(c0, c, (size_t)(nc * t->batch) * 4);
+  gk_problem p = {.dtype = GK_I8, .trans_a = t->ta, .trans_b = t->tb, .m = t->m, .n = t->n,
+                  .k = t->k, .batch = t->batch, .b_shared = t->shared_b,
+                  .alpha = (double)t->alpha, .beta = (double)t->beta, .a = a, .b = b, .c = c,
+                  .bias = t->bias ? row : NULL, .act = t->relu ? GK_ACT_RELU : GK_ACT_NONE};
+  ck_assert_int_eq(gk_problem_c_dtype(&p), GK_I32);
+  run_problem(&p, t->parts);
+  for (int64_t q = 0; q < t->batch; q++)
+    for (int64_t i = 0; i < t->m; i++)
+      for (int64_t j = 0; j < t->n; j++) {
+        int64_t acc = 0;
+        for (int64_t l = 0; l < t->k; l++)
+          acc += (int64_t)a[q * na + (t->ta ? l * t->m + i : i * t->k + l)] *
+                 b[(t->shared_b ? 0 : q * nb) + (t->tb ? j * t->k + l : l * t->n + j)];
+        int32_t from = t->bias ? row[j] : c0[q * nc + i * t->n + j];
+        int32_t want = i8_want(t->alpha, acc, t->beta, t->beta != 0 ? from : 0, t->relu);
+        int32_t got = c[q * nc + i * t->n + j];
+        ck_assert_msg(got == want,
+                      "i8 %lldx%lldx%lld batch %lld ta=%d tb=%d alpha=%lld beta=%lld bias=%d "
+                      "relu=%d parts=%lld: C[%lld][%lld][%lld] = %d, want %d (seed %lu)",
+                      (long long)t->m, (long long)t->n, (long long)t->k, (long long)t->batch,
+                      t->ta, t->tb, (long long)t->alpha, (long long)t->beta, t->bias, t->relu,
+                      (long long)t->parts, (long long)q, (long long)i, (long long)j, got, want,
+                      seed);
+      }
+  free(a), free(b), free(c), free(c0), free(row);
+}
+
+/* Every transpose, odd shapes, parts and pieces, alpha/beta that wrap (2^31 - 1 times a dot
+ * product of ~k * 2^14), beta 0 over poison, the bias row with ReLU. */
+START_TEST(integer_gemm) {
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 53, 1}, {13, 9, 300, 3}, {2, 70, 5, 2}};
+  static const int64_t scalars[][2] = {{1, 0}, {-3, 2}, {2147483647, -2147483647 - 1}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int form = 0; form < 16; form++) {
+      const int64_t *ab = scalars[(s + (size_t)form) % 3];
+      i8_case t = {shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], form & 1, (form >> 1) & 1,
+                   (form >> 2) & 1, ((form >> 3) & 1) && ab[1] != 0, (form >> 3) & 1,
+                   ab[0], ab[1], 1 + (form % 3)};
+      if (t.shared_b && form % 3 == 2)
+        t.parts = 0; /* as the GPU's pieces */
+      check_i8(&t);
+    }
+}
+END_TEST
+
+/* What the integer gemm refuses: GELU, a cast, i32 operands. */
+START_TEST(integer_refusals) {
+  int8_t a = 3, b = -4;
+  int32_t c = 0;
+  gk_problem p = {.dtype = GK_I8, .m = 1, .n = 1, .k = 1, .batch = 1, .alpha = 1, .a = &a,
+                  .b = &b, .c = &c};
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  ck_assert_int_eq(c, -12);
+  p.act = GK_ACT_RELU;
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  ck_assert_int_eq(c, 0);
+  p.act = GK_ACT_GELU;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.act = GK_ACT_NONE, p.dtype = GK_I32;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.dtype = GK_I8; /* i8 is widened to f64: the scratch counts 8 bytes an element */
+  p.m = 3, p.n = 5, p.k = 7, p.batch = 4;
+  ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), (3 * 7 + 7 * 5 + 3 * 5) * 8);
+}
+END_TEST
+
 START_TEST(scratch_sizes) {
   gk_problem p = {.dtype = GK_F32, .m = 3, .n = 5, .k = 7, .batch = 4};
   ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), 0);
@@ -343,6 +448,8 @@ int main(void) {
   tcase_add_test(gemm, scratch_sizes);
   tcase_add_loop_test(gemm, output_cast, 0, 4);
   tcase_add_test(gemm, bad_casts);
+  tcase_add_test(gemm, integer_gemm);
+  tcase_add_test(gemm, integer_refusals);
   suite_add_tcase(s, gemm);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
