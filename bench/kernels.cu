@@ -1,10 +1,11 @@
 /*
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
- *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64]
+ *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
  *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
  *
- * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64) and shape (1024^3, 2048^3,
+ * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64; i8 with B n x k and i8nn
+ * with B k x n, whose i32 results must equal cuBLAS's exactly) and shape (1024^3, 2048^3,
  * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3):
  *   1. fresh random inputs (uniform in [-1, 1), drawn on the device from the seed, never zeros);
  *   2. our kernel (the selector's "auto" choice, or --kernel) writes into a NaN-poisoned C, cuBLAS
@@ -66,14 +67,19 @@ struct mode {
   gk_dtype dtype;
   bool fast;
   double tol; /* relative Frobenius difference to cuBLAS that still passes */
+  bool trans_b; /* B stored n x k (the integer gemm's native layout), else k x n */
 };
 
 /* Tolerances against cuBLAS (not against exact math): f32 both exact, sums in other orders;
  * tf32 inputs truncated (ours) vs rounded (cuBLAS), ~1e-3 each; f16/bf16 outputs rounded to
  * 11/8 bits, so a one-ulp difference in some outputs is expected. */
 const mode kModes[] = {
-    {"f32", GK_F32, false, 1e-5},  {"tf32", GK_F32, true, 5e-3}, {"f16", GK_F16, false, 2e-3},
-    {"bf16", GK_BF16, false, 1e-2}, {"f64", GK_F64, false, 1e-12},
+    {"f32", GK_F32, false, 1e-5, false},   {"tf32", GK_F32, true, 5e-3, false},
+    {"f16", GK_F16, false, 2e-3, false},   {"bf16", GK_BF16, false, 1e-2, false},
+    {"f64", GK_F64, false, 1e-12, false},
+    /* the integer gemm, exact: in its native layout (B n x k: cuBLAS's TN, the one cublasLt's
+     * int8 kernels take), and NN, where 17 first makes B K-major */
+    {"i8", GK_I8, false, 0.0, true},  {"i8nn", GK_I8, false, 0.0, false},
 };
 
 struct shape {
@@ -208,6 +214,13 @@ __global__ void fill_uniform(T *out, int64_t count, uint64_t seed) {
     out[i] = T(hash_uniform(seed, (uint64_t)i));
 }
 
+/* int8 values over the whole range, [-128, 127] */
+__global__ void fill_int8(int8_t *out, int64_t count, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count;
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = (int8_t)floorf(hash_uniform(seed, (uint64_t)i) * 128.0f);
+}
+
 template <typename T>
 __device__ __forceinline__ double as_double(T v) {
   return (double)(float)v;
@@ -215,6 +228,10 @@ __device__ __forceinline__ double as_double(T v) {
 template <>
 __device__ __forceinline__ double as_double<double>(double v) {
   return v;
+}
+template <>
+__device__ __forceinline__ double as_double<int32_t>(int32_t v) {
+  return (double)v;
 }
 
 /* sums[0] += (x - ref)^2, sums[1] += ref^2, sums[2] += count of non-finite x */
@@ -252,9 +269,17 @@ __global__ void diff_norms(const T *x, const R *ref, int64_t count, double *sums
     }                                                                                           \
   } while (0)
 
-size_t elem_size(gk_dtype t) { return t == GK_F64 ? 8 : t == GK_F32 ? 4 : 2; }
+size_t elem_size(gk_dtype t) { return gk_dtype_size(t); }
 cudaDataType_t cuda_type(gk_dtype t) {
-  return t == GK_F64 ? CUDA_R_64F : t == GK_F32 ? CUDA_R_32F : t == GK_F16 ? CUDA_R_16F : CUDA_R_16BF;
+  switch (t) {
+  case GK_F64: return CUDA_R_64F;
+  case GK_F32: return CUDA_R_32F;
+  case GK_F16: return CUDA_R_16F;
+  case GK_BF16: return CUDA_R_16BF;
+  case GK_I8: return CUDA_R_8I;
+  case GK_I32: return CUDA_R_32I;
+  }
+  return CUDA_R_32F;
 }
 
 void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stream) {
@@ -264,6 +289,8 @@ void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stre
   case GK_F64: fill_uniform<<<blocks, threads, 0, stream>>>((double *)ptr, count, seed); break;
   case GK_F16: fill_uniform<<<blocks, threads, 0, stream>>>((__half *)ptr, count, seed); break;
   case GK_BF16: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_bfloat16 *)ptr, count, seed); break;
+  case GK_I8: fill_int8<<<blocks, threads, 0, stream>>>((int8_t *)ptr, count, seed); break;
+  case GK_I32: break; /* a result dtype only */
   }
   CHECK(cudaGetLastError());
 }
@@ -277,6 +304,8 @@ void launch_diff(gk_dtype tx, const void *x, const R *ref, int64_t count, double
   case GK_F64: diff_norms<<<blocks, threads, 0, stream>>>((const double *)x, ref, count, sums); break;
   case GK_F16: diff_norms<<<blocks, threads, 0, stream>>>((const __half *)x, ref, count, sums); break;
   case GK_BF16: diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, ref, count, sums); break;
+  case GK_I32: diff_norms<<<blocks, threads, 0, stream>>>((const int32_t *)x, ref, count, sums); break;
+  case GK_I8: break; /* never an output */
   }
 }
 
@@ -290,6 +319,8 @@ double rel_diff(gk_dtype tx, const void *x, gk_dtype t, const void *ref, int64_t
   case GK_F64: launch_diff(tx, x, (const double *)ref, count, sums, stream); break;
   case GK_F16: launch_diff(tx, x, (const __half *)ref, count, sums, stream); break;
   case GK_BF16: launch_diff(tx, x, (const __nv_bfloat16 *)ref, count, sums, stream); break;
+  case GK_I32: launch_diff(tx, x, (const int32_t *)ref, count, sums, stream); break;
+  case GK_I8: break; /* never an output */
   }
   CHECK(cudaGetLastError());
   double host[3];
@@ -369,7 +400,7 @@ struct lt_plan {
   cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
   cublasLtMatmulHeuristicResult_t algos[LT_ALGOS];
   int count = 0;
-  bool f64 = false;
+  bool f64 = false, i32 = false; /* the scalars' type: double, int32, else float */
 
   ~lt_plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -388,13 +419,15 @@ struct lt_plan {
   }
 
   bool init(const lt_state &lt, const gk_problem &p, cudaDataType_t out_type) {
-    cudaDataType_t in_type = p.dtype == GK_F64 ? CUDA_R_64F : p.dtype == GK_F32 ? CUDA_R_32F
-                             : p.dtype == GK_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    cudaDataType_t in_type = cuda_type(p.dtype);
     cublasComputeType_t compute = p.dtype == GK_F64 ? CUBLAS_COMPUTE_64F
+                                  : p.dtype == GK_I8 ? CUBLAS_COMPUTE_32I
                                   : (p.dtype == GK_F32 && p.fast) ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                   : CUBLAS_COMPUTE_32F;
     f64 = p.dtype == GK_F64;
-    if (cublasLtMatmulDescCreate(&op, compute, f64 ? CUDA_R_64F : CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+    i32 = p.dtype == GK_I8;
+    cudaDataType_t scale = f64 ? CUDA_R_64F : i32 ? CUDA_R_32I : CUDA_R_32F;
+    if (cublasLtMatmulDescCreate(&op, compute, scale) != CUBLAS_STATUS_SUCCESS)
       return false;
     cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -424,8 +457,9 @@ struct lt_plan {
                   cudaStream_t stream) const {
     const float alpha_f = (float)p.alpha, beta_f = (float)p.beta;
     const double alpha_d = p.alpha, beta_d = p.beta;
-    const void *alpha = f64 ? (const void *)&alpha_d : (const void *)&alpha_f;
-    const void *beta = f64 ? (const void *)&beta_d : (const void *)&beta_f;
+    const int32_t alpha_i = (int32_t)p.alpha, beta_i = (int32_t)p.beta;
+    const void *alpha = f64 ? (const void *)&alpha_d : i32 ? (const void *)&alpha_i : (const void *)&alpha_f;
+    const void *beta = f64 ? (const void *)&beta_d : i32 ? (const void *)&beta_i : (const void *)&beta_f;
     cublasStatus_t st = cublasLtMatmul(lt.handle, op, alpha, p.b, a, p.a, b, beta, out, c, out, c,
                                        &algos[i].algo, lt.workspace, LT_WORKSPACE, stream);
     return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
@@ -444,10 +478,11 @@ void lt_candidates(const lt_state &lt, const mode &md, std::vector<gk_problem> &
     return;
   }
   for (int i = 0; i < plan.count; ++i) {
-    CHECK(cudaMemsetAsync(out, 0xFF, (size_t)c_elems * (tout == GK_F64 ? 8 : tout == GK_F32 ? 4 : 2), stream));
+    CHECK(cudaMemsetAsync(out, 0xFF, (size_t)c_elems * gk_dtype_size(tout), stream));
     if (plan.run(lt, i, sets[0], out, stream) != cudaSuccess) continue;
     int64_t nonfinite = 0;
-    double err = rel_diff(tout, out, md.dtype, ref, c_elems, sums, &nonfinite, stream);
+    double err = rel_diff(tout, out, md.dtype == GK_I8 ? GK_I32 : md.dtype, ref, c_elems, sums,
+                          &nonfinite, stream);
     if (nonfinite > 0 || !(err <= md.tol)) {
       printf("    cublasLt %s algo %d: check failed (%.1e, %lld non-finite)\n", label, i, err,
              (long long)nonfinite);
@@ -468,6 +503,8 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
   row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, NAN, "-", false, NULL};
   const int cc = gk_gpu_ctx_cc(ctx);
   const size_t es = elem_size(md.dtype);
+  const gk_dtype c_dtype = md.dtype == GK_I8 ? GK_I32 : md.dtype; /* i8 gives i32 */
+  const size_t ces = elem_size(c_dtype);
   const int64_t a_elems = sh.m * sh.k * sh.batch, b_elems = sh.k * sh.n * sh.batch;
   const int64_t c_elems = sh.m * sh.n * sh.batch;
   const size_t set_bytes = (size_t)(a_elems + b_elems) * es;
@@ -478,7 +515,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
 
   gk_problem proto;
   memset(&proto, 0, sizeof(proto));
-  proto.dtype = md.dtype, proto.fast = md.fast, proto.trans_a = false, proto.trans_b = false;
+  proto.dtype = md.dtype, proto.fast = md.fast, proto.trans_a = false, proto.trans_b = md.trans_b;
   proto.m = sh.m, proto.n = sh.n, proto.k = sh.k, proto.batch = sh.batch;
   proto.alpha = 1.0, proto.beta = 0.0;
 
@@ -498,7 +535,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     return p;
   };
   std::vector<gk_problem> sets(nsets, proto), ref_sets(nsets, proto);
-  void *c_ours = dalloc((size_t)c_elems * es), *c_ref = dalloc((size_t)c_elems * es);
+  void *c_ours = dalloc((size_t)c_elems * ces), *c_ref = dalloc((size_t)c_elems * ces);
   for (int s = 0; s < nsets; ++s) {
     void *a = dalloc((size_t)a_elems * es), *b = dalloc((size_t)b_elems * es);
     fill(md.dtype, a, a_elems, opt.seed * 7919u + 2u * (uint64_t)s + 1u, stream);
@@ -509,10 +546,11 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     ref_sets[s].c = c_ref;
   }
 
-  /* correctness first: poisoned outputs (0xFF bytes: NaN in every dtype) */
+  /* correctness first: poisoned outputs (0xFF bytes: NaN in every float dtype; i32's -1 is a
+   * value, but its check is exact, so an unwritten element shows unless -1 is its result) */
   /* everything runs on `stream` (non-blocking: it does not wait for the legacy default stream) */
-  CHECK(cudaMemsetAsync(c_ours, 0xFF, (size_t)c_elems * es, stream));
-  CHECK(cudaMemsetAsync(c_ref, 0xFF, (size_t)c_elems * es, stream));
+  CHECK(cudaMemsetAsync(c_ours, 0xFF, (size_t)c_elems * ces, stream));
+  CHECK(cudaMemsetAsync(c_ref, 0xFF, (size_t)c_elems * ces, stream));
   cudaError_t e1 = ours->launch(ctx, &sets[0], stream);
   cudaError_t e2 = ref->launch(ctx, &ref_sets[0], stream);
   cudaError_t e3 = cudaStreamSynchronize(stream);
@@ -524,7 +562,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     if (e3 != cudaSuccess) exit(2); /* a fault leaves the context unusable */
   } else {
     int64_t nonfinite = 0;
-    r.err = rel_diff(md.dtype, c_ours, md.dtype, c_ref, c_elems, sums, &nonfinite, stream);
+    r.err = rel_diff(c_dtype, c_ours, c_dtype, c_ref, c_elems, sums, &nonfinite, stream);
     if (nonfinite > 0) r.why = "unwritten/NaN outputs";
     else if (!(r.err <= md.tol)) r.why = "error over tolerance";
     else r.pass = true;
@@ -550,8 +588,8 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
       /* the check reference again: timing left another input set's product in c_ref */
       CHECK(ref->launch(ctx, &ref_sets[0], stream));
       std::vector<gk_problem> lt_sets(ref_sets);
-      void *c_lt = dalloc((size_t)c_elems * std::max<size_t>(es, 4));
-      lt_candidates(*lt, md, lt_sets, cuda_type(md.dtype), md.dtype, c_lt, c_ref, c_elems, flops,
+      void *c_lt = dalloc((size_t)c_elems * std::max<size_t>(ces, 4));
+      lt_candidates(*lt, md, lt_sets, cuda_type(c_dtype), c_dtype, c_lt, c_ref, c_elems, flops,
                     reps, sums, stream, &r.cublas_tflops, &r.via, "lt");
       if (md.dtype == GK_F16 || md.dtype == GK_BF16)
         lt_candidates(*lt, md, lt_sets, CUDA_R_32F, GK_F32, c_lt, c_ref, c_elems, flops, reps,
@@ -609,7 +647,7 @@ void print_splitk_occupancy() {
 
 int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64] "
+          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn] "
           "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;

@@ -58,6 +58,8 @@ static const char *dtype_label(gk_dtype t, bool fast)
   case GK_F64: return "f64";
   case GK_F16: return "f16";
   case GK_BF16: return "bf16";
+  case GK_I8: return "i8";
+  case GK_I32: return "i32";
   }
   return "?";
 }
@@ -69,6 +71,8 @@ static double load(const void *buf, gk_dtype t, int64_t i)
   case GK_F64: return ((const double *)buf)[i];
   case GK_F16: return gp_f16_to_f32(((const uint16_t *)buf)[i]);
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case GK_I8: return ((const int8_t *)buf)[i];
+  case GK_I32: return ((const int32_t *)buf)[i];
   }
   return NAN;
 }
@@ -82,6 +86,8 @@ static void fill_random(void *buf, gk_dtype t, int64_t count)
     case GK_F64: ((double *)buf)[i] = v; break;
     case GK_F16: ((uint16_t *)buf)[i] = gp_f32_to_f16((float)v); break;
     case GK_BF16: ((uint16_t *)buf)[i] = gp_f32_to_bf16((float)v); break;
+    case GK_I8: ((int8_t *)buf)[i] = (int8_t)(rng_next() >> 56); break;
+    case GK_I32: ((int32_t *)buf)[i] = (int32_t)(rng_next() >> 32); break;
     }
   }
 }
@@ -128,6 +134,8 @@ typedef struct {
 static double tolerance(const test_case *tc)
 {
   switch (tc->dtype) {
+  case GK_I8:
+  case GK_I32: return 0; /* exact */
   case GK_F64: return 1e-12;
   case GK_F32: return tc->fast ? 5e-3 : 1e-5 * fmax(1.0, sqrt((double)tc->k / 1024.0));
   case GK_F16: return 5e-3;
@@ -162,8 +170,11 @@ static double rel_error(const void *out, gk_dtype t, const double *ref64, const 
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* C64 = alpha op(A) op(B) + beta C64 in float64, through OpenBLAS on upcast inputs. */
-static double *reference64(const test_case *tc, const void *a, const void *b, const void *c0)
+/* C64 = alpha op(A) op(B) + beta C64 in float64, through OpenBLAS on upcast inputs; with
+ * magnitude, of every value's absolute value instead (|alpha| |op(A)| |op(B)| + |beta| |C0|: the
+ * scale of each element's rounding errors). */
+static double *reference64_of(const test_case *tc, const void *a, const void *b, const void *c0,
+                              bool magnitude)
 {
   const int64_t ae = tc->m * tc->k, be = tc->k * tc->n, ce = tc->m * tc->n;
   double *a64 = xmalloc((size_t)(ae * tc->batch) * sizeof(double));
@@ -175,14 +186,44 @@ static double *reference64(const test_case *tc, const void *a, const void *b, co
     b64[i] = load(b, tc->dtype, i);
   for (int64_t i = 0; i < ce * tc->batch; i++)
     c64[i] = c0 ? load(c0, tc->dtype, i) : 0.0;
+  if (magnitude) {
+    for (int64_t i = 0; i < ae * tc->batch; i++)
+      a64[i] = fabs(a64[i]);
+    for (int64_t i = 0; i < be * tc->batch; i++)
+      b64[i] = fabs(b64[i]);
+    for (int64_t i = 0; i < ce * tc->batch; i++)
+      c64[i] = fabs(c64[i]);
+  }
+  const double alpha = magnitude ? fabs(tc->alpha) : tc->alpha;
   for (int64_t z = 0; z < tc->batch; z++)
     cblas_dgemm(CblasRowMajor, tc->trans_a ? CblasTrans : CblasNoTrans,
                 tc->trans_b ? CblasTrans : CblasNoTrans, (int)tc->m, (int)tc->n, (int)tc->k,
-                tc->alpha, a64 + z * ae, (int)(tc->trans_a ? tc->m : tc->k), b64 + z * be,
-                (int)(tc->trans_b ? tc->k : tc->n), tc->beta, c64 + z * ce, (int)tc->n);
+                alpha, a64 + z * ae, (int)(tc->trans_a ? tc->m : tc->k), b64 + z * be,
+                (int)(tc->trans_b ? tc->k : tc->n), magnitude ? fabs(tc->beta) : tc->beta,
+                c64 + z * ce, (int)tc->n);
   free(a64);
   free(b64);
   return c64;
+}
+
+static double *reference64(const test_case *tc, const void *a, const void *b, const void *c0)
+{
+  return reference64_of(tc, a, b, c0, false);
+}
+
+/* max |out - ref| / mag over the finite outputs: each element's error against the scale of its
+ * own rounding errors, where a normwise error would flag a small problem whose few results
+ * cancel (1 x 1 x 1: one element near 0). */
+static double scaled_error(const void *out, gk_dtype t, const double *ref, const double *mag,
+                           int64_t count)
+{
+  double worst = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double o = load(out, t, i);
+    if (isfinite(o) && mag[i] > 0)
+      worst = fmax(worst, fabs(o - ref[i]) / mag[i]);
+  }
+  return worst;
 }
 
 /* Runs one kernel into d_c (poisoned or reset to C0 first) and brings the result back to out.
@@ -548,8 +589,8 @@ static uint16_t round_out(gk_dtype out, double x)
   return out == GK_F16 ? gp_f64_to_f16(x) : gp_f64_to_bf16(x);
 }
 
-/* One f32 / f64 problem whose C, C0 and bias are f16 / bf16, against float64: normwise within
- * the out dtype's tolerance, and for f64 every element the out dtype's rounding of the float64
+/* One f32 / f64 problem whose C, C0 and bias are f16 / bf16, against float64: each element
+ * within the out dtype's tolerance of its magnitude (scaled_error), and for f64 every element the out dtype's rounding of the float64
  * result (a float in between, or a lost rounding, would show). form: 0 beta 0 (C poisoned),
  * 1 beta with C0, 2 a bias row of its own + ReLU, 3 each entry's bias row at its C's start +
  * GELU. */
@@ -584,6 +625,7 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
   ref_tc.beta = form == 0 ? 0.0 : form == 1 ? tc->beta : 1.0;
   const gk_act act = form == 2 ? GK_ACT_RELU : form == 3 ? GK_ACT_GELU : GK_ACT_NONE;
   double *ref = reference64(&ref_tc, a, b, form ? wide : NULL);
+  double *mag = reference64_of(&ref_tc, a, b, form ? wide : NULL, true);
   for (int64_t i = 0; i < c_elems; i++)
     ref[i] = act_ref(act, ref[i]);
 
@@ -621,14 +663,14 @@ static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int 
   if (err != cudaSuccess)
     print_result(env, &shown, label, -1, -1, 0, cudaGetErrorString(err));
   else
-    print_result(env, &shown, label, rel_error(got, out, ref, NULL, c_elems), -1,
+    print_result(env, &shown, label, scaled_error(got, out, ref, mag, c_elems), -1,
                  count_nonfinite(got, out, c_elems), off > c_elems / 1000 ? why : NULL);
   CUDA_OR_DIE(cudaFree(d_a));
   CUDA_OR_DIE(cudaFree(d_b));
   CUDA_OR_DIE(cudaFree(d_c));
   CUDA_OR_DIE(cudaFree(d_row));
   CUDA_OR_DIE(cudaFree(d_work));
-  free(a), free(b), free(c0), free(rows), free(wide), free(ref), free(got);
+  free(a), free(b), free(c0), free(rows), free(wide), free(ref), free(mag), free(got);
 }
 
 static void run_cast(test_env *env)
@@ -651,6 +693,148 @@ static void run_cast(test_env *env)
         run_cast_case(env, &tc, outs[(s + (size_t)form) % 2], form);
       }
   }
+}
+
+/* ---- the integer gemm (i8 x i8 -> i32, 32-bit wrapping arithmetic) ------------------------- */
+
+/* The exact result of one i8 problem: int64 dot products, alpha and beta wrapped to 32 bits
+ * (uint64 arithmetic wraps mod 2^64, so mod 2^32 too), C0 from c0 or the bias rows, ReLU. */
+static int32_t *reference_i8(const test_case *tc, const int8_t *a, const int8_t *b,
+                             const int32_t *c0, const int32_t *rows, bool relu)
+{
+  const int64_t m = tc->m, n = tc->n, k = tc->k;
+  int32_t *ref = xmalloc((size_t)(m * n * tc->batch) * 4);
+  for (int64_t z = 0; z < tc->batch; z++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        int64_t acc = 0;
+        for (int64_t l = 0; l < k; l++)
+          acc += (int64_t)a[z * m * k + (tc->trans_a ? l * m + i : i * k + l)] *
+                 b[z * k * n + (tc->trans_b ? j * k + l : l * n + j)];
+        const int64_t e = z * m * n + i * n + j;
+        const int32_t from = rows != NULL ? rows[j] : tc->beta != 0.0 ? c0[e] : 0;
+        const uint64_t v = (uint64_t)(int64_t)tc->alpha * (uint64_t)acc +
+                           (uint64_t)(int64_t)tc->beta * (uint64_t)(int64_t)from;
+        const int32_t r = (int32_t)(uint32_t)v;
+        ref[e] = relu && r < 0 ? 0 : r;
+      }
+  return ref;
+}
+
+/* One i8 problem on `kernel` (NULL: through gk_gpu_gemm "auto", with form's epilogue), bit for
+ * bit against the exact result. form: 0 beta 0 over a poisoned C, 1 beta with C0, 2 a bias
+ * row of its own + ReLU, 3 each entry's bias row at its C's start. */
+static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *kernel, int form)
+{
+  const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
+  const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
+  int8_t *a = xmalloc((size_t)a_elems), *b = xmalloc((size_t)b_elems);
+  int32_t *c0 = xmalloc((size_t)c_elems * 4), *rows = xmalloc((size_t)(tc->n * tc->batch) * 4);
+  fill_random(a, GK_I8, a_elems);
+  fill_random(b, GK_I8, b_elems);
+  fill_random(c0, GK_I32, c_elems);
+  fill_random(rows, GK_I32, tc->n * tc->batch);
+  if (form == 0) /* not read: a pattern no result is likely to equal, in every element */
+    memset(c0, 0x5A, (size_t)c_elems * 4);
+  for (int64_t z = 0; form == 3 && z < tc->batch; z++)
+    memcpy(c0 + z * ce, rows + z * tc->n, (size_t)tc->n * 4);
+  test_case ref_tc = *tc;
+  if (form == 0)
+    ref_tc.beta = 0.0;
+  int32_t *ref = NULL;
+  if (form == 3) { /* each entry its own row */
+    ref = xmalloc((size_t)c_elems * 4);
+    for (int64_t z = 0; z < tc->batch; z++) {
+      test_case one = ref_tc;
+      one.batch = 1;
+      int32_t *part = reference_i8(&one, a + z * tc->m * tc->k, b + z * tc->k * tc->n, NULL,
+                                   rows + z * tc->n, true);
+      memcpy(ref + z * ce, part, (size_t)ce * 4);
+      free(part);
+    }
+  } else {
+    ref = reference_i8(&ref_tc, a, b, c0, form == 2 ? rows : NULL, form == 2);
+  }
+  void *d_a = to_device(a, (size_t)a_elems), *d_b = to_device(b, (size_t)b_elems);
+  void *d_c = to_device(c0, (size_t)c_elems * 4), *d_row = to_device(rows, (size_t)tc->n * 4);
+  CUDA_OR_DIE(cudaDeviceSynchronize());
+  gk_problem p = {.dtype = GK_I8, .trans_a = tc->trans_a, .trans_b = tc->trans_b, .m = tc->m,
+                  .n = tc->n, .k = tc->k, .batch = tc->batch, .alpha = tc->alpha,
+                  .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c,
+                  .act = form >= 2 ? GK_ACT_RELU : GK_ACT_NONE};
+  if (form == 2)
+    p.bias = d_row;
+  else if (form == 3)
+    p.bias = d_c, p.bias_stride = ce;
+  int32_t *got = xmalloc((size_t)c_elems * 4);
+  const gk_kernel *used = kernel;
+  cudaError_t err;
+  if (kernel != NULL) {
+    err = kernel->launch(env->ctx, &p, env->stream);
+    if (err == cudaSuccess)
+      err = cudaStreamSynchronize(env->stream);
+    if (err == cudaSuccess)
+      err = cudaMemcpy(got, d_c, (size_t)c_elems * 4, cudaMemcpyDeviceToHost);
+  } else {
+    err = run_auto(env, &p, got, (size_t)c_elems * 4, &used);
+  }
+  int64_t off = 0;
+  for (int64_t i = 0; err == cudaSuccess && i < c_elems; i++)
+    off += got[i] != ref[i];
+  const bool unsupported = kernel == &gk_kernel_cublas && err == cudaErrorNotSupported;
+  char label[64], why[64];
+  snprintf(label, sizeof label, "%s/%d", used ? used->name : "?", form);
+  snprintf(why, sizeof why, "%lld of %lld elements not exact", (long long)off, (long long)c_elems);
+  if (unsupported) /* cuBLAS's own limits: not ours to pass or fail */
+    printf("%-14s i8 %lldx%lldx%lld %s%s: not supported by cuBLAS, skipped\n", label,
+           (long long)tc->m, (long long)tc->n, (long long)tc->k, tc->trans_a ? "T" : "N",
+           tc->trans_b ? "T" : "N");
+  else
+    print_result(env, tc, label, -1, -1, 0,
+                 err != cudaSuccess ? cudaGetErrorString(err) : off > 0 ? why : NULL);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+  CUDA_OR_DIE(cudaFree(d_row));
+  free(a), free(b), free(c0), free(rows), free(ref), free(got);
+}
+
+/* Every kernel that takes i8 (cuBLAS too, unless --quick), every transpose, on shapes from one
+ * element to more tiles than SMs (17's persistent walk, both its tiles, k tails of the 128-wide
+ * k tile, batches); alpha/beta that wrap; then the epilogue through gk_gpu_gemm. */
+static void run_int8(test_env *env, bool quick)
+{
+  static const int64_t shapes[][4] = {{1, 1, 16, 1},      {37, 29, 53, 2},   {64, 128, 128, 1},
+                                      {200, 136, 144, 3}, {264, 516, 1040, 2}, {600, 520, 400, 1},
+                                      {48, 256, 96, 40}};
+  static const double scalars[][2] = {{1, 0}, {-3, 2}, {2147483647, -2147483648.0}};
+  const size_t nshapes = quick ? 4 : sizeof(shapes) / sizeof(shapes[0]);
+  size_t count = 0;
+  const gk_kernel *const *kernels = gk_kernels(&count);
+  for (size_t ki = 0; ki < count; ki++) {
+    const gk_kernel *kernel = kernels[ki];
+    if ((env->only_kernel && strcmp(kernel->name, env->only_kernel) != 0) ||
+        (kernel == &gk_kernel_cublas && !env->use_cublas))
+      continue;
+    for (size_t s = 0; s < nshapes; s++)
+      for (int t = 0; t < 4; t++) {
+        const double *ab = scalars[(s + (size_t)t) % 3];
+        test_case tc = {GK_I8, false, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                        t & 1, (t >> 1) & 1, ab[0], ab[1], false, false};
+        gk_problem probe = {.dtype = GK_I8, .trans_a = tc.trans_a, .trans_b = tc.trans_b,
+                            .m = tc.m, .n = tc.n, .k = tc.k, .batch = tc.batch, .alpha = 1,
+                            .a = (void *)(uintptr_t)256, .b = (void *)(uintptr_t)256,
+                            .c = (void *)(uintptr_t)256};
+        if (kernel->supports(&probe, gk_gpu_ctx_cc(env->ctx)))
+          run_i8_case(env, &tc, kernel, ab[1] != 0 ? 1 : 0);
+      }
+  }
+  for (size_t s = 0; s < nshapes; s++)
+    for (int form = 2; form < 4; form++) {
+      test_case tc = {GK_I8, false, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
+                      form == 3, s % 2 == 1, -3, 1, false, false};
+      run_i8_case(env, &tc, NULL, form);
+    }
 }
 
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
@@ -696,6 +880,25 @@ static int check_registry(bool verbose)
                chosen ? chosen->name : "(none)");
     }
   }
+  /* i8: 17 on Hopper where TMA reads it, tiled16 elsewhere; what the integer gemm refuses */
+  gk_problem p8 = {.dtype = GK_I8, .m = 130, .n = 132, .k = 144, .batch = 2, .alpha = 3.0};
+  EXPECT(gk_select(&p8, 90, "auto") == gk_kernel_by_name("wgmma_i8_persist"));
+  EXPECT(gk_select(&p8, 80, "auto") == &gk_kernel_tiled16);
+  p8.k = 145; /* rows of A that TMA cannot read */
+  EXPECT(gk_select(&p8, 90, "auto") == &gk_kernel_tiled16);
+  int8_t i8_dummy[4];
+  p8.a = p8.b = p8.c = i8_dummy;
+  EXPECT(gk_problem_check(&p8) == cudaSuccess);
+  p8.alpha = 0.5;
+  EXPECT(gk_problem_check(&p8) == cudaErrorInvalidValue);
+  p8.alpha = 4294967296.0;
+  EXPECT(gk_problem_check(&p8) == cudaErrorInvalidValue);
+  p8.alpha = 1.0, p8.act = GK_ACT_GELU;
+  EXPECT(gk_problem_check(&p8) == cudaErrorInvalidValue);
+  p8.act = GK_ACT_RELU;
+  EXPECT(gk_problem_check(&p8) == cudaSuccess);
+  p8.dtype = GK_I32;
+  EXPECT(gk_problem_check(&p8) == cudaErrorInvalidValue);
   /* Malformed problems are refused before anything is launched. */
   int dummy;
   gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
@@ -883,6 +1086,7 @@ int main(int argc, char **argv)
     run_matrix(&env, quick);
     run_epilogue(&env);
     run_cast(&env);
+    run_int8(&env, quick);
   }
 
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));
