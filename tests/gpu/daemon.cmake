@@ -6,8 +6,9 @@ if(TARGET gemmd)
   # gpu_resident: resident operands and the shared B, and a layer's shapes timed (TIMING lines)
   # gpu_epilogue: the bias row and the activations against float64, small lane and general path
   # gpu_out_dtype: the output cast (f32 / f64 to f16 / bf16) likewise
+  # gpu_i8: the integer gemm, bit for bit, on kernel 17 and its K-major copies
   foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs gpu_shm
-          gpu_resident gpu_epilogue gpu_out_dtype)
+          gpu_resident gpu_epilogue gpu_out_dtype gpu_i8)
     add_test(NAME daemon_${name}
              COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)

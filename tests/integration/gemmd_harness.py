@@ -518,8 +518,9 @@ def run_gemmd(gemmd, args, timeout=30, env=None):
 # ---------------------------------------------------------------------------------------------
 # dtypes
 
-DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
-_NUMPY = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8"), "f16": np.dtype("<f2")}
+DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
+_NUMPY = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8"), "f16": np.dtype("<f2"),
+          "i8": np.dtype("i1"), "i32": np.dtype("<i4")}
 
 
 def f32_to_bf16_bits(x):
