@@ -10,7 +10,8 @@
 # the SIMT one (03, kept for GPUs without DMMA); for
 # f16/bf16 the Hopper kernels (15, persistent, when TMA can also store C; then 07, cc 9.0 and
 # TMA-describable operands only) before mma.sync (04).
-# For i8, the Hopper kernel (17); tiled16 reads i8 elsewhere.
+# For i8, the small-problem kernel (18: m, n <= 64, and every shape 17 cannot take), then the
+# Hopper kernel (17); tiled16 only where 18 does not run (no sm_80).
 # Ahead of all of them, the small-tile kernels (11-14): they take only problems with m and n of
 # at most 64 (128 for tf32 and f16/bf16, 32 for f64), the small-job lane's batches, which the
 # big tiles mostly pad.
@@ -30,8 +31,10 @@ list(APPEND GK_GPU_SOURCES
   14_dmma_f64_small.cu
   15_wgmma_f16_persist.cu
   16_wgmma_tf32_persist.cu
-  17_wgmma_i8_persist.cu)
+  17_wgmma_i8_persist.cu
+  18_mma_i8_small.cu)
 list(APPEND GK_FAST_KERNELS
+  gk_kernel_mma_i8_small
   gk_kernel_wgmma_i8_persist
   gk_kernel_mma_tf32_small
   gk_kernel_simt_f32_small

@@ -272,7 +272,9 @@ static int check_operands(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *l
 }
 
 /* An integer scalar within int32, as the 32-bit arithmetic takes it. */
-static bool is_int32(double v) { return v == floor(v) && v >= -2147483648.0 && v <= 2147483647.0; }
+static bool is_int32(double v) {
+  return v >= -2147483648.0 && v <= 2147483647.0 && v == (double)(int32_t)v; /* no libm */
+}
 
 /* What only the integer gemm asks: integer alpha and beta (the result is exact, wrapping in 32
  * bits), and no activation but ReLU (GELU of an integer has no integer answer). */
