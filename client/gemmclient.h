@@ -171,6 +171,14 @@ typedef enum {
   GC_DTYPE_F64 = 1,  /* double */
   GC_DTYPE_F16 = 2,  /* IEEE binary16, as uint16_t bits */
   GC_DTYPE_BF16 = 3, /* bfloat16, as uint16_t bits */
+  /* Since 1.5 (the daemon's "i8" feature). The integer gemm: a and b int8_t, its c and result
+   * GC_DTYPE_I32; alpha and beta integers within int32, activation NONE or RELU at most,
+   * precision ignored. The arithmetic is 32-bit two's complement and wraps (as cuBLAS's
+   * CUBLAS_COMPUTE_32I): exact while the result fits. */
+  GC_DTYPE_I8 = 4,
+  /* Since 1.5. int32_t: the result (and c, or the bias row) of an I8 gemm, and a gc_put dtype
+   * (a resident c); no gemm takes it as its dtype. */
+  GC_DTYPE_I32 = 5,
 } gc_dtype;
 
 typedef enum {
@@ -200,7 +208,7 @@ typedef enum {
 typedef struct {
   size_t struct_size;     /* set by gc_gemm_opts_init; do not change */
   uint64_t m, n, k;       /* >= 1; required */
-  gc_dtype dtype;         /* default GC_DTYPE_F32 */
+  gc_dtype dtype;         /* default GC_DTYPE_F32; GC_DTYPE_I8: see gc_dtype */
   int trans_a, trans_b;   /* default 0 */
   double alpha, beta;     /* default 1.0, 0.0; beta != 0 needs c */
   uint64_t batch;         /* default 1 */
@@ -232,7 +240,8 @@ typedef struct {
    * computed in dtype (epilogue included) and each result element rounded once, last (to
    * nearest even). out then receives m x n x batch elements of out_dtype, c and a c_handle
    * hold out_dtype elements too. Default GC_DTYPE_DEFAULT, the gemm's dtype (the same as
-   * naming dtype itself); any other pair fails with GC_E_INVALID_ARGUMENT before sending. */
+   * naming dtype itself); any other pair fails with GC_E_INVALID_ARGUMENT before sending.
+   * An I8 gemm returns GC_DTYPE_I32 (its default; naming I32 is the same) and nothing else. */
   gc_dtype out_dtype;
 } gc_gemm_opts;
 
@@ -241,7 +250,8 @@ GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
 
 /* Bytes of one operand ('a', 'b' or 'c' as sent: with bias, the one row) for all batches, or
  * of the result ('o': m x n x batch elements), or 0 when opts is malformed or the size
- * overflows. 'c' and 'o' count elements of out_dtype (when set). */
+ * overflows. 'c' and 'o' count elements of out_dtype (when set), of I32 (4 bytes) for an I8
+ * gemm. */
 GC_EXPORT uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand);
 
 /* Where and how fast a gemm ran, as the daemon reports it. */

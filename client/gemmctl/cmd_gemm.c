@@ -20,7 +20,7 @@
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] gemm --a A.npy --b B.npy [--c C.npy]\n"
     "         [--alpha X] [--beta Y] [--trans-a] [--trans-b] [--precision exact|fast]\n"
-    "         [--dtype bf16] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh]\n"
+    "         [--dtype bf16|i8] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh]\n"
     "         [--out-dtype f16|bf16] --out C.npy\n"
     "\n"
     "Computes C = alpha * op(A) * op(B) + beta * C on the daemon and writes C to --out.\n"
@@ -29,9 +29,12 @@ static const char help[] =
     "--out-dtype f16|bf16 (an f32 or f64 gemm; the daemon's \"out_dtype\" feature) rounds\n"
     "the result to f16 or bf16 once, at the end; --c or --bias must then hold that dtype\n"
     "(bf16: as below, <u2 bits writing the result as <u2 too), and --out gets it.\n"
-    "dtype and shapes come from the files: <f4 (f32), <f8 (f64), <f2 (f16); NumPy has no\n"
-    "bfloat16, so bf16 is read from a '<V2' descr (ml_dtypes) or from <u2 data holding\n"
+    "dtype and shapes come from the files: <f4 (f32), <f8 (f64), <f2 (f16), |i1 (i8); NumPy\n"
+    "has no bfloat16, so bf16 is read from a '<V2' descr (ml_dtypes) or from <u2 data holding\n"
     "bfloat16 bits with --dtype bf16 (the result is then written as <u2 too).\n"
+    "i8 (int8 A and B, the daemon's \"i8\" feature) returns int32: --c or --bias hold <i4 and\n"
+    "--out gets <i4; --alpha and --beta are integers within int32, --activation relu or none,\n"
+    "and the arithmetic is 32-bit two's complement (exact while it fits, wrapping beyond).\n"
     "2-D arrays are one matrix, 3-D arrays (batch, rows, cols) a batch. op(A) is m x k\n"
     "(A is stored k x m with --trans-a), op(B) is k x n, C is m x n. Both C and Fortran\n"
     "order are accepted; little-endian only. --beta other than 0 needs --c; with --c\n"
@@ -158,12 +161,13 @@ static int load(const gctl_global *g, const char *path, gctl_npy *arr, bool is_b
   return GCTL_EXIT_OK;
 }
 
-/* One dtype for A and B (and C, unless --out-dtype gives C and the result another); <u2 only
- * with --dtype bf16. */
+/* One dtype for A and B (and C, unless the result has another: --out-dtype's, or an i8 gemm's
+ * i32); <u2 only with --dtype bf16. */
 static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs *in,
                         gc_dtype *dtype) {
   int file_dtype = in->a.dtype;
-  bool c_apart = args->opts.out_dtype != GC_DTYPE_DEFAULT; /* checked by settle_out_dtype */
+  /* C in the result's dtype: checked by settle_out_dtype */
+  bool c_apart = args->opts.out_dtype != GC_DTYPE_DEFAULT || file_dtype == GC_DTYPE_I8;
   if (in->b.dtype != file_dtype || (in->has_c && !c_apart && in->c.dtype != file_dtype))
     return gctl_fail(g, GCTL_EXIT_USAGE, "A, B and C must have the same dtype (A is %s, B is %s%s%s)",
                      gctl_npy_descr(in->a.dtype), gctl_npy_descr(in->b.dtype),
@@ -179,24 +183,30 @@ static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs
   if (args->have_dtype && (int)args->dtype != file_dtype)
     return gctl_fail(g, GCTL_EXIT_USAGE, "--dtype %s but the files hold %s",
                      gctl_dtype_name(args->dtype), gctl_npy_descr(file_dtype));
+  if (file_dtype == GC_DTYPE_I32)
+    return gctl_fail(g, GCTL_EXIT_USAGE, "A and B hold <i4 (int32): no gemm takes int32 "
+                     "operands (an i8 gemm, of |i1 files, returns int32)");
   *dtype = (gc_dtype)file_dtype;
   return GCTL_EXIT_OK;
 }
 
-/* --out-dtype: a cast the daemon makes, and C (or the bias) in the out dtype; bf16 also as <u2
- * bits, the result then written as <u2 too. */
+/* The result in another dtype than A's (--out-dtype's cast, or an i8 gemm's i32), and C (or the
+ * bias) in it too; bf16 also as <u2 bits, the result then written as <u2 too. */
 static int settle_out_dtype(const gctl_global *g, gemm_inputs *in, const gc_gemm_opts *o) {
-  if (o->out_dtype == GC_DTYPE_DEFAULT) return GCTL_EXIT_OK;
-  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
+  if (o->out_dtype != GC_DTYPE_DEFAULT && gctl_check_out_dtype(g, o) != GCTL_EXIT_OK)
+    return GCTL_EXIT_USAGE;
+  gc_dtype result = gctl_out_dtype(o);
+  if (o->out_dtype == GC_DTYPE_DEFAULT && result == o->dtype) return GCTL_EXIT_OK;
   if (!in->has_c) {
-    in->raw_u2 = in->raw_u2 && o->out_dtype == o->dtype;
+    in->raw_u2 = in->raw_u2 && result == o->dtype;
     return GCTL_EXIT_OK;
   }
-  bool u2 = in->c.dtype == GCTL_NPY_U2 && o->out_dtype == GC_DTYPE_BF16;
-  if (in->c.dtype != (int)o->out_dtype && !u2)
-    return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: %s must hold %s too, not %s",
-                     gctl_dtype_name(o->out_dtype), o->bias ? "--bias" : "--c",
-                     gctl_npy_descr(o->out_dtype), gctl_npy_descr(in->c.dtype));
+  bool u2 = in->c.dtype == GCTL_NPY_U2 && result == GC_DTYPE_BF16;
+  if (in->c.dtype != (int)result && !u2)
+    return gctl_fail(g, GCTL_EXIT_USAGE, "%s %s: %s must hold %s too, not %s",
+                     o->out_dtype != GC_DTYPE_DEFAULT ? "--out-dtype" : "an i8 gemm returns",
+                     gctl_dtype_name(result), o->bias ? "--bias" : "--c", gctl_npy_descr(result),
+                     gctl_npy_descr(in->c.dtype));
   in->raw_u2 = u2;
   return GCTL_EXIT_OK;
 }
@@ -261,6 +271,7 @@ static int read_inputs(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   if (in->has_c && (rc = load(g, args->c_path, &in->c, args->opts.bias != 0)) != 0) return rc;
   if ((rc = settle_dtype(g, args, in, &args->opts.dtype)) != 0) return rc;
   if ((rc = settle_out_dtype(g, in, &args->opts)) != 0) return rc;
+  if ((rc = gctl_check_int_gemm(g, &args->opts)) != 0) return rc;
   if ((rc = settle_order(g, &in->a, &args->opts.trans_a, true)) != 0) return rc;
   if ((rc = settle_order(g, &in->b, &args->opts.trans_b, true)) != 0) return rc;
   if (in->has_c && (rc = settle_order(g, &in->c, NULL, false)) != 0) return rc;

@@ -1,6 +1,6 @@
 /*
  * cmd_verify.c - gemmctl verify: random inputs, the daemon's answer against
- * a float64 reference computed here, PASS or FAIL.
+ * a float64 reference computed here (exact for i8), PASS or FAIL.
  */
 #include <getopt.h>
 #include <math.h>
@@ -13,23 +13,29 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] verify [--m M --n N --k K] [--dtype T]\n"
-    "         [--out-dtype f16|bf16]\n"
+    "         [--out-dtype f16|bf16] [--alpha X] [--beta Y]\n"
     "\n"
     "Multiplies random matrices (default 129 x 127 x 131, f32; values in [-1, 1)) on the\n"
     "daemon, computes the same product here in float64, and prints the largest error\n"
-    "relative to |alpha| sum |a||b| (the rounding bound) against a tolerance fitted to\n"
-    "the dtype and k, then PASS or FAIL.\n"
+    "relative to |alpha| sum |a||b| + |beta c| (the rounding bound) against a tolerance\n"
+    "fitted to the dtype and k, then PASS or FAIL. --alpha (default 1) and --beta (default\n"
+    "0; other values add a random C) scale the product and C.\n"
+    "--dtype i8 (the daemon's \"i8\" feature): random int8 A and B (and int32 C), an int32\n"
+    "result computed here exactly, in 32-bit two's complement as the daemon does (wrapping\n"
+    "where it overflows): it must be bit-exact (the error is the largest difference, the\n"
+    "tolerance 0). --alpha and --beta are then integers within int32.\n"
     "--out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16 (the\n"
     "daemon's \"out_dtype\" feature): it is checked against the reference rounded to that\n"
     "dtype, the tolerance growing by half its ulp.\n"
     "Exit status: 0 PASS, 1 FAIL or error reply, 2 usage error, 3 connection error.\n";
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts *o) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_ALPHA, OPT_BETA, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M}, {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K}, {"dtype", required_argument, NULL, OPT_DTYPE},
       {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
+      {"alpha", required_argument, NULL, OPT_ALPHA}, {"beta", required_argument, NULL, OPT_BETA},
       {"help", no_argument, NULL, OPT_HELP}, {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(o);
   o->m = 129;
@@ -45,6 +51,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
       case OPT_K: ok = gctl_parse_u64("--k", optarg, 1, &o->k); break;
       case OPT_DTYPE: ok = gctl_parse_dtype(optarg, &o->dtype); break;
       case OPT_OUT_DTYPE: ok = gctl_parse_out_dtype(optarg, &o->out_dtype); break;
+      case OPT_ALPHA: ok = gctl_parse_double("--alpha", optarg, &o->alpha); break;
+      case OPT_BETA: ok = gctl_parse_double("--beta", optarg, &o->beta); break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: ok = false;
     }
@@ -54,7 +62,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
     }
   }
   if (optind < argc) return gctl_fail(g, GCTL_EXIT_USAGE, "verify: unexpected argument \"%s\"", argv[optind]);
-  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
+  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK || gctl_check_int_gemm(g, o) != GCTL_EXIT_OK)
+    return GCTL_EXIT_USAGE;
   /* the reference is O(m n k) here: keep it to seconds */
   if ((double)o->m * (double)o->n * (double)o->k > 4e10)
     return gctl_fail(g, GCTL_EXIT_USAGE, "verify: m * n * k is at most 4e10 (the reference runs here)");
@@ -73,10 +82,12 @@ static void print_verdict(const gctl_global *g, const gc_gemm_opts *o, const gc_
            isfinite(error) ? "" : "\"", error, isfinite(error) ? "" : "\"", tolerance,
            pass ? "PASS" : "FAIL");
   } else {
-    printf("verify %llux%llux%llu %s on %s (%s): max relative error %.3g, tolerance %.3g: %s\n",
+    /* an integer result is exact: its error is a difference, not relative */
+    printf("verify %llux%llux%llu %s on %s (%s): %s %.3g, tolerance %.3g: %s\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
-           gctl_dtype_label(o), r->device, r->kernel, error, tolerance,
-           pass ? "PASS" : "FAIL");
+           gctl_dtype_label(o), r->device, r->kernel,
+           o->dtype == GC_DTYPE_I8 ? "largest difference" : "max relative error", error,
+           tolerance, pass ? "PASS" : "FAIL");
   }
 }
 
@@ -88,22 +99,25 @@ static int run(const gctl_global *g, const gc_gemm_opts *o) {
   if (a_bytes == 0 || b_bytes == 0 || out_bytes == 0) return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
   size_t cn = (size_t)(out_bytes / gctl_dtype_size(out_dtype));
   void *a = malloc(a_bytes), *b = malloc(b_bytes), *out = malloc(out_bytes);
+  void *c = o->beta != 0.0 ? malloc(out_bytes) : NULL; /* C: the result's shape and dtype */
   double *ref = malloc(cn * sizeof *ref), *bound = malloc(cn * sizeof *bound);
-  int rc = a && b && out && ref && bound ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
+  bool have = a && b && out && ref && bound && (c || o->beta == 0.0);
+  int rc = have ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   gc_conn *conn = NULL;
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = (uint64_t)time(NULL) * 2654435761u;
     gctl_fill_random(o->dtype, a, a_bytes / esize, &seed);
     gctl_fill_random(o->dtype, b, b_bytes / esize, &seed);
+    if (c != NULL) gctl_fill_random(out_dtype, c, cn, &seed);
     gctl_poison(out_dtype, out, cn);
     rc = gctl_connect(g, &conn);
   }
   gc_gemm_result result;
-  if (rc == GCTL_EXIT_OK && gc_gemm(conn, o, a, b, NULL, out, &result) != 0)
+  if (rc == GCTL_EXIT_OK && gc_gemm(conn, o, a, b, c, out, &result) != 0)
     rc = gctl_fail_call(g, "gemm", gc_last_error(conn));
   gc_close(conn);
   if (rc == GCTL_EXIT_OK) {
-    gctl_ref_gemm(o, a, b, NULL, ref, bound);
+    gctl_ref_gemm(o, a, b, c, ref, bound);
     double error = gctl_ref_error(o, out, ref, bound), tolerance = gctl_ref_tolerance(o);
     bool pass = error <= tolerance;
     print_verdict(g, o, &result, error, tolerance, pass);
@@ -112,6 +126,7 @@ static int run(const gctl_global *g, const gc_gemm_opts *o) {
   free(a);
   free(b);
   free(out);
+  free(c);
   free(ref);
   free(bound);
   return rc;

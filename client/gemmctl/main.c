@@ -22,13 +22,15 @@ static const char usage_text[] =
     "  info                       version, backend, devices, kernels, limits\n"
     "  stats                      counters, queues, bytes, latencies\n"
     "  gemm --a A.npy --b B.npy [--c C.npy] [--alpha X] [--beta Y] [--trans-a] [--trans-b]\n"
-    "       [--precision exact|fast] [--dtype bf16] [--out-dtype f16|bf16] --out C.npy\n"
+    "       [--precision exact|fast] [--dtype bf16|i8] [--out-dtype f16|bf16] --out C.npy\n"
     "                             C = alpha * op(A) * op(B) + beta * C from .npy files\n"
     "  bench [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16] [--requests R]\n"
     "        [--concurrency C]    throughput (TFLOP/s, GB/s) and latency percentiles\n"
-    "  verify [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16]\n"
+    "  verify [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16] [--alpha X] [--beta Y]\n"
     "                             random inputs, the daemon's answer against a float64\n"
-    "                             reference: the error and PASS or FAIL\n"
+    "                             reference (i8: exact): the error and PASS or FAIL\n"
+    "  --dtype T is f32, f64, f16, bf16 or i8 (int8 A and B, an int32 C: the daemon's \"i8\"\n"
+    "  feature; alpha and beta integers, 32-bit arithmetic that wraps)\n"
     "  --out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16\n"
     "  (the daemon's \"out_dtype\" feature; C is then in that dtype too)\n"
     "\n"
@@ -138,21 +140,27 @@ bool gctl_parse_double(const char *flag, const char *text, double *out) {
   return true;
 }
 
-static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16"};
+/* By gc_dtype value. */
+static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16", "i8", "i32"};
+#define DTYPE_COUNT (sizeof dtype_names / sizeof dtype_names[0])
 
 static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) {
-  for (int i = 0; i < 4; i++) {
+  for (size_t i = 0; i < DTYPE_COUNT; i++) {
     if (strcmp(text, dtype_names[i]) == 0) {
       *out = (gc_dtype)i;
       return true;
     }
   }
-  fprintf(stderr, "gemmctl: %s takes f32, f64, f16 or bf16, not \"%s\"\n", flag, text);
+  fprintf(stderr, "gemmctl: %s takes f32, f64, f16, bf16, i8 or i32, not \"%s\"\n", flag, text);
   return false;
 }
 
 bool gctl_parse_dtype(const char *text, gc_dtype *out) {
-  return parse_dtype_flag("--dtype", text, out);
+  if (!parse_dtype_flag("--dtype", text, out)) return false;
+  if (*out != GC_DTYPE_I32) return true;
+  fprintf(stderr, "gemmctl: --dtype i32: no gemm takes int32 operands (an i8 gemm returns "
+          "i32)\n");
+  return false;
 }
 
 bool gctl_parse_out_dtype(const char *text, gc_dtype *out) {
@@ -165,8 +173,22 @@ int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o) {
   if (o->out_dtype == GC_DTYPE_DEFAULT || gc_gemm_operand_bytes(&probe, 'o') != 0)
     return GCTL_EXIT_OK;
   return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: a %s gemm cannot return %s (an f32 or "
-                   "f64 result may be cast to f16 or bf16)", gctl_dtype_name(o->out_dtype),
-                   gctl_dtype_name(o->dtype), gctl_dtype_name(o->out_dtype));
+                   "f64 result may be cast to f16 or bf16; an i8 gemm returns i32)",
+                   gctl_dtype_name(o->out_dtype), gctl_dtype_name(o->dtype),
+                   gctl_dtype_name(o->out_dtype));
+}
+
+/* A scalar the integer gemm's 32-bit arithmetic takes as it is. */
+static bool is_int32(double v) { return v == floor(v) && v >= INT32_MIN && v <= INT32_MAX; }
+
+int gctl_check_int_gemm(const gctl_global *g, const gc_gemm_opts *o) {
+  if (o->dtype != GC_DTYPE_I8) return GCTL_EXIT_OK;
+  if (!is_int32(o->alpha) || !is_int32(o->beta))
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--alpha %.15g, --beta %.15g: an i8 gemm takes integers "
+                     "within int32 (its arithmetic is 32-bit, exact)", o->alpha, o->beta);
+  if (o->activation != GC_ACT_NONE && o->activation != GC_ACT_RELU)
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--activation: an i8 gemm takes relu or none");
+  return GCTL_EXIT_OK;
 }
 
 const char *gctl_out_dtype_name(const gc_gemm_opts *o) {
@@ -182,11 +204,7 @@ const char *gctl_dtype_label(const gc_gemm_opts *o) {
 }
 
 const char *gctl_dtype_name(gc_dtype dtype) {
-  return (unsigned)dtype < 4 ? dtype_names[dtype] : "?";
-}
-
-size_t gctl_dtype_size(gc_dtype dtype) {
-  return dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
+  return (unsigned)dtype < DTYPE_COUNT ? dtype_names[dtype] : "?";
 }
 
 int64_t gctl_now_us(void) {

@@ -12,8 +12,10 @@
 
 _Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (int)GP_DTYPE_F64 &&
                    (int)GC_DTYPE_F16 == (int)GP_DTYPE_F16 &&
-                   (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16,
+                   (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16 &&
+                   (int)GC_DTYPE_I8 == (int)GP_DTYPE_I8 && (int)GC_DTYPE_I32 == (int)GP_DTYPE_I32,
                "gc_dtype must mirror gp_dtype");
+_Static_assert(GP_DTYPE_COUNT == GC_DTYPE_I32 + 1, "every gp_dtype has its gc_dtype");
 _Static_assert((int)GC_DTYPE_DEFAULT < 0, "GC_DTYPE_DEFAULT is no gp_dtype");
 
 /* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
@@ -35,7 +37,8 @@ void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
   if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
 }
 
-/* out_dtype (1.4): GC_DTYPE_DEFAULT or a gc_dtype the gemm's dtype may be cast to. */
+/* out_dtype (1.4): GC_DTYPE_DEFAULT or a gc_dtype the gemm's dtype may be cast to (an i8
+ * gemm's only result, i32, included). */
 static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
   if (o->out_dtype == GC_DTYPE_DEFAULT) return 0;
   if ((unsigned)o->out_dtype >= GP_DTYPE_COUNT)
@@ -45,7 +48,7 @@ static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
   if (!gp_dtype_cast_ok((gp_dtype)o->dtype, (gp_dtype)o->out_dtype))
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
-                         "cast to f16 or bf16)",
+                         "cast to f16 or bf16; an i8 gemm returns i32)",
                          gp_dtype_name((gp_dtype)o->dtype), gp_dtype_name((gp_dtype)o->out_dtype));
   return 0;
 }
@@ -62,6 +65,10 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   memcpy(&o, in, in->struct_size < sizeof o ? in->struct_size : sizeof o);
   if ((unsigned)o.dtype >= GP_DTYPE_COUNT)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "dtype %d is not a gc_dtype", (int)o.dtype);
+  /* refused here, not only by gc_submit's checks, so that gc_gemm_operand_bytes gives 0 */
+  if (o.dtype == GC_DTYPE_I32)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT,
+                         "dtype: GC_DTYPE_I32 is a result dtype only (an I8 gemm returns it)");
   if (o.precision != GC_PRECISION_EXACT && o.precision != GC_PRECISION_FAST)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "precision %d is not a gc_precision",
                          (int)o.precision);
@@ -86,8 +93,10 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->broadcast_b = o.broadcast_b != 0;
   hdr->bias = o.bias != 0;
   hdr->activation = (gp_act)o.activation;
-  hdr->has_out_dtype = o.out_dtype != GC_DTYPE_DEFAULT && o.out_dtype != o.dtype;
-  hdr->out_dtype = hdr->has_out_dtype ? (gp_dtype)o.out_dtype : hdr->dtype;
+  /* the result dtype uncast (i32 for i8) is no cast: nothing to send */
+  hdr->has_out_dtype = o.out_dtype != GC_DTYPE_DEFAULT &&
+                       (gp_dtype)o.out_dtype != gp_dtype_result(hdr->dtype);
+  hdr->out_dtype = hdr->has_out_dtype ? (gp_dtype)o.out_dtype : gp_dtype_result(hdr->dtype);
   *timeout_ms = o.timeout_ms;
   *user = o.user;
   handles[GP_OPERAND_A] = o.a_handle;

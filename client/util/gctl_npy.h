@@ -8,8 +8,9 @@
  * column-major m x k array is the row-major k x m array of its transpose).
  *
  * dtypes: '<f4' f32, '<f8' f64, '<f2' f16; bfloat16 (which NumPy lacks) as
- * '<V2' / '|V2' (ml_dtypes' descr) or 'bfloat16'; '<u2' is read as raw
- * 16-bit data (GCTL_NPY_U2) for the caller to reinterpret (gemmctl --dtype).
+ * '<V2' / '|V2' (ml_dtypes' descr) or 'bfloat16'; '|i1' / '<i1' i8, '<i4' i32;
+ * '<u2' is read as raw 16-bit data (GCTL_NPY_U2) for the caller to reinterpret
+ * (gemmctl --dtype).
  * Big-endian files are refused with a message saying so.
  *
  * Errors: functions return 0 or -1 and write a message into err (errlen bytes).
@@ -62,7 +63,7 @@ int gctl_npy_to_c_order(gctl_npy *a, char *err, size_t errlen);
 
 void gctl_npy_free(gctl_npy *a);
 
-/* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "<u2"). */
+/* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "|i1", "<i4", "<u2"). */
 const char *gctl_npy_descr(int dtype);
 
 /* Writes a C-order array (to stdout for GCTL_NPY_STDIO). version: 1, 2 or 3, or 0 for the

@@ -1,21 +1,30 @@
 /*
  * gctl_ref.h - the float64 reference gemm that gemmctl verify and the client
- * tests check the daemon against, and the tolerance fitted to each dtype.
+ * tests check the daemon against, and the tolerance fitted to each dtype (the
+ * integer gemm, i8: an exact reference and no tolerance).
  */
 #ifndef GCTL_REF_H
 #define GCTL_REF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gemmclient.h"
 
-/* The dtype of the result and of c: o->out_dtype, or o->dtype when that is GC_DTYPE_DEFAULT. */
+/* The dtype of the result and of c: o->out_dtype, or the gemm's uncast result when that is
+ * GC_DTYPE_DEFAULT (o->dtype; i32 for i8). */
 gc_dtype gctl_out_dtype(const gc_gemm_opts *o);
+
+/* Bytes of one element (0 for GC_DTYPE_DEFAULT). */
+size_t gctl_dtype_size(gc_dtype dtype);
+/* i8 or i32. */
+bool gctl_dtype_is_int(gc_dtype dtype);
 
 /* Element i of a buffer of dtype, as double (f16/bf16 are uint16_t bits). */
 double gctl_load(gc_dtype dtype, const void *buf, size_t i);
-/* Stores v, rounded once to dtype (nearest even), as element i. */
+/* Stores v, rounded once to dtype (nearest even; an integer v wrapped to i8 or i32), as element
+ * i. */
 void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
 
 /*
@@ -23,23 +32,26 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
  * double, from the values as stored (c, in the out dtype, may be NULL when beta is 0; with
  * o->bias it is one row, C[b][i][j] = c[j]; act is o->activation), and bound[] the same sum over absolute values (what
  * rounding errors scale with), times act's largest slope. ref and bound hold m*n*batch doubles.
+ * An i8 gemm's ref is exact, in 32-bit wrapping arithmetic (c holds i32), its bound 0.
  */
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound);
 
 /* The largest (|out - ref| less one subnormal spacing of the dtype) / bound over all elements
  * (bound 0: any difference is infinite); NaN when an element is NaN. out holds the out dtype;
- * a cast result is compared with ref rounded to it. */
+ * a cast result is compared with ref rounded to it. An i8 gemm's: the largest |out - ref|. */
 double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
                       const double *bound);
 
-/* Error a correct gemm of this shape and dtype stays within (see refgemm.c). */
+/* Error a correct gemm of this shape and dtype stays within (see refgemm.c); 0 for i8. */
 double gctl_ref_tolerance(const gc_gemm_opts *o);
 
-/* Fills n elements with uniform values in [-1, 1) rounded to dtype; *seed advances. */
+/* Fills n elements with uniform values in [-1, 1) rounded to dtype (i8, i32: uniform over the
+ * whole type); *seed advances. */
 void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed);
 
-/* Sets n elements to NaN, so that any element the daemon fails to write shows up. */
+/* Sets n elements to NaN (integers: INT32_MIN + 7), so that any element the daemon fails to
+ * write shows up. */
 void gctl_poison(gc_dtype dtype, void *buf, size_t n);
 
 #endif /* GCTL_REF_H */

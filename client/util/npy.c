@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gctl_npy.h"
+#include "gctl_ref.h"
 
 static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -106,6 +107,7 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
       {"<f4", GC_DTYPE_F32, 4},     {"<f8", GC_DTYPE_F64, 8},    {"<f2", GC_DTYPE_F16, 2},
       {"<V2", GC_DTYPE_BF16, 2},    {"|V2", GC_DTYPE_BF16, 2},   {"bfloat16", GC_DTYPE_BF16, 2},
       {"<bf16", GC_DTYPE_BF16, 2},  {"<u2", GCTL_NPY_U2, 2},
+      {"|i1", GC_DTYPE_I8, 1},      {"<i1", GC_DTYPE_I8, 1},     {"<i4", GC_DTYPE_I32, 4},
   };
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (strcmp(descr, known[i].descr) == 0) {
@@ -120,8 +122,8 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
                 "a.astype(a.dtype.newbyteorder('<'))",
                 descr);
   return fail(err, errlen,
-              "unsupported dtype '%s': gemm takes <f4, <f8, <f2, bfloat16 (<V2) or <u2 "
-              "reinterpreted with --dtype bf16",
+              "unsupported dtype '%s': gemm takes <f4, <f8, <f2, bfloat16 (<V2), <u2 "
+              "reinterpreted with --dtype bf16, |i1 (int8) or <i4 (int32, an i8 gemm's C)",
               descr);
 }
 
@@ -353,13 +355,15 @@ const char *gctl_npy_descr(int dtype) {
     case GC_DTYPE_F64: return "<f8";
     case GC_DTYPE_F16: return "<f2";
     case GC_DTYPE_BF16: return "|V2"; /* numpy's own descr for 2-byte void */
+    case GC_DTYPE_I8: return "|i1";   /* and for one byte: no byte order */
+    case GC_DTYPE_I32: return "<i4";
     case GCTL_NPY_U2: return "<u2";
     default: return NULL;
   }
 }
 
 static size_t dtype_size(int dtype) {
-  return dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
+  return dtype == GCTL_NPY_U2 ? 2 : gctl_dtype_size((gc_dtype)dtype);
 }
 
 /* The dict text, unpadded. */

@@ -13,8 +13,14 @@
  * bf16 2^-8): the daemon's value and the reference may round to neighbours. The tolerance is
  * four times the sum. Results in the subnormal range (of the out dtype) are also allowed one
  * subnormal spacing of absolute error.
+ *
+ * The integer gemm (i8, its result i32) has no rounding: the reference is exact (the dot
+ * products of int8 values are integers far below 2^53 in double, then alpha and beta are applied
+ * in 32-bit two's complement, wrapping as the daemon does), and the result must equal it bit for
+ * bit: its error is the largest absolute difference, its tolerance 0.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "gctl_ref.h"
@@ -26,10 +32,15 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
     case GC_DTYPE_F32: return ((const float *)buf)[i];
     case GC_DTYPE_F16: return gp_f16_to_f32(((const uint16_t *)buf)[i]);
     case GC_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case GC_DTYPE_I8: return ((const int8_t *)buf)[i];
+    case GC_DTYPE_I32: return ((const int32_t *)buf)[i];
     case GC_DTYPE_DEFAULT: break;
   }
   return NAN;
 }
+
+/* v as an integer wrapped to 32 bits (two's complement); v is an integer within int64. */
+static int32_t wrap_i32(double v) { return (int32_t)(uint32_t)(uint64_t)(int64_t)v; }
 
 void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
   switch (dtype) {
@@ -37,12 +48,30 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
     case GC_DTYPE_F32: ((float *)buf)[i] = (float)v; break;
     case GC_DTYPE_F16: ((uint16_t *)buf)[i] = gp_f64_to_f16(v); break;
     case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gp_f64_to_bf16(v); break;
+    case GC_DTYPE_I8: ((int8_t *)buf)[i] = (int8_t)wrap_i32(v); break;
+    case GC_DTYPE_I32: ((int32_t *)buf)[i] = wrap_i32(v); break;
     case GC_DTYPE_DEFAULT: break;
   }
 }
 
+size_t gctl_dtype_size(gc_dtype dtype) {
+  switch (dtype) {
+    case GC_DTYPE_F64: return 8;
+    case GC_DTYPE_F32:
+    case GC_DTYPE_I32: return 4;
+    case GC_DTYPE_F16:
+    case GC_DTYPE_BF16: return 2;
+    case GC_DTYPE_I8: return 1;
+    case GC_DTYPE_DEFAULT: break;
+  }
+  return 0;
+}
+
+bool gctl_dtype_is_int(gc_dtype dtype) { return dtype == GC_DTYPE_I8 || dtype == GC_DTYPE_I32; }
+
 gc_dtype gctl_out_dtype(const gc_gemm_opts *o) {
-  return o->out_dtype == GC_DTYPE_DEFAULT ? o->dtype : o->out_dtype;
+  if (o->out_dtype != GC_DTYPE_DEFAULT) return o->out_dtype;
+  return o->dtype == GC_DTYPE_I8 ? GC_DTYPE_I32 : o->dtype;
 }
 
 /* Row i of op(A) times op(B) into ref and bound (sums of a*b and of |a*b|). Where B is not
@@ -86,6 +115,15 @@ static void ref_row(const gc_gemm_opts *o, const void *a, size_t a0, const void 
   }
 }
 
+/* One element of an integer gemm from its exact dot product: alpha and beta in 32-bit two's
+ * complement (wrapping), then ReLU on the 32-bit value, as the daemon forms them. */
+static double ref_int(const gc_gemm_opts *o, double dot, double cv) {
+  uint32_t v = (uint32_t)wrap_i32(o->alpha) * (uint32_t)wrap_i32(dot);
+  if (o->beta != 0.0) v += (uint32_t)wrap_i32(o->beta) * (uint32_t)wrap_i32(cv);
+  int32_t r = (int32_t)v;
+  return o->activation == GC_ACT_RELU && r < 0 ? 0.0 : (double)r;
+}
+
 /* The epilogue's activation in double; *slope bounds |act'| (how it scales an error). */
 static double ref_act(gc_activation act, double x, double *slope) {
   *slope = act == GC_ACT_NONE || act == GC_ACT_RELU ? 1.0 : 1.13; /* GELU's |f'| <= 1.13 */
@@ -108,6 +146,11 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
       ref_row(o, a, a0, b, b0, i, sum, abs_sum);
       for (size_t j = 0; j < n; j++) {
         double cv = c != NULL ? gctl_load(out, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
+        if (o->dtype == GC_DTYPE_I8) { /* exact: no bound to scale an error by */
+          sum[j] = ref_int(o, sum[j], cv);
+          abs_sum[j] = 0.0;
+          continue;
+        }
         sum[j] = o->alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
         abs_sum[j] = fabs(o->alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
         sum[j] = ref_act(o->activation, sum[j], &slope);
@@ -137,8 +180,20 @@ static double ref_as_out(const gc_gemm_opts *o, double ref) {
   return gctl_load(out, &bits, 0);
 }
 
+/* The integer gemm's error: the largest |out - ref| (0 when bit-exact). */
+static double int_error(const gc_gemm_opts *o, const void *out, const double *ref) {
+  double worst = 0;
+  size_t total = (size_t)(o->m * o->n * o->batch);
+  for (size_t i = 0; i < total; i++) {
+    double diff = fabs(gctl_load(GC_DTYPE_I32, out, i) - ref[i]);
+    if (diff > worst) worst = diff;
+  }
+  return worst;
+}
+
 double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
                       const double *bound) {
+  if (o->dtype == GC_DTYPE_I8) return int_error(o, out, ref);
   gc_dtype out_dtype = gctl_out_dtype(o);
   double worst = 0, spacing = subnormal_spacing(out_dtype);
   size_t total = (size_t)(o->m * o->n * o->batch);
@@ -156,6 +211,7 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
 static double half_ulp(gc_dtype dtype) { return dtype == GC_DTYPE_F16 ? ldexp(1, -11) : ldexp(1, -8); }
 
 double gctl_ref_tolerance(const gc_gemm_opts *o) {
+  if (o->dtype == GC_DTYPE_I8) return 0; /* bit-exact */
   double u_acc = o->dtype == GC_DTYPE_F64 ? ldexp(1, -53) : ldexp(1, -24);
   double u_in = o->dtype == GC_DTYPE_F32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
   double u_out = o->dtype == GC_DTYPE_F16 || o->dtype == GC_DTYPE_BF16 ? half_ulp(o->dtype)
@@ -172,11 +228,17 @@ void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
+    if (gctl_dtype_is_int(dtype)) { /* the top bits, wrapped: the type's whole range */
+      gctl_store(dtype, buf, i, (double)(int64_t)(z >> (dtype == GC_DTYPE_I8 ? 56 : 32)));
+      continue;
+    }
     double u = (double)(z >> 11) * ldexp(1, -53); /* [0, 1) */
     gctl_store(dtype, buf, i, 2 * u - 1);
   }
 }
 
 void gctl_poison(gc_dtype dtype, void *buf, size_t n) {
-  for (size_t i = 0; i < n; i++) gctl_store(dtype, buf, i, NAN);
+  /* integers have no NaN: a value no small gemm makes (ReLU's results are >= 0) */
+  double poison = gctl_dtype_is_int(dtype) ? (double)INT32_MIN + 7 : NAN;
+  for (size_t i = 0; i < n; i++) gctl_store(dtype, buf, i, poison);
 }

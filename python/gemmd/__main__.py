@@ -3,8 +3,8 @@
     python3 -m gemmd [--connect ADDR] ping | info | stats | check [--dtype f32] [--size N]
 
 info and stats print JSON; check multiplies random matrices on the daemon and compares the
-result with NumPy's. Exit status: 0 success, 1 an error reply or a wrong result, 3 no
-connection (as gemmctl).
+result with NumPy's (i8: int8 in, int32 out, bit for bit). Exit status: 0 success, 1 an
+error reply or a wrong result, 3 no connection (as gemmctl).
 """
 
 import argparse
@@ -17,7 +17,14 @@ from . import Client, ConnectError, ConnectionLost, Error
 from ._arrays import BFLOAT16
 
 _DTYPES = {"f32": (np.float32, 1e-5), "f64": (np.float64, 1e-12), "f16": (np.float16, 1e-2),
-           "bf16": (BFLOAT16, 5e-2)}
+           "bf16": (BFLOAT16, 5e-2), "i8": (np.int8, 0)}
+
+
+def _operands(rng, dtype, m, n, k):
+    if dtype == np.int8:
+        return (rng.integers(-128, 128, (m, k), dtype=np.int8),
+                rng.integers(-128, 128, (k, n), dtype=np.int8))
+    return (rng.uniform(-1, 1, (m, k)).astype(dtype), rng.uniform(-1, 1, (k, n)).astype(dtype))
 
 
 def _check(client, dtype_name, size):
@@ -27,11 +34,10 @@ def _check(client, dtype_name, size):
         return 1
     rng = np.random.default_rng()
     m, n, k = size, size + 1, size + 2
-    a = rng.uniform(-1, 1, (m, k)).astype(dtype)
-    b = rng.uniform(-1, 1, (k, n)).astype(dtype)
+    a, b = _operands(rng, dtype, m, n, k)
     future = client.submit(a, b)
     c = future.result()
-    want = a.astype(np.float64) @ b.astype(np.float64)
+    want = a.astype(np.float64) @ b.astype(np.float64)   # int8: exact, no wrap (k < 2^17)
     scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
     err = np.abs(c.astype(np.float64) - want)
     ok = bool(np.all(err <= tol * max(1.0, np.sqrt(k)) * scale + 1e-30))

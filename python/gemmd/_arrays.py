@@ -15,9 +15,10 @@ except ImportError:  # bf16 is then uint16 bit patterns
     ml_dtypes = None
     BFLOAT16 = None
 
-ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
 _WIRE_NAMES = {np.dtype("float32"): "f32", np.dtype("float64"): "f64",
-               np.dtype("float16"): "f16", np.dtype("uint16"): "bf16"}
+               np.dtype("float16"): "f16", np.dtype("uint16"): "bf16",
+               np.dtype("int8"): "i8", np.dtype("int32"): "i32"}
 if BFLOAT16 is not None:
     _WIRE_NAMES[BFLOAT16] = "bf16"
 
@@ -26,19 +27,25 @@ if BFLOAT16 is not None:
 # bit patterns without ml_dtypes).
 _RESULT_DTYPES = {"f32": np.dtype("float32"), "f64": np.dtype("float64"),
                   "f16": np.dtype("float16"),
-                  "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("uint16")}
+                  "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("uint16"),
+                  "i32": np.dtype("<i4")}
 _NAMES_OF = {"f32": "float32", "f64": "float64", "f16": "float16",
-             "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns"}
+             "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns", "i32": "int32"}
 # The output casts the daemon makes (feature "out_dtype"): (dtype, out_dtype).
 CASTS = {("f32", "f16"), ("f32", "bf16"), ("f64", "f16"), ("f64", "bf16")}
+# What a gemm returns uncast, where it is not its dtype: the integer gemm (feature "i8")
+# accumulates int8 products in int32.
+_UNCAST = {"i8": "i32"}
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 def wire_dtype(dtype):
     """The protocol's name for a NumPy dtype; TypeError for one gemm does not take."""
     name = _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("="))
     if name is None:
-        raise TypeError("gemm takes float32, float64, float16 and bfloat16 (ml_dtypes.bfloat16, "
-                        "or uint16 bit patterns), not %s: convert with .astype()" % dtype)
+        raise TypeError("gemm takes float32, float64, float16, bfloat16 (ml_dtypes.bfloat16, "
+                        "or uint16 bit patterns) and int8 (int32 for an int8 gemm's c), not %s: "
+                        "convert with .astype()" % dtype)
     return name
 
 
@@ -48,14 +55,19 @@ def _holds(dtype, name):
 
 
 def result_dtype(out_dtype, dtype, np_dtype):
-    """(wire name, NumPy dtype) of a gemm's result: out_dtype None (a's own: dtype, np_dtype),
-    a wire name ("f16", "bf16", "f32", "f64") or a NumPy dtype (float16, ml_dtypes.bfloat16 or
-    uint16 bf16 bit patterns, float32, float64). TypeError for one the daemon cannot return."""
+    """(wire name, NumPy dtype) of a gemm's result: out_dtype None (what a's dtype returns: its
+    own, dtype and np_dtype; int32 for int8), a wire name ("f16", "bf16", "f32", "f64", "i32")
+    or a NumPy dtype (float16, ml_dtypes.bfloat16 or uint16 bf16 bit patterns, float32,
+    float64, int32). TypeError for a gemm of dtype i32, or a result the daemon cannot return."""
+    if dtype == "i32":
+        raise TypeError("a and b are int32: no gemm takes int32 operands (an int8 gemm returns "
+                        "int32)")
+    uncast = _UNCAST.get(dtype, dtype)
     if out_dtype is None:
-        return dtype, np_dtype
+        return uncast, np_dtype if uncast == dtype else _RESULT_DTYPES[uncast]
     if isinstance(out_dtype, str) and out_dtype in ELEMENT_BYTES:
         name = out_dtype
-        np_out = np_dtype if name == dtype else _RESULT_DTYPES[name]
+        np_out = np_dtype if name == dtype else _RESULT_DTYPES.get(name)
     else:
         try:
             np_out = np.dtype(out_dtype).newbyteorder("<")
@@ -63,12 +75,12 @@ def result_dtype(out_dtype, dtype, np_dtype):
             np_out = None
         name = _WIRE_NAMES.get(np_out.newbyteorder("=")) if np_out is not None else None
         if name is None:
-            raise TypeError("out_dtype %r is none of 'f16', 'bf16', 'f32', 'f64', float16, "
-                            "bfloat16 (ml_dtypes, or uint16 bit patterns), float32, float64" %
-                            (out_dtype,))
-    if name != dtype and (dtype, name) not in CASTS:
+            raise TypeError("out_dtype %r is none of 'f16', 'bf16', 'f32', 'f64', 'i32', "
+                            "float16, bfloat16 (ml_dtypes, or uint16 bit patterns), float32, "
+                            "float64, int32" % (out_dtype,))
+    if name != uncast and (dtype, name) not in CASTS:
         raise TypeError("out_dtype %s: a %s gemm cannot return %s (an f32 or f64 result may be "
-                        "cast to f16 or bf16)" % (name, dtype, name))
+                        "cast to f16 or bf16; an i8 gemm returns i32)" % (name, dtype, name))
     return name, np_out
 
 
@@ -187,6 +199,21 @@ def _operand_of(x, trans, what):
     return view, flag
 
 
+def _check_int_gemm(alpha, beta, activation):
+    """What the integer gemm asks (its arithmetic is 32-bit and exact): integral alpha and beta
+    within int32, and no activation but ReLU."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        try:
+            integral = float(value).is_integer() and INT32_MIN <= value <= INT32_MAX
+        except (TypeError, ValueError, OverflowError):
+            integral = False
+        if not integral:
+            raise ValueError("%s is %r: an int8 gemm takes integers within int32 for alpha and "
+                             "beta" % (name, value))
+    if activation not in (None, "none", "relu"):
+        raise ValueError("activation %r: an int8 gemm takes 'relu' or None" % (activation,))
+
+
 class Problem:
     """One gemm call checked and laid out: the header to send, the operand views (or handle
     maps), and the shape and dtype of the result. A 3-D a with a 2-D b is a batch by one
@@ -206,8 +233,12 @@ class Problem:
                             (a.dtype, b.dtype))
         self.dtype = wire_dtype(a.dtype)
         self.np_dtype = a.dtype.newbyteorder("<")
-        # the result's dtype, and that of c (or the bias): a's, or out_dtype's cast
+        # the result's dtype, and that of c (or the bias): a's (int32 for int8), or out_dtype's
+        # cast
         self.out_dtype, self.out_np_dtype = result_dtype(out_dtype, self.dtype, self.np_dtype)
+        self.uncast = _UNCAST.get(self.dtype, self.dtype)
+        if self.dtype in _UNCAST:
+            _check_int_gemm(alpha, beta, activation)
         m, k = a.shape[-2:][::-1] if trans_a else a.shape[-2:]   # of op(a), op(b)
         k_b, n = b.shape[-2:][::-1] if trans_b else b.shape[-2:]
         if k != k_b:
@@ -235,7 +266,7 @@ class Problem:
             raise ValueError("precision must be 'exact' or 'fast', not %r" % (precision,))
         if precision != "exact":
             self.hdr["precision"] = precision
-        if self.out_dtype != self.dtype:   # only then: a daemon without the feature refuses it
+        if self.out_dtype != self.uncast:  # only then: a daemon without the feature refuses it
             self.hdr["out_dtype"] = self.out_dtype
         self._epilogue(bias, activation, c, beta, n)
 
@@ -266,11 +297,14 @@ class Problem:
         return byte_view(np.ascontiguousarray(_little(bias)))
 
     def _check_out_typed(self, x, what):
-        """c and the bias hold the result's dtype (a's, or out_dtype's)."""
+        """c and the bias hold the result's dtype (a's, int32 for int8, or out_dtype's)."""
         if _holds(x.dtype, self.out_dtype):
             return
         if self.out_dtype == self.dtype:
             raise TypeError("%s is %s, a and b %s" % (what, x.dtype, self.np_dtype))
+        if self.out_dtype == self.uncast:
+            raise TypeError("%s is %s: an int8 gemm's c, bias and result are int32" %
+                            (what, x.dtype))
         raise TypeError("%s is %s: with out_dtype %s it must hold %s elements (%s), as the "
                         "result does" % (what, x.dtype, self.out_dtype, self.out_dtype,
                                          _NAMES_OF[self.out_dtype]))

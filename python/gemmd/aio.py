@@ -192,7 +192,8 @@ class Client:
     async def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                    precision="exact", timeout=None, out=None, bias=None, activation=None,
                    out_dtype=None):
-        """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype included)."""
+        """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype and int8
+        included)."""
         timeout = self.timeout if timeout is None else timeout
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
                           out_dtype)

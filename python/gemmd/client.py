@@ -246,14 +246,14 @@ class Client:
         """C = alpha * op(a) @ op(b) + beta * c on the daemon, as a new array (or in out).
 
         a, b (and c): 2-D matrices, or 3-D batches (batch, rows, cols) of the same dtype:
-        float32, float64, float16, bfloat16 (ml_dtypes) or uint16 (bf16 bit patterns); NumPy
-        arrays, or anything with __array__ or the buffer protocol. op(x) is x.T (the last two
-        axes swapped) when trans_x. c is read only when beta != 0. The result has a's dtype
-        and shape (m, n) or (batch, m, n); out=, an array of that shape and dtype, receives
-        it instead (straight into its memory when it is C-contiguous). precision "fast" lets
-        f32 run on TF32 tensor cores. timeout (seconds; default the Client's) bounds the
-        whole call and is sent to the daemon too; on expiry gemmd.Timeout is raised and out
-        may hold part of a result.
+        float32, float64, float16, bfloat16 (ml_dtypes), uint16 (bf16 bit patterns) or int8
+        (below); NumPy arrays, or anything with __array__ or the buffer protocol. op(x) is
+        x.T (the last two axes swapped) when trans_x. c is read only when beta != 0. The
+        result has a's dtype (int32 for int8) and shape (m, n) or (batch, m, n); out=, an
+        array of that shape and dtype, receives it instead (straight into its memory when it
+        is C-contiguous). precision "fast" lets f32 run on TF32 tensor cores. timeout
+        (seconds; default the Client's) bounds the whole call and is sent to the daemon too;
+        on expiry gemmd.Timeout is raised and out may hold part of a result.
 
         The epilogue (daemons whose features list "epilogue"): bias, n values (shape (n,), the
         dtype of a), is added to every row of the product, in place of c and beta; activation
@@ -266,7 +266,14 @@ class Client:
         float64 gemm for its result rounded once, at the end, to that dtype: computed in a's
         dtype, epilogue included, then rounded to nearest even. The result (and out=) then has
         the out dtype, and so must c or bias. "f32"/"f64" or a's own dtype is the same as None
-        (a's dtype: nothing is sent); any other pair raises TypeError before sending."""
+        (a's dtype: nothing is sent); any other pair raises TypeError before sending.
+
+        The integer gemm (daemons whose features list "i8"): int8 a and b return an int32
+        result, and c, bias and out= must be int32 too. alpha and beta are integers within
+        int32, activation "relu" or None, precision is ignored; the arithmetic is 32-bit two's
+        complement (exact while the result fits, wrapping beyond, as cuBLAS's 32I compute).
+        Anything else raises ValueError or TypeError before sending; int32 a and b are no gemm
+        (TypeError)."""
         timeout = self.timeout if timeout is None else timeout
         staged = None
         if self._scratch is not None:

@@ -1,8 +1,8 @@
 /*
  * test_client_e2e.c - libgemmclient against a real gemmd (GEMMD_ADDRESS; run
  * by test_client_e2e.py, which starts the daemon). Every result is checked
- * against a float64 reference on fresh random inputs, with the output
- * poisoned so that an unwritten element fails.
+ * against a float64 reference on fresh random inputs (an i8 gemm's: exact,
+ * bit for bit), with the output poisoned so that an unwritten element fails.
  *
  *   test_client_e2e main     the daemon with default limits
  *   test_client_e2e limits   a daemon with limits.max_dim = 100
@@ -39,10 +39,6 @@ typedef struct {
   gc_req req;
 } job;
 
-static size_t elem_size(gc_dtype dtype) {
-  return dtype == GC_DTYPE_F64 ? 8 : dtype == GC_DTYPE_F32 ? 4 : 2;
-}
-
 /* c (random, when beta != 0) and out (poisoned) for j->o as it is now: in its out dtype. */
 static void job_make_c_out(job *j) {
   gc_dtype out = gctl_out_dtype(&j->o);
@@ -54,9 +50,9 @@ static void job_make_c_out(job *j) {
   j->out = malloc(ob);
   if (j->o.beta != 0.0) {
     j->c = malloc(cb);
-    gctl_fill_random(out, j->c, cb / elem_size(out), &seed);
+    gctl_fill_random(out, j->c, cb / gctl_dtype_size(out), &seed);
   }
-  gctl_poison(out, j->out, ob / elem_size(out));
+  gctl_poison(out, j->out, ob / gctl_dtype_size(out));
 }
 
 static void job_make(job *j, uint64_t m, uint64_t n, uint64_t k, gc_dtype dtype, bool ta, bool tb,
@@ -65,7 +61,7 @@ static void job_make(job *j, uint64_t m, uint64_t n, uint64_t k, gc_dtype dtype,
   gc_gemm_opts_init(&j->o);
   j->o.m = m, j->o.n = n, j->o.k = k, j->o.dtype = dtype;
   j->o.trans_a = ta, j->o.trans_b = tb, j->o.alpha = alpha, j->o.beta = beta, j->o.batch = batch;
-  size_t es = elem_size(dtype);
+  size_t es = gctl_dtype_size(dtype);
   uint64_t ab = gc_gemm_operand_bytes(&j->o, 'a'), bb = gc_gemm_operand_bytes(&j->o, 'b');
   ck_assert(ab && bb);
   j->a = malloc(ab), j->b = malloc(bb);
@@ -369,6 +365,18 @@ START_TEST(resident_operands) {
 }
 END_TEST
 
+/* Submits jobs[0..n) all at once, then waits for each, last first, and checks it. */
+static void submit_all_then_wait(gc_conn *conn, job *jobs, int n, const char *what) {
+  for (int i = 0; i < n; i++)
+    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, jobs[i].c, jobs[i].out,
+                               &jobs[i].req), 0);
+  for (int i = n - 1; i >= 0; i--) {
+    ck_assert_int_eq(gc_wait(conn, jobs[i].req, 30000, NULL), 0);
+    job_check(&jobs[i], what);
+    job_free(&jobs[i]);
+  }
+}
+
 /* The output cast (gc_gemm_opts.out_dtype): f32 and f64 gemms returning f16 or bf16, c (or the
  * bias row) in the out dtype, blocking and in flight, in shared memory and with c by handle
  * (put with the out dtype; the input dtype refused); each against the float64 reference
@@ -424,16 +432,83 @@ START_TEST(out_dtype_casts) {
   /* many in flight, casts and plain gemms of one shape mixed */
   enum { N = 40 };
   static job jobs[N];
-  for (int i = 0; i < N; i++) {
+  for (int i = 0; i < N; i++)
     jobs[i] = cast_job(casts[i % 4][0], i % 5 == 4 ? GC_DTYPE_DEFAULT : casts[i % 4][1], i % 4);
-    ck_assert_int_eq(gc_submit(conn, &jobs[i].o, jobs[i].a, jobs[i].b, jobs[i].c, jobs[i].out,
-                               &jobs[i].req), 0);
+  submit_all_then_wait(conn, jobs, N, "in flight");
+  gc_close(conn);
+}
+END_TEST
+
+/* The integer gemm (GC_DTYPE_I8, 1.5): int8 a and b (uniform over [-128, 127]), an int32 c over
+ * the whole range, every result exact. Odd shapes in the four transposes with alpha and beta
+ * that wrap (the int32 limits among them), a batch by one b, the bias row with ReLU, many in
+ * flight, in shared memory, and a, b, c by handle (put as I8, I8, I32). */
+static job i8_job(uint64_t m, uint64_t n, uint64_t k, int form, double alpha, double beta) {
+  job j;
+  job_make(&j, m, n, k, GC_DTYPE_I8, form & 1, (form >> 1) & 1, alpha, beta, 1 + (form & 4) / 2);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'o'), m * n * 4 * j.o.batch);
+  return j;
+}
+
+static void i8_run(gc_conn *conn, job *j, const char *what) {
+  gc_gemm_result res;
+  int rc = gc_gemm(conn, &j->o, j->a, j->b, j->c, j->out, &res);
+  ck_assert_msg(rc == 0, "%s: %s", what, gc_last_error(conn)->message);
+  ck_assert_int_eq(res.dtype, GC_DTYPE_I32);
+  job_check(j, what);
+}
+
+START_TEST(i8_gemms) {
+  gc_conn *conn = connect_env();
+  static const uint64_t sizes[][3] = {{37, 29, 53}, {1, 1, 1}, {130, 67, 129}, {5, 3, 4099}};
+  static const double scalars[][2] = {
+      {1, 0}, {-3, 7}, {2147483647.0, -2}, {-2147483648.0, 2147483647.0}};
+  for (int s = 0; s < 4; s++) {
+    for (int form = 0; form < 8; form++) { /* the transposes, then batched */
+      job j = i8_job(sizes[s][0], sizes[s][1], sizes[s][2], form, scalars[form % 4][0],
+                     scalars[form % 4][1]);
+      i8_run(conn, &j, "i8 blocking");
+      job_free(&j);
+    }
   }
-  for (int i = N - 1; i >= 0; i--) {
-    ck_assert_int_eq(gc_wait(conn, jobs[i].req, 30000, NULL), 0);
-    job_check(&jobs[i], "in flight");
-    job_free(&jobs[i]);
+  job j = i8_job(23, 17, 31, 4, -5, 0); /* a batch of 3 by one b: job_make's first */
+  j.o.broadcast_b = 1;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'b'), 31u * 17u);
+  i8_run(conn, &j, "i8 broadcast_b");
+  j.o.broadcast_b = 0, j.o.bias = 1, j.o.beta = 1, j.o.activation = GC_ACT_RELU;
+  job_make_c_out(&j); /* one i32 row of n */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'c'), 17u * 4u);
+  i8_run(conn, &j, "i8 bias relu");
+  job_free(&j);
+  enum { N = 40 };
+  static job jobs[N];
+  for (int i = 0; i < N; i++)
+    jobs[i] = i8_job(1 + (uint64_t)i % 17, 9, 2 + (uint64_t)i * 5, i % 8, 1 - i * 1000003.0,
+                     i % 3 ? 0 : -i);
+  submit_all_then_wait(conn, jobs, N, "i8 in flight");
+  uint8_t *shm = NULL;
+  ck_assert_int_eq(gc_shm_alloc(conn, 1u << 20, 10000, (void **)&shm), 0);
+  j = i8_job(37, 29, 41, 3, 65537, -9);
+  shm_gemm(conn, shm, &j, "abco");
+  job_make_c_out(&j);
+  shm_gemm(conn, shm, &j, "o");
+  ck_assert_int_eq(gc_shm_free(conn, shm, 10000), 0);
+  /* by handle: a (stored k x m with trans_a), b (n x k with trans_b), c */
+  job_make_c_out(&j);
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_I8, 1, 41, 37, j.a, 10000, &j.o.a_handle), 0);
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_I8, 1, 29, 41, j.b, 10000, &j.o.b_handle), 0);
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_I32, 1, 37, 29, j.c, 10000, &j.o.c_handle), 0);
+  ck_assert_int_eq(gc_gemm(conn, &j.o, NULL, NULL, NULL, j.out, NULL), 0);
+  job_check(&j, "i8 by handle");
+  gc_gemm_opts o = j.o; /* a c put as i8 is not an i8 gemm's c: the daemon says so */
+  ck_assert_int_eq(gc_put(conn, GC_DTYPE_I8, 1, 37, 29, j.c, 10000, &o.c_handle), 0);
+  ck_assert_int_eq(gc_gemm(conn, &o, NULL, NULL, NULL, j.out, NULL), GC_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "i32"));
+  for (int i = 0; i < 4; i++) {
+    uint64_t h = i == 0 ? j.o.a_handle : i == 1 ? j.o.b_handle : i == 2 ? j.o.c_handle : o.c_handle;
+    ck_assert_int_eq(gc_put_free(conn, h, 10000), 0);
   }
+  job_free(&j);
   gc_close(conn);
 }
 END_TEST
@@ -622,6 +697,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, shared_memory);
     tcase_add_test(tc, resident_operands);
     tcase_add_test(tc, out_dtype_casts);
+    tcase_add_test(tc, i8_gemms);
     tcase_add_test(tc, timeout_leaves_connection_usable);
   }
   suite_add_tcase(s, tc);

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """gemmctl end to end against the real daemon: ping, info, stats, gemm with .npy files written
 by numpy (every dtype, C and Fortran order, transposes, alpha/beta with C, batches) checked with
-numpy against float64, verify, bench, --json, --help, and the exit codes.
+numpy against float64, verify, bench, --json, --help, and the exit codes; the integer gemm
+(--dtype i8): verify bit-exact (alpha and beta that wrap in 32 bits included), gemm of |i1 files
+with <i4 C or bias (and ReLU) checked exactly against int64 numpy wrapped to int32, bench, and
+its misuse refused unsent.
   test_gemmctl.py --gemmd PATH --gemmctl PATH
 """
 import argparse
@@ -203,14 +206,14 @@ def test_gemm_rejects_before_sending(ctx):
         np.save(p("b46d.npy"), np.ones((4, 6), "<f8"))
         np.save(p("big.npy"), np.ones((4, 6), ">f4"))
         np.save(p("c22.npy"), np.ones((2, 2), "<f4"))
-        np.save(p("i4.npy"), np.ones((4, 6), "<i4"))
+        np.save(p("i2.npy"), np.ones((4, 6), "<i2"))
         np.save(p("u2.npy"), np.ones((4, 6), "<u2"))
         np.save(p("b3d.npy"), np.ones((2, 4, 6), "<f4"))
         cases = [
             (["--a", p("a34.npy"), "--b", p("b56.npy")], "shapes do not match"),
             (["--a", p("a34.npy"), "--b", p("b46d.npy")], "same dtype"),
             (["--a", p("a34.npy"), "--b", p("big.npy")], "big-endian"),
-            (["--a", p("a34.npy"), "--b", p("i4.npy")], "unsupported dtype"),
+            (["--a", p("a34.npy"), "--b", p("i2.npy")], "unsupported dtype '<i2'"),
             (["--a", p("u2.npy"), "--b", p("u2.npy")], "--dtype bf16"),
             (["--a", p("a34.npy"), "--b", p("b3d.npy")], "both 3-D"),
             (["--a", p("a34.npy"), "--b", p("b46.npy"), "--c", p("c22.npy"), "--beta", "1"],
@@ -366,6 +369,101 @@ def test_out_dtype(ctx):
             assert not os.path.exists(p("o.npy"))
 
 
+def i8_reference(a, b, c, alpha, beta, trans_a=False, trans_b=False, relu=False):
+    """act(alpha op(a) op(b) + beta c) in int64 (wrapping mod 2^64 keeps the low 32 bits), then
+    the low 32 bits as int32, then ReLU."""
+    opa = np.swapaxes(a, -1, -2) if trans_a else a
+    opb = np.swapaxes(b, -1, -2) if trans_b else b
+    acc = np.int64(alpha) * np.matmul(opa.astype(np.int64), opb.astype(np.int64))
+    if beta:
+        acc = acc + np.int64(beta) * c.astype(np.int64)
+    out = (acc & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    return np.maximum(out, 0) if relu else out
+
+
+def test_i8(ctx):
+    """--dtype i8: verify PASS bit-exact (error 0, tolerance 0) on odd sizes, with alpha and
+    beta that wrap; gemm of int8 .npy files (|i1, C and Fortran order, transposes, a batch) with
+    an int32 C or bias row, the <i4 result equal to numpy's; bench; misuse exits 2 unsent."""
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        addr = d.address("unix")
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        for m, n, k, alpha, beta in ((37, 29, 53, 1, 0), (1, 1, 1, -1, 0), (64, 3, 200, -7, 3),
+                                     (33, 17, 4099, 2147483647, -2147483648)):
+            argv = ["--json", "verify", "--dtype", "i8", "--m", str(m), "--n", str(n),
+                    "--k", str(k), "--alpha", str(alpha), "--beta", str(beta)]
+            report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, " ".join(argv))[0])
+            assert report["result"] == "PASS" and report["error"] == 0, report
+            assert report["tolerance"] == 0 and report["out_dtype"] == "i32", report
+        text, _ = expect(gemmctl("verify", "--dtype", "i8", addr=addr), EXIT_OK, "verify text")
+        assert "i8 -> i32" in text and "largest difference 0" in text and "PASS" in text, text
+        rng = ctx.rng
+        for trans_a, trans_b, batch, fortran, form in ((False, False, None, False, "c"),
+                                                       (True, True, None, True, None),
+                                                       (False, True, 3, False, "bias"),
+                                                       (True, False, 2, True, "c")):
+            m, n, k = 19, 23, 29
+            lead = (batch,) if batch else ()
+            a = rng.integers(-128, 128, lead + ((k, m) if trans_a else (m, k)), dtype=np.int8)
+            b = rng.integers(-128, 128, lead + ((n, k) if trans_b else (k, n)), dtype=np.int8)
+            save(p("a.npy"), a, fortran)
+            save(p("b.npy"), b, fortran)
+            argv = ["--json", "gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--out",
+                    p("out.npy"), "--alpha", "-300000", "--dtype", "i8"]
+            argv += (["--trans-a"] if trans_a else []) + (["--trans-b"] if trans_b else [])
+            c, beta, relu = None, 0, form == "bias"
+            if form == "c":
+                c = rng.integers(-2**31, 2**31, lead + (m, n), dtype=np.int64).astype("<i4")
+                beta = 5
+                save(p("c.npy"), c)
+                argv += ["--c", p("c.npy"), "--beta", "5"]
+            elif form == "bias":
+                c = rng.integers(-2**20, 2**20, (n,), dtype=np.int64).astype("<i4")
+                beta = 1
+                save(p("c.npy"), c)
+                argv += ["--bias", p("c.npy"), "--activation", "relu"]
+            what = " ".join(argv)
+            report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, what)[0])
+            assert report["dtype"] == "i8" and report["out_dtype"] == "i32", report
+            got = np.load(p("out.npy"))
+            assert got.dtype.str == "<i4" and got.shape == lead + (m, n), (what, got.dtype)
+            want = i8_reference(a, b, c, -300000, beta, trans_a, trans_b, relu)
+            assert np.array_equal(got, want), "%s: %d elements differ" % (
+                what, int((got != want).sum()))
+        bench = json.loads(expect(gemmctl("--json", "bench", "--dtype", "i8", "--m", "16", "--n",
+                                          "24", "--k", "8", "--requests", "10", "--resident-b",
+                                          addr=addr), EXIT_OK, "bench i8")[0])
+        assert bench["dtype"] == "i8" and bench["out_dtype"] == "i32", bench
+        assert bench["requests"] == 10, bench
+        # misuse: exit 2, nothing sent (a dead address would make it 3)
+        dead = "unix:" + p("nobody.sock")
+        save(p("a8.npy"), np.ones((3, 4), np.int8))
+        save(p("b8.npy"), np.ones((4, 5), np.int8))
+        save(p("c8.npy"), np.ones((3, 5), np.int8))
+        save(p("a32.npy"), np.ones((3, 4), "<i4"))
+        save(p("b32.npy"), np.ones((4, 5), "<i4"))
+        save(p("f32.npy"), np.ones((4, 5), "<f4"))
+        gemm8 = ["gemm", "--a", p("a8.npy"), "--b", p("b8.npy"), "--out", p("o.npy")]
+        for argv, why in (
+                (["verify", "--dtype", "i8", "--alpha", "1.5"], "integers within int32"),
+                (["verify", "--dtype", "i8", "--beta", "4294967296"], "integers within int32"),
+                (["verify", "--dtype", "i8", "--out-dtype", "f16"], "an i8 gemm returns i32"),
+                (["verify", "--dtype", "i32"], "no gemm takes int32"),
+                (["bench", "--dtype", "i32"], "no gemm takes int32"),
+                (gemm8 + ["--alpha", "0.5"], "integers within int32"),
+                (gemm8 + ["--activation", "gelu"], "relu or none"),
+                (gemm8 + ["--out-dtype", "f32"], "cannot return f32"),
+                (gemm8 + ["--c", p("c8.npy")], "--c must hold <i4 too, not |i1"),
+                (gemm8 + ["--dtype", "f32"], "--dtype f32 but the files hold |i1"),
+                (["gemm", "--a", p("a32.npy"), "--b", p("b32.npy"), "--out", p("o.npy")],
+                 "no gemm takes int32"),
+                (["gemm", "--a", p("a8.npy"), "--b", p("f32.npy"), "--out", p("o.npy")],
+                 "same dtype")):
+            _, err = expect(gemmctl(*argv, addr=dead), EXIT_USAGE, " ".join(argv))
+            assert why in err, (argv, err)
+            assert not os.path.exists(p("o.npy"))
+
+
 def test_usage_and_exit_codes(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         dead = "unix:" + os.path.join(tmp, "nobody.sock")
@@ -396,5 +494,5 @@ if __name__ == "__main__":
     ARGS, rest = parser.parse_known_args()
     sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_epilogue,
                      test_gemm_rejects_before_sending,
-                     test_verify_and_bench, test_out_dtype, test_usage_and_exit_codes],
+                     test_verify_and_bench, test_out_dtype, test_i8, test_usage_and_exit_codes],
                     [sys.argv[0]] + rest))

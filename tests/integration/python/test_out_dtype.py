@@ -216,7 +216,8 @@ def test_misuse_refused_before_sending(client):
 
 def fake_gemm_server(fake_server, seen, reply_dtype=None):
     """A daemon that records each gemm header and answers with a result of zeros, its out_hdr
-    naming reply_dtype (default: the request's out_dtype, else its dtype)."""
+    naming reply_dtype (default: the request's out_dtype, else what its dtype returns: i32 for
+    i8, else itself). test_i8 uses it too."""
     def handler(conn):
         while True:
             msg = read_request(conn)
@@ -224,7 +225,8 @@ def fake_gemm_server(fake_server, seen, reply_dtype=None):
                 return
             hdr = msg[3][0]
             seen.append(hdr)
-            dtype = reply_dtype or hdr.get("out_dtype", hdr["dtype"])
+            uncast = "i32" if hdr["dtype"] == "i8" else hdr["dtype"]
+            dtype = reply_dtype or hdr.get("out_dtype", uncast)
             size = hdr["m"] * hdr["n"] * hdr.get("batch", 1) * h.DTYPES[dtype]
             out_hdr = {"m": hdr["m"], "n": hdr["n"], "dtype": dtype, "batch": 1,
                        "device": "fake", "kernel": "zeros", "timings": {}}

@@ -6,7 +6,8 @@
   npy_py.py check DIR   loads the files the C writer made (listed in DIR/written.txt, same
                         format) and checks their values; exit 0 when all match.
 
-Element i (C order) of every array is value(i) = ((37 i) % 101 - 50) / 8, exact in every dtype.
+Element i (C order) of every array is value(i) = ((37 i) % 101 - 50) / 8, exact in every float
+dtype; the integer dtypes (i8 as '|i1', i32 as '<i4') hold 8 value(i), an integer within int8.
 bfloat16 has no numpy dtype: its bits (the top half of the float32) go out as '|V2' or '<u2'.
 """
 import os
@@ -14,7 +15,8 @@ import sys
 
 import numpy as np
 
-DTYPES = ["f32", "f64", "f16", "bf16", "u2"]
+DTYPES = ["f32", "f64", "f16", "bf16", "u2", "i8", "i32"]
+INTS = {"i8": "|i1", "i32": "<i4"}
 SHAPES = [(1, 1), (3, 5), (7, 2), (2, 3, 4), (1, 9, 1)]
 
 
@@ -25,6 +27,8 @@ def values(shape):
 
 
 def encode(v, dtype):
+    if dtype in INTS:
+        return (v * 8).astype(INTS[dtype])
     if dtype == "f32":
         return v.astype("<f4")
     if dtype == "f64":
@@ -36,6 +40,8 @@ def encode(v, dtype):
 
 
 def decode(arr, dtype):
+    if dtype in INTS:
+        return arr.astype(np.float64) / 8
     if dtype in ("f32", "f64", "f16"):
         return arr.astype(np.float64)
     bits = np.frombuffer(arr.tobytes(), dtype="<u2").reshape(arr.shape).astype("<u4") << 16
@@ -66,7 +72,7 @@ def write(directory):
         f.write("\n".join(lines) + "\n")
     # files the reader must refuse
     np.save(os.path.join(directory, "bad_bigendian.npy"), np.ones((2, 2), dtype=">f4"))
-    np.save(os.path.join(directory, "bad_int.npy"), np.ones((2, 2), dtype="<i4"))
+    np.save(os.path.join(directory, "bad_int.npy"), np.ones((2, 2), dtype="<i2"))
     np.save(os.path.join(directory, "bad_struct.npy"),
             np.zeros(3, dtype=[("x", "<f4"), ("y", "<f4")]))
     return 0
@@ -82,7 +88,8 @@ def check(directory):
             with open(path, "rb") as fh:
                 version = np.lib.format.read_magic(fh)
             arr = np.load(path)
-            expect_descr = {"f32": "<f4", "f64": "<f8", "f16": "<f2", "bf16": "|V2", "u2": "<u2"}
+            expect_descr = {"f32": "<f4", "f64": "<f8", "f16": "<f2", "bf16": "|V2", "u2": "<u2",
+                            "i8": "|i1", "i32": "<i4"}
             problems = []
             if arr.shape != shape:
                 problems.append("shape %s, expected %s" % (arr.shape, shape))

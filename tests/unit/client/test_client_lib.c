@@ -5,7 +5,10 @@
  * buffers, the daemon's error code and message in gc_error, client-side
  * timeouts, lost connections, and a reply that breaks the protocol; out_dtype (1.4): its
  * default, the bytes it gives c and the result, the casts refused locally, and the key on the
- * wire only for a cast.
+ * wire only for a cast; the integer gemm (1.5): i8 operands with an i32 c and result in
+ * gc_gemm_operand_bytes, every misuse (non-integer or out-of-int32 alpha and beta, GELU, an
+ * out_dtype other than i32, dtype i32) refused before sending, and on the wire an i8 header
+ * without out_dtype whose i32 reply lands in out.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -129,6 +132,38 @@ START_TEST(out_dtype_options) {
   ck_assert_int_ne(o.out_dtype, GC_DTYPE_DEFAULT); /* not the library's to write */
   ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 3 * 5 * 8);
   ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 3 * 5 * 8);
+}
+END_TEST
+
+/* The integer gemm (1.5): a and b of one byte an element, c (a full C or the bias row) and the
+ * result of four; out_dtype I32 is its default named; any other result, and a gemm of dtype
+ * I32, give 0. */
+START_TEST(i8_options) {
+  gc_gemm_opts o;
+  gc_gemm_opts_init(&o);
+  o.m = 3, o.n = 5, o.k = 7, o.batch = 2, o.dtype = GC_DTYPE_I8;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 2 * 3 * 7 * 1);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'b'), 2 * 7 * 5 * 1);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 4);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+  o.broadcast_b = 1; /* one b for the batch */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'b'), 7 * 5 * 1);
+  o.bias = 1, o.beta = 1.0; /* one i32 row */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 5 * 4);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+  o.out_dtype = GC_DTYPE_I32;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+  static const gc_dtype refused_out[] = {GC_DTYPE_I8, GC_DTYPE_F32, GC_DTYPE_F64, GC_DTYPE_F16,
+                                         GC_DTYPE_BF16};
+  for (size_t i = 0; i < sizeof refused_out / sizeof refused_out[0]; i++) {
+    o.out_dtype = refused_out[i];
+    ck_assert_msg(gc_gemm_operand_bytes(&o, 'o') == 0, "i8 -> %d accepted", (int)o.out_dtype);
+  }
+  o.dtype = GC_DTYPE_I32, o.out_dtype = GC_DTYPE_DEFAULT; /* a result dtype only */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 0);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 0);
+  o.dtype = GC_DTYPE_F32, o.out_dtype = GC_DTYPE_I32; /* no float gemm returns i32 */
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 0);
 }
 END_TEST
 
@@ -1096,6 +1131,108 @@ START_TEST(rejects_bad_requests_before_sending) {
 }
 END_TEST
 
+/* out (poisoned with 0xee first) got its first `bytes` written and nothing past them, up to
+ * total. */
+static void expect_written(const void *out, size_t bytes, size_t total) {
+  const uint8_t *p = out;
+  for (size_t j = 0; j < bytes; j++) ck_assert_uint_ne(p[j], 0xee);
+  for (size_t j = bytes; j < total; j++) ck_assert_uint_eq(p[j], 0xee);
+}
+
+/* One i8 gemm that the library must refuse before sending: the code and words of its message. */
+static void expect_i8_refused(gc_conn *conn, const gc_gemm_opts *o, bool with_c, const char *what,
+                              const char *word) {
+  int32_t x[64];
+  memset(x, 0, sizeof x);
+  gc_req req = 7;
+  ck_assert_int_eq(gc_submit(conn, o, x, x, with_c ? x : NULL, x, &req), GC_E_INVALID_ARGUMENT);
+  ck_assert_uint_eq(req, 0);
+  const char *msg = gc_last_error(conn)->message;
+  ck_assert_msg(strstr(msg, what) != NULL && strstr(msg, word) != NULL,
+                "\"%s\" lacks \"%s\" or \"%s\"", msg, what, word);
+}
+
+/* The integer gemm's misuse is refused locally with the reason: alpha and beta not integers or
+ * beyond int32 (the int32 limits themselves pass the check), GELU, a result other than i32,
+ * dtype i32; nothing reaches the (silent) server. */
+START_TEST(i8_refused_before_sending) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_SILENT, 0);
+  gc_gemm_opts o;
+  small_opts(&o, 2, 2, 2);
+  o.dtype = GC_DTYPE_I8;
+  static const double bad_scalars[][2] = {{1.5, 0.0},         {1.0, 0.25},
+                                          {2147483648.0, 0.0}, {1.0, -2147483649.0},
+                                          {-0.5, 1.0},        {1e300, 0.0}};
+  for (size_t i = 0; i < sizeof bad_scalars / sizeof bad_scalars[0]; i++) {
+    o.alpha = bad_scalars[i][0], o.beta = bad_scalars[i][1];
+    expect_i8_refused(conn, &o, o.beta != 0.0, "alpha, beta", "integers within int32");
+  }
+  o.alpha = 1.0, o.beta = 0.0;
+  o.activation = GC_ACT_GELU;
+  expect_i8_refused(conn, &o, false, "activation", "none or relu");
+  o.activation = GC_ACT_GELU_TANH;
+  expect_i8_refused(conn, &o, false, "activation", "none or relu");
+  o.activation = GC_ACT_NONE;
+  static const gc_dtype bad_out[] = {GC_DTYPE_F32, GC_DTYPE_I8, GC_DTYPE_F16};
+  for (size_t i = 0; i < sizeof bad_out / sizeof bad_out[0]; i++) {
+    o.out_dtype = bad_out[i];
+    expect_i8_refused(conn, &o, false, "out_dtype", "an i8 gemm returns i32");
+  }
+  o.out_dtype = GC_DTYPE_DEFAULT;
+  o.dtype = GC_DTYPE_I32;
+  expect_i8_refused(conn, &o, false, "dtype", "result dtype only");
+  ck_assert_uint_eq(gc_in_flight(conn), 0);
+  ck_assert_uint_eq(gc_pending_sends(conn), 0);
+  /* the limits of int32 are integers within it: these go out (and wait on the silent fake) */
+  o.dtype = GC_DTYPE_I8, o.alpha = -2147483648.0, o.beta = 2147483647.0;
+  int32_t x[4] = {0};
+  gc_req req;
+  ck_assert_int_eq(gc_submit(conn, &o, x, x, x, x, &req), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), 1);
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* The integer gemm on the wire: dtype i8, no out_dtype key (its default and I32 named alike),
+ * the integer alpha and beta, a c of m n int32, the bias row with ReLU; the reply's i32 result
+ * received into out (m n elements of 4 bytes, nothing past them touched) and reported as I32. */
+START_TEST(i8_on_the_wire) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_IN_ORDER, 0);
+  int8_t a[6 * 4], b[4 * 5];
+  int32_t c[6 * 5], out[6 * 5 + 8];
+  memset(a, 1, sizeof a), memset(b, 2, sizeof b), memset(c, 3, sizeof c);
+  gc_gemm_opts o;
+  small_opts(&o, 6, 5, 4);
+  o.dtype = GC_DTYPE_I8;
+  for (int form = 0; form < 3; form++) { /* plain, out_dtype I32 with c, the bias with ReLU */
+    o.out_dtype = form == 1 ? GC_DTYPE_I32 : GC_DTYPE_DEFAULT;
+    o.alpha = form == 1 ? -3.0 : 1.0;
+    o.beta = form == 0 ? 0.0 : form == 1 ? 2147483647.0 : 1.0;
+    o.bias = form == 2;
+    o.activation = form == 2 ? GC_ACT_RELU : GC_ACT_NONE;
+    memset(out, 0xee, sizeof out);
+    gc_gemm_result res;
+    int rc = gc_gemm(conn, &o, a, b, form ? c : NULL, out, &res);
+    ck_assert_msg(rc == 0, "form %d: %s", form, gc_last_error(conn)->message);
+    gp_gemm_hdr seen = fake_last_gemm(&fs);
+    ck_assert_int_eq((int)seen.dtype, (int)GP_DTYPE_I8);
+    ck_assert(!seen.has_out_dtype);
+    ck_assert_int_eq((int)gp_gemm_out_dtype(&seen), (int)GP_DTYPE_I32);
+    ck_assert(seen.alpha == o.alpha && seen.beta == o.beta);
+    ck_assert_int_eq(seen.bias, form == 2);
+    ck_assert_int_eq((int)seen.activation, form == 2 ? (int)GP_ACT_RELU : (int)GP_ACT_NONE);
+    ck_assert_int_eq((int)res.dtype, (int)GC_DTYPE_I32);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 6 * 5 * 4);
+    expect_written(out, 6 * 5 * 4, sizeof out);
+  }
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
 /* out_dtype on the wire: sent only for a cast (its own dtype or the default send no key, as an
  * older daemon refuses it), the reply's bf16 result received into out (m n elements of 2 bytes,
  * nothing past them touched) and its dtype reported. */
@@ -1122,9 +1259,7 @@ START_TEST(out_dtype_on_the_wire) {
     ck_assert_int_eq((int)res.dtype, cast ? (int)asked[i] : (int)GC_DTYPE_F32);
     size_t bytes = 6 * 5 * (cast ? 2 : 4);
     ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), bytes);
-    const uint8_t *p = dst;
-    for (size_t j = 0; j < bytes; j++) ck_assert_uint_ne(p[j], 0xee);
-    for (size_t j = bytes; j < bytes + 16; j++) ck_assert_uint_eq(p[j], 0xee);
+    expect_written(dst, bytes, bytes + 16);
   }
   gc_close(conn);
   fake_stop(&fs);
@@ -1138,6 +1273,7 @@ int main(void) {
   tcase_add_test(local, error_strings);
   tcase_add_test(local, version_and_options);
   tcase_add_test(local, out_dtype_options);
+  tcase_add_test(local, i8_options);
   tcase_add_test(local, connect_failures);
   tcase_add_test(local, connect_option_refusals);
   suite_add_tcase(s, local);
@@ -1163,6 +1299,8 @@ int main(void) {
   tcase_add_test(fake, reply_over_the_limit);
   tcase_add_test(fake, rejects_bad_requests_before_sending);
   tcase_add_test(fake, out_dtype_on_the_wire);
+  tcase_add_test(fake, i8_refused_before_sending);
+  tcase_add_test(fake, i8_on_the_wire);
   suite_add_tcase(s, fake);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,8 @@
 /*
  * test_client_npy.c - gemmctl's .npy reader and writer, cross-checked with
  * numpy: numpy writes every dtype, order and format version and C reads them;
- * C writes and numpy reads (npy_py.py); malformed files are refused.
+ * C writes and numpy reads (npy_py.py); malformed files are refused. The integer
+ * dtypes (|i1, <i4) hold 8 value(i).
  */
 #include <check.h>
 #include <stdio.h>
@@ -15,6 +16,11 @@
 static char dir[64];
 
 static double value(uint64_t i) { return (double)((int)((37 * i) % 101) - 50) / 8.0; }
+
+/* Element i as an array of dtype holds it: value(i), or 8 value(i) for an integer dtype. */
+static double value_in(gc_dtype dtype, uint64_t i) {
+  return gctl_dtype_is_int(dtype) ? 8.0 * value(i) : value(i);
+}
 
 static int run_python(const char *mode) {
   char cmd[1024];
@@ -40,6 +46,8 @@ static int dtype_code(const char *name) {
   if (strcmp(name, "f64") == 0) return GC_DTYPE_F64;
   if (strcmp(name, "f16") == 0) return GC_DTYPE_F16;
   if (strcmp(name, "bf16") == 0) return GC_DTYPE_BF16;
+  if (strcmp(name, "i8") == 0) return GC_DTYPE_I8;
+  if (strcmp(name, "i32") == 0) return GC_DTYPE_I32;
   return GCTL_NPY_U2;
 }
 
@@ -66,13 +74,13 @@ START_TEST(reads_what_numpy_writes) {
     ck_assert_int_eq(gctl_npy_to_c_order(&arr, err, sizeof err), 0);
     gc_dtype as = arr.dtype == GCTL_NPY_U2 ? GC_DTYPE_BF16 : (gc_dtype)arr.dtype;
     for (uint64_t i = 0; i < arr.count; i++)
-      ck_assert_msg(gctl_load(as, arr.data, i) == value(i), "%s element %llu: %g != %g", name,
-                    (unsigned long long)i, gctl_load(as, arr.data, i), value(i));
+      ck_assert_msg(gctl_load(as, arr.data, i) == value_in(as, i), "%s element %llu: %g != %g",
+                    name, (unsigned long long)i, gctl_load(as, arr.data, i), value_in(as, i));
     gctl_npy_free(&arr);
     files++;
   }
   fclose(manifest);
-  ck_assert_int_ge(files, 200);
+  ck_assert_int_ge(files, 280);
   ck_assert_int_gt(versions[1], 0);
   ck_assert_int_gt(versions[2], 0);
   ck_assert_int_gt(versions[3], 0);
@@ -80,7 +88,7 @@ START_TEST(reads_what_numpy_writes) {
 END_TEST
 
 START_TEST(numpy_reads_what_we_write) {
-  static const char *names[] = {"f32", "f64", "f16", "bf16", "u2"};
+  static const char *names[] = {"f32", "f64", "f16", "bf16", "u2", "i8", "i32"};
   static const uint64_t shapes[][3] = {{1, 1, 0}, {3, 5, 0}, {2, 3, 4}, {7, 0, 0}};
   static const int ndims[] = {2, 2, 3, 1};
   char path[512];
@@ -88,7 +96,7 @@ START_TEST(numpy_reads_what_we_write) {
   FILE *list = fopen(path, "w");
   ck_assert_ptr_nonnull(list);
   int count = 0;
-  for (int t = 0; t < 5; t++) {
+  for (int t = 0; t < 7; t++) {
     int dtype = dtype_code(names[t]);
     gc_dtype as = dtype == GCTL_NPY_U2 ? GC_DTYPE_BF16 : (gc_dtype)dtype;
     for (int s = 0; s < 4; s++) {
@@ -96,7 +104,7 @@ START_TEST(numpy_reads_what_we_write) {
         uint64_t n = 1;
         for (int d = 0; d < ndims[s]; d++) n *= shapes[s][d];
         double *buf = malloc(n * 8);
-        for (uint64_t i = 0; i < n; i++) gctl_store(as, buf, i, value(i));
+        for (uint64_t i = 0; i < n; i++) gctl_store(as, buf, i, value_in(as, i));
         char name[64], err[256];
         snprintf(name, sizeof name, "out%03d.npy", count++);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -134,7 +142,7 @@ static void write_bytes(const char *file, const void *bytes, size_t len) {
 
 START_TEST(refuses_bad_files) {
   expect_refused("bad_bigendian.npy", "big-endian");
-  expect_refused("bad_int.npy", "unsupported dtype '<i4'");
+  expect_refused("bad_int.npy", "unsupported dtype '<i2'");
   expect_refused("bad_struct.npy", "structured");
   expect_refused("no_such_file.npy", "No such file");
   write_bytes("bad_magic.npy", "\x93NUMPZ\x01\x00\x10\x00", 10);
