@@ -169,15 +169,21 @@ cudaError_t run_layout(const gk_problem *p, const small_args &args, bool vec, cu
   return p->trans_b ? run<WM, WN, false, true>(p, args, vec, stream) : run<WM, WN, false, false>(p, args, vec, stream);
 }
 
+/* What the kernel computes: every i8 problem (the launch checks this much: gk_gpu_gemm may
+ * hand it the pieces of a problem it was chosen for, a broadcast B's batch folded into m). */
+bool runs(const gk_problem *p) {
+  return p->dtype == GK_I8 && !p->cast && gk__fits_int32(p) &&
+         (p->act == GK_ACT_NONE || p->act == GK_ACT_RELU);
+}
+
 bool mma_i8_small_supports(const gk_problem *p, int cc) {
-  if (!(p->dtype == GK_I8 && !p->cast && cc >= 80 && gk__fits_int32(p) &&
-        (p->act == GK_ACT_NONE || p->act == GK_ACT_RELU)))
-    return false;
+  if (!runs(p) || cc < 80) return false;
   return (p->m <= 64 && p->n <= 64) || !gk_kernel_wgmma_i8_persist.supports(p, cc);
 }
 
 cudaError_t mma_i8_small_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  if (!mma_i8_small_supports(p, ctx != NULL ? gk_gpu_ctx_cc(ctx) : 80)) return cudaErrorInvalidValue;
+  (void)ctx;
+  if (!runs(p)) return cudaErrorInvalidValue;
   small_args args;
   args.a = static_cast<const int8_t *>(p->a), args.b = static_cast<const int8_t *>(p->b);
   args.c = static_cast<int32_t *>(p->c), args.bias = static_cast<const int32_t *>(p->bias);
