@@ -723,7 +723,8 @@ static int32_t *reference_i8(const test_case *tc, const int8_t *a, const int8_t 
 
 /* One i8 problem on `kernel` (NULL: through gk_gpu_gemm "auto", with form's epilogue), bit for
  * bit against the exact result. form: 0 beta 0 over a poisoned C, 1 beta with C0, 2 a bias
- * row of its own + ReLU, 3 each entry's bias row at its C's start. */
+ * row of its own + ReLU, 3 each entry's bias row at its C's start, 4 beta with C0 and one B
+ * for every entry (b_shared: gk_gpu_gemm launches pieces, the batch folded into m). */
 static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *kernel, int form)
 {
   const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
@@ -736,6 +737,9 @@ static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *ker
   fill_random(rows, GK_I32, tc->n * tc->batch);
   if (form == 0) /* not read: a pattern no result is likely to equal, in every element */
     memset(c0, 0x5A, (size_t)c_elems * 4);
+  const bool shared = form == 4; /* one B for every entry: the reference sees it repeated */
+  for (int64_t z = 1; shared && z < tc->batch; z++)
+    memcpy(b + z * tc->k * tc->n, b, (size_t)(tc->k * tc->n));
   for (int64_t z = 0; form == 3 && z < tc->batch; z++)
     memcpy(c0 + z * ce, rows + z * tc->n, (size_t)tc->n * 4);
   test_case ref_tc = *tc;
@@ -755,13 +759,14 @@ static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *ker
   } else {
     ref = reference_i8(&ref_tc, a, b, c0, form == 2 ? rows : NULL, form == 2);
   }
-  void *d_a = to_device(a, (size_t)a_elems), *d_b = to_device(b, (size_t)b_elems);
+  void *d_a = to_device(a, (size_t)a_elems);
+  void *d_b = to_device(b, (size_t)(shared ? tc->k * tc->n : b_elems));
   void *d_c = to_device(c0, (size_t)c_elems * 4), *d_row = to_device(rows, (size_t)tc->n * 4);
   CUDA_OR_DIE(cudaDeviceSynchronize());
   gk_problem p = {.dtype = GK_I8, .trans_a = tc->trans_a, .trans_b = tc->trans_b, .m = tc->m,
-                  .n = tc->n, .k = tc->k, .batch = tc->batch, .alpha = tc->alpha,
-                  .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c,
-                  .act = form >= 2 ? GK_ACT_RELU : GK_ACT_NONE};
+                  .n = tc->n, .k = tc->k, .batch = tc->batch, .b_shared = shared,
+                  .alpha = tc->alpha, .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c,
+                  .act = form == 2 || form == 3 ? GK_ACT_RELU : GK_ACT_NONE};
   if (form == 2)
     p.bias = d_row;
   else if (form == 3)
@@ -837,9 +842,9 @@ static void run_int8(test_env *env, bool quick)
       }
   }
   for (size_t s = 0; s < nshapes; s++)
-    for (int form = 2; form < 4; form++) {
+    for (int form = 2; form < 5; form++) {
       test_case tc = {GK_I8, false, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                      form == 3, s % 2 == 1, -3, 1, false, false};
+                      form == 3 || (form == 4 && s % 2 == 0), s % 2 == 1, -3, 1, false, false};
       run_i8_case(env, &tc, NULL, form);
     }
 }
