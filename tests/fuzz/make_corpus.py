@@ -15,7 +15,7 @@ import sys
 import msgpack
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
 
 
 def pack(obj):
@@ -26,6 +26,8 @@ def operand_bytes(h, which):
     m, n, k = h["m"], h["n"], h["k"]
     batch = h.get("batch", 1)
     size = DTYPE_SIZE[h["dtype"]]
+    if which == "c" and h["dtype"] == "i8":
+        size = DTYPE_SIZE["i32"]  # the integer gemm's c and result are i32
     elems = {"a": m * k, "b": k * n, "c": m * n}[which]
     return batch * elems * size
 
@@ -64,6 +66,10 @@ def seeds():
                                           "trans_b": True, "alpha": 2, "beta": 0.0, "batch": 2,
                                           "precision": "fast", "timeout_ms": 100})
     s["gemm_f16_batch3"] = gemm_request(8, {"m": 3, "n": 2, "k": 2, "dtype": "f16", "batch": 3})
+    s["gemm_i8_c_relu"] = gemm_request(9, {"m": 3, "n": 4, "k": 5, "dtype": "i8", "alpha": -3,
+                                           "beta": 2, "trans_b": True, "activation": "relu"},
+                                       with_c=True)
+    s["gemm_reply_i32"] = gemm_reply(9, 3, 4, "i32")
     s["gemm_unknown_key"] = gemm_request(10, {"m": 1, "n": 1, "k": 1, "dtype": "f32", "q": 1})
     s["gemm_missing_k"] = pack([0, 11, "gemm", [{"m": 1, "n": 1, "dtype": "f32"}, b"", b""]])
     s["gemm_wrong_a_len"] = pack([0, 12, "gemm", [{"m": 2, "n": 2, "k": 2, "dtype": "f32"},

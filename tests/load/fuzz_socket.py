@@ -51,7 +51,7 @@ HUGE_HEADS = [b"\xc6", b"\xdb", b"\xdd", b"\xdf", b"\xc9\x00\x00\x00\x01"]
 HDR_KEYS = ["m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch",
             "precision", "timeout_ms", "bias", "activation"]
 ACTIVATIONS = ["none", "relu", "gelu", "gelu_tanh"]
-DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}
+DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1}
 # A CUDA IPC handle as gemmd_fake's runtime reads it (magic, pid, descriptor of a memfd that is
 # the "device memory"), with pid 0 and the size in the descriptor's place: execute() makes the
 # memfd and writes the real pid and descriptor in, so a kept input replays.
@@ -84,8 +84,8 @@ class Fuzzer:
         if self.chance(0.3):
             hdr["trans_a"] = self.chance(0.5)
             hdr["trans_b"] = self.chance(0.5)
-        if self.chance(0.3):
-            hdr["alpha"] = self.rng.uniform(-2, 2)
+        if self.chance(0.3):  # i8 takes integers: a fraction is its refusal to fuzz
+            hdr["alpha"] = self.choice([self.rng.uniform(-2, 2), self.randint(-3, 3)])
         with_c = self.chance(0.3)
         if with_c:
             hdr["beta"] = self.choice([0.0, 0.5, 1])
@@ -101,9 +101,10 @@ class Fuzzer:
         if bias:
             hdr["bias"] = True
         size, nb = DTYPE_SIZE[dtype], batch or 1
+        c_size = 4 if dtype == "i8" else size  # the integer gemm's c is i32
         params = [hdr, self.rng.bytes(nb * m * k * size), self.rng.bytes(nb * k * n * size)]
         if with_c:
-            params.append(self.rng.bytes(n * size if bias else nb * m * n * size))
+            params.append(self.rng.bytes(n * c_size if bias else nb * m * n * c_size))
         return [0, self.msgid(), "gemm", params]
 
     def seed(self):
