@@ -16,7 +16,7 @@
  * The other three layouts first copy the operand that is not K-major to a K-major one in
  * stream-ordered memory (the context's pool, gk_gpu_ctx_pool; returned with cudaFreeAsync
  * after the gemm), one pass over it at memory speed (bench/RESULTS.md, "i8nn"). Where that
- * memory cannot be had, the problem runs on tiled16, which reads every layout.
+ * memory cannot be had, the problem runs on 18 (mma_i8_small), which reads every layout.
  *
  * Epilogue (gk_kernel.epilogue): alpha * acc + beta * C0 in 32-bit arithmetic that wraps (as
  * CUBLAS_COMPUTE_32I), C0 being C or the bias row, then ReLU, in the store.
@@ -25,10 +25,12 @@
  *
  * Contract: i8, compute capability 9.0 exactly, k a multiple of 16 (TMA's 16-byte rows), A and
  * B 16-byte aligned, C 16-byte aligned with n a multiple of 4; any m, n, alpha/beta integers,
- * any batch. The rest runs on tiled16.
+ * any batch. The rest runs on 18 (mma_i8_small).
  */
 #include "gk_fast_wgmma_tf32.cuh" /* gk__tf32_map: a tensor map of any element type */
 #include "gk_gpu.h"
+
+extern "C" const gk_kernel gk_kernel_mma_i8_small; /* 18: the fallback that reads every layout */
 
 /* At namespace scope, as 16's: in the compute_80 pass the kernel bodies are empty, and members
  * of an internal class that nothing reads would be warnings (errors here).
@@ -382,7 +384,7 @@ bool wgmma_i8_persist_supports(const gk_problem *p, int cc) {
 }
 
 /* K-major copies of the operands that are not (A stored k x m, B stored k x n) in one
- * stream-ordered allocation, the gemm on them, and the allocation's return; tiled16 where the
+ * stream-ordered allocation, the gemm on them, and the allocation's return; 18 where the
  * allocation fails. */
 cudaError_t wgmma_i8_persist_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_i8_persist_supports(p, 90)) return cudaErrorInvalidValue;
@@ -394,7 +396,7 @@ cudaError_t wgmma_i8_persist_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaSt
   cudaMemPool_t pool = ctx != NULL ? gk_gpu_ctx_pool(ctx) : NULL;
   if (pool == NULL || cudaMallocFromPoolAsync(&copies, a_round + b_bytes, pool, stream) != cudaSuccess) {
     (void)cudaGetLastError(); /* not sticky: clear it, and read every layout as it is */
-    return gk_kernel_tiled16.launch(ctx, p, stream);
+    return gk_kernel_mma_i8_small.launch(ctx, p, stream);
   }
   int8_t *a_t = static_cast<int8_t *>(copies), *b_t = a_t + a_round;
   cudaError_t err = cudaSuccess;
