@@ -84,10 +84,13 @@ struct cublasContext *gk_gpu_ctx_cublas(gk_gpu_ctx *ctx);
 void *gk_gpu_ctx_bias_scratch(gk_gpu_ctx *ctx);
 /* A stream-ordered memory pool of the context's device, created on first use, for the passing
  * copies a kernel makes (17's K-major operands: cudaMallocFromPoolAsync / cudaFreeAsync on the
- * launch's stream); it keeps up to GK_POOL_KEEP_BYTES mapped between uses. NULL when it cannot
- * be created. */
+ * launch's stream); it keeps up to GK_POOL_KEEP_BYTES (or what gk_gpu_ctx_set_pool_keep set)
+ * mapped between uses. NULL when it cannot be created. */
 #define GK_POOL_KEEP_BYTES ((uint64_t)64 << 20)
 cudaMemPool_t gk_gpu_ctx_pool(gk_gpu_ctx *ctx);
+/* How many bytes the pool keeps mapped between uses (0: it returns everything at each
+ * synchronisation); the daemon's gpu.kernel_pool_bytes. */
+void gk_gpu_ctx_set_pool_keep(gk_gpu_ctx *ctx, uint64_t bytes);
 
 /* Shape and pointer checks shared by every launch path: m, n, k, batch >= 1, dtype known,
  * a, b, c non-NULL, alpha and beta finite. cudaSuccess or cudaErrorInvalidValue. */

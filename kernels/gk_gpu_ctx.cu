@@ -20,6 +20,7 @@ struct gk_gpu_ctx {
                           * failure: an out-of-memory moment should not disable it for good) */
   void *bias_scratch;    /* NULL until gk_gpu_ctx_bias_scratch() first succeeds (the same) */
   cudaMemPool_t pool;    /* NULL until gk_gpu_ctx_pool() first succeeds (the same) */
+  uint64_t pool_keep;    /* bytes the pool keeps mapped between uses */
 };
 
 extern "C" cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out)
@@ -38,6 +39,7 @@ extern "C" cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out)
   }
   ctx->device = device;
   ctx->cc = ctx->props.major * 10 + ctx->props.minor;
+  ctx->pool_keep = GK_POOL_KEEP_BYTES;
   *out = ctx;
   return cudaSuccess;
 }
@@ -95,7 +97,7 @@ extern "C" void *gk_gpu_ctx_bias_scratch(gk_gpu_ctx *ctx)
   return ctx->bias_scratch;
 }
 
-/* The pool keeps up to GK_POOL_KEEP_BYTES between uses: without it, memory freed on a stream is
+/* The pool keeps up to pool_keep bytes between uses (GK_POOL_KEEP_BYTES unless set): without it, memory freed on a stream is
  * returned at the next synchronisation and mapped again on the next allocation, which cost an
  * H100 tens of microseconds per gemm (1024^3 i8 with B k x n: 35 TFLOP/s with the device's
  * default pool, which keeps nothing). */
@@ -109,7 +111,7 @@ extern "C" cudaMemPool_t gk_gpu_ctx_pool(gk_gpu_ctx *ctx)
     cudaMemPool_t pool = NULL;
     if (cudaSetDevice(ctx->device) != cudaSuccess || cudaMemPoolCreate(&pool, &props) != cudaSuccess)
       return NULL;
-    uint64_t keep = GK_POOL_KEEP_BYTES;
+    uint64_t keep = ctx->pool_keep;
     if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
       (void)cudaMemPoolDestroy(pool);
       return NULL;
@@ -117,4 +119,11 @@ extern "C" cudaMemPool_t gk_gpu_ctx_pool(gk_gpu_ctx *ctx)
     ctx->pool = pool;
   }
   return ctx->pool;
+}
+
+extern "C" void gk_gpu_ctx_set_pool_keep(gk_gpu_ctx *ctx, uint64_t bytes)
+{
+  ctx->pool_keep = bytes;
+  if (ctx->pool != NULL) /* the attribute of a live pool; a failure leaves the old amount */
+    (void)cudaMemPoolSetAttribute(ctx->pool, cudaMemPoolAttrReleaseThreshold, &bytes);
 }

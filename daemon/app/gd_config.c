@@ -238,6 +238,7 @@ static const field gpu_fields[] = {
     FLD("kernel", F_KERNEL, gpu.kernel, 0, 0),
     FLD("memory_idle_ms", F_U64, gpu.memory_idle_ms, 0, WEEK_MS),
     FLD("memory_keep_bytes", F_SIZE, gpu.memory_keep_bytes, 0, HOST_MEMORY_MAX),
+    FLD("kernel_pool_bytes", F_SIZE, gpu.kernel_pool_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_job_bytes", F_SIZE, gpu.small_job_bytes, 0, 64ull << 20),
     FLD("resident_bytes", F_SIZE, gpu.resident_bytes, 0, HOST_MEMORY_MAX),
     FLD("small_slots", F_U32, gpu.small_slots, 1, 4096),

@@ -56,6 +56,7 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
       a->staging_bytes != b->staging_bytes || a->staging_buffers != b->staging_buffers ||
       a->memory_fraction != b->memory_fraction || a->memory_bytes != b->memory_bytes ||
       a->memory_idle_ms != b->memory_idle_ms || a->memory_keep_bytes != b->memory_keep_bytes ||
+      a->kernel_pool_bytes != b->kernel_pool_bytes ||
       a->small_job_bytes != b->small_job_bytes || a->small_slots != b->small_slots ||
       a->small_poll_us != b->small_poll_us || a->max_batch_jobs != b->max_batch_jobs ||
       a->max_queue_delay_us != b->max_queue_delay_us || a->small_passes != b->small_passes ||

@@ -48,6 +48,9 @@ typedef struct {
   uint64_t memory_idle_ms;            /* a device idle this long gives its pool back (default
                                        * 30000; 0 = keep what was reserved) */
   uint64_t memory_keep_bytes;         /* reserved bytes kept when it does (default 0) */
+  uint64_t kernel_pool_bytes;         /* each kernel context's stream-ordered pool (17's K-major
+                                       * copies) keeps this much mapped between gemms (default
+                                       * 64 MiB) */
   uint64_t staging_hold_ms;           /* a result chunk waits this long for a slow client before
                                        * it is copied off staging (default 20; the session's) */
   char kernel[64];                    /* "auto", or a kernel name from gk_kernels() ("tiled16", "cublas", ...) */

@@ -18,6 +18,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->staging_hold_ms = 20;
   cfg->memory_idle_ms = 30000;
   cfg->memory_keep_bytes = 0;
+  cfg->kernel_pool_bytes = 64ull * 1024 * 1024; /* GK_POOL_KEEP_BYTES: one 8192^2 int8 operand */
   cfg->small_job_bytes = 1024 * 1024;
   cfg->resident_bytes = 4ull << 30;
   cfg->small_slots = 1024; /* 32 connections x 32 in flight (RESULTS.md): 1 GiB pinned */

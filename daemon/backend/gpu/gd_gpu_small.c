@@ -93,6 +93,7 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: small lane kernel context: %s",
                         dev->ordinal, cudaGetErrorString(e));
   }
+  gk_gpu_ctx_set_pool_keep(dev->kctx_small, dev->be->cfg.kernel_pool_bytes);
   e = cudaStreamCreateWithFlags(&dev->s_small, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     dev->s_small = NULL;

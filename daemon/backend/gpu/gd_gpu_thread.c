@@ -171,6 +171,7 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: kernel context: %s", dev->ordinal,
                         cudaGetErrorString(e));
+  gk_gpu_ctx_set_pool_keep(dev->kctx, dev->be->cfg.kernel_pool_bytes);
   cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
   for (int i = 0; i < 3; i++) {
     e = cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking);

@@ -745,6 +745,12 @@ cudaError_t gk_gpu_ctx_create(int device, gk_gpu_ctx **out) {
 }
 
 void gk_gpu_ctx_destroy(gk_gpu_ctx *ctx) { free(ctx); }
+
+/* The fake's kernels take no passing copies: there is no pool to size. */
+void gk_gpu_ctx_set_pool_keep(gk_gpu_ctx *ctx, uint64_t bytes) {
+  (void)ctx;
+  (void)bytes;
+}
 int gk_gpu_ctx_cc(const gk_gpu_ctx *ctx) {
   (void)ctx;
   return 90;

@@ -81,6 +81,7 @@ static void assert_same(const gd_config *a, const gd_config *b) {
   ck_assert_str_eq(a->gpu.kernel, b->gpu.kernel);
   ck_assert_uint_eq(a->gpu.memory_idle_ms, b->gpu.memory_idle_ms);
   ck_assert_uint_eq(a->gpu.memory_keep_bytes, b->gpu.memory_keep_bytes);
+  ck_assert_uint_eq(a->gpu.kernel_pool_bytes, b->gpu.kernel_pool_bytes);
   ck_assert_uint_eq(a->gpu.small_job_bytes, b->gpu.small_job_bytes);
   ck_assert_uint_eq(a->gpu.small_slots, b->gpu.small_slots);
   ck_assert_uint_eq(a->gpu.small_poll_us, b->gpu.small_poll_us);
@@ -128,6 +129,7 @@ static void scramble(gd_config *cfg) {
   strcpy(cfg->gpu.kernel, "x");
   cfg->gpu.memory_idle_ms = 1;
   cfg->gpu.memory_keep_bytes = 1;
+  cfg->gpu.kernel_pool_bytes = 1;
   cfg->gpu.small_job_bytes = 1;
   cfg->gpu.small_slots = 1;
   cfg->gpu.small_poll_us = 1;
@@ -180,7 +182,7 @@ START_TEST(every_key_parses) {
           "cpu: {threads: 4, blas_threads: 2}\n"
           "gpu:\n  devices: [1, 0]\n  staging_bytes: 8MiB\n  staging_buffers: 3\n"
           "  staging_hold_ms: 7\n  memory_fraction: 0.5\n  memory_bytes: 2GiB\n  kernel: cublas\n"
-          "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n"
+          "  memory_idle_ms: 1500\n  memory_keep_bytes: 64MiB\n  kernel_pool_bytes: 0\n"
           "  small_job_bytes: 256KiB\n  small_slots: 8\n  small_poll_us: 0\n  max_batch_jobs: 4\n"
           "  max_queue_delay_us: 250\n  resident_bytes: 1GiB\n"
           "log_target: journal\nmetrics: {listen: \"tcp:127.0.0.1:9464\"}\n"
@@ -202,6 +204,7 @@ START_TEST(every_key_parses) {
   ck_assert(cfg.allow_unauthenticated_tcp);
   ck_assert_uint_eq(cfg.gpu.memory_idle_ms, 1500);
   ck_assert_uint_eq(cfg.gpu.memory_keep_bytes, 64u << 20);
+  ck_assert_uint_eq(cfg.gpu.kernel_pool_bytes, 0);
   ck_assert_uint_eq(cfg.gpu.small_job_bytes, 256u << 10);
   ck_assert_uint_eq(cfg.gpu.small_slots, 8);
   ck_assert_uint_eq(cfg.gpu.small_poll_us, 0);
@@ -319,7 +322,8 @@ START_TEST(size_keys_have_upper_bounds) {
       "limits:\n  max_buffered_bytes: %s\n", "limits:\n  max_message_bytes: %s\n",
       "limits:\n  max_header_bytes: %s\n",   "limits:\n  max_string_bytes: %s\n",
       "limits:\n  max_work: %s\n",           "queue:\n  memory_budget: %s\n",
-      "gpu:\n  memory_bytes: %s\n",          "gpu:\n  memory_keep_bytes: %s\n"};
+      "gpu:\n  memory_bytes: %s\n",          "gpu:\n  memory_keep_bytes: %s\n",
+      "gpu:\n  kernel_pool_bytes: %s\n"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     char text[128];
     snprintf(text, sizeof text, keys[i], "18446744073709551615");
