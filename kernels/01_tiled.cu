@@ -36,6 +36,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "gk_epilogue_dev.cuh" /* gk__i32_axpby */
 #include "gk_gpu.h"
 
 namespace {
@@ -72,7 +73,7 @@ template <typename T> __device__ __forceinline__ typename CType<T>::type from_ac
 }
 
 /* alpha * sum + beta * c0 (c0 read only when beta != 0: NaN in C stays out); in i32, unsigned
- * arithmetic, which wraps as the hardware does and is defined in C++. */
+ * arithmetic (gk__i32_axpby), which wraps as the hardware does and is defined in C++. */
 template <typename AccT>
 __device__ __forceinline__ AccT axpby(AccT alpha, AccT sum, AccT beta, const AccT *c0)
 {
@@ -82,10 +83,7 @@ template <>
 __device__ __forceinline__ int32_t axpby<int32_t>(int32_t alpha, int32_t sum, int32_t beta,
                                                   const int32_t *c0)
 {
-  uint32_t v = (uint32_t)alpha * (uint32_t)sum;
-  if (beta != 0)
-    v += (uint32_t)beta * (uint32_t)*c0;
-  return (int32_t)v;
+  return gk__i32_axpby(alpha, sum, beta, beta != 0 ? *c0 : 0);
 }
 template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v)

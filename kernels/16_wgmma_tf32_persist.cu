@@ -59,16 +59,6 @@ using cfg_wide = gk__tf32_persist_cfg<256, 3, 2>;
 using cfg_narrow = gk__tf32_persist_cfg<128, 5, 2>;
 
 #if GK_WGMMA_DEVICE
-/* Byte offset of element (row, col) of type T in a buffer of boxes `box_rows` deep and one
- * 128-byte swizzle row (32 floats, 64 halves) wide, in the 128-byte swizzle (16-byte chunk c of
- * row r at chunk c ^ (r % 8)). */
-template <typename T>
-__device__ __forceinline__ int swizzled(int row, int col, int box_rows) {
-  constexpr int BOX = 128 / sizeof(T), PER_CHUNK = 16 / sizeof(T);
-  return (col / BOX) * box_rows * 128 + row * 128 + ((((col % BOX) / PER_CHUNK) ^ (row % 8)) << 4) +
-         (col % PER_CHUNK) * (int)sizeof(T);
-}
-
 /* act(alpha * v + beta * C0[row][col]), C0 read where inside C: C, or the bias row (fused
  * epilogue; bias already at the problem's row), both of C's type T; act is ReLU or none */
 template <bool EPI, typename T>
@@ -109,12 +99,12 @@ __device__ __forceinline__ void stage_part(const tf32_args &args, const T *c, co
       const float d0 = acc[4 * j + 2 * e], d1 = acc[4 * j + 2 * e + 1];
       const int d_row = d_row0 + r, d_col = d_col0 + col;
       if (OUT_T) { /* D (d_row, d_col) is C (d_col, d_row) */
-        *reinterpret_cast<T *>(buffer + swizzled<T>(col, r, C::PART_COLS)) =
+        *reinterpret_cast<T *>(buffer + gk__swizzled<T>(col, r, C::PART_COLS)) =
             gk__from_f32<T>(scaled<EPI>(args, c, bias, d_col, d_row, d0));
-        *reinterpret_cast<T *>(buffer + swizzled<T>(col + 1, r, C::PART_COLS)) =
+        *reinterpret_cast<T *>(buffer + gk__swizzled<T>(col + 1, r, C::PART_COLS)) =
             gk__from_f32<T>(scaled<EPI>(args, c, bias, d_col + 1, d_row, d1));
       } else {
-        store_pair(buffer + swizzled<T>(r, col, 64), scaled<EPI>(args, c, bias, d_row, d_col, d0),
+        store_pair(buffer + gk__swizzled<T>(r, col, 64), scaled<EPI>(args, c, bias, d_row, d_col, d0),
                    scaled<EPI>(args, c, bias, d_row, d_col + 1, d1), (T *)nullptr);
       }
     }

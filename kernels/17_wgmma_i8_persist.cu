@@ -27,6 +27,7 @@
  * B 16-byte aligned, C 16-byte aligned with n a multiple of 4; any m, n, alpha/beta integers,
  * any batch. The rest runs on 18 (mma_i8_small).
  */
+#include "gk_epilogue_dev.cuh"    /* gk__i32_axpby */
 #include "gk_fast_wgmma_tf32.cuh" /* gk__tf32_map: a tensor map of any element type */
 #include "gk_gpu.h"
 
@@ -162,21 +163,15 @@ __device__ __forceinline__ void consume(const gk__ring &ring, int it, bool relea
     gk__mbar_arrive(ring.empty0 + 8 * ((it + C::STAGES - 1) % C::STAGES));
 }
 
-/* Byte offset of i32 element (row, col) in a buffer of boxes 64 rows deep and 32 values wide,
- * in TMA's 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)). */
-__device__ __forceinline__ int swizzled(int row, int col) {
-  return (col / 32) * 64 * 128 + row * 128 + ((((col % 32) / 4) ^ (row % 8)) << 4) + (col % 4) * 4;
-}
-
-/* act(alpha * v + beta * C0[row][col]) in 32-bit unsigned arithmetic (wraps, and is defined);
+/* act(alpha * v + beta * C0[row][col]) through gk__i32_axpby;
  * C0 read where inside C: C, or the bias row (already at the problem's row). */
 template <bool EPI>
 __device__ __forceinline__ int32_t scaled(const i8_args &args, const int32_t *c, const int32_t *bias,
                                           int row, int col, int32_t v) {
-  uint32_t r = (uint32_t)args.alpha * (uint32_t)v;
-  if (!args.beta_zero && row < args.m && col < args.n)
-    r += (uint32_t)args.beta * (uint32_t)(EPI && bias != NULL ? bias[col] : c[(int64_t)row * args.n + col]);
-  const int32_t out = (int32_t)r;
+  const int32_t c0 = args.beta_zero || row >= args.m || col >= args.n ? 0
+                     : EPI && bias != NULL                          ? bias[col]
+                                                                    : c[(int64_t)row * args.n + col];
+  const int32_t out = gk__i32_axpby(args.alpha, v, args.beta, c0);
   return EPI && args.act == GK_ACT_RELU && out < 0 ? 0 : out;
 }
 
@@ -207,7 +202,7 @@ __device__ __forceinline__ void store_tile(const CUtensorMap *map_c, const i8_ar
         const int r = warp4 * 16 + g + 8 * e, col = 8 * jj + 2 * t;
         const int2 v = make_int2(scaled<EPI>(args, c, bias, row0 + r, col0 + col, acc[4 * j + 2 * e]),
                                  scaled<EPI>(args, c, bias, row0 + r, col0 + col + 1, acc[4 * j + 2 * e + 1]));
-        *reinterpret_cast<int2 *>(buffer_ptr + swizzled(r, col)) = v;
+        *reinterpret_cast<int2 *>(buffer_ptr + gk__swizzled<int32_t>(r, col, 64)) = v;
       }
     }
     gk__fence_proxy_async();

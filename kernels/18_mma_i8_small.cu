@@ -20,6 +20,7 @@
  * integers, any batch, aligned or not; selected for m and n <= 64, and wherever 17 does not
  * apply (k not a multiple of 16, unaligned operands, or no Hopper).
  */
+#include "gk_epilogue_dev.cuh"
 #include "gk_fast_common.cuh"
 #include "gk_gpu.h"
 
@@ -69,18 +70,13 @@ __device__ __forceinline__ uint32_t load4(const int8_t *base, int line, int line
   return word;
 }
 
-__device__ __forceinline__ bool gk__aligned_dev(const void *ptr, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
-
-/* alpha * v + beta * C0 in uint32 (wraps, and is defined), then ReLU; C0 read inside C only. */
+/* alpha * v + beta * C0 (gk__i32_axpby), then ReLU; C0 read inside C only. */
 template <bool EPI>
 __device__ __forceinline__ int32_t scaled(const small_args &args, const int32_t *c, const int32_t *bias,
                                           int row, int col, int32_t v) {
-  uint32_t r = (uint32_t)args.alpha * (uint32_t)v;
-  if (!args.beta_zero)
-    r += (uint32_t)args.beta * (uint32_t)(EPI && bias != NULL ? bias[col] : c[(int64_t)row * args.n + col]);
-  const int32_t out = (int32_t)r;
+  const int32_t c0 =
+      args.beta_zero ? 0 : EPI && bias != NULL ? bias[col] : c[(int64_t)row * args.n + col];
+  const int32_t out = gk__i32_axpby(args.alpha, v, args.beta, c0);
   return EPI && args.act == GK_ACT_RELU && out < 0 ? 0 : out;
 }
 
@@ -119,7 +115,7 @@ __global__ void __launch_bounds__(32 * WM * WN) small_i8(small_args args) {
    * 32 MB of A and B), and 4-byte stores left half of each 32-byte sector unwritten. */
   int32_t *c = args.c + z * args.stride_c;
   const int32_t *bias = EPI && args.bias != NULL ? args.bias + z * args.bias_stride : NULL;
-  const bool pairs = args.n % 2 == 0 && gk__aligned_dev(c, 8);
+  const bool pairs = args.n % 2 == 0 && reinterpret_cast<uintptr_t>(c) % 8 == 0;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll

@@ -47,4 +47,11 @@ __device__ __forceinline__ F gk__act(gk_act act, F x) {
   }
 }
 
+/* The integer gemm's element: alpha * acc + beta * c0 in 32-bit unsigned arithmetic, which
+ * wraps as the hardware does and is defined in C++; gk_host_i32_axpby on the host. Pass c0 = 0
+ * where C is not read (beta 0, or outside C). */
+__device__ __forceinline__ int32_t gk__i32_axpby(int32_t alpha, int32_t acc, int32_t beta, int32_t c0) {
+  return (int32_t)((uint32_t)alpha * (uint32_t)acc + (uint32_t)beta * (uint32_t)c0);
+}
+
 #endif /* GK_EPILOGUE_DEV_CUH */

@@ -154,6 +154,16 @@ __device__ __forceinline__ uint32_t gk__tf32_x_offset(int r, int k) {
   return box * C::KBOX_BYTES + line * C::ROW_BYTES + ((((k >> 2) ^ (line & 7))) << 4) + (k & 3) * 4;
 }
 
+/* Byte offset of element (row, col) of type T in a staging buffer of boxes `box_rows` deep and
+ * one 128-byte swizzle row (32 floats or int32s, 64 halves) wide, in the 128-byte swizzle
+ * (16-byte chunk c of row r at chunk c ^ (r % 8)): where 16 and 17 stage C for TMA stores. */
+template <typename T>
+__device__ __forceinline__ int gk__swizzled(int row, int col, int box_rows) {
+  constexpr int BOX = 128 / sizeof(T), PER_CHUNK = 16 / sizeof(T);
+  return (col / BOX) * box_rows * 128 + row * 128 + ((((col % BOX) / PER_CHUNK) ^ (row % 8)) << 4) +
+         (col % PER_CHUNK) * (int)sizeof(T);
+}
+
 /* One k tile of a consumer: its m64k8 fragments (four k8 steps) from the stage into `frag`, four
  * wgmmas with Y from the stage's descriptor, and the release of the stage no longer read: by
  * default this tile's, once its group is complete (the other consumer warpgroup keeps the tensor
