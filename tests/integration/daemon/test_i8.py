@@ -13,11 +13,11 @@ backend (GEMMD_TEST_BACKEND)."""
 import os
 import sys
 
-import msgpack
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
+from test_out_dtype import send  # noqa: E402  (c goes as i32 for an i8 gemm)
 from test_resident import put  # noqa: E402
 from test_shm import GPU, Region, expect_error, wait_registered  # noqa: E402
 
@@ -70,22 +70,6 @@ def expected(hdr, a, b, c):
     if hdr.get("activation") == "relu":
         out = np.maximum(out, 0)
     return out
-
-
-def params(hdr, a, b, c=None):
-    """[hdr, a, b(, c)] on the wire: a and b in hdr's dtype, c in its result's (i32 for i8)."""
-    dtype = hdr["dtype"]
-    p = [hdr]
-    for x, wire in ((a, dtype), (b, dtype), (c, "i32" if dtype == "i8" else dtype)):
-        if x is not None:
-            p.append(x if isinstance(x, dict) else h.to_wire(x, wire))
-    return p
-
-
-def send(client, hdr, a, b, c=None):
-    msgid = client._take_msgid(None)
-    client.send_raw(msgpack.packb([0, msgid, "gemm", params(hdr, a, b, c)], use_bin_type=True))
-    return msgid
 
 
 def result(client, msgid, hdr):

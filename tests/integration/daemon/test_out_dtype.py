@@ -33,9 +33,9 @@ ACTS = (None, "relu", "gelu", "gelu_tanh")
 
 
 def params(hdr, a, b, c=None):
-    """[hdr, a, b(, c)]: a and b in hdr's dtype, c in its out dtype; a dict (a region or handle
-    reference) or bytes go as they are."""
-    out = hdr.get("out_dtype", hdr["dtype"])
+    """[hdr, a, b(, c)]: a and b in hdr's dtype, c in its out dtype (an i8 gemm's: i32); a dict
+    (a region or handle reference) or bytes go as they are. test_i8.py sends through it too."""
+    out = hdr.get("out_dtype", "i32" if hdr["dtype"] == "i8" else hdr["dtype"])
     p = [hdr]
     for x, dtype in ((a, hdr["dtype"]), (b, hdr["dtype"]), (c, out)):
         if x is not None:
