@@ -83,7 +83,7 @@ void gp__puthdr_string(gp_decoder *d, const gp__frame *f) {
     return;
   char value[64];
   gp__printable(value, sizeof value, d->str, d->str_len);
-  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "dtype: \"%s\" is not one of f32, f64, f16, bf16, i8, i32", value);
+  gp__rejectf(d, GP_E_INVALID_ARGUMENT, "dtype: \"%s\" is not one of " GP_DTYPE_NAMES, value);
 }
 
 void gp__puthdr_done(gp_decoder *d) {

@@ -14,10 +14,10 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
        KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_BIAS, KEY_ACTIVATION,
-       KEY_OUT_DTYPE, KEY_COUNT };
+       KEY_OUT_DTYPE, KEY_SCALE_A, KEY_SCALE_B, KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms", "out", "broadcast_b", "bias", "activation", "out_dtype"};
+    "timeout_ms", "out", "broadcast_b", "bias", "activation", "out_dtype", "scale_a", "scale_b"};
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -223,6 +223,8 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
       return gp__shmref_start(d, GP__REF_OUT);
     return reject_type(d, GP__K_HDR, tok, "out", "a region reference map");
   case KEY_BETA: return hdr_number(d, tok, &h->beta);
+  case KEY_SCALE_A: return hdr_number(d, tok, &h->scale_a);
+  case KEY_SCALE_B: return hdr_number(d, tok, &h->scale_b);
   default: /* dtype, precision, activation, out_dtype */
     if (tok->type == GP__TOK_STR)
       return COLLECT;
@@ -264,7 +266,7 @@ static void hdr_string_read(gp_decoder *d) {
     return;
   gp__printable(value, sizeof value, d->str, d->str_len);
   if (d->cur_key == KEY_DTYPE || d->cur_key == KEY_OUT_DTYPE)
-    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: \"%s\" is not one of f32, f64, f16, bf16, i8, i32",
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: \"%s\" is not one of " GP_DTYPE_NAMES,
                 hdr_keys[d->cur_key], value);
   else if (d->cur_key == KEY_ACTIVATION)
     gp__rejectf(d, GP_E_INVALID_ARGUMENT,

@@ -237,9 +237,11 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
   if ((unsigned)gp_gemm_out_dtype(hdr) >= GP_DTYPE_COUNT)
     return GP_E_INVALID_ARGUMENT;
   const bool casts = gp_gemm_casts(hdr); /* out_dtype only then: older daemons refuse the key */
+  const bool scale_a = hdr->scale_a != 1.0, scale_b = hdr->scale_b != 1.0; /* likewise */
   PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0) +
                                (hdr->broadcast_b ? 1 : 0) + (hdr->bias ? 1 : 0) +
-                               (hdr->activation != GP_ACT_NONE ? 1 : 0) + (casts ? 1 : 0)));
+                               (hdr->activation != GP_ACT_NONE ? 1 : 0) + (casts ? 1 : 0) +
+                               (scale_a ? 1 : 0) + (scale_b ? 1 : 0)));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -264,6 +266,10 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
     PACK(pack_key_cstr(pk, "activation", gp_act_name(hdr->activation)));
   if (casts)
     PACK(pack_key_cstr(pk, "out_dtype", gp_dtype_name(hdr->out_dtype)));
+  if (scale_a)
+    PACK(pack_key_double(pk, "scale_a", hdr->scale_a));
+  if (scale_b)
+    PACK(pack_key_double(pk, "scale_b", hdr->scale_b));
   return GP_OK;
 }
 

@@ -20,8 +20,9 @@ static int name_index(const char *const *names, unsigned count, const char *name
   return -1;
 }
 
-static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i8", "i32"};
-static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2, 1, 4};
+static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16",
+                                                        "i8",  "i32", "e4m3", "e5m2"};
+static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2, 1, 4, 1, 1};
 
 size_t gp_dtype_size(gp_dtype dtype) {
   if ((unsigned)dtype >= GP_DTYPE_COUNT)
@@ -134,11 +135,21 @@ void gp_gemm_hdr_init(gp_gemm_hdr *hdr) {
   hdr->precision = GP_PRECISION_EXACT;
   hdr->has_timeout = false;
   hdr->timeout_ms = 0;
+  hdr->scale_a = 1.0;
+  hdr->scale_b = 1.0;
 }
 
-gp_dtype gp_dtype_result(gp_dtype dtype) { return dtype == GP_DTYPE_I8 ? GP_DTYPE_I32 : dtype; }
+gp_dtype gp_dtype_result(gp_dtype dtype) {
+  if (dtype == GP_DTYPE_I8)
+    return GP_DTYPE_I32;
+  return gp_dtype_is_fp8(dtype) ? GP_DTYPE_F32 : dtype;
+}
 
 bool gp_dtype_is_int(gp_dtype dtype) { return dtype == GP_DTYPE_I8; }
+
+bool gp_dtype_is_fp8(gp_dtype dtype) { return dtype == GP_DTYPE_E4M3 || dtype == GP_DTYPE_E5M2; }
+
+double gp_gemm_alpha(const gp_gemm_hdr *hdr) { return hdr->alpha * hdr->scale_a * hdr->scale_b; }
 
 gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr) {
   return hdr->has_out_dtype ? hdr->out_dtype : gp_dtype_result(hdr->dtype);
@@ -151,7 +162,7 @@ bool gp_gemm_casts(const gp_gemm_hdr *hdr) {
 bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out) {
   if (out == gp_dtype_result(dtype))
     return true;
-  return (dtype == GP_DTYPE_F32 || dtype == GP_DTYPE_F64) &&
+  return (gp_dtype_result(dtype) == GP_DTYPE_F32 || dtype == GP_DTYPE_F64) &&
          (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
 }
 
@@ -289,6 +300,19 @@ static int check_int_gemm(const gp_gemm_hdr *hdr, gp_error *err) {
   return GP_OK;
 }
 
+/* The per-tensor scales: an fp8 gemm's alone, finite, and with alpha a finite product. */
+static int check_scales(const gp_gemm_hdr *hdr, gp_error *err) {
+  if (!gp_dtype_is_fp8(hdr->dtype) && (hdr->scale_a != 1.0 || hdr->scale_b != 1.0))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "scale_a, scale_b: only an e4m3 or e5m2 gemm takes per-tensor scales "
+                        "(this one is %s; fold a scale into alpha)",
+                        gp_dtype_name(hdr->dtype));
+  if (!isfinite(hdr->scale_a) || !isfinite(hdr->scale_b) || !isfinite(gp_gemm_alpha(hdr)))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "scale_a, scale_b: must be finite, and so must alpha * scale_a * scale_b");
+  return GP_OK;
+}
+
 int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
                          gp_error *err) {
   int rc;
@@ -308,6 +332,8 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta: must be finite");
   if (gp_dtype_is_int(hdr->dtype) && (rc = check_int_gemm(hdr, err)) != GP_OK)
     return rc;
+  if ((rc = check_scales(hdr, err)) != GP_OK)
+    return rc;
   if (hdr->beta != 0.0 && !has_c)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
   if (hdr->bias && (hdr->beta == 0.0 || !has_c))
@@ -320,8 +346,8 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "out_dtype: unknown");
   if (!gp_dtype_cast_ok(hdr->dtype, gp_gemm_out_dtype(hdr)))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
-                        "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
-                        "cast to f16 or bf16; an i8 gemm returns i32)",
+                        "out_dtype: a %s gemm cannot return %s (an f32, f64, e4m3 or e5m2 "
+                        "gemm's result may be cast to f16 or bf16; an i8 gemm returns i32)",
                         gp_dtype_name(hdr->dtype), gp_dtype_name(hdr->out_dtype));
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)

@@ -21,12 +21,16 @@ typedef enum {
   GP_DTYPE_BF16 = 3,
   GP_DTYPE_I8 = 4,  /* an integer gemm's operands: its result (and c) is i32 */
   GP_DTYPE_I32 = 5, /* a result dtype only (and a resident c's): no gemm takes i32 operands */
+  GP_DTYPE_E4M3 = 6, /* OCP fp8 E4M3 (no inf): a scaled gemm's operands, its result f32 */
+  GP_DTYPE_E5M2 = 7, /* OCP fp8 E5M2 (IEEE-like, with inf): likewise */
 } gp_dtype;
-#define GP_DTYPE_COUNT 6
+#define GP_DTYPE_COUNT 8
+/* The wire names in order, for the messages that list them. */
+#define GP_DTYPE_NAMES "f32, f64, f16, bf16, i8, i32, e4m3, e5m2"
 
-/* Bytes per element (4, 8, 2, 2, 1, 4). */
+/* Bytes per element (4, 8, 2, 2, 1, 4, 1, 1). */
 size_t gp_dtype_size(gp_dtype dtype);
-/* Wire name: "f32", "f64", "f16", "bf16", "i8", "i32". */
+/* Wire name: "f32", "f64", "f16", "bf16", "i8", "i32", "e4m3", "e5m2". */
 const char *gp_dtype_name(gp_dtype dtype);
 /* Parses a wire name of len bytes; 0 on success, GP_E_INVALID_ARGUMENT otherwise. */
 int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out);
@@ -114,13 +118,20 @@ typedef struct {
   bool has_out_dtype;       /* "out_dtype" was sent */
   gp_dtype out_dtype;       /* the result's dtype (and c's): f16 or bf16 from an f32 or f64
                                gemm, rounded once at the end; read it with gp_gemm_out_dtype */
+  double scale_a, scale_b;  /* "scale_a", "scale_b": an fp8 gemm's per-tensor scales (default
+                               1.0), multiplying the product as alpha does: gp_gemm_alpha */
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
 void gp_gemm_hdr_init(gp_gemm_hdr *hdr);
 
-/* The dtype a gemm of dtype returns uncast: i32 for i8 (32-bit accumulation), else dtype. */
+/* The dtype a gemm of dtype returns uncast: i32 for i8 (32-bit accumulation), f32 for the fp8
+ * dtypes, else dtype. */
 gp_dtype gp_dtype_result(gp_dtype dtype);
+/* True for e4m3 and e5m2: operands that take per-tensor scales, accumulated in f32. */
+bool gp_dtype_is_fp8(gp_dtype dtype);
+/* What multiplies op(A) * op(B): alpha * scale_a * scale_b (the scales are 1 but for fp8). */
+double gp_gemm_alpha(const gp_gemm_hdr *hdr);
 /* True for the integer gemm (i8): alpha and beta are integers, the arithmetic 32-bit two's
  * complement (wrapping), and the epilogue ReLU at most. */
 bool gp_dtype_is_int(gp_dtype dtype);
@@ -129,7 +140,7 @@ gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr);
 /* True when the result is cast: its dtype is not the one the gemm returns uncast. */
 bool gp_gemm_casts(const gp_gemm_hdr *hdr);
 /* Whether a gemm of dtype may return out: its uncast result dtype, or f16 / bf16 from f32 /
- * f64. */
+ * f64 / e4m3 / e5m2. */
 bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out);
 
 /* Rows and columns of an operand as stored (after the transpose flags; C with bias: 1 x n). */

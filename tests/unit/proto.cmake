@@ -16,3 +16,9 @@ target_compile_definitions(test_proto_half PRIVATE
   TP_PYTHON="${GEMMD_PYTHON3}" TP_HALF_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/proto/half_numpy.py")
 add_test(NAME proto_half COMMAND test_proto_half)
 set_tests_properties(proto_half PROPERTIES LABELS unit TIMEOUT 120)
+
+# fp8 conversions (gemmhalf): every code, every tie, random values against a brute-force nearest.
+add_executable(test_proto_fp8 ${CMAKE_CURRENT_LIST_DIR}/proto/test_proto_fp8.c)
+target_link_libraries(test_proto_fp8 PRIVATE gemmhalf PkgConfig::CHECK m)
+add_test(NAME proto_fp8 COMMAND test_proto_fp8)
+set_tests_properties(proto_fp8 PROPERTIES LABELS unit TIMEOUT 120)

@@ -568,15 +568,16 @@ static void x_out_wider(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(
  * cast, c and the result take the out dtype's size, and the encoder writes the key only for a
  * real cast. */
 START_TEST(out_dtype_key) {
-  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32",
+  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2",
                GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_int, "out_dtype: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_wider, "out_dtype: a f32 gemm cannot return f64", GP_E_INVALID_ARGUMENT);
   for (int dt = 0; dt < GP_DTYPE_COUNT; dt++)
     for (int out = 0; out < GP_DTYPE_COUNT; out++) {
-      bool casts = (dt == GP_DTYPE_F32 || dt == GP_DTYPE_F64) &&
+      bool fp8 = dt == GP_DTYPE_E4M3 || dt == GP_DTYPE_E5M2; /* an f32 result */
+      bool casts = (dt == GP_DTYPE_F32 || dt == GP_DTYPE_F64 || fp8) &&
                    (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
-      bool same = out == (dt == GP_DTYPE_I8 ? GP_DTYPE_I32 : dt); /* i8's result is i32 */
+      bool same = out == (dt == GP_DTYPE_I8 ? GP_DTYPE_I32 : fp8 ? GP_DTYPE_F32 : dt);
       ck_assert(gp_dtype_cast_ok((gp_dtype)dt, (gp_dtype)out) == (casts || same));
     }
   const gp_dtype from[2] = {GP_DTYPE_F32, GP_DTYPE_F64}, to[3] = {GP_DTYPE_F16, GP_DTYPE_BF16,
@@ -626,7 +627,7 @@ START_TEST(wrong_dims_and_dtype) {
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
   msgpack_sbuffer_clear(&sb);
   expect_required_rejected(&sb, &pk, 1, 1, 1, "f128", GP_E_INVALID_ARGUMENT,
-                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32");
+                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2");
   gemm_start(&pk, 3, 4);
   key(&pk, "dtype");
   tp_pack_binstr(&pk, "f32");
@@ -738,6 +739,58 @@ START_TEST(integer_gemm) {
 }
 END_TEST
 
+static void x_scale_a_str(msgpack_packer *pk) { key(pk, "scale_a"); tp_pack_str(pk, "2"); }
+static void x_scale_b_f32(msgpack_packer *pk) { key(pk, "scale_b"); msgpack_pack_double(pk, 2); }
+
+/* The fp8 gemm: e4m3 / e5m2 operands of 1 byte, c and the result f32 (or a cast to f16/bf16),
+ * the per-tensor scales scale_a and scale_b (fp8 only, finite, folded into gp_gemm_alpha), sent
+ * by the encoder only when not 1 and decoded back. */
+START_TEST(fp8_gemm) {
+  reject_extra(x_scale_a_str, "scale_a: must be a number, got a str", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_scale_b_f32, "scale_a, scale_b: only an e4m3 or e5m2 gemm takes per-tensor scales",
+               GP_E_INVALID_ARGUMENT);
+  for (int e5m2 = 0; e5m2 < 2; e5m2++) {
+    gp_gemm_hdr h;
+    gp_gemm_hdr_init(&h);
+    h.m = 5, h.n = 3, h.k = 16, h.batch = 2, h.beta = 0.5;
+    h.dtype = e5m2 ? GP_DTYPE_E5M2 : GP_DTYPE_E4M3;
+    uint64_t a_bytes, c_bytes, result_bytes;
+    ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_A, &a_bytes) && a_bytes == 2 * 5 * 16);
+    ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_C, &c_bytes) && c_bytes == 2 * 5 * 3 * 4);
+    ck_assert(gp_gemm_result_bytes(&h, &result_bytes) && result_bytes == c_bytes);
+    ck_assert_int_eq(gp_gemm_out_dtype(&h), GP_DTYPE_F32);
+    ck_assert(!gp_gemm_casts(&h) && gp_dtype_is_fp8(h.dtype) && !gp_dtype_is_int(h.dtype));
+    h.alpha = -2, h.scale_a = 0.5, h.scale_b = 0.125;
+    ck_assert(gp_gemm_alpha(&h) == -0.125);
+    h.activation = GP_ACT_GELU, h.bias = true;
+    check_i8_hdr(&h, true, GP_OK, NULL);
+    h.has_out_dtype = true, h.out_dtype = GP_DTYPE_BF16; /* a cast of the f32 result */
+    check_i8_hdr(&h, true, GP_OK, NULL);
+    ck_assert(gp_gemm_casts(&h));
+    h.out_dtype = GP_DTYPE_E4M3;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "out_dtype: a e");
+    h.has_out_dtype = false, h.scale_a = INFINITY;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "scale_a, scale_b: must be finite");
+    h.scale_a = 1e300, h.scale_b = 1e300; /* each finite, the product not */
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "scale_a, scale_b: must be finite");
+    h.scale_a = h.scale_b = 1, h.dtype = GP_DTYPE_F16, h.scale_b = 2;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "scale_a, scale_b: only an e4m3 or e5m2");
+  }
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 4, want.n = 8, want.k = 32, want.dtype = GP_DTYPE_E4M3, want.trans_b = true;
+  want.scale_a = 0.25;
+  gp_gemm_hdr got = encode_decode(&want, "scale_a", true);
+  ck_assert(got.dtype == GP_DTYPE_E4M3 && got.scale_a == 0.25 && got.scale_b == 1.0);
+  want.scale_a = 1, want.scale_b = 3;
+  got = encode_decode(&want, "scale_a", false);
+  ck_assert(got.scale_a == 1.0 && got.scale_b == 3.0 && gp_gemm_alpha(&got) == 3.0);
+  want.scale_b = 1, want.dtype = GP_DTYPE_E5M2;
+  got = encode_decode(&want, "scale_", false);
+  ck_assert(got.dtype == GP_DTYPE_E5M2 && gp_gemm_out_dtype(&got) == GP_DTYPE_F32);
+}
+END_TEST
+
 START_TEST(semantic_limits) {
   gp_limits lim;
   gp_limits_default(&lim);
@@ -780,6 +833,7 @@ Suite *header_suite(void) {
   tcase_add_test(tc, operands_wrong);
   tcase_add_test(tc, semantic_limits);
   tcase_add_test(tc, integer_gemm);
+  tcase_add_test(tc, fp8_gemm);
   suite_add_tcase(s, tc);
   return s;
 }

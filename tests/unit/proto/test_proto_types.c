@@ -48,8 +48,8 @@ START_TEST(error_values) {
 END_TEST
 
 START_TEST(names) {
-  static const char *const dt[] = {"f32", "f64", "f16", "bf16", "i8", "i32"};
-  static const size_t sz[] = {4, 8, 2, 2, 1, 4};
+  static const char *const dt[] = {"f32", "f64", "f16", "bf16", "i8", "i32", "e4m3", "e5m2"};
+  static const size_t sz[] = {4, 8, 2, 2, 1, 4, 1, 1};
   for (int i = 0; i < GP_DTYPE_COUNT; i++) {
     gp_dtype got = GP_DTYPE_F64;
     ck_assert_str_eq(gp_dtype_name((gp_dtype)i), dt[i]);
