@@ -25,7 +25,8 @@
  *     grid.y walks row tiles in chunks of 65535 likewise;
  *   - f32, f64, f16, bf16: f16 and bf16 are converted to f32 as they are
  *     loaded and accumulate in f32; f64 accumulates in f64; i8 accumulates in
- *     i32 into an i32 C, alpha and beta in 32-bit arithmetic that wraps.
+ *     i32 into an i32 C, alpha and beta in 32-bit arithmetic that wraps; e4m3 and e5m2
+ *     accumulate in f32 into an f32 C.
  *
  * Measured on an H200, 4096^3 (bench/RESULTS.md, "Baseline: tiled16"):
  * f32 7.72 TFLOP/s, 15% of cuBLAS SGEMM's 51.0;
@@ -34,6 +35,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include "gk_epilogue_dev.cuh" /* gk__i32_axpby */
@@ -51,6 +53,8 @@ template <> struct Acc<double> { using type = double; };
 template <> struct Acc<int8_t> { using type = int32_t; };
 template <typename T> struct CType { using type = T; };
 template <> struct CType<int8_t> { using type = int32_t; };
+template <> struct CType<__nv_fp8_e4m3> { using type = float; }; /* fp8: f32 C */
+template <> struct CType<__nv_fp8_e5m2> { using type = float; };
 
 template <typename T> __device__ __forceinline__ typename Acc<T>::type to_acc(T v) { return v; }
 template <> __device__ __forceinline__ float to_acc<__half>(__half v) { return __half2float(v); }
@@ -60,6 +64,8 @@ template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16
 }
 
 template <> __device__ __forceinline__ int32_t to_acc<int8_t>(int8_t v) { return v; }
+template <> __device__ __forceinline__ float to_acc<__nv_fp8_e4m3>(__nv_fp8_e4m3 v) { return float(v); }
+template <> __device__ __forceinline__ float to_acc<__nv_fp8_e5m2>(__nv_fp8_e5m2 v) { return float(v); }
 /* An element of C into the accumulator type. */
 template <typename T> __device__ __forceinline__ typename Acc<T>::type c_to_acc(typename CType<T>::type v)
 {
@@ -213,7 +219,7 @@ bool tiled_supports(const gk_problem *p, int cc)
   /* Every shape, transpose, batch and dtype: the selector's last resort. Pointers are not
    * looked at (a caller may select before it allocates); the launch checks them. */
   return p->dtype == GK_F32 || p->dtype == GK_F64 || p->dtype == GK_F16 || p->dtype == GK_BF16 ||
-         p->dtype == GK_I8;
+         p->dtype == GK_I8 || gk_dtype_is_fp8(p->dtype);
 }
 
 cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream)
@@ -228,6 +234,8 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
   case GK_F16: return launch_typed<__half>(p, stream);
   case GK_BF16: return launch_typed<__nv_bfloat16>(p, stream);
   case GK_I8: return launch_typed<int8_t>(p, stream);
+  case GK_E4M3: return launch_typed<__nv_fp8_e4m3>(p, stream);
+  case GK_E5M2: return launch_typed<__nv_fp8_e5m2>(p, stream);
   case GK_I32: break; /* a result dtype only: gk_problem_check refuses it */
   }
   return cudaErrorInvalidValue;
@@ -237,8 +245,8 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
 
 extern "C" const gk_kernel gk_kernel_tiled16 = {
     "tiled16",
-    "the classic 16x16 shared-memory tiled kernel: every dtype (i8 too), shape, transpose and "
-    "batch",
+    "the classic 16x16 shared-memory tiled kernel: every dtype (i8 and fp8 too), shape, "
+    "transpose and batch",
     tiled_supports,
     tiled_launch,
     0,

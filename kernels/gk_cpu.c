@@ -1,7 +1,8 @@
 /*
  * gk_cpu.c - the CPU path: OpenBLAS sgemm/dgemm, with f16 and bf16 widened to
- * f32 per batch element and rounded back (gp_half.h: round to nearest even), and i8 widened to
- * f64 (exact) with its i32 result formed in 32-bit arithmetic.
+ * f32 per batch element and rounded back (gp_half.h: round to nearest even), i8 widened to
+ * f64 (exact) with its i32 result formed in 32-bit arithmetic, fp8 widened to f64 with its f32
+ * result rounded once from the double.
  */
 #include "gk_cpu.h"
 
@@ -30,8 +31,8 @@ static bool problem_ok(const gk_problem *p) {
   /* CBLAS takes int dimensions and leading dimensions. */
   if (p->m > INT_MAX || p->n > INT_MAX || p->k > INT_MAX)
     return false;
-  if (p->dtype == GK_I32)
-    return false; /* a result dtype only */
+  if (p->dtype == GK_I32 || (unsigned)p->dtype > GK_E5M2)
+    return false; /* a result dtype only, or none */
   if (p->dtype == GK_I8 && (p->act == GK_ACT_GELU || p->act == GK_ACT_GELU_TANH || p->cast))
     return false;
   return gk_dtype_size(p->dtype) != 0 && gk_problem_cast_ok(p);
@@ -39,11 +40,11 @@ static bool problem_ok(const gk_problem *p) {
 
 size_t gk_cpu_scratch_bytes(const gk_problem *p) { return gk_cpu_scratch_bytes_split(p, 1); }
 
-/* Bytes of one widened element: f16/bf16 go through sgemm, i8 through dgemm; 0: none. */
+/* Bytes of one widened element: f16/bf16 go through sgemm, i8 and fp8 through dgemm; 0: none. */
 static size_t widened_size(gk_dtype dtype) {
   if (dtype == GK_F16 || dtype == GK_BF16)
     return sizeof(float);
-  return dtype == GK_I8 ? sizeof(double) : 0;
+  return dtype == GK_I8 || gk_dtype_is_fp8(dtype) ? sizeof(double) : 0;
 }
 
 size_t gk_cpu_scratch_bytes_split(const gk_problem *p, int64_t parts) {
@@ -140,32 +141,48 @@ static void run_half_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t ro
   narrow(fc, c, rows * n, p->dtype);
 }
 
-/* i8 rows [r0, r0 + rows) of batch element i: this part's rows of op(A) and all of B widened to
- * double, dgemm into a dense rows x n block (exact: every dot product of int8 values is an
- * integer far below 2^53), then alpha and beta in 32-bit arithmetic, as the GPU forms them. */
-static void run_i8_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
-                        double *scratch) {
-  int64_t k = p->k, n = p->n, m = p->m, nb = gk_problem_b_elems(p);
-  const int8_t *a = (const int8_t *)p->a + i * gk_problem_a_elems(p);
-  const int8_t *b = (const int8_t *)p->b + i * gk_problem_b_stride(p);
-  int32_t *c = (int32_t *)p->c + i * gk_problem_c_elems(p) + r0 * n;
+/* Rows [r0, r0 + rows) of batch element i's op(A) times its B, from 8-bit operands (i8, fp8)
+ * widened to double, by dgemm into the dense rows x n block scratch + rows * k + k * n (returned):
+ * exact for every int8 dot product (an integer far below 2^53), and for fp8 products (8
+ * significant bits at most) up to the sum's rounding in double. */
+static double *dgemm_widened_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
+                                  double *scratch) {
+  int64_t k = p->k, m = p->m, nb = gk_problem_b_elems(p);
+  int64_t a0 = i * gk_problem_a_elems(p), b0 = i * gk_problem_b_stride(p);
   double *da = scratch, *db = da + rows * k, *dc = db + nb;
   blas_shape s = shape_of(p, rows);
   if (p->trans_a) {
     for (int64_t kk = 0; kk < k; kk++)
       for (int64_t r = 0; r < rows; r++)
-        da[kk * rows + r] = a[kk * m + r0 + r];
+        da[kk * rows + r] = gk_host_load(p->dtype, p->a, a0 + kk * m + r0 + r);
     s.lda = (int)rows;
   } else {
     for (int64_t e = 0; e < rows * k; e++)
-      da[e] = a[r0 * k + e];
+      da[e] = gk_host_load(p->dtype, p->a, a0 + r0 * k + e);
   }
   for (int64_t e = 0; e < nb; e++)
-    db[e] = b[e];
+    db[e] = gk_host_load(p->dtype, p->b, b0 + e);
   run_f64(&s, 1.0, 0.0, da, db, dc);
+  return dc;
+}
+
+/* i8 rows: alpha and beta in 32-bit arithmetic, as the GPU forms them. */
+static void run_i8_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
+                        double *scratch) {
+  const double *dc = dgemm_widened_rows(p, i, r0, rows, scratch);
+  int32_t *c = (int32_t *)p->c + i * gk_problem_c_elems(p) + r0 * p->n;
   int64_t alpha = (int64_t)p->alpha, beta = (int64_t)p->beta;
-  for (int64_t e = 0; e < rows * n; e++)
+  for (int64_t e = 0; e < rows * p->n; e++)
     c[e] = gk_host_i32_axpby(alpha, (int64_t)dc[e], beta, beta != 0 ? c[e] : 0);
+}
+
+/* fp8 rows: alpha (the scales folded in) and beta in double, C rounded to f32 once. */
+static void run_fp8_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows,
+                         double *scratch) {
+  const double *dc = dgemm_widened_rows(p, i, r0, rows, scratch);
+  float *c = (float *)p->c + i * gk_problem_c_elems(p) + r0 * p->n;
+  for (int64_t e = 0; e < rows * p->n; e++)
+    c[e] = (float)(p->alpha * dc[e] + (p->beta != 0.0 ? p->beta * (double)c[e] : 0.0));
 }
 
 /* Rows [r0, r0 + rows) of batch element i, the epilogue around them: C's rows take the bias
@@ -190,6 +207,10 @@ static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, v
     break;
   case GK_I8:
     run_i8_rows(p, i, r0, rows, (double *)scratch);
+    break;
+  case GK_E4M3:
+  case GK_E5M2:
+    run_fp8_rows(p, i, r0, rows, (double *)scratch);
     break;
   case GK_I32: /* a result dtype only: problem_ok refuses it */
     break;

@@ -135,7 +135,7 @@ cudaError_t cast_pick_narrow(gk_dtype narrow, bool widen, const void *src, int64
 cudaError_t cast_pick(const gk_problem *p, bool widen, const void *src, int64_t src_pitch,
                       void *dst, int64_t dst_pitch, int64_t rows, cudaStream_t stream)
 {
-  if (p->dtype == GK_F32)
+  if (gk_dtype_result(p->dtype) == GK_F32)
     return cast_pick_narrow<float>(p->out_dtype, widen, src, src_pitch, dst, dst_pitch, rows,
                                    p->n, stream);
   return cast_pick_narrow<double>(p->out_dtype, widen, src, src_pitch, dst, dst_pitch, rows,
@@ -198,14 +198,14 @@ extern "C" cudaError_t gk_gpu_act(const gk_problem *p, cudaStream_t stream)
     return cudaSuccess;
   int64_t total = p->batch * p->m * p->n;
   unsigned blocks = blocks_for(total);
-  switch (p->dtype) {
+  switch (gk_problem_c_dtype(p)) {
   case GK_F32: act_all<<<blocks, kThreads, 0, stream>>>((float *)p->c, p->act, total); break;
   case GK_F64: act_all_f64<<<blocks, kThreads, 0, stream>>>((double *)p->c, p->act, total); break;
   case GK_F16: act_all<<<blocks, kThreads, 0, stream>>>((__half *)p->c, p->act, total); break;
   case GK_BF16:
     act_all<<<blocks, kThreads, 0, stream>>>((__nv_bfloat16 *)p->c, p->act, total);
     break;
-  case GK_I8:
+  case GK_I32:
     if (p->act != GK_ACT_RELU)
       return cudaErrorInvalidValue;
     relu_all_i32<<<blocks, kThreads, 0, stream>>>((int32_t *)p->c, total);

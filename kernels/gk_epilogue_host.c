@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "gp_fp8.h"
 #include "gp_half.h"
 
 static double act_apply(gk_act act, double x) {
@@ -28,6 +29,8 @@ double gk_host_load(gk_dtype dtype, const void *base, int64_t i) {
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)base)[i]);
   case GK_I8: return ((const int8_t *)base)[i];
   case GK_I32: return ((const int32_t *)base)[i];
+  case GK_E4M3: return gp_e4m3_to_f32(((const uint8_t *)base)[i]);
+  case GK_E5M2: return gp_e5m2_to_f32(((const uint8_t *)base)[i]);
   }
   return 0.0;
 }
@@ -40,6 +43,8 @@ void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v) {
   case GK_BF16: ((uint16_t *)base)[i] = gp_f64_to_bf16(v); break;
   case GK_I8: ((int8_t *)base)[i] = (int8_t)(uint8_t)(int64_t)v; break;
   case GK_I32: ((int32_t *)base)[i] = (int32_t)(uint32_t)(int64_t)v; break;
+  case GK_E4M3: ((uint8_t *)base)[i] = gp_f64_to_e4m3(v); break;
+  case GK_E5M2: ((uint8_t *)base)[i] = gp_f64_to_e5m2(v); break;
   }
 }
 
@@ -86,7 +91,8 @@ void gk_host_cast_in(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) {
     const void *src = p->bias ? p->bias : p->c;
     int64_t to = row_index(p, i, r);
     for (int64_t j = 0; j < p->n; j++)
-      gk_host_store(p->dtype, p->work, to + j, gk_host_load(p->out_dtype, src, from + j));
+      gk_host_store(gk_dtype_result(p->dtype), p->work, to + j,
+                    gk_host_load(p->out_dtype, src, from + j));
   }
 }
 
@@ -95,5 +101,5 @@ void gk_host_cast_out(const gk_problem *p, int64_t i, int64_t r0, int64_t rows) 
     return;
   int64_t first = row_index(p, i, r0);
   for (int64_t e = first; e < first + rows * p->n; e++)
-    gk_host_store(p->out_dtype, p->c, e, gk_host_load(p->dtype, p->work, e));
+    gk_host_store(p->out_dtype, p->c, e, gk_host_load(gk_dtype_result(p->dtype), p->work, e));
 }

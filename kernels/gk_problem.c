@@ -11,6 +11,8 @@ size_t gk_dtype_size(gk_dtype dtype) {
   case GK_BF16: return 2;
   case GK_I8: return 1;
   case GK_I32: return 4;
+  case GK_E4M3: return 1;
+  case GK_E5M2: return 1;
   }
   return 0;
 }
@@ -23,6 +25,8 @@ const char *gk_dtype_name(gk_dtype dtype) {
   case GK_BF16: return "bf16";
   case GK_I8: return "i8";
   case GK_I32: return "i32";
+  case GK_E4M3: return "e4m3";
+  case GK_E5M2: return "e5m2";
   }
   return "?";
 }
@@ -37,23 +41,29 @@ const char *gk_act_name(gk_act act) {
   return "?";
 }
 
+bool gk_dtype_is_fp8(gk_dtype dtype) { return dtype == GK_E4M3 || dtype == GK_E5M2; }
+
+gk_dtype gk_dtype_result(gk_dtype dtype) {
+  if (dtype == GK_I8)
+    return GK_I32;
+  return gk_dtype_is_fp8(dtype) ? GK_F32 : dtype;
+}
+
 gk_dtype gk_problem_c_dtype(const gk_problem *p) {
-  if (p->cast)
-    return p->out_dtype;
-  return p->dtype == GK_I8 ? GK_I32 : p->dtype;
+  return p->cast ? p->out_dtype : gk_dtype_result(p->dtype);
 }
 
 bool gk_problem_cast_ok(const gk_problem *p) {
   if (!p->cast)
     return true;
-  return (p->dtype == GK_F32 || p->dtype == GK_F64) &&
-         (p->out_dtype == GK_F16 || p->out_dtype == GK_BF16) && p->work != NULL;
+  gk_dtype result = gk_dtype_result(p->dtype);
+  return (result == GK_F32 || result == GK_F64) && (p->out_dtype == GK_F16 || p->out_dtype == GK_BF16) && p->work != NULL;
 }
 
 size_t gk_problem_work_bytes(const gk_problem *p) {
   if (!p->cast)
     return 0;
-  return (size_t)(p->batch * gk_problem_c_elems(p)) * gk_dtype_size(p->dtype);
+  return (size_t)(p->batch * gk_problem_c_elems(p)) * gk_dtype_size(gk_dtype_result(p->dtype));
 }
 
 gk_problem gk_problem_uncast(const gk_problem *p) {

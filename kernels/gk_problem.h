@@ -4,8 +4,8 @@
  * C = alpha * op(A) * op(B) + beta * C for `batch` problems stored back to
  * back, row-major, densely packed: op(A) is m x k (A stored k x m when
  * trans_a), op(B) is k x n (B stored n x k when trans_b), C is m x n. f16 and
- * bf16 accumulate in f32; int8 in int32 (GK_I8, below). When beta == 0, C is not read (NaN in C does not
- * propagate), as in BLAS.
+ * bf16 accumulate in f32; int8 in int32 (GK_I8, below); fp8 in f32 (GK_E4M3, GK_E5M2). When
+ * beta == 0, C is not read (NaN in C does not propagate), as in BLAS.
  *
  * Shared by the CPU path (host pointers) and the GPU kernels (device
  * pointers). Pure C; no CUDA types.
@@ -24,8 +24,20 @@ extern "C" {
 /* GK_I8: the integer gemm. A and B are int8, C (and the bias) int32; alpha and beta are
  * integers within int32, and C = act(alpha * op(A) * op(B) + beta * C0) is formed in 32-bit two's
  * complement arithmetic, wrapping (as cuBLAS's CUBLAS_COMPUTE_32I): exact while the values fit.
- * act is ReLU or none. GK_I32 is C's dtype only. */
-typedef enum { GK_F32 = 0, GK_F64 = 1, GK_F16 = 2, GK_BF16 = 3, GK_I8 = 4, GK_I32 = 5 } gk_dtype;
+ * act is ReLU or none. GK_I32 is C's dtype only.
+ * GK_E4M3, GK_E5M2: the fp8 gemm (gp_fp8.h's formats). A and B are fp8 of the one format, C (and
+ * the bias) f32 as for an F32 gemm; the products are exact and accumulate in f32. The per-tensor
+ * scales are folded into alpha by the caller. */
+typedef enum {
+  GK_F32 = 0,
+  GK_F64 = 1,
+  GK_F16 = 2,
+  GK_BF16 = 3,
+  GK_I8 = 4,
+  GK_I32 = 5,
+  GK_E4M3 = 6,
+  GK_E5M2 = 7,
+} gk_dtype;
 
 /* The activation of the epilogue (same numbering as gp_act in proto/gp_types.h). GELU is the
  * erf form; GELU_TANH the tanh approximation. */
@@ -50,8 +62,9 @@ typedef struct {
   int64_t bias_stride;
   gk_act act;
   /* The output cast: with cast set, C and the bias hold out_dtype elements (F16 or BF16, from
-   * an F32 or F64 dtype). The product and the epilogue are formed in dtype in `work` (batch *
-   * m * n elements of dtype, apart from C: C0 is widened into it first), and each element is
+   * an F32, F64 or fp8 dtype). The product and the epilogue are formed in the result dtype
+   * (gk_dtype_result) in `work` (batch * m * n such elements, apart from C: C0 is widened into
+   * it first), and each element is
    * rounded once, last, into C. Kernels never see such a problem: gk_gpu_gemm and gk_cpu_gemm
    * run it as the plain problem gk_problem_uncast gives. */
   bool cast;
@@ -60,13 +73,18 @@ typedef struct {
 } gk_problem;
 
 size_t gk_dtype_size(gk_dtype dtype);
-/* The dtype C is stored in: out_dtype with the cast, else dtype (GK_I32 for GK_I8). */
+/* What a gemm of dtype returns uncast: GK_I32 for GK_I8, GK_F32 for fp8, else dtype. */
+gk_dtype gk_dtype_result(gk_dtype dtype);
+/* GK_E4M3 or GK_E5M2. */
+bool gk_dtype_is_fp8(gk_dtype dtype);
+/* The dtype C is stored in: out_dtype with the cast, else gk_dtype_result(dtype). */
 gk_dtype gk_problem_c_dtype(const gk_problem *p);
-/* Whether p's cast, if any, is one the kernels make (F16/BF16 from F32/F64, with work set). */
+/* Whether p's cast, if any, is one the kernels make (F16/BF16 from an F32 or F64 result, with
+ * work set). */
 bool gk_problem_cast_ok(const gk_problem *p);
-/* Bytes of the work area p needs: batch * m * n elements of dtype with the cast, else 0. */
+/* Bytes of the work area p needs: batch * m * n result elements with the cast, else 0. */
 size_t gk_problem_work_bytes(const gk_problem *p);
-/* The plain problem a cast problem runs as: C is the work area, in dtype; the bias (read when
+/* The plain problem a cast problem runs as: C is the work area, in the result dtype; the bias (read when
  * beta != 0) is the work area's first row of each entry, or of the whole batch with one row,
  * where the caller widens it; no cast. */
 gk_problem gk_problem_uncast(const gk_problem *p);

@@ -85,7 +85,7 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   p.k = (int64_t)job->hdr.k;
   p.batch = (int64_t)job->hdr.batch;
   p.b_shared = job->hdr.broadcast_b;
-  p.alpha = job->hdr.alpha;
+  p.alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
   p.beta = job->hdr.beta;
   p.act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values too */
   if (cj) {

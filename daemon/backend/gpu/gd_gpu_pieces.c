@@ -84,7 +84,8 @@ static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr
   /* a row of the work area from the header: a split's parent keeps the whole area for fewer
    * rows (gd_gpu_split.c changes hdr.m and c_bytes, not work_bytes) */
   uint64_t c_row = job->c_bytes / job->hdr.m;
-  uint64_t work_row = job->work_bytes > 0 ? job->hdr.n * gp_dtype_size(job->hdr.dtype) : 0;
+  uint64_t work_row =
+      job->work_bytes > 0 ? job->hdr.n * gp_dtype_size(gp_dtype_result(job->hdr.dtype)) : 0;
   gk_problem p;
   gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A] + r0 * a_row, ptr[GP_OPERAND_B],
                       ptr[GP_OPERAND_C] + r0 * c_row,

@@ -50,7 +50,7 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->k = (int64_t)job->hdr.k;
   p->batch = (int64_t)job->hdr.batch;
   p->b_shared = job->hdr.broadcast_b;
-  p->alpha = job->hdr.alpha;
+  p->alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
   p->beta = job->hdr.beta;
   p->a = a;
   p->b = b;

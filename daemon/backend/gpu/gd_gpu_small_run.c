@@ -58,8 +58,8 @@ static void finish_batch(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 static bool same_shape(const gp_gemm_hdr *a, const gp_gemm_hdr *b) {
   return a->dtype == b->dtype && a->m == b->m && a->n == b->n && a->k == b->k &&
          a->trans_a == b->trans_a && a->trans_b == b->trans_b &&
-         a->precision == b->precision && a->alpha == b->alpha && a->beta == b->beta &&
-         a->bias == b->bias && a->activation == b->activation &&
+         a->precision == b->precision && gp_gemm_alpha(a) == gp_gemm_alpha(b) &&
+         a->beta == b->beta && a->bias == b->bias && a->activation == b->activation &&
          gp_gemm_out_dtype(a) == gp_gemm_out_dtype(b);
 }
 

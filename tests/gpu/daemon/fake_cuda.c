@@ -849,7 +849,8 @@ static void gemm_run(const gk_problem *p) {
           continue;
         }
         double v =
-            p->alpha * acc + (p->beta != 0.0 ? p->beta * gk_host_load(p->dtype, p->c, ic) : 0.0);
-        gk_host_store(p->dtype, p->c, ic, v);
+            p->alpha * acc +
+            (p->beta != 0.0 ? p->beta * gk_host_load(gk_problem_c_dtype(p), p->c, ic) : 0.0);
+        gk_host_store(gk_problem_c_dtype(p), p->c, ic, v);
       }
 }

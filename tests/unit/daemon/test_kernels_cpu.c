@@ -2,7 +2,8 @@
  * The CPU path (gk_cpu.h): every dtype, both transposes, alpha and beta,
  * batch, odd sizes, against a float64 reference on fresh random inputs, with
  * the output poisoned so that an unwritten element fails (f16/bf16 through
- * gp_half.h, tested in tests/unit/proto/test_proto_half.c). GEMMD_TEST_SEED
+ * gp_half.h, tested in tests/unit/proto/test_proto_half.c; fp8 through gp_fp8.h, tested in
+ * tests/unit/proto/test_proto_fp8.c). GEMMD_TEST_SEED
  * replays a run.
  */
 #include <check.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 
 #include "gk_cpu.h"
+#include "gp_fp8.h"
 #include "gp_half.h"
 
 static unsigned long seed;
@@ -34,6 +36,8 @@ static double get(gk_dtype t, const void *p, int64_t i) {
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)p)[i]);
   case GK_I8: return ((const int8_t *)p)[i];
   case GK_I32: return ((const int32_t *)p)[i];
+  case GK_E4M3: return gp_e4m3_to_f32(((const uint8_t *)p)[i]);
+  case GK_E5M2: return gp_e5m2_to_f32(((const uint8_t *)p)[i]);
   }
   return NAN;
 }
@@ -44,6 +48,8 @@ static void set(gk_dtype t, void *p, int64_t i, double v) {
   case GK_F64: ((double *)p)[i] = v; break;
   case GK_F16: ((uint16_t *)p)[i] = gp_f32_to_f16((float)v); break;
   case GK_BF16: ((uint16_t *)p)[i] = gp_f32_to_bf16((float)v); break;
+  case GK_E4M3: ((uint8_t *)p)[i] = gp_f64_to_e4m3(v); break;
+  case GK_E5M2: ((uint8_t *)p)[i] = gp_f64_to_e5m2(v); break;
   case GK_I8:
   case GK_I32: break; /* the integer gemm has its own test, below */
   }
@@ -68,6 +74,8 @@ static double out_eps(gk_dtype t) {
   case GK_BF16: return 0x1p-8;
   case GK_I8:
   case GK_I32: return 0; /* exact */
+  case GK_E4M3:
+  case GK_E5M2: return 0x1p-24; /* the result is f32 */
   }
   return 1;
 }
@@ -423,6 +431,112 @@ START_TEST(integer_refusals) {
 }
 END_TEST
 
+/* ---- the fp8 gemm ---------------------------------------------------------- */
+
+typedef struct {
+  gk_dtype dtype;
+  int64_t m, n, k, batch;
+  bool ta, tb, shared_b, bias;
+  gk_act act;
+  double alpha, beta;
+  int64_t parts;
+} fp8_case;
+
+/* An fp8 problem (f32 C) against the float64 reference: random fp8 operands (uniform in
+ * [-2, 2) rounded to the format, so subnormals of e4m3 and both signs occur), C0 random f32, or
+ * poisoned when beta is 0. The CPU sums in double and rounds once, so the tolerance is f32's. */
+static void check_fp8(const fp8_case *t) {
+  int64_t na = t->m * t->k, nb = t->k * t->n, nc = t->m * t->n, bcount = t->shared_b ? 1 : t->batch;
+  uint8_t *a = malloc((size_t)(na * t->batch)), *b = malloc((size_t)(nb * bcount));
+  float *c = malloc((size_t)(nc * t->batch) * 4), *c0 = malloc((size_t)(nc * t->batch) * 4);
+  float *row = malloc((size_t)t->n * 4);
+  ck_assert(a && b && c && c0 && row);
+  for (int64_t i = 0; i < na * t->batch; i++)
+    set(t->dtype, a, i, (drand48() * 4.0 - 2.0) * (i % 7 == 0 ? 0x1p-6 : 1.0));
+  for (int64_t i = 0; i < nb * bcount; i++)
+    set(t->dtype, b, i, drand48() * 4.0 - 2.0);
+  for (int64_t i = 0; i < nc * t->batch; i++)
+    c[i] = t->beta != 0.0 && !t->bias ? (float)(drand48() * 2.0 - 1.0) : NAN;
+  for (int64_t j = 0; j < t->n; j++)
+    row[j] = (float)(drand48() * 2.0 - 1.0);
+  memcpy(c0, c, (size_t)(nc * t->batch) * 4);
+  gk_problem p = {.dtype = t->dtype, .trans_a = t->ta, .trans_b = t->tb, .m = t->m, .n = t->n,
+                  .k = t->k, .batch = t->batch, .b_shared = t->shared_b, .alpha = t->alpha,
+                  .beta = t->beta, .a = a, .b = b, .c = c, .bias = t->bias ? row : NULL,
+                  .act = t->act};
+  ck_assert_int_eq(gk_problem_c_dtype(&p), GK_F32);
+  run_problem(&p, t->parts);
+  for (int64_t q = 0; q < t->batch; q++)
+    for (int64_t i = 0; i < t->m; i++)
+      for (int64_t j = 0; j < t->n; j++) {
+        double sum = 0, mag = 0;
+        for (int64_t l = 0; l < t->k; l++) {
+          double av = get(t->dtype, a, q * na + (t->ta ? l * t->m + i : i * t->k + l));
+          double bv = get(t->dtype, b, (t->shared_b ? 0 : q * nb) + (t->tb ? j * t->k + l : l * t->n + j));
+          sum += av * bv;
+          mag += fabs(av * bv);
+        }
+        double from = t->beta == 0.0 ? 0.0 : t->bias ? row[j] : c0[q * nc + i * t->n + j];
+        double pre = t->alpha * sum + t->beta * from;
+        double want = t->act == GK_ACT_RELU ? (pre < 0 ? 0 : pre)
+                      : t->act == GK_ACT_GELU ? 0.5 * pre * (1 + erf(pre / sqrt(2.0)))
+                                              : pre;
+        double tol = 0x1p-22 * (fabs(t->alpha) * mag + fabs(t->beta * from) + fabs(want)) + 1e-30;
+        double got = c[q * nc + i * t->n + j];
+        ck_assert_msg(isfinite(got) && fabs(got - want) <= tol,
+                      "%s %lldx%lldx%lld batch %lld ta=%d tb=%d shared_b=%d alpha=%g beta=%g "
+                      "bias=%d act=%d parts=%lld: C[%lld][%lld][%lld] = %.9g, want %.9g (tol "
+                      "%.3g, seed %lu)",
+                      gk_dtype_name(t->dtype), (long long)t->m, (long long)t->n, (long long)t->k,
+                      (long long)t->batch, t->ta, t->tb, t->shared_b, t->alpha, t->beta, t->bias,
+                      (int)t->act, (long long)t->parts, (long long)q, (long long)i, (long long)j,
+                      got, want, tol, seed);
+      }
+  free(a), free(b), free(c), free(c0), free(row);
+}
+
+/* _i: e4m3 or e5m2. Every transpose, odd shapes, parts and pieces, alpha (the scales folded
+ * in) and beta, beta 0 over poison, the bias row with ReLU or GELU. */
+START_TEST(fp8_gemm) {
+  gk_dtype t = _i ? GK_E5M2 : GK_E4M3;
+  static const int64_t shapes[][4] = {{1, 1, 1, 1}, {37, 29, 53, 1}, {13, 9, 300, 3}, {2, 70, 5, 2}};
+  static const double scalars[][2] = {{1, 0}, {-0.375, 0.5}, {3.0 * 0.0625, -2}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int form = 0; form < 16; form++) {
+      const double *ab = scalars[(s + (size_t)form) % 3];
+      bool bias = ((form >> 3) & 1) && ab[1] != 0;
+      fp8_case c = {t, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], form & 1,
+                    (form >> 1) & 1, (form >> 2) & 1, bias,
+                    (form >> 3) & 1 ? (form & 1 ? GK_ACT_GELU : GK_ACT_RELU) : GK_ACT_NONE,
+                    ab[0], ab[1], 1 + (form % 3)};
+      if (c.shared_b && form % 3 == 2)
+        c.parts = 0; /* as the GPU's pieces */
+      check_fp8(&c);
+    }
+}
+END_TEST
+
+/* The fp8 gemm's result is f32 (a bf16 cast goes through the work area), its scratch 8 bytes
+ * an element; fp8 is no result dtype. */
+START_TEST(fp8_result_and_cast) {
+  uint8_t a = gp_f64_to_e4m3(1.5), b = gp_f64_to_e4m3(-0.25); /* exact in e4m3 */
+  float c = NAN, w = 0;
+  gk_problem p = {.dtype = GK_E4M3, .m = 1, .n = 1, .k = 1, .batch = 1, .alpha = 2, .a = &a,
+                  .b = &b, .c = &c};
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  ck_assert(c == -0.75f);
+  uint16_t h = 0;
+  p.c = &h, p.cast = true, p.out_dtype = GK_BF16, p.work = &w;
+  ck_assert_int_eq(gk_problem_work_bytes(&p), 4);
+  ck_assert_int_eq(gk_cpu_gemm(&p, NULL), 0);
+  ck_assert_uint_eq(h, gp_f32_to_bf16(-0.75f));
+  p.out_dtype = GK_E4M3;
+  ck_assert_int_lt(gk_cpu_gemm(&p, NULL), 0);
+  p.cast = false, p.m = 3, p.n = 5, p.k = 7, p.batch = 4;
+  ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), (3 * 7 + 7 * 5 + 3 * 5) * 8);
+}
+END_TEST
+
 START_TEST(scratch_sizes) {
   gk_problem p = {.dtype = GK_F32, .m = 3, .n = 5, .k = 7, .batch = 4};
   ck_assert_uint_eq(gk_cpu_scratch_bytes(&p), 0);
@@ -450,6 +564,8 @@ int main(void) {
   tcase_add_test(gemm, bad_casts);
   tcase_add_test(gemm, integer_gemm);
   tcase_add_test(gemm, integer_refusals);
+  tcase_add_loop_test(gemm, fp8_gemm, 0, 2);
+  tcase_add_test(gemm, fp8_result_and_cast);
   suite_add_tcase(s, gemm);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
