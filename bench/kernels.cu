@@ -35,6 +35,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -80,6 +81,11 @@ const mode kModes[] = {
     /* the integer gemm, exact: in its native layout (B n x k: cuBLAS's TN, the one cublasLt's
      * int8 kernels take), and NN, where 17 first makes B K-major */
     {"i8", GK_I8, false, 0.0, true},  {"i8nn", GK_I8, false, 0.0, false},
+    /* the fp8 gemm, against tiled16's f32 sums (cuBLAS's gemmEx has no fp8): the tensor cores'
+     * fp8 accumulation keeps fewer bits than f32; B n x k is cublasLt's only fp8 layout */
+    /* (H200: 1.9e-3 from our kernel and cuBLASLt alike at 8192^3, growing with k) */
+    {"e4m3", GK_E4M3, false, 8e-3, true}, {"e5m2", GK_E5M2, false, 8e-3, true},
+    {"e4m3nn", GK_E4M3, false, 8e-3, false},
 };
 
 struct shape {
@@ -278,6 +284,8 @@ cudaDataType_t cuda_type(gk_dtype t) {
   case GK_BF16: return CUDA_R_16BF;
   case GK_I8: return CUDA_R_8I;
   case GK_I32: return CUDA_R_32I;
+  case GK_E4M3: return CUDA_R_8F_E4M3;
+  case GK_E5M2: return CUDA_R_8F_E5M2;
   }
   return CUDA_R_32F;
 }
@@ -290,6 +298,8 @@ void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stre
   case GK_F16: fill_uniform<<<blocks, threads, 0, stream>>>((__half *)ptr, count, seed); break;
   case GK_BF16: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_bfloat16 *)ptr, count, seed); break;
   case GK_I8: fill_int8<<<blocks, threads, 0, stream>>>((int8_t *)ptr, count, seed); break;
+  case GK_E4M3: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_fp8_e4m3 *)ptr, count, seed); break;
+  case GK_E5M2: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_fp8_e5m2 *)ptr, count, seed); break;
   case GK_I32: break; /* a result dtype only */
   }
   CHECK(cudaGetLastError());
@@ -305,7 +315,7 @@ void launch_diff(gk_dtype tx, const void *x, const R *ref, int64_t count, double
   case GK_F16: diff_norms<<<blocks, threads, 0, stream>>>((const __half *)x, ref, count, sums); break;
   case GK_BF16: diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, ref, count, sums); break;
   case GK_I32: diff_norms<<<blocks, threads, 0, stream>>>((const int32_t *)x, ref, count, sums); break;
-  case GK_I8: break; /* never an output */
+  case GK_I8: case GK_E4M3: case GK_E5M2: break; /* never an output */
   }
 }
 
@@ -320,7 +330,7 @@ double rel_diff(gk_dtype tx, const void *x, gk_dtype t, const void *ref, int64_t
   case GK_F16: launch_diff(tx, x, (const __half *)ref, count, sums, stream); break;
   case GK_BF16: launch_diff(tx, x, (const __nv_bfloat16 *)ref, count, sums, stream); break;
   case GK_I32: launch_diff(tx, x, (const int32_t *)ref, count, sums, stream); break;
-  case GK_I8: break; /* never an output */
+  case GK_I8: case GK_E4M3: case GK_E5M2: break; /* never an output */
   }
   CHECK(cudaGetLastError());
   double host[3];
@@ -420,6 +430,7 @@ struct lt_plan {
 
   bool init(const lt_state &lt, const gk_problem &p, cudaDataType_t out_type) {
     cudaDataType_t in_type = cuda_type(p.dtype);
+    /* fp8: f32 compute and scalars, the scale pointers left unset (1) */
     cublasComputeType_t compute = p.dtype == GK_F64 ? CUBLAS_COMPUTE_64F
                                   : p.dtype == GK_I8 ? CUBLAS_COMPUTE_32I
                                   : (p.dtype == GK_F32 && p.fast) ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -481,8 +492,8 @@ void lt_candidates(const lt_state &lt, const mode &md, std::vector<gk_problem> &
     CHECK(cudaMemsetAsync(out, 0xFF, (size_t)c_elems * gk_dtype_size(tout), stream));
     if (plan.run(lt, i, sets[0], out, stream) != cudaSuccess) continue;
     int64_t nonfinite = 0;
-    double err = rel_diff(tout, out, md.dtype == GK_I8 ? GK_I32 : md.dtype, ref, c_elems, sums,
-                          &nonfinite, stream);
+    double err = rel_diff(tout, out, gk_dtype_result(md.dtype), ref, c_elems, sums, &nonfinite,
+                          stream);
     if (nonfinite > 0 || !(err <= md.tol)) {
       printf("    cublasLt %s algo %d: check failed (%.1e, %lld non-finite)\n", label, i, err,
              (long long)nonfinite);
@@ -503,7 +514,8 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
   row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, NAN, "-", false, NULL};
   const int cc = gk_gpu_ctx_cc(ctx);
   const size_t es = elem_size(md.dtype);
-  const gk_dtype c_dtype = md.dtype == GK_I8 ? GK_I32 : md.dtype; /* i8 gives i32 */
+  const gk_dtype c_dtype = gk_dtype_result(md.dtype); /* i8 gives i32, fp8 f32 */
+  const bool fp8 = gk_dtype_is_fp8(md.dtype); /* checked against tiled16, timed against Lt */
   const size_t ces = elem_size(c_dtype);
   const int64_t a_elems = sh.m * sh.k * sh.batch, b_elems = sh.k * sh.n * sh.batch;
   const int64_t c_elems = sh.m * sh.n * sh.batch;
@@ -520,7 +532,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
   proto.alpha = 1.0, proto.beta = 0.0;
 
   const gk_kernel *ours = forced ? forced : gk_select(&proto, cc, opt.kernel);
-  const gk_kernel *ref = gk_kernel_by_name("cublas");
+  const gk_kernel *ref = gk_kernel_by_name(fp8 ? "tiled16" : "cublas");
   if (ours == NULL || ref == NULL) {
     r.why = "no kernel";
     return r;
@@ -579,7 +591,7 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
     }
     bool ok_ours, ok_ref;
     double ms_ours = time_kernel(ctx, ours, sets, stream, reps, &ok_ours);
-    double ms_ref = time_kernel(ctx, ref, ref_sets, stream, reps, &ok_ref);
+    double ms_ref = fp8 ? (ok_ref = false, NAN) : time_kernel(ctx, ref, ref_sets, stream, reps, &ok_ref);
     CHECK(cudaStreamSynchronize(stream));
     if (ok_ours) r.ours_tflops = flops / (ms_ours * 1e-3) / 1e12;
     if (ok_ref) r.cublas_tflops = r.ex_tflops = flops / (ms_ref * 1e-3) / 1e12, r.via = "ex";
@@ -647,7 +659,7 @@ void print_splitk_occupancy() {
 
 int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn] "
+          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
           "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;

@@ -11,7 +11,8 @@
 # f16/bf16 the Hopper kernels (15, persistent, when TMA can also store C; then 07, cc 9.0 and
 # TMA-describable operands only) before mma.sync (04).
 # For i8, the small-problem kernel (18: m, n <= 64, and every shape 17 cannot take), then the
-# Hopper kernel (17); tiled16 only where 18 does not run (no sm_80).
+# Hopper kernel (17); tiled16 only where 18 does not run (no sm_80). For fp8 likewise: 20
+# (m, n <= 64, and what 19 cannot take; sm_89 and up), then 19 (Hopper).
 # Ahead of all of them, the small-tile kernels (11-14): they take only problems with m and n of
 # at most 64 (128 for tf32 and f16/bf16, 32 for f64), the small-job lane's batches, which the
 # big tiles mostly pad.
@@ -32,10 +33,14 @@ list(APPEND GK_GPU_SOURCES
   15_wgmma_f16_persist.cu
   16_wgmma_tf32_persist.cu
   17_wgmma_i8_persist.cu
-  18_mma_i8_small.cu)
+  18_mma_i8_small.cu
+  19_wgmma_fp8_persist.cu
+  20_mma_fp8_small.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_i8_small
   gk_kernel_wgmma_i8_persist
+  gk_kernel_mma_fp8_small
+  gk_kernel_wgmma_fp8_persist
   gk_kernel_mma_tf32_small
   gk_kernel_simt_f32_small
   gk_kernel_mma_f16_small

@@ -54,4 +54,29 @@ __device__ __forceinline__ int32_t gk__i32_axpby(int32_t alpha, int32_t acc, int
   return (int32_t)((uint32_t)alpha * (uint32_t)acc + (uint32_t)beta * (uint32_t)c0);
 }
 
+/* The element an 8-bit gemm's kernel stores (17-20), c0 being 0 where C is not read: the
+ * integer gemm's alpha * v + beta * c0 (gk__i32_axpby) then ReLU, and the fp8 gemm's
+ * act(alpha * v + beta * c0) in f32; without EPI, no activation. */
+template <bool EPI>
+__device__ __forceinline__ int32_t gk__k8_store_i32(int32_t alpha, int32_t beta, gk_act act, int32_t v,
+                                                    int32_t c0) {
+  const int32_t out = gk__i32_axpby(alpha, v, beta, c0);
+  return EPI && act == GK_ACT_RELU && out < 0 ? 0 : out;
+}
+template <bool EPI>
+__device__ __forceinline__ float gk__k8_store_f32(float alpha, float beta, gk_act act, float v, float c0) {
+  const float out = alpha * v + beta * c0;
+  return EPI ? gk__act<float>(act, out) : out;
+}
+/* Two neighbouring elements of such a C as one 8-byte store. */
+template <typename T> struct gk__k8_pair;
+template <> struct gk__k8_pair<int32_t> {
+  using type = int2;
+  static __device__ __forceinline__ int2 make(int32_t x, int32_t y) { return make_int2(x, y); }
+};
+template <> struct gk__k8_pair<float> {
+  using type = float2;
+  static __device__ __forceinline__ float2 make(float x, float y) { return make_float2(x, y); }
+};
+
 #endif /* GK_EPILOGUE_DEV_CUH */

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "gk_gpu.h"
+#include "gp_fp8.h"
 #include "gp_half.h"
 
 #define SKIP_CODE 77
@@ -60,6 +61,8 @@ static const char *dtype_label(gk_dtype t, bool fast)
   case GK_BF16: return "bf16";
   case GK_I8: return "i8";
   case GK_I32: return "i32";
+  case GK_E4M3: return "e4m3";
+  case GK_E5M2: return "e5m2";
   }
   return "?";
 }
@@ -73,6 +76,8 @@ static double load(const void *buf, gk_dtype t, int64_t i)
   case GK_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
   case GK_I8: return ((const int8_t *)buf)[i];
   case GK_I32: return ((const int32_t *)buf)[i];
+  case GK_E4M3: return gp_e4m3_to_f32(((const uint8_t *)buf)[i]);
+  case GK_E5M2: return gp_e5m2_to_f32(((const uint8_t *)buf)[i]);
   }
   return NAN;
 }
@@ -88,6 +93,8 @@ static void fill_random(void *buf, gk_dtype t, int64_t count)
     case GK_BF16: ((uint16_t *)buf)[i] = gp_f32_to_bf16((float)v); break;
     case GK_I8: ((int8_t *)buf)[i] = (int8_t)(rng_next() >> 56); break;
     case GK_I32: ((int32_t *)buf)[i] = (int32_t)(rng_next() >> 32); break;
+    case GK_E4M3: ((uint8_t *)buf)[i] = gp_f64_to_e4m3(2 * v); break; /* e4m3 subnormals too */
+    case GK_E5M2: ((uint8_t *)buf)[i] = gp_f64_to_e5m2(2 * v); break;
     }
   }
 }
@@ -136,6 +143,8 @@ static double tolerance(const test_case *tc)
   switch (tc->dtype) {
   case GK_I8:
   case GK_I32: return 0; /* exact */
+  case GK_E4M3:
+  case GK_E5M2: return 0x1p-9; /* of each element's magnitude: fp8 tensor-core sums */
   case GK_F64: return 1e-12;
   case GK_F32: return tc->fast ? 5e-3 : 1e-5 * fmax(1.0, sqrt((double)tc->k / 1024.0));
   case GK_F16: return 5e-3;
@@ -185,7 +194,7 @@ static double *reference64_of(const test_case *tc, const void *a, const void *b,
   for (int64_t i = 0; i < be * tc->batch; i++)
     b64[i] = load(b, tc->dtype, i);
   for (int64_t i = 0; i < ce * tc->batch; i++)
-    c64[i] = c0 ? load(c0, tc->dtype, i) : 0.0;
+    c64[i] = c0 ? load(c0, gk_dtype_result(tc->dtype), i) : 0.0;
   if (magnitude) {
     for (int64_t i = 0; i < ae * tc->batch; i++)
       a64[i] = fabs(a64[i]);
@@ -808,19 +817,24 @@ static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *ker
   free(a), free(b), free(c0), free(rows), free(ref), free(got);
 }
 
-/* Every kernel that takes i8 (cuBLAS too, unless --quick), every transpose, on shapes from one
- * element to more tiles than SMs (17's persistent walk, both its tiles, k tails of the 128-wide
- * k tile, batches); alpha/beta that wrap; then the epilogue through gk_gpu_gemm. */
-static void run_int8(test_env *env, bool quick)
+/* The shapes of the 8-bit gemms' tests: from one element to more tiles than SMs (17's and
+ * 19's persistent walk, both their tiles, k tails of the 128-wide k tile, batches). The first
+ * five are 18's and 20's (m, n <= 64; the third and fourth their 32 x 32 tile, batched as the
+ * small lane sends them), the rest 17's and 19's where they apply, 18's and 20's where not. */
+static const int64_t k8_shapes[][4] = {{1, 1, 16, 1},      {37, 29, 53, 2},     {32, 32, 32, 300},
+                                       {17, 30, 100, 7},   {64, 64, 64, 200},   {64, 128, 128, 1},
+                                       {200, 136, 144, 3}, {264, 516, 1040, 2}, {600, 520, 400, 1},
+                                       {48, 256, 96, 40},  {130, 70, 77, 2}};
+
+typedef void (*k8_run_fn)(test_env *env, const test_case *tc, const gk_kernel *kernel, int form);
+
+/* Every kernel that takes dtype (cuBLAS too where it does, unless --quick), every transpose, on
+ * k8_shapes with scalars[3] (form 1 where beta is not 0, else 0); then forms 2 .. last_form
+ * through gk_gpu_gemm with alpha `alpha`. */
+static void run_8bit(test_env *env, bool quick, gk_dtype dtype, const double (*scalars)[2],
+                     double alpha, int last_form, k8_run_fn run)
 {
-  /* the first five are 18's (m, n <= 64; the third and fourth its 32 x 32 tile, batched as
-   * the small lane sends them), the rest 17's where it applies, 18's where not (k % 16) */
-  static const int64_t shapes[][4] = {{1, 1, 16, 1},      {37, 29, 53, 2},    {32, 32, 32, 300},
-                                      {17, 30, 100, 7},   {64, 64, 64, 200},  {64, 128, 128, 1},
-                                      {200, 136, 144, 3}, {264, 516, 1040, 2}, {600, 520, 400, 1},
-                                      {48, 256, 96, 40},  {130, 70, 77, 2}};
-  static const double scalars[][2] = {{1, 0}, {-3, 2}, {2147483647, -2147483648.0}};
-  const size_t nshapes = quick ? 7 : sizeof(shapes) / sizeof(shapes[0]);
+  const size_t nshapes = quick ? 7 : sizeof(k8_shapes) / sizeof(k8_shapes[0]);
   size_t count = 0;
   const gk_kernel *const *kernels = gk_kernels(&count);
   for (size_t ki = 0; ki < count; ki++) {
@@ -831,22 +845,143 @@ static void run_int8(test_env *env, bool quick)
     for (size_t s = 0; s < nshapes; s++)
       for (int t = 0; t < 4; t++) {
         const double *ab = scalars[(s + (size_t)t) % 3];
-        test_case tc = {GK_I8, false, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                        t & 1, (t >> 1) & 1, ab[0], ab[1], false, false};
-        gk_problem probe = {.dtype = GK_I8, .trans_a = tc.trans_a, .trans_b = tc.trans_b,
+        const int64_t *sh = k8_shapes[s];
+        test_case tc = {dtype, false, sh[0], sh[1], sh[2], sh[3], t & 1, (t >> 1) & 1, ab[0],
+                        ab[1], false, false};
+        gk_problem probe = {.dtype = dtype, .trans_a = tc.trans_a, .trans_b = tc.trans_b,
                             .m = tc.m, .n = tc.n, .k = tc.k, .batch = tc.batch, .alpha = 1,
                             .a = (void *)(uintptr_t)256, .b = (void *)(uintptr_t)256,
                             .c = (void *)(uintptr_t)256};
         if (kernel->supports(&probe, gk_gpu_ctx_cc(env->ctx)))
-          run_i8_case(env, &tc, kernel, ab[1] != 0 ? 1 : 0);
+          run(env, &tc, kernel, ab[1] != 0 ? 1 : 0);
       }
   }
   for (size_t s = 0; s < nshapes; s++)
-    for (int form = 2; form < 5; form++) {
-      test_case tc = {GK_I8, false, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3],
-                      form == 3 || (form == 4 && s % 2 == 0), s % 2 == 1, -3, 1, false, false};
-      run_i8_case(env, &tc, NULL, form);
+    for (int form = 2; form <= last_form; form++) {
+      const int64_t *sh = k8_shapes[s];
+      test_case tc = {dtype, false, sh[0], sh[1], sh[2], sh[3],
+                      form == 3 || (form == 4 && s % 2 == 0), s % 2 == 1, alpha, 1, false, false};
+      run(env, &tc, NULL, form);
     }
+}
+
+/* i8: alpha/beta that wrap; the epilogue, and one B for every entry. */
+static void run_int8(test_env *env, bool quick)
+{
+  static const double scalars[][2] = {{1, 0}, {-3, 2}, {2147483647, -2147483648.0}};
+  run_8bit(env, quick, GK_I8, scalars, -3, 4, run_i8_case);
+}
+
+/* ---- the fp8 gemm (e4m3 / e5m2, f32 accumulate, f32 C) ------------------------------------- */
+
+/* The float64 result of one fp8 problem and each element's magnitude (sum |alpha a b| +
+ * |beta c0|), C0 given per element (c0e: C, or the bias rows spread out; NULL: none), act last. */
+static void reference_fp8(const test_case *tc, const uint8_t *a, const uint8_t *b,
+                          const double *c0e, gk_act act, double *ref, double *mag)
+{
+  const int64_t m = tc->m, n = tc->n, k = tc->k;
+  for (int64_t z = 0; z < tc->batch; z++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double sum = 0, abs_sum = 0;
+        for (int64_t l = 0; l < k; l++) {
+          const double av = load(a, tc->dtype, z * m * k + (tc->trans_a ? l * m + i : i * k + l));
+          const double bv = load(b, tc->dtype, z * k * n + (tc->trans_b ? j * k + l : l * n + j));
+          sum += av * bv;
+          abs_sum += fabs(av * bv);
+        }
+        const int64_t e = z * m * n + i * n + j;
+        const double from = c0e != NULL ? c0e[e] : 0.0, x = tc->alpha * sum + tc->beta * from;
+        ref[e] = act == GK_ACT_RELU ? (x < 0 ? 0 : x)
+                 : act == GK_ACT_GELU ? 0.5 * x * (1 + erf(x / sqrt(2.0)))
+                                      : x;
+        mag[e] = fabs(tc->alpha) * abs_sum + fabs(tc->beta * from) + 1e-30;
+      }
+}
+
+/* One fp8 problem on `kernel` (NULL: through gk_gpu_gemm "auto", with form's epilogue) against
+ * float64, each element within tolerance() of its magnitude. form: 0 beta 0 over a poisoned C,
+ * 1 beta with C0, 2 a bias row of its own + GELU, 3 each entry's bias row at its C's start +
+ * ReLU, 4 beta with C0 and one B for every entry, 5 the result cast to bf16 (C poisoned; the
+ * bf16 rounding added to the tolerance). */
+static void run_fp8_case(test_env *env, const test_case *tc, const gk_kernel *kernel, int form)
+{
+  const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
+  const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
+  uint8_t *a = xmalloc((size_t)a_elems), *b = xmalloc((size_t)b_elems);
+  float *c0 = xmalloc((size_t)c_elems * 4), *rows = xmalloc((size_t)(tc->n * tc->batch) * 4);
+  double *c0e = xmalloc((size_t)c_elems * 8), *ref = xmalloc((size_t)c_elems * 8);
+  double *mag = xmalloc((size_t)c_elems * 8);
+  fill_random(a, tc->dtype, a_elems);
+  fill_random(b, tc->dtype, b_elems);
+  fill_random(c0, GK_F32, c_elems);
+  fill_random(rows, GK_F32, tc->n * tc->batch);
+  const bool shared = form == 4, cast = form == 5;
+  for (int64_t z = 1; shared && z < tc->batch; z++)
+    memcpy(b + z * tc->k * tc->n, b, (size_t)(tc->k * tc->n));
+  for (int64_t e = 0; e < c_elems; e++) /* what beta multiplies, element by element */
+    c0e[e] = form == 2 ? rows[e % tc->n] : form == 3 ? rows[(e / ce) * tc->n + e % tc->n] : c0[e];
+  for (int64_t z = 0; form == 3 && z < tc->batch; z++)
+    memcpy(c0 + z * ce, rows + z * tc->n, (size_t)tc->n * 4);
+  if (form == 0 || cast)
+    memset(c0, 0xFF, (size_t)c_elems * 4); /* NaN: not read */
+  test_case ref_tc = *tc;
+  if (form == 0 || cast)
+    ref_tc.beta = 0.0;
+  const gk_act act = form == 2 ? GK_ACT_GELU : form == 3 ? GK_ACT_RELU : GK_ACT_NONE;
+  reference_fp8(&ref_tc, a, b, ref_tc.beta != 0.0 ? c0e : NULL, act, ref, mag);
+  void *d_a = to_device(a, (size_t)a_elems);
+  void *d_b = to_device(b, (size_t)(shared ? tc->k * tc->n : b_elems));
+  void *d_c = to_device(c0, (size_t)c_elems * 4), *d_row = to_device(rows, (size_t)tc->n * 4);
+  void *d_work = NULL;
+  CUDA_OR_DIE(cudaMalloc(&d_work, (size_t)c_elems * 4));
+  CUDA_OR_DIE(cudaDeviceSynchronize());
+  gk_problem p = {.dtype = tc->dtype, .trans_a = tc->trans_a, .trans_b = tc->trans_b, .m = tc->m,
+                  .n = tc->n, .k = tc->k, .batch = tc->batch, .b_shared = shared,
+                  .alpha = tc->alpha, .beta = ref_tc.beta, .a = d_a, .b = d_b, .c = d_c, .act = act};
+  if (form == 2)
+    p.bias = d_row;
+  else if (form == 3)
+    p.bias = d_c, p.bias_stride = ce;
+  else if (cast) /* C holds bf16: the first half of the poisoned buffer */
+    p.cast = true, p.out_dtype = GK_BF16, p.work = d_work;
+  const gk_dtype out_t = cast ? GK_BF16 : GK_F32;
+  const size_t out_bytes = (size_t)c_elems * (cast ? 2 : 4);
+  void *got = xmalloc(out_bytes);
+  const gk_kernel *used = kernel;
+  cudaError_t err;
+  if (kernel != NULL) {
+    err = kernel->launch(env->ctx, &p, env->stream);
+    if (err == cudaSuccess)
+      err = cudaStreamSynchronize(env->stream);
+    if (err == cudaSuccess)
+      err = cudaMemcpy(got, d_c, out_bytes, cudaMemcpyDeviceToHost);
+  } else {
+    err = run_auto(env, &p, got, out_bytes, &used);
+  }
+  if (cast) /* bf16's rounding of each result on top of the sum's error */
+    for (int64_t e = 0; e < c_elems; e++)
+      mag[e] += fabs(ref[e]) * (0x1p-8 / tolerance(tc));
+  const double worst = err == cudaSuccess ? scaled_error(got, out_t, ref, mag, c_elems) : -1;
+  const int64_t bad = err == cudaSuccess ? count_nonfinite(got, out_t, c_elems) : 0;
+  char label[64];
+  snprintf(label, sizeof label, "%s/%d", used ? used->name : "?", form);
+  print_result(env, tc, label, worst, -1, bad, err != cudaSuccess ? cudaGetErrorString(err) : NULL);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+  CUDA_OR_DIE(cudaFree(d_row));
+  CUDA_OR_DIE(cudaFree(d_work));
+  free(a), free(b), free(c0), free(rows), free(c0e), free(ref), free(mag), free(got);
+}
+
+/* Both formats (cuBLAS's gemmEx takes neither): scales folded into alpha; the epilogue, one B
+ * for every entry and the cast. */
+static void run_fp8(test_env *env, bool quick)
+{
+  static const double scalars[][2] = {{1, 0}, {-0.75, 0.5}, {0.0625 * 3, -2}};
+  run_8bit(env, quick, GK_E4M3, scalars, -0.5, 5, run_fp8_case);
+  run_8bit(env, quick, GK_E5M2, scalars, -0.5, 5, run_fp8_case);
 }
 
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
@@ -917,6 +1052,16 @@ static int check_registry(bool verbose)
   EXPECT(gk_problem_check(&p8) == cudaSuccess);
   p8.dtype = GK_I32;
   EXPECT(gk_problem_check(&p8) == cudaErrorInvalidValue);
+  /* fp8: 19 on Hopper where TMA reads it, 20 for small problems, the rest and Ada */
+  gk_problem pf = {.dtype = GK_E4M3, .m = 130, .n = 132, .k = 144, .batch = 2, .alpha = 0.25};
+  const gk_kernel *fp8_small = gk_kernel_by_name("mma_fp8_small");
+  EXPECT(gk_select(&pf, 90, "auto") == gk_kernel_by_name("wgmma_fp8_persist"));
+  EXPECT(gk_select(&pf, 89, "auto") == fp8_small);
+  EXPECT(gk_select(&pf, 80, "auto") == &gk_kernel_tiled16);
+  pf.k = 145, pf.dtype = GK_E5M2;
+  EXPECT(gk_select(&pf, 90, "auto") == fp8_small);
+  pf.m = pf.n = 64, pf.k = 144;
+  EXPECT(gk_select(&pf, 90, "auto") == fp8_small);
   /* Malformed problems are refused before anything is launched. */
   int dummy;
   gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
@@ -1105,6 +1250,7 @@ int main(int argc, char **argv)
     run_epilogue(&env);
     run_cast(&env);
     run_int8(&env, quick);
+    run_fp8(&env, quick);
   }
 
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));

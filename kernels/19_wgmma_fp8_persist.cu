@@ -1,0 +1,90 @@
+/*
+ * 19_wgmma_fp8_persist.cu - "wgmma_fp8_persist": the fp8 gemm (e4m3 x e4m3 or e5m2 x e5m2, f32
+ * accumulate, f32 C) on Hopper's wgmma e4m3/e5m2, the rate of s8: 32 k values a step in the same
+ * 32 bytes, twice f16's.
+ *
+ * What it adds over 17: a float accumulator behind the same bytes. The pipeline is 17's, shared
+ * through gk_wgmma_k8.cuh: the persistent TMA ring of 15's geometry (128 x 256 x 128 tile with 3
+ * stages, or 128 x 128 with 5 where the wide one would fill at most half of the SMs), four
+ * wgmma m64nBNk32 a k tile, C staged in halves and TMA-stored. The fp8 wgmma, as the integer
+ * one, reads both operands K-major only: the native layout is B stored n x k (trans_b, cuBLASLt's
+ * only fp8 layout, "TN"); the others first copy the operand that is not K-major, one pass at
+ * memory speed, into memory of the context's pool (gk_gpu_ctx_pool).
+ *
+ * Epilogue (gk_kernel.epilogue): act(alpha * acc + beta * C0) in f32, C0 being C or the bias
+ * row, any activation; the per-tensor scales reach it folded into alpha (PROTOCOL.md, "The fp8
+ * gemm"). The wgmma's own scale immediates are 1: they can only negate.
+ *
+ * Accuracy: Hopper's fp8 wgmma adds its products into the f32 accumulator with fewer bits than
+ * a float's (the products are exact; the sum is truncated); the tests' tolerance for fp8 is
+ * fitted to it (tests/gpu/test_gpu_kernels.c) and cuBLASLt's fp8 gemm has the same property.
+ *
+ * Measured: see bench/RESULTS.md, "The fp8 gemm".
+ *
+ * Contract: e4m3 or e5m2, no output cast (gk_gpu_gemm's passes make it), compute capability 9.0
+ * exactly, k a multiple of 16 (TMA's 16-byte rows), A and B 16-byte aligned, C 16-byte aligned
+ * with n a multiple of 4; any m, n, alpha, beta, activation, any batch. The rest runs on 20
+ * (mma_fp8_small).
+ */
+#include "gk_wgmma_k8.cuh"
+
+extern "C" const gk_kernel gk_kernel_mma_fp8_small; /* 20: the fallback that reads every layout */
+
+/* wgmma m64nNk32 f32 += fp8 x fp8 (E5M2: e5m2, else e4m3), both operands K-major, scale-a and
+ * scale-b 1; the f32 epilogue; 20 as the fallback. At namespace scope, as gk__k8_cfg. */
+template <bool E5M2>
+struct gk__fp8_op {
+  using acc_t = float;
+  static constexpr CUtensorMapDataType C_MAP = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+
+#if GK_WGMMA_DEVICE
+#define GK__FP8_WGMMA(SHAPE, TYPES, REGS, DESCS, FLAG, ACC)                                        \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                   \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPES " {" REGS "}, " DESCS ", p, 1, 1;\n}\n" \
+               : ACC                                                                               \
+               : "l"(desc_a), "l"(desc_b), "r"(1))
+  template <int N>
+  static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    if constexpr (N == 128 && E5M2)
+      GK__FP8_WGMMA("m64n128k32", "e5m2.e5m2", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
+    else if constexpr (N == 128)
+      GK__FP8_WGMMA("m64n128k32", "e4m3.e4m3", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
+    else if constexpr (E5M2)
+      GK__FP8_WGMMA("m64n256k32", "e5m2.e5m2", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
+    else
+      GK__FP8_WGMMA("m64n256k32", "e4m3.e4m3", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
+  }
+#undef GK__FP8_WGMMA
+#endif
+
+  template <bool EPI>
+  static __device__ __forceinline__ float epilogue(const gk__k8_args<float> &args, float v, float c0) {
+    return gk__k8_store_f32<EPI>(args.alpha, args.beta, args.act, v, c0);
+  }
+
+  static float scalar(double v) { return (float)v; }
+  static const gk_kernel &fallback() { return gk_kernel_mma_fp8_small; }
+};
+
+namespace {
+
+bool wgmma_fp8_persist_supports(const gk_problem *p, int cc) {
+  return gk_dtype_is_fp8(p->dtype) && !p->cast && cc == 90 && gk__k8_fits(p);
+}
+
+cudaError_t wgmma_fp8_persist_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  if (!wgmma_fp8_persist_supports(p, 90)) return cudaErrorInvalidValue;
+  if (p->dtype == GK_E5M2) return gk__k8_launch<gk__fp8_op<true>>(ctx, p, stream);
+  return gk__k8_launch<gk__fp8_op<false>>(ctx, p, stream);
+}
+
+} // namespace
+
+extern "C" const gk_kernel gk_kernel_wgmma_fp8_persist = {
+    "wgmma_fp8_persist",
+    "e4m3/e5m2 (f32 C), Hopper wgmma fp8 + TMA, persistent: 128x256x128 tile, C stored by TMA "
+    "in halves; operands made K-major by a pass where they are not (19)",
+    wgmma_fp8_persist_supports,
+    wgmma_fp8_persist_launch,
+    GK_EPILOGUE_FUSED,
+};
