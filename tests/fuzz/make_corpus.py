@@ -15,7 +15,8 @@ import sys
 import msgpack
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
+DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1, "e5m2": 1}
+C_DTYPE = {"i8": "i32", "e4m3": "f32", "e5m2": "f32"}  # what c and the result are, uncast
 
 
 def pack(obj):
@@ -26,8 +27,8 @@ def operand_bytes(h, which):
     m, n, k = h["m"], h["n"], h["k"]
     batch = h.get("batch", 1)
     size = DTYPE_SIZE[h["dtype"]]
-    if which == "c" and h["dtype"] == "i8":
-        size = DTYPE_SIZE["i32"]  # the integer gemm's c and result are i32
+    if which == "c" and h["dtype"] in C_DTYPE:
+        size = DTYPE_SIZE[C_DTYPE[h["dtype"]]]  # the integer gemm's c is i32, the fp8 one's f32
     elems = {"a": m * k, "b": k * n, "c": m * n}[which]
     return batch * elems * size
 
@@ -70,6 +71,12 @@ def seeds():
                                            "beta": 2, "trans_b": True, "activation": "relu"},
                                        with_c=True)
     s["gemm_reply_i32"] = gemm_reply(9, 3, 4, "i32")
+    s["gemm_e4m3_scales_gelu"] = gemm_request(9, {"m": 3, "n": 4, "k": 5, "dtype": "e4m3",
+                                                  "scale_a": 0.5, "scale_b": 4, "beta": 1,
+                                                  "trans_b": True, "bias": True,
+                                                  "activation": "gelu"}, with_c=True)
+    s["gemm_e5m2_bf16_out"] = gemm_request(9, {"m": 2, "n": 3, "k": 4, "dtype": "e5m2",
+                                               "scale_b": -2.0, "out_dtype": "bf16"})
     s["gemm_unknown_key"] = gemm_request(10, {"m": 1, "n": 1, "k": 1, "dtype": "f32", "q": 1})
     s["gemm_missing_k"] = pack([0, 11, "gemm", [{"m": 1, "n": 1, "dtype": "f32"}, b"", b""]])
     s["gemm_wrong_a_len"] = pack([0, 12, "gemm", [{"m": 2, "n": 2, "k": 2, "dtype": "f32"},

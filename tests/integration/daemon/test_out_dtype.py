@@ -23,8 +23,9 @@ import gemmd_harness as h  # noqa: E402
 from test_epilogue import check as check_close, expected  # noqa: E402
 from test_epilogue import problem as epilogue_problem  # noqa: E402
 from test_resident import put  # noqa: E402
-from test_shm import GPU, Region, expect_error, reg_stats, wait_registered  # noqa: E402
+from test_shm import Region, expect_error, expect_split, split_region  # noqa: E402
 
+RESULT_DTYPE = {"i8": "i32", "e4m3": "f32", "e5m2": "f32"}  # what a gemm returns uncast
 CASTS = (("f32", "bf16"), ("f32", "f16"), ("f64", "bf16"), ("f64", "f16"))
 ACTS = (None, "relu", "gelu", "gelu_tanh")
 
@@ -33,9 +34,10 @@ ACTS = (None, "relu", "gelu", "gelu_tanh")
 
 
 def params(hdr, a, b, c=None):
-    """[hdr, a, b(, c)]: a and b in hdr's dtype, c in its out dtype (an i8 gemm's: i32); a dict
-    (a region or handle reference) or bytes go as they are. test_i8.py sends through it too."""
-    out = hdr.get("out_dtype", "i32" if hdr["dtype"] == "i8" else hdr["dtype"])
+    """[hdr, a, b(, c)]: a and b in hdr's dtype, c in its out dtype (an i8 gemm's: i32, an fp8
+    gemm's: f32); a dict (a region or handle reference) or bytes go as they are. test_i8.py and
+    test_fp8.py send through it too."""
+    out = hdr.get("out_dtype", RESULT_DTYPE.get(hdr["dtype"], hdr["dtype"]))
     p = [hdr]
     for x, dtype in ((a, hdr["dtype"]), (b, hdr["dtype"]), (c, out)):
         if x is not None:
@@ -259,38 +261,24 @@ def test_split_in_row_blocks(ctx):
     """On two GPU devices (real or the fake's): a cast gemm in a region, tall enough to be split
     by rows between both (gpu.split_min_rows) and for the parent's rows to run in row blocks,
     each with its own rows of the work area: right, split and run in blocks."""
-    if not GPU:
-        return
-    config = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB", "split_min_rows": 128}}
-    with ctx.daemon(config=config) as d, d.connect() as client:
-        stats = client.call("stats")["backend_stats"]
-        if len(stats["devices"]) < 2 or "shm" not in client.call("info")["features"]:
-            print("  one GPU, or no shared memory: nothing to split")
+    with split_region(ctx) as setup:
+        if setup is None:
             return
-        region = Region(8 << 20).register(client)
-        wait_registered(d, client, 1, 8 << 20)
-        try:
-            m, n, k = 8704, 16, 24
-            hdr, a, b, c = problem(ctx, m, n, k, "f32", "bf16", beta=0.5)
-            refs = [region.put(a, "f32"), region.put(b, "f32"), region.put(c, "bf16")]
-            nbytes = m * n * 2
-            dest = region.take(nbytes)
-            region.map[dest["offset"]:dest["offset"] + nbytes] = b"\xff" * nbytes
-            hdr["out"] = dest
-            before = client.call("stats")["backend_stats"]
-            out_hdr, data = result(client, send(client, hdr, *refs), hdr)
-            after = client.call("stats")["backend_stats"]
-            what = "split %dx%dx%d f32 -> bf16" % (m, n, k)
-            h.check_out_hdr(out_hdr, m, n, "bf16", 1, what)
-            got = np.frombuffer(bytes(region.map[dest["offset"]:dest["offset"] + nbytes]),
-                                "<u2").reshape(m, n)
-            ref, scale = expected(a, b, c, hdr)
-            h.check_cast(got, ref, scale, "f32", "bf16", k, what)
-            assert after["shm_split_jobs"] - before["shm_split_jobs"] == 1, (before, after)
-            assert after["shm_pieced_jobs"] > before["shm_pieced_jobs"], (before, after)
-            assert "+" in out_hdr["device"], out_hdr
-        finally:
-            region.close()
+        client, region = setup
+        m, n, k = 8704, 16, 24
+        hdr, a, b, c = problem(ctx, m, n, k, "f32", "bf16", beta=0.5)
+        refs = [region.put(a, "f32"), region.put(b, "f32"), region.put(c, "bf16")]
+        nbytes = m * n * 2
+        dest = region.take(nbytes)
+        region.map[dest["offset"]:dest["offset"] + nbytes] = b"\xff" * nbytes
+        hdr["out"] = dest
+        out_hdr = expect_split(client, lambda: result(client, send(client, hdr, *refs), hdr)[0])
+        what = "split %dx%dx%d f32 -> bf16" % (m, n, k)
+        h.check_out_hdr(out_hdr, m, n, "bf16", 1, what)
+        got = np.frombuffer(bytes(region.map[dest["offset"]:dest["offset"] + nbytes]),
+                            "<u2").reshape(m, n)
+        ref, scale = expected(a, b, c, hdr)
+        h.check_cast(got, ref, scale, "f32", "bf16", k, what)
 
 
 def test_resident_c(ctx):

@@ -5,6 +5,7 @@ forms checked against a float64 reference, and every way a client could misuse i
 non-memfd descriptors, no descriptor, truncation after registering (refused by the seal),
 ranges past the end or overflowing, an output overlapping an input, unknown regions, quotas,
 TCP, and regions (and descriptors) released when the connection closes."""
+import contextlib
 import fcntl
 import mmap
 import os
@@ -467,6 +468,41 @@ def wait_registered(d, client, regions, nbytes):
         h.wait_until(lambda: reg_stats(client)["shm_registered_regions"] == regions and
                      reg_stats(client)["shm_registered_bytes"] == nbytes, 10 * d.scale,
                      "%d regions (%d bytes) registered for DMA" % (regions, nbytes))
+
+
+@contextlib.contextmanager
+def split_region(ctx):
+    """(client, an 8 MiB registered region) of a daemon that splits tall region gemms between
+    two devices by rows and runs the parent's rows in row blocks; None on the CPU backend, with
+    one GPU, or without shared memory (nothing to split)."""
+    if not GPU:
+        yield None
+        return
+    config = {"gpu": {"small_job_bytes": 0, "staging_bytes": "64KiB", "split_min_rows": 128}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
+        stats = client.call("stats")["backend_stats"]
+        if len(stats["devices"]) < 2 or "shm" not in client.call("info")["features"]:
+            print("  one GPU, or no shared memory: nothing to split")
+            yield None
+            return
+        region = Region(8 << 20).register(client)
+        wait_registered(d, client, 1, 8 << 20)
+        try:
+            yield client, region
+        finally:
+            region.close()
+
+
+def expect_split(client, run):
+    """run() (a region gemm, returning its out_hdr) split between two devices, its parent's
+    rows in pieces; returns the out_hdr."""
+    before = client.call("stats")["backend_stats"]
+    out_hdr = run()
+    after = client.call("stats")["backend_stats"]
+    assert after["shm_split_jobs"] - before["shm_split_jobs"] == 1, (before, after)
+    assert after["shm_pieced_jobs"] > before["shm_pieced_jobs"], (before, after)
+    assert "+" in out_hdr["device"], out_hdr
+    return out_hdr
 
 
 def pinned_metric(port):
