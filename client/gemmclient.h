@@ -179,6 +179,12 @@ typedef enum {
   /* Since 1.5. int32_t: the result (and c, or the bias row) of an I8 gemm, and a gc_put dtype
    * (a resident c); no gemm takes it as its dtype. */
   GC_DTYPE_I32 = 5,
+  /* Since 1.6 (the daemon's "fp8" feature). The fp8 gemm: a and b are OCP fp8 bytes (uint8_t),
+   * E4M3 (no infinity, largest 448) or E5M2 (IEEE-like, largest 57344), both of the one dtype;
+   * c and the result GC_DTYPE_F32 (or F16 / BF16 through out_dtype); the products accumulate in
+   * f32; gc_gemm_opts.scale_a and scale_b are the per-tensor scales. */
+  GC_DTYPE_E4M3 = 6,
+  GC_DTYPE_E5M2 = 7,
 } gc_dtype;
 
 typedef enum {
@@ -208,7 +214,7 @@ typedef enum {
 typedef struct {
   size_t struct_size;     /* set by gc_gemm_opts_init; do not change */
   uint64_t m, n, k;       /* >= 1; required */
-  gc_dtype dtype;         /* default GC_DTYPE_F32; GC_DTYPE_I8: see gc_dtype */
+  gc_dtype dtype;         /* default GC_DTYPE_F32; GC_DTYPE_I8, E4M3, E5M2: see gc_dtype */
   int trans_a, trans_b;   /* default 0 */
   double alpha, beta;     /* default 1.0, 0.0; beta != 0 needs c */
   uint64_t batch;         /* default 1 */
@@ -241,8 +247,15 @@ typedef struct {
    * nearest even). out then receives m x n x batch elements of out_dtype, c and a c_handle
    * hold out_dtype elements too. Default GC_DTYPE_DEFAULT, the gemm's dtype (the same as
    * naming dtype itself); any other pair fails with GC_E_INVALID_ARGUMENT before sending.
-   * An I8 gemm returns GC_DTYPE_I32 (its default; naming I32 is the same) and nothing else. */
+   * An I8 gemm returns GC_DTYPE_I32 (its default; naming I32 is the same) and nothing else.
+   * An E4M3 or E5M2 gemm returns GC_DTYPE_F32 (its default), or F16 / BF16 cast from it. */
   gc_dtype out_dtype;
+  /* Since 1.6 (the daemon's "fp8" feature). An E4M3 or E5M2 gemm's per-tensor scales: the true
+   * values of a and b are their fp8 values times scale_a and scale_b, so the product is
+   * alpha * scale_a * scale_b * op(A) * op(B) (+ beta * C). Finite, and alpha * scale_a *
+   * scale_b finite too. Default 1.0; any other value on another dtype fails with
+   * GC_E_INVALID_ARGUMENT before sending (fold a scale into alpha there). */
+  double scale_a, scale_b;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
@@ -251,7 +264,7 @@ GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);
 /* Bytes of one operand ('a', 'b' or 'c' as sent: with bias, the one row) for all batches, or
  * of the result ('o': m x n x batch elements), or 0 when opts is malformed or the size
  * overflows. 'c' and 'o' count elements of out_dtype (when set), of I32 (4 bytes) for an I8
- * gemm. */
+ * gemm, of F32 (4 bytes) for an E4M3 or E5M2 gemm; 'a' and 'b' of an fp8 gemm 1 byte each. */
 GC_EXPORT uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand);
 
 /* Where and how fast a gemm ran, as the daemon reports it. */

@@ -15,7 +15,7 @@ static const char help[] =
     "         [--out-dtype f16|bf16] [--requests R] [--concurrency C] [--shm] [--resident-b]\n"
     "\n"
     "Sends R gemm requests of m x k times k x n (default 512 each, f32, 64 requests;\n"
-    "--dtype f32, f64, f16, bf16 or i8, whose ops count as FLOP here),\n"
+    "--dtype f32, f64, f16, bf16, i8, e4m3 or e5m2, whose ops count as FLOP here),\n"
     "keeping C in flight at once on one connection (default 4), and prints the\n"
     "throughput in TFLOP/s and GB/s (bytes sent and received) and the latency\n"
     "percentiles p50, p90 and p99 of single requests. --shm puts A, B and every C in one\n"
@@ -23,8 +23,8 @@ static const char help[] =
     "\"shm\" feature): the matrices then never cross the socket. --resident-b puts B once\n"
     "(a daemon with the \"resident\" feature) and names it by handle in every request, as\n"
     "a layer's weights would be: only A goes with each request (GB/s counts A and C).\n"
-    "--out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16 (the\n"
-    "daemon's \"out_dtype\" feature): half or a quarter of the bytes back.\n"
+    "--out-dtype f16|bf16 asks an f32, f64 or fp8 gemm for its result rounded to f16 or bf16\n"
+    "(the daemon's \"out_dtype\" feature): half or a quarter of the bytes back.\n"
     "Exit status: 0 ok, 1 error reply, 2 usage error, 3 connection error.\n";
 
 typedef struct {

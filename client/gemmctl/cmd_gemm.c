@@ -20,14 +20,14 @@
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] gemm --a A.npy --b B.npy [--c C.npy]\n"
     "         [--alpha X] [--beta Y] [--trans-a] [--trans-b] [--precision exact|fast]\n"
-    "         [--dtype bf16|i8] [--bias BIAS.npy] [--activation relu|gelu|gelu_tanh]\n"
-    "         [--out-dtype f16|bf16] --out C.npy\n"
+    "         [--dtype bf16|i8|e4m3|e5m2] [--scale-a X] [--scale-b X] [--bias BIAS.npy]\n"
+    "         [--activation relu|gelu|gelu_tanh] [--out-dtype f16|bf16] --out C.npy\n"
     "\n"
     "Computes C = alpha * op(A) * op(B) + beta * C on the daemon and writes C to --out.\n"
     "--bias (n values, 1-D, the dtype of A) is added to every row instead of --c, and\n"
     "--activation is applied to every element last: act(alpha * op(A) * op(B) + bias).\n"
-    "--out-dtype f16|bf16 (an f32 or f64 gemm; the daemon's \"out_dtype\" feature) rounds\n"
-    "the result to f16 or bf16 once, at the end; --c or --bias must then hold that dtype\n"
+    "--out-dtype f16|bf16 (an f32, f64 or fp8 gemm; the daemon's \"out_dtype\" feature)\n"
+    "rounds the result to f16 or bf16 once, at the end; --c or --bias must then hold that dtype\n"
     "(bf16: as below, <u2 bits writing the result as <u2 too), and --out gets it.\n"
     "dtype and shapes come from the files: <f4 (f32), <f8 (f64), <f2 (f16), |i1 (i8); NumPy\n"
     "has no bfloat16, so bf16 is read from a '<V2' descr (ml_dtypes) or from <u2 data holding\n"
@@ -35,6 +35,11 @@ static const char help[] =
     "i8 (int8 A and B, the daemon's \"i8\" feature) returns int32: --c or --bias hold <i4 and\n"
     "--out gets <i4; --alpha and --beta are integers within int32, --activation relu or none,\n"
     "and the arithmetic is 32-bit two's complement (exact while it fits, wrapping beyond).\n"
+    "e4m3 and e5m2 (fp8 A and B, the daemon's \"fp8\" feature): NumPy has no fp8, so A and B\n"
+    "are |u1 files holding the fp8 bytes and --dtype says which format; the result is f32\n"
+    "(--c or --bias <f4, --out <f4, or --out-dtype's), and --scale-a and --scale-b (default\n"
+    "1, fp8 only) are the per-tensor scales: C = alpha * scale_a * scale_b * op(A) * op(B) +\n"
+    "beta * C.\n"
     "2-D arrays are one matrix, 3-D arrays (batch, rows, cols) a batch. op(A) is m x k\n"
     "(A is stored k x m with --trans-a), op(B) is k x n, C is m x n. Both C and Fortran\n"
     "order are accepted; little-endian only. --beta other than 0 needs --c; with --c\n"
@@ -53,7 +58,7 @@ typedef struct {
 } gemm_args;
 
 enum { OPT_A = 1, OPT_B, OPT_C, OPT_OUT, OPT_ALPHA, OPT_BETA, OPT_TA, OPT_TB, OPT_PREC,
-       OPT_DTYPE, OPT_BIAS, OPT_ACT, OPT_OUT_DTYPE, OPT_HELP };
+       OPT_DTYPE, OPT_BIAS, OPT_ACT, OPT_OUT_DTYPE, OPT_SCALE_A, OPT_SCALE_B, OPT_HELP };
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *args) {
   static const struct option options[] = {
@@ -66,6 +71,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
       {"bias", required_argument, NULL, OPT_BIAS},
       {"activation", required_argument, NULL, OPT_ACT},
       {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
+      {"scale-a", required_argument, NULL, OPT_SCALE_A},
+      {"scale-b", required_argument, NULL, OPT_SCALE_B},
       {NULL, 0, NULL, 0}};
   memset(args, 0, sizeof *args);
   gc_gemm_opts_init(&args->opts);
@@ -84,6 +91,12 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
       case OPT_BETA:
         if (!gctl_parse_double("--beta", optarg, &args->opts.beta)) return GCTL_EXIT_USAGE;
         args->have_beta = true;
+        break;
+      case OPT_SCALE_A:
+        if (!gctl_parse_double("--scale-a", optarg, &args->opts.scale_a)) return GCTL_EXIT_USAGE;
+        break;
+      case OPT_SCALE_B:
+        if (!gctl_parse_double("--scale-b", optarg, &args->opts.scale_b)) return GCTL_EXIT_USAGE;
         break;
       case OPT_TA: args->opts.trans_a = 1; break;
       case OPT_TB: args->opts.trans_b = 1; break;
@@ -161,13 +174,14 @@ static int load(const gctl_global *g, const char *path, gctl_npy *arr, bool is_b
   return GCTL_EXIT_OK;
 }
 
-/* One dtype for A and B (and C, unless the result has another: --out-dtype's, or an i8 gemm's
- * i32); <u2 only with --dtype bf16. */
+/* One dtype for A and B (and C, unless the result has another: --out-dtype's, an i8 gemm's i32
+ * or an fp8 gemm's f32); <u2 only with --dtype bf16, |u1 only with --dtype e4m3 or e5m2. */
 static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs *in,
                         gc_dtype *dtype) {
   int file_dtype = in->a.dtype;
   /* C in the result's dtype: checked by settle_out_dtype */
-  bool c_apart = args->opts.out_dtype != GC_DTYPE_DEFAULT || file_dtype == GC_DTYPE_I8;
+  bool c_apart = args->opts.out_dtype != GC_DTYPE_DEFAULT || file_dtype == GC_DTYPE_I8 ||
+                 file_dtype == GCTL_NPY_U1;
   if (in->b.dtype != file_dtype || (in->has_c && !c_apart && in->c.dtype != file_dtype))
     return gctl_fail(g, GCTL_EXIT_USAGE, "A, B and C must have the same dtype (A is %s, B is %s%s%s)",
                      gctl_npy_descr(in->a.dtype), gctl_npy_descr(in->b.dtype),
@@ -180,6 +194,13 @@ static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs
     *dtype = GC_DTYPE_BF16;
     return GCTL_EXIT_OK;
   }
+  if (file_dtype == GCTL_NPY_U1) {
+    if (!args->have_dtype || !gctl_dtype_is_fp8(args->dtype))
+      return gctl_fail(g, GCTL_EXIT_USAGE, "|u1 files hold raw bytes: pass --dtype e4m3 or e5m2 "
+                       "to read them as fp8 of that format");
+    *dtype = args->dtype;
+    return GCTL_EXIT_OK;
+  }
   if (args->have_dtype && (int)args->dtype != file_dtype)
     return gctl_fail(g, GCTL_EXIT_USAGE, "--dtype %s but the files hold %s",
                      gctl_dtype_name(args->dtype), gctl_npy_descr(file_dtype));
@@ -190,8 +211,9 @@ static int settle_dtype(const gctl_global *g, const gemm_args *args, gemm_inputs
   return GCTL_EXIT_OK;
 }
 
-/* The result in another dtype than A's (--out-dtype's cast, or an i8 gemm's i32), and C (or the
- * bias) in it too; bf16 also as <u2 bits, the result then written as <u2 too. */
+/* The result in another dtype than A's (--out-dtype's cast, an i8 gemm's i32, an fp8 gemm's
+ * f32), and C (or the bias) in it too; bf16 also as <u2 bits, the result then written as <u2
+ * too. */
 static int settle_out_dtype(const gctl_global *g, gemm_inputs *in, const gc_gemm_opts *o) {
   if (o->out_dtype != GC_DTYPE_DEFAULT && gctl_check_out_dtype(g, o) != GCTL_EXIT_OK)
     return GCTL_EXIT_USAGE;
@@ -202,9 +224,11 @@ static int settle_out_dtype(const gctl_global *g, gemm_inputs *in, const gc_gemm
     return GCTL_EXIT_OK;
   }
   bool u2 = in->c.dtype == GCTL_NPY_U2 && result == GC_DTYPE_BF16;
+  char why[32]; /* what sets the result's dtype */
+  if (o->out_dtype != GC_DTYPE_DEFAULT) snprintf(why, sizeof why, "--out-dtype");
+  else snprintf(why, sizeof why, "an %s gemm returns", gctl_dtype_name(o->dtype));
   if (in->c.dtype != (int)result && !u2)
-    return gctl_fail(g, GCTL_EXIT_USAGE, "%s %s: %s must hold %s too, not %s",
-                     o->out_dtype != GC_DTYPE_DEFAULT ? "--out-dtype" : "an i8 gemm returns",
+    return gctl_fail(g, GCTL_EXIT_USAGE, "%s %s: %s must hold %s too, not %s", why,
                      gctl_dtype_name(result), o->bias ? "--bias" : "--c", gctl_npy_descr(result),
                      gctl_npy_descr(in->c.dtype));
   in->raw_u2 = u2;
@@ -271,7 +295,7 @@ static int read_inputs(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   if (in->has_c && (rc = load(g, args->c_path, &in->c, args->opts.bias != 0)) != 0) return rc;
   if ((rc = settle_dtype(g, args, in, &args->opts.dtype)) != 0) return rc;
   if ((rc = settle_out_dtype(g, in, &args->opts)) != 0) return rc;
-  if ((rc = gctl_check_int_gemm(g, &args->opts)) != 0) return rc;
+  if ((rc = gctl_check_dtype_rules(g, &args->opts)) != 0) return rc;
   if ((rc = settle_order(g, &in->a, &args->opts.trans_a, true)) != 0) return rc;
   if ((rc = settle_order(g, &in->b, &args->opts.trans_b, true)) != 0) return rc;
   if (in->has_c && (rc = settle_order(g, &in->c, NULL, false)) != 0) return rc;

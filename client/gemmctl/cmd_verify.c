@@ -1,6 +1,7 @@
 /*
  * cmd_verify.c - gemmctl verify: random inputs, the daemon's answer against
- * a float64 reference computed here (exact for i8), PASS or FAIL.
+ * a float64 reference computed here (exact for i8; fp8 within a bound fitted to
+ * its accumulation), PASS or FAIL.
  */
 #include <getopt.h>
 #include <math.h>
@@ -13,7 +14,7 @@
 
 static const char help[] =
     "usage: gemmctl [--connect ADDR] [--json] verify [--m M --n N --k K] [--dtype T]\n"
-    "         [--out-dtype f16|bf16] [--alpha X] [--beta Y]\n"
+    "         [--out-dtype f16|bf16] [--alpha X] [--beta Y] [--scale-a X] [--scale-b X]\n"
     "\n"
     "Multiplies random matrices (default 129 x 127 x 131, f32; values in [-1, 1)) on the\n"
     "daemon, computes the same product here in float64, and prints the largest error\n"
@@ -24,18 +25,27 @@ static const char help[] =
     "result computed here exactly, in 32-bit two's complement as the daemon does (wrapping\n"
     "where it overflows): it must be bit-exact (the error is the largest difference, the\n"
     "tolerance 0). --alpha and --beta are then integers within int32.\n"
-    "--out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16 (the\n"
-    "daemon's \"out_dtype\" feature): it is checked against the reference rounded to that\n"
+    "--dtype e4m3 or e5m2 (the daemon's \"fp8\" feature): A and B uniform in [-1, 1) rounded\n"
+    "to that fp8 format, an f32 result against the float64 product of the fp8 values times\n"
+    "alpha * scale_a * scale_b (--scale-a, --scale-b: default 1, fp8 only). Each element may\n"
+    "be off by 2^-10 sum |alpha scale_a scale_b a b| + 2^-22 |ref| (Hopper's fp8 tensor cores\n"
+    "add with fewer bits than f32): the error is the largest share of that used, the\n"
+    "tolerance 1.\n"
+    "--out-dtype f16|bf16 asks an f32, f64 or fp8 gemm for its result rounded to f16 or bf16\n"
+    "(the daemon's \"out_dtype\" feature): it is checked against the reference rounded to that\n"
     "dtype, the tolerance growing by half its ulp.\n"
     "Exit status: 0 PASS, 1 FAIL or error reply, 2 usage error, 3 connection error.\n";
 
 static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts *o) {
-  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_ALPHA, OPT_BETA, OPT_HELP };
+  enum { OPT_M = 1, OPT_N, OPT_K, OPT_DTYPE, OPT_OUT_DTYPE, OPT_ALPHA, OPT_BETA, OPT_SCALE_A,
+         OPT_SCALE_B, OPT_HELP };
   static const struct option options[] = {
       {"m", required_argument, NULL, OPT_M}, {"n", required_argument, NULL, OPT_N},
       {"k", required_argument, NULL, OPT_K}, {"dtype", required_argument, NULL, OPT_DTYPE},
       {"out-dtype", required_argument, NULL, OPT_OUT_DTYPE},
       {"alpha", required_argument, NULL, OPT_ALPHA}, {"beta", required_argument, NULL, OPT_BETA},
+      {"scale-a", required_argument, NULL, OPT_SCALE_A},
+      {"scale-b", required_argument, NULL, OPT_SCALE_B},
       {"help", no_argument, NULL, OPT_HELP}, {NULL, 0, NULL, 0}};
   gc_gemm_opts_init(o);
   o->m = 129;
@@ -53,6 +63,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
       case OPT_OUT_DTYPE: ok = gctl_parse_out_dtype(optarg, &o->out_dtype); break;
       case OPT_ALPHA: ok = gctl_parse_double("--alpha", optarg, &o->alpha); break;
       case OPT_BETA: ok = gctl_parse_double("--beta", optarg, &o->beta); break;
+      case OPT_SCALE_A: ok = gctl_parse_double("--scale-a", optarg, &o->scale_a); break;
+      case OPT_SCALE_B: ok = gctl_parse_double("--scale-b", optarg, &o->scale_b); break;
       case OPT_HELP: fputs(help, stdout); return -2;
       default: ok = false;
     }
@@ -62,12 +74,19 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
     }
   }
   if (optind < argc) return gctl_fail(g, GCTL_EXIT_USAGE, "verify: unexpected argument \"%s\"", argv[optind]);
-  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK || gctl_check_int_gemm(g, o) != GCTL_EXIT_OK)
+  if (gctl_check_out_dtype(g, o) != GCTL_EXIT_OK || gctl_check_dtype_rules(g, o) != GCTL_EXIT_OK)
     return GCTL_EXIT_USAGE;
   /* the reference is O(m n k) here: keep it to seconds */
   if ((double)o->m * (double)o->n * (double)o->k > 4e10)
     return gctl_fail(g, GCTL_EXIT_USAGE, "verify: m * n * k is at most 4e10 (the reference runs here)");
   return GCTL_EXIT_OK;
+}
+
+/* What the error printed is (refgemm.c): an integer result is exact, its error a difference;
+ * an fp8 one's is the share of its allowance used. */
+static const char *error_label(gc_dtype dtype) {
+  if (dtype == GC_DTYPE_I8) return "largest difference";
+  return gctl_dtype_is_fp8(dtype) ? "largest share of the fp8 bound" : "max relative error";
 }
 
 static void print_verdict(const gctl_global *g, const gc_gemm_opts *o, const gc_gemm_result *r,
@@ -82,12 +101,10 @@ static void print_verdict(const gctl_global *g, const gc_gemm_opts *o, const gc_
            isfinite(error) ? "" : "\"", error, isfinite(error) ? "" : "\"", tolerance,
            pass ? "PASS" : "FAIL");
   } else {
-    /* an integer result is exact: its error is a difference, not relative */
     printf("verify %llux%llux%llu %s on %s (%s): %s %.3g, tolerance %.3g: %s\n",
            (unsigned long long)o->m, (unsigned long long)o->n, (unsigned long long)o->k,
-           gctl_dtype_label(o), r->device, r->kernel,
-           o->dtype == GC_DTYPE_I8 ? "largest difference" : "max relative error", error,
-           tolerance, pass ? "PASS" : "FAIL");
+           gctl_dtype_label(o), r->device, r->kernel, error_label(o->dtype), error, tolerance,
+           pass ? "PASS" : "FAIL");
   }
 }
 

@@ -54,11 +54,13 @@ bool gctl_parse_dtype(const char *text, gc_dtype *out);
 bool gctl_parse_out_dtype(const char *text, gc_dtype *out);
 /* A usage error (printed) when o->dtype cannot be cast to o->out_dtype, else GCTL_EXIT_OK. */
 int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o);
-/* For an i8 gemm: a usage error (printed) unless alpha and beta are integers within int32 and
- * the activation is relu or none (what the library refuses too, said with the flags' names). */
-int gctl_check_int_gemm(const gctl_global *g, const gc_gemm_opts *o);
-/* The result's dtype: o->out_dtype, or the gemm's own result (i32 for i8) when that is
- * GC_DTYPE_DEFAULT. */
+/* What the library refuses too, said with the flags' names, as a usage error (printed): an i8
+ * gemm's alpha and beta not integers within int32 or an activation other than relu or none;
+ * scales other than 1 on a gemm that is not e4m3 or e5m2, or alpha * scale_a * scale_b not
+ * finite. GCTL_EXIT_OK otherwise. */
+int gctl_check_dtype_rules(const gctl_global *g, const gc_gemm_opts *o);
+/* The result's dtype: o->out_dtype, or the gemm's own result (i32 for i8, f32 for fp8) when that
+ * is GC_DTYPE_DEFAULT. */
 const char *gctl_out_dtype_name(const gc_gemm_opts *o);
 /* For people: "f32", or "f32 -> bf16" when the result is cast (valid until the next call). */
 const char *gctl_dtype_label(const gc_gemm_opts *o);

@@ -22,17 +22,21 @@ static const char usage_text[] =
     "  info                       version, backend, devices, kernels, limits\n"
     "  stats                      counters, queues, bytes, latencies\n"
     "  gemm --a A.npy --b B.npy [--c C.npy] [--alpha X] [--beta Y] [--trans-a] [--trans-b]\n"
-    "       [--precision exact|fast] [--dtype bf16|i8] [--out-dtype f16|bf16] --out C.npy\n"
+    "       [--precision exact|fast] [--dtype bf16|i8|e4m3|e5m2] [--scale-a X] [--scale-b X]\n"
+    "       [--out-dtype f16|bf16] --out C.npy\n"
     "                             C = alpha * op(A) * op(B) + beta * C from .npy files\n"
     "  bench [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16] [--requests R]\n"
     "        [--concurrency C]    throughput (TFLOP/s, GB/s) and latency percentiles\n"
     "  verify [--m M --n N --k K] [--dtype T] [--out-dtype f16|bf16] [--alpha X] [--beta Y]\n"
+    "         [--scale-a X] [--scale-b X]\n"
     "                             random inputs, the daemon's answer against a float64\n"
     "                             reference (i8: exact): the error and PASS or FAIL\n"
-    "  --dtype T is f32, f64, f16, bf16 or i8 (int8 A and B, an int32 C: the daemon's \"i8\"\n"
-    "  feature; alpha and beta integers, 32-bit arithmetic that wraps)\n"
-    "  --out-dtype f16|bf16 asks an f32 or f64 gemm for its result rounded to f16 or bf16\n"
-    "  (the daemon's \"out_dtype\" feature; C is then in that dtype too)\n"
+    "  --dtype T is f32, f64, f16, bf16, i8 (int8 A and B, an int32 C: the daemon's \"i8\"\n"
+    "  feature; alpha and beta integers, 32-bit arithmetic that wraps), e4m3 or e5m2 (fp8 A\n"
+    "  and B, an f32 C: the daemon's \"fp8\" feature; --scale-a and --scale-b, default 1, are\n"
+    "  their per-tensor scales: C = alpha * scale_a * scale_b * op(A) * op(B) + beta * C)\n"
+    "  --out-dtype f16|bf16 asks an f32, f64 or fp8 gemm for its result rounded to f16 or\n"
+    "  bf16 (the daemon's \"out_dtype\" feature; C is then in that dtype too)\n"
     "\n"
     "options (before or after the command):\n"
     "  --connect ADDR   unix:PATH, tcp:HOST:PORT or tcp:[IPV6]:PORT (a path with a / alone is\n"
@@ -141,7 +145,8 @@ bool gctl_parse_double(const char *flag, const char *text, double *out) {
 }
 
 /* By gc_dtype value. */
-static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16", "i8", "i32"};
+static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16",
+                                           "i8",  "i32", "e4m3", "e5m2"};
 #define DTYPE_COUNT (sizeof dtype_names / sizeof dtype_names[0])
 
 static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) {
@@ -151,7 +156,8 @@ static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) 
       return true;
     }
   }
-  fprintf(stderr, "gemmctl: %s takes f32, f64, f16, bf16, i8 or i32, not \"%s\"\n", flag, text);
+  fprintf(stderr, "gemmctl: %s takes f32, f64, f16, bf16, i8, i32, e4m3 or e5m2, not \"%s\"\n",
+          flag, text);
   return false;
 }
 
@@ -172,8 +178,9 @@ int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o) {
   probe.m = probe.n = probe.k = probe.batch = 1;
   if (o->out_dtype == GC_DTYPE_DEFAULT || gc_gemm_operand_bytes(&probe, 'o') != 0)
     return GCTL_EXIT_OK;
-  return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: a %s gemm cannot return %s (an f32 or "
-                   "f64 result may be cast to f16 or bf16; an i8 gemm returns i32)",
+  return gctl_fail(g, GCTL_EXIT_USAGE, "--out-dtype %s: a %s gemm cannot return %s (an f32, f64, "
+                   "e4m3 or e5m2 gemm's result may be cast to f16 or bf16; an i8 gemm returns "
+                   "i32)",
                    gctl_dtype_name(o->out_dtype), gctl_dtype_name(o->dtype),
                    gctl_dtype_name(o->out_dtype));
 }
@@ -181,14 +188,29 @@ int gctl_check_out_dtype(const gctl_global *g, const gc_gemm_opts *o) {
 /* A scalar the integer gemm's 32-bit arithmetic takes as it is. */
 static bool is_int32(double v) { return v == floor(v) && v >= INT32_MIN && v <= INT32_MAX; }
 
-int gctl_check_int_gemm(const gctl_global *g, const gc_gemm_opts *o) {
-  if (o->dtype != GC_DTYPE_I8) return GCTL_EXIT_OK;
+static int check_int_gemm(const gctl_global *g, const gc_gemm_opts *o) {
   if (!is_int32(o->alpha) || !is_int32(o->beta))
     return gctl_fail(g, GCTL_EXIT_USAGE, "--alpha %.15g, --beta %.15g: an i8 gemm takes integers "
                      "within int32 (its arithmetic is 32-bit, exact)", o->alpha, o->beta);
   if (o->activation != GC_ACT_NONE && o->activation != GC_ACT_RELU)
     return gctl_fail(g, GCTL_EXIT_USAGE, "--activation: an i8 gemm takes relu or none");
   return GCTL_EXIT_OK;
+}
+
+/* The per-tensor scales: an fp8 gemm's alone, and alpha times them finite. */
+static int check_scales(const gctl_global *g, const gc_gemm_opts *o) {
+  if (!gctl_dtype_is_fp8(o->dtype) && (o->scale_a != 1.0 || o->scale_b != 1.0))
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--scale-a %.15g, --scale-b %.15g: only an e4m3 or e5m2 "
+                     "gemm takes per-tensor scales (this one is %s; fold a scale into --alpha)",
+                     o->scale_a, o->scale_b, gctl_dtype_name(o->dtype));
+  if (!isfinite(o->alpha * o->scale_a * o->scale_b))
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--alpha * --scale-a * --scale-b is not finite");
+  return GCTL_EXIT_OK;
+}
+
+int gctl_check_dtype_rules(const gctl_global *g, const gc_gemm_opts *o) {
+  if (o->dtype == GC_DTYPE_I8 && check_int_gemm(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
+  return check_scales(g, o);
 }
 
 const char *gctl_out_dtype_name(const gc_gemm_opts *o) {

@@ -13,9 +13,11 @@
 _Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (int)GP_DTYPE_F64 &&
                    (int)GC_DTYPE_F16 == (int)GP_DTYPE_F16 &&
                    (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16 &&
-                   (int)GC_DTYPE_I8 == (int)GP_DTYPE_I8 && (int)GC_DTYPE_I32 == (int)GP_DTYPE_I32,
+                   (int)GC_DTYPE_I8 == (int)GP_DTYPE_I8 && (int)GC_DTYPE_I32 == (int)GP_DTYPE_I32 &&
+                   (int)GC_DTYPE_E4M3 == (int)GP_DTYPE_E4M3 &&
+                   (int)GC_DTYPE_E5M2 == (int)GP_DTYPE_E5M2,
                "gc_dtype must mirror gp_dtype");
-_Static_assert(GP_DTYPE_COUNT == GC_DTYPE_I32 + 1, "every gp_dtype has its gc_dtype");
+_Static_assert(GP_DTYPE_COUNT == GC_DTYPE_E5M2 + 1, "every gp_dtype has its gc_dtype");
 _Static_assert((int)GC_DTYPE_DEFAULT < 0, "GC_DTYPE_DEFAULT is no gp_dtype");
 
 /* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
@@ -32,13 +34,15 @@ void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
   defaults.precision = GC_PRECISION_EXACT;
   defaults.timeout_ms = -1;
   defaults.out_dtype = GC_DTYPE_DEFAULT;
+  defaults.scale_a = 1.0;
+  defaults.scale_b = 1.0;
   size_t n = struct_size < sizeof defaults ? struct_size : sizeof defaults;
   memcpy(opts, &defaults, n);
   if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
 }
 
 /* out_dtype (1.4): GC_DTYPE_DEFAULT or a gc_dtype the gemm's dtype may be cast to (an i8
- * gemm's only result, i32, included). */
+ * gemm's only result, i32, included; an fp8 gemm's f32, or f16 / bf16 from it). */
 static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
   if (o->out_dtype == GC_DTYPE_DEFAULT) return 0;
   if ((unsigned)o->out_dtype >= GP_DTYPE_COUNT)
@@ -47,8 +51,8 @@ static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
                          (int)o->out_dtype);
   if (!gp_dtype_cast_ok((gp_dtype)o->dtype, (gp_dtype)o->out_dtype))
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
-                         "out_dtype: a %s gemm cannot return %s (an f32 or f64 result may be "
-                         "cast to f16 or bf16; an i8 gemm returns i32)",
+                         "out_dtype: a %s gemm cannot return %s (an f32, f64, e4m3 or e5m2 "
+                         "gemm's result may be cast to f16 or bf16; an i8 gemm returns i32)",
                          gp_dtype_name((gp_dtype)o->dtype), gp_dtype_name((gp_dtype)o->out_dtype));
   return 0;
 }
@@ -97,6 +101,10 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
   hdr->has_out_dtype = o.out_dtype != GC_DTYPE_DEFAULT &&
                        (gp_dtype)o.out_dtype != gp_dtype_result(hdr->dtype);
   hdr->out_dtype = hdr->has_out_dtype ? (gp_dtype)o.out_dtype : gp_dtype_result(hdr->dtype);
+  /* 1.6: sent only when not 1 (gp_encode); gc_submit's validation refuses them on a non-fp8
+   * gemm and when not finite */
+  hdr->scale_a = o.scale_a;
+  hdr->scale_b = o.scale_b;
   *timeout_ms = o.timeout_ms;
   *user = o.user;
   handles[GP_OPERAND_A] = o.a_handle;

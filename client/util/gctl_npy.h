@@ -9,8 +9,8 @@
  *
  * dtypes: '<f4' f32, '<f8' f64, '<f2' f16; bfloat16 (which NumPy lacks) as
  * '<V2' / '|V2' (ml_dtypes' descr) or 'bfloat16'; '|i1' / '<i1' i8, '<i4' i32;
- * '<u2' is read as raw 16-bit data (GCTL_NPY_U2) for the caller to reinterpret
- * (gemmctl --dtype).
+ * '<u2' is read as raw 16-bit data (GCTL_NPY_U2) and '|u1' as raw bytes (GCTL_NPY_U1: fp8,
+ * which NumPy lacks) for the caller to reinterpret (gemmctl --dtype).
  * Big-endian files are refused with a message saying so.
  *
  * Errors: functions return 0 or -1 and write a message into err (errlen bytes).
@@ -29,9 +29,11 @@
 #define GCTL_NPY_HEADER_MAX (1u << 20)
 /* dtype value for raw '<u2' data (beside the gc_dtype values). */
 #define GCTL_NPY_U2 100
+/* dtype value for raw '|u1' data: fp8 bytes, e4m3 or e5m2 as --dtype says. */
+#define GCTL_NPY_U1 101
 
 typedef struct {
-  int dtype;             /* a gc_dtype, or GCTL_NPY_U2 */
+  int dtype;             /* a gc_dtype, GCTL_NPY_U2 or GCTL_NPY_U1 */
   size_t itemsize;
   bool fortran_order;
   int ndim;
@@ -63,7 +65,8 @@ int gctl_npy_to_c_order(gctl_npy *a, char *err, size_t errlen);
 
 void gctl_npy_free(gctl_npy *a);
 
-/* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "|i1", "<i4", "<u2"). */
+/* The descr written for a dtype ("<f4", "<f8", "<f2", "|V2" for bf16, "|i1", "<i4", "<u2"; "|u1"
+ * for GCTL_NPY_U1 and the fp8 dtypes). */
 const char *gctl_npy_descr(int dtype);
 
 /* Writes a C-order array (to stdout for GCTL_NPY_STDIO). version: 1, 2 or 3, or 0 for the

@@ -108,6 +108,7 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
       {"<V2", GC_DTYPE_BF16, 2},    {"|V2", GC_DTYPE_BF16, 2},   {"bfloat16", GC_DTYPE_BF16, 2},
       {"<bf16", GC_DTYPE_BF16, 2},  {"<u2", GCTL_NPY_U2, 2},
       {"|i1", GC_DTYPE_I8, 1},      {"<i1", GC_DTYPE_I8, 1},     {"<i4", GC_DTYPE_I32, 4},
+      {"|u1", GCTL_NPY_U1, 1},      {"<u1", GCTL_NPY_U1, 1},
   };
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (strcmp(descr, known[i].descr) == 0) {
@@ -123,7 +124,8 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
                 descr);
   return fail(err, errlen,
               "unsupported dtype '%s': gemm takes <f4, <f8, <f2, bfloat16 (<V2), <u2 "
-              "reinterpreted with --dtype bf16, |i1 (int8) or <i4 (int32, an i8 gemm's C)",
+              "reinterpreted with --dtype bf16, |i1 (int8), <i4 (int32, an i8 gemm's C) or |u1 "
+              "(fp8 bytes, with --dtype e4m3 or e5m2)",
               descr);
 }
 
@@ -357,12 +359,16 @@ const char *gctl_npy_descr(int dtype) {
     case GC_DTYPE_BF16: return "|V2"; /* numpy's own descr for 2-byte void */
     case GC_DTYPE_I8: return "|i1";   /* and for one byte: no byte order */
     case GC_DTYPE_I32: return "<i4";
+    case GC_DTYPE_E4M3: /* NumPy has no fp8: the bytes as they are */
+    case GC_DTYPE_E5M2:
+    case GCTL_NPY_U1: return "|u1";
     case GCTL_NPY_U2: return "<u2";
     default: return NULL;
   }
 }
 
 static size_t dtype_size(int dtype) {
+  if (dtype == GCTL_NPY_U1) return 1;
   return dtype == GCTL_NPY_U2 ? 2 : gctl_dtype_size((gc_dtype)dtype);
 }
 

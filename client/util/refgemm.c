@@ -18,12 +18,20 @@
  * products of int8 values are integers far below 2^53 in double, then alpha and beta are applied
  * in 32-bit two's complement, wrapping as the daemon does), and the result must equal it bit for
  * bit: its error is the largest absolute difference, its tolerance 0.
+ *
+ * The fp8 gemm (e4m3, e5m2; its result f32) multiplies exactly but may sum with fewer bits than
+ * f32 (Hopper's fp8 tensor cores): an element is allowed
+ *   |got - ref| <= 2^-10 * sum_l |alpha * scale_a * scale_b * a_il * b_lj| + 2^-22 * |ref| + tiny
+ * (before the activation, whose slope scales it; tiny is FLT_MIN, for a GPU that flushes
+ * subnormals), plus four half ulps of the out dtype times |ref| when cast. bound[] holds that
+ * allowance itself and the tolerance is 1: the error is the share of it used.
  */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "gctl_ref.h"
+#include "gp_fp8.h"
 #include "gp_half.h"
 
 double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
@@ -34,6 +42,8 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
     case GC_DTYPE_BF16: return gp_bf16_to_f32(((const uint16_t *)buf)[i]);
     case GC_DTYPE_I8: return ((const int8_t *)buf)[i];
     case GC_DTYPE_I32: return ((const int32_t *)buf)[i];
+    case GC_DTYPE_E4M3: return gp_e4m3_to_f32(((const uint8_t *)buf)[i]);
+    case GC_DTYPE_E5M2: return gp_e5m2_to_f32(((const uint8_t *)buf)[i]);
     case GC_DTYPE_DEFAULT: break;
   }
   return NAN;
@@ -50,6 +60,8 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
     case GC_DTYPE_BF16: ((uint16_t *)buf)[i] = gp_f64_to_bf16(v); break;
     case GC_DTYPE_I8: ((int8_t *)buf)[i] = (int8_t)wrap_i32(v); break;
     case GC_DTYPE_I32: ((int32_t *)buf)[i] = wrap_i32(v); break;
+    case GC_DTYPE_E4M3: ((uint8_t *)buf)[i] = gp_f64_to_e4m3(v); break;
+    case GC_DTYPE_E5M2: ((uint8_t *)buf)[i] = gp_f64_to_e5m2(v); break;
     case GC_DTYPE_DEFAULT: break;
   }
 }
@@ -61,7 +73,9 @@ size_t gctl_dtype_size(gc_dtype dtype) {
     case GC_DTYPE_I32: return 4;
     case GC_DTYPE_F16:
     case GC_DTYPE_BF16: return 2;
-    case GC_DTYPE_I8: return 1;
+    case GC_DTYPE_I8:
+    case GC_DTYPE_E4M3:
+    case GC_DTYPE_E5M2: return 1;
     case GC_DTYPE_DEFAULT: break;
   }
   return 0;
@@ -69,10 +83,15 @@ size_t gctl_dtype_size(gc_dtype dtype) {
 
 bool gctl_dtype_is_int(gc_dtype dtype) { return dtype == GC_DTYPE_I8 || dtype == GC_DTYPE_I32; }
 
+bool gctl_dtype_is_fp8(gc_dtype dtype) { return dtype == GC_DTYPE_E4M3 || dtype == GC_DTYPE_E5M2; }
+
 gc_dtype gctl_out_dtype(const gc_gemm_opts *o) {
   if (o->out_dtype != GC_DTYPE_DEFAULT) return o->out_dtype;
+  if (gctl_dtype_is_fp8(o->dtype)) return GC_DTYPE_F32;
   return o->dtype == GC_DTYPE_I8 ? GC_DTYPE_I32 : o->dtype;
 }
+
+double gctl_ref_alpha(const gc_gemm_opts *o) { return o->alpha * o->scale_a * o->scale_b; }
 
 /* Row i of op(A) times op(B) into ref and bound (sums of a*b and of |a*b|). Where B is not
  * transposed the l loop is outside the j loop, so that both walk B along its rows: the dot-product
@@ -124,6 +143,17 @@ static double ref_int(const gc_gemm_opts *o, double dot, double cv) {
   return o->activation == GC_ACT_RELU && r < 0 ? 0.0 : (double)r;
 }
 
+/* The unit roundoff (half an ulp, relative) of f16 and bf16. */
+static double half_ulp(gc_dtype dtype) { return dtype == GC_DTYPE_F16 ? ldexp(1, -11) : ldexp(1, -8); }
+
+/* An fp8 element's allowed error (see the top of this file) from its scaled sum of |a b| (abs),
+ * its value before the activation (x) and after it (y). */
+static double fp8_allowance(const gc_gemm_opts *o, double abs, double x, double y, double slope) {
+  gc_dtype out = gctl_out_dtype(o);
+  double u_cast = out != GC_DTYPE_F32 ? 4 * half_ulp(out) : 0;
+  return slope * (ldexp(abs, -10) + ldexp(fabs(x), -22)) + u_cast * fabs(y) + 0x1p-126;
+}
+
 /* The epilogue's activation in double; *slope bounds |act'| (how it scales an error). */
 static double ref_act(gc_activation act, double x, double *slope) {
   *slope = act == GC_ACT_NONE || act == GC_ACT_RELU ? 1.0 : 1.13; /* GELU's |f'| <= 1.13 */
@@ -139,6 +169,7 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
                    double *ref, double *bound) {
   size_t m = o->m, n = o->n, k = o->k;
   gc_dtype out = gctl_out_dtype(o); /* c's dtype */
+  double alpha = gctl_ref_alpha(o);  /* the scales are 1 but for fp8 */
   for (size_t p = 0; p < o->batch; p++) {
     size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n, c0 = p * m * n;
     for (size_t i = 0; i < m; i++) {
@@ -151,9 +182,13 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
           abs_sum[j] = 0.0;
           continue;
         }
-        sum[j] = o->alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
-        abs_sum[j] = fabs(o->alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
-        sum[j] = ref_act(o->activation, sum[j], &slope);
+        double x = alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
+        sum[j] = ref_act(o->activation, x, &slope);
+        if (gctl_dtype_is_fp8(o->dtype)) { /* the allowance itself, not a sum to scale */
+          abs_sum[j] = fp8_allowance(o, fabs(alpha) * abs_sum[j], x, sum[j], slope);
+          continue;
+        }
+        abs_sum[j] = fabs(alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
         abs_sum[j] *= slope;
       }
     }
@@ -175,7 +210,7 @@ static double subnormal_spacing(gc_dtype dtype) {
 static double ref_as_out(const gc_gemm_opts *o, double ref) {
   gc_dtype out = gctl_out_dtype(o);
   if (out == o->dtype) return ref;
-  uint16_t bits;
+  uint64_t bits; /* room for any dtype's element (fp8's f32 result included) */
   gctl_store(out, &bits, 0, ref);
   return gctl_load(out, &bits, 0);
 }
@@ -207,11 +242,9 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
   return worst;
 }
 
-/* The unit roundoff (half an ulp, relative) of f16 and bf16. */
-static double half_ulp(gc_dtype dtype) { return dtype == GC_DTYPE_F16 ? ldexp(1, -11) : ldexp(1, -8); }
-
 double gctl_ref_tolerance(const gc_gemm_opts *o) {
   if (o->dtype == GC_DTYPE_I8) return 0; /* bit-exact */
+  if (gctl_dtype_is_fp8(o->dtype)) return 1; /* bound[] is the allowance */
   double u_acc = o->dtype == GC_DTYPE_F64 ? ldexp(1, -53) : ldexp(1, -24);
   double u_in = o->dtype == GC_DTYPE_F32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
   double u_out = o->dtype == GC_DTYPE_F16 || o->dtype == GC_DTYPE_BF16 ? half_ulp(o->dtype)

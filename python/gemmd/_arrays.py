@@ -1,10 +1,13 @@
-"""From the caller's arrays to gemm operands and back: dtypes, shapes, layouts, bf16.
+"""From the caller's arrays to gemm operands and back: dtypes, shapes, layouts, bf16, fp8.
 
 Operands are sent from the caller's memory when the protocol allows it: a row-major (C-order)
 matrix as it is, a column-major one (or any whose last two axes are swapped views of a row-major
 block) as its transpose with the trans flag flipped. Only other layouts, and big-endian data,
-are copied first.
+are copied first. fp8 operands (NumPy has no fp8 dtype) are uint8 arrays of their bytes, the
+format named by the gemm's dtype argument (gemmd.fp8 converts).
 """
+
+import math
 
 import numpy as np
 
@@ -15,7 +18,10 @@ except ImportError:  # bf16 is then uint16 bit patterns
     ml_dtypes = None
     BFLOAT16 = None
 
-ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4}
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1,
+                 "e5m2": 1}
+# The fp8 gemm's operand dtypes (feature "fp8"): uint8 arrays of their bytes.
+FP8 = ("e4m3", "e5m2")
 _WIRE_NAMES = {np.dtype("float32"): "f32", np.dtype("float64"): "f64",
                np.dtype("float16"): "f16", np.dtype("uint16"): "bf16",
                np.dtype("int8"): "i8", np.dtype("int32"): "i32"}
@@ -31,11 +37,14 @@ _RESULT_DTYPES = {"f32": np.dtype("float32"), "f64": np.dtype("float64"),
                   "i32": np.dtype("<i4")}
 _NAMES_OF = {"f32": "float32", "f64": "float64", "f16": "float16",
              "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns", "i32": "int32"}
-# The output casts the daemon makes (feature "out_dtype"): (dtype, out_dtype).
-CASTS = {("f32", "f16"), ("f32", "bf16"), ("f64", "f16"), ("f64", "bf16")}
+# The output casts the daemon makes (feature "out_dtype"): (dtype, out_dtype); an fp8 gemm's
+# f32 result casts as an f32 gemm's does.
+CASTS = {(dtype, out) for dtype in ("f32", "f64") + FP8 for out in ("f16", "bf16")}
 # What a gemm returns uncast, where it is not its dtype: the integer gemm (feature "i8")
-# accumulates int8 products in int32.
-_UNCAST = {"i8": "i32"}
+# accumulates int8 products in int32, the fp8 gemm (feature "fp8") in float32.
+_UNCAST = {"i8": "i32", "e4m3": "f32", "e5m2": "f32"}
+# How messages name the gemms whose result has another dtype.
+_GEMM_NAMES = {"i8": "int8", "e4m3": "e4m3", "e5m2": "e5m2"}
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -44,9 +53,30 @@ def wire_dtype(dtype):
     name = _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("="))
     if name is None:
         raise TypeError("gemm takes float32, float64, float16, bfloat16 (ml_dtypes.bfloat16, "
-                        "or uint16 bit patterns) and int8 (int32 for an int8 gemm's c), not %s: "
-                        "convert with .astype()" % dtype)
+                        "or uint16 bit patterns), int8 (int32 for an int8 gemm's c) and uint8 "
+                        "(fp8 bytes, with dtype='e4m3' or 'e5m2'), not %s: convert with "
+                        ".astype()" % dtype)
     return name
+
+
+def operand_dtype(np_dtype, dtype=None):
+    """The wire dtype of operands of NumPy dtype np_dtype: wire_dtype's, or with dtype "e4m3" or
+    "e5m2" that fp8 format, whose bytes are uint8 arrays (gemmd.fp8 makes them). TypeError for
+    uint8 without dtype (no format to read it in) and for dtype with other arrays, ValueError for
+    a dtype that names no fp8 format."""
+    is_u8 = np.dtype(np_dtype).newbyteorder("=") == np.dtype(np.uint8)
+    if dtype is None:
+        if is_u8:
+            raise TypeError("uint8 arrays are fp8 bytes: pass dtype='e4m3' or 'e5m2' to say "
+                            "which format (gemmd.fp8.to_e4m3 / to_e5m2 make them)")
+        return wire_dtype(np_dtype)
+    if dtype not in FP8:
+        raise ValueError("dtype %r: only the fp8 formats are named, 'e4m3' or 'e5m2' (the "
+                         "arrays' own dtype gives every other)" % (dtype,))
+    if not is_u8:
+        raise TypeError("dtype %s takes fp8 bytes, uint8 arrays (gemmd.fp8.to_%s), not %s" %
+                        (dtype, dtype, np_dtype))
+    return dtype
 
 
 def _holds(dtype, name):
@@ -79,8 +109,9 @@ def result_dtype(out_dtype, dtype, np_dtype):
                             "float16, bfloat16 (ml_dtypes, or uint16 bit patterns), float32, "
                             "float64, int32" % (out_dtype,))
     if name != uncast and (dtype, name) not in CASTS:
-        raise TypeError("out_dtype %s: a %s gemm cannot return %s (an f32 or f64 result may be "
-                        "cast to f16 or bf16; an i8 gemm returns i32)" % (name, dtype, name))
+        raise TypeError("out_dtype %s: a %s gemm cannot return %s (an f32, f64, e4m3 or e5m2 "
+                        "gemm's result may be cast to f16 or bf16; an i8 gemm returns i32)" %
+                        (name, dtype, name))
     return name, np_out
 
 
@@ -149,11 +180,12 @@ class Resident:
     gemm takes it in the place of an array (a, b or c), sending only its handle. shape and
     dtype are those of the array put; it is stored as it was (row-major)."""
 
-    def __init__(self, handle, shape, dtype, connection):
+    def __init__(self, handle, shape, dtype, connection, wire=None):
         self.handle = handle
         self.shape = tuple(shape)
         self.ndim = len(self.shape)
         self.dtype = dtype
+        self.wire = wire                # the protocol's dtype it was put as ("e4m3" for fp8)
         self.connection = connection    # the connection's state it belongs to (its Table)
         self.freed = False
 
@@ -162,19 +194,21 @@ class Resident:
 
     def __repr__(self):
         return "gemmd.Resident(handle=%d, shape=%s, dtype=%s%s)" % (
-            self.handle, self.shape, self.dtype, ", freed" if self.freed else "")
+            self.handle, self.shape, self.wire if self.wire in FP8 else self.dtype,
+            ", freed" if self.freed else "")
 
 
-def put_params(arr):
-    """(params of put, shape, dtype) for an array: its bytes row-major, little-endian."""
+def put_params(arr, dtype=None):
+    """(params of put, shape, dtype, wire dtype) for an array: its bytes row-major,
+    little-endian; dtype names the fp8 format of a uint8 array (operand_dtype)."""
     arr = as_array(arr, "array")
     _check_dims(arr, "array")
-    dtype = wire_dtype(arr.dtype)
+    dtype = operand_dtype(arr.dtype, dtype)
     arr = np.ascontiguousarray(_little(arr))
     hdr = {"dtype": dtype, "rows": int(arr.shape[-2]), "cols": int(arr.shape[-1])}
     if arr.ndim == 3:
         hdr["batch"] = int(arr.shape[0])
-    return [hdr, bytes(byte_view(arr))], arr.shape, arr.dtype
+    return [hdr, bytes(byte_view(arr))], arr.shape, arr.dtype, dtype
 
 
 def _live(resident, what):
@@ -214,13 +248,51 @@ def _check_int_gemm(alpha, beta, activation):
         raise ValueError("activation %r: an int8 gemm takes 'relu' or None" % (activation,))
 
 
+def _checked_scales(dtype, alpha, scale_a, scale_b):
+    """The fp8 gemm's per-tensor scales as floats: finite, other than 1 only for e4m3 and e5m2,
+    and alpha times them finite (ValueError otherwise; a non-finite alpha is the daemon's to
+    refuse, as for every dtype)."""
+    try:
+        scales = (float(scale_a), float(scale_b))
+    except (TypeError, ValueError):
+        scales = (math.nan, math.nan)
+    if not all(math.isfinite(v) for v in scales):
+        raise ValueError("scale_a %r, scale_b %r: the scales must be finite numbers" %
+                         (scale_a, scale_b))
+    if dtype not in FP8 and scales != (1.0, 1.0):
+        raise ValueError("scale_a %r, scale_b %r: only an e4m3 or e5m2 gemm takes per-tensor "
+                         "scales (this one is %s; fold a scale into alpha)" %
+                         (scale_a, scale_b, dtype))
+    try:
+        overflows = math.isfinite(float(alpha)) and \
+            not math.isfinite(float(alpha) * scales[0] * scales[1])
+    except (TypeError, ValueError, OverflowError):
+        overflows = False   # not a number: the header says so
+    if overflows:
+        raise ValueError("alpha %r, scale_a %r, scale_b %r: alpha * scale_a * scale_b must be "
+                         "finite" % (alpha, scale_a, scale_b))
+    return scales
+
+
+def _gemm_dtype(a, b, dtype):
+    """The gemm's wire dtype from a (operand_dtype), or from a Resident put as fp8; a Resident
+    put as another fp8 format than the gemm's is a TypeError."""
+    if dtype is None and isinstance(a, Resident) and a.wire in FP8:
+        dtype = a.wire
+    name = operand_dtype(a.dtype, dtype)
+    for what, x in (("a", a), ("b", b)):
+        if isinstance(x, Resident) and x.wire in FP8 and x.wire != name:
+            raise TypeError("%s was put as %s, the gemm is %s" % (what, x.wire, name))
+    return name
+
+
 class Problem:
     """One gemm call checked and laid out: the header to send, the operand views (or handle
     maps), and the shape and dtype of the result. A 3-D a with a 2-D b is a batch by one
     shared B (broadcast_b)."""
 
     def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision, bias=None,
-                 activation=None, out_dtype=None):
+                 activation=None, out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
         a = _array_or_resident(a, "a")
         b = _array_or_resident(b, "b")
         self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
@@ -231,14 +303,15 @@ class Problem:
         if a.dtype.newbyteorder("=") != b.dtype.newbyteorder("="):
             raise TypeError("a is %s and b is %s: gemm takes one dtype for both" %
                             (a.dtype, b.dtype))
-        self.dtype = wire_dtype(a.dtype)
+        self.dtype = _gemm_dtype(a, b, dtype)
         self.np_dtype = a.dtype.newbyteorder("<")
-        # the result's dtype, and that of c (or the bias): a's (int32 for int8), or out_dtype's
-        # cast
+        # the result's dtype, and that of c (or the bias): a's (int32 for int8, float32 for
+        # fp8), or out_dtype's cast
         self.out_dtype, self.out_np_dtype = result_dtype(out_dtype, self.dtype, self.np_dtype)
         self.uncast = _UNCAST.get(self.dtype, self.dtype)
-        if self.dtype in _UNCAST:
+        if self.dtype == "i8":
             _check_int_gemm(alpha, beta, activation)
+        scales = _checked_scales(self.dtype, alpha, scale_a, scale_b)
         m, k = a.shape[-2:][::-1] if trans_a else a.shape[-2:]   # of op(a), op(b)
         k_b, n = b.shape[-2:][::-1] if trans_b else b.shape[-2:]
         if k != k_b:
@@ -268,6 +341,9 @@ class Problem:
             self.hdr["precision"] = precision
         if self.out_dtype != self.uncast:  # only then: a daemon without the feature refuses it
             self.hdr["out_dtype"] = self.out_dtype
+        for key, value in zip(("scale_a", "scale_b"), scales):
+            if value != 1.0:               # likewise
+                self.hdr[key] = value
         self._epilogue(bias, activation, c, beta, n)
 
     def _epilogue(self, bias, activation, c, beta, n):
@@ -297,14 +373,15 @@ class Problem:
         return byte_view(np.ascontiguousarray(_little(bias)))
 
     def _check_out_typed(self, x, what):
-        """c and the bias hold the result's dtype (a's, int32 for int8, or out_dtype's)."""
+        """c and the bias hold the result's dtype (a's, int32 for int8, float32 for fp8, or
+        out_dtype's)."""
         if _holds(x.dtype, self.out_dtype):
             return
         if self.out_dtype == self.dtype:
             raise TypeError("%s is %s, a and b %s" % (what, x.dtype, self.np_dtype))
         if self.out_dtype == self.uncast:
-            raise TypeError("%s is %s: an int8 gemm's c, bias and result are int32" %
-                            (what, x.dtype))
+            raise TypeError("%s is %s: an %s gemm's c, bias and result are %s" %
+                            (what, x.dtype, _GEMM_NAMES[self.dtype], _NAMES_OF[self.uncast]))
         raise TypeError("%s is %s: with out_dtype %s it must hold %s elements (%s), as the "
                         "result does" % (what, x.dtype, self.out_dtype, self.out_dtype,
                                          _NAMES_OF[self.out_dtype]))

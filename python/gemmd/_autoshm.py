@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from ._arrays import result_dtype, wire_dtype
+from ._arrays import operand_dtype, result_dtype
 from ._errors import Error
 
 _ALIGN = 256    # operands start on 256-byte boundaries, as the daemon's kernels like them
@@ -71,15 +71,17 @@ class Scratch:
             return False
         return True
 
-    def stage(self, a, b, c, trans_a, trans_b, out, out_dtype=None):
+    def stage(self, a, b, c, trans_a, trans_b, out, out_dtype=None, dtype=None):
         """(a, b, c, out) copied into the scratch with the lock held, or None (lock free). The
-        result is of out_dtype (gemm's argument: None is a's dtype)."""
+        result is of out_dtype (gemm's argument: None is what a's dtype returns); dtype names
+        the fp8 format of uint8 operands (gemm's argument)."""
         arrays = [x for x in (a, b, c) if x is not None]
         if not self._usable(arrays, out) or a.dtype != b.dtype:
             return None
         try:
-            result_np = result_dtype(out_dtype, wire_dtype(a.dtype), a.dtype.newbyteorder("<"))[1]
-        except TypeError:
+            wire = operand_dtype(a.dtype, dtype)
+            result_np = result_dtype(out_dtype, wire, a.dtype.newbyteorder("<"))[1]
+        except (TypeError, ValueError):
             return None     # let Problem's checks speak
         shape = _result_shape(a, b, trans_a, trans_b)
         nout = int(np.prod(shape, dtype=np.int64)) * result_np.itemsize

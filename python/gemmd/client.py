@@ -242,7 +242,7 @@ class Client:
     # ---- the API
     def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
              precision="exact", timeout=None, out=None, bias=None, activation=None,
-             out_dtype=None):
+             out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
         """C = alpha * op(a) @ op(b) + beta * c on the daemon, as a new array (or in out).
 
         a, b (and c): 2-D matrices, or 3-D batches (batch, rows, cols) of the same dtype:
@@ -273,23 +273,35 @@ class Client:
         int32, activation "relu" or None, precision is ignored; the arithmetic is 32-bit two's
         complement (exact while the result fits, wrapping beyond, as cuBLAS's 32I compute).
         Anything else raises ValueError or TypeError before sending; int32 a and b are no gemm
-        (TypeError)."""
+        (TypeError).
+
+        The fp8 gemm (daemons whose features list "fp8"): dtype "e4m3" or "e5m2" names the
+        format of a and b, uint8 arrays of fp8 bytes (NumPy has no fp8 dtype; gemmd.fp8 converts
+        to and from float); it must be given for them (uint8 alone is refused), and for nothing
+        else. The result is float32 (or out_dtype's f16 / bf16), and c, bias and out= hold that
+        too. scale_a and scale_b (default 1.0, fp8 only) are the per-tensor scales: the result
+        is act(alpha * scale_a * scale_b * op(a) @ op(b) + beta * c). Each product of two fp8
+        values is exact and the sum is taken in float32 (with fewer bits on a Hopper GPU's fp8
+        tensor cores: an error of the order of 2^-14 * sum |scaled a b|). Every activation is
+        taken; precision is ignored."""
         timeout = self.timeout if timeout is None else timeout
         staged = None
         if self._scratch is not None:
             staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out,
-                                         out_dtype)
+                                         out_dtype, dtype)
         if staged is None:
             future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
                                  trans_b=trans_b, precision=precision, timeout=timeout, out=out,
-                                 bias=bias, activation=activation, out_dtype=out_dtype)
+                                 bias=bias, activation=activation, out_dtype=out_dtype,
+                                 dtype=dtype, scale_a=scale_a, scale_b=scale_b)
             return self._finish(future, timeout)
         ok = False
         try:
             sa, sb, sc, sout = staged
             future = self.submit(sa, sb, sc, alpha=alpha, beta=beta, trans_a=trans_a,
                                  trans_b=trans_b, precision=precision, timeout=timeout, out=sout,
-                                 bias=bias, activation=activation, out_dtype=out_dtype)
+                                 bias=bias, activation=activation, out_dtype=out_dtype,
+                                 dtype=dtype, scale_a=scale_a, scale_b=scale_b)
             self._finish(future, timeout)
             ok = True
         finally:
@@ -301,12 +313,12 @@ class Client:
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                precision="exact", timeout=None, out=None, bias=None, activation=None,
-               out_dtype=None):
+               out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
-                          out_dtype)
+                          out_dtype, dtype, scale_a, scale_b)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms
@@ -347,7 +359,8 @@ class Client:
         if "shm" not in self.features:
             raise Error("UNIMPLEMENTED", "gemmd on %s offers no shared memory (it needs a Unix "
                         "socket and shm.enabled)" % self.address)
-        wire_dtype(dtype)
+        if np.dtype(dtype) != np.dtype(np.uint8):   # uint8: fp8 bytes
+            wire_dtype(dtype)
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -390,23 +403,25 @@ class Client:
             self._regions.remove(region)
 
     # ---- resident operands
-    def put(self, array, timeout=None):
+    def put(self, array, timeout=None, *, dtype=None):
         """Uploads array (2-D, or 3-D: a batch) once; returns a gemmd.Resident that gemm()
         and submit() take in the place of an array (a, b or c) and send as a handle. The daemon
         keeps it until free() or the end of this connection (resident.* quotas). A batch of a
-        (3-D) by a 2-D Resident b uses that one b for every entry. Needs a daemon that
-        announces the "resident" feature, else gemmd.Error UNIMPLEMENTED."""
+        (3-D) by a 2-D Resident b uses that one b for every entry. dtype "e4m3" or "e5m2" puts
+        a uint8 array of fp8 bytes as that format (a gemm of a Resident a put so takes its
+        format when gemm's dtype is left out). Needs a daemon that announces the "resident"
+        feature, else gemmd.Error UNIMPLEMENTED."""
         if "resident" not in self.features:
             raise Error("UNIMPLEMENTED", "gemmd on %s keeps no resident operands (a daemon "
                         "older than the put method)" % self.address)
-        params, shape, dtype = put_params(array)
+        params, shape, np_dtype, wire = put_params(array, dtype)
         with self._lock:
             future = self._start("put", params=params)
             connection = self._table
         reply = self._finish(future, self.timeout if timeout is None else timeout)
         if not isinstance(reply, dict) or not isinstance(reply.get("handle"), int):
             raise ProtocolError("put answered %r, not {handle}" % (reply,))
-        return Resident(reply["handle"], shape, dtype, connection)
+        return Resident(reply["handle"], shape, np_dtype, connection, wire)
 
     def free(self, resident, timeout=None):
         """Lets the daemon drop a Resident from put(). One whose connection is gone went

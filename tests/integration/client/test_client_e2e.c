@@ -2,7 +2,8 @@
  * test_client_e2e.c - libgemmclient against a real gemmd (GEMMD_ADDRESS; run
  * by test_client_e2e.py, which starts the daemon). Every result is checked
  * against a float64 reference on fresh random inputs (an i8 gemm's: exact,
- * bit for bit), with the output poisoned so that an unwritten element fails.
+ * bit for bit; an fp8 gemm's: within the bound of fp8 accumulation), with the
+ * output poisoned so that an unwritten element fails.
  *
  *   test_client_e2e main     the daemon with default limits
  *   test_client_e2e limits   a daemon with limits.max_dim = 100
@@ -450,11 +451,12 @@ static job i8_job(uint64_t m, uint64_t n, uint64_t k, int form, double alpha, do
   return j;
 }
 
-static void i8_run(gc_conn *conn, job *j, const char *what) {
+/* A blocking gemm of j, its reported dtype the result's (I32 for I8, F32 for fp8), checked. */
+static void job_run(gc_conn *conn, job *j, const char *what) {
   gc_gemm_result res;
   int rc = gc_gemm(conn, &j->o, j->a, j->b, j->c, j->out, &res);
   ck_assert_msg(rc == 0, "%s: %s", what, gc_last_error(conn)->message);
-  ck_assert_int_eq(res.dtype, GC_DTYPE_I32);
+  ck_assert_int_eq(res.dtype, gctl_out_dtype(&j->o));
   job_check(j, what);
 }
 
@@ -467,18 +469,18 @@ START_TEST(i8_gemms) {
     for (int form = 0; form < 8; form++) { /* the transposes, then batched */
       job j = i8_job(sizes[s][0], sizes[s][1], sizes[s][2], form, scalars[form % 4][0],
                      scalars[form % 4][1]);
-      i8_run(conn, &j, "i8 blocking");
+      job_run(conn, &j, "i8 blocking");
       job_free(&j);
     }
   }
   job j = i8_job(23, 17, 31, 4, -5, 0); /* a batch of 3 by one b: job_make's first */
   j.o.broadcast_b = 1;
   ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'b'), 31u * 17u);
-  i8_run(conn, &j, "i8 broadcast_b");
+  job_run(conn, &j, "i8 broadcast_b");
   j.o.broadcast_b = 0, j.o.bias = 1, j.o.beta = 1, j.o.activation = GC_ACT_RELU;
   job_make_c_out(&j); /* one i32 row of n */
   ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'c'), 17u * 4u);
-  i8_run(conn, &j, "i8 bias relu");
+  job_run(conn, &j, "i8 bias relu");
   job_free(&j);
   enum { N = 40 };
   static job jobs[N];
@@ -509,6 +511,75 @@ START_TEST(i8_gemms) {
     ck_assert_int_eq(gc_put_free(conn, h, 10000), 0);
   }
   job_free(&j);
+  gc_close(conn);
+}
+END_TEST
+
+/* The fp8 gemm (GC_DTYPE_E4M3 / E5M2, 1.6): a and b uniform in [-1, 1) rounded to the format,
+ * an f32 c, each result within the fp8 bound (gctl_ref). Odd shapes in the four transposes with
+ * alpha, beta and the per-tensor scales, a batch by one b, the bias row with GELU and a bf16
+ * result, many in flight, in shared memory, and a and b by handle (put as the format). */
+static job fp8_job(gc_dtype dtype, uint64_t m, uint64_t n, uint64_t k, int form, double alpha,
+                   double beta) {
+  static const double scales[][2] = {{1, 1}, {0.5, 3}, {1.0 / 1024, 1}, {7.25, 0.0625}};
+  job j;
+  job_make(&j, m, n, k, dtype, form & 1, (form >> 1) & 1, alpha, beta, 1 + (form & 4) / 2);
+  j.o.scale_a = scales[form % 4][0], j.o.scale_b = scales[form % 4][1];
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'a'), m * k * j.o.batch);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'o'), m * n * 4 * j.o.batch);
+  return j;
+}
+
+/* Many of one format in flight, then a and b in shared memory and by handle. */
+static void fp8_async_shm_resident(gc_conn *conn, gc_dtype dtype) {
+  enum { N = 24 };
+  static job jobs[N];
+  for (int i = 0; i < N; i++)
+    jobs[i] = fp8_job(dtype, 1 + (uint64_t)i % 13, 9, 2 + (uint64_t)i * 7, i % 8, 1 - i * 0.25,
+                      i % 3 ? 0 : -0.5 * i);
+  submit_all_then_wait(conn, jobs, N, "fp8 in flight");
+  uint8_t *shm = NULL;
+  ck_assert_int_eq(gc_shm_alloc(conn, 1u << 20, 10000, (void **)&shm), 0);
+  job j = fp8_job(dtype, 37, 29, 41, 3, -1.5, 0.75);
+  shm_gemm(conn, shm, &j, "abco");
+  ck_assert_int_eq(gc_shm_free(conn, shm, 10000), 0);
+  /* by handle: a (stored k x m with trans_a), b (n x k with trans_b) */
+  job_make_c_out(&j);
+  ck_assert_int_eq(gc_put(conn, dtype, 1, 41, 37, j.a, 10000, &j.o.a_handle), 0);
+  ck_assert_int_eq(gc_put(conn, dtype, 1, 29, 41, j.b, 10000, &j.o.b_handle), 0);
+  ck_assert_int_eq(gc_gemm(conn, &j.o, NULL, NULL, j.c, j.out, NULL), 0);
+  job_check(&j, "fp8 by handle");
+  ck_assert_int_eq(gc_put_free(conn, j.o.a_handle, 10000), 0);
+  ck_assert_int_eq(gc_put_free(conn, j.o.b_handle, 10000), 0);
+  job_free(&j);
+}
+
+START_TEST(fp8_gemms) {
+  gc_conn *conn = connect_env();
+  static const uint64_t sizes[][3] = {{37, 29, 53}, {1, 1, 1}, {130, 67, 129}, {5, 3, 4099}};
+  static const double scalars[][2] = {{1, 0}, {-3, 0.5}, {0.25, -2}, {1e-3, 1}};
+  static const gc_dtype formats[] = {GC_DTYPE_E4M3, GC_DTYPE_E5M2};
+  for (int f = 0; f < 2; f++) {
+    for (int s = 0; s < 4; s++) {
+      for (int form = 0; form < 8; form++) { /* the transposes, then batched */
+        job j = fp8_job(formats[f], sizes[s][0], sizes[s][1], sizes[s][2], form,
+                        scalars[form % 4][0], scalars[form % 4][1]);
+        job_run(conn, &j, "fp8 blocking");
+        job_free(&j);
+      }
+    }
+    job j = fp8_job(formats[f], 23, 17, 31, 5, -2, 0); /* a batch of 3 by one b */
+    j.o.broadcast_b = 1;
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'b'), 31u * 17u);
+    job_run(conn, &j, "fp8 broadcast_b");
+    j.o.broadcast_b = 0, j.o.bias = 1, j.o.beta = 1, j.o.activation = GC_ACT_GELU;
+    j.o.out_dtype = GC_DTYPE_BF16;
+    job_make_c_out(&j); /* one bf16 row of n */
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&j.o, 'c'), 17u * 2u);
+    job_run(conn, &j, "fp8 bias gelu bf16");
+    job_free(&j);
+    fp8_async_shm_resident(conn, formats[f]);
+  }
   gc_close(conn);
 }
 END_TEST
@@ -698,6 +769,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, resident_operands);
     tcase_add_test(tc, out_dtype_casts);
     tcase_add_test(tc, i8_gemms);
+    tcase_add_test(tc, fp8_gemms);
     tcase_add_test(tc, timeout_leaves_connection_usable);
   }
   suite_add_tcase(s, tc);

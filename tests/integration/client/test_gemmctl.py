@@ -4,7 +4,10 @@ by numpy (every dtype, C and Fortran order, transposes, alpha/beta with C, batch
 numpy against float64, verify, bench, --json, --help, and the exit codes; the integer gemm
 (--dtype i8): verify bit-exact (alpha and beta that wrap in 32 bits included), gemm of |i1 files
 with <i4 C or bias (and ReLU) checked exactly against int64 numpy wrapped to int32, bench, and
-its misuse refused unsent.
+its misuse refused unsent; the fp8 gemm (--dtype e4m3, e5m2): verify PASS with the scales,
+alpha and beta on odd sizes, gemm of |u1 files (fp8 bytes from gemmd.fp8) in every transpose with
+a <f4 C or bias (and GELU), checked against float64 within the fp8 bound, bench, and its misuse
+refused unsent.
   test_gemmctl.py --gemmd PATH --gemmctl PATH
 """
 import argparse
@@ -18,6 +21,11 @@ import tempfile
 import numpy as np
 
 import gemmd_harness as h
+
+# gemmd.fp8 (the Python package beside this tree) makes and reads the fp8 bytes
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "python"))
+from gemmd import fp8  # noqa: E402
 
 ARGS = None
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_CONNECT = 0, 1, 2, 3
@@ -464,6 +472,127 @@ def test_i8(ctx):
             assert not os.path.exists(p("o.npy"))
 
 
+FP8 = {"e4m3": (fp8.to_e4m3, fp8.from_e4m3), "e5m2": (fp8.to_e5m2, fp8.from_e5m2)}
+
+
+def fp8_stored(rng, shape, dtype):
+    """(the fp8 bytes to save as |u1, their float64 values): uniform in [-1, 1) rounded."""
+    to, values = FP8[dtype]
+    codes = to(rng.uniform(-1, 1, shape))
+    return codes, values(codes).astype(np.float64)
+
+
+def fp8_check(got, av, bv, cv, alpha, beta, trans_a, trans_b, gelu, what):
+    """got against act(alpha op(a) op(b) + beta c) in float64 (alpha with the scales), within
+    2^-10 sum |alpha a b| + 2^-22 |x| (times GELU's slope) + the smallest normal f32."""
+    opa = np.swapaxes(av, -1, -2) if trans_a else av
+    opb = np.swapaxes(bv, -1, -2) if trans_b else bv
+    x = alpha * np.matmul(opa, opb) + (beta * cv if beta else 0.0)
+    bound = 2.0 ** -10 * abs(alpha) * np.matmul(np.abs(opa), np.abs(opb)) + 2.0 ** -22 * np.abs(x)
+    if gelu:
+        x = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+        bound = bound * 1.13
+    err = np.abs(got.astype(np.float64) - x)
+    assert got.dtype == np.float32 and got.shape == x.shape, (what, got.dtype, got.shape)
+    assert np.all(err <= bound + 2.0 ** -126), "%s: error %g over the fp8 bound" % (
+        what, float((err - bound).max()))
+
+
+def fp8_verify(addr):
+    """verify PASS for both formats: odd sizes, scales, alpha and beta, a bf16 result."""
+    for dtype, m, n, k, extra in (
+            ("e4m3", 37, 29, 53, []),
+            ("e5m2", 1, 1, 1, ["--scale-a", "0.5", "--scale-b", "3"]),
+            ("e4m3", 64, 3, 200, ["--alpha", "-2", "--beta", "0.75", "--scale-a", "0.125"]),
+            ("e5m2", 33, 17, 4099, ["--alpha", "0.5", "--beta", "-1", "--scale-b", "16"]),
+            ("e4m3", 19, 23, 29, ["--out-dtype", "bf16", "--beta", "1", "--scale-a", "4"])):
+        argv = ["--json", "verify", "--dtype", dtype, "--m", str(m), "--n", str(n), "--k",
+                str(k)] + extra
+        report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, " ".join(argv))[0])
+        assert report["result"] == "PASS" and report["error"] <= 1, report
+        assert report["tolerance"] == 1 and report["dtype"] == dtype, report
+        assert report["out_dtype"] == ("bf16" if "bf16" in extra else "f32"), report
+    text, _ = expect(gemmctl("verify", "--dtype", "e5m2", "--scale-a", "2", addr=addr), EXIT_OK,
+                     "verify text")
+    assert "e5m2 -> f32" in text and "fp8 bound" in text and "PASS" in text, text
+
+
+def fp8_gemm_files(rng, addr, p):
+    """gemm of |u1 files in every transpose, C and Fortran order, a batch, with a <f4 C and
+    beta, or a <f4 bias row and GELU, and the scales."""
+    m, n, k = 19, 23, 29
+    for dtype, trans_a, trans_b, batch, fortran, form in (
+            ("e4m3", False, False, None, False, "c"), ("e5m2", True, True, None, True, None),
+            ("e4m3", False, True, 3, False, "bias"), ("e5m2", True, False, 2, True, "c")):
+        lead = (batch,) if batch else ()
+        a, av = fp8_stored(rng, lead + ((k, m) if trans_a else (m, k)), dtype)
+        b, bv = fp8_stored(rng, lead + ((n, k) if trans_b else (k, n)), dtype)
+        save(p("a.npy"), a, fortran)
+        save(p("b.npy"), b, fortran)
+        argv = ["--json", "gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--out", p("out.npy"),
+                "--alpha", "-1.5", "--dtype", dtype, "--scale-a", "0.25", "--scale-b", "8"]
+        argv += (["--trans-a"] if trans_a else []) + (["--trans-b"] if trans_b else [])
+        cv, beta = None, 0.0
+        if form == "c":
+            cv, beta = rng.uniform(-4, 4, lead + (m, n)).astype("<f4"), 0.5
+            save(p("c.npy"), cv)
+            argv += ["--c", p("c.npy"), "--beta", "0.5"]
+        elif form == "bias":
+            cv, beta = rng.uniform(-4, 4, (n,)).astype("<f4"), 1.0
+            save(p("c.npy"), cv)
+            argv += ["--bias", p("c.npy"), "--activation", "gelu"]
+        what = " ".join(argv)
+        report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, what)[0])
+        assert report["dtype"] == dtype and report["out_dtype"] == "f32", report
+        got = np.load(p("out.npy"))
+        cv64 = None if cv is None else cv.astype(np.float64)
+        fp8_check(got, av, bv, cv64, -1.5 * 0.25 * 8, beta, trans_a, trans_b, form == "bias",
+                  what)
+
+
+def fp8_misuse(p):
+    """Exit 2, nothing sent (a dead address would make it 3)."""
+    dead = "unix:" + p("nobody.sock")
+    save(p("a8.npy"), fp8.to_e4m3(np.ones((3, 4))))
+    save(p("b8.npy"), fp8.to_e4m3(np.ones((4, 5))))
+    save(p("c8.npy"), fp8.to_e4m3(np.ones((3, 5))))
+    save(p("f32.npy"), np.ones((4, 5), "<f4"))
+    gemm8 = ["gemm", "--a", p("a8.npy"), "--b", p("b8.npy"), "--out", p("o.npy")]
+    for argv, why in (
+            (["verify", "--dtype", "f32", "--scale-a", "2"], "only an e4m3 or e5m2 gemm"),
+            (["verify", "--dtype", "i8", "--scale-b", "0.5"], "only an e4m3 or e5m2 gemm"),
+            (["verify", "--dtype", "e4m3", "--alpha", "1e300", "--scale-a", "1e300"],
+             "not finite"),
+            (["verify", "--dtype", "e5m2", "--out-dtype", "f64"], "cannot return f64"),
+            (["verify", "--dtype", "e4m3", "--scale-a", "inf"], "finite number"),
+            (["bench", "--dtype", "e4m3", "--out-dtype", "e4m3"], "cannot return e4m3"),
+            (gemm8, "pass --dtype e4m3 or e5m2"),
+            (gemm8 + ["--dtype", "bf16"], "pass --dtype e4m3 or e5m2"),
+            (gemm8 + ["--dtype", "e4m3", "--c", p("c8.npy")], "--c must hold <f4 too, not |u1"),
+            (gemm8 + ["--dtype", "e4m3", "--out-dtype", "i32"], "cannot return i32"),
+            (["gemm", "--a", p("f32.npy"), "--b", p("f32.npy"), "--dtype", "e4m3", "--out",
+              p("o.npy")], "--dtype e4m3 but the files hold <f4"),
+            (["gemm", "--a", p("a8.npy"), "--b", p("f32.npy"), "--dtype", "e4m3", "--out",
+              p("o.npy")], "same dtype")):
+        _, err = expect(gemmctl(*argv, addr=dead), EXIT_USAGE, " ".join(argv))
+        assert why in err, (argv, err)
+        assert not os.path.exists(p("o.npy"))
+
+
+def test_fp8(ctx):
+    """--dtype e4m3 and e5m2: verify, gemm of |u1 files, bench, misuse."""
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        addr = d.address("unix")
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        fp8_verify(addr)
+        fp8_gemm_files(ctx.rng, addr, p)
+        bench = json.loads(expect(gemmctl("--json", "bench", "--dtype", "e5m2", "--m", "16",
+                                          "--n", "24", "--k", "8", "--requests", "10",
+                                          "--resident-b", addr=addr), EXIT_OK, "bench e5m2")[0])
+        assert bench["dtype"] == "e5m2" and bench["out_dtype"] == "f32", bench
+        fp8_misuse(p)
+
+
 def test_usage_and_exit_codes(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         dead = "unix:" + os.path.join(tmp, "nobody.sock")
@@ -494,5 +623,6 @@ if __name__ == "__main__":
     ARGS, rest = parser.parse_known_args()
     sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_epilogue,
                      test_gemm_rejects_before_sending,
-                     test_verify_and_bench, test_out_dtype, test_i8, test_usage_and_exit_codes],
+                     test_verify_and_bench, test_out_dtype, test_i8, test_fp8,
+                     test_usage_and_exit_codes],
                     [sys.argv[0]] + rest))

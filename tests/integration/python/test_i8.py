@@ -279,6 +279,16 @@ def raw_gemm(raw, hdr, *operands):
     return reply.error, reply.result
 
 
+def expect_refused_raw(raw, cases):
+    """Each (hdr, operands, words) sent raw is answered INVALID_ARGUMENT with the words in its
+    message, and the connection still serves. test_fp8 uses it too."""
+    for hdr, ops, word in cases:
+        error, _ = raw_gemm(raw, hdr, *ops)
+        assert error is not None and error["code"] == "INVALID_ARGUMENT", (hdr, error)
+        assert word in error["message"], (hdr, error)
+    assert raw.call("ping") == "pong"
+
+
 def test_daemon_refuses_misuse(daemon, rng):
     m, n, k = 3, 5, 4
     a, b = operands(rng, m, n, k)
@@ -302,11 +312,7 @@ def test_daemon_refuses_misuse(daemon, rng):
          "c: expected %d bytes, got %d" % (n * 4, n)),
     ]
     with h.Client(daemon.address()) as raw:
-        for hdr, ops, word in cases:
-            error, _ = raw_gemm(raw, hdr, *ops)
-            assert error is not None and error["code"] == "INVALID_ARGUMENT", (hdr, error)
-            assert word in error["message"], (hdr, error)
-        assert raw.call("ping") == "pong"
+        expect_refused_raw(raw, cases)
         # the same connection serves: out_dtype i32 named, alpha and beta as ints, c sent with
         # beta 0 (poisoned: ignored)
         error, result = raw_gemm(raw, dict(base, out_dtype="i32", alpha=-7, beta=2), *ab,

@@ -217,7 +217,7 @@ def test_misuse_refused_before_sending(client):
 def fake_gemm_server(fake_server, seen, reply_dtype=None):
     """A daemon that records each gemm header and answers with a result of zeros, its out_hdr
     naming reply_dtype (default: the request's out_dtype, else what its dtype returns: i32 for
-    i8, else itself). test_i8 uses it too."""
+    i8, f32 for e4m3 and e5m2, else itself). test_i8 and test_fp8 use it too."""
     def handler(conn):
         while True:
             msg = read_request(conn)
@@ -225,7 +225,7 @@ def fake_gemm_server(fake_server, seen, reply_dtype=None):
                 return
             hdr = msg[3][0]
             seen.append(hdr)
-            uncast = "i32" if hdr["dtype"] == "i8" else hdr["dtype"]
+            uncast = {"i8": "i32", "e4m3": "f32", "e5m2": "f32"}.get(hdr["dtype"], hdr["dtype"])
             dtype = reply_dtype or hdr.get("out_dtype", uncast)
             size = hdr["m"] * hdr["n"] * hdr.get("batch", 1) * h.DTYPES[dtype]
             out_hdr = {"m": hdr["m"], "n": hdr["n"], "dtype": dtype, "batch": 1,

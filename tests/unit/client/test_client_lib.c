@@ -8,11 +8,16 @@
  * wire only for a cast; the integer gemm (1.5): i8 operands with an i32 c and result in
  * gc_gemm_operand_bytes, every misuse (non-integer or out-of-int32 alpha and beta, GELU, an
  * out_dtype other than i32, dtype i32) refused before sending, and on the wire an i8 header
- * without out_dtype whose i32 reply lands in out.
+ * without out_dtype whose i32 reply lands in out; the fp8 gemm (1.6): e4m3 and e5m2 operands of
+ * one byte with an f32 c and result (or f16 / bf16), the scales' default of 1 (also for a
+ * caller built against 1.5, whose struct ends before them), their misuse (on another dtype, not
+ * finite, overflowing alpha) and results other than f32, f16, bf16 refused before sending, and
+ * on the wire an e4m3 / e5m2 header with its scales (none when 1) whose f32 reply lands in out.
  */
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -164,6 +169,45 @@ START_TEST(i8_options) {
   ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 0);
   o.dtype = GC_DTYPE_F32, o.out_dtype = GC_DTYPE_I32; /* no float gemm returns i32 */
   ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 0);
+}
+END_TEST
+
+/* The fp8 gemm (1.6): a and b of one byte, c and the result of four (f32), or two with a cast
+ * to f16 or bf16; the scales default to 1, also for a struct of 1.5's size (whatever lies past
+ * it); a result of any other dtype gives 0. */
+START_TEST(fp8_options) {
+  gc_gemm_opts o;
+  memset(&o, 0x5a, sizeof o);
+  gc_gemm_opts_init(&o);
+  ck_assert(o.scale_a == 1.0 && o.scale_b == 1.0);
+  static const gc_dtype formats[] = {GC_DTYPE_E4M3, GC_DTYPE_E5M2};
+  for (int f = 0; f < 2; f++) {
+    o.m = 3, o.n = 5, o.k = 7, o.batch = 2, o.dtype = formats[f], o.out_dtype = GC_DTYPE_DEFAULT;
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 2 * 3 * 7);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'b'), 2 * 7 * 5);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 4);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+    o.out_dtype = GC_DTYPE_F32; /* its result named: no cast */
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 4);
+    o.out_dtype = GC_DTYPE_BF16, o.bias = 1; /* one bf16 row; the result bf16 */
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 5 * 2);
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 2);
+    o.out_dtype = GC_DTYPE_F16, o.bias = 0;
+    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 2);
+    static const gc_dtype refused_out[] = {GC_DTYPE_E4M3, GC_DTYPE_E5M2, GC_DTYPE_F64,
+                                           GC_DTYPE_I32, GC_DTYPE_I8};
+    for (size_t i = 0; i < sizeof refused_out / sizeof refused_out[0]; i++) {
+      o.out_dtype = refused_out[i];
+      ck_assert_msg(gc_gemm_operand_bytes(&o, 'o') == 0, "%d -> %d accepted", (int)o.dtype,
+                    (int)o.out_dtype);
+    }
+  }
+  /* a caller built against 1.5: its struct ends before the scales, which stay 1 */
+  memset(&o, 0x5a, sizeof o);
+  gc_gemm_opts_init_sized(&o, offsetof(gc_gemm_opts, scale_a));
+  ck_assert_uint_eq(o.struct_size, offsetof(gc_gemm_opts, scale_a));
+  ck_assert(o.scale_a != 1.0); /* not the library's to write */
+  ck_assert_int_eq(o.out_dtype, GC_DTYPE_DEFAULT);
 }
 END_TEST
 
@@ -1139,8 +1183,8 @@ static void expect_written(const void *out, size_t bytes, size_t total) {
   for (size_t j = bytes; j < total; j++) ck_assert_uint_eq(p[j], 0xee);
 }
 
-/* One i8 gemm that the library must refuse before sending: the code and words of its message. */
-static void expect_i8_refused(gc_conn *conn, const gc_gemm_opts *o, bool with_c, const char *what,
+/* One gemm that the library must refuse before sending: the code and words of its message. */
+static void expect_refused(gc_conn *conn, const gc_gemm_opts *o, bool with_c, const char *what,
                               const char *word) {
   int32_t x[64];
   memset(x, 0, sizeof x);
@@ -1150,6 +1194,39 @@ static void expect_i8_refused(gc_conn *conn, const gc_gemm_opts *o, bool with_c,
   const char *msg = gc_last_error(conn)->message;
   ck_assert_msg(strstr(msg, what) != NULL && strstr(msg, word) != NULL,
                 "\"%s\" lacks \"%s\" or \"%s\"", msg, what, word);
+}
+
+/* After refusals: nothing reached the silent fake; o, valid, then goes out (and waits there). */
+static void expect_none_sent_then_submit(gc_conn *conn, fake_server *fs, const gc_gemm_opts *o) {
+  ck_assert_uint_eq(gc_in_flight(conn), 0);
+  ck_assert_uint_eq(gc_pending_sends(conn), 0);
+  int32_t x[16] = {0};
+  gc_req req;
+  ck_assert_int_eq(gc_submit(conn, o, x, x, x, x, &req), 0);
+  ck_assert_uint_eq(gc_in_flight(conn), 1);
+  gc_close(conn);
+  fake_stop(fs);
+}
+
+/* One m x n gemm of the in-order fake answered with 4-byte elements: out (poisoned with 0xee,
+ * out_size bytes) got them and nothing past them, the result reported as F32 or I32 (result);
+ * returns the header the fake read, the same dtype and no out_dtype key in it. */
+static gp_gemm_hdr wire_gemm(gc_conn *conn, fake_server *fs, const gc_gemm_opts *o,
+                             const void *a, const void *b, const void *c, void *out,
+                             size_t out_size, gc_dtype result) {
+  memset(out, 0xee, out_size);
+  gc_gemm_result res;
+  int rc = gc_gemm(conn, o, a, b, c, out, &res);
+  ck_assert_msg(rc == 0, "dtype %d: %s", (int)o->dtype, gc_last_error(conn)->message);
+  gp_gemm_hdr seen = fake_last_gemm(fs);
+  ck_assert_int_eq((int)seen.dtype, (int)o->dtype);
+  ck_assert(!seen.has_out_dtype);
+  ck_assert_int_eq((int)gp_gemm_out_dtype(&seen), (int)result);
+  ck_assert(seen.alpha == o->alpha && seen.beta == o->beta);
+  ck_assert_int_eq((int)res.dtype, (int)result);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(o, 'o'), o->m * o->n * 4);
+  expect_written(out, o->m * o->n * 4, out_size);
+  return seen;
 }
 
 /* The integer gemm's misuse is refused locally with the reason: alpha and beta not integers or
@@ -1166,32 +1243,25 @@ START_TEST(i8_refused_before_sending) {
                                           {-0.5, 1.0},        {1e300, 0.0}};
   for (size_t i = 0; i < sizeof bad_scalars / sizeof bad_scalars[0]; i++) {
     o.alpha = bad_scalars[i][0], o.beta = bad_scalars[i][1];
-    expect_i8_refused(conn, &o, o.beta != 0.0, "alpha, beta", "integers within int32");
+    expect_refused(conn, &o, o.beta != 0.0, "alpha, beta", "integers within int32");
   }
   o.alpha = 1.0, o.beta = 0.0;
   o.activation = GC_ACT_GELU;
-  expect_i8_refused(conn, &o, false, "activation", "none or relu");
+  expect_refused(conn, &o, false, "activation", "none or relu");
   o.activation = GC_ACT_GELU_TANH;
-  expect_i8_refused(conn, &o, false, "activation", "none or relu");
+  expect_refused(conn, &o, false, "activation", "none or relu");
   o.activation = GC_ACT_NONE;
   static const gc_dtype bad_out[] = {GC_DTYPE_F32, GC_DTYPE_I8, GC_DTYPE_F16};
   for (size_t i = 0; i < sizeof bad_out / sizeof bad_out[0]; i++) {
     o.out_dtype = bad_out[i];
-    expect_i8_refused(conn, &o, false, "out_dtype", "an i8 gemm returns i32");
+    expect_refused(conn, &o, false, "out_dtype", "an i8 gemm returns i32");
   }
   o.out_dtype = GC_DTYPE_DEFAULT;
   o.dtype = GC_DTYPE_I32;
-  expect_i8_refused(conn, &o, false, "dtype", "result dtype only");
-  ck_assert_uint_eq(gc_in_flight(conn), 0);
-  ck_assert_uint_eq(gc_pending_sends(conn), 0);
-  /* the limits of int32 are integers within it: these go out (and wait on the silent fake) */
+  expect_refused(conn, &o, false, "dtype", "result dtype only");
+  /* the limits of int32 are integers within it */
   o.dtype = GC_DTYPE_I8, o.alpha = -2147483648.0, o.beta = 2147483647.0;
-  int32_t x[4] = {0};
-  gc_req req;
-  ck_assert_int_eq(gc_submit(conn, &o, x, x, x, x, &req), 0);
-  ck_assert_uint_eq(gc_in_flight(conn), 1);
-  gc_close(conn);
-  fake_stop(&fs);
+  expect_none_sent_then_submit(conn, &fs, &o);
 }
 END_TEST
 
@@ -1213,20 +1283,76 @@ START_TEST(i8_on_the_wire) {
     o.beta = form == 0 ? 0.0 : form == 1 ? 2147483647.0 : 1.0;
     o.bias = form == 2;
     o.activation = form == 2 ? GC_ACT_RELU : GC_ACT_NONE;
-    memset(out, 0xee, sizeof out);
-    gc_gemm_result res;
-    int rc = gc_gemm(conn, &o, a, b, form ? c : NULL, out, &res);
-    ck_assert_msg(rc == 0, "form %d: %s", form, gc_last_error(conn)->message);
-    gp_gemm_hdr seen = fake_last_gemm(&fs);
-    ck_assert_int_eq((int)seen.dtype, (int)GP_DTYPE_I8);
-    ck_assert(!seen.has_out_dtype);
-    ck_assert_int_eq((int)gp_gemm_out_dtype(&seen), (int)GP_DTYPE_I32);
-    ck_assert(seen.alpha == o.alpha && seen.beta == o.beta);
+    gp_gemm_hdr seen = wire_gemm(conn, &fs, &o, a, b, form ? c : NULL, out, sizeof out,
+                                 GC_DTYPE_I32);
     ck_assert_int_eq(seen.bias, form == 2);
     ck_assert_int_eq((int)seen.activation, form == 2 ? (int)GP_ACT_RELU : (int)GP_ACT_NONE);
-    ck_assert_int_eq((int)res.dtype, (int)GC_DTYPE_I32);
-    ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 6 * 5 * 4);
-    expect_written(out, 6 * 5 * 4, sizeof out);
+  }
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
+/* The fp8 gemm's misuse is refused locally with the reason: scales on any other dtype, scales
+ * that are not finite or make alpha * scale_a * scale_b overflow, a result other than f32, f16,
+ * bf16; nothing reaches the (silent) server. */
+START_TEST(fp8_refused_before_sending) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_SILENT, 0);
+  gc_gemm_opts o;
+  small_opts(&o, 2, 2, 2);
+  static const gc_dtype others[] = {GC_DTYPE_F32, GC_DTYPE_F64, GC_DTYPE_F16, GC_DTYPE_BF16,
+                                    GC_DTYPE_I8};
+  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+    o.dtype = others[i], o.scale_a = i % 2 ? 1.0 : 0.5, o.scale_b = i % 2 ? 4.0 : 1.0;
+    expect_refused(conn, &o, false, "scale_a, scale_b", "only an e4m3 or e5m2 gemm");
+  }
+  o.dtype = GC_DTYPE_E4M3;
+  static const double bad_scales[][3] = {{1.0, NAN, 1.0}, {1.0, 1.0, INFINITY},
+                                         {1.0, -INFINITY, 2.0}, {1e300, 1e10, 1.0},
+                                         {2.0, 1e200, 1e200}};
+  for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+    o.alpha = bad_scales[i][0], o.scale_a = bad_scales[i][1], o.scale_b = bad_scales[i][2];
+    expect_refused(conn, &o, false, "scale_a, scale_b", "finite");
+  }
+  o.alpha = 1.0, o.scale_a = 0.25, o.scale_b = 8.0;
+  static const gc_dtype bad_out[] = {GC_DTYPE_F64, GC_DTYPE_E4M3, GC_DTYPE_E5M2, GC_DTYPE_I32};
+  for (size_t i = 0; i < sizeof bad_out / sizeof bad_out[0]; i++) {
+    o.out_dtype = bad_out[i];
+    expect_refused(conn, &o, false, "out_dtype", "e4m3 or e5m2 gemm's result may be cast");
+  }
+  /* the largest finite product of alpha and the scales */
+  o.out_dtype = GC_DTYPE_DEFAULT, o.alpha = -1.0, o.scale_a = 0x1p1000, o.scale_b = 0x1p23;
+  expect_none_sent_then_submit(conn, &fs, &o);
+}
+END_TEST
+
+/* The fp8 gemm on the wire: dtype e4m3 / e5m2, no out_dtype key (its f32 default and F32 named
+ * alike), the scales sent when not 1 (and never from a 1.5-sized struct, whatever
+ * lies past it), a c of m n floats; the reply's f32 result received into out (m n elements of 4
+ * bytes, nothing past them touched) and reported as F32. */
+START_TEST(fp8_on_the_wire) {
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_IN_ORDER, 0);
+  uint8_t a[6 * 4], b[4 * 5];
+  float c[6 * 5], out[6 * 5 + 8];
+  memset(a, 0x38, sizeof a), memset(b, 0x3c, sizeof b);
+  for (int i = 0; i < 6 * 5; i++) c[i] = 0.5f;
+  static const double scales[][2] = {{1.0, 1.0}, {0.5, 1.0}, {1.0, 3.0}, {0.125, 64.0}};
+  for (int form = 0; form < 5; form++) {
+    gc_gemm_opts o;
+    memset(&o, 0x5a, sizeof o); /* form 4: a 1.5 caller's struct, garbage past it */
+    gc_gemm_opts_init_sized(&o, form == 4 ? offsetof(gc_gemm_opts, scale_a) : sizeof o);
+    o.m = 6, o.n = 5, o.k = 4, o.timeout_ms = 10000;
+    o.dtype = form % 2 ? GC_DTYPE_E5M2 : GC_DTYPE_E4M3;
+    if (form < 4) o.scale_a = scales[form][0], o.scale_b = scales[form][1];
+    o.out_dtype = form == 1 ? GC_DTYPE_F32 : GC_DTYPE_DEFAULT;
+    o.beta = form == 2 ? -1.0 : 0.0;
+    gp_gemm_hdr seen = wire_gemm(conn, &fs, &o, a, b, form == 2 ? c : NULL, out, sizeof out,
+                                 GC_DTYPE_F32);
+    double want_a = form < 4 ? scales[form][0] : 1.0, want_b = form < 4 ? scales[form][1] : 1.0;
+    ck_assert_msg(seen.scale_a == want_a && seen.scale_b == want_b, "form %d: scales %g %g", form,
+                  seen.scale_a, seen.scale_b);
   }
   gc_close(conn);
   fake_stop(&fs);
@@ -1274,6 +1400,7 @@ int main(void) {
   tcase_add_test(local, version_and_options);
   tcase_add_test(local, out_dtype_options);
   tcase_add_test(local, i8_options);
+  tcase_add_test(local, fp8_options);
   tcase_add_test(local, connect_failures);
   tcase_add_test(local, connect_option_refusals);
   suite_add_tcase(s, local);
@@ -1301,6 +1428,8 @@ int main(void) {
   tcase_add_test(fake, out_dtype_on_the_wire);
   tcase_add_test(fake, i8_refused_before_sending);
   tcase_add_test(fake, i8_on_the_wire);
+  tcase_add_test(fake, fp8_refused_before_sending);
+  tcase_add_test(fake, fp8_on_the_wire);
   suite_add_tcase(s, fake);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
