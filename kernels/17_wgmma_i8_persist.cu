@@ -57,8 +57,8 @@ struct gk__s8_op {
   }
 #endif
 
-  template <bool EPI>
-  static __device__ __forceinline__ int32_t epilogue(const gk__k8_args<int32_t> &args, int32_t v, int32_t c0) {
+  template <bool EPI, class Args>
+  static __device__ __forceinline__ int32_t epilogue(const Args &args, int32_t v, int32_t c0) {
     return gk__k8_store_i32<EPI>(args.alpha, args.beta, args.act, v, c0);
   }
 

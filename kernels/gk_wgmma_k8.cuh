@@ -15,6 +15,8 @@
  *   scalar(double)             alpha or beta in acc_t (host)
  *   fallback()                 the kernel that reads every layout, for when the K-major copy's
  *                              memory cannot be had
+ * and C's element type Out is acc_t, or (fp8: the output cast in the store) __half or
+ * __nv_bfloat16, each element rounded once from the f32 epilogue.
  *
  * Contract: header-only, included by .cu files only; the device code sits under
  * GK_WGMMA_DEVICE (gk_fast_wgmma.cuh). Every wgmma of 8-bit types reads both operands K-major
@@ -38,7 +40,6 @@ struct gk__k8_cfg : gk__wgmma_cfg<BN_, STAGES_> {
   using base::BN, base::STAGES, base::STAGE_BYTES, base::CONSUMERS;
   static constexpr int K_TILE = 128;                         /* 8-bit values: 128 bytes */
   static constexpr int PARTS = 2, PART_COLS = BN / PARTS;    /* staged one after another */
-  static constexpr int BOX_COLS = 32;                        /* 32-bit columns of a C box */
   static constexpr int PART_BYTES = 64 * PART_COLS * 4;
   static constexpr int STAGING_OFFSET = STAGES * STAGE_BYTES + 1024; /* from the ring's start */
   static constexpr size_t SMEM_TOTAL = 1024 + STAGING_OFFSET + (size_t)CONSUMERS * PART_BYTES;
@@ -47,11 +48,11 @@ struct gk__k8_cfg : gk__wgmma_cfg<BN_, STAGES_> {
   static_assert(SMEM_TOTAL <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
 };
 
-/* What the kernel needs besides the tensor maps. */
-template <typename Acc>
+/* What the kernel needs besides the tensor maps; C (and C0, the bias) of type Out. */
+template <typename Acc, typename Out = Acc>
 struct gk__k8_args {
-  Acc *c;
-  const Acc *bias; /* beta multiplies this row (n values, bias_stride apart) instead of C */
+  Out *c;
+  const Out *bias; /* beta multiplies this row (n values, bias_stride apart) instead of C */
   int64_t bias_stride, stride_c;
   int m, n, k;
   Acc alpha, beta;
@@ -84,6 +85,20 @@ struct gk__k8_args {
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "   \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
+/* An element of C (of type Out) in the accumulator's type, and two results stored as Out. */
+template <typename T> __device__ __forceinline__ T gk__k8_c0(T x) { return x; }
+__device__ __forceinline__ float gk__k8_c0(__half x) { return __half2float(x); }
+__device__ __forceinline__ float gk__k8_c0(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename Out, typename Acc>
+__device__ __forceinline__ void gk__k8_put_pair(unsigned char *at, Acc x, Acc y) {
+  if constexpr (sizeof(Out) == sizeof(Acc)) {
+    *reinterpret_cast<typename gk__k8_pair<Acc>::type *>(at) = gk__k8_pair<Acc>::make(x, y);
+  } else { /* the output cast: two 16-bit values, one 4-byte store */
+    const Out pair[2] = {gk__from_f32<Out>(x), gk__from_f32<Out>(y)};
+    *reinterpret_cast<uint32_t *>(at) = *reinterpret_cast<const uint32_t *>(pair);
+  }
+}
+
 #if GK_WGMMA_DEVICE
 /* Consumer side, ring slot `it`: waits for its bytes, issues this warpgroup's four wgmmas on its
  * 64 rows (box `consumer` of A) and keeps them in flight; once the group before is done,
@@ -108,12 +123,12 @@ __device__ __forceinline__ void gk__k8_consume(const gk__ring &ring, int it, boo
 
 /* The element stored at (row, col) from accumulator v: C0 read where inside C (C, or the bias
  * row, already at the problem's row). */
-template <class Op, bool EPI, typename Acc>
-__device__ __forceinline__ Acc gk__k8_scaled(const gk__k8_args<Acc> &args, const Acc *c,
-                                             const Acc *bias, int row, int col, Acc v) {
+template <class Op, bool EPI, typename Acc, typename Out>
+__device__ __forceinline__ Acc gk__k8_scaled(const gk__k8_args<Acc, Out> &args, const Out *c,
+                                             const Out *bias, int row, int col, Acc v) {
   const Acc c0 = args.beta_zero || row >= args.m || col >= args.n ? Acc(0)
-                 : EPI && bias != NULL                          ? bias[col]
-                                                                : c[(int64_t)row * args.n + col];
+                 : EPI && bias != NULL                          ? gk__k8_c0(bias[col])
+                                                                : gk__k8_c0(c[(int64_t)row * args.n + col]);
   return Op::template epilogue<EPI>(args, v, c0);
 }
 
@@ -121,17 +136,17 @@ __device__ __forceinline__ Acc gk__k8_scaled(const gk__k8_args<Acc> &args, const
  * wait until the engine has read the buffer, fill it, make it visible to the async proxy, store
  * its boxes. Accumulator layout: thread (warp4, g, t) holds rows warp4 * 16 + g and + 8,
  * columns 8j + 2t and + 1. */
-template <class C, class Op, bool EPI>
+template <class C, class Op, bool EPI, typename Out>
 __device__ __forceinline__ void gk__k8_store_tile(const CUtensorMap *map_c,
-                                                  const gk__k8_args<typename Op::acc_t> &args,
+                                                  const gk__k8_args<typename Op::acc_t, Out> &args,
                                                   const typename Op::acc_t (&acc)[C::ACC],
                                                   uint32_t buffer, unsigned char *buffer_ptr,
                                                   int consumer, int m0, int n0, int z) {
-  using Acc = typename Op::acc_t;
+  constexpr int BOX_COLS = 128 / sizeof(Out); /* columns of C in a 128-byte swizzle row */
   const int wg_thread = threadIdx.x % 128, warp4 = wg_thread / 32, lane = wg_thread % 32;
   const int g = lane / 4, t = lane % 4;
-  const Acc *c = args.c + (int64_t)z * args.stride_c;
-  const Acc *bias = args.bias != NULL ? args.bias + (int64_t)z * args.bias_stride : NULL;
+  const Out *c = args.c + (int64_t)z * args.stride_c;
+  const Out *bias = args.bias != NULL ? args.bias + (int64_t)z * args.bias_stride : NULL;
   const int row0 = m0 + consumer * 64;
 #pragma unroll /* part indexes acc: a constant, or acc goes to local memory */
   for (int part = 0; part < C::PARTS; ++part) {
@@ -144,17 +159,17 @@ __device__ __forceinline__ void gk__k8_store_tile(const CUtensorMap *map_c,
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int r = warp4 * 16 + g + 8 * e, col = 8 * jj + 2 * t;
-        *reinterpret_cast<typename gk__k8_pair<Acc>::type *>(buffer_ptr + gk__swizzled<Acc>(r, col, 64)) =
-            gk__k8_pair<Acc>::make(gk__k8_scaled<Op, EPI>(args, c, bias, row0 + r, col0 + col, acc[4 * j + 2 * e]),
-                                   gk__k8_scaled<Op, EPI>(args, c, bias, row0 + r, col0 + col + 1, acc[4 * j + 2 * e + 1]));
+        gk__k8_put_pair<Out>(buffer_ptr + gk__swizzled<Out>(r, col, 64),
+                             gk__k8_scaled<Op, EPI>(args, c, bias, row0 + r, col0 + col, acc[4 * j + 2 * e]),
+                             gk__k8_scaled<Op, EPI>(args, c, bias, row0 + r, col0 + col + 1, acc[4 * j + 2 * e + 1]));
       }
     }
     gk__fence_proxy_async();
     gk__named_sync(2 + consumer, 128);
     if (wg_thread != 0) continue;
-    for (int b = 0; b < C::PART_COLS / C::BOX_COLS; ++b)
-      if (row0 < args.m && col0 + b * C::BOX_COLS < args.n)
-        gk__tma_store_3d(map_c, buffer + b * 64 * 128, col0 + b * C::BOX_COLS, row0, z);
+    for (int b = 0; b < C::PART_COLS / BOX_COLS; ++b)
+      if (row0 < args.m && col0 + b * BOX_COLS < args.n)
+        gk__tma_store_3d(map_c, buffer + b * 64 * 128, col0 + b * BOX_COLS, row0, z);
     gk__bulk_commit();
   }
 }
@@ -162,10 +177,10 @@ __device__ __forceinline__ void gk__k8_store_tile(const CUtensorMap *map_c,
 
 /* The kernel: grid.x CTAs walk the batch chunk's `problems` x tiles; warpgroup 0 (one thread)
  * loads, warpgroups 1 and 2 multiply and store (15's loop). */
-template <class C, class Op>
+template <class C, class Op, typename Out>
 __global__ void __launch_bounds__(C::THREADS, 1)
     gk__k8_persist(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                   const __grid_constant__ CUtensorMap map_c, gk__k8_args<typename Op::acc_t> args,
+                   const __grid_constant__ CUtensorMap map_c, gk__k8_args<typename Op::acc_t, Out> args,
                    int problems) {
 #if GK_WGMMA_DEVICE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -203,9 +218,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (threadIdx.x % 128 == 0) /* the tile's last slot: free for the producer */
       gk__mbar_arrive(ring.empty0 + 8 * ((it + C::STAGES - 1) % C::STAGES));
     if (args.bias == NULL && args.act == GK_ACT_NONE) /* the plain store has no epilogue code */
-      gk__k8_store_tile<C, Op, false>(&map_c, args, acc, buffer, buffer_ptr, consumer, m0, n0, z);
+      gk__k8_store_tile<C, Op, false, Out>(&map_c, args, acc, buffer, buffer_ptr, consumer, m0, n0, z);
     else
-      gk__k8_store_tile<C, Op, true>(&map_c, args, acc, buffer, buffer_ptr, consumer, m0, n0, z);
+      gk__k8_store_tile<C, Op, true, Out>(&map_c, args, acc, buffer, buffer_ptr, consumer, m0, n0, z);
   }
   if (threadIdx.x % 128 == 0) gk__bulk_wait_all(); /* C is written before the grid ends */
 #else
@@ -276,24 +291,24 @@ static inline bool gk__k8_fits(const gk_problem *p) {
          p->n * p->k < ((int64_t)1 << 40) && p->m * p->n * 4 < ((int64_t)1 << 40);
 }
 
-template <class C, class Op>
+template <class C, class Op, typename Out>
 cudaError_t gk__k8_run(const gk_problem *p, const void *a, const void *b, int sms, cudaStream_t stream) {
   using Acc = typename Op::acc_t;
-  auto kernel = gk__k8_persist<C, Op>;
+  auto kernel = gk__k8_persist<C, Op, Out>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)C::SMEM_TOTAL);
   if (err != cudaSuccess) return err;
   const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  gk__k8_args<Acc> args;
+  gk__k8_args<Acc, Out> args;
   args.m = (int)p->m, args.n = (int)p->n, args.k = (int)p->k;
   args.stride_c = p->m * p->n, args.bias_stride = p->bias_stride;
   args.alpha = Op::scalar(p->alpha), args.beta = Op::scalar(p->beta), args.beta_zero = p->beta == 0.0;
   args.act = p->act;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
-    gk__k8_args<Acc> chunk = args;
-    chunk.c = static_cast<Acc *>(p->c) + first * args.stride_c;
-    chunk.bias = p->bias != NULL ? static_cast<const Acc *>(p->bias) + first * p->bias_stride : NULL;
+    gk__k8_args<Acc, Out> chunk = args;
+    chunk.c = static_cast<Out *>(p->c) + first * args.stride_c;
+    chunk.bias = p->bias != NULL ? static_cast<const Out *>(p->bias) + first * p->bias_stride : NULL;
     const uint8_t *ca = static_cast<const uint8_t *>(a) + first * p->m * p->k;
     const uint8_t *cb = static_cast<const uint8_t *>(b) + first * p->n * p->k;
     CUtensorMap map_a, map_b, map_c;
@@ -301,7 +316,9 @@ cudaError_t gk__k8_run(const gk_problem *p, const void *a, const void *b, int sm
     if (map_err == cudaSuccess)
       map_err = gk__tf32_map(&map_b, cb, p->k, p->n, count, C::CHUNK, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1);
     if (map_err == cudaSuccess)
-      map_err = gk__tf32_map(&map_c, chunk.c, p->n, p->m, count, 64, Op::C_MAP, 4);
+      map_err = gk__tf32_map(&map_c, chunk.c, p->n, p->m, count, 64,
+                             sizeof(Out) == sizeof(Acc) ? Op::C_MAP : gk__tf32_c_map_type<Out>(),
+                             sizeof(Out));
     if (map_err != cudaSuccess) return map_err;
     const int64_t work = tiles * count;
     const unsigned grid = (unsigned)(work < sms ? work : sms);
@@ -313,23 +330,25 @@ cudaError_t gk__k8_run(const gk_problem *p, const void *a, const void *b, int sm
 /* The K-major operands a and b (p's own, or copies) through the tile that suits the grid: the
  * 128 x 256 tile (3 stages), or the 128 x 128 one (5 stages) where the wide one would fill at
  * most half of the SMs. */
-template <class Op>
+template <class Op, typename Out>
 cudaError_t gk__k8_run_k_major(gk_gpu_ctx *ctx, const gk_problem *p, const void *a, const void *b,
                                cudaStream_t stream) {
   using wide = gk__k8_cfg<256, 3>;
   using narrow = gk__k8_cfg<128, 5>;
   const int sms = gk__sm_count(ctx);
   const int64_t wide_tiles = ((p->m + wide::BM - 1) / wide::BM) * ((p->n + wide::BN - 1) / wide::BN) * p->batch;
-  if (wide_tiles * 2 <= sms || p->n <= narrow::BN) return gk__k8_run<narrow, Op>(p, a, b, sms, stream);
-  return gk__k8_run<wide, Op>(p, a, b, sms, stream);
+  if (wide_tiles * 2 <= sms || p->n <= narrow::BN) return gk__k8_run<narrow, Op, Out>(p, a, b, sms, stream);
+  return gk__k8_run<wide, Op, Out>(p, a, b, sms, stream);
 }
 
 /* K-major copies of the operands that are not (A stored k x m, B stored k x n) in one
  * stream-ordered allocation, the gemm on them, and the allocation's return; Op's fallback where
- * the allocation fails. */
-template <class Op>
+ * the allocation fails. C of type Out: the output cast only in the native layout (no copy, and
+ * so no fallback, which has no cast). */
+template <class Op, typename Out = typename Op::acc_t>
 cudaError_t gk__k8_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  if (!p->trans_a && p->trans_b) return gk__k8_run_k_major<Op>(ctx, p, p->a, p->b, stream);
+  if (!p->trans_a && p->trans_b) return gk__k8_run_k_major<Op, Out>(ctx, p, p->a, p->b, stream);
+  if (sizeof(Out) != sizeof(typename Op::acc_t)) return cudaErrorInvalidValue;
   const size_t a_bytes = p->trans_a ? (size_t)(p->batch * p->m * p->k) : 0;
   const size_t b_bytes = !p->trans_b ? (size_t)(p->batch * p->n * p->k) : 0;
   const size_t a_round = (a_bytes + 255) & ~(size_t)255;
@@ -344,7 +363,7 @@ cudaError_t gk__k8_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t str
   if (p->trans_a) err = gk__k8_transpose_launch(p->a, a_t, p->k, p->m, p->batch, stream);
   if (err == cudaSuccess && !p->trans_b) err = gk__k8_transpose_launch(p->b, b_t, p->k, p->n, p->batch, stream);
   if (err == cudaSuccess)
-    err = gk__k8_run_k_major<Op>(ctx, p, p->trans_a ? a_t : p->a, p->trans_b ? p->b : b_t, stream);
+    err = gk__k8_run_k_major<Op, Out>(ctx, p, p->trans_a ? a_t : p->a, p->trans_b ? p->b : b_t, stream);
   const cudaError_t freed = cudaFreeAsync(copies, stream);
   return err != cudaSuccess ? err : freed;
 }
