@@ -222,7 +222,7 @@ def test_aio_unavailable_retried_elsewhere(fresh_daemon, rng):
     other = fresh_daemon()
     both = "%s,%s" % (draining.address(), other.address())
     a, b = operands(rng)
-    big = rng.standard_normal((1200, 1200))
+    big = rng.standard_normal((1500, 1500))
 
     async def main():
         for _ in range(2):
@@ -232,14 +232,18 @@ def test_aio_unavailable_retried_elsewhere(fresh_daemon, rng):
             await c.close()
         assert c.address == draining.address()
         async with gemmd.aio.Client(draining.address(), retries=0) as keeper:
-            busy = asyncio.ensure_future(keeper.gemm(big, big))   # keeps it draining
+            # keep it draining: three jobs one after another on its one thread, a second or
+            # more (one 1200^3 job was sometimes done before the gemm below reached it, and
+            # the daemon then stopped without answering UNAVAILABLE)
+            busy = [asyncio.ensure_future(keeper.gemm(big, big)) for _ in range(3)]
             await asyncio.sleep(0.1)
             draining.send_signal(signal.SIGTERM)
             h.wait_until(lambda: "draining" in draining.log(), 10 * draining.scale, "the drain")
             check(await c.gemm(a, b), a, b)
             assert c.address == other.address()
             assert "UNAVAILABLE" in draining.log(), draining.log_tail()
-            check(await busy, big, big)
+            for job in busy:
+                check(await job, big, big)
         await c.close()
     run(main())
     draining.stop(sig=None)
