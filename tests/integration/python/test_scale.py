@@ -222,7 +222,7 @@ def test_aio_unavailable_retried_elsewhere(fresh_daemon, rng):
     other = fresh_daemon()
     both = "%s,%s" % (draining.address(), other.address())
     a, b = operands(rng)
-    big = rng.standard_normal((1500, 1500))
+    big = rng.standard_normal((2000, 2000))
 
     async def main():
         for _ in range(2):
@@ -232,18 +232,19 @@ def test_aio_unavailable_retried_elsewhere(fresh_daemon, rng):
             await c.close()
         assert c.address == draining.address()
         async with gemmd.aio.Client(draining.address(), retries=0) as keeper:
-            # keep it draining: three jobs one after another on its one thread, a second or
-            # more (one 1200^3 job was sometimes done before the gemm below reached it, and
-            # the daemon then stopped without answering UNAVAILABLE)
-            busy = [asyncio.ensure_future(keeper.gemm(big, big)) for _ in range(3)]
-            await asyncio.sleep(0.1)
+            # keeps it draining: a second or more on its one thread, and running before the
+            # SIGTERM (a 1200^3 job was sometimes done before the gemm below reached the
+            # daemon, which then stopped without answering UNAVAILABLE; a job still queued at
+            # the SIGTERM is itself answered UNAVAILABLE)
+            busy = asyncio.ensure_future(keeper.gemm(big, big))
+            while (await keeper.stats())["jobs_running"] < 1:
+                await asyncio.sleep(0.01)
             draining.send_signal(signal.SIGTERM)
             h.wait_until(lambda: "draining" in draining.log(), 10 * draining.scale, "the drain")
             check(await c.gemm(a, b), a, b)
             assert c.address == other.address()
             assert "UNAVAILABLE" in draining.log(), draining.log_tail()
-            for job in busy:
-                check(await job, big, big)
+            check(await busy, big, big)
         await c.close()
     run(main())
     draining.stop(sig=None)
