@@ -39,7 +39,6 @@ extern "C" const gk_kernel gk_kernel_mma_i8_small; /* 18: the fallback that read
  * fallback. Accumulator layout as f32's. At namespace scope, as gk__k8_cfg (its comment). */
 struct gk__s8_op {
   using acc_t = int32_t;
-  static constexpr CUtensorMapDataType C_MAP = CU_TENSOR_MAP_DATA_TYPE_INT32;
 
 #if GK_WGMMA_DEVICE
   template <int N>

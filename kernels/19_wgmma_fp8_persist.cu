@@ -38,7 +38,6 @@ extern "C" const gk_kernel gk_kernel_mma_fp8_small; /* 20: the fallback that rea
 template <bool E5M2>
 struct gk__fp8_op {
   using acc_t = float;
-  static constexpr CUtensorMapDataType C_MAP = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 
 #if GK_WGMMA_DEVICE
 #define GK__FP8_WGMMA(SHAPE, TYPES, REGS, DESCS, FLAG, ACC)                                        \

@@ -298,9 +298,10 @@ template <class F> static inline cudaError_t gk__with_c_type(const gk_problem *p
   return f(gk__c_type<__nv_bfloat16>());
 }
 
-/* The tensor-map type of C's element type T. */
+/* The tensor-map type of C's element type T (int32_t: the integer gemm's C, 17). */
 template <typename T> constexpr CUtensorMapDataType gk__tf32_c_map_type() {
-  return sizeof(T) == 4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+  return std::is_same<T, int32_t>::value ? CU_TENSOR_MAP_DATA_TYPE_INT32
+         : sizeof(T) == 4                ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
                         : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
 }

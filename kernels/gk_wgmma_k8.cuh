@@ -8,7 +8,6 @@
  *
  * An Op class supplies:
  *   acc_t                      int32_t or float: the accumulator, C's element and alpha/beta's
- *   C_MAP                      C's tensor-map element type
  *   mma<BN>(acc, desc_a, desc_b)  one wgmma m64nBNk32 on K-major descriptors (device)
  *   epilogue<EPI>(args, v, c0)    the element stored: alpha * v + beta * c0, then the
  *                              activation when EPI (device; c0 is 0 where C is not read)
@@ -316,8 +315,7 @@ cudaError_t gk__k8_run(const gk_problem *p, const void *a, const void *b, int sm
     if (map_err == cudaSuccess)
       map_err = gk__tf32_map(&map_b, cb, p->k, p->n, count, C::CHUNK, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1);
     if (map_err == cudaSuccess)
-      map_err = gk__tf32_map(&map_c, chunk.c, p->n, p->m, count, 64,
-                             sizeof(Out) == sizeof(Acc) ? Op::C_MAP : gk__tf32_c_map_type<Out>(),
+      map_err = gk__tf32_map(&map_c, chunk.c, p->n, p->m, count, 64, gk__tf32_c_map_type<Out>(),
                              sizeof(Out));
     if (map_err != cudaSuccess) return map_err;
     const int64_t work = tiles * count;
