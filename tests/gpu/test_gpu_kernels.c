@@ -235,6 +235,34 @@ static double scaled_error(const void *out, gk_dtype t, const double *ref, const
   return worst;
 }
 
+/* p through gk_gpu_gemm ("auto"), then its C (c_bytes) to out; the first error. */
+static cudaError_t run_auto(test_env *env, const gk_problem *p, void *out, size_t c_bytes,
+                            const gk_kernel **used)
+{
+  cudaError_t err = gk_gpu_gemm(env->ctx, p, "auto", env->stream, used);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(env->stream);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
+  return err;
+}
+
+/* p on `kernel` as it is, or (NULL) through gk_gpu_gemm "auto"; C's first c_bytes back to out
+ * and the kernel that ran into *used. */
+static cudaError_t run_on(test_env *env, const gk_kernel *kernel, const gk_problem *p, void *out,
+                          size_t c_bytes, const gk_kernel **used)
+{
+  if (kernel == NULL)
+    return run_auto(env, p, out, c_bytes, used);
+  *used = kernel;
+  cudaError_t err = kernel->launch(env->ctx, p, env->stream);
+  if (err == cudaSuccess)
+    err = cudaStreamSynchronize(env->stream);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
+  return err;
+}
+
 /* Runs one kernel into d_c (poisoned or reset to C0 first) and brings the result back to out.
  * Returns the launch or execution error. */
 static cudaError_t run_kernel(test_env *env, const gk_kernel *kernel, const gk_problem *p,
@@ -244,12 +272,8 @@ static cudaError_t run_kernel(test_env *env, const gk_kernel *kernel, const gk_p
     CUDA_OR_DIE(cudaMemcpyAsync(p->c, d_c0, c_bytes, cudaMemcpyDeviceToDevice, env->stream));
   else /* all-ones bytes are NaN in every dtype: an unwritten element cannot pass */
     CUDA_OR_DIE(cudaMemsetAsync(p->c, 0xFF, c_bytes, env->stream));
-  cudaError_t err = kernel->launch(env->ctx, p, env->stream);
-  if (err == cudaSuccess)
-    err = cudaStreamSynchronize(env->stream);
-  if (err == cudaSuccess)
-    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
-  return err;
+  const gk_kernel *used = NULL;
+  return run_on(env, kernel, p, out, c_bytes, &used);
 }
 
 static void print_result(test_env *env, const test_case *tc, const char *kernel, double err64,
@@ -480,18 +504,6 @@ static double act_ref(gk_act act, double x)
   case GK_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
   default: return x;
   }
-}
-
-/* p through gk_gpu_gemm ("auto"), then its C (c_bytes) to out; the first error. */
-static cudaError_t run_auto(test_env *env, const gk_problem *p, void *out, size_t c_bytes,
-                            const gk_kernel **used)
-{
-  cudaError_t err = gk_gpu_gemm(env->ctx, p, "auto", env->stream, used);
-  if (err == cudaSuccess)
-    err = cudaStreamSynchronize(env->stream);
-  if (err == cudaSuccess)
-    err = cudaMemcpy(out, p->c, c_bytes, cudaMemcpyDeviceToHost);
-  return err;
 }
 
 /* One problem through gk_gpu_gemm (auto) with a bias row and an activation, against float64: the
@@ -781,17 +793,8 @@ static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *ker
   else if (form == 3)
     p.bias = d_c, p.bias_stride = ce;
   int32_t *got = xmalloc((size_t)c_elems * 4);
-  const gk_kernel *used = kernel;
-  cudaError_t err;
-  if (kernel != NULL) {
-    err = kernel->launch(env->ctx, &p, env->stream);
-    if (err == cudaSuccess)
-      err = cudaStreamSynchronize(env->stream);
-    if (err == cudaSuccess)
-      err = cudaMemcpy(got, d_c, (size_t)c_elems * 4, cudaMemcpyDeviceToHost);
-  } else {
-    err = run_auto(env, &p, got, (size_t)c_elems * 4, &used);
-  }
+  const gk_kernel *used = NULL;
+  const cudaError_t err = run_on(env, kernel, &p, got, (size_t)c_elems * 4, &used);
   int64_t off = 0;
   for (int64_t i = 0; err == cudaSuccess && i < c_elems; i++)
     off += got[i] != ref[i];
@@ -948,17 +951,8 @@ static void run_fp8_case(test_env *env, const test_case *tc, const gk_kernel *ke
   const gk_dtype out_t = cast ? GK_BF16 : GK_F32;
   const size_t out_bytes = (size_t)c_elems * (cast ? 2 : 4);
   void *got = xmalloc(out_bytes);
-  const gk_kernel *used = kernel;
-  cudaError_t err;
-  if (kernel != NULL) {
-    err = kernel->launch(env->ctx, &p, env->stream);
-    if (err == cudaSuccess)
-      err = cudaStreamSynchronize(env->stream);
-    if (err == cudaSuccess)
-      err = cudaMemcpy(got, d_c, out_bytes, cudaMemcpyDeviceToHost);
-  } else {
-    err = run_auto(env, &p, got, out_bytes, &used);
-  }
+  const gk_kernel *used = NULL;
+  const cudaError_t err = run_on(env, kernel, &p, got, out_bytes, &used);
   if (cast) /* bf16's rounding of each result on top of the sum's error */
     for (int64_t e = 0; e < c_elems; e++)
       mag[e] += fabs(ref[e]) * (0x1p-8 / tolerance(tc));
