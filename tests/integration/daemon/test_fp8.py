@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 from test_out_dtype import send  # noqa: E402  (c goes as f32 for an fp8 gemm)
 from test_resident import put  # noqa: E402
-from test_shm import Region, expect_error, expect_split, split_region  # noqa: E402
+from test_shm import (Region, expect_error, expect_split, gemm_into,  # noqa: E402
+                      split_region)
 
 FORMATS = {"e4m3": (3, 7), "e5m2": (2, 15)}  # mantissa bits, exponent bias
 
@@ -258,17 +259,9 @@ def test_through_shared_memory(ctx):
                 refs = [region.put(a, dtype), region.put(b, dtype)]
                 if c is not None:
                     refs.append(region.put(c, "f32"))
-                nbytes = m * n * kw.get("batch", 1) * 4
-                dest = region.take(nbytes + 64)
-                off = dest["offset"]
-                region.map[off:off + nbytes] = b"\xff" * nbytes  # NaN
-                region.map[off + nbytes:off + nbytes + 64] = b"\xab" * 64
-                hdr["out"] = dest
                 what = "shm %s %dx%dx%d %r" % (dtype, m, n, k, kw)
-                out_hdr, data = result(client, send(client, hdr, *refs), hdr)
-                assert data is None and out_hdr["out"]["bytes"] == nbytes, (what, out_hdr)
-                assert bytes(region.map[off + nbytes:off + nbytes + 64]) == b"\xab" * 64, \
-                    "%s: the bytes past the result were written" % what
+                _, dest = gemm_into(region, hdr, m * n * kw.get("batch", 1) * 4, b"\xff",  # NaN
+                                    lambda: result(client, send(client, hdr, *refs), hdr), what)
                 shape = (kw["batch"], m, n) if "batch" in kw else (m, n)
                 ref, mag = expected(hdr, a, b, c)
                 check(region.read(dest, "f32", shape), (ref.reshape(shape), mag.reshape(shape)),

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
 from test_out_dtype import send  # noqa: E402  (c goes as i32 for an i8 gemm)
 from test_resident import put  # noqa: E402
-from test_shm import Region, expect_error, expect_split, split_region  # noqa: E402
+from test_shm import (Region, expect_error, expect_split, gemm_into,  # noqa: E402
+                      split_region)
 
 I32_MIN, I32_MAX = -2 ** 31, 2 ** 31 - 1
 
@@ -210,18 +211,11 @@ def test_through_shared_memory(ctx):
                 refs = [region.put(a, "i8"), region.put(b, "i8")]
                 if c is not None:
                     refs.append(region.put(c, "i32"))
-                nbytes = m * n * kw.get("batch", 1) * 4
-                dest = region.take(nbytes + 64)
-                off = dest["offset"]
-                region.map[off:off + nbytes] = b"\x5a" * nbytes
-                region.map[off + nbytes:off + nbytes + 64] = b"\xab" * 64
-                hdr["out"] = dest
                 what = "shm i8 %dx%dx%d %r" % (m, n, k, kw)
-                out_hdr, data = result(client, send(client, hdr, *refs), hdr)
-                assert data is None and out_hdr["out"]["bytes"] == nbytes, (what, out_hdr)
+                out_hdr, dest = gemm_into(region, hdr, m * n * kw.get("batch", 1) * 4, b"\x5a",
+                                          lambda: result(client, send(client, hdr, *refs), hdr),
+                                          what)
                 h.check_out_hdr(out_hdr, m, n, "i32", kw.get("batch", 1), what)
-                assert bytes(region.map[off + nbytes:off + nbytes + 64]) == b"\xab" * 64, \
-                    "%s: the bytes past the result were written" % what
                 shape = (kw["batch"], m, n) if "batch" in kw else (m, n)
                 got = region.read(dest, "i32", shape)
                 check(got, expected(hdr, a, b, c).reshape(shape), what)

@@ -493,6 +493,22 @@ def split_region(ctx):
             region.close()
 
 
+def gemm_into(region, hdr, nbytes, poison, run, what):
+    """hdr's gemm with its result written into region: nbytes taken and filled with the byte
+    `poison` first, 64 guard bytes after them that must stay; run() sends it (hdr["out"] set)
+    and returns (out_hdr, data). Returns (out_hdr, the result's reference)."""
+    dest = region.take(nbytes + 64)
+    off = dest["offset"]
+    region.map[off:off + nbytes] = poison * nbytes
+    region.map[off + nbytes:off + nbytes + 64] = b"\xab" * 64
+    hdr["out"] = dest
+    out_hdr, data = run()
+    assert data is None and out_hdr["out"]["bytes"] == nbytes, (what, out_hdr)
+    assert bytes(region.map[off + nbytes:off + nbytes + 64]) == b"\xab" * 64, \
+        "%s: the bytes past the result were written" % what
+    return out_hdr, dest
+
+
 def expect_split(client, run):
     """run() (a region gemm, returning its out_hdr) split between two devices, its parent's
     rows in pieces; returns the out_hdr."""
