@@ -57,7 +57,8 @@ bool gk_problem_cast_ok(const gk_problem *p) {
   if (!p->cast)
     return true;
   gk_dtype result = gk_dtype_result(p->dtype);
-  return (result == GK_F32 || result == GK_F64) && (p->out_dtype == GK_F16 || p->out_dtype == GK_BF16) && p->work != NULL;
+  return (result == GK_F32 || result == GK_F64) &&
+         (p->out_dtype == GK_F16 || p->out_dtype == GK_BF16) && p->work != NULL;
 }
 
 size_t gk_problem_work_bytes(const gk_problem *p) {

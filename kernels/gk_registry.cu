@@ -70,7 +70,7 @@ extern "C" cudaError_t gk_problem_check(const gk_problem *p)
 {
   if (p == NULL || p->a == NULL || p->b == NULL || p->c == NULL)
     return cudaErrorInvalidValue;
-  if (p->dtype == GK_I32 || (unsigned)p->dtype > GK_E5M2) /* i32: a result dtype only */
+  if (p->dtype == GK_I32 || gk_dtype_size(p->dtype) == 0) /* i32: a result dtype only */
     return cudaErrorInvalidValue;
   if (p->dtype == GK_I8 && !gk_i8_problem_ok(p))
     return cudaErrorInvalidValue;

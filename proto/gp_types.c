@@ -160,9 +160,10 @@ bool gp_gemm_casts(const gp_gemm_hdr *hdr) {
 }
 
 bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out) {
-  if (out == gp_dtype_result(dtype))
+  gp_dtype result = gp_dtype_result(dtype); /* i8's i32, fp8's f32, else dtype */
+  if (out == result)
     return true;
-  return (gp_dtype_result(dtype) == GP_DTYPE_F32 || dtype == GP_DTYPE_F64) &&
+  return (result == GP_DTYPE_F32 || result == GP_DTYPE_F64) &&
          (out == GP_DTYPE_F16 || out == GP_DTYPE_BF16);
 }
 
