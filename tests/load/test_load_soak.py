@@ -77,6 +77,9 @@ def test_soak(ctx):
         assert not soak.errors, "; ".join(soak.errors)
         done = sum(soak.done)
         assert done == soak.per_conn * CONNECTIONS
+        # the last replies count once their loop sees the write finish: waited for
+        lu.wait_stats(d, lambda st: st["gemm_ok"] >= done, 10.0,
+                      "stats gemm_ok to reach %d" % done, client=monitor)
         st = monitor.call("stats")
         assert st["gemm_ok"] == done, "stats gemm_ok %d, %d answered" % (st["gemm_ok"], done)
 
