@@ -28,6 +28,7 @@ if(TARGET gemmd)
     out_dtype           # f32 / f64 results rounded once to f16 / bf16, c in the out dtype
     i8                  # the integer gemm, bit for bit: i8 operands, i32 c and result
     fp8                 # the fp8 gemm: e4m3 / e5m2 operands, scales, f32 c and result
+    specials            # infinities and NaNs in A, B and c come out as IEEE arithmetic makes them
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -156,6 +157,10 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
                   GEMMD_TEST_BACKEND=gpu)
   # the fp8 gemm likewise, and one shape with different scales in flight (never one batch)
   gemmd_fake_test(daemon_fake_fp8 ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_fp8.py 2
+                  GEMMD_TEST_BACKEND=gpu)
+
+  # IEEE special values on the GPU backend: alone, and beside plain jobs of their shape in flight
+  gemmd_fake_test(daemon_fake_specials ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_specials.py 1
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon
