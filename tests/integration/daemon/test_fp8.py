@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
-from test_out_dtype import send  # noqa: E402  (c goes as f32 for an fp8 gemm)
+from test_out_dtype import in_flight, reply_of, send  # noqa: E402  (c goes as f32)
 from test_resident import put  # noqa: E402
 from test_shm import (Region, expect_error, expect_split, gemm_into,  # noqa: E402
                       split_region)
@@ -107,12 +107,8 @@ def expected(hdr, a, b, c):
 
 def result(client, msgid, hdr):
     """(out_hdr, the result as float shaped (m, n) or (batch, m, n), or None in a region)."""
-    out_hdr, data = client.result_of(client.wait(msgid))
-    batch = hdr.get("batch", 1)
-    shape = (hdr["m"], hdr["n"]) if batch == 1 else (batch, hdr["m"], hdr["n"])
-    if data is None:
-        return out_hdr, None
-    return out_hdr, h.from_wire(data, hdr.get("out_dtype", "f32"), shape)
+    out_hdr, data, shape = reply_of(client, msgid, hdr)
+    return out_hdr, None if data is None else h.from_wire(data, hdr.get("out_dtype", "f32"), shape)
 
 
 def gemm(client, hdr, a, b, c=None):
@@ -213,33 +209,25 @@ def test_pipelined_scales(ctx):
     """One shape in flight many times over, with scales that differ between the requests and
     the same alpha: each reply is its own request's (the small lane batches jobs whose products
     are scaled alike only), f32 requests of the shape among them."""
-    with ctx.daemon() as d, d.connect() as client:
-        sent = []
+    def collect(msgid, hdr, a, b, c):
+        _, got = result(client, msgid, hdr)
+        if hdr["dtype"] == "f32":
+            h.assert_close(got, a, b, None, 1.0, 0.0, False, False, "f32", "msgid %d" % msgid)
+        else:
+            check(got, expected(hdr, a, b, c), "msgid %d %r" % (msgid, hdr.get("scale_a")))
 
-        def collect(entry):
-            msgid, hdr, a, b, c = entry
-            _, data = client.result_of(client.wait(msgid))
-            got = h.from_wire(data, "f32", (48, 40))
-            if hdr["dtype"] == "f32":
-                h.assert_close(got, a, b, None, 1.0, 0.0, False, False, "f32", "msgid %d" % msgid)
-            else:
-                check(got, expected(hdr, a, b, c), "msgid %d %r" % (msgid, hdr.get("scale_a")))
-
+    def requests():
         for i in range(96):
             if i % 5 == 4:
                 a = ctx.rng.uniform(-1, 1, (48, 32)).astype(np.float32)
                 b = ctx.rng.uniform(-1, 1, (32, 40)).astype(np.float32)
-                hdr = {"m": 48, "n": 40, "k": 32, "dtype": "f32"}
-                sent.append((send(client, hdr, a, b), hdr, a, b, None))
+                yield {"m": 48, "n": 40, "k": 32, "dtype": "f32"}, a, b, None
             else:
-                hdr, a, b, c = problem(ctx, "e4m3", 48, 40, 32, trans_b=True,
-                                       scale_a=(0.5, 1.0, 2.0, 4.0)[i % 4],
-                                       beta=1.0 if i % 3 == 0 else 0.0)
-                sent.append((send(client, hdr, a, b, c), hdr, a, b, c))
-            if len(sent) == 24:
-                collect(sent.pop(0))
-        for entry in sent:
-            collect(entry)
+                yield problem(ctx, "e4m3", 48, 40, 32, trans_b=True,
+                              scale_a=(0.5, 1.0, 2.0, 4.0)[i % 4], beta=1.0 if i % 3 == 0 else 0.0)
+
+    with ctx.daemon() as d, d.connect() as client:
+        in_flight(client, requests(), collect)
 
 
 def test_through_shared_memory(ctx):

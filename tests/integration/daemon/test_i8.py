@@ -17,7 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
-from test_out_dtype import send  # noqa: E402  (c goes as i32 for an i8 gemm)
+from test_out_dtype import in_flight, reply_of, send  # noqa: E402  (c goes as i32)
 from test_resident import put  # noqa: E402
 from test_shm import (Region, expect_error, expect_split, gemm_into,  # noqa: E402
                       split_region)
@@ -75,12 +75,8 @@ def expected(hdr, a, b, c):
 
 def result(client, msgid, hdr):
     """(out_hdr, the int32 result shaped (m, n) or (batch, m, n), or None when in a region)."""
-    out_hdr, data = client.result_of(client.wait(msgid))
-    batch = hdr.get("batch", 1)
-    shape = (hdr["m"], hdr["n"]) if batch == 1 else (batch, hdr["m"], hdr["n"])
-    if data is None:
-        return out_hdr, None
-    return out_hdr, h.from_wire(data, "i32", shape)
+    out_hdr, data, shape = reply_of(client, msgid, hdr)
+    return out_hdr, None if data is None else h.from_wire(data, "i32", shape)
 
 
 def gemm(client, hdr, a, b, c=None):
@@ -164,35 +160,27 @@ def test_large(ctx):
 def test_pipelined_mixed(ctx):
     """One shape, i8 and f32 requests in flight together: each reply is its own request's, in
     its own dtype (the GPU's small lane batches only jobs of one dtype)."""
-    with ctx.daemon() as d, d.connect() as client:
-        sent = []
+    def collect(msgid, hdr, a, b, c):
+        out_hdr, data, shape = reply_of(client, msgid, hdr)
+        if hdr["dtype"] == "i8":
+            h.check_out_hdr(out_hdr, 48, 40, "i32", 1, "msgid %d" % msgid)
+            check(h.from_wire(data, "i32", shape), expected(hdr, a, b, c), "msgid %d" % msgid)
+        else:
+            h.check_out_hdr(out_hdr, 48, 40, "f32", 1, "msgid %d" % msgid)
+            h.assert_close(h.from_wire(data, "f32", shape), a, b, None, 1.0, 0.0, False, False,
+                           "f32", "msgid %d" % msgid)
 
-        def collect(entry):
-            msgid, hdr, a, b, c = entry
-            out_hdr, data = client.result_of(client.wait(msgid))
-            if hdr["dtype"] == "i8":
-                h.check_out_hdr(out_hdr, 48, 40, "i32", 1, "msgid %d" % msgid)
-                check(h.from_wire(data, "i32", (48, 40)), expected(hdr, a, b, c),
-                      "msgid %d" % msgid)
-            else:
-                h.check_out_hdr(out_hdr, 48, 40, "f32", 1, "msgid %d" % msgid)
-                h.assert_close(h.from_wire(data, "f32", (48, 40)), a, b, None, 1.0, 0.0,
-                               False, False, "f32", "msgid %d" % msgid)
-
+    def requests():
         for i in range(96):
             if i % 3 == 2:
                 a = ctx.rng.uniform(-1, 1, (48, 32)).astype(np.float32)
                 b = ctx.rng.uniform(-1, 1, (32, 40)).astype(np.float32)
-                hdr = {"m": 48, "n": 40, "k": 32, "dtype": "f32"}
-                sent.append((send(client, hdr, a, b), hdr, a, b, None))
+                yield {"m": 48, "n": 40, "k": 32, "dtype": "f32"}, a, b, None
             else:
-                hdr, a, b, c = problem(ctx, 48, 40, 32, trans_b=i % 2 == 0,
-                                       beta=3 if i % 4 == 0 else 0)
-                sent.append((send(client, hdr, a, b, c), hdr, a, b, c))
-            if len(sent) == 24:
-                collect(sent.pop(0))
-        for entry in sent:
-            collect(entry)
+                yield problem(ctx, 48, 40, 32, trans_b=i % 2 == 0, beta=3 if i % 4 == 0 else 0)
+
+    with ctx.daemon() as d, d.connect() as client:
+        in_flight(client, requests(), collect)
 
 
 def test_through_shared_memory(ctx):

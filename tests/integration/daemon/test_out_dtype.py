@@ -52,18 +52,37 @@ def send(client, hdr, a, b, c=None):
     return msgid
 
 
-def result(client, msgid, hdr):
-    """(out_hdr, result as out-dtype bit patterns shaped (m, n) or (batch, m, n)), or raises
-    RpcError."""
+def reply_of(client, msgid, hdr):
+    """(out_hdr, the result's bytes, or None when it went into a region, and its shape: (m, n),
+    or (batch, m, n)); raises RpcError. test_i8.py and test_fp8.py read replies through it too."""
     reply = client.result_of(client.wait(msgid))
     assert isinstance(reply, list) and len(reply) == 2, h._short(reply)
     out_hdr, data = reply
     batch = hdr.get("batch", 1)
-    shape = (hdr["m"], hdr["n"]) if batch == 1 else (batch, hdr["m"], hdr["n"])
+    return out_hdr, data, (hdr["m"], hdr["n"]) if batch == 1 else (batch, hdr["m"], hdr["n"])
+
+
+def result(client, msgid, hdr):
+    """(out_hdr, result as out-dtype bit patterns shaped (m, n) or (batch, m, n)), or raises
+    RpcError."""
+    out_hdr, data, shape = reply_of(client, msgid, hdr)
     if data is None:   # written into a region
         return out_hdr, None
     assert len(data) == int(np.prod(shape)) * 2, "%d result bytes for %s" % (len(data), shape)
     return out_hdr, np.frombuffer(data, "<u2").reshape(shape)
+
+
+def in_flight(client, requests, collect, depth=24):
+    """Sends each (hdr, a, b, c) of requests, `depth` of them in flight at a time (the daemon's
+    default allows 64), and hands each to collect(msgid, hdr, a, b, c) in the order sent, once
+    the request `depth` later is out. test_i8.py and test_fp8.py pipeline through it too."""
+    sent = []
+    for hdr, a, b, c in requests:
+        sent.append((send(client, hdr, a, b, c), hdr, a, b, c))
+        if len(sent) == depth:
+            collect(*sent.pop(0))
+    for entry in sent:
+        collect(*entry)
 
 
 def gemm(client, hdr, a, b, c=None):
@@ -188,34 +207,30 @@ def test_pipelined_mixed(ctx):
     to the next: each reply is its own request's, in its own dtype."""
     outs = (None, "bf16", "f16", "f32")
 
-    def collect(entry):
-        msgid, hdr, a, b, c = entry
+    def collect(msgid, hdr, a, b, c):
         cast = hdr.get("out_dtype", "f32")
-        reply = client.result_of(client.wait(msgid))
-        out_hdr, data = reply
+        out_hdr, data, shape = reply_of(client, msgid, hdr)
         h.check_out_hdr(out_hdr, 48, 40, cast, 1, "msgid %d" % msgid)
         ref, scale = expected(a, b, c, hdr)
         if cast == "f32":
-            check_close(h.from_wire(data, "f32", (48, 40)), ref, scale, "f32", 32,
+            check_close(h.from_wire(data, "f32", shape), ref, scale, "f32", 32,
                         "msgid %d %r" % (msgid, hdr))
         else:
-            h.check_cast(np.frombuffer(data, "<u2").reshape(48, 40), ref, scale, "f32", cast,
+            h.check_cast(np.frombuffer(data, "<u2").reshape(shape), ref, scale, "f32", cast,
                          32, "msgid %d %r" % (msgid, hdr))
 
-    with ctx.daemon() as d, d.connect() as client:
-        sent = []
-        for i in range(96):  # 24 in flight (the daemon's default allows 64)
+    def requests():
+        for i in range(96):
             out = outs[i % 4]
             hdr, a, b, c = problem(ctx, 48, 40, 32, "f32", out or "f32",
                                    beta=0.5 if i % 3 == 0 else 0.0,
                                    act="relu" if i % 5 == 0 else None)
             if out is None:
                 del hdr["out_dtype"]
-            sent.append((send(client, hdr, a, b, c), hdr, a, b, c))
-            if len(sent) == 24:
-                collect(sent.pop(0))
-        for entry in sent:
-            collect(entry)
+            yield hdr, a, b, c
+
+    with ctx.daemon() as d, d.connect() as client:
+        in_flight(client, requests(), collect)
 
 
 def test_through_shared_memory(ctx):
