@@ -11,13 +11,10 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "gp_fp8.h"
-
-static unsigned long seed;
+#include "tp_seed.h"
 
 typedef struct {
   const char *name;
@@ -114,7 +111,7 @@ START_TEST(random_values_round_to_nearest) {
     double x = ldexp(drand48() * 2 - 1, -(int)(lrand48() % 28)) * top;
     unsigned got = f->narrow(x), want = nearest(f, x);
     if (got != want)
-      ck_abort_msg("%s %.17g: 0x%02x, want 0x%02x (seed %lu)", f->name, x, got, want, seed);
+      ck_abort_msg("%s %.17g: 0x%02x, want 0x%02x (seed %lu)", f->name, x, got, want, tp_seed);
   }
 }
 END_TEST
@@ -152,14 +149,4 @@ static Suite *fp8_suite(void) {
   return s;
 }
 
-int main(void) {
-  const char *env = getenv("GEMMD_TEST_SEED");
-  seed = env ? strtoul(env, NULL, 10) : (unsigned long)time(NULL);
-  srand48((long)seed);
-  printf("seed %lu (GEMMD_TEST_SEED replays it)\n", seed);
-  SRunner *sr = srunner_create(fp8_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TP_SEEDED_MAIN(fp8_suite)

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gp_half.h"
+#include "tp_seed.h"
 
 /* A check for loops over millions of values: Check's own assertions cost a call each even when
  * they pass, this one only on failure. */
@@ -28,7 +28,6 @@
 #define F32_QUIET 0x00400000u
 #define F16_QUIET 0x0200u
 
-static unsigned long seed;
 
 static uint32_t f32_bits(float f) {
   uint32_t u;
@@ -182,7 +181,7 @@ static void check_narrowing(uint32_t u, uint16_t (*narrow)(float), float (*widen
   }
   uint16_t want = reference(f);
   EXPECT(got == want, "%a (0x%08x): got 0x%04x, want 0x%04x (seed %lu)", (double)f, u, got,
-         want, seed);
+         want, tp_seed);
 }
 
 START_TEST(f16_rounds_to_nearest_even) {
@@ -369,14 +368,4 @@ static Suite *half_suite(void) {
   return s;
 }
 
-int main(void) {
-  const char *env = getenv("GEMMD_TEST_SEED");
-  seed = env ? strtoul(env, NULL, 10) : (unsigned long)time(NULL);
-  srand48((long)seed);
-  printf("seed %lu (GEMMD_TEST_SEED replays it)\n", seed);
-  SRunner *sr = srunner_create(half_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TP_SEEDED_MAIN(half_suite)
