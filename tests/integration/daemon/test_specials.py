@@ -97,7 +97,7 @@ def test_special_values(ctx):
 
 def test_specials_beside_plain_jobs(ctx):
     with ctx.daemon() as d, d.connect() as client:
-        for dtype, _ in MODES[2:] + MODES[:1]:
+        for dtype in ("f32", "f64", "f16", "bf16"):
             hdr = {"m": M, "n": N, "k": K, "dtype": dtype}
             jobs = []
             for i in range(6):
