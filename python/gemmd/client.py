@@ -25,6 +25,7 @@ import numpy as np
 from . import _address, _auth
 from ._arrays import Problem, Resident, byte_view, put_params, wire_dtype
 from ._autoshm import Scratch
+from ._copier import Copier
 from ._shm import Region, Regions, new_memfd, region_size
 from ._calls import Call, Table, zeros_like_pieces
 from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
@@ -154,11 +155,15 @@ class Client:
     was lost or the daemon answered UNAVAILABLE (0: never). auto_shm: on a daemon that offers
     shared memory (a Unix socket), gemm() copies operands of shm_min_bytes or more (together)
     into a region of this client's and has the result written there, instead of sending them
-    over the socket (see gemmd._autoshm).
+    over the socket, where its cost model says that is faster (see gemmd._autoshm). The
+    scratch region grows to at most scratch_max_bytes; copy_threads threads copy into it and
+    out of it (None: $GEMMD_COPY_THREADS, else min(cpu count, 16)); scratch_pieces (None: the
+    cost model) forces a gemm through the scratch into that many row pieces.
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=10.0, token=None,
-                 retries=2, auto_shm=True, shm_min_bytes=1 << 20):
+                 retries=2, auto_shm=True, shm_min_bytes=1 << 20, scratch_max_bytes=1 << 31,
+                 copy_threads=None, scratch_pieces=None):
         self.addresses = _address.resolve_list(address)
         self.address = self.addresses[0]    # the one the connection is to (set on connecting)
         if not isinstance(retries, int) or retries < 0:
@@ -176,7 +181,10 @@ class Client:
         self._lock = threading.RLock()      # the table, the send queue, the socket's writes
         self._cond = threading.Condition(threading.Lock())
         self._driving = False
-        self._scratch = Scratch(self, shm_min_bytes) if auto_shm else None
+        self._scratch = None
+        if auto_shm:
+            self._scratch = Scratch(self, Copier(copy_threads), shm_min_bytes,
+                                    scratch_max_bytes, scratch_pieces)
         self._open()
 
     def _open(self):
@@ -233,6 +241,8 @@ class Client:
             self._closed = True
             if self._failure is None:
                 self._fail(ConnectionLost("the client closed the connection"))
+        if self._scratch is not None:
+            self._scratch.copier.close()
 
     @property
     def closed(self):
@@ -285,31 +295,15 @@ class Client:
         tensor cores: an error of the order of 2^-14 * sum |scaled a b|). Every activation is
         taken; precision is ignored."""
         timeout = self.timeout if timeout is None else timeout
-        staged = None
+        kw = dict(alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b,
+                  precision=precision, timeout=timeout, out=out, bias=bias,
+                  activation=activation, out_dtype=out_dtype, dtype=dtype, scale_a=scale_a,
+                  scale_b=scale_b)
         if self._scratch is not None:
-            staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out,
-                                         out_dtype, dtype)
-        if staged is None:
-            future = self.submit(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a,
-                                 trans_b=trans_b, precision=precision, timeout=timeout, out=out,
-                                 bias=bias, activation=activation, out_dtype=out_dtype,
-                                 dtype=dtype, scale_a=scale_a, scale_b=scale_b)
-            return self._finish(future, timeout)
-        ok = False
-        try:
-            sa, sb, sc, sout = staged
-            future = self.submit(sa, sb, sc, alpha=alpha, beta=beta, trans_a=trans_a,
-                                 trans_b=trans_b, precision=precision, timeout=timeout, out=sout,
-                                 bias=bias, activation=activation, out_dtype=out_dtype,
-                                 dtype=dtype, scale_a=scale_a, scale_b=scale_b)
-            self._finish(future, timeout)
-            ok = True
-        finally:
-            result = sout.copy() if ok and out is None else None
-            if ok and out is not None:
-                np.copyto(out, sout)
-            self._scratch.done(ok)
-        return out if out is not None else result
+            result = self._scratch.gemm(a, b, c if beta != 0 else None, kw)
+            if result is not None:
+                return result
+        return self._finish(self.submit(a, b, c, **kw), timeout)
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                precision="exact", timeout=None, out=None, bias=None, activation=None,
@@ -364,9 +358,17 @@ class Client:
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        size = region_size(count * dtype.itemsize)
+        mapping = self._register_region(count * dtype.itemsize, timeout=timeout)
+        return np.frombuffer(mapping, dtype, count).reshape(shape)
+
+    def _register_region(self, nbytes, prepare=None, timeout=None):
+        """The mapping of a new region of nbytes (rounded up to pages) registered with the
+        daemon; prepare(uint8 array of it), when given, runs before it is registered."""
+        size = region_size(nbytes)
         fd, mapping = new_memfd(size)
         try:
+            if prepare is not None:
+                prepare(np.frombuffer(mapping, np.uint8))
             reply = self._finish(self._start("shm_register", params=[size], fds=[fd]),
                                  self.timeout if timeout is None else timeout)
         finally:
@@ -375,7 +377,7 @@ class Client:
             raise ProtocolError("shm_register answered %r, not {region, size}" % (reply,))
         with self._lock:
             self._regions.add(Region(reply["region"], mapping, size))
-        return np.frombuffer(mapping, dtype, count).reshape(shape)
+        return mapping
 
     def _in_region(self, array):
         """Whether array's first byte lies in a region of the current connection."""
