@@ -90,6 +90,8 @@ class Scratch:
         if pieces is not None and (not isinstance(pieces, int) or not 1 <= pieces <= 64):
             raise ValueError("scratch_pieces must be None or an int from 1 to 64, got %r" %
                              (pieces,))
+        if not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError("scratch_max_bytes must be an int >= 0, got %r" % (max_bytes,))
         self.client = client
         self.copier = copier
         self.min_bytes = min_bytes
@@ -97,7 +99,8 @@ class Scratch:
         self.pieces = pieces        # None: the model decides
         self.array = None           # uint8, in a region of the current connection
         self.retired = []           # scratches a timed-out gemm may still write: freed later
-        self.regions_made = 0
+        self.regions_made = 0       # regions registered for the scratch (growth)
+        self.served = 0             # gemms that went through it
         self.lock = threading.Lock()
         self.off = False            # the daemon offers no regions here: stop trying
         self.refused = None         # a size the daemon refused (shm quotas): none as large
@@ -218,6 +221,7 @@ class Scratch:
             for item, offset in zip(staged, offsets):
                 item.place(self.array, offset)
             result = np.frombuffer(self.array, result_np, count, offsets[-2]).reshape(shape)
+            self.served += 1
             return self._run(staged, result, kw)
         finally:
             if self._late:  # the daemon may still write this scratch: never use it again

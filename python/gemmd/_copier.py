@@ -23,7 +23,10 @@ def default_threads(threads=None):
     """The pool size: threads if given, else $GEMMD_COPY_THREADS, else min(cpu count, 16)."""
     if threads is None:
         env = os.environ.get("GEMMD_COPY_THREADS", "").strip()
-        threads = int(env) if env else min(os.cpu_count() or 1, MAX_THREADS)
+        try:
+            threads = int(env) if env else min(os.cpu_count() or 1, MAX_THREADS)
+        except ValueError:
+            threads = env
     if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 256:
         raise ValueError("copy_threads (GEMMD_COPY_THREADS) must be an int from 1 to 256, got "
                          "%r" % (threads,))
