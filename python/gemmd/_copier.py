@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 MAX_THREADS = 16            # the default pool: min(os.cpu_count(), this)
-_MIN_PIECE = 1 << 20        # bytes: a smaller copy is not cut further (a thread's start-up)
+_MIN_PIECE = 512 << 10     # bytes: a smaller copy is not cut further (a thread's start-up)
 _PAGE = 4096
 _PROBE_BYTES = 16 << 20     # the copy timed once per process and thread count
 _bandwidth = {}             # threads -> bytes/s measured in this process
