@@ -91,7 +91,7 @@ def check(got, a, b, dtype):
         raise SystemExit("wrong result: %d of the first 256 rows' elements off" % bad.sum())
 
 
-def bench_size(address, dtype, n, repeat, rng):
+def bench_size(address, dtype, n, repeat, rng, pieces):
     a = rng.uniform(-1, 1, (n, n)).astype(NP[dtype])
     b = rng.uniform(-1, 1, (n, n)).astype(NP[dtype])
     row = {"what": "%s %d^3" % (dtype, n), "mib": 3 * a.nbytes / (1 << 20)}
@@ -100,6 +100,11 @@ def bench_size(address, dtype, n, repeat, rng):
         row["auto"] = timed(lambda: auto.gemm(a, b), repeat)
         scratch = auto._scratch
         row["served"] = scratch is not None and scratch.served > 0
+    row["pieces"] = None
+    if pieces:
+        with gemmd.Client(address, timeout=600, scratch_pieces=pieces) as cut:
+            check(cut.gemm(a, b), a, b, dtype)
+            row["pieces"] = timed(lambda: cut.gemm(a, b), repeat)
     with gemmd.Client(address, timeout=600, auto_shm=False) as plain:
         check(plain.gemm(a, b), a, b, dtype)
         row["socket"] = timed(lambda: plain.gemm(a, b), repeat)
@@ -121,18 +126,20 @@ def ms(seconds):
     return "-" if seconds is None else "%.2f" % (seconds * 1e3)
 
 
-def table(rows, bw1, bwn, threads, device):
+def table(rows, bw1, bwn, threads, device, pieces):
     lines = ["Python client, plain NumPy arrays, median of the runs; %s." % device,
              "Memory copy (64 MiB, np.copyto in row blocks): 1 thread %.1f GB/s, %d threads "
              "%.1f GB/s." % (bw1 / 1e9, threads, bwn / 1e9), "",
              "| gemm | operands + C MiB | `gemm(a, b)` default ms | socket ms | `shm_array`, "
-             "out= ms | copies at %d threads ms | default / socket |" % threads,
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "out= ms | copies at %d threads ms | default / socket |%s" % (
+                 threads, " %d pieces ms |" % pieces if pieces else ""),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |%s" % (" ---: |" if pieces else "")]
     for r in rows:
         copies = r["mib"] * (1 << 20) / bwn
         lines.append("| %s | %.1f | %s%s | %s | %s | %s | %.2f |" % (
             r["what"], r["mib"], ms(r["auto"]), "" if r["served"] else " (socket)",
-            ms(r["socket"]), ms(r["shm"]), ms(copies), r["auto"] / r["socket"]))
+            ms(r["socket"]), ms(r["shm"]), ms(copies), r["auto"] / r["socket"]) +
+            (" %s |" % ms(r["pieces"]) if pieces else ""))
     lines += ["", "\"(socket)\": the default sent this size over the socket (its cost model, "
               "or shm_min_bytes). \"copies\": what the default path copies, at the measured "
               "N-thread bandwidth; default >= shm_array + copies unless pieces overlap them."]
@@ -147,6 +154,9 @@ def main():
     parser.add_argument("--sizes", default=DEFAULT_SIZES,
                         help="dtype:n,... square gemms (default %s)" % DEFAULT_SIZES)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--pieces", type=int, default=0,
+                        help="also time the default forced into this many row pieces "
+                        "(Client(scratch_pieces=N)), to check the cost model's choice")
     parser.add_argument("--out", help="write the Markdown table here too")
     args = parser.parse_args()
     proc = where = None
@@ -166,11 +176,11 @@ def main():
         rows = []
         for spec in args.sizes.split(","):
             dtype, n = spec.split(":")
-            rows.append(bench_size(address, dtype, int(n), args.repeat, rng))
+            rows.append(bench_size(address, dtype, int(n), args.repeat, rng, args.pieces))
             print("%s: default %s ms, socket %s ms, shm_array %s ms" % (
                 rows[-1]["what"], ms(rows[-1]["auto"]), ms(rows[-1]["socket"]),
                 ms(rows[-1]["shm"])), file=sys.stderr, flush=True)
-        text = table(rows, bw1, bwn, threads, device)
+        text = table(rows, bw1, bwn, threads, device, args.pieces)
         print(text)
         if args.out:
             with open(args.out, "w") as f:

@@ -58,13 +58,14 @@ target_link_libraries(test_gpu_backend_fake PRIVATE gemmproto gemmhalf Threads::
 add_test(NAME gpu_backend_fake COMMAND test_gpu_backend_fake)
 set_tests_properties(gpu_backend_fake PROPERTIES LABELS unit TIMEOUT 120)
 
-# The Python client's gemm and aio tests on the GPU backend (exit 77 without a GPU).
+# The Python client's gemm, aio and automatic scratch tests on the GPU backend (exit 77 without a GPU).
 if(TARGET gemmd)
   add_test(NAME python_client_gpu
            COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/pytest_or_skip.py
                    -q -p no:cacheprovider -p no:hypothesispytest
                    ${CMAKE_CURRENT_LIST_DIR}/../integration/python/test_gemm.py
                    ${CMAKE_CURRENT_LIST_DIR}/../integration/python/test_aio.py
+                   ${CMAKE_CURRENT_LIST_DIR}/../integration/python/test_autoshm.py
                    --gemmd $<TARGET_FILE:gemmd>)
   set_tests_properties(python_client_gpu PROPERTIES
     LABELS gpu
