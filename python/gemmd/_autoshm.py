@@ -163,12 +163,17 @@ class Scratch:
         except Error as exc:
             return exc.code != "INVALID_ARGUMENT"   # a late result still due: try later
 
+    def tidy(self):
+        """Unregisters the retired scratches the daemon is done with (the lock is held)."""
+        self.retired = [old for old in self.retired if not self._free(old)]
+
     def _ensure(self, total):
         """A scratch of at least total bytes in a region of this connection, or False."""
+        if self.retired:
+            self.tidy()
         current = self.array
         if current is not None and current.nbytes >= total and self.client._in_region(current):
             return True
-        self.retired = [old for old in self.retired if not self._free(old)]
         if total > self.max_bytes or (self.refused is not None and total >= self.refused):
             return False
         grown = 0 if current is None else 2 * current.nbytes

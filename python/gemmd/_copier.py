@@ -15,6 +15,8 @@ MAX_THREADS = 16            # the default pool: min(os.cpu_count(), this)
 _MIN_PIECE = 512 << 10     # bytes: a smaller copy is not cut further (a thread's start-up)
 _PAGE = 4096
 _PROBE_BYTES = 16 << 20     # the copy timed once per process and thread count
+_LEARN_BYTES = 8 << 20      # copies at least this large update the measured bandwidth...
+_LEARN_WEIGHT = 0.25        # ...by this share of their own rate
 _bandwidth = {}             # threads -> bytes/s measured in this process
 _bandwidth_lock = threading.Lock()
 
@@ -96,10 +98,20 @@ class Copier:
         return jobs
 
     def copy(self, pairs):
-        """np.copyto(dst, src) for every (dst, src) pair of equal shapes, over the threads."""
+        """np.copyto(dst, src) for every (dst, src) pair of equal shapes, over the threads. A
+        large copy's rate updates the bandwidth this process measured (see bandwidth())."""
         jobs = self._pieces(pairs)
-        if jobs:
-            self._run([lambda d=d, s=s: np.copyto(d, s) for d, s in jobs])
+        if not jobs:
+            return
+        start = time.perf_counter()
+        self._run([lambda d=d, s=s: np.copyto(d, s) for d, s in jobs])
+        nbytes = sum(dst.nbytes for dst, _ in jobs)
+        if nbytes >= _LEARN_BYTES:
+            rate = nbytes / max(time.perf_counter() - start, 1e-9)
+            with _bandwidth_lock:
+                known = _bandwidth.get(self.threads)
+                if known is not None:
+                    _bandwidth[self.threads] = (1 - _LEARN_WEIGHT) * known + _LEARN_WEIGHT * rate
 
     def touch(self, buf):
         """Writes one byte a page of the uint8 array buf, over the threads: the pages are made
@@ -113,8 +125,10 @@ class Copier:
         self._run([lambda lo=lo, hi=hi: touch(lo, hi) for lo, hi in zip(bounds, bounds[1:])])
 
     def bandwidth(self):
-        """Bytes a second this copier moves (read + written counted once), timed once per
-        process and thread count on a 16 MiB copy whose pages are made beforehand."""
+        """Bytes a second this copier moves (read + written counted once): timed once per
+        process and thread count on a 16 MiB copy whose pages are made beforehand, then moved
+        toward the rate of each large copy made (a probe that fits a cache runs faster than
+        the copies of gemms do, which also make the pages of new results)."""
         with _bandwidth_lock:
             known = _bandwidth.get(self.threads)
         if known is not None:

@@ -234,3 +234,47 @@ def test_copier_pieces_and_env(monkeypatch):
         monkeypatch.setenv("GEMMD_COPY_THREADS", bad)
         with pytest.raises(ValueError):
             _copier.Copier()
+
+
+def test_timeout_retires_the_scratch(daemon, rng, always_scratch):
+    """A gemm given up on (timeout 0) may still have its result written into the scratch
+    later: the next gemm takes a new region, right, and the old one goes once it may."""
+    with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, shm_min_bytes=0) as client:
+        a64, b64 = values(rng, (200, 150), "f64"), values(rng, (150, 170), "f64")
+        before = client.stats()["shm_regions"]
+        with pytest.raises(gemmd.Timeout):
+            client.gemm(a64, b64, timeout=0)
+        scratch = client._scratch
+        assert scratch.array is None and len(scratch.retired) == 1
+        for _ in range(2):
+            got = client.gemm(a64, b64)
+            h.assert_close(got, a64, b64, None, 1.0, 0.0, False, False, "f64", "after timeout")
+        assert scratch.regions_made == 2 and scratch.served == 3
+        h.wait_until(lambda: scratch.tidy() or not scratch.retired, 10 * daemon.scale,
+                     "the old scratch unregistered")
+        assert client.stats()["shm_regions"] - before <= 1, "the old scratch still registered"
+
+
+def test_threads_share_one_client(daemon, rng, always_scratch):
+    """gemms of several threads on one client: one at a time takes the scratch, the others
+    the socket, every result right."""
+    import threading
+    with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, shm_min_bytes=0) as client:
+        problems = [(values(rng, (90 + i, 70), "f32"), values(rng, (70, 50 + i), "f32"))
+                    for i in range(4)]
+        errors = []
+
+        def work(a64, b64):
+            try:
+                for _ in range(5):
+                    got = client.gemm(typed(a64, "f32"), np.asfortranarray(typed(b64, "f32")))
+                    h.assert_close(got, a64, b64, None, 1.0, 0.0, False, False, "f32", "thread")
+            except BaseException as exc:   # noqa: B902 - reported below
+                errors.append(exc)
+        threads = [threading.Thread(target=work, args=p) for p in problems]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert client._scratch.served >= 1
