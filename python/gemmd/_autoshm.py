@@ -10,8 +10,9 @@ ARCHITECTURE.md, "The automatic scratch region", states the design; in short:
   copy threads before it is registered), grown geometrically up to max_bytes;
 - the copies in and out run on the client's copy threads (gemmd._copier), in blocks of rows;
 - the choice of the scratch over the socket is a cost model: the scratch costs its copies at
-  the copy bandwidth measured once in this process, plus a fixed cost a call; the socket costs
-  the same bytes at SOCKET_BYTES_PER_S;
+  the copy bandwidth measured in this process, plus a fixed cost a call; the socket costs the
+  same bytes at SOCKET_BYTES_PER_S, or at half the copy bandwidth where that is less (it
+  copies each byte twice);
 - a large 2-D gemm whose B is small beside A and C is cut into row pieces of C, separate gemms
   on the one region: piece i's rows of A are copied in while the daemon computes piece i - 1,
   and piece i - 1's rows of C copied out while piece i computes. Each piece reads all of B
@@ -133,9 +134,13 @@ class Scratch:
         return self._gpu
 
     def worth_it(self, nbytes):
-        """Whether copying nbytes (in and out together) costs less than sending them."""
-        copy_s = nbytes / self.copier.bandwidth() + _SCRATCH_CALL_S
-        return copy_s < nbytes / SOCKET_BYTES_PER_S
+        """Whether copying nbytes (in and out together) costs less than sending them. The
+        socket copies every byte twice (into the kernel, out of it), so it is taken never to
+        beat half the copy bandwidth measured here, whatever SOCKET_BYTES_PER_S says: on a
+        busy box both slow down."""
+        bandwidth = self.copier.bandwidth()
+        socket_rate = min(SOCKET_BYTES_PER_S, bandwidth / 2)
+        return nbytes / bandwidth + _SCRATCH_CALL_S < nbytes / socket_rate
 
     def piece_count(self, m, rows_bytes, b_bytes):
         """Row pieces for a gemm of m rows whose row-cut copies (A, C, the result) are
