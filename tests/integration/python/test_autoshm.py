@@ -126,7 +126,8 @@ def test_every_dtype_and_layout(daemon, rng, always_scratch, kind, out_dtype, to
 
 @pytest.mark.parametrize("pieces", [1, 2])
 def test_batches_and_broadcast(daemon, rng, always_scratch, pieces):
-    """3-D batches (one b for all, a broadcast row as b) go through the scratch whole."""
+    """3-D batches (one b for all, a broadcast row as b) go through the scratch whole; a 2-D
+    gemm of a broadcast b, and big-endian operands, whole or in pieces."""
     a64 = values(rng, (3, 37, 29), "f32")
     b64 = np.broadcast_to(values(rng, (1, 31), "f32"), (29, 31))
     with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, shm_min_bytes=0,
@@ -137,7 +138,11 @@ def test_batches_and_broadcast(daemon, rng, always_scratch, pieces):
         bb = np.stack([b64, b64 * 0.5])
         got = client.gemm(np.asfortranarray(typed(a64[:2], "f32")), typed(bb, "f32"))
         h.assert_close(got, a64[:2], bb, None, 1.0, 0.0, False, False, "f32", "batch")
-        assert client._scratch.served == 2
+        got = client.gemm(typed(a64[0], "f32"), b)           # 2-D: cut into pieces
+        h.assert_close(got, a64[0], b64, None, 1.0, 0.0, False, False, "f32", "2-D broadcast")
+        got = client.gemm(typed(a64[1], "f32").astype(">f4"), typed(b64, "f32").astype(">f4"))
+        h.assert_close(got, a64[1], b64, None, 1.0, 0.0, False, False, "f32", "big-endian")
+        assert client._scratch.served == 4
 
 
 def test_region_made_once_and_reused(daemon, rng, always_scratch):
