@@ -107,6 +107,7 @@ class Scratch:
         self.refused = None         # a size the daemon refused (shm quotas): none as large
         self._gpu = None
         self._late = False          # a gemm of this scratch timed out
+
     # ---- whether, and how
     def _usable(self, arrays, out):
         if self.off:
@@ -207,8 +208,9 @@ class Scratch:
         out, trans_a, trans_b = kw["out"], kw["trans_a"], kw["trans_b"]
         arrays = [x for x in (a, b, c) if x is not None]
         if not self._usable(arrays, out) or a.dtype != b.dtype or \
+                (a.ndim, b.ndim) not in ((2, 2), (3, 3), (3, 2)) or \
                 not _inner_dims_match(a, b, trans_a, trans_b):
-            return None
+            return None     # let Problem's checks speak
         try:
             wire = operand_dtype(a.dtype, kw["dtype"])
             result_np = result_dtype(kw["out_dtype"], wire, a.dtype.newbyteorder("<"))[1]
