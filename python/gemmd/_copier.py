@@ -65,6 +65,10 @@ class Copier:
     def _run(self, jobs):
         """Runs the callables, the first on this thread, the rest on the pool; raises the first
         failure once all are over."""
+        if self.threads == 1:       # no pool: one after the other, here
+            for job in jobs:
+                job()
+            return
         if len(jobs) > 1:
             with self._lock:
                 if self._pool is None:

@@ -93,7 +93,8 @@ def poisoned(shape, kind):
 def test_every_dtype_and_layout(daemon, rng, always_scratch, kind, out_dtype, tol_kind, layout,
                                 pieces):
     """a in the layout, b in the next one; trans_a with Fortran and transposed a; c with beta
-    for the float gemms; out= poisoned (column-major for the transposed layout)."""
+    for the float gemms; out= poisoned (column-major for the transposed layout); whole on one
+    copy thread, in pieces on four."""
     trans_a = layout in ("f", "t")
     a64 = values(rng, (K, M) if trans_a else (M, K), kind)
     b64 = values(rng, (K, N), kind)
@@ -112,7 +113,7 @@ def test_every_dtype_and_layout(daemon, rng, always_scratch, kind, out_dtype, to
         out = np.asfortranarray(out)
     kw = {"dtype": "e4m3"} if kind == "e4m3" else {}
     with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, shm_min_bytes=0,
-                      scratch_pieces=pieces) as client:
+                      scratch_pieces=pieces, copy_threads=1 if pieces == 1 else 4) as client:
         got = client.gemm(a, b, c, alpha=1.5 if kind != "i8" else 3, beta=beta,
                           trans_a=trans_a, out=out, out_dtype=out_dtype, **kw)
         assert got is out
@@ -223,18 +224,20 @@ def test_model_chooses():
 def test_copier_pieces_and_env(monkeypatch):
     """Copies of every shape and layout land whole; GEMMD_COPY_THREADS sizes the pool."""
     monkeypatch.setenv("GEMMD_COPY_THREADS", "3")
-    copier = _copier.Copier()
-    assert copier.threads == 3
+    assert _copier.Copier().threads == 3
     monkeypatch.setattr(_copier, "_MIN_PIECE", 64)
     src = np.arange(5 * 301 * 17, dtype=np.float64).reshape(5, 301, 17)
-    for s in (src, src[:2], src[:, ::3, 1:], np.swapaxes(src, 1, 2), src[0].T):
-        dst = np.full(s.shape, np.nan)
-        copier.copy([(dst, s)])
-        np.testing.assert_array_equal(dst, s)
-    buf = np.ones(3 << 20, np.uint8)
-    copier.touch(buf)
-    assert not buf[::4096].any()
-    copier.close()
+    for threads in (3, 1):      # one thread: no pool at all
+        copier = _copier.Copier(threads)
+        for s in (src, src[:2], src[:, ::3, 1:], np.swapaxes(src, 1, 2), src[0].T):
+            dst, dst2 = np.full(s.shape, np.nan), np.full(s.shape, np.nan)
+            copier.copy([(dst, s), (dst2, s)])
+            np.testing.assert_array_equal(dst, s)
+            np.testing.assert_array_equal(dst2, s)
+        buf = np.ones(3 << 20, np.uint8)
+        copier.touch(buf)
+        assert not buf[::4096].any()
+        copier.close()
     for bad in ("0", "x"):
         monkeypatch.setenv("GEMMD_COPY_THREADS", bad)
         with pytest.raises(ValueError):
