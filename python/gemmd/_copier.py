@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-MAX_THREADS = 16            # the default pool: min(os.cpu_count(), this)
+MAX_THREADS = 16            # the default pool: min(CPUs of the process's affinity, this)
 _MIN_PIECE = 512 << 10     # bytes: a smaller copy is not cut further (a thread's start-up)
 _PAGE = 4096
 _PROBE_BYTES = 16 << 20     # the copy timed once per process and thread count
@@ -21,12 +21,21 @@ _bandwidth = {}             # threads -> bytes/s measured in this process
 _bandwidth_lock = threading.Lock()
 
 
+def _cpus():
+    """The CPUs this process may run on (its affinity: a container's or taskset's share)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_threads(threads=None):
-    """The pool size: threads if given, else $GEMMD_COPY_THREADS, else min(cpu count, 16)."""
+    """The pool size: threads if given, else $GEMMD_COPY_THREADS, else min(CPUs this process
+    may use, 16)."""
     if threads is None:
         env = os.environ.get("GEMMD_COPY_THREADS", "").strip()
         try:
-            threads = int(env) if env else min(os.cpu_count() or 1, MAX_THREADS)
+            threads = int(env) if env else min(_cpus(), MAX_THREADS)
         except ValueError:
             threads = env
     if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 256:

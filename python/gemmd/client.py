@@ -157,8 +157,9 @@ class Client:
     into a region of this client's and has the result written there, instead of sending them
     over the socket, where its cost model says that is faster (see gemmd._autoshm). The
     scratch region grows to at most scratch_max_bytes; copy_threads threads copy into it and
-    out of it (None: $GEMMD_COPY_THREADS, else min(cpu count, 16)); scratch_pieces (None: the
-    cost model) forces a gemm through the scratch into that many row pieces.
+    out of it (None: $GEMMD_COPY_THREADS, else min(CPUs the process may use, 16));
+    scratch_pieces (None: the cost model) forces a gemm through the scratch into that many row
+    pieces.
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=10.0, token=None,
