@@ -65,6 +65,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->min_receive_rate = 1 * MIB;
   cfg->min_rate_bytes = 64 * MIB;
   cfg->min_rate_grace_ms = 5000;
+  cfg->hold_stall_ms = 2000;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -219,6 +220,7 @@ static const field timeouts_fields[] = {
     FLD("min_receive_rate", F_SIZE, min_receive_rate, 0, MAX_MESSAGE_MAX),
     FLD("min_rate_bytes", F_SIZE, min_rate_bytes, 1, MAX_MESSAGE_MAX),
     FLD("min_rate_grace_ms", F_U64, min_rate_grace_ms, 0, WEEK_MS),
+    FLD("hold_stall_ms", F_U64, hold_stall_ms, 0, WEEK_MS),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field cpu_fields[] = {

@@ -354,6 +354,7 @@ static void wait_link(gd_session *s) {
   else
     nl->wait_head = s;
   nl->wait_tail = s;
+  atomic_fetch_add(&s->d->line_waiters, 1);
 }
 
 static void wait_unlink(gd_session *s) {
@@ -367,6 +368,7 @@ static void wait_unlink(gd_session *s) {
   else
     nl->wait_tail = s->wait_prev;
   s->wait_prev = s->wait_next = NULL;
+  atomic_fetch_sub(&s->d->line_waiters, 1);
 }
 
 /* Another loop's room reaches this one only while something waits here (gd_sched.h). Set
@@ -427,14 +429,15 @@ static void wake_share_waiters(gd_netloop *nl, const char *peer_key) {
       wake(o);
 }
 
-/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
- * woken, to be answered UNAVAILABLE. */
+/* Only a timer is started here: this runs inside scheduler calls. Every request in line
+ * tries again, in the order they came (timers of equal due time run in the order started): a
+ * large one that still does not fit keeps its place and holds up no smaller one behind it.
+ * Draining: every waiter is woken, to be answered UNAVAILABLE. */
 void gd_rpc_room(void *netloop) {
   gd_netloop *nl = netloop;
-  bool draining = atomic_load(&nl->d->draining);
-  for (gd_session *s = nl->wait_head; s; s = draining ? s->wait_next : NULL)
+  for (gd_session *s = nl->wait_head; s; s = s->wait_next)
     wake(s);
-  if (draining)
+  if (atomic_load(&nl->d->draining))
     wake_share_waiters(nl, NULL);
 }
 
@@ -495,8 +498,9 @@ static void retry_admission(gd_session *s) {
 
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
   lock_shared(s); /* admission and the wait it may start: see want_room */
-  /* behind connections already in line on this loop: first come, first served */
-  int rc = s->nl->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  /* a request that fits now goes now, even past others in line that do not fit yet: one
+   * large request that cannot be admitted must not hold up every small one behind it */
+  int rc = admit_gemm(s, &ev->gemm, ev->has_c);
   if (must_wait(rc)) {
     s->nl->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
@@ -904,15 +908,35 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
       .hold_ms = cfg->staging_hold_ms, .msg_bytes = gp_decoder_message_bytes(s->dec),
       .payload_bytes = payload_bytes(s), .min_rate = cfg->min_receive_rate,
-      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms};
+      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms,
+      .holds_room = s->cur != NULL || s->conn.resident.receiving,
+      .others_waiting = atomic_load(&s->d->line_waiters) > 0,
+      .stall_ms = cfg->hold_stall_ms, .now_us = gd_now_us()};
   st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
   return gd_timeout_next(&st, due);
+}
+
+/* How often a connection waiting for admission (not read meanwhile) looks whether its client
+ * hung up: one that did must not stay in line, nor stay counted. */
+#define WAIT_LOOK_MS 200
+
+/* The payload bytes a waiting request still needs: its client gone with fewer sent, it can
+ * never be admitted usefully. */
+static uint64_t waiting_needs(const gd_session *s) {
+  uint64_t bytes[3], total = 0;
+  if (!gd_sched_operand_total(&s->wait_hdr, bytes, &total))
+    return UINT64_MAX;
+  return s->wait_has_c ? total : total - bytes[GP_OPERAND_C];
 }
 
 static void on_timer(uv_timer_t *timer) {
   gd_session *s = session_of(timer->data);
   if (s->wake) {
     retry_admission(s);
+    return;
+  }
+  if (s->waiting && gd_conn_peer_gone(&s->conn, waiting_needs(s))) {
+    gd_conn_close(&s->conn, "client hung up while its request waited for admission");
     return;
   }
   uint64_t due = 0;
@@ -938,11 +962,16 @@ static void update_timer(gd_session *s) {
                         memory_order_relaxed);
   if (s->wake)
     return; /* a retry of admission is due now: its tick re-arms the timer */
-  if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
+  gd_timeout_kind kind = next_timeout(s, &due);
+  uint64_t now = gd_now_us();
+  if (s->waiting && (kind == GD_TIMEOUT_NONE || due > now + WAIT_LOOK_MS * 1000u)) {
+    kind = GD_TIMEOUT_BLOCKING; /* any: on_timer looks at the client, then re-arms */
+    due = now + WAIT_LOOK_MS * 1000u;
+  }
+  if (kind == GD_TIMEOUT_NONE) {
     uv_timer_stop(&s->conn.timer);
     return;
   }
-  uint64_t now = gd_now_us();
   uint64_t left_ms = due <= now ? 0 : (due - now + 999u) / 1000u;
   uv_timer_start(&s->conn.timer, on_timer, left_ms, 0); /* cannot fail on an initialised timer */
 }

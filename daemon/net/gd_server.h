@@ -38,6 +38,7 @@ typedef struct {
   uint64_t min_receive_rate;       /* bytes a second for large requests; 0 disables */
   uint64_t min_rate_bytes;         /* payloads from this size on are held to it */
   uint64_t min_rate_grace_ms;      /* the rate counts after this start */
+  uint64_t hold_stall_ms;          /* a request holding room others wait for may stall this long */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
   gd_shm_limits shm;               /* shm.* */
@@ -75,6 +76,7 @@ typedef struct gd_server {
   uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
   gd_shm_totals shm;               /* shared: shared-memory regions of every connection */
   gd_resident_totals resident;     /* shared: resident operands of every connection */
+  atomic_size_t line_waiters;      /* requests of every loop waiting in line for shared room */
 } gd_server;
 
 #endif /* GD_SERVER_H */

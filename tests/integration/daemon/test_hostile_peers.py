@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Hostile and careless peers (issue 32): no peer holds the room others need, no request blocks
+the line, auth that survives a reload, an ops endpoint nobody can lock. Sizes are small: the
+limits (queue.memory_budget, queue.max_jobs, the quotas) are scaled down in each test's config,
+so every case takes seconds, on the CPU backend and the fake-GPU one alike."""
+import os
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gemmd_harness as h  # noqa: E402
+
+
+def _stats(d):
+    with d.connect() as client:
+        return client.call("stats")
+
+
+def _host_bytes(n):
+    """What an n^3 f32 gemm (no c) holds of queue.memory_budget on this backend."""
+    return (2 if h.TEST_BACKEND == "gpu" else 3) * n * n * 4
+
+
+def _hdr(n):
+    return {"m": n, "n": n, "k": n, "dtype": "f32"}
+
+
+def _start_holder(ctx, d, n, msgid=1):
+    """A connection whose n^3 gemm is admitted at its header and whose payload stops half-way:
+    it holds its room (a job slot and its budget bytes) until closed. Returns the client."""
+    holder = d.connect()
+    a, b = h.random_operands(ctx.rng, n, n, n, "f32")
+    packed = h.Client.pack_gemm(msgid, _hdr(n), a, b)
+    holder.send_raw(packed[:len(packed) // 2])
+    h.wait_until(lambda: _stats(d)["queue_depth"] >= 1, 10 * ctx.scale,
+                 "the holder's request to be admitted")
+    return holder
+
+
+# ---- 1. no request holds the room others need, none blocks the line ----------------------
+
+def test_stalled_holder_yields_to_waiters(ctx):
+    """A request admitted at its header whose bytes stop coming holds max_jobs' one slot; a
+    request that waits for it gets it within timeouts.hold_stall_ms, not request_ms. Alone
+    (nobody waiting), the same stall is left alone."""
+    config = {"queue": {"max_jobs": 1},
+              "timeouts": {"request_ms": 60000, "hold_stall_ms": 300}}
+    with ctx.daemon(config=config) as d:
+        holder = _start_holder(ctx, d, 64)
+        assert not holder.is_closed(0.8), "a stall nobody waits on was cut"
+        with d.connect() as other:
+            start = time.monotonic()
+            h.check_gemm(other, ctx.rng, 17, 9, 33, "f32")
+            took = time.monotonic() - start
+        assert took < 5 * ctx.scale, "the waiter took %.1fs" % took
+        assert holder.is_closed(5 * ctx.scale), "the stalled holder was not closed"
+        holder.close()
+        assert "while others waited for the room it holds" in d.log(), d.log_tail()
+
+
+def test_small_request_passes_a_large_one_in_line(ctx):
+    """A large request that does not fit now waits; small ones behind it do not."""
+    big = 256
+    budget = _host_bytes(big) + 16384  # the large one alone fits; beside the holder it does not
+    config = {"queue": {"memory_budget": budget, "connection_memory_share": 1.0},
+              "timeouts": {"request_ms": 60000, "hold_stall_ms": 0}}
+    with ctx.daemon(config=config) as d:
+        holder = _start_holder(ctx, d, 200)
+        with d.connect() as large, d.connect() as small:
+            a, b = h.random_operands(ctx.rng, big, big, big, "f32")
+            sender = h.send_in_background(large, h.Client.pack_gemm(5, _hdr(big), a, b))
+            h.wait_until(lambda: h.dig(_stats(d), "admission_waits", 0) >= 1, 10 * ctx.scale,
+                         "the large request to wait")
+            for _ in range(4):  # before the fix: each waited behind the large one
+                a2, b2 = h.random_operands(ctx.rng, 8, 8, 8, "f32")
+                _, out = small.gemm(_hdr(8), a2, b2, timeout=5 * ctx.scale)
+                h.assert_close(out, a2, b2, None, 1.0, 0.0, False, False, "f32", "small")
+            holder.close()  # its room comes back: the large one goes
+            _, out = large.gemm_result(5, _hdr(big), timeout=20 * ctx.scale)
+            h.assert_close(out, a, b, None, 1.0, 0.0, False, False, "f32", "large")
+            sender.join(10 * ctx.scale)
+
+
+def test_waiter_that_hung_up_leaves_the_line(ctx):
+    """A client that hangs up while its request waits for admission is closed (and stops
+    counting) at once, not when the room it waited for appears."""
+    big = 256
+    budget = _host_bytes(big) + 16384
+    config = {"queue": {"memory_budget": budget, "connection_memory_share": 1.0},
+              "timeouts": {"request_ms": 60000, "hold_stall_ms": 0}}
+    with ctx.daemon(config=config) as d:
+        holder = _start_holder(ctx, d, 200)
+        large = d.connect()
+        packed = h.Client.pack_gemm(5, _hdr(big), b"\0" * (big * big * 4), b"\0" * (big * big * 4))
+        large.send_raw(packed[:4096])
+        h.wait_until(lambda: h.dig(_stats(d), "admission_waits", 0) >= 1, 10 * ctx.scale,
+                     "the large request to wait")
+        large.sock.shutdown(socket.SHUT_WR)  # half close: what it sent can never be whole
+        h.wait_until(lambda: "hung up while its request waited" in d.log(), 5 * ctx.scale,
+                     "the waiter's hang-up to be noticed")
+        large.close()
+        holder.close()
+        with d.connect() as client:
+            h.check_gemm(client, ctx.rng, 9, 10, 11, "f32")
+
+
+TESTS = [test_stalled_holder_yields_to_waiters,
+         test_small_request_passes_a_large_one_in_line,
+         test_waiter_that_hung_up_leaves_the_line]
+
+if __name__ == "__main__":
+    sys.exit(h.main(TESTS))
