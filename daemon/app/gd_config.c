@@ -61,6 +61,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->memory_budget = 4 * GIB;
   cfg->connection_memory_share = 0.5;
   cfg->peer_memory_share = 0.75;
+  cfg->peer_hold_share = 0.5;
   cfg->idle_ms = 300000;
   cfg->min_receive_rate = 1 * MIB;
   cfg->min_rate_bytes = 64 * MIB;
@@ -209,6 +210,7 @@ static const field queue_fields[] = {
     FLD("memory_budget", F_SIZE, memory_budget, 1, HOST_MEMORY_MAX),
     FLD("connection_memory_share", F_FRACTION, connection_memory_share, 0, 0),
     FLD("peer_memory_share", F_FRACTION, peer_memory_share, 0, 0),
+    FLD("peer_hold_share", F_FRACTION, peer_hold_share, 0, 0),
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */

@@ -55,6 +55,7 @@ typedef struct {
   uint32_t max_jobs;               /* daemon-wide, admitted and not yet answered */
   uint64_t memory_budget;
   double connection_memory_share;  /* (0, 1] of memory_budget */
+  double peer_hold_share;          /* (0, 1]: a peer's resident operands and regions */
   double peer_memory_share;          /* host bytes of jobs in flight */
 
   /* timeouts: (0 disables idle_ms and request_ms) */

@@ -76,6 +76,7 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .max_connections_per_peer = cfg->max_connections_per_peer,
                          .connection_memory_share = cfg->connection_memory_share,
                          .peer_memory_share = cfg->peer_memory_share,
+                         .peer_hold_share = cfg->peer_hold_share,
                          .max_requests_in_flight = cfg->max_requests_in_flight,
                          .max_buffered_bytes = cfg->max_buffered_bytes,
                          .proto = cfg->proto,
@@ -132,6 +133,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->memory_budget = next->memory_budget;
   cur->connection_memory_share = next->connection_memory_share;
   cur->peer_memory_share = next->peer_memory_share;
+  cur->peer_hold_share = next->peer_hold_share;
   cur->idle_ms = next->idle_ms;
   cur->min_receive_rate = next->min_receive_rate;
   cur->min_rate_bytes = next->min_rate_bytes;

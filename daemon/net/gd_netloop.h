@@ -71,6 +71,7 @@ struct gd_netloop {
   struct gd_session *wait_head, *wait_tail; /* FIFO of its connections waiting for room */
   size_t share_waiters;            /* its connections waiting over their share */
   atomic_size_t share_waiting;     /* share_waiters, for other loops to read */
+  uint64_t hold_warned_us;         /* rate limit of its queue.peer_hold_share warnings */
   _Atomic uint64_t backlog;        /* reply bytes queued, as of the last SUMMARY */
   atomic_bool waiters;             /* connections waiting for room, as of the last SUMMARY */
   _Atomic uint64_t summary_asked;  /* SUMMARYs posted (by loop 0), counted under mu */

@@ -69,13 +69,55 @@ static bool is_shm_method(gp_method method) {
   return method == GP_METHOD_SHM_REGISTER || method == GP_METHOD_SHM_UNREGISTER;
 }
 
+/* ---- what a peer holds outside jobs (queue.peer_hold_share) ------------------ */
+
+/* Bytes of resident operands and shared-memory regions that s's peer holds over all its
+ * connections, every loop's. Under the shared lock (the sessions' list and their tables). */
+static uint64_t peer_held(const gd_session *s) {
+  uint64_t held = 0;
+  for (const gd_session *o = s->d->all_sessions; o; o = o->all_next)
+    if (strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
+      held += o->conn.resident.bytes + o->conn.shm.bytes;
+  return held;
+}
+
+/* 0 when s's peer may hold `more` bytes besides what it holds, else RESOURCE_EXHAUSTED with
+ * err (what: the method) and a warning, at most one a second per loop. Like
+ * queue.peer_memory_share, only while another peer is connected: alone, a peer takes no room
+ * from anyone (one that comes later and cannot fit is told why: gd_sched.h). Under the shared
+ * lock. */
+static int check_peer_hold(gd_session *s, const char *what, uint64_t more, gp_error *err) {
+  if (s->d->peers.n <= 1)
+    return 0;
+  double budget = (double)gd_sched_get_limits(s->d->sched).memory_budget;
+  uint64_t share = (uint64_t)(budget * s->nl->limits.peer_hold_share);
+  uint64_t held = peer_held(s);
+  if (held <= share && more <= share - held)
+    return 0;
+  gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: %llu more bytes are over the peer's share of "
+               "queue.memory_budget for resident operands and regions (queue.peer_hold_share: "
+               "%llu bytes, %llu held)", what, (unsigned long long)more,
+               (unsigned long long)share, (unsigned long long)held);
+  uint64_t now = gd_now_us();
+  if (now - s->nl->hold_warned_us >= 1000000u) {
+    s->nl->hold_warned_us = now;
+    gd_warn("conn %llu (%s): %s", (unsigned long long)s->conn.id, s->conn.peer_key, err->message);
+  }
+  return GP_E_RESOURCE_EXHAUSTED;
+}
+
 static void reply_simple(gd_session *s) {
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
   lock_shared(s); /* the regions' totals, the daemon's figures */
-  int rc = s->method == GP_METHOD_CUDA_REGISTER
+  int rc = 0;
+  if (s->method == GP_METHOD_SHM_REGISTER && s->conn.shm.totals &&
+      (rc = check_peer_hold(s, "shm_register", s->arg, &err)) != 0)
+    gd_shm_drop_fd(&s->conn.shm); /* requests and descriptors stay paired */
+  if (rc == 0)
+    rc = s->method == GP_METHOD_CUDA_REGISTER
                ? gd_shm_calls_cuda(&s->conn.shm, &s->nl->limits.shm, s->msgid, &s->cuda, &sbuf,
                                    &err)
            : is_shm_method(s->method)
@@ -279,6 +321,7 @@ static void count_request(gd_stats *stats, gp_method method) {
 }
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
+static uint64_t peer_held(const gd_session *s);
 
 /* What this connection and its peer hold of the budget, and their shares
  * (queue.connection_memory_share; queue.peer_memory_share only while another peer is
@@ -291,6 +334,7 @@ static gd_sched_share share_of(const gd_session *s) {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
+      .peer_holds = peer_held(s),
       .prefer_device = s->conn.resident.last_device,
       .port = s->nl->port};
   if (d->peers.n > 1)
@@ -513,9 +557,12 @@ static void on_put_request(gd_session *s, const gp_event *ev) {
   gp_error err;
   gp_error_clear(&err);
   lock_shared(s); /* the resident totals */
-  int rc = s->authenticated ? gd_resident_begin(&s->conn.resident, &s->nl->limits.resident,
-                                                &ev->put, &err)
-                            : gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET);
+  uint64_t bytes = 0;
+  int rc = !s->authenticated ? gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET)
+           : gp_put_bytes(&ev->put, &bytes) ? check_peer_hold(s, "put", bytes, &err)
+                                             : 0; /* gd_resident_begin says what is wrong */
+  if (rc == 0)
+    rc = gd_resident_begin(&s->conn.resident, &s->nl->limits.resident, &ev->put, &err);
   unlock_shared(s);
   if (rc == 0)
     return;

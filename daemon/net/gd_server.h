@@ -31,6 +31,7 @@ typedef struct {
   uint32_t max_connections_per_peer; /* per uid (Unix) or address (TCP) */
   double connection_memory_share;  /* of queue.memory_budget, for one connection */
   double peer_memory_share;        /* ... for one peer, while other peers are connected */
+  double peer_hold_share;          /* ... for one peer's resident operands and regions, always */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */

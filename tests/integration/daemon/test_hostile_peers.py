@@ -3,10 +3,13 @@
 the line, auth that survives a reload, an ops endpoint nobody can lock. Sizes are small: the
 limits (queue.memory_budget, queue.max_jobs, the quotas) are scaled down in each test's config,
 so every case takes seconds, on the CPU backend and the fake-GPU one alike."""
+import fcntl
 import os
 import socket
 import sys
 import time
+
+import msgpack
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gemmd_harness as h  # noqa: E402
@@ -105,9 +108,91 @@ def test_waiter_that_hung_up_leaves_the_line(ctx):
             h.check_gemm(client, ctx.rng, 9, 10, 11, "f32")
 
 
+# ---- 2. no peer takes the whole budget with what it holds ---------------------------------
+
+def _put(client, nbytes):
+    """A resident f32 operand of about nbytes: its handle, or raises h.RpcError."""
+    cols = 64
+    rows = max(1, nbytes // (4 * cols))
+    data = b"\0" * (rows * cols * 4)
+    return client.call("put", [{"dtype": "f32", "rows": rows, "cols": cols}, data])["handle"]
+
+
+def _register(client, size):
+    """A sealed memfd of size bytes registered on client: (result, fd), or raises h.RpcError."""
+    fd = os.memfd_create("gemmd-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    msgid = client._take_msgid(None)
+    data = msgpack.packb([0, msgid, "shm_register", [size]], use_bin_type=True)
+    try:
+        socket.send_fds(client.sock, [data], [fd])
+        return client.result_of(client.wait(msgid)), fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _expect_exhausted(fn, what):
+    try:
+        fn()
+    except h.RpcError as exc:
+        assert exc.code == "RESOURCE_EXHAUSTED", "%s: %s" % (what, exc)
+        return exc.message
+    raise AssertionError("%s: succeeded, expected RESOURCE_EXHAUSTED" % what)
+
+
+def test_peer_hold_share(ctx):
+    """While another peer is connected, one uid's resident operands and regions, over all its
+    connections, stay within queue.peer_hold_share of the budget; past it put and
+    shm_register are refused, naming the share, and the daemon logs it."""
+    config = {"queue": {"memory_budget": "1MiB", "peer_hold_share": 0.5}}
+    with ctx.daemon(config=config, tcp=True) as d, d.connect() as c1, d.connect() as c2, \
+            d.connect() as c3, d.connect("tcp") as other_peer:
+        _put(c1, 300000)
+        message = _expect_exhausted(lambda: _put(c2, 300000), "a second put of the peer")
+        assert "peer_hold_share" in message, message
+        fd = None
+        try:
+            message = _expect_exhausted(lambda: _register(c3, 300000),
+                                        "a region of the peer")
+            assert "peer_hold_share" in message, message
+            _put(c2, 100000)  # within the share: fine
+            result, fd = _register(c3, 65536)  # the descriptors stayed paired with requests
+            assert result["size"] == 65536, result
+        finally:
+            if fd is not None:
+                os.close(fd)
+        h.check_gemm(c1, ctx.rng, 7, 5, 3, "f32")
+        h.check_gemm(other_peer, ctx.rng, 6, 5, 4, "f32")
+        assert "queue.peer_hold_share" in d.log(), d.log_tail()
+
+
+def test_starved_request_is_told_why(ctx):
+    """A gemm that cannot fit beside what another peer's resident operands and regions hold
+    is refused at once, naming them, instead of waiting in silence for room no job gives
+    back."""
+    config = {"queue": {"memory_budget": "1MiB", "peer_hold_share": 1.0}}
+    with ctx.daemon(config=config, tcp=True) as d, d.connect() as hog, \
+            d.connect("tcp") as other:
+        _put(hog, 800000)
+        a, b = h.random_operands(ctx.rng, 200, 200, 200, "f32")
+        try:
+            other.gemm(_hdr(200), a, b, timeout=5 * ctx.scale)
+        except h.RpcError as exc:
+            assert exc.code == "RESOURCE_EXHAUSTED", exc
+            assert "resident operands and shared-memory regions" in exc.message, exc.message
+        else:
+            raise AssertionError("the gemm was admitted beside 800000 held bytes of 1 MiB")
+        h.check_gemm(other, ctx.rng, 8, 8, 8, "f32")  # what fits still goes
+        assert "resident operands and shared-memory regions" in d.log(), d.log_tail()
+
+
 TESTS = [test_stalled_holder_yields_to_waiters,
          test_small_request_passes_a_large_one_in_line,
-         test_waiter_that_hung_up_leaves_the_line]
+         test_waiter_that_hung_up_leaves_the_line,
+         test_peer_hold_share,
+         test_starved_request_is_told_why]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
