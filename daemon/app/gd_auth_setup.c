@@ -110,3 +110,12 @@ int gd_auth_check(const gd_config *cfg, gd_auth_token *token, char *why, size_t 
   }
   return 0;
 }
+
+int gd_auth_check_held(const gd_config *cfg, const gd_auth_token *token, bool exposed_held,
+                       char *why, size_t why_size) {
+  if (!exposed_held || token->len > 0 || cfg->allow_unauthenticated_tcp)
+    return 0;
+  snprintf(why, why_size, "gemmd holds a TCP socket other machines can reach: it keeps needing "
+           "auth.token_file (or auth.allow_unauthenticated_tcp: true)");
+  return -1;
+}

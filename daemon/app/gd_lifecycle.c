@@ -185,7 +185,8 @@ static void reload(gd_lifecycle *lc) {
   memcpy(probe.listen, d->cfg.listen, sizeof probe.listen);
   probe.listen_count = d->cfg.listen_count;
   gd_auth_token token;
-  if (gd_auth_check(&probe, &token, err, sizeof err) != 0) {
+  if (gd_auth_check(&probe, &token, err, sizeof err) != 0 ||
+      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, err, sizeof err) != 0) {
     gd_error("reload failed, configuration unchanged: %s", err);
     gd_notify_ready("running; last reload failed");
     return;

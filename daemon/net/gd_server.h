@@ -60,6 +60,8 @@ typedef struct gd_server {
   gd_auth_token token;             /* shared; live: SIGHUP re-reads it */
   bool exposed_tcp_ok;             /* a token, or auth.allow_unauthenticated_tcp: listeners
                                       systemd hands over may be reachable from elsewhere */
+  bool exposed_tcp_held;           /* loop 0: a TCP listener other machines can reach is open,
+                                      however it came (its bound address, not the config's) */
   gd_stats *stats;
   gd_backend *backend;
   gd_sched *sched;

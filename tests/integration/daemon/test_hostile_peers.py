@@ -5,6 +5,7 @@ limits (queue.memory_budget, queue.max_jobs, the quotas) are scaled down in each
 so every case takes seconds, on the CPU backend and the fake-GPU one alike."""
 import fcntl
 import os
+import signal
 import socket
 import sys
 import time
@@ -188,11 +189,80 @@ def test_starved_request_is_told_why(ctx):
         assert "resident operands and shared-memory regions" in d.log(), d.log_tail()
 
 
+# ---- 3. a reload does not take the token from a socket others can reach ------------------
+
+TOKEN = "round-three-token"
+
+# Plays systemd: binds a TCP socket on every address, hands it over as fd 3 with LISTEN_FDS and
+# LISTEN_PID (exec keeps the pid), then runs gemmd.
+_ACTIVATE = """
+import os, socket, sys
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind(("0.0.0.0", int(sys.argv[1])))
+sock.listen(64)
+os.dup2(sock.fileno(), 3)
+os.set_inheritable(3, True)
+os.environ.update(LISTEN_FDS="1", LISTEN_PID=str(os.getpid()))
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+class _ActivatedDaemon(h.Daemon):
+    def __init__(self, gemmd, port, **kwargs):
+        super().__init__(gemmd, **kwargs)
+        self.port = port
+
+    def command(self):
+        return [sys.executable, "-c", _ACTIVATE, str(self.port)] + super().command() + \
+            ["--listen", self.address("unix")]
+
+
+def _token_file(d, text):
+    path = os.path.join(d.dir, "token")
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path
+
+
+def _expect_unauthenticated(client, when):
+    try:
+        client.call("ping")
+    except h.RpcError as exc:
+        assert exc.code == "UNAUTHENTICATED", "%s: %s" % (when, exc)
+        return
+    raise AssertionError("ping answered %s without the token" % when)
+
+
+def test_reload_keeps_the_token_of_an_activated_socket(ctx):
+    """Socket activation hands over a TCP socket on 0.0.0.0 and a token is set: a SIGHUP that
+    removes the token is refused (the sockets held decide, not the config's listen list)."""
+    port = h.free_tcp_port()
+    d = _ActivatedDaemon(ctx.gemmd, port)
+    path = _token_file(d, TOKEN + "\n")
+    config = {"auth": {"token_file": path}}
+    d.write_config(config)
+    with d:
+        d.wait_listening(addr="tcp:127.0.0.1:%d" % port)
+        with h.Client("tcp:127.0.0.1:%d" % port) as client:
+            _expect_unauthenticated(client, "before auth")
+        config["auth"]["token_file"] = ""
+        d.write_config(config)
+        d.send_signal(signal.SIGHUP)
+        h.wait_until(lambda: "reload" in d.log(), 10 * ctx.scale, "the reload")
+        assert "reload failed" in d.log() and "reach" in d.log(), d.log_tail()
+        with h.Client("tcp:127.0.0.1:%d" % port) as client:
+            _expect_unauthenticated(client, "after the reload")
+            assert client.call("auth", [TOKEN]) is True
+
+
 TESTS = [test_stalled_holder_yields_to_waiters,
          test_small_request_passes_a_large_one_in_line,
          test_waiter_that_hung_up_leaves_the_line,
          test_peer_hold_share,
-         test_starved_request_is_told_why]
+         test_starved_request_is_told_why,
+         test_reload_keeps_the_token_of_an_activated_socket]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
