@@ -81,6 +81,9 @@ void gd_config_default(gd_config *cfg) {
   cfg->resident.max_handles_per_connection = 64;
   cfg->resident.max_bytes_per_connection = 1 * GIB;
   cfg->resident.max_bytes_total = 2 * GIB;
+  cfg->metrics_max_connections = 32;
+  cfg->metrics_max_per_client = 4;
+  cfg->metrics_request_timeout_ms = 5000;
   cfg->shm.cuda_enabled = true;
   cfg->shm.cuda_max_regions_per_connection = 16;
 }
@@ -278,6 +281,9 @@ static const field cuda_ipc_fields[] = {
 
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
+    FLD("max_connections", F_U32, metrics_max_connections, 1, 4096),
+    FLD("max_connections_per_client", F_U32, metrics_max_per_client, 1, 4096),
+    FLD("request_timeout_ms", F_U64, metrics_request_timeout_ms, 100, 3600000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field auth_fields[] = {

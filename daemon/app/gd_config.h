@@ -79,6 +79,8 @@ typedef struct {
 
   /* metrics: (gd_ops_http.h) */
   char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */
+  uint32_t metrics_max_connections, metrics_max_per_client; /* its connections (gd_ops_guard.h) */
+  uint64_t metrics_request_timeout_ms;
 } gd_config;
 
 /* The built-in defaults (equal to config/gemmd.yaml). */

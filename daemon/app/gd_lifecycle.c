@@ -119,6 +119,10 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("shm.gpu_register_max_bytes");
   if (strcmp(cur->metrics_listen, next->metrics_listen) != 0)
     restart += restart_key("metrics.listen");
+  if (cur->metrics_max_connections != next->metrics_max_connections ||
+      cur->metrics_max_per_client != next->metrics_max_per_client ||
+      cur->metrics_request_timeout_ms != next->metrics_request_timeout_ms)
+    restart += restart_key("metrics");
   if (cur->log_target != next->log_target)
     restart += restart_key("log_target");
   /* Live: log level, limits, queue, timeouts, shm. */

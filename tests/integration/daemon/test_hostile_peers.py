@@ -257,12 +257,79 @@ def test_reload_keeps_the_token_of_an_activated_socket(ctx):
             assert client.call("auth", [TOKEN]) is True
 
 
+# ---- 4. nobody locks the health endpoint ------------------------------------------------
+
+def _slow_header(port, source):
+    """A connection to the ops listener from source that starts a request and never ends it."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=2, source_address=(source, 0))
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    return s
+
+
+def _health(port, source, timeout):
+    """The status of GET /healthz from source, or None when no answer came within timeout."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                      source_address=(source, 0)) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            head = s.recv(64)
+    except OSError:
+        return None
+    return int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else None
+
+
+def test_health_answered_beside_slow_header_clients(ctx):
+    """Clients trickling headers (a line every half second) or staying silent cannot lock
+    /healthz out: one address holds at most max_connections_per_client connections, and a
+    newcomer at max_connections closes those that sent no whole request within
+    request_timeout_ms. The daemon logs both. (Sources are 127.0.0.x loopback addresses.)"""
+    port = h.free_tcp_port()
+    config = {"metrics": {"listen": "tcp:127.0.0.1:%d" % port, "max_connections": 8,
+                          "max_connections_per_client": 4, "request_timeout_ms": 1000}}
+    with ctx.daemon(config=config) as d:
+        h.wait_until(lambda: _health(port, "127.0.0.1", 2) == 200, 10 * ctx.scale,
+                     "the ops listener")
+        slow = []
+        for source in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):
+            for _ in range(8):  # over the per-client cap: the rest are refused
+                try:
+                    slow.append(_slow_header(port, source))
+                except OSError:
+                    pass
+        try:
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:  # a header line now and then keeps them busy
+                for s in slow:
+                    try:
+                        s.sendall(b"X-Slow: 1\r\n")
+                    except OSError:
+                        pass
+                time.sleep(0.5)
+            # 12 of them would hold every slot but for the guard
+            assert _health(port, "127.0.0.9", 3) == 200, "/healthz locked out"
+            assert _health(port, "127.0.0.9", 3) == 200, "/healthz locked out the second time"
+        finally:
+            for s in slow:
+                s.close()
+        h.wait_until(lambda: "metrics.max_connections_per_client" in d.log(), 5 * ctx.scale,
+                     "the refusals to be logged")
+
+
+def test_metrics_on_every_address_is_a_warning(ctx):
+    port = h.free_tcp_port()
+    with ctx.daemon(config={"metrics": {"listen": "tcp:0.0.0.0:%d" % port}}) as d:
+        h.wait_until(lambda: "serving /metrics" in d.log(), 10 * ctx.scale, "the ops listener")
+        assert "other machines can reach it" in d.log(), d.log_tail()
+
+
 TESTS = [test_stalled_holder_yields_to_waiters,
          test_small_request_passes_a_large_one_in_line,
          test_waiter_that_hung_up_leaves_the_line,
          test_peer_hold_share,
          test_starved_request_is_told_why,
-         test_reload_keeps_the_token_of_an_activated_socket]
+         test_reload_keeps_the_token_of_an_activated_socket,
+         test_health_answered_beside_slow_header_clients,
+         test_metrics_on_every_address_is_a_warning]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
