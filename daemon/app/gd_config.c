@@ -78,6 +78,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->shm.max_regions_per_connection = 16;
   cfg->shm.max_bytes_per_connection = 2 * GIB;
   cfg->shm.max_bytes_total = 2 * GIB;
+  cfg->shm.max_fds_per_peer = 64;
   cfg->resident.max_handles_per_connection = 64;
   cfg->resident.max_bytes_per_connection = 1 * GIB;
   cfg->resident.max_bytes_total = 2 * GIB;
@@ -262,6 +263,7 @@ static const field shm_fields[] = {
     FLD("max_regions_per_connection", F_U32, shm.max_regions_per_connection, 0, 1u << 16),
     FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, HOST_MEMORY_MAX),
     FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, HOST_MEMORY_MAX),
+    FLD("max_fds_per_peer", F_U32, shm.max_fds_per_peer, 1, 1u << 20),
     /* the GPU backend's, read at start (regions pinned for DMA: gd_gpu_shm.c) */
     FLD("gpu_register_max_bytes", F_SIZE, gpu.shm_register_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};

@@ -43,8 +43,9 @@ enum {
   GD_NETLOOP_PEER_ROOM = 1u << 1,    /* a peer's budget went down: share waiters try again */
   GD_NETLOOP_FAIL_PENDING = 1u << 2, /* answer what has not started with UNAVAILABLE (why) */
   GD_NETLOOP_CLOSE_ALL = 1u << 3,    /* close every connection (why) */
-  GD_NETLOOP_SUMMARY = 1u << 4,      /* publish backlog and waiters for the drain */
-  GD_NETLOOP_STOP = 1u << 5,         /* close the inbox: the loop ends once its conns closed */
+  GD_NETLOOP_DROP_LOG = 1u << 4,     /* loop 0: log the descriptor drops of a burst when over */
+  GD_NETLOOP_SUMMARY = 1u << 5,      /* publish backlog and waiters for the drain */
+  GD_NETLOOP_STOP = 1u << 6,         /* close the inbox: the loop ends once its conns closed */
 };
 
 typedef struct gd_netloop gd_netloop;

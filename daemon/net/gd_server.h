@@ -74,7 +74,9 @@ typedef struct gd_server {
   uint64_t next_session_id;        /* shared */
   atomic_bool draining;            /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
-  uint64_t fd_limit;               /* RLIMIT_NOFILE (soft); 0: unknown, no fd check */
+  uint64_t fd_limit;               /* RLIMIT_NOFILE (soft) at start; 0: unknown, no fd check
+                                      (the check reads the limit now: it may be lowered) */
+  uv_timer_t *fd_drop_timer;       /* loop 0: logs what a burst of drops left unlogged */
   uint64_t fd_drop_logged_us;      /* shared: rate limit of the out-of-descriptors warning */
   uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
   gd_shm_totals shm;               /* shared: shared-memory regions of every connection */

@@ -77,6 +77,16 @@ static int take_one(uv_pipe_t *pipe, int *fd) {
   return *fd >= 0 ? 1 : 0;
 }
 
+/* One more waiting descriptor for t's peer, within its share: true when counted. */
+static bool peer_takes_fd(gd_shm *t) {
+  if (!t->peers)
+    return true;
+  gd_sched_lock(t->sched); /* every loop's peers */
+  bool ok = gd_peers_take_fd(t->peers, t->peer_key, t->peer_fd_cap);
+  gd_sched_unlock(t->sched);
+  return ok;
+}
+
 void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
   while (uv_pipe_pending_count(pipe) > 0) {
     int fd;
@@ -85,7 +95,7 @@ void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
       gd_warn("shm: out of memory taking a received descriptor");
       return; /* tried again after the next read */
     }
-    if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap) {
+    if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap || !peer_takes_fd(t)) {
       if (fd >= 0)
         close(fd);
       if (t->totals) {
@@ -106,6 +116,11 @@ static int pop_fd(gd_shm *t) {
   int fd = t->fds[t->fd_head];
   t->fd_head = (t->fd_head + 1) % GD_SHM_FDS_MAX;
   t->fd_count--;
+  if (t->peers) {
+    gd_sched_lock(t->sched);
+    gd_peers_give_fd(t->peers, t->peer_key);
+    gd_sched_unlock(t->sched);
+  }
   return fd;
 }
 

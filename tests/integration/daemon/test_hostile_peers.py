@@ -5,6 +5,8 @@ limits (queue.memory_budget, queue.max_jobs, the quotas) are scaled down in each
 so every case takes seconds, on the CPU backend and the fake-GPU one alike."""
 import fcntl
 import os
+import re
+import resource
 import signal
 import socket
 import sys
@@ -322,6 +324,81 @@ def test_metrics_on_every_address_is_a_warning(ctx):
         assert "other machines can reach it" in d.log(), d.log_tail()
 
 
+# ---- 5. descriptors ---------------------------------------------------------------------
+
+def _open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def _logged_drops(d):
+    return sum(int(n) for n in re.findall(r"(\d+) connection\(s\) dropped", d.log()))
+
+
+def test_fd_limit_lowered_while_running(ctx):
+    """RLIMIT_NOFILE lowered after start (prlimit): connections past it are dropped, counted
+    in stats and logged, every one of them (the burst's count logged when it is over)."""
+    config = {"limits": {"max_connections": 1000, "reserved_fds": 8}}
+    with ctx.daemon(config=config) as d:
+        with d.connect() as client:
+            client.call("ping")
+        limit = _open_fds(d.pid) + 24
+        _, hard = resource.prlimit(d.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(d.pid, resource.RLIMIT_NOFILE, (limit, hard))
+        clients = []
+        for _ in range(40):
+            try:
+                clients.append(d.connect(timeout=5 * ctx.scale))
+            except OSError:
+                pass
+        served = 0
+        for client in clients:
+            try:
+                client.request("ping")
+                served += client.read_reply(timeout=5 * ctx.scale).result == "pong"
+            except (h.ConnectionClosed, OSError, TimeoutError):
+                pass
+        for client in clients:
+            client.close()
+        h.wait_until(lambda: _served_ping(d), 10 * ctx.scale, "a connection served again")
+        dropped = _stats(d)["connections_dropped"]
+        assert dropped > 0 and served + dropped >= 40, (served, dropped)
+        h.wait_until(lambda: _logged_drops(d) == dropped, 5 * ctx.scale,
+                     "the log to count every drop (%d)" % dropped)
+
+
+def _served_ping(d):
+    try:
+        with d.connect(timeout=2) as client:
+            return client.call("ping", timeout=2) == "pong"
+    except (OSError, EOFError, TimeoutError, h.RpcError):
+        return False
+
+
+def test_descriptors_in_flight_per_peer(ctx):
+    """Descriptors a peer sends (SCM_RIGHTS) and has not used wait against its share
+    (shm.max_fds_per_peer) over all its connections: the rest are closed at once and counted."""
+    config = {"shm": {"max_fds_per_peer": 8}}
+    with ctx.daemon(config=config) as d:
+        clients = [d.connect() for _ in range(3)]
+        fds = [os.memfd_create("gemmd-test", os.MFD_CLOEXEC) for _ in range(4)]
+        try:
+            for client in clients:  # a ping carrying 4 descriptors that nothing will use
+                msgid = client._take_msgid(None)
+                data = msgpack.packb([0, msgid, "ping", []], use_bin_type=True)
+                socket.send_fds(client.sock, [data], fds)
+                assert client.result_of(client.wait(msgid)) == "pong"
+        finally:
+            for fd in fds:
+                os.close(fd)
+        assert _stats(d)["shm_fds_dropped"] == 3 * 4 - 8, _stats(d)
+        for client in clients:
+            client.close()
+        # given back with the connections: a new one may queue its share again
+        with d.connect() as client:
+            _, fd = _register(client, 4096)
+            os.close(fd)
+
+
 TESTS = [test_stalled_holder_yields_to_waiters,
          test_small_request_passes_a_large_one_in_line,
          test_waiter_that_hung_up_leaves_the_line,
@@ -329,7 +406,9 @@ TESTS = [test_stalled_holder_yields_to_waiters,
          test_starved_request_is_told_why,
          test_reload_keeps_the_token_of_an_activated_socket,
          test_health_answered_beside_slow_header_clients,
-         test_metrics_on_every_address_is_a_warning]
+         test_metrics_on_every_address_is_a_warning,
+         test_fd_limit_lowered_while_running,
+         test_descriptors_in_flight_per_peer]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
