@@ -67,6 +67,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->min_rate_bytes = 64 * MIB;
   cfg->min_rate_grace_ms = 5000;
   cfg->hold_stall_ms = 2000;
+  cfg->auth_max_failures = 5;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -291,6 +292,7 @@ static const field metrics_fields[] = {
 static const field auth_fields[] = {
     FLD("token_file", F_PATH, auth_token_file, 0, 0),
     FLD("allow_unauthenticated_tcp", F_BOOL, allow_unauthenticated_tcp, 0, 0),
+    FLD("max_failures_per_second", F_U32, auth_max_failures, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field root_fields[] = {

@@ -85,6 +85,7 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .min_rate_bytes = cfg->min_rate_bytes,
                          .min_rate_grace_ms = cfg->min_rate_grace_ms,
                          .hold_stall_ms = cfg->hold_stall_ms,
+                         .auth_max_failures = cfg->auth_max_failures,
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode,
@@ -143,6 +144,7 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->min_rate_bytes = next->min_rate_bytes;
   cur->min_rate_grace_ms = next->min_rate_grace_ms;
   cur->hold_stall_ms = next->hold_stall_ms;
+  cur->auth_max_failures = next->auth_max_failures;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */

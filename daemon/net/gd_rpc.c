@@ -36,14 +36,11 @@ static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
 
 /* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
  * is closing). */
-static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
-                           const char *message) {
+/* An error reply, counted, without a log line of its own. */
+static void send_error_quiet(gd_session *s, gp_method method, uint32_t msgid, int code,
+                             const char *message) {
   gd_stats_error(s->nl->stats, code);
   gd_stats_reply(s->nl->stats, method, code);
-  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
-                    .code = gp_code_name(code)};
-  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
-          (unsigned)msgid, gp_code_name(code), message);
   if (s->conn.closing)
     return;
   msgpack_sbuffer sbuf;
@@ -54,6 +51,15 @@ static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int 
     return;
   }
   send_sbuffer(s, &sbuf);
+}
+
+static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                           const char *message) {
+  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
+                    .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
+          (unsigned)msgid, gp_code_name(code), message);
+  send_error_quiet(s, method, msgid, code, message);
 }
 
 /* An error reply to a gemm request. */
@@ -291,9 +297,11 @@ static void refuse_current(gd_session *s, uint32_t msgid, int code, const char *
 
 #define NOT_YET "authenticate first"
 
-/* The connection stops reading and closes once its replies are out. */
+/* The connection stops reading and closes once its replies are out (no line of its own: the
+ * failed auths are logged counted). */
 static void hang_up(gd_session *s) {
   s->hangup = true;
+  s->quiet = true;
   s->eof = true;
   gd_rpc_kick(&s->conn);
 }
@@ -307,7 +315,16 @@ static void reply_auth(gd_session *s) {
     reply_simple(s);
     return;
   }
-  send_error_for(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED, "invalid token");
+  lock_shared(s); /* every loop's failures */
+  uint64_t log_now = gd_auth_limit_failed(&s->d->auth_limit, s->conn.peer_key, gd_now_us());
+  unlock_shared(s);
+  if (log_now > 0)
+    gd_warn("auth: %llu failed attempt(s) from %s (one line a second per peer; "
+            "auth.max_failures_per_second %u)", (unsigned long long)log_now, s->conn.peer_key,
+            (unsigned)s->nl->limits.auth_max_failures);
+  send_error_quiet(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED,
+                   s->auth_throttled ? "too many failed auths from this peer: try again in a "
+                                       "second" : "invalid token");
   if (s->tcp)
     hang_up(s);
 }
@@ -581,8 +598,11 @@ static void on_request(gd_session *s, const gp_event *ev) {
     s->cuda = ev->cuda;
   s->cur = NULL;
   if (ev->method == GP_METHOD_AUTH) {
-    lock_shared(s); /* SIGHUP may re-read the token */
-    s->token_ok = gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
+    lock_shared(s); /* SIGHUP may re-read the token; every loop counts failures */
+    s->auth_throttled = !gd_auth_limit_allows(&s->d->auth_limit, s->conn.peer_key,
+                                              s->nl->limits.auth_max_failures, gd_now_us());
+    s->token_ok = !s->auth_throttled &&
+                  gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
     unlock_shared(s);
   }
   if (ev->method == GP_METHOD_GEMM && !s->authenticated)

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gd_auth_limit.h"
 #include "gd_backend.h"
 #include "gd_peers.h"
 #include "gd_resident.h"
@@ -40,6 +41,7 @@ typedef struct {
   uint64_t min_rate_bytes;         /* payloads from this size on are held to it */
   uint64_t min_rate_grace_ms;      /* the rate counts after this start */
   uint64_t hold_stall_ms;          /* a request holding room others wait for may stall this long */
+  uint32_t auth_max_failures;      /* failed auths a second per peer; 0: no limit */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
   gd_shm_limits shm;               /* shm.* */
@@ -81,6 +83,7 @@ typedef struct gd_server {
   uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
   gd_shm_totals shm;               /* shared: shared-memory regions of every connection */
   gd_resident_totals resident;     /* shared: resident operands of every connection */
+  gd_auth_limit auth_limit;        /* shared: failed auths per peer */
   atomic_size_t line_waiters;      /* requests of every loop waiting in line for shared room */
 } gd_server;
 

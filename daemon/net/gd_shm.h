@@ -60,6 +60,7 @@ typedef struct {
 typedef struct {
   uint64_t id;
   gd_region *map;                      /* the mapping; jobs using it in place hold references */
+  uint64_t dev, ino;                   /* HOST: the memfd's: one memfd is one region */
 } gd_shm_region;
 
 typedef struct {

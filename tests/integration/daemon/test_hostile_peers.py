@@ -399,6 +399,82 @@ def test_descriptors_in_flight_per_peer(ctx):
             os.close(fd)
 
 
+# ---- 7. smaller ones --------------------------------------------------------------------
+
+def test_token_file_fifo_does_not_freeze_a_reload(ctx):
+    """auth.token_file naming a FIFO: the SIGHUP is refused at once (not a regular file), and
+    the daemon goes on serving instead of waiting for a writer."""
+    with ctx.daemon(tcp=True) as d:
+        fifo = os.path.join(d.dir, "token.fifo")
+        os.mkfifo(fifo, 0o600)
+        d.write_config({"listen": d.default_listen(), "auth": {"token_file": fifo}})
+        d.send_signal(signal.SIGHUP)
+        h.wait_until(lambda: "reload failed" in d.log(), 5 * ctx.scale, "the refused reload")
+        assert "not a regular file" in d.log(), d.log_tail()
+        with d.connect() as client:
+            assert client.call("ping", timeout=5 * ctx.scale) == "pong"
+
+
+def test_failed_auths_limited_per_peer(ctx):
+    """A peer that failed auth.max_failures_per_second times within a second has its next
+    tokens refused unchecked for the rest of it, and its failures are logged as one counted
+    line a second, not a line each."""
+    d = ctx.daemon(tcp=True)
+    path = _token_file(d, TOKEN + "\n")
+    d.write_config({"listen": d.default_listen(),
+                    "auth": {"token_file": path, "max_failures_per_second": 3}})
+    with d:
+        start = time.monotonic()
+        for i in range(12):
+            with d.connect("tcp") as client:
+                try:
+                    client.call("auth", ["guess-%d" % i])
+                    raise AssertionError("a wrong token was taken")
+                except h.RpcError as exc:
+                    assert exc.code == "UNAUTHENTICATED", exc
+        throttled = time.monotonic() - start < 0.9
+        if throttled:  # still within the second of the failures: even the right one waits
+            with d.connect("tcp") as client:
+                try:
+                    client.call("auth", [TOKEN])
+                    raise AssertionError("the token was checked right after 12 failures")
+                except h.RpcError as exc:
+                    assert "too many failed auths" in exc.message, exc
+        time.sleep(1.1)
+        with d.connect("tcp") as client:
+            assert client.call("auth", [TOKEN]) is True
+        lines = [line for line in d.log().splitlines() if "failed attempt(s)" in line]
+        assert 1 <= len(lines) <= 3, lines
+        assert "invalid token" not in d.log(), d.log_tail()  # no line per failure
+
+
+def test_one_memfd_is_one_region(ctx):
+    """The same memfd registered a second time (a dup of it) is refused: two regions over the
+    same pages would escape the check of overlapping operands and results."""
+    with ctx.daemon() as d, d.connect() as client:
+        result, fd = _register(client, 65536)
+        try:
+            twin = os.dup(fd)
+            try:
+                msgid = client._take_msgid(None)
+                data = msgpack.packb([0, msgid, "shm_register", [65536]], use_bin_type=True)
+                socket.send_fds(client.sock, [data], [twin])
+                try:
+                    client.result_of(client.wait(msgid))
+                    raise AssertionError("one memfd registered as two regions")
+                except h.RpcError as exc:
+                    assert exc.code == "INVALID_ARGUMENT" and "registered already" in \
+                        exc.message, exc
+            finally:
+                os.close(twin)
+            client.call("shm_unregister", [result["region"]])
+            again, fd2 = _register(client, 65536)  # once unregistered, it may come back
+            os.close(fd2)
+        finally:
+            os.close(fd)
+        h.check_gemm(client, ctx.rng, 5, 7, 9, "f32")
+
+
 TESTS = [test_stalled_holder_yields_to_waiters,
          test_small_request_passes_a_large_one_in_line,
          test_waiter_that_hung_up_leaves_the_line,
@@ -408,7 +484,10 @@ TESTS = [test_stalled_holder_yields_to_waiters,
          test_health_answered_beside_slow_header_clients,
          test_metrics_on_every_address_is_a_warning,
          test_fd_limit_lowered_while_running,
-         test_descriptors_in_flight_per_peer]
+         test_descriptors_in_flight_per_peer,
+         test_token_file_fifo_does_not_freeze_a_reload,
+         test_failed_auths_limited_per_peer,
+         test_one_memfd_is_one_region]
 
 if __name__ == "__main__":
     sys.exit(h.main(TESTS))
