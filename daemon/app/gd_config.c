@@ -68,6 +68,7 @@ void gd_config_default(gd_config *cfg) {
   cfg->min_rate_grace_ms = 5000;
   cfg->hold_stall_ms = 2000;
   cfg->auth_max_failures = 5;
+  cfg->trim_idle_ms = 1000;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -216,6 +217,7 @@ static const field queue_fields[] = {
     FLD("connection_memory_share", F_FRACTION, connection_memory_share, 0, 0),
     FLD("peer_memory_share", F_FRACTION, peer_memory_share, 0, 0),
     FLD("peer_hold_share", F_FRACTION, peer_hold_share, 0, 0),
+    FLD("trim_idle_ms", F_U64, trim_idle_ms, 0, 7ull * 24 * 3600 * 1000), /* a week */
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */

@@ -62,7 +62,8 @@ typedef struct {
   uint64_t idle_ms, request_ms, drain_ms;
   uint64_t min_receive_rate, min_rate_bytes, min_rate_grace_ms;
   uint64_t hold_stall_ms;
-  uint32_t auth_max_failures;          /* auth.max_failures_per_second */             /* 0: a stalled request may hold room others wait for */
+  uint32_t auth_max_failures;          /* auth.max_failures_per_second */
+  uint64_t trim_idle_ms;               /* queue.trim_idle_ms: 0 = never */             /* 0: a stalled request may hold room others wait for */
 
   /* cpu: */
   uint32_t cpu_threads;            /* 0 = number of cores */

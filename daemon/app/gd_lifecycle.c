@@ -124,6 +124,8 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
       cur->metrics_max_per_client != next->metrics_max_per_client ||
       cur->metrics_request_timeout_ms != next->metrics_request_timeout_ms)
     restart += restart_key("metrics");
+  if (cur->trim_idle_ms != next->trim_idle_ms)
+    restart += restart_key("queue.trim_idle_ms");
   if (cur->log_target != next->log_target)
     restart += restart_key("log_target");
   /* Live: log level, limits, queue, timeouts, shm. */

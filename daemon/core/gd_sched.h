@@ -174,6 +174,8 @@ size_t gd_sched_running(const gd_sched *s);
 /* Jobs (and their reserved bytes) whose reply waits only on its client (see the top). */
 size_t gd_sched_delivering(const gd_sched *s);
 uint64_t gd_sched_delivering_bytes(const gd_sched *s);
+/* Jobs admitted since start. */
+uint64_t gd_sched_admitted(const gd_sched *s);
 /* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
 
