@@ -557,11 +557,20 @@ static void retry_admission(gd_session *s) {
   gd_rpc_kick(&s->conn);
 }
 
+/* Room appeared and requests in line have not tried it yet: it is theirs first. */
+static bool line_trying(const gd_netloop *nl) {
+  for (const gd_session *o = nl->wait_head; o; o = o->wait_next)
+    if (o->wake)
+      return true;
+  return false;
+}
+
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
   lock_shared(s); /* admission and the wait it may start: see want_room */
-  /* a request that fits now goes now, even past others in line that do not fit yet: one
-   * large request that cannot be admitted must not hold up every small one behind it */
-  int rc = admit_gemm(s, &ev->gemm, ev->has_c);
+  /* A request that fits now goes now, even past others in line that do not fit: one large
+   * request that cannot be admitted must not hold up every small one behind it. But room that
+   * just appeared goes to those in line first (their retries are due). */
+  int rc = line_trying(s->nl) ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
   if (must_wait(rc)) {
     s->nl->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
