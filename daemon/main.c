@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "gd_auth_setup.h"
+#include "gd_trim.h"
 #include "gd_backend_cpu.h"
 #include "gd_clock.h"
 #include "gd_cli.h"
@@ -254,6 +255,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_lifecycle *lc = NULL;
   gd_notify *notify = NULL;
   gd_ops_http *ops_http = NULL;
+  gd_trim *trim = NULL;
   gp_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
   char why[512];
@@ -316,6 +318,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     gd_notify_close(notify);
     goto out_listeners;
   }
+  if ((rc = gd_trim_start(&loop, &d, d.cfg.trim_idle_ms, &trim)) != 0)
+    gd_warn("queue.trim_idle_ms: no idle trim: %s", uv_strerror(rc)); /* not worth stopping */
   release_signals();
   gd_info("gemmd %s ready: backend %s, config %s", GEMMD_VERSION, d.backend->ops->name,
           config_path ? config_path : "built-in defaults");
@@ -323,6 +327,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   /* Returns when the lifecycle closed every handle (shutdown). */
   rc = uv_run(&loop, UV_RUN_DEFAULT);
   status = 0;
+  gd_trim_close(trim);
   gd_ops_http_stop(ops_http);
   goto out_sched;
 

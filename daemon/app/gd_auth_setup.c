@@ -53,7 +53,9 @@ int gd_auth_load_token(const gd_config *cfg, gd_auth_token *out, char *why, size
   out->len = 0;
   if (path[0] == '\0')
     return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO there must not freeze the loop until someone writes to it (it is then
+   * refused as not a regular file) */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     snprintf(why, why_size, "auth.token_file %s: %s", path, strerror(errno));
     return -1;
@@ -109,4 +111,13 @@ int gd_auth_check(const gd_config *cfg, gd_auth_token *token, char *why, size_t 
     return -1;
   }
   return 0;
+}
+
+int gd_auth_check_held(const gd_config *cfg, const gd_auth_token *token, bool exposed_held,
+                       char *why, size_t why_size) {
+  if (!exposed_held || token->len > 0 || cfg->allow_unauthenticated_tcp)
+    return 0;
+  snprintf(why, why_size, "gemmd holds a TCP socket other machines can reach: it keeps needing "
+           "auth.token_file (or auth.allow_unauthenticated_tcp: true)");
+  return -1;
 }

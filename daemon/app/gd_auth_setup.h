@@ -33,4 +33,10 @@ const char *gd_auth_first_exposed(const gd_config *cfg);
  * auth.allow_unauthenticated_tcp is not set). With *token non-NULL the token is read into it. */
 int gd_auth_check(const gd_config *cfg, gd_auth_token *token, char *why, size_t why_size);
 
+/* SIGHUP: a reload that would leave a TCP listener other machines can reach (exposed_held:
+ * gd_server.exposed_tcp_held, whatever opened it, systemd included) without a token is
+ * refused unless auth.allow_unauthenticated_tcp: 0, or -1 with the reason in why. */
+int gd_auth_check_held(const gd_config *cfg, const gd_auth_token *token, bool exposed_held,
+                       char *why, size_t why_size);
+
 #endif /* GD_AUTH_SETUP_H */

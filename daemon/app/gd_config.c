@@ -61,10 +61,14 @@ void gd_config_default(gd_config *cfg) {
   cfg->memory_budget = 4 * GIB;
   cfg->connection_memory_share = 0.5;
   cfg->peer_memory_share = 0.75;
+  cfg->peer_hold_share = 0.5;
   cfg->idle_ms = 300000;
   cfg->min_receive_rate = 1 * MIB;
   cfg->min_rate_bytes = 64 * MIB;
   cfg->min_rate_grace_ms = 5000;
+  cfg->hold_stall_ms = 2000;
+  cfg->auth_max_failures = 5;
+  cfg->trim_idle_ms = 1000;
   cfg->request_ms = 60000;
   cfg->drain_ms = 30000;
   cfg->cpu_threads = 0;
@@ -76,9 +80,13 @@ void gd_config_default(gd_config *cfg) {
   cfg->shm.max_regions_per_connection = 16;
   cfg->shm.max_bytes_per_connection = 2 * GIB;
   cfg->shm.max_bytes_total = 2 * GIB;
+  cfg->shm.max_fds_per_peer = 64;
   cfg->resident.max_handles_per_connection = 64;
   cfg->resident.max_bytes_per_connection = 1 * GIB;
   cfg->resident.max_bytes_total = 2 * GIB;
+  cfg->metrics_max_connections = 32;
+  cfg->metrics_max_per_client = 4;
+  cfg->metrics_request_timeout_ms = 5000;
   cfg->shm.cuda_enabled = true;
   cfg->shm.cuda_max_regions_per_connection = 16;
 }
@@ -208,6 +216,8 @@ static const field queue_fields[] = {
     FLD("memory_budget", F_SIZE, memory_budget, 1, HOST_MEMORY_MAX),
     FLD("connection_memory_share", F_FRACTION, connection_memory_share, 0, 0),
     FLD("peer_memory_share", F_FRACTION, peer_memory_share, 0, 0),
+    FLD("peer_hold_share", F_FRACTION, peer_hold_share, 0, 0),
+    FLD("trim_idle_ms", F_U64, trim_idle_ms, 0, 7ull * 24 * 3600 * 1000), /* a week */
     {NULL, 0, 0, 0, 0, NULL}};
 
 /* 0 disables the idle and request timeouts; a week is the longest anything may wait. */
@@ -219,6 +229,7 @@ static const field timeouts_fields[] = {
     FLD("min_receive_rate", F_SIZE, min_receive_rate, 0, MAX_MESSAGE_MAX),
     FLD("min_rate_bytes", F_SIZE, min_rate_bytes, 1, MAX_MESSAGE_MAX),
     FLD("min_rate_grace_ms", F_U64, min_rate_grace_ms, 0, WEEK_MS),
+    FLD("hold_stall_ms", F_U64, hold_stall_ms, 0, WEEK_MS),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field cpu_fields[] = {
@@ -255,6 +266,7 @@ static const field shm_fields[] = {
     FLD("max_regions_per_connection", F_U32, shm.max_regions_per_connection, 0, 1u << 16),
     FLD("max_bytes_per_connection", F_SIZE, shm.max_bytes_per_connection, 0, HOST_MEMORY_MAX),
     FLD("max_bytes_total", F_SIZE, shm.max_bytes_total, 0, HOST_MEMORY_MAX),
+    FLD("max_fds_per_peer", F_U32, shm.max_fds_per_peer, 1, 1u << 20),
     /* the GPU backend's, read at start (regions pinned for DMA: gd_gpu_shm.c) */
     FLD("gpu_register_max_bytes", F_SIZE, gpu.shm_register_bytes, 0, HOST_MEMORY_MAX),
     {NULL, 0, 0, 0, 0, NULL}};
@@ -274,11 +286,15 @@ static const field cuda_ipc_fields[] = {
 
 static const field metrics_fields[] = {
     FLD("listen", F_HTTP, metrics_listen, 0, 0),
+    FLD("max_connections", F_U32, metrics_max_connections, 1, 4096),
+    FLD("max_connections_per_client", F_U32, metrics_max_per_client, 1, 4096),
+    FLD("request_timeout_ms", F_U64, metrics_request_timeout_ms, 100, 3600000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field auth_fields[] = {
     FLD("token_file", F_PATH, auth_token_file, 0, 0),
     FLD("allow_unauthenticated_tcp", F_BOOL, allow_unauthenticated_tcp, 0, 0),
+    FLD("max_failures_per_second", F_U32, auth_max_failures, 0, 1000000),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field root_fields[] = {

@@ -55,11 +55,15 @@ typedef struct {
   uint32_t max_jobs;               /* daemon-wide, admitted and not yet answered */
   uint64_t memory_budget;
   double connection_memory_share;  /* (0, 1] of memory_budget */
+  double peer_hold_share;          /* (0, 1]: a peer's resident operands and regions */
   double peer_memory_share;          /* host bytes of jobs in flight */
 
   /* timeouts: (0 disables idle_ms and request_ms) */
   uint64_t idle_ms, request_ms, drain_ms;
   uint64_t min_receive_rate, min_rate_bytes, min_rate_grace_ms;
+  uint64_t hold_stall_ms;
+  uint32_t auth_max_failures;          /* auth.max_failures_per_second */
+  uint64_t trim_idle_ms;               /* queue.trim_idle_ms: 0 = never */             /* 0: a stalled request may hold room others wait for */
 
   /* cpu: */
   uint32_t cpu_threads;            /* 0 = number of cores */
@@ -77,6 +81,8 @@ typedef struct {
 
   /* metrics: (gd_ops_http.h) */
   char metrics_listen[GP_ADDR_TEXT_MAX]; /* tcp:HOST:PORT of /metrics, /healthz, /readyz; "" = off */
+  uint32_t metrics_max_connections, metrics_max_per_client; /* its connections (gd_ops_guard.h) */
+  uint64_t metrics_request_timeout_ms;
 } gd_config;
 
 /* The built-in defaults (equal to config/gemmd.yaml). */

@@ -76,6 +76,7 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .max_connections_per_peer = cfg->max_connections_per_peer,
                          .connection_memory_share = cfg->connection_memory_share,
                          .peer_memory_share = cfg->peer_memory_share,
+                         .peer_hold_share = cfg->peer_hold_share,
                          .max_requests_in_flight = cfg->max_requests_in_flight,
                          .max_buffered_bytes = cfg->max_buffered_bytes,
                          .proto = cfg->proto,
@@ -83,6 +84,8 @@ void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out) {
                          .min_receive_rate = cfg->min_receive_rate,
                          .min_rate_bytes = cfg->min_rate_bytes,
                          .min_rate_grace_ms = cfg->min_rate_grace_ms,
+                         .hold_stall_ms = cfg->hold_stall_ms,
+                         .auth_max_failures = cfg->auth_max_failures,
                          .request_ms = cfg->request_ms,
                          .staging_hold_ms = cfg->gpu.staging_hold_ms,
                          .unix_socket_mode = cfg->unix_socket_mode,
@@ -117,6 +120,12 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
     restart += restart_key("shm.gpu_register_max_bytes");
   if (strcmp(cur->metrics_listen, next->metrics_listen) != 0)
     restart += restart_key("metrics.listen");
+  if (cur->metrics_max_connections != next->metrics_max_connections ||
+      cur->metrics_max_per_client != next->metrics_max_per_client ||
+      cur->metrics_request_timeout_ms != next->metrics_request_timeout_ms)
+    restart += restart_key("metrics");
+  if (cur->trim_idle_ms != next->trim_idle_ms)
+    restart += restart_key("queue.trim_idle_ms");
   if (cur->log_target != next->log_target)
     restart += restart_key("log_target");
   /* Live: log level, limits, queue, timeouts, shm. */
@@ -131,10 +140,13 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
   cur->memory_budget = next->memory_budget;
   cur->connection_memory_share = next->connection_memory_share;
   cur->peer_memory_share = next->peer_memory_share;
+  cur->peer_hold_share = next->peer_hold_share;
   cur->idle_ms = next->idle_ms;
   cur->min_receive_rate = next->min_receive_rate;
   cur->min_rate_bytes = next->min_rate_bytes;
   cur->min_rate_grace_ms = next->min_rate_grace_ms;
+  cur->hold_stall_ms = next->hold_stall_ms;
+  cur->auth_max_failures = next->auth_max_failures;
   cur->request_ms = next->request_ms;
   cur->drain_ms = next->drain_ms;
   cur->gpu.staging_hold_ms = next->gpu.staging_hold_ms; /* read per chunk by connections */
@@ -181,7 +193,8 @@ static void reload(gd_lifecycle *lc) {
   memcpy(probe.listen, d->cfg.listen, sizeof probe.listen);
   probe.listen_count = d->cfg.listen_count;
   gd_auth_token token;
-  if (gd_auth_check(&probe, &token, err, sizeof err) != 0) {
+  if (gd_auth_check(&probe, &token, err, sizeof err) != 0 ||
+      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, err, sizeof err) != 0) {
     gd_error("reload failed, configuration unchanged: %s", err);
     gd_notify_ready("running; last reload failed");
     return;

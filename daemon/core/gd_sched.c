@@ -59,6 +59,7 @@ struct gd_sched {
   size_t job_count, running;
   uint64_t reserved;           /* jobs' and extra */
   uint64_t extra;              /* of it, outside jobs (gd_sched_reserve) */
+  uint64_t starved_logged_us;  /* rate limit of the warning that holdings starve a request */
   size_t delivering_jobs;     /* final, reply going out to its client: not in job_count */
   uint64_t delivering_bytes;  /* their reserved bytes: not in reserved */
   uint64_t next_id;
@@ -415,13 +416,31 @@ static uint64_t budget_left(const gd_sched *s) {
   return s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
 }
 
-static int check_budget(gd_sched *s, uint64_t host, gp_error *err) {
+static int check_budget(gd_sched *s, uint64_t host, const gd_sched_share *share,
+                        gp_error *err) {
+  uint64_t own = share ? share->peer_holds : 0;
+  uint64_t others = s->extra > own ? s->extra - own : 0;
   uint64_t left = budget_left(s);
   if (host > s->limits.memory_budget)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
                         "request needs %llu bytes of host memory, more than queue.memory_budget "
                         "(%llu)", (unsigned long long)host,
                         (unsigned long long)s->limits.memory_budget);
+  if (others > 0 &&
+      (others >= s->limits.memory_budget || host > s->limits.memory_budget - others)) {
+    /* it could wait for ever: what holds the room is not jobs, which end by themselves */
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                 "request needs %llu bytes of host memory; %llu of queue.memory_budget (%llu) "
+                 "are held by other peers' resident operands and shared-memory regions",
+                 (unsigned long long)host, (unsigned long long)others,
+                 (unsigned long long)s->limits.memory_budget);
+    uint64_t now = gd_now_us();
+    if (now - s->starved_logged_us >= 1000000u) {
+      s->starved_logged_us = now;
+      gd_warn("queue.memory_budget: %s (refused; logged at most once a second)", err->message);
+    }
+    return GP_E_RESOURCE_EXHAUSTED;
+  }
   if (s->job_count >= s->limits.max_jobs) {
     gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "queue full: %zu jobs in flight (queue.max_jobs "
                  "= %u)", s->job_count, (unsigned)s->limits.max_jobs);
@@ -470,7 +489,7 @@ static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint3
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
-  rc = check_budget(s, host, err);
+  rc = check_budget(s, host, share, err);
   if (rc == 0 || rc == GD_SCHED_FULL) {
     int own = check_share(share, host, err);
     rc = own ? own : rc;
@@ -603,14 +622,14 @@ static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
  * scheduler's value: hence the cast). */
 typedef struct {
   size_t jobs, running, delivering;
-  uint64_t delivering_bytes, reserved;
+  uint64_t delivering_bytes, reserved, next_id;
 } sched_counts;
 
 static sched_counts read_counts(const gd_sched *cs) {
   gd_sched *s = (gd_sched *)cs;
   gd_sched_lock(s);
   sched_counts c = {s->job_count, s->running, s->delivering_jobs, s->delivering_bytes,
-                    s->reserved};
+                    s->reserved, s->next_id};
   gd_sched_unlock(s);
   return c;
 }
@@ -620,6 +639,8 @@ size_t gd_sched_running(const gd_sched *s) { return read_counts(s).running; }
 size_t gd_sched_delivering(const gd_sched *s) { return read_counts(s).delivering; }
 uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return read_counts(s).delivering_bytes; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return read_counts(s).reserved; }
+
+uint64_t gd_sched_admitted(const gd_sched *s) { return read_counts(s).next_id - 1; }
 
 static int reserve_unlocked(gd_sched *s, uint64_t bytes, gp_error *err) {
   /* A registration does not wait for room as a gemm does: it fits now or is refused. */

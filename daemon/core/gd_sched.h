@@ -16,6 +16,9 @@
  *   - draining                              -> UNAVAILABLE
  *   - host bytes (a + b + c + scratch) over queue.memory_budget itself
  *                                           -> RESOURCE_EXHAUSTED (can never fit)
+ *   - host bytes over what other peers' resident operands and regions leave of it
+ *                                           -> RESOURCE_EXHAUSTED, naming them, and a warning
+ *                                              (at most one a second): no job gives it back
  *   - the host bytes over the connection's or the peer's share (gd_sched_share)
  *                                           -> GD_SCHED_OVER_SHARE: the caller waits for its own
  *   - queue.max_jobs jobs already admitted, or the host bytes over what is left of the
@@ -63,6 +66,10 @@ typedef struct gd_sched gd_sched;
 typedef struct {
   uint64_t conn_used, conn_limit;
   uint64_t peer_used, peer_limit;
+  /* Of the budget's bytes held outside jobs (resident operands, regions), the requester's
+   * peer's: what it holds itself it may free, so a request held up by them waits; one held up
+   * by other peers' holdings, which no job gives back, is refused (RESOURCE_EXHAUSTED). */
+  uint64_t peer_holds;
   /* 1 + the device where the requester's resident operands were last used (a backend keeps
    * its copies there), 0 for none: preferred while it is at most one such job busier than the
    * least-loaded device. */
@@ -167,6 +174,8 @@ size_t gd_sched_running(const gd_sched *s);
 /* Jobs (and their reserved bytes) whose reply waits only on its client (see the top). */
 size_t gd_sched_delivering(const gd_sched *s);
 uint64_t gd_sched_delivering_bytes(const gd_sched *s);
+/* Jobs admitted since start. */
+uint64_t gd_sched_admitted(const gd_sched *s);
 /* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
 

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -318,4 +320,21 @@ void gd_conn_close(gd_conn *c, const char *why) {
     uv_close((uv_handle_t *)&c->timer, on_close);
   }
   uv_close(&c->h.handle, on_close);
+}
+
+bool gd_conn_peer_gone(gd_conn *c, uint64_t needed) {
+  uv_os_fd_t fd;
+  if (c->closing || uv_fileno((const uv_handle_t *)&c->h.stream, &fd) != 0)
+    return false;
+  struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+  if (poll(&p, 1, 0) != 1)
+    return false;
+  if (p.revents & (POLLHUP | POLLERR))
+    return true;
+  if (!(p.revents & POLLRDHUP))
+    return false;
+  int avail = 0;
+  if (ioctl(fd, FIONREAD, &avail) != 0 || avail < 0)
+    return false;
+  return (uint64_t)avail + c->pending_len < needed;
 }

@@ -95,6 +95,12 @@ void gd_conn_consumed(gd_conn *c, size_t used);
  * caller made the decoder count them off first. */
 void gd_conn_leave_window(gd_conn *c);
 
+/* While c is not read: true when its client is gone for good, so that what it sent and
+ * buffered can never complete a message of `needed` more bytes (a reset or a full close; a
+ * half close with fewer bytes waiting than needed). A client that only shut down its writing
+ * side after a complete request is not gone. */
+bool gd_conn_peer_gone(gd_conn *c, uint64_t needed);
+
 /* Closes c (see the top). why is logged by the closing callback. Idempotent. */
 void gd_conn_close(gd_conn *c, const char *why);
 

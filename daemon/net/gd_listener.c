@@ -252,6 +252,18 @@ static listener *next_slot(gd_listeners *set, char *err, size_t err_size) {
   return l;
 }
 
+/* A TCP listener whose bound address other machines can reach is noted (gd_server.h): a
+ * reload may not take the token away from it, whether the config or systemd gave it. */
+static void note_exposed(gd_server *d, listener *l) {
+  struct sockaddr_storage ss;
+  int len = (int)sizeof ss;
+  if (l->h.handle.type != UV_TCP)
+    return;
+  if (uv_tcp_getsockname(&l->h.tcp, (struct sockaddr *)&ss, &len) != 0 ||
+      gd_auth_exposed_sockaddr(&ss))
+    d->exposed_tcp_held = true; /* unknown counts as exposed */
+}
+
 static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool adopt_systemd,
                     char *err, size_t err_size) {
   gd_server *d = set->d;
@@ -263,6 +275,7 @@ static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool 
     if (!l || adopt_fd(d, l, SD_LISTEN_FDS_START + i, err, err_size) != 0 ||
         start_listening(l, err, err_size) != 0)
       return -1;
+    note_exposed(d, l);
   }
   for (size_t i = 0; i < count; i++) {
     listener *l = next_slot(set, err, err_size);
@@ -273,6 +286,7 @@ static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool 
                                            : open_tcp(d, l, &addrs[i], err, err_size);
     if (rc != 0 || start_listening(l, err, err_size) != 0)
       return -1;
+    note_exposed(d, l);
   }
   if (set->count == 0)
     return fail(err, err_size, "nothing to listen on: give --listen or a listen: list");

@@ -43,8 +43,9 @@ enum {
   GD_NETLOOP_PEER_ROOM = 1u << 1,    /* a peer's budget went down: share waiters try again */
   GD_NETLOOP_FAIL_PENDING = 1u << 2, /* answer what has not started with UNAVAILABLE (why) */
   GD_NETLOOP_CLOSE_ALL = 1u << 3,    /* close every connection (why) */
-  GD_NETLOOP_SUMMARY = 1u << 4,      /* publish backlog and waiters for the drain */
-  GD_NETLOOP_STOP = 1u << 5,         /* close the inbox: the loop ends once its conns closed */
+  GD_NETLOOP_DROP_LOG = 1u << 4,     /* loop 0: log the descriptor drops of a burst when over */
+  GD_NETLOOP_SUMMARY = 1u << 5,      /* publish backlog and waiters for the drain */
+  GD_NETLOOP_STOP = 1u << 6,         /* close the inbox: the loop ends once its conns closed */
 };
 
 typedef struct gd_netloop gd_netloop;
@@ -71,6 +72,7 @@ struct gd_netloop {
   struct gd_session *wait_head, *wait_tail; /* FIFO of its connections waiting for room */
   size_t share_waiters;            /* its connections waiting over their share */
   atomic_size_t share_waiting;     /* share_waiters, for other loops to read */
+  uint64_t hold_warned_us;         /* rate limit of its queue.peer_hold_share warnings */
   _Atomic uint64_t backlog;        /* reply bytes queued, as of the last SUMMARY */
   atomic_bool waiters;             /* connections waiting for room, as of the last SUMMARY */
   _Atomic uint64_t summary_asked;  /* SUMMARYs posted (by loop 0), counted under mu */

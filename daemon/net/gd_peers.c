@@ -70,6 +70,20 @@ uint64_t gd_peers_reserved(const gd_peers *p, const char *key) {
   return item ? item->reserved : 0;
 }
 
+bool gd_peers_take_fd(gd_peers *p, const char *key, uint32_t cap) {
+  gd_peer_count *item = find(p, key);
+  if (!item || item->fds >= cap)
+    return false;
+  item->fds++;
+  return true;
+}
+
+void gd_peers_give_fd(gd_peers *p, const char *key) {
+  gd_peer_count *item = find(p, key);
+  if (item && item->fds > 0)
+    item->fds--;
+}
+
 const gd_peer_count *gd_peers_greediest(const gd_peers *p) {
   const gd_peer_count *best = NULL;
   for (size_t i = 0; i < p->n; i++)

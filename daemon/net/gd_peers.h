@@ -8,6 +8,7 @@
 #ifndef GD_PEERS_H
 #define GD_PEERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,7 @@ typedef struct {
   char key[GD_PEER_KEY_MAX];
   uint32_t count;
   uint64_t reserved;       /* budget bytes its connections' jobs hold until computed */
+  uint32_t fds;            /* descriptors received (SCM_RIGHTS) and waiting, all its conns */
 } gd_peer_count;
 
 typedef struct {
@@ -35,6 +37,11 @@ uint32_t gd_peers_count(const gd_peers *p, const char *key);
 void gd_peers_charge(gd_peers *p, const char *key, uint64_t bytes);
 void gd_peers_uncharge(gd_peers *p, const char *key, uint64_t bytes);
 uint64_t gd_peers_reserved(const gd_peers *p, const char *key);
+
+/* A descriptor received for key waits (true: counted, under cap) or is used up. A peer not
+ * listed takes none and gives back nothing. */
+bool gd_peers_take_fd(gd_peers *p, const char *key, uint32_t cap);
+void gd_peers_give_fd(gd_peers *p, const char *key);
 
 /* The peer with the most open connections, or NULL when there is none. */
 const gd_peer_count *gd_peers_greediest(const gd_peers *p);

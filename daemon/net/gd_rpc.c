@@ -36,14 +36,11 @@ static void send_sbuffer(gd_session *s, msgpack_sbuffer *sbuf) {
 
 /* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
  * is closing). */
-static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
-                           const char *message) {
+/* An error reply, counted, without a log line of its own. */
+static void send_error_quiet(gd_session *s, gp_method method, uint32_t msgid, int code,
+                             const char *message) {
   gd_stats_error(s->nl->stats, code);
   gd_stats_reply(s->nl->stats, method, code);
-  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
-                    .code = gp_code_name(code)};
-  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
-          (unsigned)msgid, gp_code_name(code), message);
   if (s->conn.closing)
     return;
   msgpack_sbuffer sbuf;
@@ -54,6 +51,15 @@ static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int 
     return;
   }
   send_sbuffer(s, &sbuf);
+}
+
+static void send_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                           const char *message) {
+  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
+                    .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
+          (unsigned)msgid, gp_code_name(code), message);
+  send_error_quiet(s, method, msgid, code, message);
 }
 
 /* An error reply to a gemm request. */
@@ -69,13 +75,55 @@ static bool is_shm_method(gp_method method) {
   return method == GP_METHOD_SHM_REGISTER || method == GP_METHOD_SHM_UNREGISTER;
 }
 
+/* ---- what a peer holds outside jobs (queue.peer_hold_share) ------------------ */
+
+/* Bytes of resident operands and shared-memory regions that s's peer holds over all its
+ * connections, every loop's. Under the shared lock (the sessions' list and their tables). */
+static uint64_t peer_held(const gd_session *s) {
+  uint64_t held = 0;
+  for (const gd_session *o = s->d->all_sessions; o; o = o->all_next)
+    if (strcmp(o->conn.peer_key, s->conn.peer_key) == 0)
+      held += o->conn.resident.bytes + o->conn.shm.bytes;
+  return held;
+}
+
+/* 0 when s's peer may hold `more` bytes besides what it holds, else RESOURCE_EXHAUSTED with
+ * err (what: the method) and a warning, at most one a second per loop. Like
+ * queue.peer_memory_share, only while another peer is connected: alone, a peer takes no room
+ * from anyone (one that comes later and cannot fit is told why: gd_sched.h). Under the shared
+ * lock. */
+static int check_peer_hold(gd_session *s, const char *what, uint64_t more, gp_error *err) {
+  if (s->d->peers.n <= 1)
+    return 0;
+  double budget = (double)gd_sched_get_limits(s->d->sched).memory_budget;
+  uint64_t share = (uint64_t)(budget * s->nl->limits.peer_hold_share);
+  uint64_t held = peer_held(s);
+  if (held <= share && more <= share - held)
+    return 0;
+  gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: %llu more bytes are over the peer's share of "
+               "queue.memory_budget for resident operands and regions (queue.peer_hold_share: "
+               "%llu bytes, %llu held)", what, (unsigned long long)more,
+               (unsigned long long)share, (unsigned long long)held);
+  uint64_t now = gd_now_us();
+  if (now - s->nl->hold_warned_us >= 1000000u) {
+    s->nl->hold_warned_us = now;
+    gd_warn("conn %llu (%s): %s", (unsigned long long)s->conn.id, s->conn.peer_key, err->message);
+  }
+  return GP_E_RESOURCE_EXHAUSTED;
+}
+
 static void reply_simple(gd_session *s) {
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
   lock_shared(s); /* the regions' totals, the daemon's figures */
-  int rc = s->method == GP_METHOD_CUDA_REGISTER
+  int rc = 0;
+  if (s->method == GP_METHOD_SHM_REGISTER && s->conn.shm.totals &&
+      (rc = check_peer_hold(s, "shm_register", s->arg, &err)) != 0)
+    gd_shm_drop_fd(&s->conn.shm); /* requests and descriptors stay paired */
+  if (rc == 0)
+    rc = s->method == GP_METHOD_CUDA_REGISTER
                ? gd_shm_calls_cuda(&s->conn.shm, &s->nl->limits.shm, s->msgid, &s->cuda, &sbuf,
                                    &err)
            : is_shm_method(s->method)
@@ -249,9 +297,11 @@ static void refuse_current(gd_session *s, uint32_t msgid, int code, const char *
 
 #define NOT_YET "authenticate first"
 
-/* The connection stops reading and closes once its replies are out. */
+/* The connection stops reading and closes once its replies are out (no line of its own: the
+ * failed auths are logged counted). */
 static void hang_up(gd_session *s) {
   s->hangup = true;
+  s->quiet = true;
   s->eof = true;
   gd_rpc_kick(&s->conn);
 }
@@ -265,7 +315,16 @@ static void reply_auth(gd_session *s) {
     reply_simple(s);
     return;
   }
-  send_error_for(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED, "invalid token");
+  lock_shared(s); /* every loop's failures */
+  uint64_t log_now = gd_auth_limit_failed(&s->d->auth_limit, s->conn.peer_key, gd_now_us());
+  unlock_shared(s);
+  if (log_now > 0)
+    gd_warn("auth: %llu failed attempt(s) from %s (one line a second per peer; "
+            "auth.max_failures_per_second %u)", (unsigned long long)log_now, s->conn.peer_key,
+            (unsigned)s->nl->limits.auth_max_failures);
+  send_error_quiet(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED,
+                   s->auth_throttled ? "too many failed auths from this peer: try again in a "
+                                       "second" : "invalid token");
   if (s->tcp)
     hang_up(s);
 }
@@ -279,6 +338,7 @@ static void count_request(gd_stats *stats, gp_method method) {
 }
 
 static void on_job_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev);
+static uint64_t peer_held(const gd_session *s);
 
 /* What this connection and its peer hold of the budget, and their shares
  * (queue.connection_memory_share; queue.peer_memory_share only while another peer is
@@ -291,6 +351,7 @@ static gd_sched_share share_of(const gd_session *s) {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
+      .peer_holds = peer_held(s),
       .prefer_device = s->conn.resident.last_device,
       .port = s->nl->port};
   if (d->peers.n > 1)
@@ -354,6 +415,7 @@ static void wait_link(gd_session *s) {
   else
     nl->wait_head = s;
   nl->wait_tail = s;
+  atomic_fetch_add(&s->d->line_waiters, 1);
 }
 
 static void wait_unlink(gd_session *s) {
@@ -367,6 +429,7 @@ static void wait_unlink(gd_session *s) {
   else
     nl->wait_tail = s->wait_prev;
   s->wait_prev = s->wait_next = NULL;
+  atomic_fetch_sub(&s->d->line_waiters, 1);
 }
 
 /* Another loop's room reaches this one only while something waits here (gd_sched.h). Set
@@ -427,14 +490,15 @@ static void wake_share_waiters(gd_netloop *nl, const char *peer_key) {
       wake(o);
 }
 
-/* Only a timer is started here: this runs inside scheduler calls. Draining: every waiter is
- * woken, to be answered UNAVAILABLE. */
+/* Only a timer is started here: this runs inside scheduler calls. Every request in line
+ * tries again, in the order they came (timers of equal due time run in the order started): a
+ * large one that still does not fit keeps its place and holds up no smaller one behind it.
+ * Draining: every waiter is woken, to be answered UNAVAILABLE. */
 void gd_rpc_room(void *netloop) {
   gd_netloop *nl = netloop;
-  bool draining = atomic_load(&nl->d->draining);
-  for (gd_session *s = nl->wait_head; s; s = draining ? s->wait_next : NULL)
+  for (gd_session *s = nl->wait_head; s; s = s->wait_next)
     wake(s);
-  if (draining)
+  if (atomic_load(&nl->d->draining))
     wake_share_waiters(nl, NULL);
 }
 
@@ -493,10 +557,20 @@ static void retry_admission(gd_session *s) {
   gd_rpc_kick(&s->conn);
 }
 
+/* Room appeared and requests in line have not tried it yet: it is theirs first. */
+static bool line_trying(const gd_netloop *nl) {
+  for (const gd_session *o = nl->wait_head; o; o = o->wait_next)
+    if (o->wake)
+      return true;
+  return false;
+}
+
 static void on_gemm_request(gd_session *s, const gp_event *ev) {
   lock_shared(s); /* admission and the wait it may start: see want_room */
-  /* behind connections already in line on this loop: first come, first served */
-  int rc = s->nl->wait_head ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  /* A request that fits now goes now, even past others in line that do not fit: one large
+   * request that cannot be admitted must not hold up every small one behind it. But room that
+   * just appeared goes to those in line first (their retries are due). */
+  int rc = line_trying(s->nl) ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
   if (must_wait(rc)) {
     s->nl->stats->admission_waits++;
     start_waiting(s, &ev->gemm, ev->has_c, rc);
@@ -509,9 +583,12 @@ static void on_put_request(gd_session *s, const gp_event *ev) {
   gp_error err;
   gp_error_clear(&err);
   lock_shared(s); /* the resident totals */
-  int rc = s->authenticated ? gd_resident_begin(&s->conn.resident, &s->nl->limits.resident,
-                                                &ev->put, &err)
-                            : gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET);
+  uint64_t bytes = 0;
+  int rc = !s->authenticated ? gp_error_set(&err, GP_E_UNAUTHENTICATED, NOT_YET)
+           : gp_put_bytes(&ev->put, &bytes) ? check_peer_hold(s, "put", bytes, &err)
+                                             : 0; /* gd_resident_begin says what is wrong */
+  if (rc == 0)
+    rc = gd_resident_begin(&s->conn.resident, &s->nl->limits.resident, &ev->put, &err);
   unlock_shared(s);
   if (rc == 0)
     return;
@@ -530,8 +607,11 @@ static void on_request(gd_session *s, const gp_event *ev) {
     s->cuda = ev->cuda;
   s->cur = NULL;
   if (ev->method == GP_METHOD_AUTH) {
-    lock_shared(s); /* SIGHUP may re-read the token */
-    s->token_ok = gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
+    lock_shared(s); /* SIGHUP may re-read the token; every loop counts failures */
+    s->auth_throttled = !gd_auth_limit_allows(&s->d->auth_limit, s->conn.peer_key,
+                                              s->nl->limits.auth_max_failures, gd_now_us());
+    s->token_ok = !s->auth_throttled &&
+                  gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
     unlock_shared(s);
   }
   if (ev->method == GP_METHOD_GEMM && !s->authenticated)
@@ -904,15 +984,35 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
       .hold_ms = cfg->staging_hold_ms, .msg_bytes = gp_decoder_message_bytes(s->dec),
       .payload_bytes = payload_bytes(s), .min_rate = cfg->min_receive_rate,
-      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms};
+      .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms,
+      .holds_room = s->cur != NULL || s->conn.resident.receiving,
+      .others_waiting = atomic_load(&s->d->line_waiters) > 0,
+      .stall_ms = cfg->hold_stall_ms, .now_us = gd_now_us()};
   st.holding = gd_replyq_hold_since(&s->conn.out, &st.hold_since_us);
   return gd_timeout_next(&st, due);
+}
+
+/* How often a connection waiting for admission (not read meanwhile) looks whether its client
+ * hung up: one that did must not stay in line, nor stay counted. */
+#define WAIT_LOOK_MS 200
+
+/* The payload bytes a waiting request still needs: its client gone with fewer sent, it can
+ * never be admitted usefully. */
+static uint64_t waiting_needs(const gd_session *s) {
+  uint64_t bytes[3], total = 0;
+  if (!gd_sched_operand_total(&s->wait_hdr, bytes, &total))
+    return UINT64_MAX;
+  return s->wait_has_c ? total : total - bytes[GP_OPERAND_C];
 }
 
 static void on_timer(uv_timer_t *timer) {
   gd_session *s = session_of(timer->data);
   if (s->wake) {
     retry_admission(s);
+    return;
+  }
+  if (s->waiting && gd_conn_peer_gone(&s->conn, waiting_needs(s))) {
+    gd_conn_close(&s->conn, "client hung up while its request waited for admission");
     return;
   }
   uint64_t due = 0;
@@ -938,11 +1038,16 @@ static void update_timer(gd_session *s) {
                         memory_order_relaxed);
   if (s->wake)
     return; /* a retry of admission is due now: its tick re-arms the timer */
-  if (next_timeout(s, &due) == GD_TIMEOUT_NONE) {
+  gd_timeout_kind kind = next_timeout(s, &due);
+  uint64_t now = gd_now_us();
+  if (s->waiting && (kind == GD_TIMEOUT_NONE || due > now + WAIT_LOOK_MS * 1000u)) {
+    kind = GD_TIMEOUT_BLOCKING; /* any: on_timer looks at the client, then re-arms */
+    due = now + WAIT_LOOK_MS * 1000u;
+  }
+  if (kind == GD_TIMEOUT_NONE) {
     uv_timer_stop(&s->conn.timer);
     return;
   }
-  uint64_t now = gd_now_us();
   uint64_t left_ms = due <= now ? 0 : (due - now + 999u) / 1000u;
   uv_timer_start(&s->conn.timer, on_timer, left_ms, 0); /* cannot fail on an initialised timer */
 }

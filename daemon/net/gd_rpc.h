@@ -46,6 +46,7 @@ struct gd_session {
   gp_decoder *dec;
   bool paused;               /* the backend wants no more payload for now */
   bool eof;                  /* the client shut its side: answer what is in flight, then close */
+  bool auth_throttled;       /* its last auth came while its peer had failed too often */
   bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
   bool peer_counted;         /* counted in the server's gd_peers */
   bool tcp;                  /* accepted on a TCP listener */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gd_auth_limit.h"
 #include "gd_backend.h"
 #include "gd_peers.h"
 #include "gd_resident.h"
@@ -31,6 +32,7 @@ typedef struct {
   uint32_t max_connections_per_peer; /* per uid (Unix) or address (TCP) */
   double connection_memory_share;  /* of queue.memory_budget, for one connection */
   double peer_memory_share;        /* ... for one peer, while other peers are connected */
+  double peer_hold_share;          /* ... for one peer's resident operands and regions, always */
   uint32_t max_requests_in_flight; /* per connection */
   uint64_t max_buffered_bytes;     /* per connection: reply bytes queued for writing */
   gp_limits proto;                 /* the decoder's */
@@ -38,6 +40,8 @@ typedef struct {
   uint64_t min_receive_rate;       /* bytes a second for large requests; 0 disables */
   uint64_t min_rate_bytes;         /* payloads from this size on are held to it */
   uint64_t min_rate_grace_ms;      /* the rate counts after this start */
+  uint64_t hold_stall_ms;          /* a request holding room others wait for may stall this long */
+  uint32_t auth_max_failures;      /* failed auths a second per peer; 0: no limit */
   uint64_t staging_hold_ms;        /* gpu.staging_hold_ms */
   unsigned unix_socket_mode;       /* listeners' socket files */
   gd_shm_limits shm;               /* shm.* */
@@ -58,6 +62,8 @@ typedef struct gd_server {
   gd_auth_token token;             /* shared; live: SIGHUP re-reads it */
   bool exposed_tcp_ok;             /* a token, or auth.allow_unauthenticated_tcp: listeners
                                       systemd hands over may be reachable from elsewhere */
+  bool exposed_tcp_held;           /* loop 0: a TCP listener other machines can reach is open,
+                                      however it came (its bound address, not the config's) */
   gd_stats *stats;
   gd_backend *backend;
   gd_sched *sched;
@@ -70,11 +76,15 @@ typedef struct gd_server {
   uint64_t next_session_id;        /* shared */
   atomic_bool draining;            /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
-  uint64_t fd_limit;               /* RLIMIT_NOFILE (soft); 0: unknown, no fd check */
+  uint64_t fd_limit;               /* RLIMIT_NOFILE (soft) at start; 0: unknown, no fd check
+                                      (the check reads the limit now: it may be lowered) */
+  uv_timer_t *fd_drop_timer;       /* loop 0: logs what a burst of drops left unlogged */
   uint64_t fd_drop_logged_us;      /* shared: rate limit of the out-of-descriptors warning */
   uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
   gd_shm_totals shm;               /* shared: shared-memory regions of every connection */
   gd_resident_totals resident;     /* shared: resident operands of every connection */
+  gd_auth_limit auth_limit;        /* shared: failed auths per peer */
+  atomic_size_t line_waiters;      /* requests of every loop waiting in line for shared room */
 } gd_server;
 
 #endif /* GD_SERVER_H */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "gd_clock.h"
@@ -135,11 +136,45 @@ static void link_session(gd_netloop *nl, gd_session *s) {
 /* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
  * with no trace: a connection whose descriptor leaves fewer than limits.reserved_fds free is
  * closed at once, counted, and logged at most once a second. */
+/* RLIMIT_NOFILE as it is now (it may be lowered while gemmd runs: prlimit), else the one read
+ * at start. */
+static uint64_t fd_limit_now(const gd_server *d) {
+  struct rlimit rl;
+  if (d->fd_limit == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return d->fd_limit;
+  return (uint64_t)rl.rlim_cur;
+}
+
 static bool fds_short(const gd_netloop *nl, const gd_session *s) {
   uv_os_fd_t fd;
-  if (nl->d->fd_limit == 0 || uv_fileno(&s->conn.h.handle, &fd) != 0)
+  uint64_t limit = fd_limit_now(nl->d);
+  if (limit == 0 || uv_fileno(&s->conn.h.handle, &fd) != 0)
     return false;
-  return (uint64_t)fd + nl->limits.reserved_fds >= nl->d->fd_limit;
+  return (uint64_t)fd + nl->limits.reserved_fds >= limit;
+}
+
+/* The drops not yet logged, in one line. Under the shared lock. */
+static void log_drops(gd_server *d, const char *where, uint64_t now) {
+  gd_warn("%s: %llu connection(s) dropped: out of file descriptors (RLIMIT_NOFILE %llu, "
+          "limits.reserved_fds %u, %zu connections open)", where,
+          (unsigned long long)d->fd_drops_unlogged, (unsigned long long)fd_limit_now(d),
+          (unsigned)d->limits.reserved_fds, d->connections);
+  d->fd_drop_logged_us = now;
+  d->fd_drops_unlogged = 0;
+}
+
+static void on_drop_timer(uv_timer_t *timer) {
+  gd_server *d = timer->data;
+  lock_shared(d);
+  if (d->fd_drops_unlogged > 0)
+    log_drops(d, "since the last warning", gd_now_us());
+  unlock_shared(d);
+}
+
+/* Loop 0: the drops of a burst (logged at most once a second) are logged when it is over. */
+static void arm_drop_log(gd_server *d) {
+  if (d->fd_drop_timer && !uv_is_active((uv_handle_t *)d->fd_drop_timer))
+    uv_timer_start(d->fd_drop_timer, on_drop_timer, 1100, 0); /* cannot fail: initialised */
 }
 
 void gd_sessions_note_dropped(gd_server *d, const char *where) {
@@ -147,17 +182,12 @@ void gd_sessions_note_dropped(gd_server *d, const char *where) {
   lock_shared(d);
   d->fd_drops_unlogged++;
   uint64_t now = gd_now_us();
-  if (d->fd_drop_logged_us && now - d->fd_drop_logged_us < 1000000u) {
-    unlock_shared(d);
-    return;
-  }
-  gd_warn("%s: %llu connection(s) dropped: out of file descriptors (RLIMIT_NOFILE %llu, "
-          "limits.reserved_fds %u, %zu connections open)", where,
-          (unsigned long long)d->fd_drops_unlogged, (unsigned long long)d->fd_limit,
-          (unsigned)d->limits.reserved_fds, d->connections);
-  d->fd_drop_logged_us = now;
-  d->fd_drops_unlogged = 0;
+  bool later = d->fd_drop_logged_us && now - d->fd_drop_logged_us < 1000000u;
+  if (!later)
+    log_drops(d, where, now);
   unlock_shared(d);
+  if (later && d->loops) /* loop 0's timer, from whichever loop: through its inbox */
+    gd_netloop_post(d->loops[0], GD_NETLOOP_DROP_LOG, NULL);
 }
 
 /* The peer's oldest idle connection on any loop (the least recent activity), or NULL. Each
@@ -265,6 +295,11 @@ static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
   }
   gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->conn.id, s->conn.peer,
           open);
+  if (s->conn.shm.totals) { /* descriptors it is sent count against its peer's share */
+    s->conn.shm.peers = &d->peers;
+    s->conn.shm.peer_key = s->conn.peer_key;
+    s->conn.shm.peer_fd_cap = nl->limits.shm.max_fds_per_peer;
+  }
   gd_rpc_start(s, tcp);
 }
 
@@ -397,6 +432,9 @@ static void command(gd_netloop *nl, unsigned cmd, const char *why) {
     for (gd_session *s = nl->sessions; s; s = s->next)
       gd_session_close(s, why);
     break;
+  case GD_NETLOOP_DROP_LOG:
+    arm_drop_log(nl->d);
+    break;
   case GD_NETLOOP_SUMMARY:
     atomic_store(&nl->backlog, backlog_here(nl));
     atomic_store(&nl->waiters, nl->wait_head != NULL);
@@ -411,7 +449,17 @@ static void room(void *nl) { gd_rpc_room(nl); }
 
 static const gd_netloop_hooks hooks = {adopt, evict, command, room};
 
+static void on_drop_timer_closed(uv_handle_t *h) { free(h); }
+
 int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err) {
+  d->fd_drop_timer = malloc(sizeof *d->fd_drop_timer);
+  if (!d->fd_drop_timer || uv_timer_init(loop, d->fd_drop_timer) != 0) {
+    free(d->fd_drop_timer);
+    d->fd_drop_timer = NULL;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  d->fd_drop_timer->data = d;
+  uv_unref((uv_handle_t *)d->fd_drop_timer); /* it alone does not keep gemmd running */
   return gd_netloops_start(d, loop, loops, &hooks, err);
 }
 
@@ -446,5 +494,10 @@ bool gd_sessions_busy(gd_server *d, uint64_t *backlog) {
 }
 
 void gd_sessions_close_all(gd_server *d, const char *why) {
+  if (d->fd_drop_timer && !uv_is_closing((uv_handle_t *)d->fd_drop_timer)) {
+    on_drop_timer(d->fd_drop_timer); /* what is left unlogged, now */
+    uv_close((uv_handle_t *)d->fd_drop_timer, on_drop_timer_closed);
+  }
+  d->fd_drop_timer = NULL;
   gd_netloops_broadcast(d, GD_NETLOOP_CLOSE_ALL, why);
 }

@@ -77,6 +77,16 @@ static int take_one(uv_pipe_t *pipe, int *fd) {
   return *fd >= 0 ? 1 : 0;
 }
 
+/* One more waiting descriptor for t's peer, within its share: true when counted. */
+static bool peer_takes_fd(gd_shm *t) {
+  if (!t->peers)
+    return true;
+  gd_sched_lock(t->sched); /* every loop's peers */
+  bool ok = gd_peers_take_fd(t->peers, t->peer_key, t->peer_fd_cap);
+  gd_sched_unlock(t->sched);
+  return ok;
+}
+
 void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
   while (uv_pipe_pending_count(pipe) > 0) {
     int fd;
@@ -85,7 +95,7 @@ void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
       gd_warn("shm: out of memory taking a received descriptor");
       return; /* tried again after the next read */
     }
-    if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap) {
+    if (taken == 0 || !t->totals || t->fd_count >= t->fd_cap || !peer_takes_fd(t)) {
       if (fd >= 0)
         close(fd);
       if (t->totals) {
@@ -106,6 +116,11 @@ static int pop_fd(gd_shm *t) {
   int fd = t->fds[t->fd_head];
   t->fd_head = (t->fd_head + 1) % GD_SHM_FDS_MAX;
   t->fd_count--;
+  if (t->peers) {
+    gd_sched_lock(t->sched);
+    gd_peers_give_fd(t->peers, t->peer_key);
+    gd_sched_unlock(t->sched);
+  }
   return fd;
 }
 
@@ -172,7 +187,7 @@ int gd_shm_insert(gd_shm *t, gd_region *r, uint64_t *id) {
     t->regions = grown;
   }
   *id = ++t->next_id;
-  t->regions[t->count++] = (gd_shm_region){*id, r};
+  t->regions[t->count++] = (gd_shm_region){*id, r, 0, 0};
   return 0;
 }
 
@@ -231,12 +246,33 @@ static int check_request(const gd_shm *t, const gd_shm_limits *lim, uint64_t siz
   return check_fd(fd, size, err);
 }
 
+/* One memfd registered twice would be two regions over the same pages, which the checks of
+ * overlapping operands and results (gd_shm_calls_ref) cannot see: refused. */
+static int check_not_registered(const gd_shm *t, int fd, struct stat *st, gp_error *err) {
+  if (fstat(fd, st) != 0)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "shm_register: fstat: %s", strerror(errno));
+  for (uint32_t i = 0; i < t->count; i++)
+    if (t->regions[i].map->kind == GD_REGION_HOST && t->regions[i].dev == (uint64_t)st->st_dev &&
+        t->regions[i].ino == (uint64_t)st->st_ino)
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                          "shm_register: this memfd is registered already, as region %llu",
+                          (unsigned long long)t->regions[i].id);
+  return 0;
+}
+
 int gd_shm_register(gd_shm *t, const gd_shm_limits *lim, uint64_t size, uint64_t *id,
                     gp_error *err) {
   int fd = pop_fd(t); /* consumed whatever happens: keeps requests and descriptors paired */
+  struct stat st;
   int rc = check_request(t, lim, size, fd, err);
   if (rc == 0)
+    rc = check_not_registered(t, fd, &st, err);
+  if (rc == 0)
     rc = map_region(t, fd, size, id, err);
+  if (rc == 0) {
+    t->regions[t->count - 1].dev = (uint64_t)st.st_dev;
+    t->regions[t->count - 1].ino = (uint64_t)st.st_ino;
+  }
   if (fd >= 0)
     close(fd); /* the mapping keeps the memory */
   return rc;

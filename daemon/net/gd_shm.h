@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "gd_region.h"
+#include "gd_peers.h"
 #include "gd_sched.h"
 #include "gp_error.h"
 
@@ -41,6 +42,7 @@ typedef struct {
   uint32_t max_regions_per_connection;
   uint64_t max_bytes_per_connection;
   uint64_t max_bytes_total;            /* over every connection */
+  uint32_t max_fds_per_peer;           /* received descriptors waiting, over a peer's conns */
   /* cuda_ipc.*: CUDA memory of a client's process (cuda_register), in the same table */
   bool cuda_enabled;
   uint32_t cuda_max_regions_per_connection;
@@ -58,6 +60,7 @@ typedef struct {
 typedef struct {
   uint64_t id;
   gd_region *map;                      /* the mapping; jobs using it in place hold references */
+  uint64_t dev, ino;                   /* HOST: the memfd's: one memfd is one region */
 } gd_shm_region;
 
 typedef struct {
@@ -71,6 +74,11 @@ typedef struct {
   uint64_t next_id;
   int fds[GD_SHM_FDS_MAX];             /* the FIFO of received descriptors */
   uint32_t fd_head, fd_count, fd_cap;
+  /* Its peer's share of waiting descriptors (shm.max_fds_per_peer), counted in peers under
+   * the shared lock; peers NULL: no share (set after gd_shm_attach). */
+  gd_peers *peers;
+  const char *peer_key;
+  uint32_t peer_fd_cap;
 } gd_shm;
 
 /* Turns shared memory on for a connection (before it reads): descriptors are then received,

@@ -14,6 +14,10 @@
  *            min_rate bytes a second after a start of rate_grace_ms (same pause rule as
  *            request): a client trickling a large request holds its memory budget for long.
  *            Due when the bytes so far fall behind: started + grace + bytes / min_rate.
+ *   blocking: a request that holds shared room (an admitted gemm, a put) and whose bytes
+ *            stopped arriving for stall_ms while other requests wait in line for room: it
+ *            may not sit on what others need. While nobody waits it is looked at again every
+ *            stall_ms (others_waiting is read then).
  * 0 disables idle_ms and request_ms.
  */
 #ifndef GD_TIMEOUTS_H
@@ -24,7 +28,7 @@
 
 typedef enum {
   GD_TIMEOUT_NONE, GD_TIMEOUT_REQUEST, GD_TIMEOUT_IDLE, GD_TIMEOUT_STALLED, GD_TIMEOUT_HOLD,
-  GD_TIMEOUT_SLOW
+  GD_TIMEOUT_SLOW, GD_TIMEOUT_BLOCKING
 } gd_timeout_kind;
 
 typedef struct {
@@ -40,12 +44,16 @@ typedef struct {
   uint64_t payload_bytes;    /* its payloads in all (a gemm's a + b + c); 0: not known */
   uint64_t min_rate;         /* bytes a second; 0 disables slow */
   uint64_t min_rate_bytes, rate_grace_ms;
+  bool holds_room;           /* the message being read holds queue room (admitted) */
+  bool others_waiting;       /* requests wait in line for room, daemon-wide */
+  uint64_t stall_ms;         /* 0 disables blocking */
+  uint64_t now_us;
 } gd_timeout_state;
 
 /* The earliest timeout that applies to st, with *due (monotonic us); NONE when none does. */
 gd_timeout_kind gd_timeout_next(const gd_timeout_state *st, uint64_t *due);
 
-/* Why a connection closes on kind (REQUEST, IDLE, STALLED or SLOW), for the log. */
+/* Why a connection closes on kind (REQUEST, IDLE, STALLED, SLOW or BLOCKING), for the log. */
 const char *gd_timeout_why(gd_timeout_kind kind);
 
 #endif /* GD_TIMEOUTS_H */

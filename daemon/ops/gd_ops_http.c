@@ -17,9 +17,11 @@
 #include <time.h>
 #include <uv.h>
 
+#include "gd_auth.h"
 #include "gd_daemon.h"
 #include "gd_log.h"
 #include "gd_metrics.h"
+#include "gd_ops_guard.h"
 #include "gp_addr.h"
 
 #define METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -29,6 +31,7 @@ struct gd_ops_http {
   uv_async_t async;             /* HTTP thread -> loop: collect a snapshot */
   gd_metrics_snapshot scratch;  /* loop thread only: collected here, then copied under mu */
   struct MHD_Daemon *mhd;
+  gd_ops_guard *guard;          /* the HTTP thread's: who may hold a connection */
 
   pthread_mutex_t mu;
   pthread_cond_t fresh;         /* signalled when snap.generation moves */
@@ -140,6 +143,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   (void)upload_data;
   (void)upload_data_size;
   (void)con_cls;
+  gd_ops_guard_answered(conn); /* the request is whole: its answer comes now */
   if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
     return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD\n");
   if (strcmp(url, "/metrics") == 0)
@@ -184,6 +188,7 @@ static int resolve(const gp_addr *addr, struct sockaddr_storage *ss, char *err,
 }
 
 static void free_http(gd_ops_http *h) {
+  gd_ops_guard_free(h->guard);
   pthread_cond_destroy(&h->fresh);
   pthread_mutex_destroy(&h->mu);
   free(h);
@@ -201,10 +206,11 @@ static int start_mhd(gd_ops_http *h, const gp_addr *addr, char *err, size_t err_
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;
-  h->mhd = MHD_start_daemon(flags, addr->port, NULL, NULL, on_request, h,
+  h->mhd = MHD_start_daemon(flags, addr->port, gd_ops_guard_accept, h->guard, on_request, h,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, /* first: MHD wants */
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)GD_OPS_HTTP_MAX_CONNECTIONS,
+                            MHD_OPTION_CONNECTION_LIMIT, gd_ops_guard_mhd_limit(h->guard),
+                            MHD_OPTION_NOTIFY_CONNECTION, gd_ops_guard_notify, h->guard,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)GD_OPS_HTTP_TIMEOUT_S,
                             MHD_OPTION_END);
   if (!h->mhd) {
@@ -235,7 +241,12 @@ int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, char 
     return -1;
   }
   h->d = d;
-  if (pthread_mutex_init(&h->mu, NULL) != 0 || pthread_cond_init(&h->fresh, NULL) != 0) {
+  gd_ops_guard_limits lim = {d->cfg.metrics_max_connections, d->cfg.metrics_max_per_client,
+                             d->cfg.metrics_request_timeout_ms};
+  h->guard = gd_ops_guard_new(&lim);
+  if (!h->guard || pthread_mutex_init(&h->mu, NULL) != 0 ||
+      pthread_cond_init(&h->fresh, NULL) != 0) {
+    gd_ops_guard_free(h->guard);
     free(h);
     snprintf(err, err_size, "metrics: cannot create its lock");
     return -1;
@@ -256,6 +267,9 @@ int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, char 
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
   gd_info("metrics: serving /metrics, /healthz and /readyz on %s (port %u)", listen,
           info ? (unsigned)info->port : (unsigned)addr.port);
+  if (gd_auth_exposed_host(addr.host))
+    gd_warn("metrics.listen %s: other machines can reach it, and it has no authentication: "
+            "keep it on loopback or a network you trust", listen);
   *out = h;
   return 0;
 }

@@ -7,7 +7,8 @@
  *                  503 with the reason otherwise
  * and 404 / 405 for anything else. Off unless metrics.listen names an
  * address; it has no authentication, so keep it on loopback or a trusted
- * network.
+ * network (an address other machines can reach is logged as a warning). Who may hold its
+ * connections: gd_ops_guard.h.
  *
  * The HTTP thread never touches loop state: for each request it asks the loop
  * for a fresh snapshot through a uv_async handle and waits for it (at most
@@ -23,7 +24,6 @@ struct gd_daemon;
 typedef struct gd_ops_http gd_ops_http;
 
 #define GD_OPS_HTTP_FRESH_MS 250
-#define GD_OPS_HTTP_MAX_CONNECTIONS 16
 #define GD_OPS_HTTP_TIMEOUT_S 10
 
 /* Loop thread, before uv_run: binds listen (tcp:HOST:PORT) and starts the server. 0, or -1 with

@@ -30,6 +30,7 @@ if(TARGET gemmd)
     fp8                 # the fp8 gemm: e4m3 / e5m2 operands, scales, f32 c and result
     specials            # infinities and NaNs in A, B and c come out as IEEE arithmetic makes them
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
+    hostile_peers       # no peer holds the room others need; auth, ops and descriptors hold
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
     set(script ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_${name}.py)
@@ -161,6 +162,11 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
 
   # IEEE special values on the GPU backend: alone, and beside plain jobs of their shape in flight
   gemmd_fake_test(daemon_fake_specials ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_specials.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+
+  # hostile and careless peers on the GPU backend: stalled holders, the line, the shares
+  gemmd_fake_test(daemon_fake_hostile_peers
+                  ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_hostile_peers.py 1
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

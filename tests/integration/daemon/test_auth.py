@@ -22,11 +22,12 @@ def _token_file(d, text=TOKEN + "\n", mode=0o600, name="token"):
     return path
 
 
-def _authed_daemon(ctx, token_text=TOKEN + "\n"):
-    """A daemon with TCP and a token file (written before it starts)."""
+def _authed_daemon(ctx, token_text=TOKEN + "\n", auth=None):
+    """A daemon with TCP and a token file (written before it starts); auth: more auth keys."""
     d = ctx.daemon(tcp=True)
     path = _token_file(d, token_text)
-    d.write_config({"listen": d.default_listen(), "auth": {"token_file": path}})
+    d.write_config({"listen": d.default_listen(),
+                    "auth": h.deep_merge({"token_file": path}, auth or {})})
     return d
 
 
@@ -84,7 +85,8 @@ def test_right_token_as_str_and_bin(ctx):
 
 
 def test_wrong_token_closes(ctx):
-    with _authed_daemon(ctx) as d:
+    # more wrong tokens a second than auth.max_failures_per_second lets through by default
+    with _authed_daemon(ctx, auth={"max_failures_per_second": 0}) as d:
         for wrong in (TOKEN + "x", TOKEN[:-1], "", "A" * 300, TOKEN.upper()):
             with d.connect("tcp") as client:
                 _expect_error(client, "auth", [wrong], "UNAUTHENTICATED", "invalid token")

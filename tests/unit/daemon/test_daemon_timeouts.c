@@ -55,6 +55,34 @@ START_TEST(slow_large_request) {
 }
 END_TEST
 
+/* A request holding room whose bytes stopped: due stall_ms after its last byte while others
+ * wait; nobody waiting, it is only looked at again stall_ms from now. */
+START_TEST(blocking_holder_only_while_others_wait) {
+  gd_timeout_state st = base();
+  st.at_boundary = false;
+  st.request_ms = 0; /* only blocking applies */
+  st.holds_room = true;
+  st.stall_ms = 300;
+  st.now_us = 5000000;
+  st.others_waiting = true;
+  uint64_t due = 0;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_BLOCKING);
+  ck_assert_uint_eq(due, 1000000 + 300 * 1000); /* last_activity + stall: due already */
+  st.others_waiting = false;
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_BLOCKING);
+  ck_assert_uint_eq(due, 5000000 + 300 * 1000); /* a look later, not a close now */
+  st.paused = true; /* the backend's pause is not the client's stall */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  st.paused = false;
+  st.holds_room = false; /* a refused request being skipped holds nothing */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  st.holds_room = true;
+  st.stall_ms = 0; /* 0 disables */
+  ck_assert_int_eq(gd_timeout_next(&st, &due), GD_TIMEOUT_NONE);
+  ck_assert_str_ne(gd_timeout_why(GD_TIMEOUT_BLOCKING), gd_timeout_why(GD_TIMEOUT_REQUEST));
+}
+END_TEST
+
 START_TEST(request_stops_counting_while_paused) {
   gd_timeout_state st = base();
   st.at_boundary = false;
@@ -93,6 +121,7 @@ int main(void) {
   tcase_add_test(tc, idle_only_with_nothing_in_flight);
   tcase_add_test(tc, request_stops_counting_while_paused);
   tcase_add_test(tc, slow_large_request);
+  tcase_add_test(tc, blocking_holder_only_while_others_wait);
   tcase_add_test(tc, stalled_reader_and_hold_apply_after_eof);
   tcase_add_test(tc, every_close_has_a_reason);
   suite_add_tcase(s, tc);
