@@ -1,5 +1,5 @@
 # client/ integration tests, label integration: libgemmclient and gemmctl against the real
-# gemmd, and the README's C example built against the installed library. Python drivers
+# gemmd, and docs/c-library.md's C example built against the installed library. Python drivers
 # (built on gemmd_harness.py) start the daemons; exit 0 pass, 1 fail, 77 skip.
 if(TARGET gemmd)
   set(_gc_it ${CMAKE_CURRENT_SOURCE_DIR}/client)
@@ -17,7 +17,7 @@ if(TARGET gemmd)
                    --gemmctl $<TARGET_FILE:gemmctl>)
   add_test(NAME client_readme_example
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_readme_example.py --gemmd $<TARGET_FILE:gemmd>
-                   --readme ${CMAKE_SOURCE_DIR}/README.md --build ${CMAKE_BINARY_DIR}
+                   --doc ${CMAKE_SOURCE_DIR}/docs/c-library.md --build ${CMAKE_BINARY_DIR}
                    --cc ${CMAKE_C_COMPILER} --sanitize ${GEMMD_SANITIZE})
   add_test(NAME client_gemmctl_cli
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_cli.py --gemmd $<TARGET_FILE:gemmd>

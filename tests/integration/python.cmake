@@ -11,7 +11,7 @@ if(TARGET gemmd)
              COMMAND ${GEMMD_PYTEST} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)
   endforeach()
-  # cmake --install and pip install, as README says them
+  # cmake --install and pip install, as README.md says them
   add_test(NAME python_client_install
            COMMAND ${GEMMD_PYTEST} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_install.py
                    --gemmd $<TARGET_FILE:gemmd> --build-dir ${PROJECT_BINARY_DIR})

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""The README's libgemmclient example, as a user would build it: the ```c block between the
-client markers of README.md, compiled against the library installed with
+"""docs/c-library.md's libgemmclient example, as a user would build it: the ```c block between
+the client markers of docs/c-library.md, compiled against the library installed with
 `cmake --install BUILD --prefix TMP --component C` for the components libgemmclient,
 libgemmclient-dev and gemmctl, three ways (pkg-config and the shared
 library, the static library, find_package(gemmclient) in a CMake project), each run against a
 live daemon with GEMMD_ADDRESS set.
-  test_readme_example.py --gemmd PATH --readme README.md --build BUILD_DIR --cc CC
+  test_readme_example.py --gemmd PATH --doc docs/c-library.md --build BUILD_DIR --cc CC
                          [--sanitize ON|OFF]
 """
 import argparse
@@ -32,7 +32,7 @@ def run(cmd, env=None, cwd=None):
 def extract_example(readme):
     text = open(readme).read()
     section = re.search(r"<!-- client:begin -->(.*?)<!-- client:end -->", text, re.S)
-    assert section, "README.md has no client section"
+    assert section, "%s has no client section" % readme
     blocks = re.findall(r"```c\n(.*?)```", section.group(1), re.S)
     assert len(blocks) == 1, "expected one ```c block in the client section, found %d" % len(blocks)
     return blocks[0]
@@ -59,7 +59,7 @@ def test_readme_example(ctx):
 
         src = os.path.join(tmp, "example.c")
         with open(src, "w") as f:
-            f.write(extract_example(ARGS.readme))
+            f.write(extract_example(ARGS.doc))
         env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(libdir, "pkgconfig"))
         flags = run(["pkg-config", "--cflags", "--libs", "gemmclient"], env=env).split()
         shared = os.path.join(tmp, "example_shared")
@@ -103,7 +103,7 @@ def test_readme_example(ctx):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--readme", required=True)
+    parser.add_argument("--doc", required=True)
     parser.add_argument("--build", required=True)
     parser.add_argument("--cc", default="cc")
     parser.add_argument("--sanitize", default="OFF")
