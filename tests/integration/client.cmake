@@ -19,6 +19,9 @@ if(TARGET gemmd)
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_readme_example.py --gemmd $<TARGET_FILE:gemmd>
                    --doc ${CMAKE_SOURCE_DIR}/docs/c-library.md --build ${CMAKE_BINARY_DIR}
                    --cc ${CMAKE_C_COMPILER} --sanitize ${GEMMD_SANITIZE})
+  add_test(NAME client_gemmctl_newuser
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_newuser.py --gemmd $<TARGET_FILE:gemmd>
+                   --gemmctl $<TARGET_FILE:gemmctl>)
   add_test(NAME client_gemmctl_cli
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_cli.py --gemmd $<TARGET_FILE:gemmd>
                    --gemmctl $<TARGET_FILE:gemmctl>)
@@ -29,6 +32,7 @@ if(TARGET gemmd)
   add_test(NAME client_scaleout COMMAND ${_gc_scaleout})
   add_test(NAME client_token COMMAND ${_gc_scaleout} --token)
   set_tests_properties(client_e2e client_gemmctl client_readme_example client_gemmctl_cli
+                       client_gemmctl_newuser
                        client_scaleout client_token PROPERTIES
     LABELS integration
     TIMEOUT 300
