@@ -37,14 +37,20 @@ set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/client)
 if(GEMMD_HAVE_CUDA)
   # cuBLAS comes from NVIDIA's installer or repository, not Debian: dpkg-shlibdeps finds it
-  # here and names no package for it (the target machine needs the CUDA runtime libraries).
+  # here and names no package for it; the gemmd package's Depends name them (below).
   list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CUDAToolkit_LIBRARY_DIR})
 endif()
 
 set(CPACK_DEBIAN_GEMMD_PACKAGE_NAME gemmd)
 set(CPACK_DEBIAN_GEMMD_PACKAGE_SECTION misc)
-# systemd-sysusers and systemd-tmpfiles for the maintainer scripts.
+# systemd-sysusers and systemd-tmpfiles for the maintainer scripts; a GPU build, the CUDA
+# runtime and cuBLAS it links (packaging/cuda-depends.cmake).
 set(CPACK_DEBIAN_GEMMD_PACKAGE_DEPENDS "systemd")
+if(GEMMD_HAVE_CUDA)
+  include(${CMAKE_CURRENT_LIST_DIR}/cuda-depends.cmake)
+  gemmd_cuda_depends(_gemmd_cuda_depends "${CUDAToolkit_VERSION}")
+  string(APPEND CPACK_DEBIAN_GEMMD_PACKAGE_DEPENDS ", ${_gemmd_cuda_depends}")
+endif()
 set(CPACK_DEBIAN_GEMMD_PACKAGE_SUGGESTS "gemmctl")
 set(CPACK_DEBIAN_GEMMD_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION_SUMMARY}: the daemon
  ${CPACK_PACKAGE_DESCRIPTION}

@@ -38,4 +38,6 @@ if(TARGET gemmd)
     TIMEOUT 300
     SKIP_RETURN_CODE 77
     ENVIRONMENT "${_gc_env}")
+  # its prefix recipe runs a whole cmake --install of this build tree
+  set_tests_properties(client_readme_example PROPERTIES RESOURCE_LOCK gemmd_install)
 endif()

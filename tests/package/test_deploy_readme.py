@@ -20,8 +20,9 @@ where a machine without systemd as PID 1 cannot run it, done the way systemd wou
                               /usr/local, must load /usr/local's library through the loader's
                               cache and multiply on a gemmd from /usr/local/bin
   systemd-sysusers, systemd-tmpfiles, gemmd --check-config, usermod, gemmctl
-                              run as written (`sudo` dropped: the test is root); gemmctl as the
-                              user the README lets in with usermod, so the group is what
+                              run as written (as root, which has no sudo on a fresh Debian; a
+                              line with sudo fails the test); gemmctl as the
+                              user the section lets in with usermod, so the group is what
                               grants access to the socket
   systemctl daemon-reload     nothing to do without systemd
   systemctl enable --now gemmd.socket, systemctl start, restart, reload
@@ -321,15 +322,19 @@ def deploy_commands(readme):
     lines = []
     for block in re.findall(r"```sh\n(.*?)```", m.group(1), re.S):
         lines += [l for l in block.splitlines() if l.strip() and not l.lstrip().startswith("#")]
-    # Commands in the prose: "**Let users in:** `sudo usermod -aG gemmd alice`" comes between
-    # the blocks: keep the README's order by position.
+    # Commands in the prose: "**Let users in:** `usermod -aG gemmd alice`" comes between
+    # the blocks: keep the section's order by position.
     ordered = []
     section = m.group(1)
     for l in lines:
         ordered.append((section.find(l), l))
-    for inline in re.finditer(r"`(sudo usermod [^`]*)`", section):
+    for inline in re.finditer(r"`((?:sudo )?usermod [^`]*)`", section):
         ordered.append((inline.start(), inline.group(1)))
-    return [l for _, l in sorted(ordered)]
+    commands = [l for _, l in sorted(ordered)]
+    # root on a fresh Debian has no sudo: the section's commands run as root as written
+    with_sudo = [l for l in commands if l.split()[0] == "sudo"]
+    assert not with_sudo, "a fresh Debian has no sudo, yet the section runs %s" % with_sudo
+    return commands
 
 
 def main():
