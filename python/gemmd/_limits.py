@@ -4,6 +4,8 @@ the config key that sets it and the way round it, instead of after a large view 
 was made contiguous or gigabytes went over the socket. Only requests this large are checked
 (smaller ones cost the daemon nothing to refuse), so small work asks no info."""
 
+import numpy as np
+
 from ._errors import Error
 
 CHECK_FROM_BYTES = 64 << 20     # operands and result together
@@ -12,6 +14,20 @@ BIN_MAX = 0xFFFFFFFF            # one msgpack bin: what one operand can carry ov
 _SMALLER = "send a smaller batch (or fewer rows of a) per gemm"
 _SHM = ("put the operands in shared memory (client.shm_array, on the daemon's machine: nothing "
         "crosses the socket) or " + _SMALLER)
+
+
+def clearly_small(a, b, c, trans_a, trans_b):
+    """True when plain arrays a and b (and c) make a request well below CHECK_FROM_BYTES,
+    its result counted at 8 bytes an element: the common small gemm skips building a probe."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.ndim < 2 or b.ndim < 2:
+        return False
+    if c is not None and type(c) is not np.ndarray:
+        return False
+    m = a.shape[-1] if trans_a else a.shape[-2]
+    n = b.shape[-2] if trans_b else b.shape[-1]
+    batch = a.shape[0] if a.ndim == 3 else 1
+    total = a.nbytes + b.nbytes + (c.nbytes if c is not None else 0) + 8 * m * n * batch
+    return total < CHECK_FROM_BYTES
 
 
 def worth_checking(operands, result_bytes):

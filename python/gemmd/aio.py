@@ -196,13 +196,14 @@ class Client:
         """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype, int8 and
         fp8 with dtype, scale_a and scale_b included)."""
         timeout = self.timeout if timeout is None else timeout
-        probe = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
-                        out_dtype, dtype, scale_a, scale_b, views=False)
-        sizes = [(name, nbytes, True) for name, nbytes, _ in probe.sizes]
-        if _limits.worth_checking(sizes, probe.nbytes):   # before anything is copied or sent
-            if self._limits is None:
-                self._limits = dict((await self.info()).get("limits", {}))
-            _limits.check(self._limits, probe.dims, sizes, probe.nbytes)
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            probe = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                            activation, out_dtype, dtype, scale_a, scale_b, views=False)
+            sizes = [(name, nbytes, True) for name, nbytes, _ in probe.sizes]
+            if _limits.worth_checking(sizes, probe.nbytes):   # before anything is copied or sent
+                if self._limits is None:
+                    self._limits = dict((await self.info()).get("limits", {}))
+                _limits.check(self._limits, probe.dims, sizes, probe.nbytes)
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
                           out_dtype, dtype, scale_a, scale_b)
         ms = timeout_ms(timeout)

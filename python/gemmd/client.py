@@ -286,8 +286,10 @@ class Client:
         tensor cores: an error of the order of 2^-14 * sum |scaled a b|). Every activation is
         taken; precision is ignored."""
         timeout = self.timeout if timeout is None else timeout
-        self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
-                                   activation, out_dtype, dtype, scale_a, scale_b, views=False))
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                                       activation, out_dtype, dtype, scale_a, scale_b,
+                                       views=False))
         staged = None
         if self._scratch is not None:
             staged = self._scratch.stage(a, b, c if beta != 0 else None, trans_a, trans_b, out,
@@ -320,8 +322,10 @@ class Client:
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
-        self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
-                                   activation, out_dtype, dtype, scale_a, scale_b, views=False))
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                                       activation, out_dtype, dtype, scale_a, scale_b,
+                                       views=False))
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
                           out_dtype, dtype, scale_a, scale_b)
         ms = timeout_ms(timeout)
