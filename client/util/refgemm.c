@@ -27,9 +27,11 @@
  * allowance itself and the tolerance is 1: the error is the share of it used.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gctl_ref.h"
 #include "gp_fp8.h"
@@ -191,8 +193,8 @@ static void finish_row(const gc_gemm_opts *o, const void *c, size_t c0, size_t i
   }
 }
 
-/* Rows of op(A) a dgemm takes at once: few enough that progress moves, many enough to run at
- * its speed. */
+/* Rows of op(A) a dgemm (or the loop's threads) take at once: few enough that progress moves,
+ * many enough to run at speed. */
 enum { BLAS_ROWS = 256 };
 
 /* The operands widened to double for dgemm (exactly: every input dtype's values are doubles),
@@ -254,12 +256,60 @@ static void blas_rows(blas_ref *br, const gc_gemm_opts *o, const void *a, size_t
             abs_sum, n);
 }
 
+/* Rows [i0, i1) of one batch entry: the loop's sums (unless dgemm gave them) and the finish,
+ * rows i0 + t, i0 + t + nt, ... of them for thread t of nt. */
+typedef struct {
+  const gc_gemm_opts *o;
+  const void *a, *b, *c;
+  size_t a0, b0, c0, i0, i1, t, nt;
+  bool sums_done;
+  double *ref, *bound;
+} rows_job;
+
+static void *rows_main(void *arg) {
+  const rows_job *j = arg;
+  size_t n = j->o->n;
+  for (size_t i = j->i0 + j->t; i < j->i1; i += j->nt) {
+    double *sum = j->ref + j->c0 + i * n, *abs_sum = j->bound + j->c0 + i * n;
+    if (!j->sums_done) ref_row(j->o, j->a, j->a0, j->b, j->b0, i, sum, abs_sum);
+    finish_row(j->o, j->c, j->c0, i, sum, abs_sum);
+  }
+  return NULL;
+}
+
+enum { LOOP_THREADS_MAX = 16 };
+
+/* Where there is no OpenBLAS the loop runs on every core (a thread that cannot be started
+ * leaves its rows to this one). */
+static void run_rows(const rows_job *proto, size_t threads) {
+  pthread_t tid[LOOP_THREADS_MAX];
+  rows_job jobs[LOOP_THREADS_MAX];
+  bool started[LOOP_THREADS_MAX] = {false};
+  for (size_t t = 0; t < threads; t++) {
+    jobs[t] = *proto;
+    jobs[t].t = t;
+    jobs[t].nt = threads;
+    if (t > 0) started[t] = pthread_create(&tid[t], NULL, rows_main, &jobs[t]) == 0;
+  }
+  rows_main(&jobs[0]);
+  for (size_t t = 1; t < threads; t++) {
+    if (started[t]) (void)pthread_join(tid[t], NULL);
+    else rows_main(&jobs[t]);
+  }
+}
+
+static size_t loop_threads(bool blas) {
+  long cores = blas ? 1 : sysconf(_SC_NPROCESSORS_ONLN); /* dgemm's rows need only the finish */
+  return cores < 1 ? 1 : cores > LOOP_THREADS_MAX ? LOOP_THREADS_MAX : (size_t)cores;
+}
+
 void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                             double *ref, double *bound, gctl_ref_progress_fn progress,
                             void *arg) {
   size_t m = o->m, n = o->n, k = o->k;
   blas_ref br;
   bool blas = blas_open(&br, o);
+  size_t threads = loop_threads(blas);
   uint64_t rows_done = 0, rows_total = (uint64_t)m * o->batch;
   for (size_t p = 0; p < o->batch; p++) {
     size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n, c0 = p * m * n;
@@ -267,11 +317,8 @@ void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b,
     for (size_t i0 = 0; i0 < m; i0 += BLAS_ROWS) {
       size_t i1 = i0 + BLAS_ROWS < m ? i0 + BLAS_ROWS : m;
       if (blas) blas_rows(&br, o, a, a0, i0, i1, ref + c0 + i0 * n, bound + c0 + i0 * n);
-      for (size_t i = i0; i < i1; i++) {
-        double *sum = ref + c0 + i * n, *abs_sum = bound + c0 + i * n;
-        if (!blas) ref_row(o, a, a0, b, b0, i, sum, abs_sum);
-        finish_row(o, c, c0, i, sum, abs_sum);
-      }
+      rows_job job = {o, a, b, c, a0, b0, c0, i0, i1, 0, 1, blas, ref, bound};
+      run_rows(&job, threads);
       rows_done += i1 - i0;
       if (progress != NULL) progress(arg, rows_done, rows_total);
     }
