@@ -46,7 +46,7 @@ void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const vo
 
 /* gctl_ref_gemm, calling progress(arg, rows done, rows in all) as rows are done (progress
  * may be NULL). With OpenBLAS at hand (gctl_ref_dgemm) the sums are two dgemms on its
- * threads; without it, a loop. */
+ * threads; without it, a loop on every core. */
 typedef void (*gctl_ref_progress_fn)(void *arg, uint64_t done, uint64_t total);
 void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                             double *ref, double *bound, gctl_ref_progress_fn progress, void *arg);
