@@ -215,6 +215,7 @@ static int run(const gctl_global *g, const bench_args *args) {
   gc_conn *conn = NULL;
   bench_args sent = *args; /* with --resident-b: B's handle */
   if (rc == GCTL_EXIT_OK) rc = gctl_connect(g, &conn);
+  if (rc == GCTL_EXIT_OK) rc = gctl_check_limits(g, conn, o, !args->shm);
   if (rc == GCTL_EXIT_OK) rc = alloc_buffers(g, conn, args, bytes, &buf, slots);
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = 42;

@@ -363,13 +363,17 @@ static int run(const gctl_global *g, gemm_args *args, gemm_inputs *in) {
   uint64_t out_bytes = gc_gemm_operand_bytes(&args->opts, 'o');
   if (out_bytes == 0 || out_bytes > SIZE_MAX)
     return gctl_fail(g, GCTL_EXIT_USAGE, "the result would be too large");
-  void *out = malloc((size_t)out_bytes);
-  if (out == NULL) return gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory for the result");
   gc_conn *conn;
   int rc = gctl_connect(g, &conn);
-  if (rc != GCTL_EXIT_OK) {
-    free(out);
+  if (rc != GCTL_EXIT_OK) return rc;
+  if ((rc = gctl_check_limits(g, conn, &args->opts, true)) != GCTL_EXIT_OK) {
+    gc_close(conn);
     return rc;
+  }
+  void *out = malloc((size_t)out_bytes);
+  if (out == NULL) {
+    gc_close(conn);
+    return gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory for the result");
   }
   gc_req req;
   gc_gemm_result result;

@@ -108,6 +108,20 @@ static void print_verdict(const gctl_global *g, const gc_gemm_opts *o, const gc_
   }
 }
 
+static void ref_progress(void *arg, uint64_t done, uint64_t total) {
+  gctl_progress_update(arg, done, total);
+}
+
+/* The float64 reference, with a bar on a terminal when it takes more than half a second. */
+static void reference(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                      double *ref, double *bound) {
+  gctl_progress p;
+  gctl_progress_init(&p, "float64 reference");
+  p.rows = true;
+  gctl_ref_gemm_progress(o, a, b, c, ref, bound, ref_progress, &p);
+  gctl_progress_end(&p);
+}
+
 static int run(const gctl_global *g, const gc_gemm_opts *o) {
   size_t esize = gctl_dtype_size(o->dtype);
   gc_dtype out_dtype = gctl_out_dtype(o);
@@ -115,26 +129,32 @@ static int run(const gctl_global *g, const gc_gemm_opts *o) {
   uint64_t out_bytes = gc_gemm_operand_bytes(o, 'o');
   if (a_bytes == 0 || b_bytes == 0 || out_bytes == 0) return gctl_fail(g, GCTL_EXIT_USAGE, "sizes too large");
   size_t cn = (size_t)(out_bytes / gctl_dtype_size(out_dtype));
+  /* the daemon's limits first: nothing is allocated for sizes it cannot serve */
+  gc_conn *conn = NULL;
+  int rc = gctl_connect(g, &conn);
+  if (rc == GCTL_EXIT_OK) rc = gctl_check_limits(g, conn, o, true);
+  if (rc != GCTL_EXIT_OK) {
+    gc_close(conn);
+    return rc;
+  }
   void *a = malloc(a_bytes), *b = malloc(b_bytes), *out = malloc(out_bytes);
   void *c = o->beta != 0.0 ? malloc(out_bytes) : NULL; /* C: the result's shape and dtype */
   double *ref = malloc(cn * sizeof *ref), *bound = malloc(cn * sizeof *bound);
   bool have = a && b && out && ref && bound && (c || o->beta == 0.0);
-  int rc = have ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
-  gc_conn *conn = NULL;
+  rc = have ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = (uint64_t)time(NULL) * 2654435761u;
     gctl_fill_random(o->dtype, a, a_bytes / esize, &seed);
     gctl_fill_random(o->dtype, b, b_bytes / esize, &seed);
     if (c != NULL) gctl_fill_random(out_dtype, c, cn, &seed);
     gctl_poison(out_dtype, out, cn);
-    rc = gctl_connect(g, &conn);
   }
   gc_gemm_result result;
   if (rc == GCTL_EXIT_OK && gc_gemm(conn, o, a, b, c, out, &result) != 0)
     rc = gctl_fail_call(g, "gemm", gc_last_error(conn));
   gc_close(conn);
   if (rc == GCTL_EXIT_OK) {
-    gctl_ref_gemm(o, a, b, c, ref, bound);
+    reference(o, a, b, c, ref, bound);
     double error = gctl_ref_error(o, out, ref, bound), tolerance = gctl_ref_tolerance(o);
     bool pass = error <= tolerance;
     print_verdict(g, o, &result, error, tolerance, pass);

@@ -40,6 +40,12 @@ int gctl_cmd_verify(const gctl_global *g, int argc, char **argv);
 /* Connects (printing the failure): GCTL_EXIT_OK, GCTL_EXIT_CONNECT, or GCTL_EXIT_USAGE (a
  * malformed address, an unreadable token file). */
 int gctl_connect(const gctl_global *g, gc_conn **conn);
+/* limits.c: o's sizes against the limits in the daemon's info (dimensions, work, operand
+ * bytes, the message when payloads cross the socket, the memory budget), to be called before
+ * anything is allocated: GCTL_EXIT_OK, or GCTL_EXIT_USAGE with the limit, its value and its
+ * config key printed; a failed info call as gctl_fail_call. */
+int gctl_check_limits(const gctl_global *g, gc_conn *conn, const gc_gemm_opts *o,
+                      bool sends_payloads);
 /* Prints a failed call (on stderr, and as a JSON object on stdout with --json) and returns its
  * exit code: GCTL_EXIT_CONNECT for a lost connection, GCTL_EXIT_SERVER otherwise. */
 int gctl_fail_call(const gctl_global *g, const char *what, const gc_error *err);
@@ -75,10 +81,10 @@ void gctl_print_json(FILE *f, const msgpack_object *o);
 void gctl_print_json_reply(FILE *f, const char *command, const msgpack_object *o);
 void gctl_print_text(FILE *f, const msgpack_object *o, int indent);
 
-/* progress.c: a bar on stderr for transfers, shown only when stderr is a terminal and the
- * transfer has run for more than half a second. */
+/* progress.c: a bar on stderr for transfers (or, rows set, for rows computed here), shown
+ * only when stderr is a terminal and the work has run for more than half a second. */
 typedef struct {
-  bool enabled, shown;
+  bool enabled, shown, rows;
   int64_t start_us;
   const char *label;
 } gctl_progress;

@@ -15,6 +15,7 @@ void gctl_progress_init(gctl_progress *p, const char *label) {
   p->shown = false;
   p->start_us = gctl_now_us();
   p->label = label;
+  p->rows = false;
 }
 
 void gctl_progress_update(gctl_progress *p, uint64_t done, uint64_t total) {
@@ -24,6 +25,14 @@ void gctl_progress_update(gctl_progress *p, uint64_t done, uint64_t total) {
   p->shown = true;
   int filled = (int)((double)done / (double)total * BAR_WIDTH);
   if (filled > BAR_WIDTH) filled = BAR_WIDTH;
+  if (p->rows) { /* a computation here, counted in rows */
+    fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %llu of %llu rows", p->label, filled,
+            "##############################", BAR_WIDTH - filled, "",
+            100.0 * (double)done / (double)total, (unsigned long long)done,
+            (unsigned long long)total);
+    fflush(stderr);
+    return;
+  }
   double mib = (double)done / (1024.0 * 1024.0);
   double rate = elapsed > 0 ? mib / ((double)elapsed / 1e6) : 0;
   fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %.1f MiB %.1f MiB/s", p->label, filled,

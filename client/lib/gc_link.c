@@ -99,6 +99,7 @@ void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err) {
   }
   /* an UNAVAILABLE answer counted its retry when it came */
   if (!r->retry_pending) r->retries++;
+  r->error = *err; /* why it goes again: told with the reconnect's failure, if that fails */
   if (r->in_sendq) { /* bytes the old socket still owes: zeros, then parked (gc_io.c) */
     r->zero_fill = true;
     r->retry_pending = true;
@@ -213,6 +214,23 @@ static bool retiring_idle(const gc_conn *conn) {
   return live == 0;
 }
 
+/* A parked request that found no socket: the connect error, after why it was parked when
+ * it had gone out before (a lost connection, an UNAVAILABLE answer), so that a daemon killed
+ * mid-request does not read as one that never answered. */
+static void finish_unsent(gc_conn *conn, gc__request *r) {
+  if (r->retries == 0 || r->error.code == GC_OK) {
+    gc__request_finish(conn, r, &conn->broken_error);
+    return;
+  }
+  gc_error err;
+  char lost[GC_ERROR_MESSAGE_MAX / 2];
+  snprintf(lost, sizeof lost, "%.120s", r->error.message);
+  gc__error_set(&err, conn->broken_error.code,
+                "the connection was lost during the request (%s); reconnecting failed: %s", lost,
+                conn->broken_error.message);
+  gc__request_finish(conn, r, &err);
+}
+
 int gc__link_maintain(gc_conn *conn) {
   if (!conn->broken && conn->retiring && retiring_idle(conn))
     gc__io_break(conn, GC_E_UNAVAILABLE, "the daemon answered UNAVAILABLE: trying another");
@@ -224,7 +242,7 @@ int gc__link_maintain(gc_conn *conn) {
     if (conn->park_head == NULL) conn->park_tail = NULL;
     r->send_next = NULL;
     if (rc == 0) dispatch(conn, r);
-    else gc__request_finish(conn, r, &conn->broken_error);
+    else finish_unsent(conn, r);
   }
   return rc;
 }

@@ -44,6 +44,20 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v);
 void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
                    double *ref, double *bound);
 
+/* gctl_ref_gemm, calling progress(arg, rows done, rows in all) as rows are done (progress
+ * may be NULL). With OpenBLAS at hand (gctl_ref_dgemm) the sums are two dgemms on its
+ * threads; without it, a loop on every core. */
+typedef void (*gctl_ref_progress_fn)(void *arg, uint64_t done, uint64_t total);
+void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                            double *ref, double *bound, gctl_ref_progress_fn progress, void *arg);
+
+/* refblas.c: OpenBLAS's cblas_dgemm (its CBLAS_ORDER and CBLAS_TRANSPOSE as int), loaded at
+ * the first call, or NULL where the library is not installed or GEMMCTL_REF_BLAS=0. */
+typedef void (*gctl_dgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k,
+                              double alpha, const double *a, int lda, const double *b, int ldb,
+                              double beta, double *c, int ldc);
+gctl_dgemm_fn gctl_ref_dgemm(void);
+
 /* The largest (|out - ref| less one subnormal spacing of the dtype) / bound over all elements
  * (bound 0: any difference is infinite); NaN when an element is NaN. out holds the out dtype;
  * a cast result is compared with ref rounded to it. An i8 gemm's: the largest |out - ref|. */

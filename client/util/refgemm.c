@@ -27,8 +27,11 @@
  * allowance itself and the tolerance is 1: the error is the share of it used.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gctl_ref.h"
 #include "gp_fp8.h"
@@ -165,34 +168,167 @@ static double ref_act(gc_activation act, double x, double *slope) {
   }
 }
 
-void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
-                   double *ref, double *bound) {
-  size_t m = o->m, n = o->n, k = o->k;
+/* Row i's sums (ref_row's, or dgemm's) into the reference: alpha and beta * c, the activation;
+ * bound the error allowed to scale with. */
+static void finish_row(const gc_gemm_opts *o, const void *c, size_t c0, size_t i, double *sum,
+                       double *abs_sum) {
+  size_t n = o->n;
   gc_dtype out = gctl_out_dtype(o); /* c's dtype */
   double alpha = gctl_ref_alpha(o);  /* the scales are 1 but for fp8 */
+  for (size_t j = 0; j < n; j++) {
+    double cv = c != NULL ? gctl_load(out, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
+    if (o->dtype == GC_DTYPE_I8) { /* exact: no bound to scale an error by */
+      sum[j] = ref_int(o, sum[j], cv);
+      abs_sum[j] = 0.0;
+      continue;
+    }
+    double x = alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
+    sum[j] = ref_act(o->activation, x, &slope);
+    if (gctl_dtype_is_fp8(o->dtype)) { /* the allowance itself, not a sum to scale */
+      abs_sum[j] = fp8_allowance(o, fabs(alpha) * abs_sum[j], x, sum[j], slope);
+      continue;
+    }
+    abs_sum[j] = fabs(alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
+    abs_sum[j] *= slope;
+  }
+}
+
+/* Rows of op(A) a dgemm (or the loop's threads) take at once: few enough that progress moves,
+ * many enough to run at speed. */
+enum { BLAS_ROWS = 256 };
+
+/* The operands widened to double for dgemm (exactly: every input dtype's values are doubles),
+ * each beside its absolute values, which give the bound by a second dgemm. Integer products
+ * and their sums stay exact in double (|a b| < 2^14, k <= 2^16), so i8 stays bit-exact; for
+ * the float dtypes dgemm's rounding (at most k 2^-53 of the bound, as the loop's) is far below
+ * every tolerance. */
+typedef struct {
+  gctl_dgemm_fn dgemm;
+  double *b, *b_abs, *a, *a_abs;
+} blas_ref;
+
+static bool blas_open(blas_ref *br, const gc_gemm_opts *o) {
+  br->dgemm = gctl_ref_dgemm();
+  br->b = br->a = br->b_abs = br->a_abs = NULL;
+  if (br->dgemm == NULL) return false;
+  size_t kn = (size_t)(o->k * o->n), rk = (size_t)(BLAS_ROWS * o->k);
+  br->b = malloc(2 * kn * sizeof(double));
+  br->a = malloc(2 * rk * sizeof(double));
+  if (br->b == NULL || br->a == NULL) { /* the loop needs no more memory */
+    free(br->b);
+    free(br->a);
+    return false;
+  }
+  br->b_abs = br->b + kn;
+  br->a_abs = br->a + rk;
+  return true;
+}
+
+static void blas_close(blas_ref *br) {
+  free(br->b);
+  free(br->a);
+}
+
+/* One batch entry's B, as stored (k x n, or n x k when transposed). */
+static void blas_widen_b(blas_ref *br, const gc_gemm_opts *o, const void *b, size_t b0) {
+  size_t kn = (size_t)(o->k * o->n);
+  for (size_t x = 0; x < kn; x++) {
+    br->b[x] = gctl_load(o->dtype, b, b0 + x);
+    br->b_abs[x] = fabs(br->b[x]);
+  }
+}
+
+/* Rows [i0, i1) of op(A) times op(B): sums into sum (row-major, n a row), |sums| into abs_sum. */
+static void blas_rows(blas_ref *br, const gc_gemm_opts *o, const void *a, size_t a0, size_t i0,
+                      size_t i1, double *sum, double *abs_sum) {
+  size_t m = o->m, k = o->k;
+  for (size_t i = i0; i < i1; i++)
+    for (size_t l = 0; l < k; l++) {
+      double v = gctl_load(o->dtype, a, a0 + (o->trans_a ? l * m + i : i * k + l));
+      br->a[(i - i0) * k + l] = v;
+      br->a_abs[(i - i0) * k + l] = fabs(v);
+    }
+  enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 }; /* cblas.h's values */
+  int tb = o->trans_b ? TRANS : NO_TRANS, ldb = (int)(o->trans_b ? o->k : o->n);
+  int rows = (int)(i1 - i0), n = (int)o->n, kk = (int)k;
+  br->dgemm(ROW_MAJOR, NO_TRANS, tb, rows, n, kk, 1.0, br->a, kk, br->b, ldb, 0.0, sum, n);
+  br->dgemm(ROW_MAJOR, NO_TRANS, tb, rows, n, kk, 1.0, br->a_abs, kk, br->b_abs, ldb, 0.0,
+            abs_sum, n);
+}
+
+/* Rows [i0, i1) of one batch entry: the loop's sums (unless dgemm gave them) and the finish,
+ * rows i0 + t, i0 + t + nt, ... of them for thread t of nt. */
+typedef struct {
+  const gc_gemm_opts *o;
+  const void *a, *b, *c;
+  size_t a0, b0, c0, i0, i1, t, nt;
+  bool sums_done;
+  double *ref, *bound;
+} rows_job;
+
+static void *rows_main(void *arg) {
+  const rows_job *j = arg;
+  size_t n = j->o->n;
+  for (size_t i = j->i0 + j->t; i < j->i1; i += j->nt) {
+    double *sum = j->ref + j->c0 + i * n, *abs_sum = j->bound + j->c0 + i * n;
+    if (!j->sums_done) ref_row(j->o, j->a, j->a0, j->b, j->b0, i, sum, abs_sum);
+    finish_row(j->o, j->c, j->c0, i, sum, abs_sum);
+  }
+  return NULL;
+}
+
+enum { LOOP_THREADS_MAX = 16 };
+
+/* Where there is no OpenBLAS the loop runs on every core (a thread that cannot be started
+ * leaves its rows to this one). */
+static void run_rows(const rows_job *proto, size_t threads) {
+  pthread_t tid[LOOP_THREADS_MAX];
+  rows_job jobs[LOOP_THREADS_MAX];
+  bool started[LOOP_THREADS_MAX] = {false};
+  for (size_t t = 0; t < threads; t++) {
+    jobs[t] = *proto;
+    jobs[t].t = t;
+    jobs[t].nt = threads;
+    if (t > 0) started[t] = pthread_create(&tid[t], NULL, rows_main, &jobs[t]) == 0;
+  }
+  rows_main(&jobs[0]);
+  for (size_t t = 1; t < threads; t++) {
+    if (started[t]) (void)pthread_join(tid[t], NULL);
+    else rows_main(&jobs[t]);
+  }
+}
+
+static size_t loop_threads(bool blas) {
+  long cores = blas ? 1 : sysconf(_SC_NPROCESSORS_ONLN); /* dgemm's rows need only the finish */
+  return cores < 1 ? 1 : cores > LOOP_THREADS_MAX ? LOOP_THREADS_MAX : (size_t)cores;
+}
+
+void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                            double *ref, double *bound, gctl_ref_progress_fn progress,
+                            void *arg) {
+  size_t m = o->m, n = o->n, k = o->k;
+  blas_ref br;
+  bool blas = blas_open(&br, o);
+  size_t threads = loop_threads(blas);
+  uint64_t rows_done = 0, rows_total = (uint64_t)m * o->batch;
   for (size_t p = 0; p < o->batch; p++) {
     size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n, c0 = p * m * n;
-    for (size_t i = 0; i < m; i++) {
-      double *sum = ref + c0 + i * n, *abs_sum = bound + c0 + i * n;
-      ref_row(o, a, a0, b, b0, i, sum, abs_sum);
-      for (size_t j = 0; j < n; j++) {
-        double cv = c != NULL ? gctl_load(out, c, o->bias ? j : c0 + i * n + j) : 0.0, slope;
-        if (o->dtype == GC_DTYPE_I8) { /* exact: no bound to scale an error by */
-          sum[j] = ref_int(o, sum[j], cv);
-          abs_sum[j] = 0.0;
-          continue;
-        }
-        double x = alpha * sum[j] + (o->beta != 0.0 ? o->beta * cv : 0.0);
-        sum[j] = ref_act(o->activation, x, &slope);
-        if (gctl_dtype_is_fp8(o->dtype)) { /* the allowance itself, not a sum to scale */
-          abs_sum[j] = fp8_allowance(o, fabs(alpha) * abs_sum[j], x, sum[j], slope);
-          continue;
-        }
-        abs_sum[j] = fabs(alpha) * abs_sum[j] + (o->beta != 0.0 ? fabs(o->beta * cv) : 0.0);
-        abs_sum[j] *= slope;
-      }
+    if (blas && (p == 0 || !o->broadcast_b)) blas_widen_b(&br, o, b, b0);
+    for (size_t i0 = 0; i0 < m; i0 += BLAS_ROWS) {
+      size_t i1 = i0 + BLAS_ROWS < m ? i0 + BLAS_ROWS : m;
+      if (blas) blas_rows(&br, o, a, a0, i0, i1, ref + c0 + i0 * n, bound + c0 + i0 * n);
+      rows_job job = {o, a, b, c, a0, b0, c0, i0, i1, 0, 1, blas, ref, bound};
+      run_rows(&job, threads);
+      rows_done += i1 - i0;
+      if (progress != NULL) progress(arg, rows_done, rows_total);
     }
   }
+  if (blas) blas_close(&br);
+}
+
+void gctl_ref_gemm(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                   double *ref, double *bound) {
+  gctl_ref_gemm_progress(o, a, b, c, ref, bound, NULL, NULL);
 }
 
 /* The spacing of the dtype's subnormals: a result that small is rounded to a multiple of it,

@@ -1,5 +1,5 @@
 /*
- * gd_cli.h - gemmd's command line (as gemmd(8) and README's Usage section describe it):
+ * gd_cli.h - gemmd's command line (as gemmd(8) and docs/usage.md describe it):
  *   gemmd [--config FILE] [--listen ADDR]... [--backend auto|gpu|cpu]
  *         [--log-level LEVEL] [--check-config]
  * Flags override the config file; --listen given at least once replaces the

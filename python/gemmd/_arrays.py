@@ -292,7 +292,8 @@ class Problem:
     shared B (broadcast_b)."""
 
     def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision, bias=None,
-                 activation=None, out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
+                 activation=None, out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0,
+                 views=True):
         a = _array_or_resident(a, "a")
         b = _array_or_resident(b, "b")
         self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
@@ -321,6 +322,16 @@ class Problem:
         if self.batch is not None and not broadcast and b.shape[0] != self.batch:
             raise ValueError("a holds %d matrices and b %d" % (self.batch, b.shape[0]))
         self.shape = (m, n) if self.batch is None else (self.batch, m, n)
+        # what the daemon's limits are checked on (gemmd._limits), from the arrays as given:
+        # nbytes of a view (np.broadcast_to) is its logical size, and nothing is copied
+        self.dims = (int(m), int(n), int(k), int(self.batch or 1))
+        self.sizes = [(name, x.nbytes, x) for name, x in (("a", a), ("b", b))
+                      if not isinstance(x, Resident)]
+        if c is not None and beta != 0 and not isinstance(c, Resident):
+            c_arr = as_array(c, "c")
+            self.sizes.append(("c", c_arr.nbytes, c_arr))
+        if not views:   # the sizes only: no operand is laid out (or copied)
+            return
         a_view, flag_a = _operand_of(a, trans_a, "a")
         b_view, flag_b = _operand_of(b, trans_b, "b")
         self.operands = [a_view, b_view]

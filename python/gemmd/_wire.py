@@ -52,7 +52,9 @@ def pack_gemm(msgid, hdr, operands):
             head += msgpack.packb(operand, use_bin_type=True)
             continue
         if operand.nbytes > BIN_MAX:
-            raise ValueError("an operand of %d bytes does not fit a msgpack bin (at most %d)" %
+            raise ValueError("an operand of %d bytes is more than one request can carry over "
+                             "the socket (%d); put it in shared memory (client.shm_array, on "
+                             "the daemon's machine) or send a smaller batch" %
                              (operand.nbytes, BIN_MAX))
         head += _bin_header(operand.nbytes)
         pieces.append(bytes(head))

@@ -19,7 +19,7 @@ import asyncio
 import socket
 import time
 
-from . import _address, _auth
+from . import _address, _auth, _limits
 from ._arrays import Problem
 from ._calls import Call, Table, zeros_like_pieces
 from ._errors import ConnectError, ConnectionLost, Error, ProtocolError, Timeout
@@ -52,6 +52,7 @@ class Client:
         self._opening = None     # an asyncio.Lock: one reconnect at a time
         self._tasks = []
         self._features = None
+        self._limits = None         # info's limits, asked for by the first large gemm
         self._reset()
 
     def _reset(self):
@@ -195,6 +196,14 @@ class Client:
         """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype, int8 and
         fp8 with dtype, scale_a and scale_b included)."""
         timeout = self.timeout if timeout is None else timeout
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            probe = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                            activation, out_dtype, dtype, scale_a, scale_b, views=False)
+            sizes = [(name, nbytes, True) for name, nbytes, _ in probe.sizes]
+            if _limits.worth_checking(sizes, probe.nbytes):   # before anything is copied or sent
+                if self._limits is None:
+                    self._limits = dict((await self.info()).get("limits", {}))
+                _limits.check(self._limits, probe.dims, sizes, probe.nbytes)
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
                           out_dtype, dtype, scale_a, scale_b)
         ms = timeout_ms(timeout)

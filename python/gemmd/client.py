@@ -22,7 +22,7 @@ from collections import deque
 
 import numpy as np
 
-from . import _address, _auth
+from . import _address, _auth, _limits
 from ._arrays import Problem, Resident, byte_view, put_params, wire_dtype
 from ._autoshm import Scratch
 from ._copier import Copier
@@ -179,6 +179,7 @@ class Client:
         self._closed = False                # by the caller (close()), or for good (protocol)
         self._sock = None
         self._features = None
+        self._limits = None         # info's limits, asked for by the first large gemm
         self._lock = threading.RLock()      # the table, the send queue, the socket's writes
         self._cond = threading.Condition(threading.Lock())
         self._driving = False
@@ -296,6 +297,10 @@ class Client:
         tensor cores: an error of the order of 2^-14 * sum |scaled a b|). Every activation is
         taken; precision is ignored."""
         timeout = self.timeout if timeout is None else timeout
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                                       activation, out_dtype, dtype, scale_a, scale_b,
+                                       views=False))
         kw = dict(alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b,
                   precision=precision, timeout=timeout, out=out, bias=bias,
                   activation=activation, out_dtype=out_dtype, dtype=dtype, scale_a=scale_a,
@@ -312,12 +317,26 @@ class Client:
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
+        if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
+            self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
+                                       activation, out_dtype, dtype, scale_a, scale_b,
+                                       views=False))
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
                           out_dtype, dtype, scale_a, scale_b)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms
         return self._start("gemm", problem, out)
+
+    def _check_limits(self, probe):
+        """A large gemm against the daemon's limits (info's, asked once), before any operand
+        is copied or sent; a shared-memory operand does not cross the socket."""
+        sizes = [(name, nbytes, not self._in_region(x)) for name, nbytes, x in probe.sizes]
+        if not _limits.worth_checking(sizes, probe.nbytes):
+            return
+        if self._limits is None:
+            self._limits = dict(self.info().get("limits", {}))
+        _limits.check(self._limits, probe.dims, sizes, probe.nbytes)
 
     def ping(self, timeout=None):
         """Round trip to the daemon; returns the seconds it took."""

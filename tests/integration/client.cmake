@@ -1,5 +1,5 @@
 # client/ integration tests, label integration: libgemmclient and gemmctl against the real
-# gemmd, and the README's C example built against the installed library. Python drivers
+# gemmd, and docs/c-library.md's C example built against the installed library. Python drivers
 # (built on gemmd_harness.py) start the daemons; exit 0 pass, 1 fail, 77 skip.
 if(TARGET gemmd)
   set(_gc_it ${CMAKE_CURRENT_SOURCE_DIR}/client)
@@ -17,8 +17,11 @@ if(TARGET gemmd)
                    --gemmctl $<TARGET_FILE:gemmctl>)
   add_test(NAME client_readme_example
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_readme_example.py --gemmd $<TARGET_FILE:gemmd>
-                   --readme ${CMAKE_SOURCE_DIR}/README.md --build ${CMAKE_BINARY_DIR}
+                   --doc ${CMAKE_SOURCE_DIR}/docs/c-library.md --build ${CMAKE_BINARY_DIR}
                    --cc ${CMAKE_C_COMPILER} --sanitize ${GEMMD_SANITIZE})
+  add_test(NAME client_gemmctl_newuser
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_newuser.py --gemmd $<TARGET_FILE:gemmd>
+                   --gemmctl $<TARGET_FILE:gemmctl>)
   add_test(NAME client_gemmctl_cli
            COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_gemmctl_cli.py --gemmd $<TARGET_FILE:gemmd>
                    --gemmctl $<TARGET_FILE:gemmctl>)
@@ -29,9 +32,12 @@ if(TARGET gemmd)
   add_test(NAME client_scaleout COMMAND ${_gc_scaleout})
   add_test(NAME client_token COMMAND ${_gc_scaleout} --token)
   set_tests_properties(client_e2e client_gemmctl client_readme_example client_gemmctl_cli
+                       client_gemmctl_newuser
                        client_scaleout client_token PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77
     ENVIRONMENT "${_gc_env}")
+  # its prefix recipe runs a whole cmake --install of this build tree
+  set_tests_properties(client_readme_example PROPERTIES RESOURCE_LOCK gemmd_install)
 endif()

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""README.md's deployment section, followed from top to bottom on this machine (label package).
+"""docs/deployment.md, the deployment section, followed from top to bottom on this machine (label package).
 
 It installs system-wide (Debian packages, a system user, /run/gemmd), so it runs only where
 GEMMD_SYSTEM_TESTS=1 says that is wanted (CI's throwaway machine: .ci/run sets it), as root,
@@ -16,12 +16,13 @@ where a machine without systemd as PID 1 cannot run it, done the way systemd wou
                               packages are removed (a prefix install beside them would hide
                               whether ldconfig ran), with the build directory a temporary one
                               and -DGEMMD_WITH_CUDA=OFF -DGEMMD_BUILD_TESTS=OFF appended; then
-                              the README's libgemmclient example, built with pkg-config against
+                              docs/c-library.md's libgemmclient example, built with pkg-config against
                               /usr/local, must load /usr/local's library through the loader's
                               cache and multiply on a gemmd from /usr/local/bin
   systemd-sysusers, systemd-tmpfiles, gemmd --check-config, usermod, gemmctl
-                              run as written (`sudo` dropped: the test is root); gemmctl as the
-                              user the README lets in with usermod, so the group is what
+                              run as written (as root, which has no sudo on a fresh Debian; a
+                              line with sudo fails the test); gemmctl as the
+                              user the section lets in with usermod, so the group is what
                               grants access to the socket
   systemctl daemon-reload     nothing to do without systemd
   systemctl enable --now gemmd.socket, systemctl start, restart, reload
@@ -29,7 +30,7 @@ where a machine without systemd as PID 1 cannot run it, done the way systemd wou
                               its groups; restart stops (SIGTERM) and starts it, reload sends
                               SIGHUP (the unit's ExecReload)
   journalctl, systemctl edit  need systemd: noted and skipped
-Any other command fails the test, so the README cannot gain a step this test does not follow.
+Any other command fails the test, so the section cannot gain a step this test does not follow.
 
 Run: test_deploy_readme.py --source DIR
 """
@@ -215,7 +216,7 @@ class Deploy:
             return False
 
     # ---- the /usr/local alternative --------------------------------------------
-    def follow_prefix_install(self, readme):
+    def follow_prefix_install(self, client_doc):
         build = os.path.join(self.tmp, "build-usr-local")
         prefix = None
         for argv in self.prefix_steps:
@@ -233,7 +234,7 @@ class Deploy:
         assert prefix and self.manifest, "the README's prefix install lacks its cmake steps"
         src = os.path.join(self.tmp, "example.c")
         with open(src, "w") as f:
-            f.write(readme_example(readme))
+            f.write(readme_example(client_doc))
         exe = os.path.join(self.tmp, "example")
         flags = self.run(["pkg-config", "--cflags", "--libs", "gemmclient"]).split()
         self.run(["cc", "-std=c11", "-o", exe, src] + flags)
@@ -304,7 +305,7 @@ class Deploy:
 def readme_example(readme):
     text = open(readme).read()
     section = re.search(r"<!-- client:begin -->(.*?)<!-- client:end -->", text, re.S)
-    assert section, "README.md has no client section"
+    assert section, "%s has no client section" % readme
     blocks = re.findall(r"```c\n(.*?)```", section.group(1), re.S)
     assert len(blocks) == 1, "expected one ```c block in the client section"
     return blocks[0]
@@ -317,19 +318,23 @@ def dirs_under(root):
 def deploy_commands(readme):
     text = open(readme).read()
     m = re.search(r"<!-- deploy:begin -->(.*?)<!-- deploy:end -->", text, re.S)
-    assert m, "README.md has no deploy section"
+    assert m, "%s has no deploy section" % readme
     lines = []
     for block in re.findall(r"```sh\n(.*?)```", m.group(1), re.S):
         lines += [l for l in block.splitlines() if l.strip() and not l.lstrip().startswith("#")]
-    # Commands in the prose: "**Let users in:** `sudo usermod -aG gemmd alice`" comes between
-    # the blocks: keep the README's order by position.
+    # Commands in the prose: "**Let users in:** `usermod -aG gemmd alice`" comes between
+    # the blocks: keep the section's order by position.
     ordered = []
     section = m.group(1)
     for l in lines:
         ordered.append((section.find(l), l))
-    for inline in re.finditer(r"`(sudo usermod [^`]*)`", section):
+    for inline in re.finditer(r"`((?:sudo )?usermod [^`]*)`", section):
         ordered.append((inline.start(), inline.group(1)))
-    return [l for _, l in sorted(ordered)]
+    commands = [l for _, l in sorted(ordered)]
+    # root on a fresh Debian has no sudo: the section's commands run as root as written
+    with_sudo = [l for l in commands if l.split()[0] == "sudo"]
+    assert not with_sudo, "a fresh Debian has no sudo, yet the section runs %s" % with_sudo
+    return commands
 
 
 def main():
@@ -348,7 +353,7 @@ def main():
                       stderr=subprocess.DEVNULL).returncode == 0:
         print("FAILED: a gemmd package is installed already; this test would remove it")
         return 1
-    commands = deploy_commands(os.path.join(args.source, "README.md"))
+    commands = deploy_commands(os.path.join(args.source, "docs", "deployment.md"))
     users_before = {p.pw_name for p in pwd.getpwall()}
     groups_before = {g.gr_name for g in grp.getgrall()}
     tmp = tempfile.mkdtemp(prefix="gemmd-deploy-")
@@ -358,12 +363,12 @@ def main():
     ok = False
     try:
         for line in commands:
-            print("README: %s" % line, flush=True)
+            print("deployment.md: %s" % line, flush=True)
             d.step(line)
-        assert d.daemon, "the README never started the daemon"
+        assert d.daemon, "deployment.md never started the daemon"
         d.cleanup(users_before, groups_before)
-        print("README, the /usr/local alternative:", flush=True)
-        d.follow_prefix_install(os.path.join(args.source, "README.md"))
+        print("deployment.md, the /usr/local alternative:", flush=True)
+        d.follow_prefix_install(os.path.join(args.source, "docs", "c-library.md"))
         ok = True
     except (AssertionError, subprocess.TimeoutExpired) as exc:
         print("FAIL: %s" % exc)

@@ -285,14 +285,14 @@ def test_verify_and_bench(ctx):
         _, err = expect(gemmctl("bench", "--shm", "--m", "4", "--n", "4", "--k", "4",
                                 addr=d.address("tcp")), EXIT_SERVER, "bench --shm over TCP")
         assert "Unix socket" in err, err
-    # the daemon's refusal is exit 1, with its code
+    # a size over the daemon's limits is refused from its info before anything is sent:
+    # exit 2, naming the limit and its config key (issue 31)
     with h.Daemon(ctx.gemmd, config={"limits": {"max_dim": 100}}) as d:
         out, err = expect(gemmctl("--json", "verify", "--m", "200", addr=d.address("unix")),
-                          EXIT_SERVER, "verify over the limit")
+                          EXIT_USAGE, "verify over the limit")
         report = json.loads(out)
-        assert report["error"]["kind"] == "server", report
-        assert report["error"]["code"] in ("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT"), report
         assert "100" in report["error"]["message"], report
+        assert "limits.max_dim" in report["error"]["message"], report
 
 
 CASTS = (("f32", "bf16"), ("f32", "f16"), ("f64", "bf16"), ("f64", "f16"))

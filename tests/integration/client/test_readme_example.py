@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""The README's libgemmclient example, as a user would build it: the ```c block between the
-client markers of README.md, compiled against the library installed with
+"""docs/c-library.md's libgemmclient example, as a user would build it: the ```c block between
+the client markers of docs/c-library.md, compiled against the library installed with
 `cmake --install BUILD --prefix TMP --component C` for the components libgemmclient,
 libgemmclient-dev and gemmctl, three ways (pkg-config and the shared
 library, the static library, find_package(gemmclient) in a CMake project), each run against a
-live daemon with GEMMD_ADDRESS set.
-  test_readme_example.py --gemmd PATH --readme README.md --build BUILD_DIR --cc CC
+live daemon with GEMMD_ADDRESS set; then the doc's recipe for a prefix of one's own (the sh
+block between its prefix markers), run as it is written with HOME a temporary directory,
+`build` this build tree and app.c the example: before the doc named the rpath, that program
+failed with "libgemmclient.so.1: cannot open shared object file".
+  test_readme_example.py --gemmd PATH --doc docs/c-library.md --build BUILD_DIR --cc CC
                          [--sanitize ON|OFF]
 """
 import argparse
@@ -32,10 +35,33 @@ def run(cmd, env=None, cwd=None):
 def extract_example(readme):
     text = open(readme).read()
     section = re.search(r"<!-- client:begin -->(.*?)<!-- client:end -->", text, re.S)
-    assert section, "README.md has no client section"
+    assert section, "%s has no client section" % readme
     blocks = re.findall(r"```c\n(.*?)```", section.group(1), re.S)
     assert len(blocks) == 1, "expected one ```c block in the client section, found %d" % len(blocks)
     return blocks[0]
+
+
+def extract_prefix_recipe(doc):
+    text = open(doc).read()
+    section = re.search(r"<!-- prefix:begin -->\s*```sh\n(.*?)```\s*<!-- prefix:end -->", text,
+                        re.S)
+    assert section, "%s has no prefix recipe" % doc
+    return section.group(1)
+
+
+def run_prefix_recipe(tmp, src, address):
+    home = os.path.join(tmp, "home")
+    os.mkdir(home)
+    shutil.copy(src, os.path.join(home, "app.c"))
+    os.symlink(os.path.abspath(ARGS.build), os.path.join(home, "build"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PKG_CONFIG_PATH", "LD_LIBRARY_PATH")}
+    env.update(HOME=home, GEMMD_ADDRESS=address)
+    if sanitize_flags():   # the library needs the sanitizer runtime the plain cc app lacks
+        env["LD_PRELOAD"] = subprocess.run([ARGS.cc, "-print-file-name=libasan.so"],
+                                           stdout=subprocess.PIPE, text=True).stdout.strip()
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    out = run(["sh", "-e", "-c", extract_prefix_recipe(ARGS.doc)], env=env, cwd=home)
+    assert "is right" in out, out
 
 
 def sanitize_flags():
@@ -59,7 +85,7 @@ def test_readme_example(ctx):
 
         src = os.path.join(tmp, "example.c")
         with open(src, "w") as f:
-            f.write(extract_example(ARGS.readme))
+            f.write(extract_example(ARGS.doc))
         env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(libdir, "pkgconfig"))
         flags = run(["pkg-config", "--cflags", "--libs", "gemmclient"], env=env).split()
         shared = os.path.join(tmp, "example_shared")
@@ -92,6 +118,7 @@ def test_readme_example(ctx):
             for binary in (shared, static, via_cmake):
                 out = run([binary], env=run_env)
                 assert "is right" in out, out
+            run_prefix_recipe(tmp, src, daemon.address("unix"))
         # and without a daemon it says why and fails
         proc = subprocess.run([shared], env=dict(os.environ, LD_LIBRARY_PATH=libdir,
                                                  GEMMD_ADDRESS="unix:" + tmp + "/none.sock"),
@@ -103,7 +130,7 @@ def test_readme_example(ctx):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--readme", required=True)
+    parser.add_argument("--doc", required=True)
     parser.add_argument("--build", required=True)
     parser.add_argument("--cc", default="cc")
     parser.add_argument("--sanitize", default="OFF")

@@ -1,5 +1,6 @@
 """examples/ and the minimal client of proto/PROTOCOL.md section 10, run against a daemon."""
 
+import math
 import os
 import re
 import socket
@@ -91,11 +92,19 @@ def test_protocol_md_client(daemon, fake_server):
 
 
 def test_readme_python_snippet(daemon, monkeypatch):
-    """The first screen of README.md, as a NumPy user would paste it."""
+    """README.md's Python blocks, as a NumPy user would paste them: the first screen, then the
+    few more lines (shared memory, a resident operand, the epilogue, futures)."""
     text = open(os.path.join(REPO, "README.md")).read()
-    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 2, "README.md has %d python blocks, this test knows two" % len(blocks)
     monkeypatch.setenv("GEMMD_ADDRESS", daemon.address())
     namespace = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     a, b, c = namespace["a"], namespace["b"], namespace["c"]
     h.assert_close(c, a, b, None, 1.0, 0.0, False, False, "f32", "README")
+    exec(compile(blocks[1], "README.md", "exec"), namespace)
+    for r in namespace["results"]:
+        h.assert_close(r, a, b, None, 1.0, 0.0, False, False, "f32", "README futures")
+    ref = a.astype(np.float64) @ b.astype(np.float64) + 1.0
+    gelu = 0.5 * ref * (1.0 + np.vectorize(math.erf)(ref / math.sqrt(2.0)))   # the erf form
+    np.testing.assert_allclose(namespace["y"], gelu, rtol=1e-4, atol=1e-4)

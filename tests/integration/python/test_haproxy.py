@@ -153,7 +153,7 @@ def test_three_daemons_behind_haproxy(fresh_daemon, tmp_path):
 
 
 def readme_client(address, tmp_path):
-    """README's client lines: GEMMD_ADDRESS and GEMMD_TOKEN_FILE, then python3 -m gemmd check."""
+    """docs/several-boxes.md's client lines: GEMMD_ADDRESS and GEMMD_TOKEN_FILE, then python3 -m gemmd check."""
     token = tmp_path / "client-token"
     token.write_text(TOKEN + "\n")
     token.chmod(0o600)

@@ -1,4 +1,4 @@
-"""The two ways README gives to install the package, run exactly as it says them, then used
+"""The two ways README.md gives to install the package, run exactly as it says them, then used
 against a real daemon from a fresh interpreter outside the source tree."""
 
 import os
@@ -46,7 +46,7 @@ def test_cmake_install(build_dir, tmp_path, daemon):
 
 
 def test_pip_install_offline(tmp_path, daemon):
-    """README: python3 -m venv --system-site-packages VENV, then VENV/bin/pip install
+    """README.md: /usr/bin/python3 -m venv --system-site-packages VENV, then VENV/bin/pip install
     --no-index --no-build-isolation ./python (Debian 12: PEP 668 forbids pip on the system
     python, and there is no package index to fetch a build backend from)."""
     src = tmp_path / "src"

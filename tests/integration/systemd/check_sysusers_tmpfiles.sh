@@ -5,7 +5,10 @@
 # systemd-sysusers --root and systemd-tmpfiles --root, as a package install and a boot would,
 # and checks the result: a system user and group gemmd, gemmd a member of video and render
 # (which the unit's SupplementaryGroups= needs to exist), and /run/gemmd owned by gemmd with
-# mode 0750. Any complaint from either tool fails the test. 77 when the tools are missing.
+# mode 0750. Any complaint from either tool fails the test, also when sysusers.conf is applied
+# as the package installs it, gemmd.conf beside the system's own sysusers.d files (systemd's
+# basic.conf declares video: declaring it again drew "Conflict with earlier configuration for
+# group 'video'"). 77 when the tools are missing.
 set -u
 src=$1
 for tool in systemd-sysusers systemd-tmpfiles; do
@@ -27,6 +30,23 @@ systemd-sysusers --root="$root" "$src/sysusers.conf" >"$root/sysusers.out" 2>&1 
 if complaints "$root/sysusers.out" >/dev/null; then
   bad "systemd-sysusers complained:"; complaints "$root/sysusers.out" | sed 's/^/  /'
 fi
+# and beside the system's files, as a package's postinst runs it (no argument: every file)
+if [ -d /usr/lib/sysusers.d ]; then
+  both=$(mktemp -d "${TMPDIR:-/tmp}/gemmd-sysroot-XXXXXX") || exit 1
+  mkdir -p "$both/etc" "$both/usr/lib/sysusers.d"
+  cp /usr/lib/sysusers.d/*.conf "$both/usr/lib/sysusers.d/" 2>/dev/null
+  cp "$src/sysusers.conf" "$both/usr/lib/sysusers.d/gemmd.conf"
+  systemd-sysusers --root="$both" >"$both/sysusers.out" 2>&1 || bad "systemd-sysusers (all files) failed"
+  if grep -q -e 'gemmd.conf' -e 'Conflict' "$both/sysusers.out"; then
+    bad "systemd-sysusers with the system's files complained:"
+    grep -e 'gemmd.conf' -e 'Conflict' "$both/sysusers.out" | sed 's/^/  /'
+  fi
+  for group in video render; do
+    grep -q "^$group:.*[:,]gemmd\(,\|\$\)" "$both/etc/group" || bad "beside the system's files, gemmd is not in $group"
+  done
+  rm -rf "$both"
+fi
+
 user=$(grep '^gemmd:' "$root/etc/passwd")
 [ -n "$user" ] || bad "no user gemmd in the root's /etc/passwd"
 uid=$(echo "$user" | cut -d: -f3)

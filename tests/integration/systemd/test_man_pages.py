@@ -7,6 +7,9 @@
   - every option the built programs list in --help is documented (so the pages cannot fall
     behind the code), when the program has --help;
   - every key of config/gemmd.yaml is documented in gemmd.yaml(5), by its dotted name;
+  - every element type of the protocol (proto/gp_types.c) is named in gemmd(8) and gemmctl(1),
+    and every GC_DTYPE_ constant of gemmclient.h in libgemmclient(3) (gemmd(8) once listed
+    only f32, f64, f16 and bf16);
   - each page's title line names the version `gemmd --version` prints;
   - every function client/gemmclient.h exports (GC_EXPORT) is named in libgemmclient(3).
 
@@ -143,6 +146,26 @@ def documented(word, text):
     return re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(word), text) is not None
 
 
+def check_dtypes(source, texts, failures):
+    with open(os.path.join(source, "proto", "gp_types.c")) as f:
+        table = re.search(r"dtype_names\[[^]]*\] = \{(.*?)\}", f.read(), re.S)
+    dtypes = re.findall(r'"(\w+)"', table.group(1)) if table else []
+    if not dtypes:
+        failures.append("found no dtype_names in proto/gp_types.c")
+        return
+    for name in ("gemmd", "gemmctl"):
+        lacking = [d for d in dtypes if not documented(d, texts.get(name, ""))]
+        if lacking:
+            failures.append("%s lacks element types: %s" % (PAGES[name], " ".join(lacking)))
+        else:
+            print("ok: %s names every element type (%s)" % (PAGES[name], " ".join(dtypes)))
+    with open(os.path.join(source, "client", "gemmclient.h")) as f:
+        constants = sorted(set(re.findall(r"\b(GC_DTYPE_[A-Z0-9]+)\b", f.read())))
+    lacking = [c for c in constants if not documented(c, texts.get("libgemmclient", ""))]
+    if lacking:
+        failures.append("%s lacks: %s" % (PAGES["libgemmclient"], " ".join(lacking)))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--source", required=True)
@@ -222,6 +245,8 @@ def main():
             print("ok: gemmd.yaml(5) documents all %d keys of config/gemmd.yaml" % len(keys))
     else:
         notes.append("no config/gemmd.yaml: config keys not compared")
+
+    check_dtypes(args.source, texts, failures)
 
     header = os.path.join(args.source, "client", "gemmclient.h")
     if os.path.exists(header) and "libgemmclient" in texts:
