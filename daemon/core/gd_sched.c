@@ -352,8 +352,9 @@ static size_t count_devices(gd_backend *b) {
 }
 
 /* The in-service device with the least outstanding work; the least loaded of prefer (a bit per
- * device, 0: none) instead while it is in service and at most `work` busier. With one device there is nothing to
- * pick: devices() is not asked on every admission (the CPU backend's formats its name). */
+ * device, 0: none) instead while it is in service and at most `work` busier. With one device
+ * there is nothing to pick: devices() is not asked on every admission (the CPU backend's
+ * formats its name). */
 static int pick_device(gd_sched *s, uint64_t prefer, double work) {
   if (s->ndevices <= 1 || !s->backend->ops->devices)
     return 0;
