@@ -108,11 +108,12 @@ static bool idle_locked(const gd__gpu_dev *dev) {
   return dev->in_service && !dev->dead && !dev->stopping && dev->active == 0 && !dev->wait_head;
 }
 
-/* The idle devices other than the parent's, fastest first, at most max: their count. */
+/* The fastest max of the idle devices other than the parent's, fastest first (out holds
+ * GD_GPU_MAX_DEVICES): their count. */
 static size_t idle_devices(gd__gpu_backend *be, const gd__gpu_dev *self, gd__gpu_dev **out,
                            size_t max) {
   size_t n = 0;
-  for (size_t i = 0; i < be->ndev && n < max; i++) {
+  for (size_t i = 0; i < be->ndev && n < GD_GPU_MAX_DEVICES; i++) {
     gd__gpu_dev *dev = &be->devs[i];
     if (dev == self)
       continue;
@@ -128,7 +129,7 @@ static size_t idle_devices(gd__gpu_backend *be, const gd__gpu_dev *self, gd__gpu
     }
     out[at] = dev;
   }
-  return n;
+  return n < max ? n : max;
 }
 
 void gd__gpu_split_plan(uint64_t m, const double *speed, uint32_t parts, uint64_t *cut) {
