@@ -71,11 +71,14 @@ def parts_of(out_hdr):
 def test_split_across_every_device(ctx):
     """With every device idle, a gemm of at least ndev x split_min_rows rows runs on all of
     them, each part once, the parts and the rows of each counted per device; fewer rows, or
-    gpu.split_max_parts, make fewer parts. Odd row counts, a transposed B, alpha and beta, and
-    every dtype against float64."""
+    gpu.split_max_parts, make fewer parts; /metrics counts them. Odd row counts, a transposed
+    B, alpha and beta, and every dtype against float64."""
     for max_parts in (8, 2):
         gpu = dict(SPLIT, split_max_parts=max_parts)
-        with e2e.gpu_daemon(ctx, gpu=gpu) as d, d.connect(timeout=120) as client:
+        port = h.free_tcp_port()
+        config = {"metrics": {"listen": "tcp:127.0.0.1:%d" % port}}
+        with e2e.gpu_daemon(ctx, gpu=gpu, config=config) as d, \
+                d.connect(timeout=120) as client:
             ndev = len(backend_stats(client)["devices"])
             if ndev < 2 or "shm" not in client.call("info")["features"]:
                 print("  one GPU, or no shared memory: nothing to split")
@@ -103,6 +106,10 @@ def test_split_across_every_device(ctx):
                 assert after["shm_split_jobs"] - before["shm_split_jobs"] == 1
             print("  max_parts %d: %d devices, last split %s" % (max_parts, ndev,
                                                                  out_hdr["device"]))
+            samples = mu.parse(mu.http_get(port, "/metrics")[1])
+            for i, parts in enumerate(per_device(client, "split_parts")):
+                got = mu.value(samples, "gemmd_device_split_parts_total", device="cuda:%d" % i)
+                assert got == parts, (i, got, parts)
             region.close()
 
 
