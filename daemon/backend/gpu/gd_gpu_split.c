@@ -4,7 +4,8 @@
  *
  * Per-job spreading keeps every device busy when many jobs come; a lone large job would still
  * use one. When a job's A, B, C and result all lie in shared-memory regions registered for DMA
- * (Portable: every device copies straight from those pages) and other devices are idle, submit
+ * (Portable: every device copies straight from those pages; B may be a resident operand instead,
+ * of which each device keeps its replica) and other devices are idle, submit
  * splits it N ways: the job (the parent, the scheduler's) keeps the first rows on its device,
  * and one child job per other idle device computes the next run of rows there, reading its rows
  * of A (and C) and all of B from the regions and writing its rows of C straight into the
@@ -44,13 +45,18 @@
 #define SPLIT_ROW_ALIGN 128u
 
 /* Registered host regions only: a CUDA IPC operand or result is open on the job's device alone
- * (gd_job.device_fixed), so its job never splits. */
+ * (gd_job.device_fixed), so its job never splits. B may instead be a resident operand (every
+ * part reads its device's replica of it: gd_gpu_resident.c); A and C are cut by rows, so they
+ * must lie in regions. */
 static bool all_in_regions(const gd__gpu_job *gj) {
   if (!gj->mapped_out || gd__gpu_job_has_ipc(gj))
     return false;
-  for (int op = 0; op < 3; op++)
-    if (gj->bytes[op] > 0 && (!gj->mapped_in[op] || gj->res[op]))
+  for (int op = 0; op < 3; op++) {
+    if (gj->bytes[op] == 0 || (op == GP_OPERAND_B && gj->res[op] && !gj->mapped_in[op]))
+      continue;
+    if (!gj->mapped_in[op] || gj->res[op])
       return false;
+  }
   return true;
 }
 
@@ -97,6 +103,10 @@ static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64
   c->mapped_in[GP_OPERAND_B] = p->mapped_in[GP_OPERAND_B];
   if (p->mapped_in[GP_OPERAND_C])
     c->mapped_in[GP_OPERAND_C] = p->mapped_in[GP_OPERAND_C] + r0 * c_in_row;
+  if (p->res[GP_OPERAND_B]) { /* a resident B: the child's device takes its own replica */
+    gd_resident_buf_ref(p->res[GP_OPERAND_B]);
+    c->res[GP_OPERAND_B] = p->res[GP_OPERAND_B];
+  }
   c->run_cmd = (gd__gpu_cmd){.type = GD__CMD_RUN, .job = c};
   c->submitted = true;
   c->run_queued = true; /* assign_mem below pushes nothing more: RUN goes with it */
@@ -218,9 +228,12 @@ static bool make_children(gd__gpu_job *gj, gd__gpu_split *split, gd__gpu_dev **d
   for (uint32_t i = 0; i < n; i++) {
     kids[i] = child_new(gj, split, cut[i + 1], cut[i + 2]);
     if (!kids[i] || !reserve_child(devs[i], kids[i])) {
+      if (kids[i])
+        gd__gpu_job_drop_resident(kids[i]);
       free(kids[i]);
       for (uint32_t j = 0; j < i; j++) {
         unreserve_child(kids[j]);
+        gd__gpu_job_drop_resident(kids[j]);
         free(kids[j]);
       }
       return false;

@@ -113,6 +113,36 @@ def test_split_across_every_device(ctx):
             region.close()
 
 
+def test_split_by_a_resident_b(ctx):
+    """A and the result in a region, B resident: the gemm still splits across every idle device,
+    each part reading its device's replica of B (made once per device: a second gemm by the
+    same B copies nothing more), against float64 with beta."""
+    with e2e.gpu_daemon(ctx, gpu=SPLIT) as d, d.connect(timeout=120) as client:
+        ndev = len(backend_stats(client)["devices"])
+        if ndev < 2 or "shm" not in client.call("info")["features"]:
+            return
+        region = shm.Region(16 << 20).register(client)
+        shm.wait_registered(d, client, 1, 16 << 20)
+        m, n, k = 64 * ndev + 11, 48, 40
+        b = h.round_to(ctx.rng.uniform(-1, 1, (k, n)), "f32")
+        handle = resident.put(client, b, "f32")
+        for rnd in range(2):
+            region.used = 0
+            a = h.round_to(ctx.rng.uniform(-1, 1, (m, k)), "f32")
+            c = h.round_to(ctx.rng.uniform(-1, 1, (m, n)), "f32")
+            hdr = {"m": m, "n": n, "k": k, "dtype": "f32", "alpha": 1.5, "beta": -0.5,
+                   "out": region.take(m * n * 4)}
+            out_hdr, data = shm.gemm_refs(client, hdr, region.put(a, "f32"), {"handle": handle},
+                                          region.put(c, "f32"))
+            assert data is None and len(parts_of(out_hdr)) == ndev, out_hdr
+            h.assert_close(region.read(hdr["out"], "f32", (m, n)), a, b, c, 1.5, -0.5, False,
+                           False, "f32", "split gemm %d by a resident B" % rnd)
+            assert per_device(client, "resident_replicas") == [1] * ndev
+            assert per_device(client, "resident_uploads") == [1] * ndev
+        assert client.call("free", [handle]) is None
+        region.close()
+
+
 def test_split_rows_follow_speed(ctx):
     """gemmd_fake only: devices of 132, 132, 66 and 66 SMs (FAKE_CUDA_SMS) split a gemm's rows
     2:2:1:1, cut at multiples of 128 rows."""
@@ -261,7 +291,7 @@ def test_device_fails_mid_split(ctx):
         region.close()
 
 
-TESTS = [test_split_across_every_device, test_split_rows_follow_speed,
+TESTS = [test_split_across_every_device, test_split_by_a_resident_b, test_split_rows_follow_speed,
          test_replicas_on_every_device, test_eviction, test_device_fails_mid_split]
 
 if __name__ == "__main__":
