@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu-run.sh [all|build|tests|daemon|load|bench|e2e] - the one script for the GPU machine (default: all).
+# gpu-run.sh [all|build|tests|daemon|load|bench|e2e|multi] - the one script for the GPU machine (default: all).
 #
 #   build  build only (build-gpu/), for runs of one's own afterwards
 #   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
@@ -13,7 +13,12 @@
 #          gpu.shm_pieces 1 (shared-memory gemms at once, not in row blocks); on two GPUs or
 #          more, 8192 and 16384 whole and split across two (gpu.split_min_rows 2048); then
 #          bench_cuda_ipc (operands in the client's GPU memory) against a gemmd on defaults
-#   all    all of the above
+#   multi  build, then scripts/gpu-multi.sh: host bandwidth per GPU and NUMA node (bench_hostbw),
+#          test_gpu_multi.py on the real GPUs, and bench_multi on 1, 2, 4 and 8 GPUs (one gemm
+#          split across them, a client pipelining by a resident B, 64 clients of mixed sizes)
+#          with each row's speedup against the targets; not in all. Logs:
+#          bench-hostbw.log multi-tests.log bench-multi.log bench-multi-speedups.log
+#   all    all of the above but load and multi
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
 # files in .deps/ (made by scripts/gpu-deps.sh; carry [".deps"]) are unpacked into /opt/deps (never into /) and pkg-config
@@ -30,8 +35,8 @@
 # 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
 set -uo pipefail
 mode=${1:-all}
-case $mode in all | build | tests | daemon | load | bench | e2e) ;; *)
-  echo "usage: $0 [all|build|tests|daemon|load|bench|e2e]" >&2
+case $mode in all | build | tests | daemon | load | bench | e2e | multi) ;; *)
+  echo "usage: $0 [all|build|tests|daemon|load|bench|e2e|multi]" >&2
   exit 2
   ;;
 esac
@@ -227,6 +232,13 @@ if [ "$mode" = all ] || [ "$mode" = e2e ]; then
     wait "$ipc_pid" 2>/dev/null
     rm -rf "$ipc_dir"
   fi
+fi
+
+if [ "$mode" = multi ]; then
+  echo "== every GPU of the box: scripts/gpu-multi.sh ($(elapsed))"
+  "$root/scripts/gpu-multi.sh" "$build" "$OUT" 2>&1 | tee "$OUT/multi.log"
+  note "multi: rc ${PIPESTATUS[0]} ($(elapsed))"
+  [ -f "$OUT/bench-multi-speedups.log" ] && tee -a "$summary" <"$OUT/bench-multi-speedups.log"
 fi
 
 # ---- summary, last -------------------------------------------------------------------------

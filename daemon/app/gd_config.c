@@ -259,6 +259,7 @@ static const field gpu_fields[] = {
     FLD("small_passes", F_U32, gpu.small_passes, 0, 1024),
     FLD("shm_pieces", F_U32, gpu.shm_pieces, 1, 64),
     FLD("split_min_rows", F_U64, gpu.split_min_rows, 0, 1ull << 31),
+    FLD("split_max_parts", F_U32, gpu.split_max_parts, 1, 64),
     {NULL, 0, 0, 0, 0, NULL}};
 
 static const field shm_fields[] = {

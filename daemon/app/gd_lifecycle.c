@@ -61,7 +61,7 @@ static bool same_gpu(const gd_gpu_config *a, const gd_gpu_config *b) {
       a->small_poll_us != b->small_poll_us || a->max_batch_jobs != b->max_batch_jobs ||
       a->max_queue_delay_us != b->max_queue_delay_us || a->small_passes != b->small_passes ||
       a->resident_bytes != b->resident_bytes || a->shm_pieces != b->shm_pieces ||
-      a->split_min_rows != b->split_min_rows ||
+      a->split_min_rows != b->split_min_rows || a->split_max_parts != b->split_max_parts ||
       strcmp(a->kernel, b->kernel) != 0)
     return false;
   for (size_t i = 0; i < a->device_count; i++)

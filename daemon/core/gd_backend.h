@@ -130,6 +130,10 @@ typedef struct {
   uint64_t memory_reserved;   /* device bytes reserved now */
   uint64_t memory_in_use;     /* of those, held by jobs now */
   uint64_t batches[GD_BATCH_BUCKETS]; /* launches by jobs batched in them (0: none batched) */
+  uint64_t split_parts;       /* parts of split jobs computed here */
+  uint64_t resident_replicas; /* device copies of resident operands held now */
+  uint64_t resident_bytes;    /* their bytes */
+  uint64_t resident_evictions; /* copies let go of to make room for others */
 } gd_device_info;
 
 typedef struct {

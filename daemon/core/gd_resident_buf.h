@@ -22,6 +22,8 @@ typedef struct gd_resident_buf {
   uint8_t *data;        /* bytes long; written only before the handle is given out */
   atomic_int refs;
   atomic_bool freed;    /* its handle was freed (or its connection closed) */
+  atomic_uint_least64_t devices; /* bit d: a backend holds a copy on device d now (the GPU's
+                                  * workers set and clear it; the scheduler's hint) */
 } gd_resident_buf;
 
 /* A buffer of bytes with one reference, or NULL when out of memory. */
@@ -38,6 +40,7 @@ static inline gd_resident_buf *gd_resident_buf_new(uint64_t bytes) {
   b->bytes = bytes;
   atomic_init(&b->refs, 1);
   atomic_init(&b->freed, false);
+  atomic_init(&b->devices, 0);
   return b;
 }
 
@@ -54,6 +57,21 @@ static inline void gd_resident_buf_unref(gd_resident_buf *b) {
 
 static inline bool gd_resident_buf_freed(gd_resident_buf *b) {
   return atomic_load_explicit(&b->freed, memory_order_acquire);
+}
+
+/* Devices holding a copy of b now (a bit each, device d as 1 << d; d < 64). */
+static inline uint64_t gd_resident_buf_devices(gd_resident_buf *b) {
+  return (uint64_t)atomic_load_explicit(&b->devices, memory_order_relaxed);
+}
+
+static inline void gd_resident_buf_mark(gd_resident_buf *b, int device, bool held) {
+  if (device < 0 || device >= 64)
+    return;
+  uint64_t bit = 1ull << device;
+  if (held)
+    atomic_fetch_or_explicit(&b->devices, bit, memory_order_relaxed);
+  else
+    atomic_fetch_and_explicit(&b->devices, ~bit, memory_order_relaxed);
 }
 
 #endif /* GD_RESIDENT_BUF_H */

@@ -352,17 +352,18 @@ static size_t count_devices(gd_backend *b) {
   return b->ops->devices(b, devs, GD_SCHED_MAX_DEVICES);
 }
 
-/* The in-service device with the least outstanding work; prefer (a device index, -1: none)
- * instead while it is in service and at most `work` busier. With one device there is nothing to
- * pick: devices() is not asked on every admission (the CPU backend's formats its name). */
-static int pick_device(gd_sched *s, int prefer, double work) {
+/* The in-service device with the least outstanding work; the least loaded of prefer (a bit per
+ * device, 0: none) instead while it is in service and at most `work` busier. With one device
+ * there is nothing to pick: devices() is not asked on every admission (the CPU backend's
+ * formats its name). */
+static int pick_device(gd_sched *s, uint64_t prefer, double work) {
   if (s->ndevices <= 1 || !s->backend->ops->devices)
     return 0;
   gd_device_info devs[GD_SCHED_MAX_DEVICES];
   size_t n = s->backend->ops->devices(s->backend, devs, GD_SCHED_MAX_DEVICES);
   if (n > GD_SCHED_MAX_DEVICES)
     n = GD_SCHED_MAX_DEVICES;
-  int best = 0;
+  int best = 0, near = -1; /* the least loaded of all, and of the preferred */
   bool found = false;
   for (size_t i = 0; i < n; i++) {
     if (!devs[i].in_service)
@@ -371,10 +372,11 @@ static int pick_device(gd_sched *s, int prefer, double work) {
       best = (int)i;
       found = true;
     }
+    if (((prefer >> i) & 1) && (near < 0 || s->device_load[i] < s->device_load[near]))
+      near = (int)i;
   }
-  if (prefer >= 0 && (size_t)prefer < n && devs[prefer].in_service &&
-      s->device_load[prefer] - s->device_load[best] <= work)
-    return prefer;
+  if (near >= 0 && s->device_load[near] - s->device_load[best] <= work)
+    return near;
   return best;
 }
 
@@ -484,7 +486,7 @@ static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint3
   sj->stats = port->stats;
   job->device_fixed = share && share->fixed_device > 0;
   job->device = job->device_fixed ? share->fixed_device - 1
-                                  : pick_device(s, share ? share->prefer_device - 1 : -1,
+                                  : pick_device(s, share ? share->prefer_devices : 0,
                                                 gp_gemm_flops(hdr));
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)

@@ -70,12 +70,13 @@ typedef struct {
    * peer's: what it holds itself it may free, so a request held up by them waits; one held up
    * by other peers' holdings, which no job gives back, is refused (RESOURCE_EXHAUSTED). */
   uint64_t peer_holds;
-  /* 1 + the device where the requester's resident operands were last used (a backend keeps
-   * its copies there), 0 for none: preferred while it is at most one such job busier than the
-   * least-loaded device. */
-  int prefer_device;
+  /* The devices where the requester's resident operands were last used or have copies (bit d:
+   * device d; a backend keeps its copies there), 0 for none: the least loaded of them is
+   * preferred while it is at most one such job busier than the least-loaded device (else the
+   * job goes there, and a copy is made there). */
+  uint64_t prefer_devices;
   int fixed_device;  /* >= 1: the job must run on device fixed_device - 1 (its operands are
-                        CUDA memory there), whatever prefer_device says; 0: the scheduler picks */
+                        CUDA memory there), whatever prefer_devices says; 0: the scheduler picks */
   struct gd_sched_port *port; /* the admitting loop's port; NULL: the first (gd_sched_new's) */
 } gd_sched_share;
 

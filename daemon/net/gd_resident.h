@@ -55,8 +55,9 @@ typedef struct {
   size_t cap;
   uint64_t bytes;                      /* held, the put being received included */
   bool receiving;                      /* a put's data is arriving into pending */
-  int last_device;                     /* 1 + the device of the last job that named a handle
-                                          (0: none): its later jobs prefer it (gd_sched_share) */
+  uint64_t devices;                    /* where the last job that named a handle ran and where
+                                          that handle has copies (bit d: device d; 0: none):
+                                          its later jobs prefer them (gd_sched_share) */
   gd_resident_op pending;
 } gd_resident;
 

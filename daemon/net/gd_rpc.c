@@ -352,7 +352,7 @@ static gd_sched_share share_of(const gd_session *s) {
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, s->conn.peer_key),
       .peer_holds = peer_held(s),
-      .prefer_device = s->conn.resident.last_device,
+      .prefer_devices = s->conn.resident.devices,
       .port = s->nl->port};
   if (d->peers.n > 1)
     share.peer_limit = (uint64_t)(budget * lim->peer_memory_share);
@@ -691,7 +691,10 @@ static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp
   if (rc != 0)
     return rc;
   assert(res->bytes == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
-  s->conn.resident.last_device = call->job->device + 1; /* where its copies live from now */
+  /* where its copies live from now: this job's device, and those holding one already */
+  s->conn.resident.devices = gd_resident_buf_devices(res) |
+                             (call->job->device >= 0 && call->job->device < 64
+                                  ? 1ull << call->job->device : 0);
   if (gd_sched_input_resident(s->d->sched, call->job, ev->operand, res)) {
     s->feed.left = 0; /* the backend uses its own copy: nothing to feed */
     return 0;

@@ -29,6 +29,7 @@ typedef struct {
   bool in_service;
   uint64_t busy_us, memory_limit, memory_reserved, memory_in_use;
   uint64_t batches[GD_BATCH_BUCKETS]; /* batched launches by size (gd_backend.h) */
+  uint64_t split_parts, resident_replicas, resident_bytes, resident_evictions;
 } gd_metrics_device;
 
 typedef struct {

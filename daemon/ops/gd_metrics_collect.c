@@ -33,6 +33,10 @@ static void collect_devices(const gd_daemon *d, gd_metrics_snapshot *snap) {
     dev->memory_reserved = info->memory_reserved;
     dev->memory_in_use = info->memory_in_use;
     memcpy(dev->batches, info->batches, sizeof dev->batches);
+    dev->split_parts = info->split_parts;
+    dev->resident_replicas = info->resident_replicas;
+    dev->resident_bytes = info->resident_bytes;
+    dev->resident_evictions = info->resident_evictions;
   }
   snap->ndev = n;
 }

@@ -116,7 +116,17 @@ static void put_requests(text *t, const gd_stats *s) {
   }
 }
 
-typedef enum { DEV_BUSY, DEV_LIMIT, DEV_RESERVED, DEV_IN_USE, DEV_IN_SERVICE } dev_field;
+typedef enum {
+  DEV_BUSY,
+  DEV_LIMIT,
+  DEV_RESERVED,
+  DEV_IN_USE,
+  DEV_IN_SERVICE,
+  DEV_SPLIT_PARTS,
+  DEV_REPLICAS,
+  DEV_REPLICA_BYTES,
+  DEV_EVICTIONS
+} dev_field;
 
 static void put_device_samples(text *t, const char *name, const gd_metrics_snapshot *snap,
                                dev_field field) {
@@ -131,6 +141,10 @@ static void put_device_samples(text *t, const char *name, const gd_metrics_snaps
     case DEV_RESERVED: put(t, "%llu", (unsigned long long)dev->memory_reserved); break;
     case DEV_IN_USE: put(t, "%llu", (unsigned long long)dev->memory_in_use); break;
     case DEV_IN_SERVICE: put(t, "%d", dev->in_service ? 1 : 0); break;
+    case DEV_SPLIT_PARTS: put(t, "%llu", (unsigned long long)dev->split_parts); break;
+    case DEV_REPLICAS: put(t, "%llu", (unsigned long long)dev->resident_replicas); break;
+    case DEV_REPLICA_BYTES: put(t, "%llu", (unsigned long long)dev->resident_bytes); break;
+    case DEV_EVICTIONS: put(t, "%llu", (unsigned long long)dev->resident_evictions); break;
     }
     put(t, "\n");
   }
@@ -171,6 +185,14 @@ static void put_devices(text *t, const gd_metrics_snapshot *snap) {
                       "Of the reserved device memory, what jobs hold now."},
       [DEV_IN_SERVICE] = {"gemmd_device_in_service", "gauge",
                           "1 while the device takes jobs, 0 after a fatal device error."},
+      [DEV_SPLIT_PARTS] = {"gemmd_device_split_parts_total", "counter",
+                           "Parts of gemms split across devices that this device computed."},
+      [DEV_REPLICAS] = {"gemmd_device_resident_replicas", "gauge",
+                        "Copies of resident operands (put) this device holds now."},
+      [DEV_REPLICA_BYTES] = {"gemmd_device_resident_bytes", "gauge",
+                             "Bytes of those copies (against gpu.resident_bytes)."},
+      [DEV_EVICTIONS] = {"gemmd_device_resident_evictions_total", "counter",
+                         "Copies of resident operands let go of to make room for another."},
   };
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
     header(t, fields[f].name, fields[f].type, fields[f].help);

@@ -141,6 +141,15 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   gemmd_fake_test(daemon_fake_resident ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_resident.py 2
                   GEMMD_TEST_BACKEND=gpu)
 
+  # every GPU of the box, over two and four fake devices: a gemm in regions split N ways by
+  # the devices' speed, replicas of a resident operand per device and their eviction, and a
+  # device faulting during its part of a split (one error, the others serve on).
+  foreach(devices 2 4)
+    gemmd_fake_test(daemon_fake_multi${devices}
+                    ${PROJECT_SOURCE_DIR}/tests/gpu/daemon/test_gpu_multi.py ${devices}
+                    GEMMD_TEST_BACKEND=gpu)
+  endforeach()
+
   # the epilogue on the GPU backend: the small lane batches by shape and epilogue, bias rows at
   # each entry's C; the general path's bias copied to C's start.
   gemmd_fake_test(daemon_fake_epilogue ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_epilogue.py 1

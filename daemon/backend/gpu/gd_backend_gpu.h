@@ -82,7 +82,10 @@ typedef struct {
                                        * 1 = at once) */
   uint64_t split_min_rows;            /* a gemm whose operands and result are all in registered
                                        * regions, of at least twice this many rows, is split by
-                                       * rows of C with an idle second device (default 0: never) */
+                                       * rows of C across the idle devices (default 4096;
+                                       * 0: never) */
+  uint32_t split_max_parts;           /* a split gemm runs on at most this many devices, its own
+                                       * included (default 8; 1: never split; at most 64) */
 } gd_gpu_config;
 
 void gd_gpu_config_default(gd_gpu_config *cfg);

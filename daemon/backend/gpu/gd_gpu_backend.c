@@ -395,6 +395,7 @@ static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_
   if (gd__gpu_device_describe(dev->ordinal, &dev->info, last) == 0 &&
       gd__gpu_worker_start(dev, last) == 0) {
     gd__gpu_ipc_describe(dev);
+    dev->speed = gd__gpu_device_speed(&dev->info);
     dev->in_service = true;
     return true;
   }

@@ -27,6 +27,7 @@ void gd_gpu_config_default(gd_gpu_config *cfg) {
   cfg->max_queue_delay_us = 0;
   cfg->small_passes = 2;
   cfg->shm_pieces = 4;
+  cfg->split_max_parts = 8;
   cfg->split_min_rows = 4096; /* 8192^3 f32 1.59x, 16384^3 1.81x on two H200s (RESULTS.md) */
   cfg->shm_register_bytes = 4ull * 1024 * 1024 * 1024;
   snprintf(cfg->kernel, sizeof cfg->kernel, "auto");

@@ -38,6 +38,16 @@ int gd__gpu_device_describe(int ordinal, gd_device_info *info, gp_error *err) {
   return 0;
 }
 
+double gd__gpu_device_speed(const gd_device_info *info) {
+  int khz = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, info->id) != cudaSuccess || khz <= 0) {
+    (void)cudaGetLastError(); /* not sticky: the SMs alone then */
+    khz = 1;
+  }
+  int sms = info->sm_count > 0 ? info->sm_count : 1;
+  return (double)sms * (double)khz;
+}
+
 int gd__gpu_device_resolve(const gd_gpu_config *cfg, int *ordinals, size_t *count,
                            gp_error *err) {
   int found = 0;

@@ -59,6 +59,10 @@ static bool device_at(gd__gpu_backend *be, size_t i, gd_device_info *out) {
   out->memory_reserved = dev->mem_reserved;
   out->memory_in_use = dev->pool.in_use;
   memcpy(out->batches, dev->small_batches, sizeof out->batches);
+  out->split_parts = dev->split_parts;
+  out->resident_replicas = dev->res_replicas;
+  out->resident_bytes = dev->res_bytes;
+  out->resident_evictions = dev->res_evictions;
   pthread_mutex_unlock(&dev->mu);
   return true;
 }
@@ -124,7 +128,9 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
     pthread_mutex_lock(&dev->mu);
     uint64_t v[] = {dev->busy_us,   dev->jobs_done,    dev->jobs_failed,  dev->bytes_h2d,
                     dev->bytes_d2h, dev->pool.in_use,  dev->pool.size,    dev->mem_reserved,
-                    dev->active,    dev->small_jobs,   dev->res_uploads,  dev->res_bytes};
+                    dev->active,    dev->small_jobs,   dev->res_uploads,  dev->res_bytes,
+                    dev->res_replicas, dev->res_evictions, dev->split_parts,
+                    dev->split_rows};
     bool in_service = dev->in_service;
     uint64_t batches[GD__GPU_BATCH_BUCKETS];
     memcpy(batches, dev->small_batches, sizeof batches);
@@ -132,7 +138,9 @@ void gd__gpu_op_pack_stats(gd_backend *b, msgpack_packer *pk) {
     static const char *const keys[] = {"busy_us",     "jobs",       "jobs_failed",
                                        "bytes_h2d",   "bytes_d2h",  "pool_in_use",
                                        "pool_bytes",  "pool_reserved", "active",
-                                       "small_jobs",  "resident_uploads", "resident_bytes"};
+                                       "small_jobs",  "resident_uploads", "resident_bytes",
+                                       "resident_replicas", "resident_evictions", "split_parts",
+                                       "split_rows"};
     msgpack_pack_map(pk, 3 + sizeof(keys) / sizeof(keys[0]));
     pack_str(pk, "id");
     msgpack_pack_int(pk, dev->ordinal);

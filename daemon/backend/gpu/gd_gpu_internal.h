@@ -246,6 +246,7 @@ struct gd__gpu_dev {
   gd__gpu_backend *be;
   int ordinal;
   gd_device_info info;
+  double speed;                 /* SMs x clock (kHz): its share of a split job's rows */
   bool pci_known;               /* pci: domain, bus, device of its PCI function (cuda_register) */
   unsigned pci[3];
   struct gd__gpu_ipc_map *ipc_maps; /* worker: the IPC handles open on it (gd_gpu_ipc.c) */
@@ -277,6 +278,7 @@ struct gd__gpu_dev {
   uint32_t small_inflight;      /* batches queued on s_small and not yet seen done */
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
   gd__gpu_res *res_cache;       /* device copies of resident operands (gd_gpu_resident.c) */
+  uint64_t res_tick;            /* runs that placed operands: the copies' LRU clock */
 
   /* Under mu. */
   gd__gpu_pool pool;
@@ -298,6 +300,10 @@ struct gd__gpu_dev {
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;
   uint64_t small_jobs;          /* jobs that took the small lane */
   uint64_t res_uploads;         /* resident operands copied to this device */
+  uint64_t res_replicas;        /* copies in res_cache now (written by the worker under mu) */
+  uint64_t res_evictions;       /* copies let go of to make room for another */
+  uint64_t split_parts;         /* parts of split jobs computed here (parent or child) */
+  uint64_t split_rows;          /* their rows of C */
   bool res_sweep;               /* a resident buffer was freed: the worker sweeps its cache */
   uint64_t res_bytes;           /* bytes of res_cache, at most gpu.resident_bytes (written by
                                    the worker under mu; it reads them without) */
@@ -332,6 +338,9 @@ struct gd__gpu_backend {
 /* ---- gd_gpu_device.c ---- */
 /* Fills info from cudaGetDeviceProperties (any thread; no context is created). */
 int gd__gpu_device_describe(int ordinal, gd_device_info *info, gp_error *err);
+/* Its speed for splitting a job's rows (gd_gpu_split.c): SMs times clock (kHz), the SMs alone
+ * where the clock cannot be read. Any thread. */
+double gd__gpu_device_speed(const gd_device_info *info);
 /* Resolves the configured device list into ordinals. 0, or an error naming the bad entry. */
 int gd__gpu_device_resolve(const gd_gpu_config *cfg, int *ordinals, size_t *count, gp_error *err);
 /* Budget of pool bytes for a device with free_bytes free. */
@@ -514,7 +523,7 @@ void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd);
 void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
 /* Worker: bytes queued straight from regions onto dev (its h2d count and the stats). */
 void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes);
-/* Loop: a job was split across two devices. */
+/* Loop: a job was split across devices. */
 void gd__gpu_reg_count_split(gd__gpu_backend *be);
 /* Under the job's mu: C goes straight into ptr, in one chunk: a registered region's pages, or
  * a client's device memory (a CUDA IPC region, set at RUN by gd__gpu_ipc_resolve). */
@@ -538,33 +547,41 @@ uint32_t gd__gpu_pieces_of(const gd__gpu_dev *dev, const gd__gpu_job *job);
 cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3],
                                   const char **what, bool *out_queued);
 
-/* ---- gd_gpu_split.c: one job across two idle devices by rows of C ---- */
-/* A job split in two: the parent (the scheduler's job) computes the first rows on its device,
- * the child the rest on another, straight between the client's regions and each device. The
- * parent's final event (its whole C as one chunk, or FAILED) waits until the child's device
- * work is over, so the regions outlive every copy. */
+/* ---- gd_gpu_split.c: one job across the idle devices by rows of C ---- */
+/* A job split in parts: the parent (the scheduler's job) computes the first rows on its device,
+ * one child per other device the next rows there, straight between the client's regions and
+ * each device. The parent's final event (its whole C as one chunk, or FAILED) waits until every
+ * child's device work is over, so the regions outlive every copy. */
 struct gd__gpu_split {
-  gd__gpu_job *parent, *child;
+  gd__gpu_job *parent;
+  uint32_t parts;             /* devices it runs on, the parent's included */
+  int ordinals[GD_GPU_MAX_DEVICES]; /* theirs: the parent's, then the children's in row order */
   uint64_t m, c_bytes;        /* the whole job's rows and C, as its reply reports them */
-  int child_ordinal;
   pthread_mutex_t mu;         /* a leaf lock, for the three below */
-  bool child_done;            /* the child's device work is over (finished, or its device died) */
-  bool child_failed;
+  uint32_t ends_owed;         /* children started whose device work is not over yet, plus one
+                               * while split_try still starts them; SPLIT_DONE at zero */
+  bool child_failed;          /* the first failure of a child, and why */
   gp_error child_err;
   /* Under the parent's device mu. */
   bool pushed;                /* done_cmd was pushed on the parent's FIFO */
-  bool handled;               /* the parent's worker took the child's end in */
-  bool fail_pending;          /* the parent failed: FAILED (fail_err) waits for both ends */
+  bool handled;               /* the parent's worker took the children's end in */
+  bool fail_pending;          /* the parent failed: FAILED (fail_err) waits for every end */
   bool final_posted;
   gp_error fail_err;
-  gd__gpu_buf *held;          /* the parent's own rows, copied out, waiting for the child */
+  gd__gpu_buf *held;          /* the parent's own rows, copied out, waiting for the children */
   gd__gpu_cmd done_cmd;       /* GD__CMD_SPLIT_DONE */
 };
+/* Pure: the first row of each of parts parts of m rows (cut[0] = 0, cut[parts] = m), in
+ * proportion to speed[i] (<= 0 counts as 1), cut at multiples of 128 rows when every part has
+ * at least 256; every part keeps at least one row (m >= parts). */
+void gd__gpu_split_plan(uint64_t m, const double *speed, uint32_t parts, uint64_t *cut);
 /* Loop, at submit, before RUN: splits gj when gpu.split_min_rows allows it, its operands and
- * result are all in registered regions and another device is idle with room for the child. */
+ * result are all in registered regions and other devices are idle with room for the children
+ * (at most gpu.split_max_parts parts in all). */
 void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj);
 /* In gd_gpu_jobs.c (failing and dying meet splits there):
- * Any thread holding no device mu: the child's device work is over (failed: why). Once. */
+ * Any thread holding no device mu: a child's device work is over (failed: why), once per child
+ * (and once for split_try's own hold); the last end pushes SPLIT_DONE. */
 void gd__gpu_split_child_ended(gd__gpu_split *split, bool failed, const gp_error *err);
 /* Under the child's device mu (gd__gpu_fail): the child failed; its parent hears of it when
  * the child's work is over (job_finish, or dev_kill). */

@@ -299,14 +299,14 @@ void gd__gpu_split_child_failed(gd__gpu_job *child, const gp_error *err) {
 
 void gd__gpu_split_child_ended(gd__gpu_split *split, bool failed, const gp_error *err) {
   pthread_mutex_lock(&split->mu);
-  bool first = !split->child_done;
-  split->child_done = true;
+  assert(split->ends_owed > 0);
+  bool last = --split->ends_owed == 0;
   if (failed && !split->child_failed) {
     split->child_failed = true;
     split->child_err = *err;
   }
   pthread_mutex_unlock(&split->mu);
-  if (!first)
+  if (!last)
     return;
   gd__gpu_dev *dev = split->parent->dev; /* the parent lives until SPLIT_DONE is handled */
   pthread_mutex_lock(&dev->mu);

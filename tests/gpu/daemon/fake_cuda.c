@@ -7,7 +7,8 @@
  * host funcs and completions interleave as they do on a real GPU. Faults can be injected
  * through alpha: 777 makes the launch fail (not sticky), 666 makes the kernel "fault" when it
  * runs (sticky: every later call on that device fails and nothing queued after it runs, as with
- * cudaErrorIllegalAddress). FAKE_CUDA_DEVICES sets the device count (default 2). Device
+ * cudaErrorIllegalAddress), and 555 does so only on the last device. FAKE_CUDA_DEVICES sets the
+ * device count (default 2), FAKE_CUDA_SMS their SM counts (default 132 each). Device
  * memory from cudaMalloc can be shared with another process by CUDA IPC (fake_cuda_ipc.c).
  * FAKE_CUDA_FAST=1 skips the GEMM arithmetic and the copies' random delays, so a profile of the
  * daemon's host threads is not drowned by the fake device (results are then wrong: benches
@@ -87,6 +88,22 @@ static int fake_count(void) {
   return n < 0 ? 0 : n > FAKE_MAX_DEV ? FAKE_MAX_DEV : n;
 }
 
+/* FAKE_CUDA_SMS="132,66,...": each device's SM count (132 for those not listed), so that a
+ * split's rows by device speed can be seen. */
+static int fake_sms(int device) {
+  const char *s = getenv("FAKE_CUDA_SMS");
+  for (int i = 0; s && *s; i++) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s)
+      break;
+    if (i == device)
+      return v > 0 && v < 100000 ? (int)v : 132;
+    s = *end == ',' ? end + 1 : end;
+  }
+  return 132;
+}
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -119,11 +136,22 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   memset(prop, 0, sizeof(*prop));
   snprintf(prop->name, sizeof(prop->name), "Fake GPU %d", device);
   prop->totalGlobalMem = 1ull << 30;
-  prop->multiProcessorCount = 132;
+  prop->multiProcessorCount = fake_sms(device);
   prop->major = 9;
   prop->minor = 0;
   prop->pciBusID = 0x10 + device; /* as fake_cuda_ipc.c's cudaDeviceGetPCIBusId says */
   return cudaSuccess;
+}
+
+/* The clock every fake device reports (an H200's boost, in kHz). */
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= fake_count())
+    return ret(cudaErrorInvalidDevice);
+  switch (attr) {
+  case cudaDevAttrClockRate: *value = 1980000; return cudaSuccess;
+  case cudaDevAttrMultiProcessorCount: *value = fake_sms(device); return cudaSuccess;
+  default: return ret(cudaErrorInvalidValue);
+  }
 }
 
 cudaError_t cudaSetDevice(int device) {
@@ -765,7 +793,9 @@ static cudaError_t fake_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_
   (void)ctx;
   if (p->alpha == 777.0)
     return cudaErrorInvalidValue;
-  op *o = new_op(p->alpha == 666.0 ? OP_FAULT : OP_GEMM);
+  /* 555 faults only the last device: one part of a split job failing while the others run */
+  bool fault = p->alpha == 666.0 || (p->alpha == 555.0 && s->device == fake_count() - 1);
+  op *o = new_op(fault ? OP_FAULT : OP_GEMM);
   o->p = *p;
   return push(s, o);
 }

@@ -803,6 +803,30 @@ static void scenario_cpulist(void) {
     CHECK(!gd__gpu_cpulist_parse(bad[i], &set), "malformed list %zu refused", i);
 }
 
+/* A split job's rows by device speed (gd_gpu_split.c): in proportion, at multiples of 128 rows
+ * when every part has 256, every part at least one row, the cuts rising to m. */
+static void scenario_split_plan(void) {
+  uint64_t cut[9];
+  const double two_one_one[] = {2, 1, 1}, even[] = {1, 1, 1, 1}, slow_last[] = {1, 1, 1, 0};
+  gd__gpu_split_plan(6144, two_one_one, 3, cut);
+  CHECK(cut[0] == 0 && cut[1] == 3072 && cut[2] == 4608 && cut[3] == 6144,
+        "2:1:1 of 6144: %llu %llu", (unsigned long long)cut[1], (unsigned long long)cut[2]);
+  gd__gpu_split_plan(1000, even, 4, cut); /* 250 a part: no alignment */
+  CHECK(cut[1] == 250 && cut[2] == 500 && cut[3] == 750 && cut[4] == 1000, "even 1000: %llu",
+        (unsigned long long)cut[1]);
+  gd__gpu_split_plan(4099, even, 4, cut); /* 1024 a part: cut at 128s, the rest last */
+  for (int i = 1; i < 4; i++)
+    CHECK(cut[i] % 128 == 0 && cut[i] > cut[i - 1], "4099: cut %d at %llu", i,
+          (unsigned long long)cut[i]);
+  CHECK(cut[4] == 4099 && cut[4] - cut[3] >= 1000, "4099: last part %llu",
+        (unsigned long long)(cut[4] - cut[3]));
+  gd__gpu_split_plan(5, even, 4, cut); /* fewer rows than would round: a row each at least */
+  for (int i = 1; i <= 4; i++)
+    CHECK(cut[i] > cut[i - 1], "5 rows: part %d empty", i);
+  gd__gpu_split_plan(3000, slow_last, 4, cut); /* a speed of 0 counts as 1 */
+  CHECK(cut[4] - cut[3] > 0 && cut[4] == 3000, "speed 0");
+}
+
 /* A backend as make(staging, 0) with `slots` small-job slots. */
 static gd_backend *make_with_slots(uint64_t staging, uint32_t slots) {
   uint32_t saved = g_small_slots;
@@ -943,6 +967,7 @@ int main(void) {
   srand(12345);
   scenario_pool();
   scenario_cpulist();
+  scenario_split_plan();
   scenario_many(4096, 16, 70, 5000);     /* tiny staging: pauses, spills, many chunks */
   scenario_many(1 << 20, 24, 120, 70000); /* roomy staging, more jobs than buffers */
   scenario_memory();
