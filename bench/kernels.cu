@@ -1,7 +1,7 @@
 /*
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
- *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
+ *   bench_kernels [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
  *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64; i8 with B n x k and i8nn
@@ -19,6 +19,9 @@
  *      different output type, so C = D is f32); each candidate's output is checked against
  *      cublasGemmStridedBatchedEx's before it is timed, and the fastest checked candidate is
  *      the cuBLAS figure of the row ("via": ex, lt, lt-f32out).
+ * With --kernel a,b,... each mode and shape gets a row per named kernel (where it takes the
+ * shape; else the selector's choice), each against cuBLAS timed again in that row: e.g.
+ * `--dtype f32 --kernel wgmma_f32x3,simt_f32` sets kernel 21 beside 02 (both exact f32).
  * The last lines are the table (plain, or Markdown with --markdown for bench/RESULTS.md).
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
@@ -659,7 +662,7 @@ void print_splitk_occupancy() {
 
 int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
+          "usage: %s [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
           "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;
@@ -744,8 +747,18 @@ int main(int argc, char **argv) {
           record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
         continue;
       }
-      for (const shape &sh : kShapes)
-        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
+      for (const shape &sh : kShapes) {
+        if (opt.quick && !sh.quick) continue;
+        /* one row per name of --kernel's list */
+        for (const char *name = opt.kernel; name != NULL; name = strchr(name, ',')) {
+          name += *name == ',';
+          char one[64];
+          snprintf(one, sizeof(one), "%.*s", (int)strcspn(name, ","), name);
+          options named = opt;
+          named.kernel = one;
+          record(bench_one(ctx, md, sh, named, stream, sums, NULL, lt));
+        }
+      }
     }
   }
   print_table(rows, opt.markdown, device);

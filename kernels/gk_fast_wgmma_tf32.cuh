@@ -223,6 +223,21 @@ __device__ __forceinline__ void gk__tf32_produce(const gk__ring &ring, int it, c
   for (int b = 0; b < C::BS / C::KBOX_ROWS; ++b)
     gk__tma_load_3d(sy + b * C::KBOX_BYTES, map_y, k0, s0 + b * C::KBOX_ROWS, z, bar);
 }
+
+/* The producer of the persistent kernels (16, 21): one thread loads every k tile of the CTA's
+ * tiles of D (blockIdx.x, + gridDim.x, ... of `total` over the batch chunk, in the grouped
+ * order) into the ring, whose running slot goes on across tiles as the consumers' does. */
+template <class C, bool X_MN>
+__device__ __forceinline__ void gk__tf32_produce_tiles(const gk__ring &ring, const CUtensorMap *map_x,
+                                                       const CUtensorMap *map_y, int tiles_r,
+                                                       int tiles_s, int64_t total, int k_tiles) {
+  int it = 0, r0, s0, z;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    gk__tile_origin(t, tiles_r, tiles_s, C::BR, C::BS, &r0, &s0, &z);
+    for (int kt = 0; kt < k_tiles; ++kt, ++it)
+      gk__tf32_produce<C, X_MN>(ring, it, map_x, map_y, r0, s0, kt * C::BK, z);
+  }
+}
 #endif /* GK_WGMMA_DEVICE */
 
 /* True when TMA can describe both operands: 16-byte-aligned bases, stored rows (and so the batch

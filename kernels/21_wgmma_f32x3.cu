@@ -1,0 +1,402 @@
+/*
+ * 21_wgmma_f32x3.cu - "wgmma_f32x3": f32 exact GEMM on Hopper's TF32 tensor cores, each operand
+ * split into two TF32 numbers and three products summed, with SGEMM's accuracy.
+ *
+ * The idea: x = big + small + e, big = x rounded to 11 significant bits (TF32's), small the rest
+ * (x - big, exact in f32) rounded to TF32, |e| <= 2^-23 |x| (x has 24 bits, two TF32 numbers
+ * 22). x * y ~ small_x big_y + big_x small_y + big_x big_y (small_x small_y, ~2^-22 |x y|, left
+ * out), each product exact in the tensor core. The tensor core adds truncating; over a long k
+ * that drifts (30x SGEMM's error at k = 8192, bench/f32x3_accuracy.py). So a k tile's twelve
+ * wgmmas (4 k8 steps x 3 products, the small ones first, big x big last) go into a second set
+ * of accumulators, zeroed per k tile, and that is added to the tile's sum by an f32 add (round
+ * to nearest) once per k tile: the result is as accurate as an FFMA chain or more (the model:
+ * about 1/3 of its error on uniform, normal and cancelling inputs; on par with it where the
+ * exponents spread over 2^-30..2^30 and one term dominates each output).
+ * The split is integer arithmetic on the bits (add half a TF32 ulp, clear the 13 low bits) and
+ * one FP32 subtraction: no conversion unit, and subnormals come out on TF32's grid.
+ *
+ * Tiling: 16's persistent grid and formulation (D = X * Y^T, X from registers, Y K-major in
+ * shared memory; NN as D = C^T; TN refused), tile 128 x 128 x 32, 384 threads (a producer
+ * warpgroup whose one thread issues the TMA boxes, two consumer warpgroups of 64 rows each),
+ * a 4-stage ring of 32 KB. Per k tile each consumer waits for its previous wgmmas, folds their
+ * sum into the tile's, then
+ *   - splits Y (the stage's 128 x 32 floats, one 128-byte row per thread, conflict-free through
+ *     the swizzle) into a 32 KB scratch of its own (big, then small, at the stage's swizzled
+ *     offsets, so one descriptor form serves the stage and the scratch),
+ *   - loads its X fragments (16 floats) from the stage and splits them in registers,
+ *   - releases the stage (after a warpgroup barrier: the consumers never wait for each other),
+ *   - issues the 12 wgmmas m64n128k8 into the zeroed second accumulators.
+ * The other consumer's wgmmas keep the tensor cores busy meanwhile. C is stored from the
+ * accumulators (alpha, beta in f32), each warp writing whole 32-byte sectors; the producer runs
+ * ahead into the next tile meanwhile.
+ *
+ * IEEE specials: a NaN operand makes its row of X (column of D) NaN through the tensor cores,
+ * as in SGEMM. An infinity would not (its small part, inf - inf, is NaN: inf x 1 would come out
+ * NaN), and near FLT_MAX the tensor cores, which truncate, might give FLT_MAX where SGEMM
+ * overflows to infinity. So each thread keeps the largest |x| of its X rows and of its Y row
+ * over the tile's k; rows of D whose X row reached 2^60 (or infinity) and columns whose Y row
+ * did, and only those, are recomputed at the end of the tile as plain FFMA chains over the
+ * whole k from global memory: exactly what SGEMM gives there (an infinity against a zero: NaN;
+ * inf beside -inf: NaN; overflow as SGEMM's), at no cost where no operand is that large (one
+ * barrier-reduction per tile). Below 2^60 no product reaches 2^120 and no k tile's sum in the
+ * tensor cores overflows. Subnormal operands go through the split as they are.
+ *
+ * Bound: shared memory. Per k tile and SM the consumers move ~208 KB (wgmma's reads of Y big
+ * and small 96 KB, the split's 96 KB, X's fragments 16 KB): ~1,630 cycles at 128 B a cycle,
+ * against ~1,540 for the tensor cores' 3.1 MFLOP of TF32: about 145 TFLOP/s of f32 on 132 SMs
+ * at 1.755 GHz, 2.8x cuBLAS's SGEMM (51).
+ *
+ * Measured: not yet (no device run).
+ *
+ * Contract: f32 with precision exact on compute capability 9.0 exactly, NN, NT and TT, A and B
+ * describable by TMA (16-byte aligned, stored rows of a multiple of 4 floats), any m, n, k,
+ * alpha/beta (beta == 0: C not read), any batch; C anywhere (no alignment asked). Grids so short
+ * that split-K should do better (tiles for at most a quarter of the SMs, k >= 1024, and
+ * simt_f32_splitk takes the problem) go to simt_f32_splitk. The rest stays with 09 and 02, registered after this kernel.
+ */
+#include "gk_fast_wgmma_tf32.cuh" /* the tile, wgmma wrappers, fragments, producer, maps */
+#include "gk_gpu.h"
+
+extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
+
+/* 16's narrow tile with a ring of 4 stages; after the ring, its barriers and each consumer's
+ * 128 column and 64 row flags (within 1 KB), then each consumer's scratch (Y big, Y small), 1 KB aligned. */
+struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, 4> {
+  static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring's start */
+  static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
+  static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one consumer's: big, then small */
+  static constexpr size_t SMEM_TOTAL = 1024 + SCRATCH_OFFSET + (size_t)CONSUMERS * SCRATCH_BYTES;
+  static_assert(16 * STAGES + CONSUMERS * (BS + 64) <= 1024, "barriers and flags fit before the scratch");
+  static_assert(SMEM_TOTAL <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
+};
+
+/* The kernel's arguments: 16's, and the operands themselves for the elements recomputed in FFMA. */
+struct gk__f32x3_args : gk__wgmma_tf32_args {
+  const float *x, *y;         /* the batch chunk's first X and Y */
+  int64_t x_stride, y_stride; /* elements from one problem's X (Y) to the next */
+};
+
+namespace {
+
+using cfg = gk__f32x3_cfg;
+using f32x3_args = gk__f32x3_args;
+
+#if GK_WGMMA_DEVICE
+/* Operands at least this large (or infinite) are flagged: below it no product reaches 2^120 and
+ * no k tile's sum in the tensor cores (96 products) overflows, where the tensor cores, which
+ * truncate, might give FLT_MAX instead of SGEMM's infinity. */
+constexpr float HUGE_OPERAND = 0x1p60f;
+
+/* x split into big (x rounded to TF32's 11 bits, to nearest with ties away, by an integer add
+ * on its bits: right for subnormals too) and small (the exact rest x - big, rounded the same
+ * way); flag takes the largest |x| seen (a NaN passes unnoticed: it makes its row NaN through
+ * the tensor cores, as in SGEMM). */
+__device__ __forceinline__ void split(float x, uint32_t &big, uint32_t &small, float &flag) {
+  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  const float lo = __fsub_rn(x, __uint_as_float(big));
+  small = (__float_as_uint(lo) + 0x1000u) & 0xffffe000u;
+  flag = fmaxf(flag, fabsf(x));
+}
+
+/* bar.red.or over named barrier id: true in every thread when v was in any. */
+__device__ __forceinline__ bool named_sync_or(int id, int count, bool v) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\n"
+      "setp.ne.u32 q, %3, 0;\n"
+      "bar.red.or.pred p, %1, %2, q;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(any)
+      : "r"(id), "r"(count), "r"((uint32_t)v)
+      : "memory");
+  return any != 0;
+}
+
+/* Keeps the fragment registers' values where they are computed, ahead of the wgmma fence, so
+ * that ptxas need not wait for the wgmmas between them (C7519). */
+__device__ __forceinline__ void pin(uint32_t (&r)[4]) {
+  asm volatile("" : "+r"(r[0]), "+r"(r[1]), "+r"(r[2]), "+r"(r[3]));
+}
+
+/* Per-thread flags of one tile: the largest |operand| of the thread's X rows (lo: row_lo, hi:
+ * row_lo + 8) and of its Y row (the D column s0 + wg_thread); special from HUGE_OPERAND on. */
+struct flags {
+  float lo, hi, y;
+};
+
+/* One k tile of a consumer (ring slot it; first: the tile's first k tile). See the opening
+ * comment for the order of things. */
+template <bool X_MN>
+__device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cfg::ACC],
+                                        uint32_t (&xb)[4][4], uint32_t (&xs)[4][4], int it,
+                                        bool first, const unsigned char *ring, uint32_t full0,
+                                        uint32_t empty0, unsigned char *scratch_ptr,
+                                        uint32_t scratch, int consumer, int row_lo, int t,
+                                        int wg_thread, flags &f) {
+  const int s = it % cfg::STAGES;
+  gk__mbar_wait(full0 + 8 * s, (it / cfg::STAGES) & 1);
+  gk__wgmma_wait<0>(); /* the previous k tile's wgmmas: the scratch and xb / xs are free */
+#pragma unroll
+  for (int i = 0; i < cfg::ACC; ++i) {
+    if (!first) acc[i] += part[i]; /* the k tile's sum into the tile's, rounded to nearest */
+    part[i] = 0.0f;
+  }
+  const unsigned char *tile_x = ring + s * cfg::STAGE_BYTES, *tile_y = tile_x + cfg::X_BYTES;
+  /* Y: this thread's row (wg_thread) of 32 k, chunk by chunk in logical order (so a quarter
+   * warp's eight rows hit eight different bank groups), big and small at the same offsets */
+  {
+    const int r = wg_thread;
+#pragma unroll
+    for (int j = 0; j < cfg::ROW_BYTES / 16; ++j) {
+      const int off = r * cfg::ROW_BYTES + ((j ^ (r & 7)) << 4);
+      const float4 v = *reinterpret_cast<const float4 *>(tile_y + off);
+      uint4 big, small;
+      split(v.x, big.x, small.x, f.y);
+      split(v.y, big.y, small.y, f.y);
+      split(v.z, big.z, small.z, f.y);
+      split(v.w, big.w, small.w, f.y);
+      *reinterpret_cast<uint4 *>(scratch_ptr + off) = big;
+      *reinterpret_cast<uint4 *>(scratch_ptr + cfg::Y_BYTES + off) = small;
+    }
+  }
+  /* X: the m64k8 fragments of the four k8 steps (rows row_lo and + 8, k = t and t + 4) */
+#pragma unroll
+  for (int kk = 0; kk < cfg::BK / 8; ++kk) {
+    const int k = kk * 8 + t;
+    const int rows[4] = {row_lo, row_lo + 8, row_lo, row_lo + 8}, ks[4] = {k, k, k + 4, k + 4};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float v = *reinterpret_cast<const float *>(
+          tile_x + gk__tf32_x_offset<cfg, X_MN>(rows[q], ks[q]));
+      split(v, xb[kk][q], xs[kk][q], q % 2 == 0 ? f.lo : f.hi);
+    }
+    pin(xb[kk]);
+    pin(xs[kk]);
+  }
+  gk__fence_proxy_async(); /* the scratch's generic writes, before wgmma reads them */
+  gk__named_sync(2 + consumer, 128);
+  if (wg_thread == 0) gk__mbar_arrive(empty0 + 8 * s); /* every read of the stage is done */
+  gk__wgmma_fence();
+  const uint32_t big = scratch, small = scratch + cfg::Y_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < cfg::BK / 8; ++kk)
+    gk__tf32_wgmma<cfg::BS>::run(part, xs[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
+#pragma unroll
+  for (int kk = 0; kk < cfg::BK / 8; ++kk)
+    gk__tf32_wgmma<cfg::BS>::run(part, xb[kk], gk__wgmma_desc(small + kk * 32, 16, 1024));
+#pragma unroll
+  for (int kk = 0; kk < cfg::BK / 8; ++kk)
+    gk__tf32_wgmma<cfg::BS>::run(part, xb[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
+  gk__wgmma_commit();
+}
+
+/* D (r, s) of problem z as an FFMA chain over the whole k, from global memory: SGEMM's answer
+ * for the elements whose operands hold an infinity, a NaN or a huge value. */
+template <bool X_MN>
+__device__ __forceinline__ float exact_dot(const f32x3_args &args, int z, int r, int s) {
+  const float *x = args.x + (int64_t)z * args.x_stride;
+  const float *y = args.y + (int64_t)z * args.y_stride + (int64_t)s * args.k;
+  float sum = 0.0f;
+  for (int l = 0; l < args.k; ++l)
+    sum = fmaf(X_MN ? x[(int64_t)l * args.rows + r] : x[(int64_t)r * args.k + l], y[l], sum);
+  return sum;
+}
+
+/* The flagged elements of this consumer's tile recomputed (see the opening comment); a no-op,
+ * but for one barrier-reduction, where no operand was special. The tile goes through the
+ * scratch (64 x 128 floats, free now), so that the flagged elements are shared out evenly and
+ * acc is indexed by constants only (else it would live in local memory). */
+template <bool X_MN>
+__device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc)[cfg::ACC],
+                                          const flags &f, unsigned char *flag_bytes,
+                                          float *tile, int consumer, int d_row0, int s0, int z,
+                                          int wg_thread) {
+  unsigned char *col_flags = flag_bytes, *row_flags = flag_bytes + cfg::BS;
+  const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
+  /* a row's fragments are spread over its four t lanes */
+  bool row_flag[2] = {f.lo >= HUGE_OPERAND, f.hi >= HUGE_OPERAND};
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 1);
+    row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 2);
+    if (t == 0) row_flags[warp4 * 16 + g + 8 * e] = row_flag[e];
+  }
+  col_flags[wg_thread] = f.y >= HUGE_OPERAND; /* D column s0 + wg_thread */
+#pragma unroll
+  for (int i = 0; i < cfg::ACC; ++i) {
+    const int j = i / 4, e = (i / 2) % 2, h = i % 2;
+    tile[(warp4 * 16 + g + 8 * e) * cfg::BS + 8 * j + 2 * t + h] = acc[i];
+  }
+  gk__named_sync(2 + consumer, 128);
+  for (int i = wg_thread; i < 64 * cfg::BS; i += 128) {
+    const int r = i / cfg::BS, col = i % cfg::BS;
+    if ((row_flags[r] || col_flags[col]) && d_row0 + r < args.rows && s0 + col < args.cols)
+      tile[i] = exact_dot<X_MN>(args, z, d_row0 + r, s0 + col);
+  }
+  gk__named_sync(2 + consumer, 128);
+#pragma unroll
+  for (int i = 0; i < cfg::ACC; ++i) {
+    const int j = i / 4, e = (i / 2) % 2, h = i % 2;
+    acc[i] = tile[(warp4 * 16 + g + 8 * e) * cfg::BS + 8 * j + 2 * t + h];
+  }
+  gk__named_sync(2 + consumer, 128); /* read back before the next tile's split writes there */
+}
+
+/* alpha v + beta C0 for C's element idx (C0 not read where beta is 0). */
+__device__ __forceinline__ float scaled(const f32x3_args &args, const float *c, int64_t idx, float v) {
+  v *= args.alpha;
+  return args.beta_zero ? v : fmaf(args.beta, c[idx], v);
+}
+
+/* One consumer's 64 x 128 tile of D from its accumulators (thread (warp4, g, t): D rows
+ * warp4 * 16 + g and + 8, columns 8j + 2t and + 1) into C: D = C, pairs along C's rows (8-byte
+ * stores where aligned); D = C^T, each element on its own, eight consecutive floats of a row of
+ * C per quarter warp. Either way a warp's store fills whole 32-byte sectors. */
+template <bool OUT_T>
+__device__ __forceinline__ void store_tile(const f32x3_args &args, const float (&acc)[cfg::ACC],
+                                           int d_row0, int s0, int z, int wg_thread) {
+  float *c = args.c + (int64_t)z * args.stride_c;
+  const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
+#pragma unroll
+  for (int j = 0; j < cfg::BS / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int d_row = d_row0 + warp4 * 16 + g + 8 * e, d_col = s0 + 8 * j + 2 * t;
+      if (d_row >= args.rows || d_col >= args.cols) continue;
+      const float v0 = acc[4 * j + 2 * e], v1 = acc[4 * j + 2 * e + 1];
+      const bool second = d_col + 1 < args.cols;
+      if (OUT_T) { /* D (d_row, d_col) is C (d_col, d_row) */
+        const int64_t idx = (int64_t)d_col * args.n + d_row;
+        c[idx] = scaled(args, c, idx, v0);
+        if (second) c[idx + args.n] = scaled(args, c, idx + args.n, v1);
+        continue;
+      }
+      const int64_t idx = (int64_t)d_row * args.n + d_col;
+      if (second && (reinterpret_cast<uintptr_t>(c + idx) & 7) == 0) {
+        float2 pair = make_float2(v0 * args.alpha, v1 * args.alpha);
+        if (!args.beta_zero) {
+          const float2 old = *reinterpret_cast<const float2 *>(c + idx);
+          pair.x = fmaf(args.beta, old.x, pair.x), pair.y = fmaf(args.beta, old.y, pair.y);
+        }
+        *reinterpret_cast<float2 *>(c + idx) = pair;
+      } else {
+        c[idx] = scaled(args, c, idx, v0);
+        if (second) c[idx + 1] = scaled(args, c, idx + 1, v1);
+      }
+    }
+}
+#endif /* GK_WGMMA_DEVICE */
+
+/* The kernel: grid.x CTAs walk the batch chunk's `problems` x tiles of D in the grouped order;
+ * warpgroup 0 (one thread) loads, warpgroups 1 and 2 split, multiply and store. */
+template <bool X_MN, bool OUT_T>
+__global__ void __launch_bounds__(cfg::THREADS, 1)
+    f32x3_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
+               f32x3_args args, int problems) {
+#if GK_WGMMA_DEVICE
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const gk__ring ring = gk__ring_init<cfg>(smem_raw);
+  unsigned char *ring_ptr = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw));
+  const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
+  const int tiles_r = (args.rows + cfg::BR - 1) / cfg::BR, tiles_s = (args.cols + cfg::BS - 1) / cfg::BS;
+  const int64_t total = (int64_t)tiles_r * tiles_s * problems;
+  const int k_tiles = (args.k + cfg::BK - 1) / cfg::BK;
+  int r0, s0, z;
+
+  if (warpgroup == 0) { /* producer */
+    gk__setmaxnreg_dec<cfg::PRODUCER_REGS>();
+    if (wg_thread == 0)
+      gk__tf32_produce_tiles<cfg, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
+    return;
+  }
+
+  gk__setmaxnreg_inc<cfg::CONSUMER_REGS>();
+  const int consumer = warpgroup - 1;
+  const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t4 = wg_thread % 4;
+  const int row_lo = consumer * 64 + warp4 * 16 + g; /* this thread's fragment rows: + 0, + 8 */
+  const uint32_t scratch = ring.smem0 + cfg::SCRATCH_OFFSET + consumer * cfg::SCRATCH_BYTES;
+  unsigned char *scratch_ptr = ring_ptr + cfg::SCRATCH_OFFSET + consumer * cfg::SCRATCH_BYTES;
+  unsigned char *flag_bytes = ring_ptr + cfg::FLAGS_OFFSET + consumer * (cfg::BS + 64);
+  int it = 0;
+  for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    gk__tile_origin(tile, tiles_r, tiles_s, cfg::BR, cfg::BS, &r0, &s0, &z);
+    float acc[cfg::ACC], part[cfg::ACC];
+#pragma unroll
+    for (int i = 0; i < cfg::ACC; ++i) acc[i] = 0.0f;
+    uint32_t xb[4][4], xs[4][4];
+    flags f = {0.0f, 0.0f, 0.0f};
+    for (int kt = 0; kt < k_tiles; ++kt, ++it)
+      consume<X_MN>(acc, part, xb, xs, it, kt == 0, ring_ptr, ring.full0, ring.empty0, scratch_ptr,
+                    scratch, consumer, row_lo, t4, wg_thread, f);
+    gk__wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
+    const int d_row0 = r0 + consumer * 64;
+    const bool special = fmaxf(f.lo, fmaxf(f.hi, f.y)) >= HUGE_OPERAND;
+    if (named_sync_or(2 + consumer, 128, special))
+      fix_specials<X_MN>(args, acc, f, flag_bytes, reinterpret_cast<float *>(scratch_ptr), consumer,
+                         d_row0, s0, z, wg_thread);
+    store_tile<OUT_T>(args, acc, d_row0, s0, z, wg_thread);
+  }
+#else
+  (void)map_x, (void)map_y, (void)args, (void)problems;
+#endif
+}
+
+template <bool X_MN, bool OUT_T>
+cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
+  auto kernel = f32x3_gemm<X_MN, OUT_T>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)cfg::SMEM_TOTAL);
+  if (err != cudaSuccess) return err;
+  const gk__tf32_plan plan = gk__tf32_plan_for(p, OUT_T);
+  const int64_t tiles = ((plan.args.rows + cfg::BR - 1) / cfg::BR) * ((plan.args.cols + cfg::BS - 1) / cfg::BS);
+  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+  return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
+    f32x3_args chunk;
+    static_cast<gk__wgmma_tf32_args &>(chunk) = gk__tf32_args_at<float>(plan, first);
+    chunk.x = plan.x + first * plan.x_stride, chunk.y = plan.y + first * plan.y_stride;
+    chunk.x_stride = plan.x_stride, chunk.y_stride = plan.y_stride;
+    CUtensorMap map_x, map_y;
+    const cudaError_t map_err = gk__tf32_operand_maps<cfg, X_MN>(&map_x, &map_y, plan, p->k, first, count);
+    if (map_err != cudaSuccess) return map_err;
+    const int64_t work = tiles * count;
+    const unsigned grid = (unsigned)(work < sms ? work : sms);
+    kernel<<<grid, cfg::THREADS, cfg::SMEM_TOTAL, stream>>>(map_x, map_y, chunk, (int)count);
+    return cudaGetLastError();
+  });
+}
+
+bool wgmma_f32x3_supports(const gk_problem *p, int cc) {
+  return p->dtype == GK_F32 && !p->fast && cc == 90 && !(p->trans_a && !p->trans_b) &&
+         gk__tf32_fits(p);
+}
+
+/* Grids this short with a long k, where 09 splits k, go to 09: with one CTA per tile and a
+ * quarter of the SMs or fewer busy for a long time, 09's clusters of 2-8 CTAs per tile should do
+ * better (to be measured: bench_kernels --kernel wgmma_f32x3 against simt_f32_splitk). */
+constexpr int64_t SPLIT_MIN_K = 1024;
+bool split_k_better(const gk_problem *p, int sms) {
+  const int64_t tiles = ((p->m + cfg::BR - 1) / cfg::BR) * ((p->n + cfg::BS - 1) / cfg::BS) * p->batch;
+  return tiles * 4 <= sms && p->k >= SPLIT_MIN_K && gk_kernel_simt_f32_splitk.supports(p, 90);
+}
+
+cudaError_t wgmma_f32x3_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  if (!wgmma_f32x3_supports(p, 90)) return cudaErrorInvalidValue;
+  const int sms = gk__sm_count(ctx);
+  if (split_k_better(p, sms)) return gk_kernel_simt_f32_splitk.launch(ctx, p, stream);
+  if (!p->trans_a && !p->trans_b) return run<true, true>(p, sms, stream); /* NN: C^T = B^T A^T */
+  if (!p->trans_a && p->trans_b) return run<false, false>(p, sms, stream); /* NT */
+  return run<true, false>(p, sms, stream);                                 /* TT */
+}
+
+} // namespace
+
+extern "C" const gk_kernel gk_kernel_wgmma_f32x3 = {
+    "wgmma_f32x3",
+    "f32 exact, Hopper TF32 tensor cores: each operand split into two TF32 numbers, three "
+    "products per k tile summed in f32; 16's persistent 128x128x32 tile; not TN (21)",
+    wgmma_f32x3_supports,
+    wgmma_f32x3_launch,
+    0,
+};
