@@ -8,10 +8,12 @@
  * out), each product exact in the tensor core. The tensor core adds truncating; over a long k
  * that drifts (30x SGEMM's error at k = 8192, bench/f32x3_accuracy.py). So a k tile's twelve
  * wgmmas (4 k8 steps x 3 products, the small ones first, big x big last) go into a second set
- * of accumulators, zeroed per k tile, and that is added to the tile's sum by an f32 add (round
- * to nearest) once per k tile: the result is as accurate as an FFMA chain or more (the model:
- * about 1/3 of its error on uniform, normal and cancelling inputs; on par with it where the
- * exponents spread over 2^-30..2^30 and one term dominates each output).
+ * of accumulators, started afresh per k tile (scale_d 0), and that is added to the tile's sum by
+ * an f32 add (round to nearest) once per k tile: the result is as accurate as an FFMA chain
+ * (SGEMM's order) or more. The model says: about 1/3 of its error on uniform, normal and
+ * cancelling inputs; on par with it where the exponents spread over 2^-30..2^30 and a few terms
+ * dominate each output (k >= 1024; at k = 256 1.6x its mean there: the split's rounding and the
+ * tensor cores' truncations of the dominant term are then not averaged away).
  * The split is integer arithmetic on the bits (add half a TF32 ulp, clear the 13 low bits) and
  * one FP32 subtraction: no conversion unit, and subnormals come out on TF32's grid.
  *
@@ -25,7 +27,7 @@
  *     offsets, so one descriptor form serves the stage and the scratch),
  *   - loads its X fragments (16 floats) from the stage and splits them in registers,
  *   - releases the stage (after a warpgroup barrier: the consumers never wait for each other),
- *   - issues the 12 wgmmas m64n128k8 into the zeroed second accumulators.
+ *   - issues the 12 wgmmas m64n128k8 into the second accumulators, the first with scale_d 0.
  * The other consumer's wgmmas keep the tensor cores busy meanwhile. C is stored from the
  * accumulators (alpha, beta in f32), each warp writing whole 32-byte sectors; the producer runs
  * ahead into the next tile meanwhile.
@@ -52,7 +54,8 @@
  * describable by TMA (16-byte aligned, stored rows of a multiple of 4 floats), any m, n, k,
  * alpha/beta (beta == 0: C not read), any batch; C anywhere (no alignment asked). Grids so short
  * that split-K should do better (tiles for at most a quarter of the SMs, k >= 1024, and
- * simt_f32_splitk takes the problem) go to simt_f32_splitk. The rest stays with 09 and 02, registered after this kernel.
+ * simt_f32_splitk takes the problem) go to simt_f32_splitk. The rest stays with 09 and 02,
+ * registered after this kernel.
  */
 #include "gk_fast_wgmma_tf32.cuh" /* the tile, wgmma wrappers, fragments, producer, maps */
 #include "gk_gpu.h"
@@ -60,17 +63,19 @@
 extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
 
 /* 16's narrow tile with a ring of 4 stages; after the ring, its barriers and each consumer's
- * 128 column and 64 row flags (within 1 KB), then each consumer's scratch (Y big, Y small), 1 KB aligned. */
+ * 128 column and 64 row flags (within 1 KB), then each consumer's scratch (Y big, Y small),
+ * 1 KB aligned. */
 struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, 4> {
-  static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring's start */
+  static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring */
   static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
   static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one consumer's: big, then small */
   static constexpr size_t SMEM_TOTAL = 1024 + SCRATCH_OFFSET + (size_t)CONSUMERS * SCRATCH_BYTES;
-  static_assert(16 * STAGES + CONSUMERS * (BS + 64) <= 1024, "barriers and flags fit before the scratch");
+  static_assert(16 * STAGES + CONSUMERS * (BS + 64) <= 1024, "the barriers and flags fit there");
   static_assert(SMEM_TOTAL <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
 };
 
-/* The kernel's arguments: 16's, and the operands themselves for the elements recomputed in FFMA. */
+/* The kernel's arguments: 16's, and the operands themselves for the elements recomputed in
+ * FFMA. */
 struct gk__f32x3_args : gk__wgmma_tf32_args {
   const float *x, *y;         /* the batch chunk's first X and Y */
   int64_t x_stride, y_stride; /* elements from one problem's X (Y) to the next */
@@ -136,11 +141,9 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
   const int s = it % cfg::STAGES;
   gk__mbar_wait(full0 + 8 * s, (it / cfg::STAGES) & 1);
   gk__wgmma_wait<0>(); /* the previous k tile's wgmmas: the scratch and xb / xs are free */
+  if (!first) /* the previous k tile's sum into the tile's, rounded to nearest */
 #pragma unroll
-  for (int i = 0; i < cfg::ACC; ++i) {
-    if (!first) acc[i] += part[i]; /* the k tile's sum into the tile's, rounded to nearest */
-    part[i] = 0.0f;
-  }
+    for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
   const unsigned char *tile_x = ring + s * cfg::STAGE_BYTES, *tile_y = tile_x + cfg::X_BYTES;
   /* Y: this thread's row (wg_thread) of 32 k, chunk by chunk in logical order (so a quarter
    * warp's eight rows hit eight different bank groups), big and small at the same offsets */
@@ -178,9 +181,9 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
   if (wg_thread == 0) gk__mbar_arrive(empty0 + 8 * s); /* every read of the stage is done */
   gk__wgmma_fence();
   const uint32_t big = scratch, small = scratch + cfg::Y_BYTES;
-#pragma unroll
+#pragma unroll /* the first starts the k tile's sum afresh (scale_d 0) */
   for (int kk = 0; kk < cfg::BK / 8; ++kk)
-    gk__tf32_wgmma<cfg::BS>::run(part, xs[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
+    gk__tf32_wgmma<cfg::BS>::run(part, xs[kk], gk__wgmma_desc(big + kk * 32, 16, 1024), kk > 0);
 #pragma unroll
   for (int kk = 0; kk < cfg::BK / 8; ++kk)
     gk__tf32_wgmma<cfg::BS>::run(part, xb[kk], gk__wgmma_desc(small + kk * 32, 16, 1024));
@@ -318,9 +321,12 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
   unsigned char *scratch_ptr = ring_ptr + cfg::SCRATCH_OFFSET + consumer * cfg::SCRATCH_BYTES;
   unsigned char *flag_bytes = ring_ptr + cfg::FLAGS_OFFSET + consumer * (cfg::BS + 64);
   int it = 0;
+  float part[cfg::ACC]; /* each k tile's sum: its first wgmma overwrites it */
+#pragma unroll
+  for (int i = 0; i < cfg::ACC; ++i) part[i] = 0.0f;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
     gk__tile_origin(tile, tiles_r, tiles_s, cfg::BR, cfg::BS, &r0, &s0, &z);
-    float acc[cfg::ACC], part[cfg::ACC];
+    float acc[cfg::ACC];
 #pragma unroll
     for (int i = 0; i < cfg::ACC; ++i) acc[i] = 0.0f;
     uint32_t xb[4][4], xs[4][4];

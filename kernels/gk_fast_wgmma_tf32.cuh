@@ -62,9 +62,10 @@ struct gk__wgmma_tf32_args {
 
 #if GK_WGMMA_DEVICE
 /* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
- * K-major shared-memory descriptor. tf32 takes no transpose immediates. */
+ * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
+ * old contents ignored (21 starts each k tile's sum so). */
 __device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
+                                                     uint64_t desc_b, int scale_d = 1) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -85,11 +86,11 @@ __device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], cons
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 __device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
+                                                     uint64_t desc_b, int scale_d = 1) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -122,21 +123,23 @@ __device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], con
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 template <int N>
 struct gk__tf32_wgmma;
 template <>
 struct gk__tf32_wgmma<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n128k8_tf32_rs(d, a, db);
+  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n128k8_tf32_rs(d, a, db, scale_d);
   }
 };
 template <>
 struct gk__tf32_wgmma<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n256k8_tf32_rs(d, a, db);
+  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n256k8_tf32_rs(d, a, db, scale_d);
   }
 };
 
