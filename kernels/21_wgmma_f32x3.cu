@@ -62,14 +62,20 @@
 
 extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
 
-/* 16's narrow tile with a ring of 4 stages; after the ring, its barriers and each consumer's
- * 128 column and 64 row flags (within 1 KB), then each consumer's scratch (Y big, Y small),
- * 1 KB aligned. */
-struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, 4> {
+/* 16's narrow tile with a ring of STAGES; after the ring, its barriers and each consumer's
+ * 128 column and 64 row flags (within 1 KB), then each consumer's BUFFERS scratches (Y big, Y
+ * small), 1 KB aligned. BUFFERS 2 (a variant): a consumer splits the next k tile's Y while its
+ * wgmmas of this one still read the other scratch. */
+template <int STAGES_, int BUFFERS_>
+struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, STAGES_> {
+  using base = gk__wgmma_tf32_cfg<128, STAGES_>;
+  using base::STAGES, base::STAGE_BYTES, base::Y_BYTES, base::CONSUMERS, base::BS;
+  static constexpr int BUFFERS = BUFFERS_;
   static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring */
   static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
-  static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one consumer's: big, then small */
-  static constexpr size_t SMEM_TOTAL = 1024 + SCRATCH_OFFSET + (size_t)CONSUMERS * SCRATCH_BYTES;
+  static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one scratch: big, then small */
+  static constexpr size_t SMEM_TOTAL =
+      1024 + SCRATCH_OFFSET + (size_t)CONSUMERS * BUFFERS * SCRATCH_BYTES;
   static_assert(16 * STAGES + CONSUMERS * (BS + 64) <= 1024, "the barriers and flags fit there");
   static_assert(SMEM_TOTAL <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
 };
@@ -83,7 +89,8 @@ struct gk__f32x3_args : gk__wgmma_tf32_args {
 
 namespace {
 
-using cfg = gk__f32x3_cfg;
+using cfg = gk__f32x3_cfg<4, 1>;      /* the registered kernel */
+using cfg_pipe = gk__f32x3_cfg<3, 2>; /* the variant (bench_kernels --variants) */
 using f32x3_args = gk__f32x3_args;
 
 #if GK_WGMMA_DEVICE
@@ -123,6 +130,19 @@ __device__ __forceinline__ void pin(uint32_t (&r)[4]) {
   asm volatile("" : "+r"(r[0]), "+r"(r[1]), "+r"(r[2]), "+r"(r[3]));
 }
 
+/* Registers that in-flight wgmmas read or write, pinned after their wait: the compiler sees the
+ * wgmma's operands as done when it is issued, and might otherwise move their next reads or
+ * writes above the wait (as CUTLASS's warpgroup_fence_operand). */
+template <int N>
+__device__ __forceinline__ void pin_after_wait(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+__device__ __forceinline__ void pin_after_wait(uint32_t (&r)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
+
 /* Per-thread flags of one tile: the largest |operand| of the thread's X rows (lo: row_lo, hi:
  * row_lo + 8) and of its Y row (the D column s0 + wg_thread); special from HUGE_OPERAND on. */
 struct flags {
@@ -130,21 +150,31 @@ struct flags {
 };
 
 /* One k tile of a consumer (ring slot it; first: the tile's first k tile). See the opening
- * comment for the order of things. */
-template <bool X_MN>
+ * comment for the order of things; with two scratches (C::BUFFERS), Y is split before the wait
+ * for the previous k tile's wgmmas, into the scratch they do not read. */
+template <class C, bool X_MN>
 __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cfg::ACC],
                                         uint32_t (&xb)[4][4], uint32_t (&xs)[4][4], int it,
                                         bool first, const unsigned char *ring, uint32_t full0,
                                         uint32_t empty0, unsigned char *scratch_ptr,
                                         uint32_t scratch, int consumer, int row_lo, int t,
                                         int wg_thread, flags &f) {
-  const int s = it % cfg::STAGES;
-  gk__mbar_wait(full0 + 8 * s, (it / cfg::STAGES) & 1);
-  gk__wgmma_wait<0>(); /* the previous k tile's wgmmas: the scratch and xb / xs are free */
-  if (!first) /* the previous k tile's sum into the tile's, rounded to nearest */
+  const int s = it % C::STAGES;
+  gk__mbar_wait(full0 + 8 * s, (it / C::STAGES) & 1);
+  /* the previous k tile's wgmmas done: its scratch and xb / xs are free, its sum is in part */
+  auto previous_done = [&] {
+    gk__wgmma_wait<0>();
+    pin_after_wait(part);
+    pin_after_wait(xb);
+    pin_after_wait(xs);
+    if (!first) /* the previous k tile's sum into the tile's, rounded to nearest */
 #pragma unroll
-    for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
-  const unsigned char *tile_x = ring + s * cfg::STAGE_BYTES, *tile_y = tile_x + cfg::X_BYTES;
+      for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
+  };
+  if (C::BUFFERS == 1) previous_done();
+  const int buffer = C::BUFFERS == 1 ? 0 : it % C::BUFFERS;
+  scratch += buffer * C::SCRATCH_BYTES, scratch_ptr += buffer * C::SCRATCH_BYTES;
+  const unsigned char *tile_x = ring + s * C::STAGE_BYTES, *tile_y = tile_x + cfg::X_BYTES;
   /* Y: this thread's row (wg_thread) of 32 k, chunk by chunk in logical order (so a quarter
    * warp's eight rows hit eight different bank groups), big and small at the same offsets */
   {
@@ -162,6 +192,7 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
       *reinterpret_cast<uint4 *>(scratch_ptr + cfg::Y_BYTES + off) = small;
     }
   }
+  if (C::BUFFERS > 1) previous_done();
   /* X: the m64k8 fragments of the four k8 steps (rows row_lo and + 8, k = t and t + 4) */
 #pragma unroll
   for (int kk = 0; kk < cfg::BK / 8; ++kk) {
@@ -292,13 +323,13 @@ __device__ __forceinline__ void store_tile(const f32x3_args &args, const float (
 
 /* The kernel: grid.x CTAs walk the batch chunk's `problems` x tiles of D in the grouped order;
  * warpgroup 0 (one thread) loads, warpgroups 1 and 2 split, multiply and store. */
-template <bool X_MN, bool OUT_T>
-__global__ void __launch_bounds__(cfg::THREADS, 1)
+template <class C, bool X_MN, bool OUT_T>
+__global__ void __launch_bounds__(C::THREADS, 1)
     f32x3_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
                f32x3_args args, int problems) {
 #if GK_WGMMA_DEVICE
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const gk__ring ring = gk__ring_init<cfg>(smem_raw);
+  const gk__ring ring = gk__ring_init<C>(smem_raw);
   unsigned char *ring_ptr = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw));
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
   const int tiles_r = (args.rows + cfg::BR - 1) / cfg::BR, tiles_s = (args.cols + cfg::BS - 1) / cfg::BS;
@@ -309,7 +340,7 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
   if (warpgroup == 0) { /* producer */
     gk__setmaxnreg_dec<cfg::PRODUCER_REGS>();
     if (wg_thread == 0)
-      gk__tf32_produce_tiles<cfg, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
+      gk__tf32_produce_tiles<C, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
     return;
   }
 
@@ -317,9 +348,10 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
   const int consumer = warpgroup - 1;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t4 = wg_thread % 4;
   const int row_lo = consumer * 64 + warp4 * 16 + g; /* this thread's fragment rows: + 0, + 8 */
-  const uint32_t scratch = ring.smem0 + cfg::SCRATCH_OFFSET + consumer * cfg::SCRATCH_BYTES;
-  unsigned char *scratch_ptr = ring_ptr + cfg::SCRATCH_OFFSET + consumer * cfg::SCRATCH_BYTES;
-  unsigned char *flag_bytes = ring_ptr + cfg::FLAGS_OFFSET + consumer * (cfg::BS + 64);
+  const int scratch_offset = C::SCRATCH_OFFSET + consumer * C::BUFFERS * C::SCRATCH_BYTES;
+  const uint32_t scratch = ring.smem0 + scratch_offset;
+  unsigned char *scratch_ptr = ring_ptr + scratch_offset;
+  unsigned char *flag_bytes = ring_ptr + C::FLAGS_OFFSET + consumer * (cfg::BS + 64);
   int it = 0;
   float part[cfg::ACC]; /* each k tile's sum: its first wgmma overwrites it */
 #pragma unroll
@@ -332,9 +364,10 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
     uint32_t xb[4][4], xs[4][4];
     flags f = {0.0f, 0.0f, 0.0f};
     for (int kt = 0; kt < k_tiles; ++kt, ++it)
-      consume<X_MN>(acc, part, xb, xs, it, kt == 0, ring_ptr, ring.full0, ring.empty0, scratch_ptr,
+      consume<C, X_MN>(acc, part, xb, xs, it, kt == 0, ring_ptr, ring.full0, ring.empty0, scratch_ptr,
                     scratch, consumer, row_lo, t4, wg_thread, f);
     gk__wgmma_wait<0>();
+    pin_after_wait(part);
 #pragma unroll
     for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
     const int d_row0 = r0 + consumer * 64;
@@ -349,11 +382,11 @@ __global__ void __launch_bounds__(cfg::THREADS, 1)
 #endif
 }
 
-template <bool X_MN, bool OUT_T>
+template <class C, bool X_MN, bool OUT_T>
 cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
-  auto kernel = f32x3_gemm<X_MN, OUT_T>;
+  auto kernel = f32x3_gemm<C, X_MN, OUT_T>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)cfg::SMEM_TOTAL);
+                                         (int)C::SMEM_TOTAL);
   if (err != cudaSuccess) return err;
   const gk__tf32_plan plan = gk__tf32_plan_for(p, OUT_T);
   const int64_t tiles = ((plan.args.rows + cfg::BR - 1) / cfg::BR) * ((plan.args.cols + cfg::BS - 1) / cfg::BS);
@@ -364,11 +397,11 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
     chunk.x = plan.x + first * plan.x_stride, chunk.y = plan.y + first * plan.y_stride;
     chunk.x_stride = plan.x_stride, chunk.y_stride = plan.y_stride;
     CUtensorMap map_x, map_y;
-    const cudaError_t map_err = gk__tf32_operand_maps<cfg, X_MN>(&map_x, &map_y, plan, p->k, first, count);
+    const cudaError_t map_err = gk__tf32_operand_maps<C, X_MN>(&map_x, &map_y, plan, p->k, first, count);
     if (map_err != cudaSuccess) return map_err;
     const int64_t work = tiles * count;
     const unsigned grid = (unsigned)(work < sms ? work : sms);
-    kernel<<<grid, cfg::THREADS, cfg::SMEM_TOTAL, stream>>>(map_x, map_y, chunk, (int)count);
+    kernel<<<grid, C::THREADS, C::SMEM_TOTAL, stream>>>(map_x, map_y, chunk, (int)count);
     return cudaGetLastError();
   });
 }
@@ -387,13 +420,21 @@ bool split_k_better(const gk_problem *p, int sms) {
   return tiles * 4 <= sms && p->k >= SPLIT_MIN_K && gk_kernel_simt_f32_splitk.supports(p, 90);
 }
 
-cudaError_t wgmma_f32x3_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+template <class C>
+cudaError_t launch_with(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!wgmma_f32x3_supports(p, 90)) return cudaErrorInvalidValue;
   const int sms = gk__sm_count(ctx);
   if (split_k_better(p, sms)) return gk_kernel_simt_f32_splitk.launch(ctx, p, stream);
-  if (!p->trans_a && !p->trans_b) return run<true, true>(p, sms, stream); /* NN: C^T = B^T A^T */
-  if (!p->trans_a && p->trans_b) return run<false, false>(p, sms, stream); /* NT */
-  return run<true, false>(p, sms, stream);                                 /* TT */
+  if (!p->trans_a && !p->trans_b) return run<C, true, true>(p, sms, stream); /* NN: C^T = B^T A^T */
+  if (!p->trans_a && p->trans_b) return run<C, false, false>(p, sms, stream); /* NT */
+  return run<C, true, false>(p, sms, stream);                                 /* TT */
+}
+
+cudaError_t wgmma_f32x3_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  return launch_with<cfg>(ctx, p, stream);
+}
+cudaError_t wgmma_f32x3_pipe_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  return launch_with<cfg_pipe>(ctx, p, stream);
 }
 
 } // namespace
@@ -404,5 +445,15 @@ extern "C" const gk_kernel gk_kernel_wgmma_f32x3 = {
     "products per k tile summed in f32; 16's persistent 128x128x32 tile; not TN (21)",
     wgmma_f32x3_supports,
     wgmma_f32x3_launch,
+    0,
+};
+
+/* A variant for bench_kernels --variants, not registered: two scratches per consumer (the next k
+ * tile's Y split while this one's wgmmas run), a ring of 3 stages. */
+extern "C" const gk_kernel gk_kernel_wgmma_f32x3_pipe = {
+    "wgmma_f32x3_pipe",
+    "21 with two Y scratches per consumer and 3 stages (a variant for bench_kernels --variants)",
+    wgmma_f32x3_supports,
+    wgmma_f32x3_pipe_launch,
     0,
 };

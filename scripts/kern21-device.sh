@@ -9,10 +9,11 @@
 #      table against cuBLAS's SGEMM on uniform, normal, wide-exponent and cancelling inputs)
 #   3. compute-sanitizer memcheck, then racecheck, over test_gpu_kernels --f32x3 --quick
 #   4. bench_kernels --dtype f32 --markdown             (auto: 21 where the selector gives it)
-#   5. bench_kernels --dtype f32 --quick --kernel simt_f32,simt_f32_splitk (02 / 09 beside it)
+#   5. bench_kernels --variants --quick, 21 and its two-scratch variant (wgmma_f32x3_pipe)
+#   6. bench_kernels --dtype f32 --quick --kernel simt_f32,simt_f32_splitk (02 / 09 beside it)
 # Logs go to $OUT (build-k21/out when unset): env.log build.log registry.log f32x3-tests.log
-# memcheck.log racecheck.log bench-f32.log bench-f32-simt.log summary.txt; the summary is
-# printed last. Knob: K21_JOBS (build jobs, 16).
+# memcheck.log racecheck.log bench-f32.log bench-f32-variants.log bench-f32-simt.log
+# summary.txt; the summary is printed last. Knob: K21_JOBS (build jobs, 16).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -75,8 +76,10 @@ for tool in memcheck racecheck; do
     "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$tests" --f32x3 --quick --kernel wgmma_f32x3
 done
 if [ -n "$bench" ]; then
-  step bench-f32.log "bench_kernels --dtype f32 (auto)" 110 "$bench" --dtype f32 --markdown
-  step bench-f32-simt.log "bench_kernels --dtype f32 --quick, 02 and 09" 60 \
+  step bench-f32.log "bench_kernels --dtype f32 (auto)" 100 "$bench" --dtype f32 --markdown
+  step bench-f32-variants.log "bench_kernels --variants --quick, 21 and 21 pipe" 60 \
+    "$bench" --variants --quick --markdown --dtype f32 --kernel wgmma_f32x3,wgmma_f32x3_pipe
+  step bench-f32-simt.log "bench_kernels --dtype f32 --quick, 02 and 09" 45 \
     "$bench" --dtype f32 --quick --markdown --kernel simt_f32,simt_f32_splitk
 else
   note "bench: bench_kernels was not built"
@@ -96,7 +99,7 @@ for tool in memcheck racecheck; do
   echo "--- $tool"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases, .* failed" "$OUT/$tool.log" | tail -3
 done
-for log in bench-f32.log bench-f32-simt.log; do
+for log in bench-f32.log bench-f32-variants.log bench-f32-simt.log; do
   [ -f "$OUT/$log" ] && { echo "--- $log (table)"; grep -E "^\|" "$OUT/$log" | tail -10; }
 done
 echo "total $(elapsed)"
