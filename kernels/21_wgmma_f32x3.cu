@@ -53,7 +53,7 @@
  * Contract: f32 with precision exact on compute capability 9.0 exactly, NN, NT and TT, A and B
  * describable by TMA (16-byte aligned, stored rows of a multiple of 4 floats), any m, n, k,
  * alpha/beta (beta == 0: C not read), any batch; C anywhere (no alignment asked). Grids so short
- * that split-K should do better (tiles for at most a quarter of the SMs, k >= 1024, and
+ * that split-K should do better (tiles for at most a quarter of the SMs, k >= 512, and
  * simt_f32_splitk takes the problem) go to simt_f32_splitk. The rest stays with 09 and 02,
  * registered after this kernel.
  */
@@ -412,9 +412,11 @@ bool wgmma_f32x3_supports(const gk_problem *p, int cc) {
 }
 
 /* Grids this short with a long k, where 09 splits k, go to 09: with one CTA per tile and a
- * quarter of the SMs or fewer busy for a long time, 09's clusters of 2-8 CTAs per tile should do
- * better (to be measured: bench_kernels --kernel wgmma_f32x3 against simt_f32_splitk). */
-constexpr int64_t SPLIT_MIN_K = 1024;
+ * quarter of the SMs or fewer busy, 09's clusters of 4-8 CTAs per tile (30 4-clusters fit) should
+ * do better if 21 runs ~3x 09's rate per SM, once k amortises 09's reduction (~48 k): 09 ~ k / 4
+ * + 48 against 21 ~ k / 3, so from k ~ 512 (to be measured: bench_kernels --kernel
+ * wgmma_f32x3,simt_f32_splitk). */
+constexpr int64_t SPLIT_MIN_K = 512;
 bool split_k_better(const gk_problem *p, int sms) {
   const int64_t tiles = ((p->m + cfg::BR - 1) / cfg::BR) * ((p->n + cfg::BS - 1) / cfg::BS) * p->batch;
   return tiles * 4 <= sms && p->k >= SPLIT_MIN_K && gk_kernel_simt_f32_splitk.supports(p, 90);
@@ -441,8 +443,9 @@ cudaError_t wgmma_f32x3_pipe_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaSt
 
 extern "C" const gk_kernel gk_kernel_wgmma_f32x3 = {
     "wgmma_f32x3",
-    "f32 exact, Hopper TF32 tensor cores: each operand split into two TF32 numbers, three "
-    "products per k tile summed in f32; 16's persistent 128x128x32 tile; not TN (21)",
+    "f32 exact at SGEMM's accuracy, Hopper TF32 tensor cores: each operand split into two TF32 "
+    "numbers, three products per k tile summed in f32; 16's persistent 128x128x32 tile; auto's "
+    "f32 exact on Hopper but for TN, rows TMA cannot read and short grids with long k (21)",
     wgmma_f32x3_supports,
     wgmma_f32x3_launch,
     0,
