@@ -20,14 +20,16 @@
  * Tiling: 16's persistent grid and formulation (D = X * Y^T, X from registers, Y K-major in
  * shared memory; NN as D = C^T; TN refused), tile 128 x 128 x 32, 384 threads (a producer
  * warpgroup whose one thread issues the TMA boxes, two consumer warpgroups of 64 rows each),
- * a 4-stage ring of 32 KB. Per k tile each consumer waits for its previous wgmmas, folds their
- * sum into the tile's, then
- *   - splits Y (the stage's 128 x 32 floats, one 128-byte row per thread, conflict-free through
- *     the swizzle) into a 32 KB scratch of its own (big, then small, at the stage's swizzled
- *     offsets, so one descriptor form serves the stage and the scratch),
+ * a 4-stage ring of 32 KB; where that grid would fill at most half of the SMs (1024^3: 64
+ * tiles), 128 x 64 (wgmma m64n64k8) and 6 stages of 24 KB. Per k tile each consumer waits for
+ * its previous wgmmas, folds their sum into the tile's, then
+ *   - splits Y (the stage's 128 x 32 floats, one 128-byte row per thread, or half of one,
+ *     conflict-free through the swizzle) into a 32 KB scratch of its own (big, then small, at
+ *     the stage's swizzled offsets, so one descriptor form serves the stage and the scratch),
  *   - loads its X fragments (16 floats) from the stage and splits them in registers,
  *   - releases the stage (after a warpgroup barrier: the consumers never wait for each other),
  *   - issues the 12 wgmmas m64n128k8 into the second accumulators, the first with scale_d 0.
+ *     (Tile 128 x 64: Y 64 x 32, a 16 KB scratch, m64n64k8.)
  * The other consumer's wgmmas keep the tensor cores busy meanwhile. C is stored from the
  * accumulators (alpha, beta in f32), each warp writing whole 32-byte sectors; the producer runs
  * ahead into the next tile meanwhile.
@@ -62,14 +64,17 @@
 
 extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
 
-/* 16's narrow tile with a ring of STAGES; after the ring, its barriers and each consumer's
- * 128 column and 64 row flags (within 1 KB), then each consumer's BUFFERS scratches (Y big, Y
- * small), 1 KB aligned. BUFFERS 2 (a variant): a consumer splits the next k tile's Y while its
- * wgmmas of this one still read the other scratch. */
-template <int STAGES_, int BUFFERS_>
-struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, STAGES_> {
-  using base = gk__wgmma_tf32_cfg<128, STAGES_>;
+/* 16's tile, BS = 128 (or 64 where 128 would fill at most half of the SMs) with a ring of
+ * STAGES; after the ring, its barriers and each consumer's BS column and 64 row flags (within
+ * 1 KB), then each consumer's BUFFERS scratches (Y big, Y small), 1 KB aligned. BUFFERS 2 (a
+ * variant): a consumer splits the next k tile's Y while its wgmmas of this one still read the
+ * other scratch. */
+template <int BS_, int STAGES_, int BUFFERS_>
+struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<BS_, STAGES_> {
+  using base = gk__wgmma_tf32_cfg<BS_, STAGES_>;
   using base::STAGES, base::STAGE_BYTES, base::Y_BYTES, base::CONSUMERS, base::BS;
+  /* the Y split: each thread takes Y_CHUNKS 16-byte chunks of one row of Y (BS rows of 8) */
+  static constexpr int Y_CHUNKS = BS * 8 / 128;
   static constexpr int BUFFERS = BUFFERS_;
   static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring */
   static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
@@ -78,6 +83,8 @@ struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<128, STAGES_> {
       1024 + SCRATCH_OFFSET + (size_t)CONSUMERS * BUFFERS * SCRATCH_BYTES;
   static_assert(16 * STAGES + CONSUMERS * (BS + 64) <= 1024, "the barriers and flags fit there");
   static_assert(SMEM_TOTAL <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
+  static_assert(64 * BS * 4 <= SCRATCH_BYTES, "a consumer's tile fits its scratch (specials)");
+  static_assert(Y_CHUNKS == 4 || Y_CHUNKS == 8, "one row of Y per thread, or half of one");
 };
 
 /* The kernel's arguments: 16's, and the operands themselves for the elements recomputed in
@@ -89,8 +96,9 @@ struct gk__f32x3_args : gk__wgmma_tf32_args {
 
 namespace {
 
-using cfg = gk__f32x3_cfg<4, 1>;      /* the registered kernel */
-using cfg_pipe = gk__f32x3_cfg<3, 2>; /* the variant (bench_kernels --variants) */
+using cfg = gk__f32x3_cfg<128, 4, 1>;       /* the registered kernel */
+using cfg_narrow = gk__f32x3_cfg<64, 6, 1>; /* its narrow tile, for short grids */
+using cfg_pipe = gk__f32x3_cfg<128, 3, 2>;  /* a variant (bench_kernels --variants) */
 using f32x3_args = gk__f32x3_args;
 
 #if GK_WGMMA_DEVICE
@@ -153,7 +161,7 @@ struct flags {
  * comment for the order of things; with two scratches (C::BUFFERS), Y is split before the wait
  * for the previous k tile's wgmmas, into the scratch they do not read. */
 template <class C, bool X_MN>
-__device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cfg::ACC],
+__device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&part)[C::ACC],
                                         uint32_t (&xb)[4][4], uint32_t (&xs)[4][4], int it,
                                         bool first, const unsigned char *ring, uint32_t full0,
                                         uint32_t empty0, unsigned char *scratch_ptr,
@@ -169,19 +177,20 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
     pin_after_wait(xs);
     if (!first) /* the previous k tile's sum into the tile's, rounded to nearest */
 #pragma unroll
-      for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
+      for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
   };
   if (C::BUFFERS == 1) previous_done();
   const int buffer = C::BUFFERS == 1 ? 0 : it % C::BUFFERS;
   scratch += buffer * C::SCRATCH_BYTES, scratch_ptr += buffer * C::SCRATCH_BYTES;
-  const unsigned char *tile_x = ring + s * C::STAGE_BYTES, *tile_y = tile_x + cfg::X_BYTES;
-  /* Y: this thread's row (wg_thread) of 32 k, chunk by chunk in logical order (so a quarter
-   * warp's eight rows hit eight different bank groups), big and small at the same offsets */
+  const unsigned char *tile_x = ring + s * C::STAGE_BYTES, *tile_y = tile_x + C::X_BYTES;
+  /* Y: this thread's row of 32 k (BS 128: row wg_thread; 64: half of row wg_thread / 2), chunk
+   * by chunk in logical order (so a quarter warp's eight rows hit eight different bank groups),
+   * big and small at the same offsets */
   {
-    const int r = wg_thread;
+    const int r = wg_thread * C::Y_CHUNKS / 8, j0 = wg_thread * C::Y_CHUNKS % 8;
 #pragma unroll
-    for (int j = 0; j < cfg::ROW_BYTES / 16; ++j) {
-      const int off = r * cfg::ROW_BYTES + ((j ^ (r & 7)) << 4);
+    for (int jj = 0; jj < C::Y_CHUNKS; ++jj) {
+      const int off = r * C::ROW_BYTES + (((j0 + jj) ^ (r & 7)) << 4);
       const float4 v = *reinterpret_cast<const float4 *>(tile_y + off);
       uint4 big, small;
       split(v.x, big.x, small.x, f.y);
@@ -189,19 +198,19 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
       split(v.z, big.z, small.z, f.y);
       split(v.w, big.w, small.w, f.y);
       *reinterpret_cast<uint4 *>(scratch_ptr + off) = big;
-      *reinterpret_cast<uint4 *>(scratch_ptr + cfg::Y_BYTES + off) = small;
+      *reinterpret_cast<uint4 *>(scratch_ptr + C::Y_BYTES + off) = small;
     }
   }
   if (C::BUFFERS > 1) previous_done();
   /* X: the m64k8 fragments of the four k8 steps (rows row_lo and + 8, k = t and t + 4) */
 #pragma unroll
-  for (int kk = 0; kk < cfg::BK / 8; ++kk) {
+  for (int kk = 0; kk < C::BK / 8; ++kk) {
     const int k = kk * 8 + t;
     const int rows[4] = {row_lo, row_lo + 8, row_lo, row_lo + 8}, ks[4] = {k, k, k + 4, k + 4};
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const float v = *reinterpret_cast<const float *>(
-          tile_x + gk__tf32_x_offset<cfg, X_MN>(rows[q], ks[q]));
+          tile_x + gk__tf32_x_offset<C, X_MN>(rows[q], ks[q]));
       split(v, xb[kk][q], xs[kk][q], q % 2 == 0 ? f.lo : f.hi);
     }
     pin(xb[kk]);
@@ -211,16 +220,16 @@ __device__ __forceinline__ void consume(float (&acc)[cfg::ACC], float (&part)[cf
   gk__named_sync(2 + consumer, 128);
   if (wg_thread == 0) gk__mbar_arrive(empty0 + 8 * s); /* every read of the stage is done */
   gk__wgmma_fence();
-  const uint32_t big = scratch, small = scratch + cfg::Y_BYTES;
+  const uint32_t big = scratch, small = scratch + C::Y_BYTES;
 #pragma unroll /* the first starts the k tile's sum afresh (scale_d 0) */
-  for (int kk = 0; kk < cfg::BK / 8; ++kk)
-    gk__tf32_wgmma<cfg::BS>::run(part, xs[kk], gk__wgmma_desc(big + kk * 32, 16, 1024), kk > 0);
+  for (int kk = 0; kk < C::BK / 8; ++kk)
+    gk__tf32_wgmma<C::BS>::run(part, xs[kk], gk__wgmma_desc(big + kk * 32, 16, 1024), kk > 0);
 #pragma unroll
-  for (int kk = 0; kk < cfg::BK / 8; ++kk)
-    gk__tf32_wgmma<cfg::BS>::run(part, xb[kk], gk__wgmma_desc(small + kk * 32, 16, 1024));
+  for (int kk = 0; kk < C::BK / 8; ++kk)
+    gk__tf32_wgmma<C::BS>::run(part, xb[kk], gk__wgmma_desc(small + kk * 32, 16, 1024));
 #pragma unroll
-  for (int kk = 0; kk < cfg::BK / 8; ++kk)
-    gk__tf32_wgmma<cfg::BS>::run(part, xb[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
+  for (int kk = 0; kk < C::BK / 8; ++kk)
+    gk__tf32_wgmma<C::BS>::run(part, xb[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
   gk__wgmma_commit();
 }
 
@@ -240,12 +249,12 @@ __device__ __forceinline__ float exact_dot(const f32x3_args &args, int z, int r,
  * but for one barrier-reduction, where no operand was special. The tile goes through the
  * scratch (64 x 128 floats, free now), so that the flagged elements are shared out evenly and
  * acc is indexed by constants only (else it would live in local memory). */
-template <bool X_MN>
-__device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc)[cfg::ACC],
+template <class C, bool X_MN>
+__device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc)[C::ACC],
                                           const flags &f, unsigned char *flag_bytes,
                                           float *tile, int consumer, int d_row0, int s0, int z,
                                           int wg_thread) {
-  unsigned char *col_flags = flag_bytes, *row_flags = flag_bytes + cfg::BS;
+  unsigned char *col_flags = flag_bytes, *row_flags = flag_bytes + C::BS;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
   /* a row's fragments are spread over its four t lanes */
   bool row_flag[2] = {f.lo >= HUGE_OPERAND, f.hi >= HUGE_OPERAND};
@@ -255,23 +264,26 @@ __device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc
     row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 2);
     if (t == 0) row_flags[warp4 * 16 + g + 8 * e] = row_flag[e];
   }
-  col_flags[wg_thread] = f.y >= HUGE_OPERAND; /* D column s0 + wg_thread */
+  /* D column s0 + the thread's row of Y (half of it each, two threads, where BS is 64) */
+  bool y = f.y >= HUGE_OPERAND;
+  if (C::Y_CHUNKS < 8) y = y || __shfl_xor_sync(0xffffffffu, (int)y, 1);
+  if (wg_thread * C::Y_CHUNKS % 8 == 0) col_flags[wg_thread * C::Y_CHUNKS / 8] = y;
 #pragma unroll
-  for (int i = 0; i < cfg::ACC; ++i) {
+  for (int i = 0; i < C::ACC; ++i) {
     const int j = i / 4, e = (i / 2) % 2, h = i % 2;
-    tile[(warp4 * 16 + g + 8 * e) * cfg::BS + 8 * j + 2 * t + h] = acc[i];
+    tile[(warp4 * 16 + g + 8 * e) * C::BS + 8 * j + 2 * t + h] = acc[i];
   }
   gk__named_sync(2 + consumer, 128);
-  for (int i = wg_thread; i < 64 * cfg::BS; i += 128) {
-    const int r = i / cfg::BS, col = i % cfg::BS;
+  for (int i = wg_thread; i < 64 * C::BS; i += 128) {
+    const int r = i / C::BS, col = i % C::BS;
     if ((row_flags[r] || col_flags[col]) && d_row0 + r < args.rows && s0 + col < args.cols)
       tile[i] = exact_dot<X_MN>(args, z, d_row0 + r, s0 + col);
   }
   gk__named_sync(2 + consumer, 128);
 #pragma unroll
-  for (int i = 0; i < cfg::ACC; ++i) {
+  for (int i = 0; i < C::ACC; ++i) {
     const int j = i / 4, e = (i / 2) % 2, h = i % 2;
-    acc[i] = tile[(warp4 * 16 + g + 8 * e) * cfg::BS + 8 * j + 2 * t + h];
+    acc[i] = tile[(warp4 * 16 + g + 8 * e) * C::BS + 8 * j + 2 * t + h];
   }
   gk__named_sync(2 + consumer, 128); /* read back before the next tile's split writes there */
 }
@@ -286,13 +298,13 @@ __device__ __forceinline__ float scaled(const f32x3_args &args, const float *c, 
  * warp4 * 16 + g and + 8, columns 8j + 2t and + 1) into C: D = C, pairs along C's rows (8-byte
  * stores where aligned); D = C^T, each element on its own, eight consecutive floats of a row of
  * C per quarter warp. Either way a warp's store fills whole 32-byte sectors. */
-template <bool OUT_T>
-__device__ __forceinline__ void store_tile(const f32x3_args &args, const float (&acc)[cfg::ACC],
+template <class C, bool OUT_T>
+__device__ __forceinline__ void store_tile(const f32x3_args &args, const float (&acc)[C::ACC],
                                            int d_row0, int s0, int z, int wg_thread) {
   float *c = args.c + (int64_t)z * args.stride_c;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
 #pragma unroll
-  for (int j = 0; j < cfg::BS / 8; ++j)
+  for (int j = 0; j < C::BS / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int d_row = d_row0 + warp4 * 16 + g + 8 * e, d_col = s0 + 8 * j + 2 * t;
@@ -332,35 +344,35 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const gk__ring ring = gk__ring_init<C>(smem_raw);
   unsigned char *ring_ptr = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw));
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
-  const int tiles_r = (args.rows + cfg::BR - 1) / cfg::BR, tiles_s = (args.cols + cfg::BS - 1) / cfg::BS;
+  const int tiles_r = (args.rows + C::BR - 1) / C::BR, tiles_s = (args.cols + C::BS - 1) / C::BS;
   const int64_t total = (int64_t)tiles_r * tiles_s * problems;
-  const int k_tiles = (args.k + cfg::BK - 1) / cfg::BK;
+  const int k_tiles = (args.k + C::BK - 1) / C::BK;
   int r0, s0, z;
 
   if (warpgroup == 0) { /* producer */
-    gk__setmaxnreg_dec<cfg::PRODUCER_REGS>();
+    gk__setmaxnreg_dec<C::PRODUCER_REGS>();
     if (wg_thread == 0)
       gk__tf32_produce_tiles<C, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
     return;
   }
 
-  gk__setmaxnreg_inc<cfg::CONSUMER_REGS>();
+  gk__setmaxnreg_inc<C::CONSUMER_REGS>();
   const int consumer = warpgroup - 1;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t4 = wg_thread % 4;
   const int row_lo = consumer * 64 + warp4 * 16 + g; /* this thread's fragment rows: + 0, + 8 */
   const int scratch_offset = C::SCRATCH_OFFSET + consumer * C::BUFFERS * C::SCRATCH_BYTES;
   const uint32_t scratch = ring.smem0 + scratch_offset;
   unsigned char *scratch_ptr = ring_ptr + scratch_offset;
-  unsigned char *flag_bytes = ring_ptr + C::FLAGS_OFFSET + consumer * (cfg::BS + 64);
+  unsigned char *flag_bytes = ring_ptr + C::FLAGS_OFFSET + consumer * (C::BS + 64);
   int it = 0;
-  float part[cfg::ACC]; /* each k tile's sum: its first wgmma overwrites it */
+  float part[C::ACC]; /* each k tile's sum: its first wgmma overwrites it */
 #pragma unroll
-  for (int i = 0; i < cfg::ACC; ++i) part[i] = 0.0f;
+  for (int i = 0; i < C::ACC; ++i) part[i] = 0.0f;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    gk__tile_origin(tile, tiles_r, tiles_s, cfg::BR, cfg::BS, &r0, &s0, &z);
-    float acc[cfg::ACC];
+    gk__tile_origin(tile, tiles_r, tiles_s, C::BR, C::BS, &r0, &s0, &z);
+    float acc[C::ACC];
 #pragma unroll
-    for (int i = 0; i < cfg::ACC; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
     uint32_t xb[4][4], xs[4][4];
     flags f = {0.0f, 0.0f, 0.0f};
     for (int kt = 0; kt < k_tiles; ++kt, ++it)
@@ -369,13 +381,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     gk__wgmma_wait<0>();
     pin_after_wait(part);
 #pragma unroll
-    for (int i = 0; i < cfg::ACC; ++i) acc[i] += part[i];
+    for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
     const int d_row0 = r0 + consumer * 64;
     const bool special = fmaxf(f.lo, fmaxf(f.hi, f.y)) >= HUGE_OPERAND;
     if (named_sync_or(2 + consumer, 128, special))
-      fix_specials<X_MN>(args, acc, f, flag_bytes, reinterpret_cast<float *>(scratch_ptr), consumer,
+      fix_specials<C, X_MN>(args, acc, f, flag_bytes, reinterpret_cast<float *>(scratch_ptr), consumer,
                          d_row0, s0, z, wg_thread);
-    store_tile<OUT_T>(args, acc, d_row0, s0, z, wg_thread);
+    store_tile<C, OUT_T>(args, acc, d_row0, s0, z, wg_thread);
   }
 #else
   (void)map_x, (void)map_y, (void)args, (void)problems;
@@ -389,7 +401,7 @@ cudaError_t run(const gk_problem *p, int sms, cudaStream_t stream) {
                                          (int)C::SMEM_TOTAL);
   if (err != cudaSuccess) return err;
   const gk__tf32_plan plan = gk__tf32_plan_for(p, OUT_T);
-  const int64_t tiles = ((plan.args.rows + cfg::BR - 1) / cfg::BR) * ((plan.args.cols + cfg::BS - 1) / cfg::BS);
+  const int64_t tiles = ((plan.args.rows + C::BR - 1) / C::BR) * ((plan.args.cols + C::BS - 1) / C::BS);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
   return gk__for_batch_chunks(p->batch, [&](int64_t first, unsigned count) {
     f32x3_args chunk;
@@ -411,6 +423,11 @@ bool wgmma_f32x3_supports(const gk_problem *p, int cc) {
          gk__tf32_fits(p);
 }
 
+/* 128 x 128 tiles of p (either formulation: they are square). */
+int64_t tiles_128(const gk_problem *p) {
+  return ((p->m + cfg::BR - 1) / cfg::BR) * ((p->n + cfg::BS - 1) / cfg::BS) * p->batch;
+}
+
 /* Grids this short with a long k, where 09 splits k, go to 09: with one CTA per tile and a
  * quarter of the SMs or fewer busy, 09's clusters of 4-8 CTAs per tile (30 4-clusters fit) should
  * do better if 21 runs ~3x 09's rate per SM, once k amortises 09's reduction (~48 k): 09 ~ k / 4
@@ -418,8 +435,7 @@ bool wgmma_f32x3_supports(const gk_problem *p, int cc) {
  * wgmma_f32x3,simt_f32_splitk). */
 constexpr int64_t SPLIT_MIN_K = 512;
 bool split_k_better(const gk_problem *p, int sms) {
-  const int64_t tiles = ((p->m + cfg::BR - 1) / cfg::BR) * ((p->n + cfg::BS - 1) / cfg::BS) * p->batch;
-  return tiles * 4 <= sms && p->k >= SPLIT_MIN_K && gk_kernel_simt_f32_splitk.supports(p, 90);
+  return tiles_128(p) * 4 <= sms && p->k >= SPLIT_MIN_K && gk_kernel_simt_f32_splitk.supports(p, 90);
 }
 
 template <class C>
@@ -432,8 +448,11 @@ cudaError_t launch_with(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t strea
   return run<C, true, false>(p, sms, stream);                                 /* TT */
 }
 
+/* 128 x 64 tiles where 128 x 128 would fill at most half of the SMs (1024^3: 64 tiles), as 08
+ * and 16 narrow theirs */
 cudaError_t wgmma_f32x3_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  return launch_with<cfg>(ctx, p, stream);
+  return tiles_128(p) * 2 <= gk__sm_count(ctx) ? launch_with<cfg_narrow>(ctx, p, stream)
+                                               : launch_with<cfg>(ctx, p, stream);
 }
 cudaError_t wgmma_f32x3_pipe_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   return launch_with<cfg_pipe>(ctx, p, stream);

@@ -33,7 +33,8 @@ struct gk__wgmma_tf32_cfg {
   static constexpr int C_BYTES = CONSUMERS * 64 * C_PITCH, CT_BYTES = CONSUMERS * BS * CT_PITCH;
   static constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static_assert(BS == 128 || BS == 256, "wgmma wrappers exist for m64n128k8 and m64n256k8");
+  static_assert(BS == 64 || BS == 128 || BS == 256,
+                "wgmma wrappers exist for m64n64k8 (21's narrow tile), m64n128k8 and m64n256k8");
   static_assert(BS % KBOX_ROWS == 0 && BR % KBOX_ROWS == 0 && 64 % MNBOX_COLS == 0,
                 "operand tiles are whole TMA boxes, and a consumer's 64 rows whole boxes");
   static_assert(ROW_BYTES == 128, "BK spans exactly one 128-byte swizzle row");
@@ -64,6 +65,25 @@ struct gk__wgmma_tf32_args {
 /* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
  * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
  * old contents ignored (21 starts each k tile's sum so). */
+__device__ __forceinline__ void gk__wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                    uint64_t desc_b, int scale_d = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, scale_d, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 __device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
                                                      uint64_t desc_b, int scale_d = 1) {
   asm volatile(
@@ -128,6 +148,13 @@ __device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], con
 
 template <int N>
 struct gk__tf32_wgmma;
+template <>
+struct gk__tf32_wgmma<64> {
+  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n64k8_tf32_rs(d, a, db, scale_d);
+  }
+};
 template <>
 struct gk__tf32_wgmma<128> {
   static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db,

@@ -1062,8 +1062,9 @@ static void error_stats(const float *out, const double *ref, const double *mag, 
  * above). */
 static void run_f32x3_accuracy(test_env *env)
 {
-  /* tiles enough (> 33) that 21 keeps the problem (see run_f32x3_cases) */
-  static const int64_t shapes[][3] = {{1024, 1024, 1024}, {768, 768, 4096}};
+  /* tiles enough (> 33) that 21 keeps the problem (see run_f32x3_cases): 256 of 128 x 128, then
+   * 64, which 21 runs as 128 of 128 x 64 */
+  static const int64_t shapes[][3] = {{2048, 2048, 1024}, {1024, 1024, 4096}};
   const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3"), *simt = gk_kernel_by_name("simt_f32");
   printf("\nf32x3 accuracy: |err| / (|A| |B|), max / mean over the outputs, against float64\n");
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
@@ -1210,20 +1211,23 @@ static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_
 }
 
 /* The specials on 21 itself in NN, NT and TT, through auto in every transpose (TN: the kernel
- * auto gives it), and on cuBLAS for comparison (not --quick). */
+ * auto gives it), and on cuBLAS for comparison (not --quick); on 21's narrow tile (2 tiles of
+ * 128 x 128), then its wide one (110; not --quick). */
 static void run_f32x3_specials(test_env *env, bool quick)
 {
+  static const int64_t shapes[][3] = {{72, 136, 40}, {1160, 1288, 40}};
   const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3");
   const gk_kernel *kernels[3] = {ours, NULL, env->use_cublas ? &gk_kernel_cublas : NULL};
-  for (int form = 0; form < 2; form++)
-    for (int t = 0; t < 4; t++)
-      for (int r = 0; r < 3; r++) {
-        const test_case tc = {GK_F32, false, 72, 136, 40, 1, t & 1, (t >> 1) & 1, -0.75,
-                              form == 0 && t % 2 ? 0.5 : 0.0, true, false};
-        if ((r == 0 && (t == 1 || ours == NULL)) || (r == 2 && kernels[2] == NULL) || (quick && r == 2))
-          continue; /* t == 1: TN, not 21's */
-        run_f32x3_special_case(env, kernels[r], tc, form);
-      }
+  for (int sh = 0; sh < (quick ? 1 : 2); sh++)
+    for (int form = 0; form < 2; form++)
+      for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 3; r++) {
+          const test_case tc = {GK_F32, false, shapes[sh][0], shapes[sh][1], shapes[sh][2], 1, t & 1,
+                                (t >> 1) & 1, -0.75, form == 0 && t % 2 ? 0.5 : 0.0, true, false};
+          if ((r == 0 && (t == 1 || ours == NULL)) || (r == 2 && kernels[2] == NULL) || (quick && r == 2))
+            continue; /* t == 1: TN, not 21's */
+          run_f32x3_special_case(env, kernels[r], tc, form);
+        }
 }
 
 /* Kernel 21's section: its cases, the specials, and (not --quick) the accuracy table. */
