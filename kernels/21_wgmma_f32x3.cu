@@ -38,12 +38,15 @@
  * as in SGEMM. An infinity would not (its small part, inf - inf, is NaN: inf x 1 would come out
  * NaN), and near FLT_MAX the tensor cores, which truncate, might give FLT_MAX where SGEMM
  * overflows to infinity. So each thread keeps the largest |x| of its X rows and of its Y row
- * over the tile's k; rows of D whose X row reached 2^60 (or infinity) and columns whose Y row
+ * over the tile's k (and the smallest nonzero); rows of D whose X row reached 2^60 (or
+ * infinity) and columns whose Y row
  * did, and only those, are recomputed at the end of the tile as plain FFMA chains over the
  * whole k from global memory: exactly what SGEMM gives there (an infinity against a zero: NaN;
  * inf beside -inf: NaN; overflow as SGEMM's), at no cost where no operand is that large (one
  * barrier-reduction per tile). Below 2^60 no product reaches 2^120 and no k tile's sum in the
- * tensor cores overflows. Subnormal operands go through the split as they are.
+ * tensor cores overflows. Likewise nonzero operands below 2^-113 (subnormals among them): the
+ * split keeps less than 2^-24 of them, its small part falling onto TF32's subnormal grid
+ * (2^-136). Data full of such values (or of values past 2^60) is right but slow here.
  *
  * Bound: shared memory. Per k tile and SM the consumers move ~208 KB (wgmma's reads of Y big
  * and small 96 KB, the split's 96 KB, X's fragments 16 KB): ~1,630 cycles at 128 B a cycle,
@@ -106,16 +109,34 @@ using f32x3_args = gk__f32x3_args;
  * no k tile's sum in the tensor cores (96 products) overflows, where the tensor cores, which
  * truncate, might give FLT_MAX instead of SGEMM's infinity. */
 constexpr float HUGE_OPERAND = 0x1p60f;
+/* Nonzero operands below 2^-113 are flagged too: their small part falls below TF32's smallest
+ * normal (2^-126), onto its subnormal grid of 2^-136, which keeps less than 2^-24 of them
+ * (subnormal operands lose most of their bits). Kept as 2 |x|'s bits - 2 (0 for the smallest
+ * subnormal, 0xfffffffe for a zero, so that a min over them skips zeros). */
+constexpr uint32_t TINY_KEY = 2u * (14u << 23) - 2u; /* 2^-113: exponent field 127 - 113 */
+
+/* Per-thread flags of one tile, for the thread's X rows (lo: row_lo, hi: row_lo + 8) and its Y
+ * row (the D column s0 + the thread's row): the largest |x| (special from HUGE_OPERAND on, or a
+ * NaN ... which fmaxf drops: a NaN makes its row NaN through the tensor cores, as in SGEMM) and
+ * the smallest tiny key (special below TINY_KEY). */
+struct flag {
+  float huge = 0.0f;
+  uint32_t tiny = 0xffffffffu;
+  __device__ __forceinline__ bool special() const { return huge >= HUGE_OPERAND || tiny < TINY_KEY; }
+};
+struct flags {
+  flag lo, hi, y;
+};
 
 /* x split into big (x rounded to TF32's 11 bits, to nearest with ties away, by an integer add
  * on its bits: right for subnormals too) and small (the exact rest x - big, rounded the same
- * way); flag takes the largest |x| seen (a NaN passes unnoticed: it makes its row NaN through
- * the tensor cores, as in SGEMM). */
-__device__ __forceinline__ void split(float x, uint32_t &big, uint32_t &small, float &flag) {
+ * way); f takes x in. */
+__device__ __forceinline__ void split(float x, uint32_t &big, uint32_t &small, flag &f) {
   big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   const float lo = __fsub_rn(x, __uint_as_float(big));
   small = (__float_as_uint(lo) + 0x1000u) & 0xffffe000u;
-  flag = fmaxf(flag, fabsf(x));
+  f.huge = fmaxf(f.huge, fabsf(x));
+  f.tiny = min(f.tiny, __float_as_uint(x) * 2u - 2u);
 }
 
 /* bar.red.or over named barrier id: true in every thread when v was in any. */
@@ -150,12 +171,6 @@ __device__ __forceinline__ void pin_after_wait(uint32_t (&r)[4][4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
 }
-
-/* Per-thread flags of one tile: the largest |operand| of the thread's X rows (lo: row_lo, hi:
- * row_lo + 8) and of its Y row (the D column s0 + wg_thread); special from HUGE_OPERAND on. */
-struct flags {
-  float lo, hi, y;
-};
 
 /* One k tile of a consumer (ring slot it; first: the tile's first k tile). See the opening
  * comment for the order of things; with two scratches (C::BUFFERS), Y is split before the wait
@@ -257,7 +272,7 @@ __device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc
   unsigned char *col_flags = flag_bytes, *row_flags = flag_bytes + C::BS;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
   /* a row's fragments are spread over its four t lanes */
-  bool row_flag[2] = {f.lo >= HUGE_OPERAND, f.hi >= HUGE_OPERAND};
+  bool row_flag[2] = {f.lo.special(), f.hi.special()};
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 1);
@@ -265,7 +280,7 @@ __device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc
     if (t == 0) row_flags[warp4 * 16 + g + 8 * e] = row_flag[e];
   }
   /* D column s0 + the thread's row of Y (half of it each, two threads, where BS is 64) */
-  bool y = f.y >= HUGE_OPERAND;
+  bool y = f.y.special();
   if (C::Y_CHUNKS < 8) y = y || __shfl_xor_sync(0xffffffffu, (int)y, 1);
   if (wg_thread * C::Y_CHUNKS % 8 == 0) col_flags[wg_thread * C::Y_CHUNKS / 8] = y;
 #pragma unroll
@@ -374,7 +389,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
     uint32_t xb[4][4], xs[4][4];
-    flags f = {0.0f, 0.0f, 0.0f};
+    flags f;
     for (int kt = 0; kt < k_tiles; ++kt, ++it)
       consume<C, X_MN>(acc, part, xb, xs, it, kt == 0, ring_ptr, ring.full0, ring.empty0, scratch_ptr,
                     scratch, consumer, row_lo, t4, wg_thread, f);
@@ -383,7 +398,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll
     for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
     const int d_row0 = r0 + consumer * 64;
-    const bool special = fmaxf(f.lo, fmaxf(f.hi, f.y)) >= HUGE_OPERAND;
+    const bool special = f.lo.special() || f.hi.special() || f.y.special();
     if (named_sync_or(2 + consumer, 128, special))
       fix_specials<C, X_MN>(args, acc, f, flag_bytes, reinterpret_cast<float *>(scratch_ptr), consumer,
                          d_row0, s0, z, wg_thread);
