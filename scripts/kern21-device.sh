@@ -72,7 +72,7 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 for tool in memcheck racecheck; do
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
-  step "$tool.log" "compute-sanitizer $tool, --f32x3 --quick" 60 \
+  step "$tool.log" "compute-sanitizer $tool, --f32x3 --quick" 90 \
     "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$tests" --f32x3 --quick --kernel wgmma_f32x3
 done
 if [ -n "$bench" ]; then
