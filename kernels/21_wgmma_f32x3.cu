@@ -34,12 +34,13 @@
  * accumulators (alpha, beta in f32), each warp writing whole 32-byte sectors; the producer runs
  * ahead into the next tile meanwhile.
  *
- * IEEE specials: a NaN operand makes its row of X (column of D) NaN through the tensor cores,
- * as in SGEMM. An infinity would not (its small part, inf - inf, is NaN: inf x 1 would come out
- * NaN), and near FLT_MAX the tensor cores, which truncate, might give FLT_MAX where SGEMM
- * overflows to infinity. So each thread keeps the largest |x| of its X rows and of its Y row
- * over the tile's k (and the smallest nonzero); rows of D whose X row reached 2^60 (or
- * infinity) and columns whose Y row
+ * IEEE specials: the tensor cores would not give SGEMM's answer for an infinity (its small
+ * part, inf - inf, is NaN: inf x 1 would come out NaN), nor for every NaN (the rounding add
+ * turns a NaN of mantissa 0x7ff000 and up, CUDA's own 0x7fffffff among them, into a zero), and
+ * near FLT_MAX, truncating, they might give FLT_MAX where SGEMM overflows to infinity. So each
+ * thread keeps the largest |x| of its X rows and of its Y row over the tile's k (NaN once one
+ * was NaN, and the smallest nonzero); rows of D whose X row reached 2^60 (an infinity, a NaN)
+ * and columns whose Y row
  * did, and only those, are recomputed at the end of the tile as plain FFMA chains over the
  * whole k from global memory: exactly what SGEMM gives there (an infinity against a zero: NaN;
  * inf beside -inf: NaN; overflow as SGEMM's), at no cost where no operand is that large (one
@@ -116,13 +117,14 @@ constexpr float HUGE_OPERAND = 0x1p60f;
 constexpr uint32_t TINY_KEY = 2u * (14u << 23) - 2u; /* 2^-113: exponent field 127 - 113 */
 
 /* Per-thread flags of one tile, for the thread's X rows (lo: row_lo, hi: row_lo + 8) and its Y
- * row (the D column s0 + the thread's row): the largest |x| (special from HUGE_OPERAND on, or a
- * NaN ... which fmaxf drops: a NaN makes its row NaN through the tensor cores, as in SGEMM) and
- * the smallest tiny key (special below TINY_KEY). */
+ * row (the D column s0 + the thread's row): the largest |x|, NaN once a NaN was seen (special
+ * from HUGE_OPERAND on, or NaN: the split's rounding add carries a NaN of mantissa 0x7ff000 and
+ * up, CUDA's own 0x7fffffff among them, into the sign bit and makes it a zero), and the
+ * smallest tiny key (special below TINY_KEY). */
 struct flag {
   float huge = 0.0f;
   uint32_t tiny = 0xffffffffu;
-  __device__ __forceinline__ bool special() const { return huge >= HUGE_OPERAND || tiny < TINY_KEY; }
+  __device__ __forceinline__ bool special() const { return !(huge < HUGE_OPERAND) || tiny < TINY_KEY; }
 };
 struct flags {
   flag lo, hi, y;
@@ -135,7 +137,7 @@ __device__ __forceinline__ void split(float x, uint32_t &big, uint32_t &small, f
   big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   const float lo = __fsub_rn(x, __uint_as_float(big));
   small = (__float_as_uint(lo) + 0x1000u) & 0xffffe000u;
-  f.huge = fmaxf(f.huge, fabsf(x));
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(f.huge) : "f"(f.huge), "f"(fabsf(x))); /* NaN sticks */
   f.tiny = min(f.tiny, __float_as_uint(x) * 2u - 2u);
 }
 
@@ -249,7 +251,7 @@ __device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&part)[C::A
 }
 
 /* D (r, s) of problem z as an FFMA chain over the whole k, from global memory: SGEMM's answer
- * for the elements whose operands hold an infinity, a NaN or a huge value. */
+ * for the elements whose operands hold an infinity, a NaN, a huge or a tiny value. */
 template <bool X_MN>
 __device__ __forceinline__ float exact_dot(const f32x3_args &args, int z, int r, int s) {
   const float *x = args.x + (int64_t)z * args.x_stride;

@@ -1128,11 +1128,11 @@ static int fp_class(double v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : 2)
 /* IEEE special values through 21 (and auto, and cuBLAS for comparison), against an IEEE float64
  * loop (BLAS may skip zeros) rounded to f32: each element's class (NaN, +inf, -inf, finite) as
  * SGEMM gives it, the finite ones within 1e-5 of their magnitude. form 0: +inf against a zero of
- * B, a NaN, a NaN whose payload is in TF32's cut bits only, -inf in B against a zero of A,
- * FLT_MAX / 2 beside 3/4 FLT_MAX (overflow or not, by B's signs), FLT_MAX / 4 (21 recomputes
- * such rows as FFMA chains), rows of ~2^50 and ~2^-110 (21's tensor-core path, near the ends of
- * its range), beta over a C0 holding +inf and a NaN; form 1: A subnormal throughout against B of
- * ~2^110 (products ~2^-20; 21 recomputes them all as FFMA chains). */
+ * B, a NaN, a NaN whose payload is in TF32's cut bits only, CUDA's NaN (0x7fffffff), -inf in B
+ * against a zero of A, FLT_MAX / 2 beside 3/4 FLT_MAX (overflow or not, by B's signs), FLT_MAX
+ * / 4 (21 recomputes such rows as FFMA chains), rows of ~2^50 and ~2^-110 (21's tensor-core
+ * path, near the ends of its range), beta over a C0 holding +inf and a NaN; form 1: A subnormal
+ * throughout against B of ~2^110 (products ~2^-20; 21 recomputes them all as FFMA chains). */
 static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_case tc, int form)
 {
   const int64_t m = tc.m, n = tc.n, k = tc.k, ce = m * n;
@@ -1151,7 +1151,9 @@ static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_
     *at_a(a, &tc, 6, 1) = FLT_MAX * 0.75f;
     *at_a(a, &tc, 8, 2) = FLT_MAX * 0.25f;
     const uint32_t low_nan = 0x7f800001u; /* a NaN that TF32's truncation would make +inf */
+    const uint32_t cuda_nan = 0x7fffffffu; /* CUDA's own NaN: a rounding add carries it over */
     memcpy(at_b(b, &tc, 13, 15), &low_nan, 4);
+    memcpy(at_a(a, &tc, 12, 20), &cuda_nan, 4);
     for (int64_t l = 0; l < k; l++) {
       *at_a(a, &tc, 9, l) *= 0x1p50f;
       *at_a(a, &tc, 10, l) *= 0x1p-110f;
