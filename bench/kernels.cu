@@ -1,7 +1,7 @@
 /*
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
- *   bench_kernels [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
+ *   bench_kernels [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
  *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64; i8 with B n x k and i8nn
@@ -19,6 +19,9 @@
  *      different output type, so C = D is f32); each candidate's output is checked against
  *      cublasGemmStridedBatchedEx's before it is timed, and the fastest checked candidate is
  *      the cuBLAS figure of the row ("via": ex, lt, lt-f32out).
+ * With --kernel a,b,... each mode and shape gets a row per named kernel (where it takes the
+ * shape; else the selector's choice), each against cuBLAS timed again in that row: e.g.
+ * `--dtype f32 --kernel wgmma_f32x3,simt_f32` sets kernel 21 beside 02 (both exact f32).
  * The last lines are the table (plain, or Markdown with --markdown for bench/RESULTS.md).
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
@@ -29,7 +32,8 @@
  * cublasGemmStridedBatchedEx and cublasLt in the same way.
  *
  * --variants instead times other tile configurations of the fast kernels (instantiated here from
- * their templates, no transpose, aligned rows; 09's split counts forced) at 1024^3,
+ * their templates, or exported unregistered, as 21's; no transpose, aligned rows; 09's split
+ * counts forced; with --kernel, only the variants of those names) at 1024^3,
  * 1000x1200x800 and 2048^3 to 8192^3 (--quick: up to 4096^3), with the same checks: the tuning
  * table behind each kernel's chosen configuration (bench/RESULTS.md, "Kernel history").
  */
@@ -54,6 +58,9 @@
 #include "gk_fast_simt_splitk.cuh"
 #include "gk_fast_tf32.cuh"
 #include "gk_gpu.h"
+
+/* 21's registered form and its unregistered variant (kernels/21_wgmma_f32x3.cu), for --variants */
+extern "C" const gk_kernel gk_kernel_wgmma_f32x3, gk_kernel_wgmma_f32x3_pipe;
 
 #ifndef GEMMD_GIT_COMMIT
 #define GEMMD_GIT_COMMIT "unknown"
@@ -157,6 +164,7 @@ struct variant {
   gk_kernel kernel;
 };
 const variant kVariants[] = {
+    {0, gk_kernel_wgmma_f32x3},             {0, gk_kernel_wgmma_f32x3_pipe},
     {0, SIMT_F32(128, 128, 8, 2, false)},   {0, SIMT_F32(128, 128, 16, 2, false)},
     {0, SIMT_F32(128, 128, 16, 2, true)},   {0, SIMT_F32(128, 128, 8, 2, true)},
     {0, SIMT_F32_ONE_PER_SM(256, 128, 16)}, {0, SIMT_F32_ONE_PER_SM(128, 256, 16)},
@@ -508,6 +516,16 @@ void lt_candidates(const lt_state &lt, const mode &md, std::vector<gk_problem> &
   }
 }
 
+/* True when name is one of list's comma-separated names. */
+bool listed(const char *list, const char *name) {
+  const size_t len = strlen(name);
+  for (const char *at = list; at != NULL; at = strchr(at, ',')) {
+    at += *at == ',';
+    if (strncmp(at, name, len) == 0 && (at[len] == ',' || at[len] == '\0')) return true;
+  }
+  return false;
+}
+
 /* One row: `forced` (a variant) or the selector's choice, against cuBLAS. */
 row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &opt,
               cudaStream_t stream, double *sums, const gk_kernel *forced, const lt_state *lt) {
@@ -659,7 +677,7 @@ void print_splitk_occupancy() {
 
 int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--markdown] [--kernel NAME] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
+          "usage: %s [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
           "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;
@@ -727,6 +745,7 @@ int main(int argc, char **argv) {
     print_splitk_occupancy();
     for (const variant &v : kVariants) {
       const mode &md = kModes[v.mode];
+      if (strcmp(opt.kernel, "auto") != 0 && !listed(opt.kernel, v.kernel.name)) continue;
       if (opt.only_dtype && strcmp(opt.only_dtype, md.name) != 0) continue;
       if (opt.small_batches) {
         for (const shape &sh : kSmallBatches)
@@ -744,8 +763,18 @@ int main(int argc, char **argv) {
           record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
         continue;
       }
-      for (const shape &sh : kShapes)
-        if (!opt.quick || sh.quick) record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
+      for (const shape &sh : kShapes) {
+        if (opt.quick && !sh.quick) continue;
+        /* one row per name of --kernel's list */
+        for (const char *name = opt.kernel; name != NULL; name = strchr(name, ',')) {
+          name += *name == ',';
+          char one[64];
+          snprintf(one, sizeof(one), "%.*s", (int)strcspn(name, ","), name);
+          options named = opt;
+          named.kernel = one;
+          record(bench_one(ctx, md, sh, named, stream, sums, NULL, lt));
+        }
+      }
     }
   }
   print_table(rows, opt.markdown, device);

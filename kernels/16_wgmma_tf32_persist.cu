@@ -165,13 +165,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   if (warpgroup == 0) { /* producer */
     gk__setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (wg_thread != 0) return;
-    int it = 0; /* k tiles loaded so far: the ring's running slot */
-    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
-      gk__tile_origin(t, tiles_r, tiles_s, C::BR, C::BS, &r0, &s0, &z);
-      for (int kt = 0; kt < k_tiles; ++kt, ++it)
-        gk__tf32_produce<C, X_MN>(ring, it, &map_x, &map_y, r0, s0, kt * C::BK, z);
-    }
+    if (wg_thread == 0)
+      gk__tf32_produce_tiles<C, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
     return;
   }
 

@@ -3,7 +3,9 @@
 # bench/RESULTS.md). Registration order is the selector's preference within a dtype: the
 # TF32 kernels first (they only accept f32 with precision "fast"; the Hopper ones, 16 (persistent,
 # k <= 512 and when TMA can also store C) and 08, take cc 9.0, TMA-describable operands and every transpose
-# but TN, before mma.sync, 05), then the
+# but TN, before mma.sync, 05), then for f32 exact the Hopper kernel 21 (three TF32 products
+# on the tensor cores with SGEMM's accuracy: cc 9.0, TMA-describable operands, every transpose
+# but TN; it hands the short grids with long k to 09), then the
 # exact SIMT f32 kernels (09, split-K over a cluster, takes only the short grids it splits on
 # cc >= 9.0; 02 the rest);
 # for f64 the Hopper tensor-core kernel (10, sm_90 mma shapes), then 06 (m8n8k4, cc >= 8.0), then
@@ -35,7 +37,8 @@ list(APPEND GK_GPU_SOURCES
   17_wgmma_i8_persist.cu
   18_mma_i8_small.cu
   19_wgmma_fp8_persist.cu
-  20_mma_fp8_small.cu)
+  20_mma_fp8_small.cu
+  21_wgmma_f32x3.cu)
 list(APPEND GK_FAST_KERNELS
   gk_kernel_mma_i8_small
   gk_kernel_wgmma_i8_persist
@@ -48,6 +51,7 @@ list(APPEND GK_FAST_KERNELS
   gk_kernel_wgmma_tf32_persist
   gk_kernel_wgmma_tf32
   gk_kernel_mma_tf32
+  gk_kernel_wgmma_f32x3
   gk_kernel_simt_f32_splitk
   gk_kernel_simt_f32
   gk_kernel_wgmma_f16_persist

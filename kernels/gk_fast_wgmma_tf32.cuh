@@ -33,7 +33,8 @@ struct gk__wgmma_tf32_cfg {
   static constexpr int C_BYTES = CONSUMERS * 64 * C_PITCH, CT_BYTES = CONSUMERS * BS * CT_PITCH;
   static constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + 1024 + 16 * STAGES;
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static_assert(BS == 128 || BS == 256, "wgmma wrappers exist for m64n128k8 and m64n256k8");
+  static_assert(BS == 64 || BS == 128 || BS == 256,
+                "wgmma wrappers exist for m64n64k8 (21's narrow tile), m64n128k8 and m64n256k8");
   static_assert(BS % KBOX_ROWS == 0 && BR % KBOX_ROWS == 0 && 64 % MNBOX_COLS == 0,
                 "operand tiles are whole TMA boxes, and a consumer's 64 rows whole boxes");
   static_assert(ROW_BYTES == 128, "BK spans exactly one 128-byte swizzle row");
@@ -62,9 +63,29 @@ struct gk__wgmma_tf32_args {
 
 #if GK_WGMMA_DEVICE
 /* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
- * K-major shared-memory descriptor. tf32 takes no transpose immediates. */
+ * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
+ * old contents ignored (21 starts each k tile's sum so). */
+__device__ __forceinline__ void gk__wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                    uint64_t desc_b, int scale_d = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred scale_d;\n"
+      "setp.ne.b32 scale_d, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, scale_d, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 __device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
+                                                     uint64_t desc_b, int scale_d = 1) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -85,11 +106,11 @@ __device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], cons
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 __device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b) {
+                                                     uint64_t desc_b, int scale_d = 1) {
   asm volatile(
       "{\n"
       ".reg .pred scale_d;\n"
@@ -122,21 +143,30 @@ __device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], con
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 template <int N>
 struct gk__tf32_wgmma;
 template <>
+struct gk__tf32_wgmma<64> {
+  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n64k8_tf32_rs(d, a, db, scale_d);
+  }
+};
+template <>
 struct gk__tf32_wgmma<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n128k8_tf32_rs(d, a, db);
+  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n128k8_tf32_rs(d, a, db, scale_d);
   }
 };
 template <>
 struct gk__tf32_wgmma<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-    gk__wgmma_m64n256k8_tf32_rs(d, a, db);
+  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    gk__wgmma_m64n256k8_tf32_rs(d, a, db, scale_d);
   }
 };
 
@@ -222,6 +252,21 @@ __device__ __forceinline__ void gk__tf32_produce(const gk__ring &ring, int it, c
 #pragma unroll
   for (int b = 0; b < C::BS / C::KBOX_ROWS; ++b)
     gk__tma_load_3d(sy + b * C::KBOX_BYTES, map_y, k0, s0 + b * C::KBOX_ROWS, z, bar);
+}
+
+/* The producer of the persistent kernels (16, 21): one thread loads every k tile of the CTA's
+ * tiles of D (blockIdx.x, + gridDim.x, ... of `total` over the batch chunk, in the grouped
+ * order) into the ring, whose running slot goes on across tiles as the consumers' does. */
+template <class C, bool X_MN>
+__device__ __forceinline__ void gk__tf32_produce_tiles(const gk__ring &ring, const CUtensorMap *map_x,
+                                                       const CUtensorMap *map_y, int tiles_r,
+                                                       int tiles_s, int64_t total, int k_tiles) {
+  int it = 0, r0, s0, z;
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    gk__tile_origin(t, tiles_r, tiles_s, C::BR, C::BS, &r0, &s0, &z);
+    for (int kt = 0; kt < k_tiles; ++kt, ++it)
+      gk__tf32_produce<C, X_MN>(ring, it, map_x, map_y, r0, s0, kt * C::BK, z);
+  }
 }
 #endif /* GK_WGMMA_DEVICE */
 

@@ -59,29 +59,8 @@ if git rev-parse HEAD >/dev/null 2>&1 && [ -n "$(git status --porcelain --untrac
 fi
 
 # ---- dependencies from .deps/ -------------------------------------------------------------
-# Only where the machine lacks them: on a machine with the packages installed, pointing
-# pkg-config at /opt/deps would hide the system's own libuv, libyaml and systemd.
-if ! pkg-config --exists msgpack openblas check 2>/dev/null && ls .deps/*.deb >/dev/null 2>&1; then
-  mkdir -p /opt/deps
-  for deb in .deps/*.deb; do
-    dpkg -x "$deb" /opt/deps || echo "gpu-run: could not unpack $deb" >&2
-  done
-  export PKG_CONFIG_LIBDIR=/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/opt/deps/usr/share/pkgconfig:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig
-  export PKG_CONFIG_SYSROOT_DIR=/opt/deps
-  # libmicrohttpd.pc names gnutls only as Requires.private (static linking): the machine's own
-  # libgnutls.so.30 serves the shared library, so a stub .pc is all pkg-config needs here.
-  if [ ! -f /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc ]; then
-    printf 'Name: gnutls\nDescription: stub for the GPU machine (shared lib from the system)\nVersion: 3.7.9\nLibs:\nCflags:\n' \
-      >/opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/gnutls.pc
-  fi
-  export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread:${LD_LIBRARY_PATH:-}
-  # msgpack.pc names no -L (its libdir is a system one), so the linker must look there itself
-  export LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
-  deps="from .deps ($(ls .deps/*.deb | wc -l) packages) in /opt/deps"
-else
-  deps="system"
-fi
-export PATH=$PATH:/usr/local/cuda/bin
+# shellcheck source=scripts/gpu-deps-env.sh
+. scripts/gpu-deps-env.sh
 # Debian's pure-Python msgpack (scripts/gpu-deps.sh puts it there) for the Python tests
 [ -d .deps/python ] && export PYTHONPATH=$root/.deps/python${PYTHONPATH:+:$PYTHONPATH}
 

@@ -3,7 +3,7 @@
  * against a float64 CPU reference and against cuBLAS.
  *
  *   test_gpu_kernels [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] [--registry]
- *                    [--probe]
+ *                    [--probe] [--f32x3]
  *
  * Default: the full matrix (sizes 1 to 2048^3, plus 8192^3 f32 and bf16
  * against cuBLAS only), all four transpose combinations, plain and with
@@ -16,10 +16,13 @@
  *               events (median of 10 after 2 warm-ups) beside cuBLAS.
  *   --registry  checks the registry and selector; needs no GPU.
  *   --probe     only says whether a CUDA device is there (exit 0 or 77).
+ *   --f32x3     only kernel 21's section (wgmma_f32x3: its shapes, IEEE specials and, unless
+ *               --quick, the accuracy table against cuBLAS's SGEMM), which the full run has too.
  * Exit: 0 all passed, 1 a failure, 77 no CUDA device (ctest SKIP_RETURN_CODE).
  */
 #include <cblas.h>
 #include <cuda_runtime_api.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -978,6 +981,277 @@ static void run_fp8(test_env *env, bool quick)
   run_8bit(env, quick, GK_E5M2, scalars, -0.5, 5, run_fp8_case);
 }
 
+/* ---- kernel 21 (wgmma_f32x3): f32 exact from three TF32 products -------------------------- */
+
+/* Shapes 21 takes in NN, NT and TT (every stored row a multiple of 4 floats), ragged against its
+ * 128 x 128 x 32 tile: k tails, a thin m, more tiles than SMs (the persistent walk), batches;
+ * every kernel that takes them against float64 and cuBLAS, plain and with alpha/beta. Where k
+ * is 512 or more, more than 33 tiles, or 21 hands the problem to simt_f32_splitk. */
+static void run_f32x3_cases(test_env *env, bool quick)
+{
+  static const int64_t shapes[][4] = {{132, 260, 100, 1}, {264, 136, 72, 40}, {300, 196, 1028, 8},
+                                      {516, 388, 36, 2},  {4, 516, 260, 3},   {1000, 1200, 800, 1},
+                                      {136, 128, 1536, 1}}; /* the last: 21 hands it to 09 */
+  const size_t count = quick ? 2 : sizeof(shapes) / sizeof(shapes[0]);
+  for (size_t s = 0; s < count; s++)
+    for (int t = 0; t < 4; t++)
+      for (int variant = 0; variant < 2; variant++) {
+        if (quick && t == 1)
+          continue; /* TN: not 21's, and --quick is the sanitizers' run of 21 */
+        const int64_t *sh = shapes[s];
+        const test_case tc = {GK_F32, false, sh[0], sh[1], sh[2], sh[3], t & 1, (t >> 1) & 1,
+                              variant ? -0.75 : 1.0, variant ? 1.5 : 0.0, true, !quick};
+        run_case(env, &tc);
+      }
+}
+
+/* The input kinds of the accuracy table (as bench/f32x3_accuracy.py makes them). */
+enum { KIND_UNIFORM, KIND_NORMAL, KIND_WIDE, KIND_CANCEL, KIND_COUNT };
+static const char *const kind_names[KIND_COUNT] = {"uniform", "normal", "wide", "cancel"};
+
+static double rng_normal(void) /* Box-Muller */
+{
+  const double u1 = ((double)(rng_next() >> 11) + 1.0) * 0x1.0p-53, u2 = rng_uniform();
+  return sqrt(-2.0 * log(u1)) * cos(3.14159265358979323846 * u2);
+}
+
+/* One value of a kind (cancellation: uniform, the structure is fill_kind's). */
+static double kind_draw(int kind)
+{
+  if (kind == KIND_NORMAL)
+    return rng_normal();
+  if (kind == KIND_WIDE)
+    return (rng_next() & 1 ? -1.0 : 1.0) * exp2(30.0 * rng_uniform());
+  return rng_uniform();
+}
+
+/* A (m x k) and B (k x n), row-major: uniform [-1, 1), normal, random signs with exponents
+ * spread evenly over 2^-30 .. 2^30, or cancellation-heavy (the second half of k repeats the
+ * first with A negated and perturbed by ~2^-10: each output ~2^-10 of its terms). */
+static void fill_kind(int kind, float *a, float *b, int64_t m, int64_t n, int64_t k)
+{
+  const int64_t h = kind == KIND_CANCEL ? k / 2 : k; /* l >= h: the repeated half */
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t l = 0; l < k; l++)
+      a[i * k + l] = l < h ? (float)kind_draw(kind)
+                           : (float)(-a[i * k + l - h] * (1.0 + rng_uniform() * 0x1p-10));
+  for (int64_t l = 0; l < k; l++)
+    for (int64_t j = 0; j < n; j++)
+      b[l * n + j] = l < h ? (float)kind_draw(kind) : b[(l - h) * n + j];
+}
+
+/* max and mean over the outputs of |out - ref| / mag */
+static void error_stats(const float *out, const double *ref, const double *mag, int64_t count,
+                        double *max, double *mean)
+{
+  double worst = 0, sum = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double e = isfinite(out[i]) ? fabs(out[i] - ref[i]) / mag[i] : INFINITY;
+    worst = fmax(worst, e);
+    sum += e;
+  }
+  *max = worst, *mean = sum / (double)count;
+}
+
+/* Slack on cuBLAS's figures: the max over the outputs of a heavy-tailed error moves by +-20%
+ * from one draw to the next (bench/f32x3_accuracy.py, seeds 1-5), the mean by a few per cent;
+ * 21 must be within these of cuBLAS's SGEMM on the same inputs, or better. */
+#define F32X3_MAX_SLACK 1.25
+#define F32X3_MEAN_SLACK 1.05
+
+/* The accuracy table: 21, cuBLAS's SGEMM and simt_f32 on the same inputs of each kind, NN,
+ * against float64; 21's max and mean of |err| / (|A| |B|) no worse than cuBLAS's (the slack
+ * above). */
+static void run_f32x3_accuracy(test_env *env)
+{
+  /* tiles enough (> 33) that 21 keeps the problem (see run_f32x3_cases): 256 of 128 x 128, then
+   * 64, which 21 runs as 128 of 128 x 64 */
+  static const int64_t shapes[][3] = {{2048, 2048, 1024}, {1024, 1024, 4096}};
+  const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3"), *simt = gk_kernel_by_name("simt_f32");
+  printf("\nf32x3 accuracy: |err| / (|A| |B|), max / mean over the outputs, against float64\n");
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+    for (int kind = 0; kind < KIND_COUNT; kind++) {
+      const test_case tc = {GK_F32, false, shapes[s][0], shapes[s][1], shapes[s][2], 1, false,
+                            false, 1.0, 0.0, true, true};
+      const int64_t ae = tc.m * tc.k, be = tc.k * tc.n, ce = tc.m * tc.n;
+      float *a = xmalloc((size_t)ae * 4), *b = xmalloc((size_t)be * 4), *out = xmalloc((size_t)ce * 4);
+      fill_kind(kind, a, b, tc.m, tc.n, tc.k);
+      double *ref = reference64(&tc, a, b, NULL), *mag = reference64_of(&tc, a, b, NULL, true);
+      void *d_a = to_device(a, (size_t)ae * 4), *d_b = to_device(b, (size_t)be * 4), *d_c;
+      CUDA_OR_DIE(cudaMalloc(&d_c, (size_t)ce * 4));
+      CUDA_OR_DIE(cudaDeviceSynchronize());
+      const gk_problem p = {.dtype = GK_F32, .m = tc.m, .n = tc.n, .k = tc.k, .batch = 1,
+                            .alpha = 1.0, .a = d_a, .b = d_b, .c = d_c};
+      const gk_kernel *runs[3] = {ours, &gk_kernel_cublas, simt};
+      double max[3] = {NAN, NAN, NAN}, mean[3] = {NAN, NAN, NAN};
+      const char *failure = NULL;
+      for (int r = 0; r < 3; r++) {
+        if (runs[r] == NULL || !runs[r]->supports(&p, gk_gpu_ctx_cc(env->ctx)))
+          continue;
+        const cudaError_t err = run_kernel(env, runs[r], &p, NULL, (size_t)ce * 4, out);
+        if (err != cudaSuccess) {
+          failure = cudaGetErrorString(err);
+          continue;
+        }
+        error_stats(out, ref, mag, ce, &max[r], &mean[r]);
+      }
+      const bool ok = failure == NULL && max[0] <= F32X3_MAX_SLACK * max[1] &&
+                      mean[0] <= F32X3_MEAN_SLACK * mean[1];
+      printf("| %-7s | %lldx%lldx%lld | 21 %.2e / %.2e | cublas %.2e / %.2e | simt_f32 %.2e / %.2e | "
+             "21/cublas %.2f / %.2f | %s%s%s\n",
+             kind_names[kind], (long long)tc.m, (long long)tc.n, (long long)tc.k, max[0], mean[0],
+             max[1], mean[1], max[2], mean[2], max[0] / max[1], mean[0] / mean[1],
+             ok ? "PASS" : "FAIL", failure ? ": " : "", failure ? failure : "");
+      fflush(stdout);
+      env->cases++;
+      env->failures += !ok;
+      CUDA_OR_DIE(cudaFree(d_a));
+      CUDA_OR_DIE(cudaFree(d_b));
+      CUDA_OR_DIE(cudaFree(d_c));
+      free(a), free(b), free(out), free(ref), free(mag);
+    }
+}
+
+/* An element of op(A) (i, l) / op(B) (l, j) in its stored place. */
+static float *at_a(float *a, const test_case *tc, int64_t i, int64_t l)
+{
+  return a + (tc->trans_a ? l * tc->m + i : i * tc->k + l);
+}
+static float *at_b(float *b, const test_case *tc, int64_t l, int64_t j)
+{
+  return b + (tc->trans_b ? j * tc->k + l : l * tc->n + j);
+}
+
+/* 0 NaN, 1 +inf, 2 -inf, 3 finite */
+static int fp_class(double v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : 2) : 3; }
+
+/* IEEE special values through 21 (and auto, and cuBLAS for comparison), against an IEEE float64
+ * loop (BLAS may skip zeros) rounded to f32: each element's class (NaN, +inf, -inf, finite) as
+ * SGEMM gives it, the finite ones within 1e-5 of their magnitude. form 0: +inf against a zero of
+ * B, a NaN, a NaN whose payload is in TF32's cut bits only, CUDA's NaN (0x7fffffff), -inf in B
+ * against a zero of A, FLT_MAX / 2 beside 3/4 FLT_MAX (overflow or not, by B's signs), FLT_MAX
+ * / 4 (21 recomputes such rows as FFMA chains), rows of ~2^50 and ~2^-110 (21's tensor-core
+ * path, near the ends of its range), beta over a C0 holding +inf and a NaN; form 1: A subnormal
+ * throughout against B of ~2^110 (products ~2^-20; 21 recomputes them all as FFMA chains). */
+static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_case tc, int form)
+{
+  const int64_t m = tc.m, n = tc.n, k = tc.k, ce = m * n;
+  float *a = xmalloc((size_t)(m * k) * 4), *b = xmalloc((size_t)(k * n) * 4);
+  float *c0 = xmalloc((size_t)ce * 4), *out = xmalloc((size_t)ce * 4);
+  fill_random(a, GK_F32, m * k);
+  fill_random(b, GK_F32, k * n);
+  fill_random(c0, GK_F32, ce);
+  if (form == 0) {
+    *at_a(a, &tc, 1, 3) = INFINITY;
+    *at_b(b, &tc, 3, 5) = 0.0f;
+    *at_a(a, &tc, 2, 7) = NAN;
+    *at_b(b, &tc, 11, 9) = -INFINITY;
+    *at_a(a, &tc, 4, 11) = 0.0f;
+    *at_a(a, &tc, 6, 0) = FLT_MAX * 0.5f;
+    *at_a(a, &tc, 6, 1) = FLT_MAX * 0.75f;
+    *at_a(a, &tc, 8, 2) = FLT_MAX * 0.25f;
+    const uint32_t low_nan = 0x7f800001u; /* a NaN that TF32's truncation would make +inf */
+    const uint32_t cuda_nan = 0x7fffffffu; /* CUDA's own NaN: a rounding add carries it over */
+    memcpy(at_b(b, &tc, 13, 15), &low_nan, 4);
+    memcpy(at_a(a, &tc, 12, 20), &cuda_nan, 4);
+    for (int64_t l = 0; l < k; l++) {
+      *at_a(a, &tc, 9, l) *= 0x1p50f;
+      *at_a(a, &tc, 10, l) *= 0x1p-110f;
+    }
+    c0[0] = INFINITY;
+    c0[3 * n + 3] = NAN;
+  } else {
+    for (int64_t i = 0; i < m * k; i++)
+      a[i] *= 0x1p-130f;
+    for (int64_t i = 0; i < k * n; i++)
+      b[i] *= 0x1p110f;
+  }
+  double *ref = xmalloc((size_t)ce * 8), *mag = xmalloc((size_t)ce * 8);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t l = 0; l < k; l++) {
+        const double av = *at_a(a, &tc, i, l), bv = *at_b(b, &tc, l, j);
+        sum += av * bv;
+        abs_sum += fabs(av) * fabs(bv);
+      }
+      const double from = tc.beta != 0.0 ? c0[i * n + j] : 0.0;
+      /* the sum in f32 first (it overflows there, before alpha scales it), then f32's result */
+      ref[i * n + j] = (float)(tc.alpha * (float)sum + tc.beta * from);
+      mag[i * n + j] = fabs(tc.alpha) * abs_sum + fabs(tc.beta * from);
+    }
+  void *d_a = to_device(a, (size_t)(m * k) * 4), *d_b = to_device(b, (size_t)(k * n) * 4);
+  void *d_c0 = to_device(c0, (size_t)ce * 4), *d_c;
+  CUDA_OR_DIE(cudaMalloc(&d_c, (size_t)ce * 4));
+  CUDA_OR_DIE(cudaDeviceSynchronize());
+  const gk_problem p = {.dtype = GK_F32, .trans_a = tc.trans_a, .trans_b = tc.trans_b, .m = m,
+                        .n = n, .k = k, .batch = 1, .alpha = tc.alpha, .beta = tc.beta, .a = d_a,
+                        .b = d_b, .c = d_c};
+  const gk_kernel *used = kernel;
+  if (tc.beta != 0.0)
+    CUDA_OR_DIE(cudaMemcpyAsync(d_c, d_c0, (size_t)ce * 4, cudaMemcpyDeviceToDevice, env->stream));
+  else
+    CUDA_OR_DIE(cudaMemsetAsync(d_c, 0xFF, (size_t)ce * 4, env->stream));
+  const cudaError_t err = run_on(env, kernel, &p, out, (size_t)ce * 4, &used);
+  int64_t wrong_class = 0, wrong_value = 0;
+  for (int64_t e = 0; err == cudaSuccess && e < ce; e++) {
+    if (fp_class(out[e]) != fp_class(ref[e]))
+      wrong_class++;
+    else if (isfinite(ref[e]) && !(fabs(out[e] - ref[e]) <= 1e-5 * mag[e]))
+      wrong_value++;
+  }
+  char label[64], why[96];
+  snprintf(label, sizeof label, "%s/specials%d", used ? used->name : "?", form);
+  snprintf(why, sizeof why, "%lld elements of the wrong class, %lld off in value",
+           (long long)wrong_class, (long long)wrong_value);
+  if (kernel == &gk_kernel_cublas) /* the comparison, not ours to pass or fail */
+    printf("%-22s %s%s: %s\n", label, tc.trans_a ? "T" : "N", tc.trans_b ? "T" : "N",
+           err != cudaSuccess ? cudaGetErrorString(err) : wrong_class + wrong_value ? why : "as IEEE");
+  else
+    print_result(env, &tc, label, -1, -1, 0,
+                 err != cudaSuccess ? cudaGetErrorString(err) : wrong_class + wrong_value ? why : NULL);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c0));
+  CUDA_OR_DIE(cudaFree(d_c));
+  free(a), free(b), free(c0), free(out), free(ref), free(mag);
+}
+
+/* The specials on 21 itself in NN, NT and TT, through auto in every transpose (TN: the kernel
+ * auto gives it), and on cuBLAS for comparison (not --quick); on 21's narrow tile (2 tiles of
+ * 128 x 128), then its wide one (110; not --quick). */
+static void run_f32x3_specials(test_env *env, bool quick)
+{
+  static const int64_t shapes[][3] = {{72, 136, 40}, {1160, 1288, 40}};
+  const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3");
+  const gk_kernel *kernels[3] = {ours, NULL, env->use_cublas ? &gk_kernel_cublas : NULL};
+  for (int sh = 0; sh < (quick ? 1 : 2); sh++)
+    for (int form = 0; form < 2; form++)
+      for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 3; r++) {
+          const test_case tc = {GK_F32, false, shapes[sh][0], shapes[sh][1], shapes[sh][2], 1, t & 1,
+                                (t >> 1) & 1, -0.75, form == 0 && t % 2 ? 0.5 : 0.0, true, false};
+          if ((r == 0 && (t == 1 || ours == NULL)) || (r == 2 && kernels[2] == NULL) || (quick && r > 0))
+            continue; /* t == 1: TN, not 21's; --quick: 21 alone */
+          run_f32x3_special_case(env, kernels[r], tc, form);
+        }
+}
+
+/* Kernel 21's section: its cases, the specials, and (not --quick) the accuracy table. */
+static void run_f32x3(test_env *env, bool quick)
+{
+  const gk_problem probe = {.dtype = GK_F32, .m = 256, .n = 256, .k = 256, .batch = 1, .alpha = 1};
+  const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3");
+  if (ours == NULL || !ours->supports(&probe, gk_gpu_ctx_cc(env->ctx))) {
+    printf("wgmma_f32x3: not on this device (cc %d); its section skipped\n", gk_gpu_ctx_cc(env->ctx));
+    return;
+  }
+  run_f32x3_cases(env, quick);
+  run_f32x3_specials(env, quick);
+  if (!quick)
+    run_f32x3_accuracy(env);
+}
+
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
 
 static int check_registry(bool verbose)
@@ -1056,6 +1330,20 @@ static int check_registry(bool verbose)
   EXPECT(gk_select(&pf, 90, "auto") == fp8_small);
   pf.m = pf.n = 64, pf.k = 144;
   EXPECT(gk_select(&pf, 90, "auto") == fp8_small);
+  /* f32 exact: 21 on Hopper where TMA reads the operands and the transposes are not TN, and
+   * where the grid is long enough or k short; 09 / 02 for the rest */
+  gk_problem px = {.dtype = GK_F32, .m = 2048, .n = 2048, .k = 2048, .batch = 1, .alpha = 1.0};
+  const gk_kernel *f32x3 = gk_kernel_by_name("wgmma_f32x3");
+  EXPECT(f32x3 != NULL && gk_select(&px, 90, "auto") == f32x3);
+  EXPECT(gk_select(&px, 80, "auto") != f32x3);
+  px.fast = true;
+  EXPECT(gk_select(&px, 90, "auto") != f32x3);
+  px.fast = false, px.trans_a = true;
+  EXPECT(gk_select(&px, 90, "auto") != f32x3); /* TN */
+  px.trans_b = true;
+  EXPECT(gk_select(&px, 90, "auto") == f32x3); /* TT */
+  px.k = 2047;                                 /* rows TMA cannot read */
+  EXPECT(gk_select(&px, 90, "auto") != f32x3);
   /* Malformed problems are refused before anything is launched. */
   int dummy;
   gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
@@ -1178,7 +1466,7 @@ static void run_bench(test_env *env, int64_t size)
 
 int main(int argc, char **argv)
 {
-  bool quick = false, bench = false, registry_only = false, probe_only = false;
+  bool quick = false, bench = false, registry_only = false, probe_only = false, f32x3_only = false;
   int64_t bench_size = 4096;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
   const char *only_kernel = NULL;
@@ -1191,6 +1479,8 @@ int main(int argc, char **argv)
       registry_only = true;
     else if (strcmp(argv[i], "--probe") == 0)
       probe_only = true;
+    else if (strcmp(argv[i], "--f32x3") == 0)
+      f32x3_only = true;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
       seed = strtoull(argv[++i], NULL, 0);
     else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
@@ -1199,7 +1489,7 @@ int main(int argc, char **argv)
       only_kernel = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] "
-                      "[--registry] [--probe]\n", argv[0]);
+                      "[--registry] [--probe] [--f32x3]\n", argv[0]);
       return 2;
     }
   }
@@ -1239,8 +1529,11 @@ int main(int argc, char **argv)
 
   if (bench)
     run_bench(&env, bench_size);
+  else if (f32x3_only)
+    run_f32x3(&env, quick);
   else {
     run_matrix(&env, quick);
+    run_f32x3(&env, quick);
     run_epilogue(&env);
     run_cast(&env);
     run_int8(&env, quick);

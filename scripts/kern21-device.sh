@@ -1,0 +1,105 @@
+#!/bin/bash
+# kern21-device.sh - kernel 21 (wgmma_f32x3, f32 exact on the TF32 tensor cores) on the GPU
+# machine, in under 8 minutes: the kernels-only build (tests/gpu/standalone: CUDA and OpenBLAS,
+# from .deps where the machine lacks it; carry [".deps"]) of just test_gpu_kernels and
+# bench_kernels, then, each step under `timeout` and within what is left of the 8 minutes:
+#   1. test_gpu_kernels --registry                     (the selector's rules for 21)
+#   2. test_gpu_kernels --f32x3 --kernel wgmma_f32x3    (21 against float64 and cuBLAS on its
+#      shapes, every transpose it takes, alpha/beta, poisoned C; IEEE specials; the accuracy
+#      table against cuBLAS's SGEMM on uniform, normal, wide-exponent and cancelling inputs)
+#   3. compute-sanitizer memcheck, then racecheck, over test_gpu_kernels --f32x3 --quick
+#   4. bench_kernels --dtype f32 --markdown             (auto: 21 where the selector gives it)
+#   5. bench_kernels --variants --quick, 21 and its two-scratch variant (wgmma_f32x3_pipe)
+#   6. bench_kernels --dtype f32 --quick --kernel simt_f32,simt_f32_splitk (02 / 09 beside it)
+# Logs go to $OUT (build-k21/out when unset): env.log build.log registry.log f32x3-tests.log
+# memcheck.log racecheck.log bench-f32.log bench-f32-variants.log bench-f32-simt.log
+# summary.txt; the summary is printed last. Knob: K21_JOBS (build jobs, 16).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+OUT=${OUT:-$root/build-k21/out}
+mkdir -p "$OUT"
+summary=$OUT/summary.txt
+: >"$summary"
+start=$(date +%s)
+budget=470 # seconds for everything, leaving room under 8 minutes for the start and the summary
+note() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo "$(($(date +%s) - start))s"; }
+# The time a step may take: its own cap, or what is left of the budget if less (at least 5 s).
+left() {
+  local rest=$((budget - ($(date +%s) - start)))
+  [ "$rest" -lt "$1" ] && echo $((rest > 5 ? rest : 5)) || echo "$1"
+}
+# step LOG LABEL CAP COMMAND...: the command under timeout, its output to $OUT/LOG
+step() {
+  local log=$1 label=$2 cap
+  cap=$(left "$3")
+  shift 3
+  echo "== $label (cap ${cap}s, at $(elapsed))"
+  timeout "$cap" "$@" >"$OUT/$log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && note "$label: TIMED OUT after ${cap}s ($(elapsed))" || note "$label: rc $rc ($(elapsed))"
+  return $rc
+}
+
+# shellcheck source=scripts/gpu-deps-env.sh
+. scripts/gpu-deps-env.sh
+commit=${GEMMD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+{
+  echo "== kern21-device.sh, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), deps: $deps"
+  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+  nvcc --version 2>&1 | tail -2
+} >"$OUT/env.log"
+gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+note "kern21-device.sh | commit $commit | device: ${gpu_name:-none} | deps: $deps"
+
+build=$root/build-k21
+step build.log "build (standalone: test_gpu_kernels bench_kernels)" 260 bash -c "
+  cmake -S '$root/tests/gpu/standalone' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+  ninja -C '$build' -j ${K21_JOBS:-16} test_gpu_kernels bench_kernels"
+tests=$build/tests/gpu/test_gpu_kernels
+bench=$(find "$build/bench" -maxdepth 2 -type f -perm -u+x -name bench_kernels 2>/dev/null | head -1)
+if [ ! -x "$tests" ]; then
+  note "build: no test_gpu_kernels; last lines of build.log:"
+  tail -25 "$OUT/build.log" | tee -a "$summary"
+  exit 1
+fi
+
+step registry.log "test_gpu_kernels --registry" 20 "$tests" --registry
+step f32x3-tests.log "test_gpu_kernels --f32x3 --kernel wgmma_f32x3" 100 \
+  "$tests" --f32x3 --kernel wgmma_f32x3
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck; do
+  extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check full)
+  step "$tool.log" "compute-sanitizer $tool, --f32x3 --quick" 90 \
+    "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$tests" --f32x3 --quick --kernel wgmma_f32x3
+done
+if [ -n "$bench" ]; then
+  step bench-f32.log "bench_kernels --dtype f32 (auto)" 100 "$bench" --dtype f32 --markdown
+  step bench-f32-variants.log "bench_kernels --variants --quick, 21 and 21 pipe" 60 \
+    "$bench" --variants --quick --markdown --dtype f32 --kernel wgmma_f32x3,wgmma_f32x3_pipe
+  step bench-f32-simt.log "bench_kernels --dtype f32 --quick, 02 and 09" 45 \
+    "$bench" --dtype f32 --quick --markdown --kernel simt_f32,simt_f32_splitk
+else
+  note "bench: bench_kernels was not built"
+fi
+
+echo
+echo "================ summary ================"
+cat "$summary"
+echo "--- 21's cases (test_gpu_kernels): failures, then the totals"
+grep -E "FAIL" "$OUT/f32x3-tests.log" | head -20
+grep -E "cases, .* failed" "$OUT/f32x3-tests.log"
+echo "--- the accuracy table (max / mean of |err| / (|A| |B|))"
+grep -E "^\| (uniform|normal|wide|cancel)" "$OUT/f32x3-tests.log"
+echo "--- specials: cuBLAS for comparison"
+grep -E "^cublas/specials" "$OUT/f32x3-tests.log" | head -8
+for tool in memcheck racecheck; do
+  echo "--- $tool"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases, .* failed" "$OUT/$tool.log" | tail -3
+done
+for log in bench-f32.log bench-f32-variants.log bench-f32-simt.log; do
+  [ -f "$OUT/$log" ] && { echo "--- $log (table)"; grep -E "^\|" "$OUT/$log" | tail -10; }
+done
+echo "total $(elapsed)"
