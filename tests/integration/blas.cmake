@@ -9,7 +9,10 @@ if(TARGET gemmd AND TARGET gemmd_blas)
   add_test(NAME blas_reference
            COMMAND ${GEMMD_PYTHON3} ${_gb_it}/test_blas.py --gemmd $<TARGET_FILE:gemmd>
                    --lib $<TARGET_FILE:gemmd_blas> --cblas $<TARGET_FILE:test_cblas>)
-  set_tests_properties(blas_reference PROPERTIES
+  add_test(NAME blas_numpy
+           COMMAND ${GEMMD_PYTHON3} ${_gb_it}/test_blas_numpy.py --gemmd $<TARGET_FILE:gemmd>
+                   --lib $<TARGET_FILE:gemmd_blas>)
+  set_tests_properties(blas_reference blas_numpy PROPERTIES
     LABELS integration
     TIMEOUT 900
     SKIP_RETURN_CODE 77
