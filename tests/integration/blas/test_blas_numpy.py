@@ -27,6 +27,7 @@ import tempfile
 import numpy as np
 
 import gemmd_harness as h
+from test_blas import gemm_count as gemms
 
 ALT_LINK = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
 ALT_NAME = "libblas.so.3-x86_64-linux-gnu"
@@ -113,14 +114,6 @@ def child_stopped():
         assert np.allclose(a @ b, want)
         assert np.allclose(a.astype(np.float32) @ b.astype(np.float32), want, atol=1e-3)
     print("done", flush=True)
-
-
-def gemms(d):
-    c = d.connect()
-    try:
-        return c.call("stats")["requests"]["gemm"]
-    finally:
-        c.close()
 
 
 def run_child(mode, env, tmp, extra=()):
