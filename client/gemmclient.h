@@ -149,7 +149,7 @@ typedef struct {
 } gc_connect_opts;
 
 #define GC_DEFAULT_SCRATCH_MIN_BYTES (1024u * 1024u)
-#define GC_DEFAULT_SCRATCH_MAX_BYTES (4ull << 30)
+#define GC_DEFAULT_SCRATCH_MAX_BYTES (1ull << 30)
 
 GC_EXPORT void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size);
 #define gc_connect_opts_init(opts) gc_connect_opts_init_sized((opts), sizeof(gc_connect_opts))
