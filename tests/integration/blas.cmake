@@ -17,4 +17,14 @@ if(TARGET gemmd AND TARGET gemmd_blas)
     TIMEOUT 900
     SKIP_RETURN_CODE 77
     ENVIRONMENT "${_gb_env}")
+  # the system-wide alternative: with the package tests (root, GEMMD_SYSTEM_TESTS=1)
+  add_test(NAME blas_alternative
+           COMMAND ${GEMMD_PYTHON3} ${_gb_it}/test_blas_numpy.py --gemmd $<TARGET_FILE:gemmd>
+                   --lib $<TARGET_FILE:gemmd_blas> --alternative)
+  set_tests_properties(blas_alternative PROPERTIES
+    LABELS package
+    TIMEOUT 900
+    SKIP_RETURN_CODE 77
+    RUN_SERIAL TRUE
+    ENVIRONMENT "${_gb_env}")
 endif()

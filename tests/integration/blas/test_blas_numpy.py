@@ -13,8 +13,9 @@ a real gemmd (GEMMD_BLAS_OFFLOAD_MIN=0: every real gemm goes to it):
               forwarding stubs: the same products, plus a dot, a solve (LAPACK on top)
   fork        multiprocessing workers (fork) multiplying at once after the parent did
   stopped     the daemon stopped mid-run: the products stay right (CPU fallback), one warning
-  alternative the real Debian alternative (update-alternatives --install/--set), only as root
-              with GEMMD_SYSTEM_TESTS=1 like tests/package; the previous choice is restored
+  alternative (--alternative, ctest blas_alternative, label package) the real Debian
+              alternative (update-alternatives --install/--set), only as root with
+              GEMMD_SYSTEM_TESTS=1 like tests/package; the previous choice is restored
   test_blas_numpy.py --gemmd build/daemon/gemmd --lib build/blas/libgemmd_blas.so
 Exit 0 pass, 1 fail, 77 skip (a sanitized build: the library is not preloadable then).
 """
@@ -137,14 +138,15 @@ def products(d, env, tmp, how):
 
 
 def alternative(d, env, tmp, lib):
+    """True when it ran, False when it skipped."""
     if os.environ.get("GEMMD_SYSTEM_TESTS") != "1" or os.geteuid() != 0:
         print("skip alternative: needs root and GEMMD_SYSTEM_TESTS=1")
-        return
+        return False
     q = subprocess.run(["update-alternatives", "--query", ALT_NAME], capture_output=True,
                        text=True)
     if q.returncode != 0:
         print("skip alternative: no %s alternative" % ALT_NAME)
-        return
+        return False
     fields = dict(l.split(": ", 1) for l in q.stdout.splitlines() if ": " in l)
     status, value = fields.get("Status"), fields.get("Value")
     installed = os.path.join(tmp, "libgemmd_blas.so.1")
@@ -163,6 +165,7 @@ def alternative(d, env, tmp, lib):
         else:
             subprocess.run(["update-alternatives", "--auto", ALT_NAME], capture_output=True)
     assert os.path.realpath(ALT_LINK) != os.path.realpath(installed), "alternative not restored"
+    return True
 
 
 def main():
@@ -170,6 +173,8 @@ def main():
     ap.add_argument("--gemmd")
     ap.add_argument("--lib")
     ap.add_argument("--child")
+    ap.add_argument("--alternative", action="store_true",
+                    help="only the system-wide alternative (label package)")
     args, rest = ap.parse_known_args()
     if args.child == "products":
         return child_products(rest[0])
@@ -185,6 +190,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, h.Daemon(gemmd) as d:
         base = dict(os.environ, GEMMD_ADDRESS=d.address(), GEMMD_BLAS_OFFLOAD_MIN="0",
                     GEMMD_BLAS_STATS="1", GEMMD_BLAS_STRICT="1", OPENBLAS_NUM_THREADS="1")
+        if args.alternative:
+            return 0 if alternative(d, base, tmp, lib) else 77
         products(d, dict(base, LD_PRELOAD=lib), tmp, "preload")
         libdir = os.path.join(tmp, "libdir")
         os.mkdir(libdir)
@@ -194,7 +201,6 @@ def main():
         p = run_child("fork", dict(base, LD_PRELOAD=lib), tmp)
         assert gemms(d) - before >= 24 * 2, "fork: the workers' gemms did not reach the daemon"
         print(p.stdout.strip())
-        alternative(d, base, tmp, lib)
     with tempfile.TemporaryDirectory() as tmp:
         d = h.Daemon(gemmd)
         d.start()
