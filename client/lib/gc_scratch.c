@@ -14,6 +14,8 @@
 #include "gc_internal.h"
 
 #define SCRATCH_REGISTER_TIMEOUT_MS 10000
+#define SCRATCH_PIECES_MAX 16
+#define SCRATCH_PIECE_MIN_ROWS 64
 #define SCRATCH_ALIGN 4096u
 
 enum { OP_A, OP_B, OP_C, OP_OUT, OP_COUNT };
@@ -148,6 +150,75 @@ static int run_staged(gc_conn *conn, const gc_gemm_opts *o, uint8_t *base,
   return rc;
 }
 
+/* $GEMMD_SCRATCH_PIECES (default 1, at most SCRATCH_PIECES_MAX): an experiment for the GPU box,
+ * see run_pieces. */
+static unsigned pieces_wanted(void) {
+  const char *env = getenv("GEMMD_SCRATCH_PIECES");
+  long n = env != NULL ? strtol(env, NULL, 10) : 1;
+  return n < 1 ? 1 : n > SCRATCH_PIECES_MAX ? SCRATCH_PIECES_MAX : (unsigned)n;
+}
+
+/* The rows r0 .. r0 + rows of x (a view of the same storage). */
+static operand rows_of(const operand *x, uint64_t r0, uint64_t rows) {
+  operand v = *x;
+  uint64_t ld = ld_packed(x) ? x->cols : x->ld;
+  v.p = (const uint8_t *)x->p + r0 * ld * x->esize;
+  v.rows = rows;
+  v.offset = x->offset + r0 * row_bytes(x);
+  return v;
+}
+
+/* The gemm as separate gemms on bands of C's rows (A's rows, untransposed, batch 1), so that
+ * the copy of A's next band overlaps the daemon's work on this one, and the copy out of a
+ * finished band the work on the later ones. Each band reads all of B from the region. */
+static int run_pieces(gc_conn *conn, const gc_gemm_opts *o, uint8_t *base,
+                      operand ops[OP_COUNT], unsigned pieces, gc_gemm_result *result) {
+  if (ops[OP_B].stage) copy_in(base + ops[OP_B].offset, &ops[OP_B]);
+  const void *b = ops[OP_B].stage ? base + ops[OP_B].offset : ops[OP_B].p;
+  uint64_t band = (o->m + pieces - 1) / pieces;
+  gc_req reqs[SCRATCH_PIECES_MAX];
+  unsigned sent = 0;
+  int rc = 0;
+  for (unsigned j = 0; j < pieces && rc == 0 && (uint64_t)j * band < o->m; j++) {
+    uint64_t r0 = (uint64_t)j * band, n = o->m - r0 < band ? o->m - r0 : band;
+    operand a = rows_of(&ops[OP_A], r0, n), out = rows_of(&ops[OP_OUT], r0, n), c = {0};
+    copy_in(base + a.offset, &a);
+    if (ops[OP_C].p != NULL) {
+      c = rows_of(&ops[OP_C], r0, n);
+      copy_in(base + c.offset, &c);
+    }
+    gc_gemm_opts po = *o;
+    po.struct_size = sizeof po;
+    po.lda = po.ldb = po.ldc = 0;
+    po.m = n;
+    rc = gc_submit(conn, &po, base + a.offset, b, ops[OP_C].p != NULL ? base + c.offset : NULL,
+                   base + out.offset, &reqs[j]);
+    if (rc == 0) sent++;
+  }
+  for (unsigned j = 0; j < sent; j++) {
+    if (rc != 0) {
+      gc_cancel(conn, reqs[j]);
+      continue;
+    }
+    rc = gc_wait(conn, reqs[j], o->timeout_ms < 0 ? -1 : o->timeout_ms, j == 0 ? result : NULL);
+    if (rc == GC_E_DEADLINE_EXCEEDED) gc_cancel(conn, reqs[j]);
+    if (rc == 0) {
+      uint64_t r0 = (uint64_t)j * band, n = o->m - r0 < band ? o->m - r0 : band;
+      operand out = rows_of(&ops[OP_OUT], r0, n);
+      copy_out(&out, base + out.offset);
+    }
+  }
+  if (rc == 0 && result != NULL) result->m = o->m;
+  return rc;
+}
+
+/* Whether the gemm may go as bands of rows (run_pieces). */
+static bool pieces_fit(const gc_gemm_opts *o, const operand ops[OP_COUNT], unsigned pieces) {
+  return pieces > 1 && o->batch == 1 && !o->trans_a && !o->bias && ops[OP_A].stage &&
+         ops[OP_OUT].stage && (ops[OP_C].p == NULL || ops[OP_C].stage) &&
+         o->m >= (uint64_t)pieces * SCRATCH_PIECE_MIN_ROWS;
+}
+
 int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const void *b,
                     const void *c, void *out, gc_gemm_result *result) {
   operand ops[OP_COUNT];
@@ -168,8 +239,10 @@ int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const v
       gc__shm_link_ready(conn) == 0 && gc__shm_is_unix(conn)) {
     for (int i = 0; i < OP_COUNT; i++) ops[i].stage = ops[i].p != NULL && !in_shm(conn, &ops[i]);
     uint64_t need = layout(ops);
+    unsigned pieces = pieces_wanted();
     if (need <= conn->scratch_max && scratch_ensure(conn, need) == 0)
-      return run_staged(conn, o, conn->scratch, ops, result);
+      return pieces_fit(o, ops, pieces) ? run_pieces(conn, o, conn->scratch, ops, pieces, result)
+                                        : run_staged(conn, o, conn->scratch, ops, result);
   }
   if (!strided) return 1;
   /* Over the socket: the strided ones packed into a buffer of their own first. */

@@ -5,6 +5,7 @@ that the Unix runs registered shared memory with the daemon.
   test_client_scratch.py --gemmd build/daemon/gemmd --bin build/.../test_client_scratch
 """
 import argparse
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,12 @@ def main():
         sys.stdout.write(p.stdout)
         sys.stderr.write(p.stderr[-6000:])
         assert p.returncode == 0, "test_client_scratch failed"
+        # the gemm in bands of rows (GEMMD_SCRATCH_PIECES): 300 rows in 3 bands of 100
+        p = subprocess.run([args.bin, d.address("unix")], capture_output=True, text=True,
+                           timeout=600 * d.scale, env=dict(os.environ, GEMMD_SCRATCH_PIECES="3"))
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr[-6000:])
+        assert p.returncode == 0, "test_client_scratch failed in bands"
         c = d.connect()
         stats = c.call("stats")
         c.close()
