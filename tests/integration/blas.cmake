@@ -5,7 +5,7 @@ if(TARGET gemmd AND TARGET gemmd_blas)
   set(_gb_it ${CMAKE_CURRENT_SOURCE_DIR}/blas)
   set(_gb_env "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1")
   add_executable(test_cblas ${_gb_it}/test_cblas.c)
-  target_link_libraries(test_cblas PRIVATE gemmd_blas m)
+  target_link_libraries(test_cblas PRIVATE gemmd_blas Threads::Threads m)
   add_test(NAME blas_reference
            COMMAND ${GEMMD_PYTHON3} ${_gb_it}/test_blas.py --gemmd $<TARGET_FILE:gemmd>
                    --lib $<TARGET_FILE:gemmd_blas> --cblas $<TARGET_FILE:test_cblas>)

@@ -9,8 +9,10 @@
  * every real gemm goes to the daemon; exit 0 pass, 1 fail.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { ROW = 101, COL = 102, NT = 111, TR = 112, CT = 113 };
@@ -219,7 +221,43 @@ static void complex_cpu(void) {
     }
 }
 
+/* Several threads at once, each with a call in flight: their own connections, and the copy
+ * threads shared (C is over 1 MiB). */
+#define TM 520
+#define TN 520
+#define TK 100
+static void *thread_gemms(void *arg) {
+  unsigned long long s = 1000 + (unsigned long long)(uintptr_t)arg;
+  float *a = malloc(sizeof(float) * TM * TK), *b = malloc(sizeof(float) * TK * TN),
+        *c = malloc(sizeof(float) * TM * TN);
+  for (int i = 0; i < TM * TK; i++) a[i] = (float)((s = s * 6364136223846793005ull + 1) >> 60);
+  for (int i = 0; i < TK * TN; i++) b[i] = (float)((s = s * 6364136223846793005ull + 1) >> 60);
+  int bad = 0;
+  for (int rep = 0; rep < 2; rep++) {
+    cblas_sgemm(ROW, NT, NT, TM, TN, TK, 1.0f, a, TK, b, TN, 0.0f, c, TN);
+    for (int i = 0; i < TM; i += 7)
+      for (int j = 0; j < TN; j++) {
+        double w = 0;
+        for (int p = 0; p < TK; p++) w += (double)a[i * TK + p] * b[p * TN + j];
+        bad += c[i * TN + j] != (float)w; /* small integers: exact */
+      }
+  }
+  free(a), free(b), free(c);
+  return (void *)(uintptr_t)bad;
+}
+
+static void threads(void) {
+  pthread_t t[4];
+  for (uintptr_t i = 0; i < 4; i++) pthread_create(&t[i], NULL, thread_gemms, (void *)i);
+  for (int i = 0; i < 4; i++) {
+    void *bad;
+    pthread_join(t[i], &bad);
+    CHECK(bad == NULL, "thread %d: %d wrong elements", i, (int)(uintptr_t)bad);
+  }
+}
+
 int main(void) {
+  threads();
   all_cases();
   errors();
   batched();
