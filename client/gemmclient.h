@@ -132,7 +132,24 @@ typedef struct {
    * lost or the daemon answered GC_E_UNAVAILABLE (a gemm has no side effects); 0 never.
    * Other errors are never retried. Default GC_DEFAULT_MAX_RETRIES; at most 100. */
   int max_retries;
+  /* Since 1.7. The automatic scratch region: nonzero (the default), a blocking gc_gemm on a
+   * Unix socket whose operands and result not already in shared memory reach scratch_min_bytes
+   * in all copies them, by several threads, into one shared-memory buffer of the connection
+   * (made and registered as gc_shm_alloc does, kept mapped between calls, grown geometrically
+   * up to scratch_max_bytes) and the result back out of it: the socket carries only headers.
+   * 0 sends the bytes over the socket. A daemon without the "shm" feature, or a region it
+   * refuses, turns it off for the connection. $GEMMD_COPY_THREADS sets the copy threads
+   * (default the CPU count, at most 16). gc_submit never uses it. */
+  int scratch;
+  /* Since 1.7. Default GC_DEFAULT_SCRATCH_MIN_BYTES; 0 takes every gemm through it. */
+  uint64_t scratch_min_bytes;
+  /* Since 1.7. The region's largest size; a gemm needing more goes over the socket.
+   * Default GC_DEFAULT_SCRATCH_MAX_BYTES. */
+  uint64_t scratch_max_bytes;
 } gc_connect_opts;
+
+#define GC_DEFAULT_SCRATCH_MIN_BYTES (1024u * 1024u)
+#define GC_DEFAULT_SCRATCH_MAX_BYTES (1ull << 30)
 
 GC_EXPORT void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size);
 #define gc_connect_opts_init(opts) gc_connect_opts_init_sized((opts), sizeof(gc_connect_opts))
@@ -256,6 +273,14 @@ typedef struct {
    * scale_b finite too. Default 1.0; any other value on another dtype fails with
    * GC_E_INVALID_ARGUMENT before sending (fold a scale into alpha there). */
   double scale_a, scale_b;
+  /* Since 1.7. Leading dimensions of the caller's a, b, and of c and out, in elements: the
+   * distance between the starts of two rows of the operand as stored (row-major; a stored
+   * k x m with trans_a has rows of m). 0 (the default) or the row's length: packed. A larger
+   * one is honoured by the blocking gc_gemm, which copies the rows (never a byte past a row's
+   * end) into the scratch region or a packed buffer for the socket, and the result's rows
+   * back into out; batch entries are then rows x ld elements apart. gc_submit refuses them
+   * (INVALID_ARGUMENT), as it does one below the row's length. */
+  uint64_t lda, ldb, ldc;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);

@@ -4,12 +4,15 @@
 #   gemmctl             the command line and gemmctl(1)
 #   libgemmclientN      the shared library (N: the soname's major version)
 #   libgemmclient-dev   headers, static library, pkg-config and CMake files, libgemmclient(3)
+#   libgemmd-blasN      libgemmd_blas.so.N, the BLAS gemms on gemmd (LD_PRELOAD, or an
+#                       alternative for libblas.so.3 that the administrator installs: the
+#                       package never switches the system's BLAS by itself), libgemmd_blas(7)
 #   python3-gemmclient  the Python client, when python/ installs a component named python
 # Build them with scripts/package.sh (a tree configured with the prefix /usr). Dependencies on
 # Debian's libraries come from dpkg-shlibdeps; between these packages from the components.
 
 get_cmake_property(_gemmd_components COMPONENTS)
-set(CPACK_COMPONENTS_ALL gemmd gemmctl libgemmclient libgemmclient-dev)
+set(CPACK_COMPONENTS_ALL gemmd gemmctl libgemmclient libgemmclient-dev libgemmd-blas)
 if("python" IN_LIST _gemmd_components)
   list(APPEND CPACK_COMPONENTS_ALL python)
 endif()
@@ -91,6 +94,15 @@ set(CPACK_DEBIAN_LIBGEMMCLIENT-DEV_PACKAGE_DEPENDS "libmsgpack-dev")
 set(CPACK_DEBIAN_LIBGEMMCLIENT-DEV_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION_SUMMARY}: client library, development files
  Headers, the static library, pkg-config and CMake package files and the
  libgemmclient(3) man page.")
+
+set(CPACK_DEBIAN_LIBGEMMD-BLAS_PACKAGE_NAME libgemmd-blas${PROJECT_VERSION_MAJOR})
+set(CPACK_DEBIAN_LIBGEMMD-BLAS_PACKAGE_SECTION libs)
+# the CPU BLAS is opened at run time (dlopen), so dpkg-shlibdeps cannot see it
+set(CPACK_DEBIAN_LIBGEMMD-BLAS_PACKAGE_DEPENDS "libopenblas0-pthread | libblas3")
+set(CPACK_DEBIAN_LIBGEMMD-BLAS_DESCRIPTION "${CPACK_PACKAGE_DESCRIPTION_SUMMARY}: BLAS library
+ libgemmd_blas sends the large sgemm/dgemm calls of unchanged programs (NumPy, SciPy,
+ R, Octave, Fortran) to gemmd, through LD_PRELOAD or as an alternative for
+ libblas.so.3; everything else runs on the system's CPU BLAS. See libgemmd_blas(7).")
 
 if("python" IN_LIST CPACK_COMPONENTS_ALL)
   set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-gemmclient)

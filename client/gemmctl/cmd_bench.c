@@ -16,7 +16,9 @@ static const char help[] =
     "\n"
     "Sends R gemm requests of m x k times k x n (default 512 each, f32, 64 requests;\n"
     "--dtype f32, f64, f16, bf16, i8, e4m3 or e5m2, whose ops count as FLOP here),\n"
-    "keeping C in flight at once on one connection (default 4), and prints the\n"
+    "keeping C in flight at once on one connection (default 1: each request a blocking\n"
+    "gc_gemm, which on a Unix socket moves the matrices through the library's automatic\n"
+    "scratch region; more go over the socket by gc_submit), and prints the\n"
     "throughput in TFLOP/s and GB/s (bytes sent and received) and the latency\n"
     "percentiles p50, p90 and p99 of single requests. --shm puts A, B and every C in one\n"
     "shared-memory buffer registered with the daemon (a Unix socket to a daemon with the\n"
@@ -47,7 +49,7 @@ static int parse_args(const gctl_global *g, int argc, char **argv, bench_args *a
   gc_gemm_opts_init(&args->opts);
   args->opts.m = args->opts.n = args->opts.k = 512;
   args->requests = 64;
-  args->concurrency = 4;
+  args->concurrency = 1;
   args->shm = args->resident_b = false;
   optind = 0;
   int opt;
@@ -122,9 +124,24 @@ static void print_report(const gctl_global *g, const bench_args *args, double wa
   }
 }
 
+/* One blocking gc_gemm after another: what a plain C caller gets (on a Unix socket, the
+ * library's automatic scratch region). */
+static int drive_blocking(const gctl_global *g, gc_conn *conn, const bench_args *args,
+                          const void *a, const void *b, void *out, double *lat_ms) {
+  for (uint64_t i = 0; i < args->requests; i++) {
+    int64_t start = gctl_now_us();
+    if (gc_gemm(conn, &args->opts, a, b, NULL, out, NULL) != 0)
+      return gctl_fail_call(g, "gemm", gc_last_error(conn));
+    lat_ms[i] = (double)(gctl_now_us() - start) / 1000.0;
+  }
+  return GCTL_EXIT_OK;
+}
+
 /* Keeps `concurrency` requests in flight until `requests` have completed. */
 static int drive(const gctl_global *g, gc_conn *conn, const bench_args *args, const void *a,
                  const void *b, slot *slots, double *lat_ms) {
+  if (args->concurrency == 1 && !args->shm)
+    return drive_blocking(g, conn, args, a, b, slots[0].out, lat_ms);
   uint64_t submitted = 0, completed = 0;
   size_t nslots = (size_t)args->concurrency;
   gc_completion *done = calloc(nslots, sizeof *done);

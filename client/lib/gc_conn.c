@@ -23,6 +23,9 @@ void gc_connect_opts_init_sized(gc_connect_opts *opts, size_t struct_size) {
   defaults.connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
   defaults.max_reply_bytes = limits.max_message_bytes;
   defaults.max_retries = GC_DEFAULT_MAX_RETRIES;
+  defaults.scratch = 1;
+  defaults.scratch_min_bytes = GC_DEFAULT_SCRATCH_MIN_BYTES;
+  defaults.scratch_max_bytes = GC_DEFAULT_SCRATCH_MAX_BYTES;
   memcpy(opts, &defaults, struct_size < sizeof defaults ? struct_size : sizeof defaults);
   if (struct_size >= sizeof(size_t)) opts->struct_size = struct_size;
 }
@@ -55,6 +58,9 @@ static gc_conn *conn_new(const gc_connect_opts *opts) {
   /* poll() takes an int: a longer limit (over 24 days) waits that long */
   conn->connect_ms = opts->connect_timeout_ms > INT_MAX ? INT_MAX : (int)opts->connect_timeout_ms;
   conn->max_retries = (unsigned)opts->max_retries;
+  conn->scratch_on = opts->scratch != 0;
+  conn->scratch_min = opts->scratch_min_bytes;
+  conn->scratch_max = opts->scratch_max_bytes;
   conn->rbuf = malloc(GC__READ_BUF_BYTES);
   if (conn->rbuf == NULL) {
     free(conn);

@@ -127,6 +127,14 @@ uint64_t gc_gemm_operand_bytes(const gc_gemm_opts *opts, char operand) {
   return gp_gemm_operand_bytes(&hdr, op, &bytes) ? bytes : 0;
 }
 
+/* 1.7: the leading dimensions are 0 or the rows' lengths (gc_submit sends packed operands). */
+static bool lds_packed(const gc_gemm_opts *in) {
+  if (in->struct_size < offsetof(gc_gemm_opts, ldc) + sizeof in->ldc) return true;
+  uint64_t a_cols = in->trans_a ? in->m : in->k, b_cols = in->trans_b ? in->k : in->n;
+  return (in->lda == 0 || in->lda == a_cols) && (in->ldb == 0 || in->ldb == b_cols) &&
+         (in->ldc == 0 || in->ldc == in->n);
+}
+
 static void add_iov(gc__request *r, const void *base, uint64_t len, bool caller) {
   r->iov[r->iovcnt].iov_base = (void *)base;
   r->iov[r->iovcnt].iov_len = (size_t)len;
@@ -187,6 +195,9 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   if (req != NULL) *req = 0;
   if (opts_to_hdr(opts, &hdr, &timeout_ms, &user, handles, &err) != 0)
     return gc__conn_fail(conn, &err);
+  if (!lds_packed(opts))
+    return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT,
+                          "lda, ldb, ldc other than packed need the blocking gc_gemm");
   if ((a == NULL && handles[GP_OPERAND_A] == 0) || (b == NULL && handles[GP_OPERAND_B] == 0) ||
       out == NULL || req == NULL)
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT,
@@ -218,6 +229,18 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
 
 int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
             const void *c, void *out, gc_gemm_result *result) {
+  if (opts != NULL && opts->struct_size >= OPTS_V1_SIZE) {
+    gc_gemm_opts o;
+    gc_gemm_opts_init(&o);
+    memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
+    int rc = gc__gemm_staged(conn, &o, a, b, c, out, result);
+    if (rc != 1) return rc;
+  }
+  return gc__gemm_plain(conn, opts, a, b, c, out, result);
+}
+
+int gc__gemm_plain(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+                   const void *c, void *out, gc_gemm_result *result) {
   gc_req req;
   int rc = gc_submit(conn, opts, a, b, c, out, &req);
   if (rc != 0) return rc;

@@ -152,8 +152,35 @@ void gc__shm_free_all(gc_conn *conn);
 /* Before registering a region: conn has a socket (reopened after an idle close). 0, or the
  * error of the failed reopen. */
 int gc__shm_link_ready(gc_conn *conn);
+/* Whether conn's socket is a Unix one (descriptors pass only there). */
+bool gc__shm_is_unix(const gc_conn *conn);
 /* Enters s (region, size and base set) as registered on conn's socket now. */
 void gc__shm_add(gc_conn *conn, gc__shm *s);
+
+/* ---- copies and the automatic scratch region (gc_copy.c, gc_scratch.c) ---- */
+
+/* rows rows of row_bytes each, from src (rows src_stride bytes apart) to dst (dst_stride
+ * apart); only the rows' bytes are read and written, never the gaps. */
+typedef struct {
+  void *dst;
+  const void *src;
+  uint64_t rows, row_bytes, dst_stride, src_stride;
+} gc__copy_rows_args;
+
+/* Copies by the library's copy threads and the caller (alone below 1 MiB). Thread-safe. */
+void gc__copy_rows(const gc__copy_rows_args *args);
+/* The number of threads a large copy uses: the CPU count, at most 16, or $GEMMD_COPY_THREADS. */
+unsigned gc__copy_threads(void);
+
+/* gc_gemm for the options that need the library to move the operands itself: leading
+ * dimensions other than packed, or operands large enough for the scratch region. o is the
+ * caller's opts over the defaults. Returns 1 when it did not take the gemm (plain path), else
+ * the gemm's result code. */
+int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const void *b,
+                    const void *c, void *out, gc_gemm_result *result);
+/* The plain gc_gemm: gc_submit + gc_wait. */
+int gc__gemm_plain(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+                   const void *c, void *out, gc_gemm_result *result);
 
 /* ---- the connection ---------------------------------------------------- */
 
@@ -191,6 +218,11 @@ struct gc_conn {
   size_t rbuf_start, rbuf_end;
   gc__shm *shm;           /* shared-memory buffers registered on this connection */
   uint64_t link_serial;   /* counts the sockets opened: which one a region belongs to */
+  /* the automatic scratch region (gc_scratch.c), from gc_connect_opts */
+  bool scratch_on;        /* gc_connect_opts.scratch, and no failure to make one yet */
+  uint64_t scratch_min, scratch_max;
+  uint8_t *scratch;       /* a gc_shm_alloc buffer, or NULL */
+  size_t scratch_size;
 };
 
 /* The link to the daemons (gc_link.c). */

@@ -78,7 +78,7 @@ static int make_memfd(gc_conn *conn, size_t size, uint8_t **base) {
 }
 
 /* Descriptors pass only over a Unix socket (sendmsg on TCP would fail and break conn). */
-static bool is_unix(const gc_conn *conn) {
+bool gc__shm_is_unix(const gc_conn *conn) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   return conn->fd >= 0 && getsockname(conn->fd, (struct sockaddr *)&ss, &len) == 0 &&
@@ -92,7 +92,7 @@ int gc_shm_alloc(gc_conn *conn, size_t bytes, int64_t timeout_ms, void **ptr) {
   int ready = gc__shm_link_ready(conn);
   if (ready != 0) return ready;
   if (conn->broken) return gc__conn_fail(conn, &conn->broken_error);
-  if (!is_unix(conn))
+  if (!gc__shm_is_unix(conn))
     return gc__conn_failf(conn, GC_E_INVALID_ARGUMENT,
                           "shared memory needs a Unix socket connection");
   size_t page = (size_t)sysconf(_SC_PAGESIZE);

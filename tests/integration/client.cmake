@@ -31,9 +31,15 @@ if(TARGET gemmd)
       --bin $<TARGET_FILE:test_client_e2e> --gemmctl $<TARGET_FILE:gemmctl>)
   add_test(NAME client_scaleout COMMAND ${_gc_scaleout})
   add_test(NAME client_token COMMAND ${_gc_scaleout} --token)
+  # issue 34: the automatic scratch region and leading dimensions
+  add_executable(test_client_scratch ${_gc_it}/test_client_scratch.c)
+  target_link_libraries(test_client_scratch PRIVATE gemmclient m)
+  add_test(NAME client_scratch
+           COMMAND ${GEMMD_PYTHON3} ${_gc_it}/test_client_scratch.py --gemmd $<TARGET_FILE:gemmd>
+                   --bin $<TARGET_FILE:test_client_scratch>)
   set_tests_properties(client_e2e client_gemmctl client_readme_example client_gemmctl_cli
                        client_gemmctl_newuser
-                       client_scaleout client_token PROPERTIES
+                       client_scaleout client_token client_scratch PROPERTIES
     LABELS integration
     TIMEOUT 300
     SKIP_RETURN_CODE 77

@@ -58,7 +58,8 @@ def _soname_major():
 
 
 LIBPKG = "libgemmclient" + _soname_major()
-PACKAGES = ["gemmd", "gemmctl", LIBPKG, "libgemmclient-dev", "python3-gemmclient"]
+PACKAGES = ["gemmd", "gemmctl", LIBPKG, "libgemmclient-dev", "python3-gemmclient",
+            "libgemmd-blas" + _soname_major()]
 SOCKET = "/run/gemmd/gemmd.sock"
 
 
