@@ -44,6 +44,8 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
     case GC_DTYPE_I32: return ((const int32_t *)buf)[i];
     case GC_DTYPE_E4M3: return gp_e4m3_to_f32(((const uint8_t *)buf)[i]);
     case GC_DTYPE_E5M2: return gp_e5m2_to_f32(((const uint8_t *)buf)[i]);
+    case GC_DTYPE_C64:  /* complex: no one real value (gemmctl does not take complex yet) */
+    case GC_DTYPE_C128:
     case GC_DTYPE_DEFAULT: break;
   }
   return NAN;
@@ -62,13 +64,17 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
     case GC_DTYPE_I32: ((int32_t *)buf)[i] = wrap_i32(v); break;
     case GC_DTYPE_E4M3: ((uint8_t *)buf)[i] = gp_f64_to_e4m3(v); break;
     case GC_DTYPE_E5M2: ((uint8_t *)buf)[i] = gp_f64_to_e5m2(v); break;
+    case GC_DTYPE_C64:
+    case GC_DTYPE_C128:
     case GC_DTYPE_DEFAULT: break;
   }
 }
 
 size_t gctl_dtype_size(gc_dtype dtype) {
   switch (dtype) {
-    case GC_DTYPE_F64: return 8;
+    case GC_DTYPE_C128: return 16;
+    case GC_DTYPE_F64:
+    case GC_DTYPE_C64: return 8;
     case GC_DTYPE_F32:
     case GC_DTYPE_I32: return 4;
     case GC_DTYPE_F16:

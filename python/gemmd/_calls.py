@@ -24,8 +24,9 @@ class Call:
         hdr, operands = problem.hdr, problem.operands
         result = byte_view(self.landing)
         out_ref = regions.ref(result) if regions else None
-        if regions:   # operands in a registered region go by reference
-            operands = [regions.ref(view) or view for view in operands]
+        if regions:   # operands in a registered region go by reference (a handle map as it is)
+            operands = [view if isinstance(view, dict) else regions.ref(view) or view
+                        for view in operands]
         if out_ref is not None:
             hdr = dict(hdr, out=out_ref)
             self.destination = Destination(None, shm_bytes=result.nbytes)

@@ -29,6 +29,7 @@ if(TARGET gemmd)
     i8                  # the integer gemm, bit for bit: i8 operands, i32 c and result
     fp8                 # the fp8 gemm: e4m3 / e5m2 operands, scales, f32 c and result
     specials            # infinities and NaNs in A, B and c come out as IEEE arithmetic makes them
+    complex             # c64 / c128 with complex alpha, beta and conj against complex128
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -161,6 +162,11 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
 
   # IEEE special values on the GPU backend: alone, and beside plain jobs of their shape in flight
   gemmd_fake_test(daemon_fake_specials ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_specials.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+
+  # the complex gemm on the GPU backend: the small lane batching by alpha_im / conj, staging,
+  # regions and resident operands; on two devices, splits of a complex gemm.
+  gemmd_fake_test(daemon_fake_complex ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_complex.py 2
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

@@ -1159,9 +1159,9 @@ START_TEST(rejects_bad_requests_before_sending) {
   ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
   const char *msg = gc_last_error(conn)->message;
   ck_assert_msg(strstr(msg, "out_dtype") && strstr(msg, "f16") && strstr(msg, "f32"), "%s", msg);
-  o.dtype = GC_DTYPE_F32, o.out_dtype = (gc_dtype)9;
+  o.dtype = GC_DTYPE_F32, o.out_dtype = (gc_dtype)(GC_DTYPE_C128 + 1);
   ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "out_dtype 9"));
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "out_dtype 10"));
   o.dtype = GC_DTYPE_DEFAULT, o.out_dtype = GC_DTYPE_DEFAULT;
   ck_assert_int_eq(gc_gemm(conn, &o, x, x, NULL, x, NULL), GC_E_INVALID_ARGUMENT);
   uint64_t handle = 1;

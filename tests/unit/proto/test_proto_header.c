@@ -568,7 +568,7 @@ static void x_out_wider(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(
  * cast, c and the result take the out dtype's size, and the encoder writes the key only for a
  * real cast. */
 START_TEST(out_dtype_key) {
-  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2",
+  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64, c128",
                GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_int, "out_dtype: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_wider, "out_dtype: a f32 gemm cannot return f64", GP_E_INVALID_ARGUMENT);
@@ -627,7 +627,7 @@ START_TEST(wrong_dims_and_dtype) {
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
   msgpack_sbuffer_clear(&sb);
   expect_required_rejected(&sb, &pk, 1, 1, 1, "f128", GP_E_INVALID_ARGUMENT,
-                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2");
+                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64, c128");
   gemm_start(&pk, 3, 4);
   key(&pk, "dtype");
   tp_pack_binstr(&pk, "f32");
