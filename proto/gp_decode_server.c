@@ -159,6 +159,12 @@ static gp__action gemm_param(gp_decoder *d, const gp__frame *f, const gp__token 
   if (tok->type != GP__TOK_BIN)
     return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op),
                        "a bin, a region reference map or a handle map");
+  if (d->gemm.ld[op] != 0) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: a leading dimension (ld%s) is only for an operand "
+                "in a shared-memory region or CUDA memory, not one sent in the message",
+                gp_operand_name(op), gp_operand_name(op));
+    return (gp__action){GP__K_SKIP, GP__BODY_PAYLOAD_SKIP};
+  }
   if (tok->len != d->operand_bytes[op]) {
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: expected %llu bytes, got %u", gp_operand_name(op),
                 (unsigned long long)d->operand_bytes[op], tok->len);

@@ -378,8 +378,17 @@ static int check_ld(const gp_gemm_hdr *hdr, gp_error *err) {
                           names[op], (unsigned long long)hdr->ld[op], (unsigned long long)cols,
                           gp_operand_name(op));
   }
-  if (gp_gemm_has_ld(hdr))
-    return gp_error_set(err, GP_E_UNIMPLEMENTED, "lda, ldb, ldc: not implemented yet");
+  if (!gp_gemm_has_ld(hdr))
+    return GP_OK;
+  bool plain = hdr->dtype == GP_DTYPE_F32 || hdr->dtype == GP_DTYPE_F64 ||
+               gp_dtype_is_complex(hdr->dtype);
+  if (!plain || hdr->bias || hdr->activation != GP_ACT_NONE || gp_gemm_casts(hdr))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "lda, ldb, ldc: only an f32, f64, c64 or c128 gemm without bias, "
+                        "activation or out_dtype takes leading dimensions");
+  if (hdr->ld[GP_OPERAND_C] != 0 && !hdr->has_out)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "ldc: needs out (the result in a shared-memory region or CUDA memory)");
   return GP_OK;
 }
 

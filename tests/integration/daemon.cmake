@@ -30,6 +30,7 @@ if(TARGET gemmd)
     fp8                 # the fp8 gemm: e4m3 / e5m2 operands, scales, f32 c and result
     specials            # infinities and NaNs in A, B and c come out as IEEE arithmetic makes them
     complex             # c64 / c128 with complex alpha, beta and conj against complex128
+    ld                  # lda / ldb / ldc: submatrices used where they lie in a region
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
   )
   foreach(name ${GEMMD_DAEMON_TESTS})
@@ -167,6 +168,9 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # the complex gemm on the GPU backend: the small lane batching by alpha_im / conj, staging,
   # regions and resident operands; on two devices, splits of a complex gemm.
   gemmd_fake_test(daemon_fake_complex ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_complex.py 2
+                  GEMMD_TEST_BACKEND=gpu)
+  # leading dimensions on the GPU backend: refused (UNIMPLEMENTED) and not announced, for now
+  gemmd_fake_test(daemon_fake_ld ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_ld.py 1
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

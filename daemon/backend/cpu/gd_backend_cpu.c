@@ -527,6 +527,7 @@ static void cpu_destroy(gd_backend *b) {
 static const gd_backend_ops cpu_ops = {
     .name = "cpu",
     .output_in_job_memory = true, /* C goes out from the job's buffer: no copy */
+    .leading_dims = true,         /* lda, ldb, ldc go to OpenBLAS as they are */
     .prepare = cpu_prepare,
     .input_window = cpu_input_window,
     .input = cpu_input,
