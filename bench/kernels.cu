@@ -1,7 +1,7 @@
 /*
  * bench/kernels.cu - bench_kernels: our GPU kernels against cuBLAS, one table per run.
  *
- *   bench_kernels [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn]
+ *   bench_kernels [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|c64|c64tf|c128]
  *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64; i8 with B n x k and i8nn
@@ -26,6 +26,9 @@
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
  * Everything goes through gk_gpu.h: gk_select for ours, gk_kernel_by_name("cublas") for cuBLAS.
+ * The complex modes (c64, c64 fast, c128; 1024^3 and 4096^3 only) time gk_gpu_gemm, which runs
+ * them on the real kernels (gk_complex.cu), against cublasCgemm / cublasZgemm, checked as the
+ * real pairs' relative Frobenius difference (the complex one).
  *
  * --small-batches instead times the batched small problems of the small-job lane (one launch
  * each: 8192 x 32^3, 4096 x 64^3, 1024 x 128^3, 256 x 256^3, 64 x 512^3), against
@@ -41,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,6 +97,9 @@ const mode kModes[] = {
     /* (H200: 1.9e-3 from our kernel and cuBLASLt alike at 8192^3, growing with k) */
     {"e4m3", GK_E4M3, false, 8e-3, true}, {"e5m2", GK_E5M2, false, 8e-3, true},
     {"e4m3nn", GK_E4M3, false, 8e-3, false},
+    /* the complex gemm (bench_complex), against cublasCgemm / cublasZgemm */
+    {"c64", GK_C64, false, 1e-5, false}, {"c64tf", GK_C64, true, 5e-3, false},
+    {"c128", GK_C128, false, 1e-12, false},
 };
 
 struct shape {
@@ -294,6 +301,8 @@ cudaDataType_t cuda_type(gk_dtype t) {
   case GK_I32: return CUDA_R_32I;
   case GK_E4M3: return CUDA_R_8F_E4M3;
   case GK_E5M2: return CUDA_R_8F_E5M2;
+  case GK_C64: return CUDA_C_32F;
+  case GK_C128: return CUDA_C_64F;
   }
   return CUDA_R_32F;
 }
@@ -309,6 +318,7 @@ void fill(gk_dtype t, void *ptr, int64_t count, uint64_t seed, cudaStream_t stre
   case GK_E4M3: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_fp8_e4m3 *)ptr, count, seed); break;
   case GK_E5M2: fill_uniform<<<blocks, threads, 0, stream>>>((__nv_fp8_e5m2 *)ptr, count, seed); break;
   case GK_I32: break; /* a result dtype only */
+  case GK_C64: case GK_C128: break; /* bench_complex fills their real pairs */
   }
   CHECK(cudaGetLastError());
 }
@@ -324,6 +334,7 @@ void launch_diff(gk_dtype tx, const void *x, const R *ref, int64_t count, double
   case GK_BF16: diff_norms<<<blocks, threads, 0, stream>>>((const __nv_bfloat16 *)x, ref, count, sums); break;
   case GK_I32: diff_norms<<<blocks, threads, 0, stream>>>((const int32_t *)x, ref, count, sums); break;
   case GK_I8: case GK_E4M3: case GK_E5M2: break; /* never an output */
+  case GK_C64: case GK_C128: break; /* compared as their real pairs */
   }
 }
 
@@ -339,6 +350,7 @@ double rel_diff(gk_dtype tx, const void *x, gk_dtype t, const void *ref, int64_t
   case GK_BF16: launch_diff(tx, x, (const __nv_bfloat16 *)ref, count, sums, stream); break;
   case GK_I32: launch_diff(tx, x, (const int32_t *)ref, count, sums, stream); break;
   case GK_I8: case GK_E4M3: case GK_E5M2: break; /* never an output */
+  case GK_C64: case GK_C128: break; /* compared as their real pairs */
   }
   CHECK(cudaGetLastError());
   double host[3];
@@ -526,9 +538,109 @@ bool listed(const char *list, const char *name) {
   return false;
 }
 
+/* Device buffers of one row, freed together when it goes. */
+struct device_buffers {
+  std::vector<void *> held;
+  void *alloc(size_t bytes) {
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, bytes));
+    held.push_back(p);
+    return p;
+  }
+  ~device_buffers() {
+    for (void *p : held) CHECK(cudaFree(p));
+  }
+};
+
+/* ---- the complex gemm ----------------------------------------------------------------- */
+
+/* Ours: gk_gpu_gemm (the complex problem on the real kernels); cuBLAS: cublasCgemm / Zgemm of
+ * the same row-major problem (C^T = B^T A^T column-major). */
+cudaError_t complex_ours(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  return gk_gpu_gemm(ctx, p, "auto", stream, NULL);
+}
+
+cudaError_t complex_cublas(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
+  cublasHandle_t h = (cublasHandle_t)gk_gpu_ctx_cublas(ctx);
+  if (h == NULL || cublasSetStream(h, stream) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  if (cublasSetMathMode(h, p->fast ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) !=
+      CUBLAS_STATUS_SUCCESS)
+    return cudaErrorUnknown;
+  const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
+  cublasStatus_t st;
+  if (p->dtype == GK_C64) {
+    const cuComplex alpha = {(float)p->alpha, (float)p->alpha_im}, beta = {0.0f, 0.0f};
+    st = cublasCgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, (const cuComplex *)p->b, n,
+                     (const cuComplex *)p->a, k, &beta, (cuComplex *)p->c, n);
+  } else {
+    const cuDoubleComplex alpha = {p->alpha, p->alpha_im}, beta = {0.0, 0.0};
+    st = cublasZgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, (const cuDoubleComplex *)p->b,
+                     n, (const cuDoubleComplex *)p->a, k, &beta, (cuDoubleComplex *)p->c, n);
+  }
+  cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  return st == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+}
+
+/* One complex row: random a and b (their real pairs uniform in [-1, 1)), C = (1 - 0.5i) A B
+ * into poisoned outputs, ours against cuBLAS, then both timed (8 m n k flops each). */
+row bench_complex(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &opt,
+                  cudaStream_t stream, double *sums) {
+  row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, NAN, "-", false, NULL};
+  const gk_dtype part = md.dtype == GK_C64 ? GK_F32 : GK_F64;
+  const size_t es = elem_size(md.dtype);
+  const int64_t a_elems = sh.m * sh.k * sh.batch, b_elems = sh.k * sh.n * sh.batch;
+  const int64_t c_elems = sh.m * sh.n * sh.batch;
+  device_buffers buffers; /* freed when the row returns */
+  auto dalloc = [&](size_t bytes) { return buffers.alloc(bytes); };
+  gk_problem p;
+  memset(&p, 0, sizeof(p));
+  p.dtype = md.dtype, p.fast = md.fast, p.m = sh.m, p.n = sh.n, p.k = sh.k, p.batch = sh.batch;
+  p.alpha = 1.0, p.alpha_im = -0.5, p.beta = 0.0;
+  p.a = dalloc((size_t)a_elems * es);
+  p.b = dalloc((size_t)b_elems * es);
+  fill(part, (void *)p.a, 2 * a_elems, opt.seed * 7919u + 1u, stream);
+  fill(part, (void *)p.b, 2 * b_elems, opt.seed * 7919u + 2u, stream);
+  std::vector<gk_problem> ours(1, p), ref(1, p);
+  ours[0].c = dalloc((size_t)c_elems * es);
+  ref[0].c = dalloc((size_t)c_elems * es);
+  CHECK(cudaMemsetAsync(ours[0].c, 0xFF, (size_t)c_elems * es, stream));
+  CHECK(cudaMemsetAsync(ref[0].c, 0xFF, (size_t)c_elems * es, stream));
+  const gk_kernel *used = NULL;
+  cudaError_t e1 = gk_gpu_gemm(ctx, &ours[0], "auto", stream, &used);
+  cudaError_t e2 = complex_cublas(ctx, &ref[0], stream);
+  cudaError_t e3 = cudaStreamSynchronize(stream);
+  r.kernel = used ? used->name : "?"; /* the real kernel the complex gemm ran on */
+  if (e1 != cudaSuccess || e2 != cudaSuccess || e3 != cudaSuccess) {
+    fprintf(stderr, "bench_kernels: %s %s: ours %s / cublas %s / sync %s\n", md.name, sh.label,
+            cudaGetErrorString(e1), cudaGetErrorString(e2), cudaGetErrorString(e3));
+    r.why = "launch error";
+    if (e3 != cudaSuccess) exit(2);
+  } else {
+    int64_t nonfinite = 0;
+    r.err = rel_diff(part, ours[0].c, part, ref[0].c, 2 * c_elems, sums, &nonfinite, stream);
+    if (nonfinite > 0) r.why = "unwritten/NaN outputs";
+    else if (!(r.err <= md.tol)) r.why = "error over tolerance";
+    else r.pass = true;
+  }
+  if (r.pass) {
+    const double flops = 8.0 * (double)sh.m * (double)sh.n * (double)sh.k * (double)sh.batch;
+    const int reps = opt.reps > 0 ? opt.reps : 10;
+    const gk_kernel k_ours = {"complex", "", NULL, complex_ours, 0};
+    const gk_kernel k_ref = {"cublas_complex", "", NULL, complex_cublas, 0};
+    bool ok_ours, ok_ref;
+    const double ms_ours = time_kernel(ctx, &k_ours, ours, stream, reps, &ok_ours);
+    const double ms_ref = time_kernel(ctx, &k_ref, ref, stream, reps, &ok_ref);
+    if (ok_ours) r.ours_tflops = flops / (ms_ours * 1e-3) / 1e12;
+    if (ok_ref) r.cublas_tflops = r.ex_tflops = flops / (ms_ref * 1e-3) / 1e12, r.via = "gemm";
+    if (!ok_ours) r.pass = false, r.why = "launch error while timing";
+  }
+  return r;
+}
+
 /* One row: `forced` (a variant) or the selector's choice, against cuBLAS. */
 row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &opt,
               cudaStream_t stream, double *sums, const gk_kernel *forced, const lt_state *lt) {
+  if (gk_dtype_is_complex(md.dtype)) return bench_complex(ctx, md, sh, opt, stream, sums);
   row r = {md.name, sh.label, "-", NAN, NAN, NAN, md.tol, NAN, "-", false, NULL};
   const int cc = gk_gpu_ctx_cc(ctx);
   const size_t es = elem_size(md.dtype);
@@ -557,13 +669,8 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
   }
   r.kernel = ours->name;
 
-  std::vector<void *> buffers;
-  auto dalloc = [&](size_t bytes) {
-    void *p = NULL;
-    CHECK(cudaMalloc(&p, bytes));
-    buffers.push_back(p);
-    return p;
-  };
+  device_buffers buffers; /* freed when the row returns */
+  auto dalloc = [&](size_t bytes) { return buffers.alloc(bytes); };
   std::vector<gk_problem> sets(nsets, proto), ref_sets(nsets, proto);
   void *c_ours = dalloc((size_t)c_elems * ces), *c_ref = dalloc((size_t)c_elems * ces);
   for (int s = 0; s < nsets; ++s) {
@@ -626,7 +733,6 @@ row bench_one(gk_gpu_ctx *ctx, const mode &md, const shape &sh, const options &o
                       sums, stream, &r.cublas_tflops, &r.via, "lt-f32out");
     }
   }
-  for (void *p : buffers) CHECK(cudaFree(p));
   return r;
 }
 
@@ -677,7 +783,7 @@ void print_splitk_occupancy() {
 
 int usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn] "
+          "usage: %s [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn|c64|c64tf|c128] "
           "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
           argv0);
   return 2;
@@ -765,6 +871,9 @@ int main(int argc, char **argv) {
       }
       for (const shape &sh : kShapes) {
         if (opt.quick && !sh.quick) continue;
+        /* complex: 1024^3 and the issue's target shape, 4096^3 */
+        if (gk_dtype_is_complex(md.dtype) && (sh.batch != 1 || (sh.m != 1024 && sh.m != 4096)))
+          continue;
         /* one row per name of --kernel's list */
         for (const char *name = opt.kernel; name != NULL; name = strchr(name, ',')) {
           name += *name == ',';

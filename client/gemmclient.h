@@ -202,6 +202,11 @@ typedef enum {
    * f32; gc_gemm_opts.scale_a and scale_b are the per-tensor scales. */
   GC_DTYPE_E4M3 = 6,
   GC_DTYPE_E5M2 = 7,
+  /* Since 1.7 (the daemon's "complex" feature). Complex elements as two floats (C64: float
+   * re, im, like float _Complex) or two doubles (C128); a, b, c and the result all of dtype.
+   * alpha_im, beta_im, conj_a and conj_b in gc_gemm_opts; no bias, activation or out_dtype. */
+  GC_DTYPE_C64 = 8,
+  GC_DTYPE_C128 = 9,
 } gc_dtype;
 
 typedef enum {
@@ -281,6 +286,12 @@ typedef struct {
    * back into out; batch entries are then rows x ld elements apart. gc_submit refuses them
    * (INVALID_ARGUMENT), as it does one below the row's length. */
   uint64_t lda, ldb, ldc;
+  /* Since 1.7 (the daemon's "complex" feature). A C64 or C128 gemm's alpha is alpha + i
+   * alpha_im and its beta beta + i beta_im (c is read unless both parts of beta are 0);
+   * nonzero conj_a / conj_b conjugate op(A) / op(B) (BLAS's 'C' is trans and conj). Default 0;
+   * set on another dtype, the daemon refuses the gemm (GC_E_INVALID_ARGUMENT). */
+  double alpha_im, beta_im;
+  int conj_a, conj_b;
 } gc_gemm_opts;
 
 GC_EXPORT void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size);

@@ -237,6 +237,8 @@ cudaError_t tiled_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stre
   case GK_E4M3: return launch_typed<__nv_fp8_e4m3>(p, stream);
   case GK_E5M2: return launch_typed<__nv_fp8_e5m2>(p, stream);
   case GK_I32: break; /* a result dtype only: gk_problem_check refuses it */
+  case GK_C64:
+  case GK_C128: break; /* gk_gpu_gemm runs complex problems on real ones (gk_complex.cu) */
   }
   return cudaErrorInvalidValue;
 }

@@ -2,7 +2,8 @@
  * gk_cpu.c - the CPU path: OpenBLAS sgemm/dgemm, with f16 and bf16 widened to
  * f32 per batch element and rounded back (gp_half.h: round to nearest even), i8 widened to
  * f64 (exact) with its i32 result formed in 32-bit arithmetic, fp8 widened to f64 with its f32
- * result rounded once from the double.
+ * result rounded once from the double; c64 and c128 by cgemm and zgemm. f32, f64 and the complex
+ * dtypes take leading dimensions.
  */
 #include "gk_cpu.h"
 
@@ -34,6 +35,16 @@ static bool problem_ok(const gk_problem *p) {
   if (p->dtype == GK_I32)
     return false; /* a result dtype only (an unknown one fails the size check below) */
   if (p->dtype == GK_I8 && (p->act == GK_ACT_GELU || p->act == GK_ACT_GELU_TANH || p->cast))
+    return false;
+  bool plain_only = gk_dtype_is_complex(p->dtype) || gk_problem_strided(p);
+  if (plain_only && (p->cast || p->bias || p->act != GK_ACT_NONE))
+    return false; /* complex and strided problems take no epilogue and no cast */
+  if (gk_problem_strided(p) && p->dtype != GK_F32 && p->dtype != GK_F64 &&
+      !gk_dtype_is_complex(p->dtype))
+    return false;
+  if ((p->conj_a || p->conj_b) && !gk_dtype_is_complex(p->dtype))
+    return false;
+  if (gk_problem_lda(p) > INT_MAX || gk_problem_ldb(p) > INT_MAX || gk_problem_ldc(p) > INT_MAX)
     return false;
   return gk_dtype_size(p->dtype) != 0 && gk_problem_cast_ok(p);
 }
@@ -89,20 +100,32 @@ static blas_shape shape_of(const gk_problem *p, int64_t rows) {
   s.m = (int)rows;
   s.n = (int)p->n;
   s.k = (int)p->k;
-  s.lda = p->trans_a ? (int)p->m : s.k; /* A stored k x m when transposed */
-  s.ldb = p->trans_b ? s.k : s.n;       /* B stored n x k when transposed */
-  s.ldc = s.n;
+  s.lda = (int)gk_problem_lda(p); /* A stored k x m when transposed */
+  s.ldb = (int)gk_problem_ldb(p); /* B stored n x k when transposed */
+  s.ldc = (int)gk_problem_ldc(p);
+  if (p->conj_a) /* complex only (problem_ok): OpenBLAS's ConjNoTrans conjugates in place */
+    s.ta = p->trans_a ? CblasConjTrans : CblasConjNoTrans;
+  if (p->conj_b)
+    s.tb = p->trans_b ? CblasConjTrans : CblasConjNoTrans;
   return s;
 }
 
 /* Where row r0 of op(A) starts: a row of A, or a column of A stored k x m when transposed. */
-static int64_t a_row_offset(const gk_problem *p, int64_t r0) { return p->trans_a ? r0 : r0 * p->k; }
+static int64_t a_row_offset(const gk_problem *p, int64_t r0) {
+  return p->trans_a ? r0 : r0 * gk_problem_lda(p);
+}
 
-/* beta == 0 must not read C (NaN there must not propagate): clear it and let BLAS add 0 * 0. */
+/* beta == 0 must not read C (NaN there must not propagate): clear its rows and let BLAS add
+ * 0 * 0. */
+static void clear_rows(const blas_shape *s, void *c, size_t elem) {
+  for (int r = 0; r < s->m; r++)
+    memset((char *)c + (size_t)r * (size_t)s->ldc * elem, 0, (size_t)s->n * elem);
+}
+
 static void run_f32(const blas_shape *s, float alpha, float beta, const float *a, const float *b,
                     float *c) {
   if (beta == 0.0f)
-    memset(c, 0, (size_t)s->m * (size_t)s->n * sizeof(float));
+    clear_rows(s, c, sizeof(float));
   cblas_sgemm(CblasRowMajor, s->ta, s->tb, s->m, s->n, s->k, alpha, a, s->lda, b, s->ldb, beta, c,
               s->ldc);
 }
@@ -110,7 +133,7 @@ static void run_f32(const blas_shape *s, float alpha, float beta, const float *a
 static void run_f64(const blas_shape *s, double alpha, double beta, const double *a,
                     const double *b, double *c) {
   if (beta == 0.0)
-    memset(c, 0, (size_t)s->m * (size_t)s->n * sizeof(double));
+    clear_rows(s, c, sizeof(double));
   cblas_dgemm(CblasRowMajor, s->ta, s->tb, s->m, s->n, s->k, alpha, a, s->lda, b, s->ldb, beta, c,
               s->ldc);
 }
@@ -185,13 +208,34 @@ static void run_fp8_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t row
     c[e] = (float)(p->alpha * dc[e] + (p->beta != 0.0 ? p->beta * (double)c[e] : 0.0));
 }
 
+/* c64 and c128: alpha and beta as CBLAS takes them, {re, im} pairs passed by address. */
+static void run_complex(const gk_problem *p, const blas_shape *s, const void *a, const void *b,
+                        void *c) {
+  bool beta_zero = p->beta == 0.0 && p->beta_im == 0.0;
+  if (p->dtype == GK_C64) {
+    float alpha[2] = {(float)p->alpha, (float)p->alpha_im};
+    float beta[2] = {(float)p->beta, (float)p->beta_im};
+    if (beta_zero)
+      clear_rows(s, c, 2 * sizeof(float));
+    cblas_cgemm(CblasRowMajor, s->ta, s->tb, s->m, s->n, s->k, alpha, a, s->lda, b, s->ldb, beta,
+                c, s->ldc);
+  } else {
+    double alpha[2] = {p->alpha, p->alpha_im}, beta[2] = {p->beta, p->beta_im};
+    if (beta_zero)
+      clear_rows(s, c, 2 * sizeof(double));
+    cblas_zgemm(CblasRowMajor, s->ta, s->tb, s->m, s->n, s->k, alpha, a, s->lda, b, s->ldb, beta,
+                c, s->ldc);
+  }
+}
+
 /* Rows [r0, r0 + rows) of batch element i, the epilogue around them: C's rows take the bias
  * first (beta then reads it), the activation runs last. */
 static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, void *scratch) {
   gk_host_bias_rows(p, i, r0, rows);
-  int64_t na = gk_problem_a_elems(p), nb = gk_problem_b_stride(p), nc = gk_problem_c_elems(p);
+  int64_t na = gk_problem_a_stride(p), nb = gk_problem_b_stride(p), nc = gk_problem_c_stride(p);
   blas_shape s = shape_of(p, rows);
-  int64_t ao = i * na + a_row_offset(p, r0), co = i * nc + r0 * p->n;
+  int64_t ao = i * na + a_row_offset(p, r0), co = i * nc + r0 * gk_problem_ldc(p);
+  size_t es = gk_dtype_size(p->dtype);
   switch (p->dtype) {
   case GK_F32:
     run_f32(&s, (float)p->alpha, (float)p->beta, (const float *)p->a + ao,
@@ -211,6 +255,11 @@ static void run_rows(const gk_problem *p, int64_t i, int64_t r0, int64_t rows, v
   case GK_E4M3:
   case GK_E5M2:
     run_fp8_rows(p, i, r0, rows, (double *)scratch);
+    break;
+  case GK_C64:
+  case GK_C128:
+    run_complex(p, &s, (const char *)p->a + (size_t)ao * es,
+                (const char *)p->b + (size_t)(i * nb) * es, (char *)p->c + (size_t)co * es);
     break;
   case GK_I32: /* a result dtype only: problem_ok refuses it */
     break;

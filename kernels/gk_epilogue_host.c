@@ -31,6 +31,8 @@ double gk_host_load(gk_dtype dtype, const void *base, int64_t i) {
   case GK_I32: return ((const int32_t *)base)[i];
   case GK_E4M3: return gp_e4m3_to_f32(((const uint8_t *)base)[i]);
   case GK_E5M2: return gp_e5m2_to_f32(((const uint8_t *)base)[i]);
+  case GK_C64:
+  case GK_C128: break; /* complex: no one real value (no epilogue nor cast takes one) */
   }
   return 0.0;
 }
@@ -45,6 +47,8 @@ void gk_host_store(gk_dtype dtype, void *base, int64_t i, double v) {
   case GK_I32: ((int32_t *)base)[i] = (int32_t)(uint32_t)(int64_t)v; break;
   case GK_E4M3: ((uint8_t *)base)[i] = gp_f64_to_e4m3(v); break;
   case GK_E5M2: ((uint8_t *)base)[i] = gp_f64_to_e5m2(v); break;
+  case GK_C64:
+  case GK_C128: break; /* complex: see gk_host_load */
   }
 }
 

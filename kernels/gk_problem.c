@@ -13,6 +13,8 @@ size_t gk_dtype_size(gk_dtype dtype) {
   case GK_I32: return 4;
   case GK_E4M3: return 1;
   case GK_E5M2: return 1;
+  case GK_C64: return 8;
+  case GK_C128: return 16;
   }
   return 0;
 }
@@ -27,6 +29,8 @@ const char *gk_dtype_name(gk_dtype dtype) {
   case GK_I32: return "i32";
   case GK_E4M3: return "e4m3";
   case GK_E5M2: return "e5m2";
+  case GK_C64: return "c64";
+  case GK_C128: return "c128";
   }
   return "?";
 }
@@ -42,6 +46,8 @@ const char *gk_act_name(gk_act act) {
 }
 
 bool gk_dtype_is_fp8(gk_dtype dtype) { return dtype == GK_E4M3 || dtype == GK_E5M2; }
+
+bool gk_dtype_is_complex(gk_dtype dtype) { return dtype == GK_C64 || dtype == GK_C128; }
 
 gk_dtype gk_dtype_result(gk_dtype dtype) {
   if (dtype == GK_I8)
@@ -84,8 +90,26 @@ int64_t gk_problem_a_elems(const gk_problem *p) { return p->m * p->k; }
 int64_t gk_problem_b_elems(const gk_problem *p) { return p->k * p->n; }
 int64_t gk_problem_c_elems(const gk_problem *p) { return p->m * p->n; }
 
+int64_t gk_problem_lda(const gk_problem *p) {
+  return p->lda > 0 ? p->lda : (p->trans_a ? p->m : p->k);
+}
+int64_t gk_problem_ldb(const gk_problem *p) {
+  return p->ldb > 0 ? p->ldb : (p->trans_b ? p->k : p->n);
+}
+int64_t gk_problem_ldc(const gk_problem *p) { return p->ldc > 0 ? p->ldc : p->n; }
+
+int64_t gk_problem_a_stride(const gk_problem *p) {
+  return (p->trans_a ? p->k : p->m) * gk_problem_lda(p);
+}
+int64_t gk_problem_c_stride(const gk_problem *p) { return p->m * gk_problem_ldc(p); }
+
 int64_t gk_problem_b_stride(const gk_problem *p) {
-  return p->b_shared ? 0 : gk_problem_b_elems(p);
+  return p->b_shared ? 0 : (p->trans_b ? p->n : p->k) * gk_problem_ldb(p);
+}
+
+bool gk_problem_strided(const gk_problem *p) {
+  return gk_problem_lda(p) != (p->trans_a ? p->m : p->k) ||
+         gk_problem_ldb(p) != (p->trans_b ? p->k : p->n) || gk_problem_ldc(p) != p->n;
 }
 
 int64_t gk_problem_pieces(const gk_problem *p) {
@@ -104,8 +128,8 @@ gk_problem gk_problem_piece(const gk_problem *p, int64_t i) {
   }
   size_t es = gk_dtype_size(p->dtype), ces = gk_dtype_size(gk_problem_c_dtype(p));
   q.batch = 1;
-  q.a = (const char *)p->a + (size_t)i * (size_t)gk_problem_a_elems(p) * es;
-  q.c = (char *)p->c + (size_t)i * (size_t)gk_problem_c_elems(p) * ces;
+  q.a = (const char *)p->a + (size_t)i * (size_t)gk_problem_a_stride(p) * es;
+  q.c = (char *)p->c + (size_t)i * (size_t)gk_problem_c_stride(p) * ces;
   if (p->work != NULL)
     q.work = (char *)p->work + (size_t)i * (size_t)gk_problem_c_elems(p) * es;
   return q;

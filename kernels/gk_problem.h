@@ -37,6 +37,8 @@ typedef enum {
   GK_I32 = 5,
   GK_E4M3 = 6,
   GK_E5M2 = 7,
+  GK_C64 = 8,  /* complex: two f32, re then im */
+  GK_C128 = 9, /* complex: two f64 */
 } gk_dtype;
 
 /* The activation of the epilogue (same numbering as gp_act in proto/gp_types.h). GELU is the
@@ -70,6 +72,15 @@ typedef struct {
   bool cast;
   gk_dtype out_dtype;
   void *work;
+  /* Complex (GK_C64, GK_C128): alpha + i alpha_im and beta + i beta_im; conj_a / conj_b
+   * conjugate op(A) / op(B). C is not read when both parts of beta are 0. No epilogue, no
+   * cast. */
+  double alpha_im, beta_im;
+  bool conj_a, conj_b;
+  /* Leading dimensions (elements between consecutive stored rows; 0: packed, the row length).
+   * The batch entries' rows are then batch * rows rows, ld apart: entry i starts at
+   * i * rows * ld (gk_problem_a_stride etc). Only for plain problems (no epilogue, no cast). */
+  int64_t lda, ldb, ldc;
 } gk_problem;
 
 size_t gk_dtype_size(gk_dtype dtype);
@@ -77,6 +88,8 @@ size_t gk_dtype_size(gk_dtype dtype);
 gk_dtype gk_dtype_result(gk_dtype dtype);
 /* GK_E4M3 or GK_E5M2. */
 bool gk_dtype_is_fp8(gk_dtype dtype);
+/* GK_C64 or GK_C128. */
+bool gk_dtype_is_complex(gk_dtype dtype);
 /* The dtype C is stored in: out_dtype with the cast, else gk_dtype_result(dtype). */
 gk_dtype gk_problem_c_dtype(const gk_problem *p);
 /* Whether p's cast, if any, is one the kernels make (F16/BF16 from an F32 or F64 result, with
@@ -97,6 +110,15 @@ int64_t gk_problem_b_elems(const gk_problem *p);
 int64_t gk_problem_c_elems(const gk_problem *p);
 /* Elements from one batch entry's B to the next: b_elems, or 0 when b_shared. */
 int64_t gk_problem_b_stride(const gk_problem *p);
+/* The leading dimensions in effect (lda etc, or the stored row length when 0), and the
+ * elements from one batch entry of A / C to the next (rows * ld). */
+int64_t gk_problem_lda(const gk_problem *p);
+int64_t gk_problem_ldb(const gk_problem *p);
+int64_t gk_problem_ldc(const gk_problem *p);
+int64_t gk_problem_a_stride(const gk_problem *p);
+int64_t gk_problem_c_stride(const gk_problem *p);
+/* True when any leading dimension differs from the packed one. */
+bool gk_problem_strided(const gk_problem *p);
 
 /* A problem with b_shared as problems whose kernels know nothing of it: with op(A) not
  * transposed the batch folds into m (one problem of batch * m rows: A and C are stored back

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gk_complex.h"
 #include "gk_gpu.h"
 
 #define GK_FAST_KERNEL(symbol) extern "C" const gk_kernel symbol;
@@ -218,6 +219,8 @@ extern "C" cudaError_t gk_gpu_gemm(gk_gpu_ctx *ctx, const gk_problem *p, const c
   cudaError_t err = gk_problem_check(p);
   if (err != cudaSuccess)
     return err;
+  if (gk_dtype_is_complex(p->dtype)) /* on the real kernels (gk_complex.cu) */
+    return gk_gpu_gemm_complex(ctx, p, preference, stream, used);
   if (p->cast)
     return gk_gpu_gemm_cast(ctx, p, preference, stream, used);
   /* A shared B: the kernels batch over grid.z with a B stride of one matrix (some through

@@ -13,7 +13,8 @@ option(GK_CUDA_WERROR "Treat nvcc warnings as errors in the GPU kernels" ON)
 
 # gk_problem.c: the problem helpers gk_registry.cu uses (also in gemmkernels_cpu; the kernels-only
 # build has no such library)
-set(GK_GPU_SOURCES gk_gpu_ctx.cu gk_registry.cu gk_problem.c gk_epilogue.cu 00_cublas.cu 01_tiled.cu)
+set(GK_GPU_SOURCES gk_gpu_ctx.cu gk_registry.cu gk_problem.c gk_epilogue.cu gk_complex.cu 00_cublas.cu
+                   01_tiled.cu)
 set(GK_FAST_KERNELS)
 include(${GK_DIR}/fast.cmake)
 

@@ -14,10 +14,13 @@ static const gp__action NOTHING = {GP__K_SKIP, GP__BODY_SKIP};
 /* The header keys; the bit of key i in keys_seen is 1 << i. */
 enum { KEY_M, KEY_N, KEY_K, KEY_DTYPE, KEY_TRANS_A, KEY_TRANS_B, KEY_ALPHA, KEY_BETA, KEY_BATCH,
        KEY_PRECISION, KEY_TIMEOUT_MS, KEY_OUT, KEY_BROADCAST_B, KEY_BIAS, KEY_ACTIVATION,
-       KEY_OUT_DTYPE, KEY_SCALE_A, KEY_SCALE_B, KEY_COUNT };
+       KEY_OUT_DTYPE, KEY_SCALE_A, KEY_SCALE_B, KEY_ALPHA_IM, KEY_BETA_IM, KEY_CONJ_A, KEY_CONJ_B,
+       KEY_LDA, KEY_LDB, KEY_LDC, KEY_COUNT };
 static const char *const hdr_keys[KEY_COUNT] = {
     "m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch", "precision",
-    "timeout_ms", "out", "broadcast_b", "bias", "activation", "out_dtype", "scale_a", "scale_b"};
+    "timeout_ms", "out", "broadcast_b", "bias", "activation", "out_dtype", "scale_a", "scale_b",
+    "alpha_im", "beta_im", "conj_a", "conj_b", "lda", "ldb", "ldc"};
+_Static_assert(KEY_COUNT <= 32, "keys_seen holds a bit per key");
 
 static int hdr_key_of(const char *s, size_t len) {
   for (int i = 0; i < KEY_COUNT; i++) {
@@ -156,6 +159,12 @@ static gp__action gemm_param(gp_decoder *d, const gp__frame *f, const gp__token 
   if (tok->type != GP__TOK_BIN)
     return reject_type(d, GP__K_PARAMS_GEMM, tok, gp_operand_name(op),
                        "a bin, a region reference map or a handle map");
+  if (d->gemm.ld[op] != 0) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: a leading dimension (ld%s) is only for an operand "
+                "in a shared-memory region or CUDA memory, not one sent in the message",
+                gp_operand_name(op), gp_operand_name(op));
+    return (gp__action){GP__K_SKIP, GP__BODY_PAYLOAD_SKIP};
+  }
   if (tok->len != d->operand_bytes[op]) {
     gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: expected %llu bytes, got %u", gp_operand_name(op),
                 (unsigned long long)d->operand_bytes[op], tok->len);
@@ -225,6 +234,13 @@ static gp__action hdr_value(gp_decoder *d, const gp__token *tok) {
   case KEY_BETA: return hdr_number(d, tok, &h->beta);
   case KEY_SCALE_A: return hdr_number(d, tok, &h->scale_a);
   case KEY_SCALE_B: return hdr_number(d, tok, &h->scale_b);
+  case KEY_ALPHA_IM: return hdr_number(d, tok, &h->alpha_im);
+  case KEY_BETA_IM: return hdr_number(d, tok, &h->beta_im);
+  case KEY_CONJ_A: return hdr_bool(d, tok, &h->conj_a);
+  case KEY_CONJ_B: return hdr_bool(d, tok, &h->conj_b);
+  case KEY_LDA: return hdr_uint(d, tok, &h->ld[GP_OPERAND_A]);
+  case KEY_LDB: return hdr_uint(d, tok, &h->ld[GP_OPERAND_B]);
+  case KEY_LDC: return hdr_uint(d, tok, &h->ld[GP_OPERAND_C]);
   default: /* dtype, precision, activation, out_dtype */
     if (tok->type == GP__TOK_STR)
       return COLLECT;

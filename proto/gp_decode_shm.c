@@ -100,6 +100,12 @@ static void handle_done(gp_decoder *d) {
                 ref_name(d));
     return;
   }
+  if (d->gemm.ld[d->ref_target] != 0) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "%s: a leading dimension (ld%s) is only for an operand "
+                "in a shared-memory region or CUDA memory, not a resident one", ref_name(d),
+                ref_name(d));
+    return;
+  }
   gp_event *ev = gp__emit(d, GP_EV_OPERAND_REF);
   ev->operand = (gp_operand)d->ref_target;
   ev->by_handle = true;
@@ -119,6 +125,15 @@ void gp__shmref_done(gp_decoder *d) {
     d->gemm.has_out = true;
     d->gemm.out_region = d->ref_region;
     d->gemm.out_offset = d->ref_offset;
+    return;
+  }
+  /* With ldc, C is updated where it lies: c, when sent, is the result's own place (a copy of
+   * a strided c into the result would carry c's bytes between the rows over the result's). */
+  if (d->ref_target == GP_OPERAND_C && d->gemm.ld[GP_OPERAND_C] != 0 &&
+      (d->ref_region != d->gemm.out_region || d->ref_offset != d->gemm.out_offset)) {
+    gp__rejectf(d, GP_E_INVALID_ARGUMENT, "c: with ldc, c must be the result's own place (out: "
+                "region %llu, offset %llu): C is updated in place",
+                (unsigned long long)d->gemm.out_region, (unsigned long long)d->gemm.out_offset);
     return;
   }
   gp_event *ev = gp__emit(d, GP_EV_OPERAND_REF);

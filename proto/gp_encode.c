@@ -238,10 +238,18 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
     return GP_E_INVALID_ARGUMENT;
   const bool casts = gp_gemm_casts(hdr); /* out_dtype only then: older daemons refuse the key */
   const bool scale_a = hdr->scale_a != 1.0, scale_b = hdr->scale_b != 1.0; /* likewise */
+  /* the complex and ld keys likewise: only when set */
+  const bool alpha_im = hdr->alpha_im != 0.0, beta_im = hdr->beta_im != 0.0;
+  static const char *const ld_keys[3] = {"lda", "ldb", "ldc"};
+  uint32_t lds = 0;
+  for (int op = 0; op < 3; op++)
+    lds += hdr->ld[op] != 0;
   PACK(msgpack_pack_map(pk, 10 + (hdr->has_timeout ? 1 : 0) + (hdr->has_out ? 1 : 0) +
                                (hdr->broadcast_b ? 1 : 0) + (hdr->bias ? 1 : 0) +
                                (hdr->activation != GP_ACT_NONE ? 1 : 0) + (casts ? 1 : 0) +
-                               (scale_a ? 1 : 0) + (scale_b ? 1 : 0)));
+                               (scale_a ? 1 : 0) + (scale_b ? 1 : 0) + (alpha_im ? 1 : 0) +
+                               (beta_im ? 1 : 0) + (hdr->conj_a ? 1 : 0) +
+                               (hdr->conj_b ? 1 : 0) + lds));
   PACK(pack_key_uint(pk, "m", hdr->m));
   PACK(pack_key_uint(pk, "n", hdr->n));
   PACK(pack_key_uint(pk, "k", hdr->k));
@@ -270,6 +278,17 @@ int gp_pack_gemm_hdr(msgpack_packer *pk, const gp_gemm_hdr *hdr) {
     PACK(pack_key_double(pk, "scale_a", hdr->scale_a));
   if (scale_b)
     PACK(pack_key_double(pk, "scale_b", hdr->scale_b));
+  if (alpha_im)
+    PACK(pack_key_double(pk, "alpha_im", hdr->alpha_im));
+  if (beta_im)
+    PACK(pack_key_double(pk, "beta_im", hdr->beta_im));
+  if (hdr->conj_a)
+    PACK(pack_key_bool(pk, "conj_a", true));
+  if (hdr->conj_b)
+    PACK(pack_key_bool(pk, "conj_b", true));
+  for (int op = 0; op < 3; op++)
+    if (hdr->ld[op] != 0)
+      PACK(pack_key_uint(pk, ld_keys[op], hdr->ld[op]));
   return GP_OK;
 }
 

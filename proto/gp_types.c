@@ -20,9 +20,9 @@ static int name_index(const char *const *names, unsigned count, const char *name
   return -1;
 }
 
-static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16",
-                                                        "i8",  "i32", "e4m3", "e5m2"};
-static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2, 1, 4, 1, 1};
+static const char *const dtype_names[GP_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i8",
+                                                        "i32", "e4m3", "e5m2", "c64", "c128"};
+static const size_t dtype_sizes[GP_DTYPE_COUNT] = {4, 8, 2, 2, 1, 4, 1, 1, 8, 16};
 
 size_t gp_dtype_size(gp_dtype dtype) {
   if ((unsigned)dtype >= GP_DTYPE_COUNT)
@@ -151,6 +151,12 @@ bool gp_dtype_is_fp8(gp_dtype dtype) { return dtype == GP_DTYPE_E4M3 || dtype ==
 
 double gp_gemm_alpha(const gp_gemm_hdr *hdr) { return hdr->alpha * hdr->scale_a * hdr->scale_b; }
 
+bool gp_dtype_is_complex(gp_dtype dtype) {
+  return dtype == GP_DTYPE_C64 || dtype == GP_DTYPE_C128;
+}
+
+bool gp_gemm_beta_zero(const gp_gemm_hdr *hdr) { return hdr->beta == 0.0 && hdr->beta_im == 0.0; }
+
 gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr) {
   return hdr->has_out_dtype ? hdr->out_dtype : gp_dtype_result(hdr->dtype);
 }
@@ -192,31 +198,58 @@ static bool mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
   return true;
 }
 
+uint64_t gp_gemm_ld(const gp_gemm_hdr *hdr, gp_operand op) {
+  uint64_t rows, cols;
+  gp_gemm_operand_shape(hdr, op, &rows, &cols);
+  return hdr->ld[op] != 0 ? hdr->ld[op] : cols;
+}
+
+bool gp_gemm_has_ld(const gp_gemm_hdr *hdr) {
+  return hdr->ld[GP_OPERAND_A] != 0 || hdr->ld[GP_OPERAND_B] != 0 || hdr->ld[GP_OPERAND_C] != 0;
+}
+
+/* Bytes of `count` rows of cols elements, ld elements apart: ((count - 1) * ld + cols) * size
+ * (count * cols * size when packed); false on overflow. ld >= cols is checked by the caller. */
+static bool strided_bytes(uint64_t count, uint64_t cols, uint64_t ld, size_t size,
+                          uint64_t *bytes) {
+  uint64_t n;
+  if (ld == 0 || ld == cols) {
+    if (!mul_u64(count, cols, &n))
+      return false;
+  } else if (count == 0) {
+    n = 0;
+  } else {
+    if (!mul_u64(count - 1, ld, &n) || n > UINT64_MAX - cols)
+      return false;
+    n += cols;
+  }
+  if (!mul_u64(n, size, &n))
+    return false;
+  *bytes = n;
+  return true;
+}
+
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes) {
-  uint64_t rows, cols, n;
+  uint64_t rows, cols, count;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
   uint64_t batch = (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias)
                        ? 1
                        : hdr->batch;
   gp_dtype dtype = op == GP_OPERAND_C ? gp_gemm_out_dtype(hdr) : hdr->dtype;
-  if (!mul_u64(rows, cols, &n) || !mul_u64(n, batch, &n) ||
-      !mul_u64(n, gp_dtype_size(dtype), &n))
-    return false;
-  *bytes = n;
-  return true;
+  return mul_u64(rows, batch, &count) &&
+         strided_bytes(count, cols, hdr->ld[op], gp_dtype_size(dtype), bytes);
 }
 
 bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes) {
-  uint64_t n;
-  if (!mul_u64(hdr->m, hdr->n, &n) || !mul_u64(n, hdr->batch, &n) ||
-      !mul_u64(n, gp_dtype_size(gp_gemm_out_dtype(hdr)), &n))
-    return false;
-  *bytes = n;
-  return true;
+  uint64_t count;
+  return mul_u64(hdr->m, hdr->batch, &count) &&
+         strided_bytes(count, hdr->n, hdr->ld[GP_OPERAND_C],
+                       gp_dtype_size(gp_gemm_out_dtype(hdr)), bytes);
 }
 
 double gp_gemm_flops(const gp_gemm_hdr *hdr) {
-  return 2.0 * (double)hdr->m * (double)hdr->n * (double)hdr->k * (double)hdr->batch;
+  double per = gp_dtype_is_complex(hdr->dtype) ? 8.0 : 2.0;
+  return per * (double)hdr->m * (double)hdr->n * (double)hdr->k * (double)hdr->batch;
 }
 
 void gp_limits_default(gp_limits *limits) {
@@ -314,6 +347,51 @@ static int check_scales(const gp_gemm_hdr *hdr, gp_error *err) {
   return GP_OK;
 }
 
+/* The complex keys: a complex gemm's alone, finite; and what a complex gemm does not take
+ * (no epilogue, no cast: the result is the dtype). */
+static int check_complex(const gp_gemm_hdr *hdr, gp_error *err) {
+  if (!gp_dtype_is_complex(hdr->dtype)) {
+    if (hdr->alpha_im != 0.0 || hdr->beta_im != 0.0 || hdr->conj_a || hdr->conj_b)
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                          "alpha_im, beta_im, conj_a, conj_b: only a c64 or c128 gemm takes "
+                          "them (this one is %s)", gp_dtype_name(hdr->dtype));
+    return GP_OK;
+  }
+  if (!isfinite(hdr->alpha_im) || !isfinite(hdr->beta_im))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "alpha_im, beta_im: must be finite");
+  if (hdr->bias || hdr->activation != GP_ACT_NONE)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "bias, activation: a %s gemm takes no epilogue",
+                        gp_dtype_name(hdr->dtype));
+  return GP_OK;
+}
+
+/* lda, ldb, ldc: each at least its operand's row length as stored (0: not sent, packed). */
+static int check_ld(const gp_gemm_hdr *hdr, gp_error *err) {
+  static const char *const names[3] = {"lda", "ldb", "ldc"};
+  for (gp_operand op = GP_OPERAND_A; op <= GP_OPERAND_C; op++) {
+    uint64_t rows, cols;
+    gp_gemm_operand_shape(hdr, op, &rows, &cols);
+    if (hdr->ld[op] != 0 && hdr->ld[op] < cols)
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                          "%s: %llu is less than the row length %llu of %s as stored",
+                          names[op], (unsigned long long)hdr->ld[op], (unsigned long long)cols,
+                          gp_operand_name(op));
+  }
+  if (!gp_gemm_has_ld(hdr))
+    return GP_OK;
+  bool plain = hdr->dtype == GP_DTYPE_F32 || hdr->dtype == GP_DTYPE_F64 ||
+               gp_dtype_is_complex(hdr->dtype);
+  if (!plain || hdr->bias || hdr->activation != GP_ACT_NONE || gp_gemm_casts(hdr))
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "lda, ldb, ldc: only an f32, f64, c64 or c128 gemm without bias, "
+                        "activation or out_dtype takes leading dimensions");
+  if (hdr->ld[GP_OPERAND_C] != 0 && !hdr->has_out)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "ldc: needs out (the result in a shared-memory region or CUDA memory)");
+  return GP_OK;
+}
+
 int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *limits,
                          gp_error *err) {
   int rc;
@@ -333,9 +411,10 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "beta: must be finite");
   if (gp_dtype_is_int(hdr->dtype) && (rc = check_int_gemm(hdr, err)) != GP_OK)
     return rc;
-  if ((rc = check_scales(hdr, err)) != GP_OK)
+  if ((rc = check_scales(hdr, err)) != GP_OK || (rc = check_complex(hdr, err)) != GP_OK ||
+      (rc = check_ld(hdr, err)) != GP_OK)
     return rc;
-  if (hdr->beta != 0.0 && !has_c)
+  if (!gp_gemm_beta_zero(hdr) && !has_c)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
   if (hdr->bias && (hdr->beta == 0.0 || !has_c))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
@@ -348,7 +427,8 @@ int gp_gemm_hdr_validate(const gp_gemm_hdr *hdr, bool has_c, const gp_limits *li
   if (!gp_dtype_cast_ok(hdr->dtype, gp_gemm_out_dtype(hdr)))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "out_dtype: a %s gemm cannot return %s (an f32, f64, e4m3 or e5m2 "
-                        "gemm's result may be cast to f16 or bf16; an i8 gemm returns i32)",
+                        "gemm's result may be cast to f16 or bf16; an i8 gemm returns i32; a "
+                        "complex gemm its own dtype)",
                         gp_dtype_name(hdr->dtype), gp_dtype_name(hdr->out_dtype));
   if ((rc = check_work(hdr, limits, err)) != GP_OK ||
       (rc = check_operands(hdr, has_c, limits, err)) != GP_OK)

@@ -23,14 +23,16 @@ typedef enum {
   GP_DTYPE_I32 = 5, /* a result dtype only (and a resident c's): no gemm takes i32 operands */
   GP_DTYPE_E4M3 = 6, /* OCP fp8 E4M3 (no inf): a scaled gemm's operands, its result f32 */
   GP_DTYPE_E5M2 = 7, /* OCP fp8 E5M2 (IEEE-like, with inf): likewise */
+  GP_DTYPE_C64 = 8,  /* complex: two f32, re then im (NumPy's complex64) */
+  GP_DTYPE_C128 = 9, /* complex: two f64 (NumPy's complex128) */
 } gp_dtype;
-#define GP_DTYPE_COUNT 8
+#define GP_DTYPE_COUNT 10
 /* The wire names in order, for the messages that list them. */
-#define GP_DTYPE_NAMES "f32, f64, f16, bf16, i8, i32, e4m3, e5m2"
+#define GP_DTYPE_NAMES "f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64, c128"
 
-/* Bytes per element (4, 8, 2, 2, 1, 4, 1, 1). */
+/* Bytes per element (4, 8, 2, 2, 1, 4, 1, 1, 8, 16). */
 size_t gp_dtype_size(gp_dtype dtype);
-/* Wire name: "f32", "f64", "f16", "bf16", "i8", "i32", "e4m3", "e5m2". */
+/* Wire name: "f32", "f64", "f16", "bf16", "i8", "i32", "e4m3", "e5m2", "c64", "c128". */
 const char *gp_dtype_name(gp_dtype dtype);
 /* Parses a wire name of len bytes; 0 on success, GP_E_INVALID_ARGUMENT otherwise. */
 int gp_dtype_from_name(const char *name, size_t len, gp_dtype *out);
@@ -120,6 +122,12 @@ typedef struct {
                                gemm, rounded once at the end; read it with gp_gemm_out_dtype */
   double scale_a, scale_b;  /* "scale_a", "scale_b": an fp8 gemm's per-tensor scales (default
                                1.0), multiplying the product as alpha does: gp_gemm_alpha */
+  double alpha_im, beta_im; /* "alpha_im", "beta_im": the imaginary parts of a complex gemm's
+                               alpha and beta (default 0) */
+  bool conj_a, conj_b;      /* "conj_a", "conj_b": a complex gemm conjugates op(A) / op(B) */
+  uint64_t ld[3];           /* "lda", "ldb", "ldc" (indexed by gp_operand): elements from one
+                               stored row of the operand to the next, for operands in place in
+                               a region (ldc: c and the result); 0: packed (the row length) */
 } gp_gemm_hdr;
 
 /* Fills in the defaults; m, n, k are 0 and dtype f32 until set. */
@@ -137,6 +145,14 @@ double gp_gemm_alpha(const gp_gemm_hdr *hdr);
 bool gp_dtype_is_int(gp_dtype dtype);
 /* The dtype of C as sent and of the result: out_dtype when sent, else gp_dtype_result. */
 gp_dtype gp_gemm_out_dtype(const gp_gemm_hdr *hdr);
+/* True for c64 and c128. */
+bool gp_dtype_is_complex(gp_dtype dtype);
+/* True when beta (both parts for a complex gemm) is 0: C is then not read. */
+bool gp_gemm_beta_zero(const gp_gemm_hdr *hdr);
+/* The leading dimension of an operand as stored: its ld key when sent, else its row length. */
+uint64_t gp_gemm_ld(const gp_gemm_hdr *hdr, gp_operand op);
+/* True when any of lda, ldb, ldc was sent. */
+bool gp_gemm_has_ld(const gp_gemm_hdr *hdr);
 /* True when the result is cast: its dtype is not the one the gemm returns uncast. */
 bool gp_gemm_casts(const gp_gemm_hdr *hdr);
 /* Whether a gemm of dtype may return out: its uncast result dtype, or f16 / bf16 from f32 /
@@ -147,15 +163,18 @@ bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out);
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
 
 /* Bytes of one operand for all batches: batch * rows * cols * dtype size (B: one matrix
- * when broadcast_b; C: one row of n when bias; C in the out dtype).
+ * when broadcast_b; C: one row of n when bias; C in the out dtype). With a leading dimension
+ * ld (gp_gemm_ld), the strided extent: the batch entries' rows are batch * rows rows, ld
+ * elements apart, the last of them cols long: ((batch * rows - 1) * ld + cols) * size.
  * Returns false (and leaves *bytes alone) when that overflows uint64_t. */
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes);
 
-/* Bytes of the result: batch * m * n * out dtype size, whatever c carried in; false on
- * overflow. */
+/* Bytes of the result: batch * m * n * out dtype size, whatever c carried in (with ldc the
+ * strided extent, as for c); false on overflow. */
 bool gp_gemm_result_bytes(const gp_gemm_hdr *hdr, uint64_t *bytes);
 
-/* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double). */
+/* Floating-point operations of the whole request: 2 * m * n * k * batch (as a double); 8 * m *
+ * n * k * batch for a complex gemm (a complex multiply-add is 8 real operations). */
 double gp_gemm_flops(const gp_gemm_hdr *hdr);
 
 /* The header of put: a matrix (or batch of them) kept in the daemon and named by a handle in

@@ -101,7 +101,9 @@ static void print_report(const gctl_global *g, const bench_args *args, double wa
   size_t n = (size_t)args->requests;
   qsort(lat_ms, n, sizeof *lat_ms, cmp_double);
   const gc_gemm_opts *o = &args->opts;
-  double flops = 2.0 * (double)o->m * (double)o->n * (double)o->k * (double)n;
+  /* a complex multiply-add is 8 real operations (4 multiplies, 4 adds) */
+  double per = 2.0 * (double)gctl_dtype_parts(o->dtype) * (double)gctl_dtype_parts(o->dtype);
+  double flops = per * (double)o->m * (double)o->n * (double)o->k * (double)n;
   double tflops = flops / wall_s / 1e12;
   double gbps = (double)bytes_per_request * (double)n / wall_s / 1e9;
   double p50 = percentile(lat_ms, n, 0.50), p90 = percentile(lat_ms, n, 0.90),

@@ -86,10 +86,12 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gemm_args *ar
       case OPT_C: args->c_path = optarg; break;
       case OPT_OUT: args->out_path = optarg; break;
       case OPT_ALPHA:
-        if (!gctl_parse_double("--alpha", optarg, &args->opts.alpha)) return GCTL_EXIT_USAGE;
+        if (!gctl_parse_scalar("--alpha", optarg, &args->opts.alpha, &args->opts.alpha_im))
+          return GCTL_EXIT_USAGE;
         break;
       case OPT_BETA:
-        if (!gctl_parse_double("--beta", optarg, &args->opts.beta)) return GCTL_EXIT_USAGE;
+        if (!gctl_parse_scalar("--beta", optarg, &args->opts.beta, &args->opts.beta_im))
+          return GCTL_EXIT_USAGE;
         args->have_beta = true;
         break;
       case OPT_SCALE_A:

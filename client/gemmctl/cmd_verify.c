@@ -61,8 +61,8 @@ static int parse_args(const gctl_global *g, int argc, char **argv, gc_gemm_opts 
       case OPT_K: ok = gctl_parse_u64("--k", optarg, 1, &o->k); break;
       case OPT_DTYPE: ok = gctl_parse_dtype(optarg, &o->dtype); break;
       case OPT_OUT_DTYPE: ok = gctl_parse_out_dtype(optarg, &o->out_dtype); break;
-      case OPT_ALPHA: ok = gctl_parse_double("--alpha", optarg, &o->alpha); break;
-      case OPT_BETA: ok = gctl_parse_double("--beta", optarg, &o->beta); break;
+      case OPT_ALPHA: ok = gctl_parse_scalar("--alpha", optarg, &o->alpha, &o->alpha_im); break;
+      case OPT_BETA: ok = gctl_parse_scalar("--beta", optarg, &o->beta, &o->beta_im); break;
       case OPT_SCALE_A: ok = gctl_parse_double("--scale-a", optarg, &o->scale_a); break;
       case OPT_SCALE_B: ok = gctl_parse_double("--scale-b", optarg, &o->scale_b); break;
       case OPT_HELP: fputs(help, stdout); return -2;
@@ -138,9 +138,11 @@ static int run(const gctl_global *g, const gc_gemm_opts *o) {
     return rc;
   }
   void *a = malloc(a_bytes), *b = malloc(b_bytes), *out = malloc(out_bytes);
-  void *c = o->beta != 0.0 ? malloc(out_bytes) : NULL; /* C: the result's shape and dtype */
-  double *ref = malloc(cn * sizeof *ref), *bound = malloc(cn * sizeof *bound);
-  bool have = a && b && out && ref && bound && (c || o->beta == 0.0);
+  bool beta_read = o->beta != 0.0 || o->beta_im != 0.0;
+  void *c = beta_read ? malloc(out_bytes) : NULL; /* C: the result's shape and dtype */
+  size_t parts = cn * gctl_dtype_parts(out_dtype); /* complex: re, im */
+  double *ref = malloc(parts * sizeof *ref), *bound = malloc(parts * sizeof *bound);
+  bool have = a && b && out && ref && bound && (c || !beta_read);
   rc = have ? GCTL_EXIT_OK : gctl_fail(g, GCTL_EXIT_LOCAL, "out of memory");
   if (rc == GCTL_EXIT_OK) {
     uint64_t seed = (uint64_t)time(NULL) * 2654435761u;

@@ -56,6 +56,8 @@ int gctl_fail(const gctl_global *g, int code, const char *fmt, ...)
 /* Parses an integer >= min; false (message printed) when it is not one. */
 bool gctl_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t *out);
 bool gctl_parse_double(const char *flag, const char *text, double *out);
+/* A real or complex scalar ("2", "-0.5", "1+2j", "3j"): *im 0 for a real one. */
+bool gctl_parse_scalar(const char *flag, const char *text, double *re, double *im);
 bool gctl_parse_dtype(const char *text, gc_dtype *out);
 bool gctl_parse_out_dtype(const char *text, gc_dtype *out);
 /* A usage error (printed) when o->dtype cannot be cast to o->out_dtype, else GCTL_EXIT_OK. */

@@ -34,7 +34,9 @@ static const char usage_text[] =
     "  --dtype T is f32, f64, f16, bf16, i8 (int8 A and B, an int32 C: the daemon's \"i8\"\n"
     "  feature; alpha and beta integers, 32-bit arithmetic that wraps), e4m3 or e5m2 (fp8 A\n"
     "  and B, an f32 C: the daemon's \"fp8\" feature; --scale-a and --scale-b, default 1, are\n"
-    "  their per-tensor scales: C = alpha * scale_a * scale_b * op(A) * op(B) + beta * C)\n"
+    "  their per-tensor scales: C = alpha * scale_a * scale_b * op(A) * op(B) + beta * C),\n"
+    "  c64 or c128 (complex, <c8 / <c16 files: the daemon's \"complex\" feature; --alpha and\n"
+    "  --beta may be complex, as 1+2j)\n"
     "  --out-dtype f16|bf16 asks an f32, f64 or fp8 gemm for its result rounded to f16 or\n"
     "  bf16 (the daemon's \"out_dtype\" feature; C is then in that dtype too)\n"
     "\n"
@@ -144,9 +146,36 @@ bool gctl_parse_double(const char *flag, const char *text, double *out) {
   return true;
 }
 
+bool gctl_parse_scalar(const char *flag, const char *text, double *re, double *im) {
+  /* "X", "Yj", "X+Yj" or "X-Yj" (Python's spelling of a complex number) */
+  char *end;
+  errno = 0;
+  double a = strtod(text, &end), b = 0.0;
+  bool ok = text[0] != '\0' && end != text && errno == 0 && isfinite(a);
+  if (ok && (*end == 'j' || *end == 'i') && end[1] == '\0') { /* imaginary only */
+    *re = 0.0, *im = a;
+    return true;
+  }
+  if (ok && (*end == '+' || *end == '-')) {
+    const char *rest = end;
+    b = strtod(rest, &end);
+    ok = end != rest && errno == 0 && isfinite(b) && (*end == 'j' || *end == 'i') &&
+         end[1] == '\0';
+  } else {
+    ok = ok && *end == '\0';
+  }
+  if (!ok) {
+    fprintf(stderr, "gemmctl: %s takes a finite number (or a complex one: 1+2j), not \"%s\"\n",
+            flag, text);
+    return false;
+  }
+  *re = a, *im = b;
+  return true;
+}
+
 /* By gc_dtype value. */
-static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16",
-                                           "i8",  "i32", "e4m3", "e5m2"};
+static const char *const dtype_names[] = {"f32", "f64", "f16", "bf16", "i8",
+                                           "i32", "e4m3", "e5m2", "c64", "c128"};
 #define DTYPE_COUNT (sizeof dtype_names / sizeof dtype_names[0])
 
 static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) {
@@ -156,8 +185,8 @@ static bool parse_dtype_flag(const char *flag, const char *text, gc_dtype *out) 
       return true;
     }
   }
-  fprintf(stderr, "gemmctl: %s takes f32, f64, f16, bf16, i8, i32, e4m3 or e5m2, not \"%s\"\n",
-          flag, text);
+  fprintf(stderr, "gemmctl: %s takes f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64 or c128, "
+          "not \"%s\"\n", flag, text);
   return false;
 }
 
@@ -209,6 +238,9 @@ static int check_scales(const gctl_global *g, const gc_gemm_opts *o) {
 }
 
 int gctl_check_dtype_rules(const gctl_global *g, const gc_gemm_opts *o) {
+  if (gctl_dtype_parts(o->dtype) == 1 && (o->alpha_im != 0.0 || o->beta_im != 0.0))
+    return gctl_fail(g, GCTL_EXIT_USAGE, "--alpha, --beta: only a c64 or c128 gemm takes a "
+                     "complex value (this one is %s)", gctl_dtype_name(o->dtype));
   if (o->dtype == GC_DTYPE_I8 && check_int_gemm(g, o) != GCTL_EXIT_OK) return GCTL_EXIT_USAGE;
   return check_scales(g, o);
 }

@@ -15,9 +15,11 @@ _Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (i
                    (int)GC_DTYPE_BF16 == (int)GP_DTYPE_BF16 &&
                    (int)GC_DTYPE_I8 == (int)GP_DTYPE_I8 && (int)GC_DTYPE_I32 == (int)GP_DTYPE_I32 &&
                    (int)GC_DTYPE_E4M3 == (int)GP_DTYPE_E4M3 &&
-                   (int)GC_DTYPE_E5M2 == (int)GP_DTYPE_E5M2,
+                   (int)GC_DTYPE_E5M2 == (int)GP_DTYPE_E5M2 &&
+                   (int)GC_DTYPE_C64 == (int)GP_DTYPE_C64 &&
+                   (int)GC_DTYPE_C128 == (int)GP_DTYPE_C128,
                "gc_dtype must mirror gp_dtype");
-_Static_assert(GP_DTYPE_COUNT == GC_DTYPE_E5M2 + 1, "every gp_dtype has its gc_dtype");
+_Static_assert(GP_DTYPE_COUNT == GC_DTYPE_C128 + 1, "every gp_dtype has its gc_dtype");
 _Static_assert((int)GC_DTYPE_DEFAULT < 0, "GC_DTYPE_DEFAULT is no gp_dtype");
 
 /* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
@@ -105,6 +107,11 @@ static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeou
    * gemm and when not finite */
   hdr->scale_a = o.scale_a;
   hdr->scale_b = o.scale_b;
+  /* 1.7: the complex keys, sent only when set (the daemon refuses them on a real dtype) */
+  hdr->alpha_im = o.alpha_im;
+  hdr->beta_im = o.beta_im;
+  hdr->conj_a = o.conj_a != 0;
+  hdr->conj_b = o.conj_b != 0;
   *timeout_ms = o.timeout_ms;
   *user = o.user;
   handles[GP_OPERAND_A] = o.a_handle;

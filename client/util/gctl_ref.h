@@ -25,6 +25,9 @@ size_t gctl_dtype_size(gc_dtype dtype);
 bool gctl_dtype_is_int(gc_dtype dtype);
 /* e4m3 or e5m2 (uint8_t bytes). */
 bool gctl_dtype_is_fp8(gc_dtype dtype);
+/* Parts of one element: 2 for c64 and c128 (re, im), else 1. gctl_load and gctl_store index
+ * parts; gctl_ref_gemm's ref and bound hold this many doubles an element. */
+size_t gctl_dtype_parts(gc_dtype dtype);
 
 /* Element i of a buffer of dtype, as double (f16/bf16 are uint16_t bits, fp8 uint8_t). */
 double gctl_load(gc_dtype dtype, const void *buf, size_t i);
@@ -68,7 +71,7 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
  * fp8 (its bound is the allowance). */
 double gctl_ref_tolerance(const gc_gemm_opts *o);
 
-/* Fills n elements with uniform values in [-1, 1) rounded to dtype (fp8 included; i8, i32:
+/* Fills n elements (all their parts) with uniform values in [-1, 1) rounded to dtype (fp8 included; i8, i32:
  * uniform over the whole type); *seed advances. */
 void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed);
 

@@ -109,6 +109,7 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
       {"<bf16", GC_DTYPE_BF16, 2},  {"<u2", GCTL_NPY_U2, 2},
       {"|i1", GC_DTYPE_I8, 1},      {"<i1", GC_DTYPE_I8, 1},     {"<i4", GC_DTYPE_I32, 4},
       {"|u1", GCTL_NPY_U1, 1},      {"<u1", GCTL_NPY_U1, 1},
+      {"<c8", GC_DTYPE_C64, 8},     {"<c16", GC_DTYPE_C128, 16},
   };
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
     if (strcmp(descr, known[i].descr) == 0) {
@@ -125,7 +126,7 @@ static int set_dtype(const char *descr, gctl_npy *out, char *err, size_t errlen)
   return fail(err, errlen,
               "unsupported dtype '%s': gemm takes <f4, <f8, <f2, bfloat16 (<V2), <u2 "
               "reinterpreted with --dtype bf16, |i1 (int8), <i4 (int32, an i8 gemm's C) or |u1 "
-              "(fp8 bytes, with --dtype e4m3 or e5m2)",
+              "(fp8 bytes, with --dtype e4m3 or e5m2), <c8 or <c16 (complex)",
               descr);
 }
 
@@ -359,6 +360,8 @@ const char *gctl_npy_descr(int dtype) {
     case GC_DTYPE_BF16: return "|V2"; /* numpy's own descr for 2-byte void */
     case GC_DTYPE_I8: return "|i1";   /* and for one byte: no byte order */
     case GC_DTYPE_I32: return "<i4";
+    case GC_DTYPE_C64: return "<c8";
+    case GC_DTYPE_C128: return "<c16";
     case GC_DTYPE_E4M3: /* NumPy has no fp8: the bytes as they are */
     case GC_DTYPE_E5M2:
     case GCTL_NPY_U1: return "|u1";

@@ -25,6 +25,11 @@
  * (before the activation, whose slope scales it; tiny is FLT_MIN, for a GPU that flushes
  * subnormals), plus four half ulps of the out dtype times |ref| when cast. bound[] holds that
  * allowance itself and the tolerance is 1: the error is the share of it used.
+ *
+ * The complex gemm (c64, c128) is taken part by part: gctl_load and gctl_store index the real
+ * and imaginary parts (element e's are parts 2e and 2e + 1), the reference and the bound hold
+ * two doubles an element (the bound, |alpha| sum |a||b| + |beta c|, for both parts), and each
+ * part is a sum of 2k real products.
  */
 #include <math.h>
 #include <pthread.h>
@@ -47,6 +52,8 @@ double gctl_load(gc_dtype dtype, const void *buf, size_t i) {
     case GC_DTYPE_I32: return ((const int32_t *)buf)[i];
     case GC_DTYPE_E4M3: return gp_e4m3_to_f32(((const uint8_t *)buf)[i]);
     case GC_DTYPE_E5M2: return gp_e5m2_to_f32(((const uint8_t *)buf)[i]);
+    case GC_DTYPE_C64: return ((const float *)buf)[i]; /* part i (see the top) */
+    case GC_DTYPE_C128: return ((const double *)buf)[i];
     case GC_DTYPE_DEFAULT: break;
   }
   return NAN;
@@ -65,13 +72,17 @@ void gctl_store(gc_dtype dtype, void *buf, size_t i, double v) {
     case GC_DTYPE_I32: ((int32_t *)buf)[i] = wrap_i32(v); break;
     case GC_DTYPE_E4M3: ((uint8_t *)buf)[i] = gp_f64_to_e4m3(v); break;
     case GC_DTYPE_E5M2: ((uint8_t *)buf)[i] = gp_f64_to_e5m2(v); break;
+    case GC_DTYPE_C64: ((float *)buf)[i] = (float)v; break; /* part i */
+    case GC_DTYPE_C128: ((double *)buf)[i] = v; break;
     case GC_DTYPE_DEFAULT: break;
   }
 }
 
 size_t gctl_dtype_size(gc_dtype dtype) {
   switch (dtype) {
-    case GC_DTYPE_F64: return 8;
+    case GC_DTYPE_C128: return 16;
+    case GC_DTYPE_F64:
+    case GC_DTYPE_C64: return 8;
     case GC_DTYPE_F32:
     case GC_DTYPE_I32: return 4;
     case GC_DTYPE_F16:
@@ -87,6 +98,10 @@ size_t gctl_dtype_size(gc_dtype dtype) {
 bool gctl_dtype_is_int(gc_dtype dtype) { return dtype == GC_DTYPE_I8 || dtype == GC_DTYPE_I32; }
 
 bool gctl_dtype_is_fp8(gc_dtype dtype) { return dtype == GC_DTYPE_E4M3 || dtype == GC_DTYPE_E5M2; }
+
+size_t gctl_dtype_parts(gc_dtype dtype) {
+  return dtype == GC_DTYPE_C64 || dtype == GC_DTYPE_C128 ? 2 : 1;
+}
 
 gc_dtype gctl_out_dtype(const gc_gemm_opts *o) {
   if (o->out_dtype != GC_DTYPE_DEFAULT) return o->out_dtype;
@@ -165,6 +180,53 @@ static double ref_act(gc_activation act, double x, double *slope) {
     case GC_ACT_GELU: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
     case GC_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     default: return x;
+  }
+}
+
+/* Element (i, j) of one complex batch entry: the sum over l of op(A)[i][l] op(B)[l][j] (conj
+ * as asked) into *re, *im, and of |a||b| into *abs. */
+static void ref_complex_dot(const gc_gemm_opts *o, const void *a, size_t a0, const void *b,
+                            size_t b0, size_t i, size_t j, double *re, double *im, double *abs) {
+  size_t m = o->m, n = o->n, k = o->k;
+  double sr = 0, si = 0, sa = 0;
+  for (size_t l = 0; l < k; l++) {
+    size_t ia = a0 + (o->trans_a ? l * m + i : i * k + l);
+    size_t ib = b0 + (o->trans_b ? j * k + l : l * n + j);
+    double ar = gctl_load(o->dtype, a, 2 * ia), ai = gctl_load(o->dtype, a, 2 * ia + 1);
+    double br = gctl_load(o->dtype, b, 2 * ib), bi = gctl_load(o->dtype, b, 2 * ib + 1);
+    if (o->conj_a) ai = -ai;
+    if (o->conj_b) bi = -bi;
+    sr += ar * br - ai * bi;
+    si += ar * bi + ai * br;
+    sa += hypot(ar, ai) * hypot(br, bi);
+  }
+  *re = sr, *im = si, *abs = sa;
+}
+
+/* The complex gemm's reference: two doubles an element (see the top). */
+static void ref_complex(const gc_gemm_opts *o, const void *a, const void *b, const void *c,
+                        double *ref, double *bound) {
+  size_t m = o->m, n = o->n, k = o->k;
+  bool beta_read = o->beta != 0.0 || o->beta_im != 0.0;
+  double abs_alpha = hypot(o->alpha, o->alpha_im), abs_beta = hypot(o->beta, o->beta_im);
+  for (size_t p = 0; p < o->batch; p++) {
+    size_t a0 = p * m * k, b0 = o->broadcast_b ? 0 : p * k * n;
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < n; j++) {
+        size_t e = p * m * n + i * n + j;
+        double sr, si, sa;
+        ref_complex_dot(o, a, a0, b, b0, i, j, &sr, &si, &sa);
+        double xr = o->alpha * sr - o->alpha_im * si, xi = o->alpha * si + o->alpha_im * sr;
+        double bnd = abs_alpha * sa;
+        if (beta_read && c != NULL) {
+          double cr = gctl_load(o->dtype, c, 2 * e), ci = gctl_load(o->dtype, c, 2 * e + 1);
+          xr += o->beta * cr - o->beta_im * ci;
+          xi += o->beta * ci + o->beta_im * cr;
+          bnd += abs_beta * hypot(cr, ci);
+        }
+        ref[2 * e] = xr, ref[2 * e + 1] = xi;
+        bound[2 * e] = bound[2 * e + 1] = bnd;
+      }
   }
 }
 
@@ -307,6 +369,11 @@ void gctl_ref_gemm_progress(const gc_gemm_opts *o, const void *a, const void *b,
                             double *ref, double *bound, gctl_ref_progress_fn progress,
                             void *arg) {
   size_t m = o->m, n = o->n, k = o->k;
+  if (gctl_dtype_parts(o->dtype) == 2) { /* complex: the plain loops, two doubles an element */
+    ref_complex(o, a, b, c, ref, bound);
+    if (progress != NULL) progress(arg, (uint64_t)m * o->batch, (uint64_t)m * o->batch);
+    return;
+  }
   blas_ref br;
   bool blas = blas_open(&br, o);
   size_t threads = loop_threads(blas);
@@ -367,7 +434,7 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
   if (o->dtype == GC_DTYPE_I8) return int_error(o, out, ref);
   gc_dtype out_dtype = gctl_out_dtype(o);
   double worst = 0, spacing = subnormal_spacing(out_dtype);
-  size_t total = (size_t)(o->m * o->n * o->batch);
+  size_t total = (size_t)(o->m * o->n * o->batch) * gctl_dtype_parts(out_dtype);
   for (size_t i = 0; i < total; i++) {
     double got = gctl_load(out_dtype, out, i), want = ref_as_out(o, ref[i]);
     double diff = got == want ? 0 : fabs(got - want); /* the same infinity is no error */
@@ -381,16 +448,20 @@ double gctl_ref_error(const gc_gemm_opts *o, const void *out, const double *ref,
 double gctl_ref_tolerance(const gc_gemm_opts *o) {
   if (o->dtype == GC_DTYPE_I8) return 0; /* bit-exact */
   if (gctl_dtype_is_fp8(o->dtype)) return 1; /* bound[] is the allowance */
-  double u_acc = o->dtype == GC_DTYPE_F64 ? ldexp(1, -53) : ldexp(1, -24);
-  double u_in = o->dtype == GC_DTYPE_F32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
+  bool f64 = o->dtype == GC_DTYPE_F64 || o->dtype == GC_DTYPE_C128;
+  double u_acc = f64 ? ldexp(1, -53) : ldexp(1, -24);
+  bool tf32 = o->dtype == GC_DTYPE_F32 || o->dtype == GC_DTYPE_C64; /* may use TF32 when fast */
+  double u_in = tf32 && o->precision == GC_PRECISION_FAST ? ldexp(1, -10) : 0;
   double u_out = o->dtype == GC_DTYPE_F16 || o->dtype == GC_DTYPE_BF16 ? half_ulp(o->dtype)
                                                                        : u_acc;
   gc_dtype out = gctl_out_dtype(o);
   double u_cast = out != o->dtype ? half_ulp(out) : 0;
-  return 4 * ((double)(o->k + 4) * u_acc + u_in + u_out + u_cast);
+  /* a complex part sums 2k real products */
+  return 4 * ((double)(o->k * gctl_dtype_parts(o->dtype) + 4) * u_acc + u_in + u_out + u_cast);
 }
 
 void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed) {
+  n *= gctl_dtype_parts(dtype); /* complex: both parts of every element */
   for (size_t i = 0; i < n; i++) {
     /* splitmix64: cheap, good enough, and reproducible from the seed */
     uint64_t z = (*seed += 0x9e3779b97f4a7c15ull);
@@ -409,5 +480,6 @@ void gctl_fill_random(gc_dtype dtype, void *buf, size_t n, uint64_t *seed) {
 void gctl_poison(gc_dtype dtype, void *buf, size_t n) {
   /* integers have no NaN: a value no small gemm makes (ReLU's results are >= 0) */
   double poison = gctl_dtype_is_int(dtype) ? (double)INT32_MIN + 7 : NAN;
+  n *= gctl_dtype_parts(dtype);
   for (size_t i = 0; i < n; i++) gctl_store(dtype, buf, i, poison);
 }

@@ -144,6 +144,10 @@ typedef struct {
    * rest, and calls output_consumed right away, so that a client that does not read cannot
    * hold a staging slot that other jobs need. */
   bool output_in_job_memory;
+  /* true: it takes leading dimensions (the header's lda, ldb, ldc: operands and the result
+   * strided where they lie in place); info then lists the "ld" feature. false: it refuses
+   * them in prepare. */
+  bool leading_dims;
 
   int (*prepare)(gd_backend *b, gd_job *job, gp_error *err);
   /* Where up to *len bytes of `operand` starting at `offset` may land; false when the backend

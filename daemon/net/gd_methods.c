@@ -96,7 +96,9 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
   gd_pack_str(pk, "features"); /* optional protocol features this connection may use */
   /* cuda_ipc: CUDA memory of the client's process, where the backend can open it */
   bool cuda = shm && d->limits.shm.cuda_enabled && b->ops->device_region_open;
-  msgpack_pack_array(pk, 7 + shm + cuda);
+  /* ld: leading dimensions, for operands in place: in a region, or CUDA memory */
+  bool ld = (shm || cuda) && b->ops->leading_dims;
+  msgpack_pack_array(pk, 8 + shm + cuda + ld);
   gd_pack_str(pk, "auth");
   gd_pack_str(pk, "resident");    /* put, free, {"handle": N} operands */
   gd_pack_str(pk, "broadcast_b"); /* one B for every batch entry */
@@ -104,10 +106,13 @@ static void pack_info(gd_server *d, bool shm, msgpack_packer *pk) {
   gd_pack_str(pk, "out_dtype");   /* an f16 / bf16 result of an f32 / f64 gemm */
   gd_pack_str(pk, "i8");          /* the integer gemm: i8 operands, an i32 result */
   gd_pack_str(pk, "fp8");         /* e4m3 / e5m2 operands with scale_a / scale_b, f32 result */
+  gd_pack_str(pk, "complex");     /* c64 / c128 with alpha_im, beta_im, conj_a, conj_b */
   if (shm)
     gd_pack_str(pk, "shm");
   if (cuda)
     gd_pack_str(pk, "cuda_ipc");
+  if (ld)
+    gd_pack_str(pk, "ld");
   gd_pack_str(pk, "backend_info");
   if (b->ops->pack_info)
     b->ops->pack_info(b, pk);

@@ -86,6 +86,13 @@ int gd_shm_calls_check_out(const gd_shm *t, const gp_gemm_hdr *hdr, gp_error *er
     return rc;
   if (!gp_gemm_result_bytes(hdr, &bytes)) /* validated: cannot happen */
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "out: the result size overflows");
+  /* with ldc the backend must write the rows where they lie (a copy of the whole strided
+   * extent would write between them): whole elements, so an aligned place */
+  size_t elem = gp_dtype_size(gp_gemm_out_dtype(hdr));
+  if (hdr->ld[GP_OPERAND_C] != 0 && hdr->out_offset % elem != 0)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                        "out: with ldc, offset %llu must be a multiple of the element size %zu",
+                        (unsigned long long)hdr->out_offset, elem);
   return gd_shm_range(t, hdr->out_region, hdr->out_offset, bytes, "out", &ptr, err);
 }
 
@@ -99,7 +106,9 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
     rc = gd_shm_range(t, ev->region, ev->offset, len, what, &src, err);
   if (rc != 0)
     return rc;
-  if (call->shm_out && call->out_region == ev->region &&
+  /* c at the result's own place, with ldc: C updated in place (the decoder allows no other c) */
+  bool c_in_place = ev->operand == GP_OPERAND_C && call->job->hdr.ld[GP_OPERAND_C] != 0;
+  if (!c_in_place && call->shm_out && call->out_region == ev->region &&
       gd_shm_overlap(ev->offset, len, call->out_offset, call->job->result_bytes))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "%s: bytes %llu..%llu of region %llu overlap the output", what,
@@ -142,7 +151,8 @@ int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *p
         len > 0) {
       if (len > feed->left)
         len = (size_t)feed->left;
-      memcpy(window, data, len); /* the one copy, as the socket's read would have made */
+      if (window != data) /* c at the result's own place: already there */
+        memcpy(window, data, len); /* the one copy, as the socket's read would have made */
       data = window;
     } else {
       len = feed->left < FEED_SPILL_BYTES ? (size_t)feed->left : FEED_SPILL_BYTES;

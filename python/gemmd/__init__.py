@@ -17,7 +17,7 @@ from ._arrays import BFLOAT16, Resident
 from ._errors import CODES, ConnectError, ConnectionLost, Error, ProtocolError, Timeout
 from .client import Client, Future
 
-__version__ = "1.6.0"
+__version__ = "1.7.0"
 PROTOCOL_VERSION = 1
 
 __all__ = ["Client", "Future", "Resident", "Error", "ConnectError", "ConnectionLost", "Timeout",

@@ -19,12 +19,15 @@ except ImportError:  # bf16 is then uint16 bit patterns
     BFLOAT16 = None
 
 ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1,
-                 "e5m2": 1}
+                 "e5m2": 1, "c64": 8, "c128": 16}
+# The complex dtypes (feature "complex"): NumPy's complex64 and complex128, interleaved re, im.
+COMPLEX = ("c64", "c128")
 # The fp8 gemm's operand dtypes (feature "fp8"): uint8 arrays of their bytes.
 FP8 = ("e4m3", "e5m2")
 _WIRE_NAMES = {np.dtype("float32"): "f32", np.dtype("float64"): "f64",
                np.dtype("float16"): "f16", np.dtype("uint16"): "bf16",
-               np.dtype("int8"): "i8", np.dtype("int32"): "i32"}
+               np.dtype("int8"): "i8", np.dtype("int32"): "i32",
+               np.dtype("complex64"): "c64", np.dtype("complex128"): "c128"}
 if BFLOAT16 is not None:
     _WIRE_NAMES[BFLOAT16] = "bf16"
 
@@ -34,9 +37,10 @@ if BFLOAT16 is not None:
 _RESULT_DTYPES = {"f32": np.dtype("float32"), "f64": np.dtype("float64"),
                   "f16": np.dtype("float16"),
                   "bf16": BFLOAT16 if BFLOAT16 is not None else np.dtype("uint16"),
-                  "i32": np.dtype("<i4")}
+                  "i32": np.dtype("<i4"), "c64": np.dtype("<c8"), "c128": np.dtype("<c16")}
 _NAMES_OF = {"f32": "float32", "f64": "float64", "f16": "float16",
-             "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns", "i32": "int32"}
+             "bf16": "ml_dtypes.bfloat16 or uint16 bit patterns", "i32": "int32",
+             "c64": "complex64", "c128": "complex128"}
 # The output casts the daemon makes (feature "out_dtype"): (dtype, out_dtype); an fp8 gemm's
 # f32 result casts as an f32 gemm's does.
 CASTS = {(dtype, out) for dtype in ("f32", "f64") + FP8 for out in ("f16", "bf16")}
@@ -53,8 +57,9 @@ def wire_dtype(dtype):
     name = _WIRE_NAMES.get(np.dtype(dtype).newbyteorder("="))
     if name is None:
         raise TypeError("gemm takes float32, float64, float16, bfloat16 (ml_dtypes.bfloat16, "
-                        "or uint16 bit patterns), int8 (int32 for an int8 gemm's c) and uint8 "
-                        "(fp8 bytes, with dtype='e4m3' or 'e5m2'), not %s: convert with "
+                        "or uint16 bit patterns), complex64, complex128, int8 (int32 for an int8 "
+                        "gemm's c) and uint8 (fp8 bytes, with dtype='e4m3' or 'e5m2'), not %s: "
+                        "convert with "
                         ".astype()" % dtype)
     return name
 
@@ -274,6 +279,31 @@ def _checked_scales(dtype, alpha, scale_a, scale_b):
     return scales
 
 
+def _scalars(dtype, alpha, beta, conj_a, conj_b):
+    """The header's alpha and beta keys (complex ones split into re and im for a complex gemm),
+    and conj_a / conj_b when set. A complex alpha or beta, or conj, on a real gemm is a
+    ValueError; conj is sent only when set (a daemon without the feature refuses the keys)."""
+    hdr = {}
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        value = complex(value) if isinstance(value, (complex, np.complexfloating)) else value
+        if isinstance(value, complex):
+            if dtype not in COMPLEX and value.imag != 0:
+                raise ValueError("%s is %r: only a complex64 or complex128 gemm takes a complex "
+                                 "%s" % (name, value, name))
+            hdr[name] = float(value.real)
+            if value.imag != 0:
+                hdr[name + "_im"] = float(value.imag)
+        else:
+            hdr[name] = float(value)
+    for name, value in (("conj_a", conj_a), ("conj_b", conj_b)):
+        if value:
+            if dtype not in COMPLEX:
+                raise ValueError("%s: only a complex64 or complex128 gemm conjugates (this one "
+                                 "is %s)" % (name, dtype))
+            hdr[name] = True
+    return hdr
+
+
 def _gemm_dtype(a, b, dtype):
     """The gemm's wire dtype from a (operand_dtype), or from a Resident put as fp8; a Resident
     put as another fp8 format than the gemm's is a TypeError."""
@@ -293,7 +323,7 @@ class Problem:
 
     def __init__(self, a, b, c, alpha, beta, trans_a, trans_b, precision, bias=None,
                  activation=None, out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0,
-                 views=True):
+                 conj_a=False, conj_b=False, views=True):
         a = _array_or_resident(a, "a")
         b = _array_or_resident(b, "b")
         self.residents = [x for x in (a, b, c) if isinstance(x, Resident)]
@@ -340,8 +370,8 @@ class Problem:
         if c is not None and beta != 0:
             self.operands.append(self._c_operand(c))
         self.hdr = {"m": int(m), "n": int(n), "k": int(k), "dtype": self.dtype,
-                    "trans_a": flag_a, "trans_b": flag_b,
-                    "alpha": float(alpha), "beta": float(beta)}
+                    "trans_a": flag_a, "trans_b": flag_b}
+        self.hdr.update(_scalars(self.dtype, alpha, beta, conj_a, conj_b))
         if self.batch is not None:
             self.hdr["batch"] = int(self.batch)
         if broadcast:

@@ -192,7 +192,8 @@ class Client:
     # ---- the API (arguments as gemmd.Client's)
     async def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                    precision="exact", timeout=None, out=None, bias=None, activation=None,
-                   out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
+                   out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0, conj_a=False,
+                   conj_b=False):
         """C = alpha * op(a) @ op(b) + beta * c; see gemmd.Client.gemm (out_dtype, int8 and
         fp8 with dtype, scale_a and scale_b included)."""
         timeout = self.timeout if timeout is None else timeout
@@ -205,7 +206,7 @@ class Client:
                     self._limits = dict((await self.info()).get("limits", {}))
                 _limits.check(self._limits, probe.dims, sizes, probe.nbytes)
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
-                          out_dtype, dtype, scale_a, scale_b)
+                          out_dtype, dtype, scale_a, scale_b, conj_a, conj_b)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms

@@ -254,7 +254,8 @@ class Client:
     # ---- the API
     def gemm(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
              precision="exact", timeout=None, out=None, bias=None, activation=None,
-             out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
+             out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0, conj_a=False,
+             conj_b=False):
         """C = alpha * op(a) @ op(b) + beta * c on the daemon, as a new array (or in out).
 
         a, b (and c): 2-D matrices, or 3-D batches (batch, rows, cols) of the same dtype:
@@ -295,16 +296,21 @@ class Client:
         is act(alpha * scale_a * scale_b * op(a) @ op(b) + beta * c). Each product of two fp8
         values is exact and the sum is taken in float32 (with fewer bits on a Hopper GPU's fp8
         tensor cores: an error of the order of 2^-14 * sum |scaled a b|). Every activation is
-        taken; precision is ignored."""
+        taken; precision is ignored.
+
+        The complex gemm (daemons whose features list "complex"): complex64 or complex128 a and
+        b (c and out= of the same dtype); alpha and beta may be Python complex numbers, and
+        conj_a / conj_b conjugate op(a) / op(b) (BLAS's 'C' is trans_x and conj_x). No bias,
+        activation or out_dtype. complex64 follows precision as float32 does."""
         timeout = self.timeout if timeout is None else timeout
         if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
             self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
                                        activation, out_dtype, dtype, scale_a, scale_b,
-                                       views=False))
+                                       conj_a, conj_b, views=False))
         kw = dict(alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b,
                   precision=precision, timeout=timeout, out=out, bias=bias,
                   activation=activation, out_dtype=out_dtype, dtype=dtype, scale_a=scale_a,
-                  scale_b=scale_b)
+                  scale_b=scale_b, conj_a=conj_a, conj_b=conj_b)
         if self._scratch is not None:
             result = self._scratch.gemm(a, b, c if beta != 0 else None, kw)
             if result is not None:
@@ -313,16 +319,17 @@ class Client:
 
     def submit(self, a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
                precision="exact", timeout=None, out=None, bias=None, activation=None,
-               out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0):
+               out_dtype=None, dtype=None, scale_a=1.0, scale_b=1.0, conj_a=False,
+               conj_b=False):
         """gemm() without waiting: returns a Future at once. The arrays (and out) must stay
         unchanged until it completes. timeout is only sent to the daemon (it does not start
         the job later than that); Future.result(timeout) bounds the wait."""
         if not _limits.clearly_small(a, b, c if beta != 0 else None, trans_a, trans_b):
             self._check_limits(Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias,
                                        activation, out_dtype, dtype, scale_a, scale_b,
-                                       views=False))
+                                       conj_a, conj_b, views=False))
         problem = Problem(a, b, c, alpha, beta, trans_a, trans_b, precision, bias, activation,
-                          out_dtype, dtype, scale_a, scale_b)
+                          out_dtype, dtype, scale_a, scale_b, conj_a, conj_b)
         ms = timeout_ms(timeout)
         if ms is not None:
             problem.hdr["timeout_ms"] = ms

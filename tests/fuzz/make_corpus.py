@@ -15,7 +15,8 @@ import sys
 import msgpack
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1, "e5m2": 1}
+DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1, "e5m2": 1,
+              "c64": 8, "c128": 16}
 C_DTYPE = {"i8": "i32", "e4m3": "f32", "e5m2": "f32"}  # what c and the result are, uncast
 
 
@@ -77,6 +78,14 @@ def seeds():
                                                   "activation": "gelu"}, with_c=True)
     s["gemm_e5m2_bf16_out"] = gemm_request(9, {"m": 2, "n": 3, "k": 4, "dtype": "e5m2",
                                                "scale_b": -2.0, "out_dtype": "bf16"})
+    s["gemm_c64_conj_complex_beta"] = gemm_request(9, {"m": 3, "n": 2, "k": 4, "dtype": "c64",
+                                                       "alpha_im": -1.5, "beta": 0.0,
+                                                       "beta_im": 2, "conj_a": True,
+                                                       "trans_b": True, "conj_b": True},
+                                                   with_c=True)
+    s["gemm_c128_batch"] = gemm_request(9, {"m": 2, "n": 2, "k": 3, "dtype": "c128", "batch": 2})
+    s["gemm_f32_lda_payload"] = gemm_request(9, {"m": 2, "n": 2, "k": 2, "dtype": "f32",
+                                                 "lda": 3, "ldc": 2**63})
     s["gemm_unknown_key"] = gemm_request(10, {"m": 1, "n": 1, "k": 1, "dtype": "f32", "q": 1})
     s["gemm_missing_k"] = pack([0, 11, "gemm", [{"m": 1, "n": 1, "dtype": "f32"}, b"", b""]])
     s["gemm_wrong_a_len"] = pack([0, 12, "gemm", [{"m": 2, "n": 2, "k": 2, "dtype": "f32"},

@@ -18,9 +18,13 @@
  *   --probe     only says whether a CUDA device is there (exit 0 or 77).
  *   --f32x3     only kernel 21's section (wgmma_f32x3: its shapes, IEEE specials and, unless
  *               --quick, the accuracy table against cuBLAS's SGEMM), which the full run has too.
+ * The complex gemm (c64, c128: gk_gpu_gemm over the real kernels) runs every trans / conj
+ * combination with complex alpha and beta against zgemm (float64 complex) and, where cuBLAS has
+ * the op (conj only with trans), cublasCgemm / cublasZgemm.
  * Exit: 0 all passed, 1 a failure, 77 no CUDA device (ctest SKIP_RETURN_CODE).
  */
 #include <cblas.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <float.h>
 #include <math.h>
@@ -66,6 +70,8 @@ static const char *dtype_label(gk_dtype t, bool fast)
   case GK_I32: return "i32";
   case GK_E4M3: return "e4m3";
   case GK_E5M2: return "e5m2";
+  case GK_C64: return fast ? "c64fast" : "c64";
+  case GK_C128: return "c128";
   }
   return "?";
 }
@@ -81,6 +87,8 @@ static double load(const void *buf, gk_dtype t, int64_t i)
   case GK_I32: return ((const int32_t *)buf)[i];
   case GK_E4M3: return gp_e4m3_to_f32(((const uint8_t *)buf)[i]);
   case GK_E5M2: return gp_e5m2_to_f32(((const uint8_t *)buf)[i]);
+  case GK_C64:
+  case GK_C128: break; /* run_complex has its own */
   }
   return NAN;
 }
@@ -98,6 +106,8 @@ static void fill_random(void *buf, gk_dtype t, int64_t count)
     case GK_I32: ((int32_t *)buf)[i] = (int32_t)(rng_next() >> 32); break;
     case GK_E4M3: ((uint8_t *)buf)[i] = gp_f64_to_e4m3(2 * v); break; /* e4m3 subnormals too */
     case GK_E5M2: ((uint8_t *)buf)[i] = gp_f64_to_e5m2(2 * v); break;
+    case GK_C64:
+    case GK_C128: break; /* fill_complex: as their parts */
     }
   }
 }
@@ -152,6 +162,8 @@ static double tolerance(const test_case *tc)
   case GK_F32: return tc->fast ? 5e-3 : 1e-5 * fmax(1.0, sqrt((double)tc->k / 1024.0));
   case GK_F16: return 5e-3;
   case GK_BF16: return 2e-2;
+  case GK_C64:
+  case GK_C128: break; /* run_complex_case has its own */
   }
   return 0;
 }
@@ -1462,6 +1474,192 @@ static void run_bench(test_env *env, int64_t size)
   }
 }
 
+
+/* ---- the complex gemm ---------------------------------------------------------------------- */
+
+/* Complex elements as double pairs, from c64 (float pairs) or c128. */
+static void widen_complex(const void *src, gk_dtype t, double *dst, int64_t count)
+{
+  for (int64_t i = 0; i < 2 * count; i++)
+    dst[i] = t == GK_C64 ? ((const float *)src)[i] : ((const double *)src)[i];
+}
+
+static void fill_complex(void *buf, gk_dtype t, int64_t count)
+{
+  fill_random(buf, t == GK_C64 ? GK_F32 : GK_F64, 2 * count); /* the parts */
+}
+
+static enum CBLAS_TRANSPOSE cblas_op(bool trans, bool conj)
+{
+  if (conj)
+    return trans ? CblasConjTrans : CblasConjNoTrans;
+  return trans ? CblasTrans : CblasNoTrans;
+}
+
+/* cuBLAS on the same problem (row-major as C^T = op(B)^T op(A)^T in column-major); false when
+ * cuBLAS has no such op (conj without trans). */
+static bool cublas_complex(test_env *env, const gk_problem *p, void *d_c)
+{
+  if ((p->conj_a && !p->trans_a) || (p->conj_b && !p->trans_b) || p->batch != 1)
+    return false;
+  cublasHandle_t h = (cublasHandle_t)gk_gpu_ctx_cublas(env->ctx);
+  if (h == NULL || cublasSetStream(h, env->stream) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  const cublasOperation_t ob = p->trans_b ? (p->conj_b ? CUBLAS_OP_C : CUBLAS_OP_T) : CUBLAS_OP_N;
+  const cublasOperation_t oa = p->trans_a ? (p->conj_a ? CUBLAS_OP_C : CUBLAS_OP_T) : CUBLAS_OP_N;
+  const int m = (int)p->m, n = (int)p->n, k = (int)p->k;
+  const int lda = p->trans_a ? m : k, ldb = p->trans_b ? k : n;
+  cublasStatus_t st;
+  if (p->dtype == GK_C64) {
+    const cuComplex alpha = {(float)p->alpha, (float)p->alpha_im};
+    const cuComplex beta = {(float)p->beta, (float)p->beta_im};
+    st = cublasCgemm(h, ob, oa, n, m, k, &alpha, (const cuComplex *)p->b, ldb,
+                     (const cuComplex *)p->a, lda, &beta, (cuComplex *)d_c, n);
+  } else {
+    const cuDoubleComplex alpha = {p->alpha, p->alpha_im}, beta = {p->beta, p->beta_im};
+    st = cublasZgemm(h, ob, oa, n, m, k, &alpha, (const cuDoubleComplex *)p->b, ldb,
+                     (const cuDoubleComplex *)p->a, lda, &beta, (cuDoubleComplex *)d_c, n);
+  }
+  return st == CUBLAS_STATUS_SUCCESS;
+}
+
+/* Largest |got - ref| / (bound * tol) over the elements: <= 1 passes. */
+static double complex_error(const double *got, const double *ref, const double *bound,
+                            int64_t count, double tol)
+{
+  double worst = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    const double dr = got[2 * i] - ref[2 * i], di = got[2 * i + 1] - ref[2 * i + 1];
+    const double err = sqrt(dr * dr + di * di) / (bound[i] * tol + 1e-300);
+    if (!(err <= worst))
+      worst = err; /* NaN too */
+  }
+  return worst;
+}
+
+/* One complex problem: our result (C poisoned with NaN when beta is 0) against zgemm on the
+ * float64 values, within 8 (k + 4) u of sum |alpha a b| + |beta c| (u of f32, or of TF32 inputs
+ * when fast; of f64 for c128), and beside cuBLAS where it has the op. b_shared: one B. */
+static void run_complex_case(test_env *env, const test_case *tc, bool conj_a, bool conj_b,
+                             double alpha_im, double beta_im, bool b_shared)
+{
+  const gk_dtype t = tc->dtype;
+  const size_t es = t == GK_C64 ? 8 : 16;
+  const int64_t m = tc->m, n = tc->n, k = tc->k, batch = tc->batch;
+  const int64_t na = m * k * batch, nb = k * n * (b_shared ? 1 : batch), nc = m * n * batch;
+  void *a = xmalloc((size_t)na * es), *b = xmalloc((size_t)nb * es), *c = xmalloc((size_t)nc * es);
+  fill_complex(a, t, na);
+  fill_complex(b, t, nb);
+  const bool beta_zero = tc->beta == 0.0 && beta_im == 0.0;
+  if (beta_zero)
+    memset(c, 0xFF, (size_t)nc * es); /* NaN: must not be read */
+  else
+    fill_complex(c, t, nc);
+  double *a64 = xmalloc((size_t)na * 16), *b64 = xmalloc((size_t)nb * 16);
+  double *ref = xmalloc((size_t)nc * 16), *got = xmalloc((size_t)nc * 16);
+  double *abs_a = xmalloc((size_t)na * 8), *abs_b = xmalloc((size_t)nb * 8);
+  double *bound = xmalloc((size_t)nc * 8);
+  widen_complex(a, t, a64, na);
+  widen_complex(b, t, b64, nb);
+  if (beta_zero)
+    memset(ref, 0, (size_t)nc * 16);
+  else
+    widen_complex(c, t, ref, nc);
+  for (int64_t i = 0; i < na; i++)
+    abs_a[i] = hypot(a64[2 * i], a64[2 * i + 1]);
+  for (int64_t i = 0; i < nb; i++)
+    abs_b[i] = hypot(b64[2 * i], b64[2 * i + 1]);
+  const double alpha[2] = {tc->alpha, alpha_im}, beta[2] = {tc->beta, beta_im};
+  const double abs_alpha = hypot(tc->alpha, alpha_im), abs_beta = hypot(tc->beta, beta_im);
+  for (int64_t z = 0; z < batch; z++) {
+    const int64_t bz = b_shared ? 0 : z;
+    double *cz = ref + 2 * z * m * n, *bd = bound + z * m * n;
+    for (int64_t e = 0; e < m * n; e++)
+      bd[e] = abs_beta * hypot(cz[2 * e], cz[2 * e + 1]);
+    cblas_zgemm(CblasRowMajor, cblas_op(tc->trans_a, conj_a), cblas_op(tc->trans_b, conj_b),
+                (int)m, (int)n, (int)k, alpha, a64 + 2 * z * m * k, tc->trans_a ? (int)m : (int)k,
+                b64 + 2 * bz * k * n, tc->trans_b ? (int)k : (int)n, beta, cz, (int)n);
+    cblas_dgemm(CblasRowMajor, tc->trans_a ? CblasTrans : CblasNoTrans,
+                tc->trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, abs_alpha,
+                abs_a + z * m * k, tc->trans_a ? (int)m : (int)k, abs_b + bz * k * n,
+                tc->trans_b ? (int)k : (int)n, 1.0, bd, (int)n);
+  }
+  void *d_a = to_device(a, (size_t)na * es), *d_b = to_device(b, (size_t)nb * es);
+  void *d_c = to_device(c, (size_t)nc * es);
+  gk_problem p;
+  memset(&p, 0, sizeof p);
+  p.dtype = t;
+  p.fast = tc->fast;
+  p.trans_a = tc->trans_a, p.trans_b = tc->trans_b;
+  p.conj_a = conj_a, p.conj_b = conj_b;
+  p.m = m, p.n = n, p.k = k, p.batch = batch, p.b_shared = b_shared;
+  p.alpha = tc->alpha, p.alpha_im = alpha_im, p.beta = tc->beta, p.beta_im = beta_im;
+  p.a = d_a, p.b = d_b, p.c = d_c;
+  const gk_kernel *used = NULL;
+  CUDA_OR_DIE(gk_gpu_gemm(env->ctx, &p, NULL, env->stream, &used));
+  CUDA_OR_DIE(cudaStreamSynchronize(env->stream));
+  void *h = xmalloc((size_t)nc * es);
+  CUDA_OR_DIE(cudaMemcpy(h, d_c, (size_t)nc * es, cudaMemcpyDeviceToHost));
+  widen_complex(h, t, got, nc);
+  /* the sums' rounding, and TF32's of the inputs (2^-11 each) when fast */
+  const double u = t == GK_C128 ? 0x1p-53 : 0x1p-24;
+  const double tol = 8.0 * ((double)(k + 4) * u + (tc->fast ? 0x1p-10 : 0.0));
+  const double err = complex_error(got, ref, bound, nc, tol);
+  double err_cublas = -1.0;
+  if (env->use_cublas) {
+    CUDA_OR_DIE(cudaMemcpy(d_c, c, (size_t)nc * es, cudaMemcpyHostToDevice));
+    if (!tc->fast && cublas_complex(env, &p, d_c)) {
+      CUDA_OR_DIE(cudaStreamSynchronize(env->stream));
+      CUDA_OR_DIE(cudaMemcpy(h, d_c, (size_t)nc * es, cudaMemcpyDeviceToHost));
+      widen_complex(h, t, got, nc);
+      err_cublas = complex_error(got, ref, bound, nc, tol);
+    }
+  }
+  env->cases++;
+  const bool ok = err <= 1.0;
+  if (!ok)
+    env->failures++;
+  printf("%-4s %s%-5s %5lldx%5lldx%5lld b%lld %c%c%s%s alpha %g%+gi beta %g%+gi  %-18s err %.2e "
+         "of tol\n",
+         ok ? "ok" : "FAIL", t == GK_C64 ? "c64" : "c128", tc->fast ? "/fast" : "",
+         (long long)m, (long long)n, (long long)k, (long long)batch, tc->trans_a ? 'T' : 'N',
+         tc->trans_b ? 'T' : 'N', conj_a ? " conj_a" : "", conj_b ? " conj_b" : "", tc->alpha,
+         alpha_im, tc->beta, beta_im, used ? used->name : "?", err);
+  if (err_cublas >= 0)
+    printf("       cuBLAS on the same inputs: %.2e of tol\n", err_cublas);
+  free(a), free(b), free(c), free(a64), free(b64), free(ref), free(got), free(abs_a);
+  free(abs_b), free(bound), free(h);
+  CUDA_OR_DIE(cudaFree(d_a));
+  CUDA_OR_DIE(cudaFree(d_b));
+  CUDA_OR_DIE(cudaFree(d_c));
+}
+
+static void run_complex(test_env *env, bool quick)
+{
+  static const int64_t shapes[][3] = {{1, 1, 1}, {17, 33, 9}, {96, 128, 200}, {257, 130, 383},
+                                      {1024, 1024, 1024}};
+  const size_t shape_count = quick ? 3 : sizeof shapes / sizeof shapes[0];
+  const gk_dtype dtypes[3] = {GK_C64, GK_C64, GK_C128};
+  const bool fast[3] = {false, true, false};
+  for (int d = 0; d < 3; d++)
+    for (size_t s = 0; s < shape_count; s++)
+      for (int form = 0; form < 16; form++) {
+        const bool ta = form & 1, tb = form & 2, ca = form & 4, cb = form & 8;
+        if (s + 1 == shape_count && !quick && form % 5 != 0)
+          continue; /* the largest shape: a few forms */
+        test_case tc = {dtypes[d], fast[d], shapes[s][0], shapes[s][1], shapes[s][2], 1, ta, tb,
+                        0.75, form % 3 == 0 ? 0.0 : -0.5, true, true};
+        run_complex_case(env, &tc, ca, cb, -1.25, form % 3 == 0 ? 0.0 : 0.5, false);
+      }
+  /* batches, and a batch by one B */
+  for (int d = 0; d < 3; d += 2)
+    for (int shared = 0; shared < 2; shared++) {
+      test_case tc = {dtypes[d], false, 37, 29, 45, 3, shared != 0, false, 1.0, 0.25, true, false};
+      run_complex_case(env, &tc, true, false, 0.5, -1.0, shared != 0);
+    }
+  fflush(stdout);
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -1538,6 +1736,7 @@ int main(int argc, char **argv)
     run_cast(&env);
     run_int8(&env, quick);
     run_fp8(&env, quick);
+    run_complex(&env, quick);
   }
 
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));

@@ -29,6 +29,8 @@ if(TARGET gemmd)
     i8                  # the integer gemm, bit for bit: i8 operands, i32 c and result
     fp8                 # the fp8 gemm: e4m3 / e5m2 operands, scales, f32 c and result
     specials            # infinities and NaNs in A, B and c come out as IEEE arithmetic makes them
+    complex             # c64 / c128 with complex alpha, beta and conj against complex128
+    ld                  # lda / ldb / ldc: submatrices used where they lie in a region
     cuda_ipc_cpu        # cuda_register refused (UNIMPLEMENTED) by the CPU backend
     hostile_peers       # no peer holds the room others need; auth, ops and descriptors hold
   )
@@ -176,6 +178,13 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # hostile and careless peers on the GPU backend: stalled holders, the line, the shares
   gemmd_fake_test(daemon_fake_hostile_peers
                   ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_hostile_peers.py 1
+                  GEMMD_TEST_BACKEND=gpu)
+  # the complex gemm on the GPU backend: the small lane batching by alpha_im / conj, staging,
+  # regions and resident operands; on two devices, splits of a complex gemm.
+  gemmd_fake_test(daemon_fake_complex ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_complex.py 2
+                  GEMMD_TEST_BACKEND=gpu)
+  # leading dimensions on the GPU backend: refused (UNIMPLEMENTED) and not announced, for now
+  gemmd_fake_test(daemon_fake_ld ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_ld.py 1
                   GEMMD_TEST_BACKEND=gpu)
 
   # CUDA IPC operands (cuda_register): a client whose fake device memory (a memfd the daemon

@@ -518,11 +518,12 @@ def run_gemmd(gemmd, args, timeout=30, env=None):
 # ---------------------------------------------------------------------------------------------
 # dtypes
 
-DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1, "e5m2": 1}
+DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "e4m3": 1, "e5m2": 1,
+          "c64": 8, "c128": 16}
 # fp8 travels as its codes: uint8 arrays (test_fp8.py decodes them)
 _NUMPY = {"f32": np.dtype("<f4"), "f64": np.dtype("<f8"), "f16": np.dtype("<f2"),
           "i8": np.dtype("i1"), "i32": np.dtype("<i4"), "e4m3": np.dtype("u1"),
-          "e5m2": np.dtype("u1")}
+          "e5m2": np.dtype("u1"), "c64": np.dtype("<c8"), "c128": np.dtype("<c16")}
 
 
 def f32_to_bf16_bits(x):

@@ -6,7 +6,7 @@ if(TARGET gemmd)
   set(GEMMD_PYTEST_ENV
     "PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${CMAKE_CURRENT_SOURCE_DIR}"
     "PYTHONDONTWRITEBYTECODE=1")
-  foreach(name gemm errors aio shm autoshm scale resident out_dtype i8 fp8 limits)
+  foreach(name gemm errors aio shm autoshm scale resident out_dtype i8 fp8 limits complex)
     add_test(NAME python_client_${name}
              COMMAND ${GEMMD_PYTEST} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)
@@ -18,7 +18,7 @@ if(TARGET gemmd)
   set_tests_properties(python_client_gemm python_client_errors python_client_aio python_client_shm
                        python_client_autoshm
                        python_client_scale python_client_resident python_client_out_dtype
-                       python_client_i8 python_client_fp8 python_client_limits
+                       python_client_i8 python_client_fp8 python_client_limits python_client_complex
                        python_client_install PROPERTIES
     LABELS integration
     TIMEOUT 600

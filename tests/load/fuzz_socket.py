@@ -49,9 +49,11 @@ INTERESTING = [0x00, 0x01, 0x7f, 0x80, 0xff, 0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5,
 # msgpack heads that declare far more than follows (bin32, str32, array32, map32, ext32)
 HUGE_HEADS = [b"\xc6", b"\xdb", b"\xdd", b"\xdf", b"\xc9\x00\x00\x00\x01"]
 HDR_KEYS = ["m", "n", "k", "dtype", "trans_a", "trans_b", "alpha", "beta", "batch",
-            "precision", "timeout_ms", "bias", "activation", "scale_a", "scale_b"]
+            "precision", "timeout_ms", "bias", "activation", "scale_a", "scale_b", "alpha_im",
+            "beta_im", "conj_a", "conj_b", "lda", "ldb", "ldc"]
 ACTIVATIONS = ["none", "relu", "gelu", "gelu_tanh"]
-DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "e4m3": 1, "e5m2": 1}
+DTYPE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i8": 1, "e4m3": 1, "e5m2": 1,
+              "c64": 8, "c128": 16}
 # A CUDA IPC handle as gemmd_fake's runtime reads it (magic, pid, descriptor of a memfd that is
 # the "device memory"), with pid 0 and the size in the descriptor's place: execute() makes the
 # memfd and writes the real pid and descriptor in, so a kept input replays.
@@ -99,6 +101,11 @@ class Fuzzer:
             hdr["activation"] = self.choice(ACTIVATIONS)
         if self.chance(0.2):  # fp8's per-tensor scales: on another dtype, their refusal
             hdr[self.choice(["scale_a", "scale_b"])] = self.choice([0.5, 2, 1e300, -0.0])
+        if self.chance(0.2):  # the complex keys: on another dtype, their refusal
+            hdr[self.choice(["alpha_im", "beta_im", "conj_a", "conj_b"])] = \
+                self.choice([0.5, -2, True, False])
+        if self.chance(0.05):  # leading dimensions with payloads: refused
+            hdr[self.choice(["lda", "ldb", "ldc"])] = self.choice([1, k + 1, 2**63])
         bias = with_c and self.chance(0.3)  # the epilogue's c: one row of n
         if bias:
             hdr["bias"] = True

@@ -87,6 +87,13 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   p.b_shared = job->hdr.broadcast_b;
   p.alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
   p.beta = job->hdr.beta;
+  p.alpha_im = job->hdr.alpha_im; /* complex only (validated) */
+  p.beta_im = job->hdr.beta_im;
+  p.conj_a = job->hdr.conj_a;
+  p.conj_b = job->hdr.conj_b;
+  p.lda = (int64_t)job->hdr.ld[GP_OPERAND_A]; /* 0: packed */
+  p.ldb = (int64_t)job->hdr.ld[GP_OPERAND_B];
+  p.ldc = (int64_t)job->hdr.ld[GP_OPERAND_C];
   p.act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values too */
   if (cj) {
     p.a = cj->in[GP_OPERAND_A];
@@ -520,6 +527,7 @@ static void cpu_destroy(gd_backend *b) {
 static const gd_backend_ops cpu_ops = {
     .name = "cpu",
     .output_in_job_memory = true, /* C goes out from the job's buffer: no copy */
+    .leading_dims = true,         /* lda, ldb, ldc go to OpenBLAS as they are */
     .prepare = cpu_prepare,
     .input_window = cpu_input_window,
     .input = cpu_input,

@@ -140,6 +140,9 @@ static void place_on_device(gd__gpu_dev *dev, gd__gpu_job *gj) {
 
 static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
+  if (gp_gemm_has_ld(&job->hdr)) /* its kernels and copies take packed operands */
+    return gp_error_set(err, GP_E_UNIMPLEMENTED,
+                        "lda, ldb, ldc: the GPU backend does not take leading dimensions yet");
   gd__gpu_job tmp;
   if (!gpu_job_init(&tmp, job, err))
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;

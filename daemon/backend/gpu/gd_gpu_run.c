@@ -52,6 +52,13 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->b_shared = job->hdr.broadcast_b;
   p->alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
   p->beta = job->hdr.beta;
+  p->alpha_im = job->hdr.alpha_im; /* complex only (validated) */
+  p->beta_im = job->hdr.beta_im;
+  p->conj_a = job->hdr.conj_a;
+  p->conj_b = job->hdr.conj_b;
+  p->lda = (int64_t)job->hdr.ld[GP_OPERAND_A]; /* 0: packed */
+  p->ldb = (int64_t)job->hdr.ld[GP_OPERAND_B];
+  p->ldc = (int64_t)job->hdr.ld[GP_OPERAND_C];
   p->a = a;
   p->b = b;
   p->c = c;

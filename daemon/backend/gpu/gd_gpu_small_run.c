@@ -60,7 +60,9 @@ static bool same_shape(const gp_gemm_hdr *a, const gp_gemm_hdr *b) {
          a->trans_a == b->trans_a && a->trans_b == b->trans_b &&
          a->precision == b->precision && gp_gemm_alpha(a) == gp_gemm_alpha(b) &&
          a->beta == b->beta && a->bias == b->bias && a->activation == b->activation &&
-         gp_gemm_out_dtype(a) == gp_gemm_out_dtype(b);
+         gp_gemm_out_dtype(a) == gp_gemm_out_dtype(b) && a->alpha_im == b->alpha_im &&
+         a->beta_im == b->beta_im && a->conj_a == b->conj_a && a->conj_b == b->conj_b &&
+         memcmp(a->ld, b->ld, sizeof a->ld) == 0;
 }
 
 /* Under mu: takes up to room queued SMALL_RUNs of lead's shape out of the command FIFO (their

@@ -4,7 +4,8 @@ by numpy (every dtype, C and Fortran order, transposes, alpha/beta with C, batch
 numpy against float64, verify, bench, --json, --help, and the exit codes; the integer gemm
 (--dtype i8): verify bit-exact (alpha and beta that wrap in 32 bits included), gemm of |i1 files
 with <i4 C or bias (and ReLU) checked exactly against int64 numpy wrapped to int32, bench, and
-its misuse refused unsent; the fp8 gemm (--dtype e4m3, e5m2): verify PASS with the scales,
+its misuse refused unsent; the complex gemm (--dtype c64, c128, <c8 / <c16 files, complex
+--alpha / --beta); the fp8 gemm (--dtype e4m3, e5m2): verify PASS with the scales,
 alpha and beta on odd sizes, gemm of |u1 files (fp8 bytes from gemmd.fp8) in every transpose with
 a <f4 C or bias (and GELU), checked against float64 within the fp8 bound, bench, and its misuse
 refused unsent.
@@ -593,6 +594,44 @@ def test_fp8(ctx):
         fp8_misuse(p)
 
 
+def test_complex(ctx):
+    """--dtype c64 / c128: verify PASS with complex --alpha / --beta; gemm of <c8 / <c16 files
+    (C and Fortran order, c) against complex128; bench; a complex --alpha on f32 and a malformed
+    one refused unsent (usage)."""
+    with h.Daemon(ctx.gemmd) as d, tempfile.TemporaryDirectory() as tmp:
+        addr = d.address("unix")
+        p = lambda name: os.path.join(tmp, name)  # noqa: E731
+        for dtype, m, n, k, extra in (("c64", 37, 29, 53, []),
+                                      ("c128", 1, 1, 1, ["--alpha", "2j"]),
+                                      ("c64", 64, 3, 200, ["--alpha", "-2+0.5j", "--beta", "1-1j"]),
+                                      ("c128", 33, 17, 99, ["--beta", "0.75"])):
+            argv = ["--json", "verify", "--dtype", dtype, "--m", str(m), "--n", str(n), "--k",
+                    str(k)] + extra
+            report = json.loads(expect(gemmctl(*argv, addr=addr), EXIT_OK, " ".join(argv))[0])
+            assert report["result"] == "PASS" and report["dtype"] == dtype, report
+        for np_dtype, fortran in ((np.complex64, False), (np.complex128, True)):
+            rng = ctx.rng
+            a = (rng.uniform(-1, 1, (13, 7)) + 1j * rng.uniform(-1, 1, (13, 7))).astype(np_dtype)
+            b = (rng.uniform(-1, 1, (7, 11)) + 1j * rng.uniform(-1, 1, (7, 11))).astype(np_dtype)
+            c = (rng.uniform(-1, 1, (13, 11)) + 1j * rng.uniform(-1, 1, (13, 11))).astype(np_dtype)
+            save(p("a.npy"), a, fortran), save(p("b.npy"), b), save(p("c.npy"), c, fortran)
+            expect(gemmctl("gemm", "--a", p("a.npy"), "--b", p("b.npy"), "--c", p("c.npy"),
+                           "--alpha", "0.5-2j", "--beta", "1j", "--out", p("o.npy"), addr=addr),
+                   EXIT_OK, "gemm %s" % np_dtype.__name__)
+            got = np.load(p("o.npy"))
+            want = (0.5 - 2j) * (a.astype(complex) @ b) + 1j * c
+            tol = 1e-5 if np_dtype == np.complex64 else 1e-13
+            assert got.dtype == np_dtype and np.max(np.abs(got - want)) < tol * 10, (got, want)
+        bench = json.loads(expect(gemmctl("--json", "bench", "--dtype", "c128", "--m", "16",
+                                          "--n", "24", "--k", "8", "--requests", "10",
+                                          addr=addr), EXIT_OK, "bench c128")[0])
+        assert bench["dtype"] == "c128", bench
+        expect(gemmctl("verify", "--dtype", "f32", "--alpha", "1+1j", addr=addr), EXIT_USAGE,
+               "complex alpha on f32")
+        expect(gemmctl("verify", "--dtype", "c64", "--beta", "1+j", addr=addr), EXIT_USAGE,
+               "malformed beta")
+
+
 def test_usage_and_exit_codes(ctx):
     with tempfile.TemporaryDirectory() as tmp:
         dead = "unix:" + os.path.join(tmp, "nobody.sock")
@@ -623,6 +662,6 @@ if __name__ == "__main__":
     ARGS, rest = parser.parse_known_args()
     sys.exit(h.main([test_ping_info_stats, test_tcp, test_gemm_files, test_gemm_epilogue,
                      test_gemm_rejects_before_sending,
-                     test_verify_and_bench, test_out_dtype, test_i8, test_fp8,
+                     test_verify_and_bench, test_out_dtype, test_i8, test_fp8, test_complex,
                      test_usage_and_exit_codes],
                     [sys.argv[0]] + rest))

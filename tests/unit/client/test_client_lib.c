@@ -1159,9 +1159,9 @@ START_TEST(rejects_bad_requests_before_sending) {
   ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
   const char *msg = gc_last_error(conn)->message;
   ck_assert_msg(strstr(msg, "out_dtype") && strstr(msg, "f16") && strstr(msg, "f32"), "%s", msg);
-  o.dtype = GC_DTYPE_F32, o.out_dtype = (gc_dtype)9;
+  o.dtype = GC_DTYPE_F32, o.out_dtype = (gc_dtype)(GC_DTYPE_C128 + 1);
   ck_assert_int_eq(gc_submit(conn, &o, x, x, NULL, x, &req), GC_E_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "out_dtype 9"));
+  ck_assert_ptr_nonnull(strstr(gc_last_error(conn)->message, "out_dtype 10"));
   o.dtype = GC_DTYPE_DEFAULT, o.out_dtype = GC_DTYPE_DEFAULT;
   ck_assert_int_eq(gc_gemm(conn, &o, x, x, NULL, x, NULL), GC_E_INVALID_ARGUMENT);
   uint64_t handle = 1;
@@ -1359,6 +1359,44 @@ START_TEST(fp8_on_the_wire) {
 }
 END_TEST
 
+/* The complex gemm (1.7): elements of 8 (c64) and 16 (c128) bytes for every operand and the
+ * result; alpha_im, beta_im, conj_a, conj_b default to 0 and are sent only when set (never from
+ * a 1.6-sized struct, whatever lies past it), and the reply's c64 result lands in out. */
+START_TEST(complex_on_the_wire) {
+  gc_gemm_opts o;
+  memset(&o, 0x5a, sizeof o);
+  gc_gemm_opts_init(&o);
+  ck_assert(o.alpha_im == 0.0 && o.beta_im == 0.0 && o.conj_a == 0 && o.conj_b == 0);
+  o.m = 3, o.n = 5, o.k = 7, o.batch = 2, o.dtype = GC_DTYPE_C128;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'a'), 2 * 3 * 7 * 16);
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'o'), 2 * 3 * 5 * 16);
+  o.dtype = GC_DTYPE_C64;
+  ck_assert_uint_eq(gc_gemm_operand_bytes(&o, 'c'), 2 * 3 * 5 * 8);
+  fake_server fs;
+  gc_conn *conn = fake_connect(&fs, FAKE_IN_ORDER, 0);
+  float a[2 * 6 * 4], b[2 * 4 * 5], c[2 * 6 * 5], out[2 * 6 * 5 + 8];
+  memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(c, 0, sizeof c);
+  for (int form = 0; form < 3; form++) {
+    memset(&o, 0x5a, sizeof o); /* form 2: a 1.6 caller's struct, garbage past it */
+    gc_gemm_opts_init_sized(&o, form == 2 ? offsetof(gc_gemm_opts, alpha_im) : sizeof o);
+    o.m = 6, o.n = 5, o.k = 4, o.timeout_ms = 10000, o.dtype = GC_DTYPE_C64;
+    if (form == 0) o.alpha_im = -2.0, o.beta = 0.5, o.beta_im = 1.0, o.conj_a = 1;
+    memset(out, 0xee, sizeof out);
+    gc_gemm_result res;
+    ck_assert_int_eq(gc_gemm(conn, &o, a, b, form == 0 ? c : NULL, out, &res), 0);
+    gp_gemm_hdr seen = fake_last_gemm(&fs);
+    ck_assert_int_eq((int)seen.dtype, (int)GP_DTYPE_C64);
+    ck_assert(seen.alpha_im == (form == 0 ? -2.0 : 0.0));
+    ck_assert(seen.beta_im == (form == 0 ? 1.0 : 0.0));
+    ck_assert(seen.conj_a == (form == 0) && !seen.conj_b);
+    ck_assert_int_eq((int)res.dtype, (int)GC_DTYPE_C64);
+    expect_written(out, 6 * 5 * 8, sizeof out);
+  }
+  gc_close(conn);
+  fake_stop(&fs);
+}
+END_TEST
+
 /* out_dtype on the wire: sent only for a cast (its own dtype or the default send no key, as an
  * older daemon refuses it), the reply's bf16 result received into out (m n elements of 2 bytes,
  * nothing past them touched) and its dtype reported. */
@@ -1426,6 +1464,7 @@ int main(void) {
   tcase_add_test(fake, reply_over_the_limit);
   tcase_add_test(fake, rejects_bad_requests_before_sending);
   tcase_add_test(fake, out_dtype_on_the_wire);
+  tcase_add_test(fake, complex_on_the_wire);
   tcase_add_test(fake, i8_refused_before_sending);
   tcase_add_test(fake, i8_on_the_wire);
   tcase_add_test(fake, fp8_refused_before_sending);

@@ -435,8 +435,10 @@ START_TEST(missing_required_keys) {
 }
 END_TEST
 
-/* A header of the four required keys plus one more pair packed by `extra`. */
-static void reject_extra(void (*extra)(msgpack_packer *), const char *needle, int code) {
+/* A header of the four required keys plus one more pair packed by `extra`, a and b of 16 bytes;
+ * rejected after the events `before` ("" or "REQUEST": when the header itself passed). */
+static void reject_extra_in(void (*extra)(msgpack_packer *), const char *before,
+                            const char *needle, int code) {
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
@@ -447,8 +449,12 @@ static void reject_extra(void (*extra)(msgpack_packer *), const char *needle, in
   uint8_t sixteen[16] = {0};
   tp_pack_bin(&pk, sixteen, 16);
   tp_pack_bin(&pk, sixteen, 16);
-  expect_reject(&sb, code, needle);
+  expect_reject_in(&sb, before, code, needle);
   msgpack_sbuffer_destroy(&sb);
+}
+
+static void reject_extra(void (*extra)(msgpack_packer *), const char *needle, int code) {
+  reject_extra_in(extra, "", needle, code);
 }
 
 static void x_trans_a_int(msgpack_packer *pk) { key(pk, "trans_a"); msgpack_pack_uint8(pk, 1); }
@@ -568,7 +574,7 @@ static void x_out_wider(msgpack_packer *pk) { key(pk, "out_dtype"); tp_pack_str(
  * cast, c and the result take the out dtype's size, and the encoder writes the key only for a
  * real cast. */
 START_TEST(out_dtype_key) {
-  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2",
+  reject_extra(x_out_bad, "out_dtype: \"f8\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64, c128",
                GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_int, "out_dtype: must be a str, got an integer", GP_E_INVALID_ARGUMENT);
   reject_extra(x_out_wider, "out_dtype: a f32 gemm cannot return f64", GP_E_INVALID_ARGUMENT);
@@ -627,7 +633,7 @@ START_TEST(wrong_dims_and_dtype) {
   expect_reject(&sb, GP_E_INVALID_ARGUMENT, "k: must be an integer, got a str");
   msgpack_sbuffer_clear(&sb);
   expect_required_rejected(&sb, &pk, 1, 1, 1, "f128", GP_E_INVALID_ARGUMENT,
-                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2");
+                           "dtype: \"f128\" is not one of f32, f64, f16, bf16, i8, i32, e4m3, e5m2, c64, c128");
   gemm_start(&pk, 3, 4);
   key(&pk, "dtype");
   tp_pack_binstr(&pk, "f32");
@@ -791,6 +797,98 @@ START_TEST(fp8_gemm) {
 }
 END_TEST
 
+static void x_conj_a_f32(msgpack_packer *pk) { key(pk, "conj_a"); msgpack_pack_true(pk); }
+static void x_alpha_im_str(msgpack_packer *pk) { key(pk, "alpha_im"); tp_pack_str(pk, "1"); }
+static void x_lda_payload(msgpack_packer *pk) { key(pk, "lda"); msgpack_pack_uint8(pk, 2); }
+static void x_lda_short(msgpack_packer *pk) { key(pk, "lda"); msgpack_pack_uint8(pk, 1); }
+static void x_ldc_no_out(msgpack_packer *pk) { key(pk, "ldc"); msgpack_pack_uint8(pk, 4); }
+
+/* The complex gemm: c64 / c128 elements of 8 / 16 bytes and 8 m n k flops, alpha_im, beta_im,
+ * conj_a, conj_b (complex only, finite; beta_im alone needs c; no epilogue, no cast), sent by
+ * the encoder only when set and decoded back. */
+START_TEST(complex_gemm) {
+  reject_extra(x_conj_a_f32, "alpha_im, beta_im, conj_a, conj_b: only a c64 or c128 gemm",
+               GP_E_INVALID_ARGUMENT);
+  reject_extra(x_alpha_im_str, "alpha_im: must be a number, got a str", GP_E_INVALID_ARGUMENT);
+  for (int wide = 0; wide < 2; wide++) {
+    gp_gemm_hdr h;
+    gp_gemm_hdr_init(&h);
+    h.m = 5, h.n = 3, h.k = 7, h.batch = 2;
+    h.dtype = wide ? GP_DTYPE_C128 : GP_DTYPE_C64;
+    const uint64_t size = wide ? 16 : 8;
+    uint64_t a_bytes, c_bytes, result_bytes;
+    ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_A, &a_bytes) && a_bytes == 2 * 5 * 7 * size);
+    ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_C, &c_bytes) && c_bytes == 2 * 5 * 3 * size);
+    ck_assert(gp_gemm_result_bytes(&h, &result_bytes) && result_bytes == c_bytes);
+    ck_assert(gp_gemm_flops(&h) == 8.0 * 5 * 3 * 7 * 2);
+    h.alpha_im = -1, h.conj_a = h.conj_b = true;
+    check_i8_hdr(&h, false, GP_OK, NULL);
+    h.beta_im = 0.5; /* beta is 0 + 0.5i: c is read */
+    ck_assert(!gp_gemm_beta_zero(&h));
+    check_i8_hdr(&h, false, GP_E_INVALID_ARGUMENT, "c: required when beta != 0");
+    check_i8_hdr(&h, true, GP_OK, NULL);
+    h.alpha_im = NAN;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "alpha_im, beta_im: must be finite");
+    h.alpha_im = 0, h.activation = GP_ACT_RELU;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "bias, activation: a c");
+    h.activation = GP_ACT_NONE, h.has_out_dtype = true, h.out_dtype = GP_DTYPE_F16;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "out_dtype: a c");
+    h.out_dtype = h.dtype; /* its own dtype: no cast */
+    check_i8_hdr(&h, true, GP_OK, NULL);
+    h.has_out_dtype = false, h.dtype = GP_DTYPE_F64;
+    check_i8_hdr(&h, true, GP_E_INVALID_ARGUMENT, "alpha_im, beta_im, conj_a, conj_b: only");
+  }
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 4, want.n = 8, want.k = 3, want.dtype = GP_DTYPE_C64, want.trans_a = true;
+  want.alpha_im = 2, want.beta = 1, want.beta_im = -1, want.conj_b = true;
+  gp_gemm_hdr got = encode_decode(&want, "alpha_im", true);
+  ck_assert(got.dtype == GP_DTYPE_C64 && got.alpha_im == 2 && got.beta_im == -1);
+  ck_assert(got.conj_b && !got.conj_a && got.trans_a);
+  want.alpha_im = 0, want.beta_im = 0, want.conj_b = false;
+  got = encode_decode(&want, "conj_", false);
+  ck_assert(!got.conj_a && !got.conj_b && got.alpha_im == 0 && got.beta_im == 0);
+}
+END_TEST
+
+/* Leading dimensions: the strided extent ((rows - 1) ld + cols) size, overflow-checked; ld below
+ * the row length, an ld with the operand sent as a payload, ldc without out, and other dtypes
+ * or the epilogue refused. */
+START_TEST(leading_dims) {
+  reject_extra(x_lda_short, "lda: 1 is less than the row length 2 of a", GP_E_INVALID_ARGUMENT);
+  reject_extra(x_ldc_no_out, "ldc: needs out", GP_E_INVALID_ARGUMENT);
+  /* an lda with a sent as a payload: the header passes, the payload is refused */
+  reject_extra_in(x_lda_payload, "REQUEST", "a: a leading dimension (lda)",
+                  GP_E_INVALID_ARGUMENT);
+
+  gp_gemm_hdr h;
+  gp_gemm_hdr_init(&h);
+  h.m = 3, h.n = 4, h.k = 5, h.batch = 2, h.dtype = GP_DTYPE_C128, h.trans_a = true;
+  h.ld[GP_OPERAND_A] = 7; /* A stored k x m = 5 x 3: 10 rows of 7, the last 3 long */
+  h.ld[GP_OPERAND_C] = 9, h.has_out = true;
+  uint64_t bytes_a, bytes_c;
+  ck_assert(gp_gemm_operand_bytes(&h, GP_OPERAND_A, &bytes_a) && bytes_a == (9 * 7 + 3) * 16);
+  ck_assert(gp_gemm_result_bytes(&h, &bytes_c) && bytes_c == (5 * 9 + 4) * 16);
+  ck_assert(gp_gemm_ld(&h, GP_OPERAND_B) == 4 && gp_gemm_ld(&h, GP_OPERAND_A) == 7);
+  check_i8_hdr(&h, false, GP_OK, NULL);
+  h.ld[GP_OPERAND_A] = UINT64_MAX; /* the extent overflows: refused, never sized */
+  ck_assert(!gp_gemm_operand_bytes(&h, GP_OPERAND_A, &bytes_a));
+  check_i8_hdr(&h, false, GP_E_RESOURCE_EXHAUSTED, "a: over the limit");
+  h.ld[GP_OPERAND_A] = 7, h.dtype = GP_DTYPE_F16;
+  check_i8_hdr(&h, false, GP_E_INVALID_ARGUMENT, "lda, ldb, ldc: only an f32, f64, c64 or c128");
+  h.dtype = GP_DTYPE_F32, h.activation = GP_ACT_GELU;
+  check_i8_hdr(&h, false, GP_E_INVALID_ARGUMENT, "lda, ldb, ldc: only");
+  gp_gemm_hdr want;
+  gp_gemm_hdr_init(&want);
+  want.m = 2, want.n = 3, want.k = 4, want.ld[GP_OPERAND_B] = 11;
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  ck_assert_int_eq(gp_encode_gemm_request_hdr(&sb, MSGID, &want, false), 0);
+  ck_assert(memmem(sb.data, sb.size, "ldb", 3) != NULL && memmem(sb.data, sb.size, "lda", 3) == NULL);
+  msgpack_sbuffer_destroy(&sb);
+}
+END_TEST
+
 START_TEST(semantic_limits) {
   gp_limits lim;
   gp_limits_default(&lim);
@@ -834,6 +932,8 @@ Suite *header_suite(void) {
   tcase_add_test(tc, semantic_limits);
   tcase_add_test(tc, integer_gemm);
   tcase_add_test(tc, fp8_gemm);
+  tcase_add_test(tc, complex_gemm);
+  tcase_add_test(tc, leading_dims);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -48,8 +48,10 @@ START_TEST(error_values) {
 END_TEST
 
 START_TEST(names) {
-  static const char *const dt[] = {"f32", "f64", "f16", "bf16", "i8", "i32", "e4m3", "e5m2"};
-  static const size_t sz[] = {4, 8, 2, 2, 1, 4, 1, 1};
+  static const char *const dt[] = {"f32", "f64", "f16", "bf16", "i8",
+                                   "i32", "e4m3", "e5m2", "c64", "c128"};
+  static const size_t sz[] = {4, 8, 2, 2, 1, 4, 1, 1, 8, 16};
+  _Static_assert(sizeof dt / sizeof dt[0] == GP_DTYPE_COUNT, "every dtype named");
   for (int i = 0; i < GP_DTYPE_COUNT; i++) {
     gp_dtype got = GP_DTYPE_F64;
     ck_assert_str_eq(gp_dtype_name((gp_dtype)i), dt[i]);
@@ -61,7 +63,7 @@ START_TEST(names) {
   ck_assert_int_eq(gp_dtype_from_name("f3", 2, &unchanged), GP_E_INVALID_ARGUMENT);
   ck_assert_int_eq(gp_dtype_from_name("f322", 4, &unchanged), GP_E_INVALID_ARGUMENT);
   ck_assert_int_eq(unchanged, GP_DTYPE_F16);
-  ck_assert_uint_eq(gp_dtype_size((gp_dtype)9), 0);
+  ck_assert_uint_eq(gp_dtype_size((gp_dtype)GP_DTYPE_COUNT), 0);
   gp_precision p;
   ck_assert_int_eq(gp_precision_from_name("fast", 4, &p), 0);
   ck_assert_int_eq(p, GP_PRECISION_FAST);
