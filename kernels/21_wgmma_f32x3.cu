@@ -273,18 +273,21 @@ __device__ __forceinline__ void fix_specials(const f32x3_args &args, float (&acc
                                           int wg_thread) {
   unsigned char *col_flags = flag_bytes, *row_flags = flag_bytes + C::BS;
   const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t = wg_thread % 4;
-  /* a row's fragments are spread over its four t lanes */
-  bool row_flag[2] = {f.lo.special(), f.hi.special()};
+  /* a row's fragments are spread over its four t lanes. Every lane shuffles, with | and not
+   * ||: a lane whose own flag was set skipped the shuffle of `flag || shfl(...)`, a full-mask
+   * shuffle that part of the warp never reached (undefined; the first run with specials hung
+   * there), and its partners read a lane that did not take part. */
+  int row_flag[2] = {f.lo.special(), f.hi.special()};
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 1);
-    row_flag[e] = row_flag[e] || __shfl_xor_sync(0xffffffffu, (int)row_flag[e], 2);
-    if (t == 0) row_flags[warp4 * 16 + g + 8 * e] = row_flag[e];
+    row_flag[e] |= __shfl_xor_sync(0xffffffffu, row_flag[e], 1);
+    row_flag[e] |= __shfl_xor_sync(0xffffffffu, row_flag[e], 2);
+    if (t == 0) row_flags[warp4 * 16 + g + 8 * e] = row_flag[e] != 0;
   }
   /* D column s0 + the thread's row of Y (half of it each, two threads, where BS is 64) */
-  bool y = f.y.special();
-  if (C::Y_CHUNKS < 8) y = y || __shfl_xor_sync(0xffffffffu, (int)y, 1);
-  if (wg_thread * C::Y_CHUNKS % 8 == 0) col_flags[wg_thread * C::Y_CHUNKS / 8] = y;
+  int y = f.y.special();
+  if (C::Y_CHUNKS < 8) y |= __shfl_xor_sync(0xffffffffu, y, 1);
+  if (wg_thread * C::Y_CHUNKS % 8 == 0) col_flags[wg_thread * C::Y_CHUNKS / 8] = y != 0;
 #pragma unroll
   for (int i = 0; i < C::ACC; ++i) {
     const int j = i / 4, e = (i / 2) % 2, h = i % 2;

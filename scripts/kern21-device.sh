@@ -7,14 +7,17 @@
 #   2. test_gpu_kernels --f32x3 --kernel wgmma_f32x3    (21 against float64 and cuBLAS on its
 #      shapes, every transpose it takes, alpha/beta, poisoned C; IEEE specials; the accuracy
 #      table against cuBLAS's SGEMM on uniform, normal, wide-exponent and cancelling inputs)
-#   3. compute-sanitizer memcheck, then racecheck, over test_gpu_kernels --f32x3 --quick
+#   3. compute-sanitizer memcheck, racecheck, then synccheck, over test_gpu_kernels --f32x3 --quick
 #   4. bench_kernels --dtype f32 --markdown             (auto: 21 where the selector gives it)
 #   5. bench_kernels --variants --quick, 21 and its two-scratch variant (wgmma_f32x3_pipe)
 #   6. bench_kernels --dtype f32 --quick --kernel simt_f32,simt_f32_splitk (02 / 09 beside it)
 # Logs go to $OUT (build-k21/out when unset): env.log build.log registry.log f32x3-tests.log
-# memcheck.log racecheck.log bench-f32.log bench-f32-variants.log bench-f32-simt.log
-# summary.txt; the summary is printed last. Knob: K21_JOBS (build jobs, 16).
+# memcheck.log racecheck.log synccheck.log bench-f32.log bench-f32-variants.log bench-f32-simt.log
+# summary.txt; the summary is printed last. Knobs: K21_JOBS (build jobs, 16),
+# GEMMD_TEST_CASE_TIMEOUT (30: test_gpu_kernels names a case still running after that many
+# seconds, a kernel that never returns, and exits 1, inside each step's cap).
 set -uo pipefail
+export GEMMD_TEST_CASE_TIMEOUT=${GEMMD_TEST_CASE_TIMEOUT:-30}
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 OUT=${OUT:-$root/build-k21/out}
@@ -69,7 +72,9 @@ step registry.log "test_gpu_kernels --registry" 20 "$tests" --registry
 step f32x3-tests.log "test_gpu_kernels --f32x3 --kernel wgmma_f32x3" 100 \
   "$tests" --f32x3 --kernel wgmma_f32x3
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-for tool in memcheck racecheck; do
+# synccheck: barriers reached by part of a warp or of their thread count, which would hang a
+# kernel (the first run stopped before the specials, the first tiles that 21 recomputes)
+for tool in memcheck racecheck synccheck; do
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   step "$tool.log" "compute-sanitizer $tool, --f32x3 --quick" 90 \
@@ -89,15 +94,15 @@ echo
 echo "================ summary ================"
 cat "$summary"
 echo "--- 21's cases (test_gpu_kernels): failures, then the totals"
-grep -E "FAIL" "$OUT/f32x3-tests.log" | head -20
+grep -E "FAIL|FATAL" "$OUT/f32x3-tests.log" | head -20
 grep -E "cases, .* failed" "$OUT/f32x3-tests.log"
 echo "--- the accuracy table (max / mean of |err| / (|A| |B|))"
 grep -E "^\| (uniform|normal|wide|cancel)" "$OUT/f32x3-tests.log"
 echo "--- specials: cuBLAS for comparison"
 grep -E "^cublas/specials" "$OUT/f32x3-tests.log" | head -8
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
   echo "--- $tool"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|cases, .* failed" "$OUT/$tool.log" | tail -3
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FATAL|cases, .* failed" "$OUT/$tool.log" | tail -3
 done
 for log in bench-f32.log bench-f32-variants.log bench-f32-simt.log; do
   [ -f "$OUT/$log" ] && { echo "--- $log (table)"; grep -E "^\|" "$OUT/$log" | tail -10; }

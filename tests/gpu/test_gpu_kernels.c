@@ -21,6 +21,8 @@
  * The complex gemm (c64, c128: gk_gpu_gemm over the real kernels) runs every trans / conj
  * combination with complex alpha and beta against zgemm (float64 complex) and, where cuBLAS has
  * the op (conj only with trans), cublasCgemm / cublasZgemm.
+ * A case with no result after 300 s (a kernel that never returns; GEMMD_TEST_CASE_TIMEOUT sets
+ * the seconds, 0 none) is named on stderr, exit 1.
  * Exit: 0 all passed, 1 a failure, 77 no CUDA device (ctest SKIP_RETURN_CODE).
  */
 #include <cblas.h>
@@ -28,12 +30,15 @@
 #include <cuda_runtime_api.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gk_gpu.h"
 #include "gp_fp8.h"
@@ -131,6 +136,45 @@ static void *xmalloc(size_t bytes)
     }                                                                                              \
   } while (0)
 
+/* ---- the watchdog -------------------------------------------------------------------------- */
+
+/* A case still running after watch_timeout_s seconds is taken for a hang (a kernel that never
+ * returns: CUDA has no timeout of its own) and named on stderr before the test exits 1, where
+ * ctest's timeout would only kill it and leave the log at the last case that passed. The slowest
+ * case takes seconds on an H200, its CPU reference included; the default leaves room for the
+ * sanitizers (--quick) and still fires before gpu-run.sh's 420 s per test.
+ * GEMMD_TEST_CASE_TIMEOUT (seconds, 0: none) sets it. */
+static unsigned watch_timeout_s = 300;
+static char watch_label[240];
+static size_t watch_len;
+
+static void watchdog_fired(int sig)
+{
+  (void)sig;
+  static const char head[] = "\nFATAL: a case still running (a kernel that never returns?) after ";
+  ssize_t ignored = write(STDERR_FILENO, head, sizeof(head) - 1);
+  ignored = write(STDERR_FILENO, watch_label, watch_len);
+  ignored = write(STDERR_FILENO, "\n", 1);
+  (void)ignored;
+  _exit(1);
+}
+
+/* The case about to run, for the watchdog; restarts its clock. */
+static void watch(const char *fmt, ...)
+{
+  if (watch_timeout_s == 0)
+    return;
+  alarm(0);
+  const int head = snprintf(watch_label, sizeof(watch_label), "%u s: ", watch_timeout_s);
+  va_list ap;
+  va_start(ap, fmt);
+  const int len = head + vsnprintf(watch_label + head, sizeof(watch_label) - (size_t)head, fmt, ap);
+  va_end(ap);
+  watch_len = (size_t)len < sizeof(watch_label) ? (size_t)len : sizeof(watch_label) - 1;
+  signal(SIGALRM, watchdog_fired);
+  alarm(watch_timeout_s);
+}
+
 /* ---- one case ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -150,6 +194,14 @@ typedef struct {
   bool use_cublas;
   int cases, failures;
 } test_env;
+
+/* The watchdog's name for a case of `section`. */
+static void watch_case(const char *section, const test_case *tc)
+{
+  watch("%s %s %lldx%lldx%lld b%lld %s%s a=%g b=%g", section, dtype_label(tc->dtype, tc->fast),
+        (long long)tc->m, (long long)tc->n, (long long)tc->k, (long long)tc->batch,
+        tc->trans_a ? "T" : "N", tc->trans_b ? "T" : "N", tc->alpha, tc->beta);
+}
 
 static double tolerance(const test_case *tc)
 {
@@ -317,6 +369,7 @@ static void print_result(test_env *env, const test_case *tc, const char *kernel,
 
 static void run_case(test_env *env, const test_case *tc)
 {
+  watch_case("case", tc);
   const size_t es = dtype_size(tc->dtype);
   const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
   const int64_t c_elems = tc->m * tc->n * tc->batch;
@@ -358,6 +411,7 @@ static void run_case(test_env *env, const test_case *tc)
   void *cb = NULL;
   if (tc->vs_cublas && env->use_cublas && gk_kernel_cublas.supports(&p, cc)) {
     cb = xmalloc(c_bytes);
+    watch_case("cublas", tc);
     const cudaError_t err = run_kernel(env, &gk_kernel_cublas, &p, d_c0, c_bytes, cb);
     if (err != cudaSuccess) {
       print_result(env, tc, "cublas", -1, -1, 0, cudaGetErrorString(err));
@@ -377,6 +431,7 @@ static void run_case(test_env *env, const test_case *tc)
       continue;
     if (env->only_kernel != NULL && strcmp(env->only_kernel, kernel->name) != 0)
       continue;
+    watch_case(kernel->name, tc);
     const cudaError_t err = run_kernel(env, kernel, &p, d_c0, c_bytes, out);
     if (err != cudaSuccess) {
       print_result(env, tc, kernel->name, -1, -1, 0, cudaGetErrorString(err));
@@ -526,6 +581,7 @@ static double act_ref(gk_act act, double x)
  * entry (bias_stride m * n, as the daemon's small lane places it); C poisoned where not read. */
 static void run_epilogue_case(test_env *env, const test_case *tc, gk_act act, int bias_mode)
 {
+  watch_case("epilogue", tc);
   const size_t es = dtype_size(tc->dtype);
   const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
   const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
@@ -632,6 +688,7 @@ static uint16_t round_out(gk_dtype out, double x)
  * GELU. */
 static void run_cast_case(test_env *env, const test_case *tc, gk_dtype out, int form)
 {
+  watch_case("cast", tc);
   const size_t es = dtype_size(tc->dtype), os = dtype_size(out);
   const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
   const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
@@ -763,6 +820,7 @@ static int32_t *reference_i8(const test_case *tc, const int8_t *a, const int8_t 
  * for every entry (b_shared: gk_gpu_gemm launches pieces, the batch folded into m). */
 static void run_i8_case(test_env *env, const test_case *tc, const gk_kernel *kernel, int form)
 {
+  watch_case(kernel ? kernel->name : "i8 auto", tc);
   const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
   const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
   int8_t *a = xmalloc((size_t)a_elems), *b = xmalloc((size_t)b_elems);
@@ -924,6 +982,7 @@ static void reference_fp8(const test_case *tc, const uint8_t *a, const uint8_t *
  * bf16 rounding added to the tolerance). */
 static void run_fp8_case(test_env *env, const test_case *tc, const gk_kernel *kernel, int form)
 {
+  watch_case(kernel ? kernel->name : "fp8 auto", tc);
   const int64_t ce = tc->m * tc->n, c_elems = ce * tc->batch;
   const int64_t a_elems = tc->m * tc->k * tc->batch, b_elems = tc->k * tc->n * tc->batch;
   uint8_t *a = xmalloc((size_t)a_elems), *b = xmalloc((size_t)b_elems);
@@ -995,6 +1054,24 @@ static void run_fp8(test_env *env, bool quick)
 
 /* ---- kernel 21 (wgmma_f32x3): f32 exact from three TF32 products -------------------------- */
 
+/* --quick, the sanitizers' run (which slows kernels 10-100 times): one small case for each of
+ * 21's tile widths and transposes, 132 x 136 x 40 (ragged tiles, a k tail): alone, 4 tiles of
+ * 128 x 128, which 21 runs on its narrow tile (128 x 64), and in a batch of SMs / 8 + 1, more
+ * than half the SMs' tiles, on its wide one; plain and with alpha/beta in turn, so that each
+ * width and each transpose has both. */
+static void run_f32x3_quick(test_env *env)
+{
+  static const int trans[3] = {0, 2, 3}; /* NN, NT, TT (t & 1: A transposed; t >> 1: B) */
+  const int64_t wide_batch = gk_gpu_ctx_props(env->ctx)->multiProcessorCount / 8 + 1;
+  for (int w = 0; w < 2; w++)
+    for (int i = 0; i < 3; i++) {
+      const bool ab = (w + i) % 2 == 1;
+      const test_case tc = {GK_F32, false, 132, 136, 40, w ? wide_batch : 1, trans[i] & 1,
+                            trans[i] >> 1, ab ? -0.75 : 1.0, ab ? 1.5 : 0.0, true, false};
+      run_case(env, &tc);
+    }
+}
+
 /* Shapes 21 takes in NN, NT and TT (every stored row a multiple of 4 floats), ragged against its
  * 128 x 128 x 32 tile: k tails, a thin m, more tiles than SMs (the persistent walk), batches;
  * every kernel that takes them against float64 and cuBLAS, plain and with alpha/beta. Where k
@@ -1004,15 +1081,16 @@ static void run_f32x3_cases(test_env *env, bool quick)
   static const int64_t shapes[][4] = {{132, 260, 100, 1}, {264, 136, 72, 40}, {300, 196, 1028, 8},
                                       {516, 388, 36, 2},  {4, 516, 260, 3},   {1000, 1200, 800, 1},
                                       {136, 128, 1536, 1}}; /* the last: 21 hands it to 09 */
-  const size_t count = quick ? 2 : sizeof(shapes) / sizeof(shapes[0]);
-  for (size_t s = 0; s < count; s++)
+  if (quick) {
+    run_f32x3_quick(env);
+    return;
+  }
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
     for (int t = 0; t < 4; t++)
       for (int variant = 0; variant < 2; variant++) {
-        if (quick && t == 1)
-          continue; /* TN: not 21's, and --quick is the sanitizers' run of 21 */
         const int64_t *sh = shapes[s];
         const test_case tc = {GK_F32, false, sh[0], sh[1], sh[2], sh[3], t & 1, (t >> 1) & 1,
-                              variant ? -0.75 : 1.0, variant ? 1.5 : 0.0, true, !quick};
+                              variant ? -0.75 : 1.0, variant ? 1.5 : 0.0, true, true};
         run_case(env, &tc);
       }
 }
@@ -1085,6 +1163,7 @@ static void run_f32x3_accuracy(test_env *env)
     for (int kind = 0; kind < KIND_COUNT; kind++) {
       const test_case tc = {GK_F32, false, shapes[s][0], shapes[s][1], shapes[s][2], 1, false,
                             false, 1.0, 0.0, true, true};
+      watch_case(kind_names[kind], &tc);
       const int64_t ae = tc.m * tc.k, be = tc.k * tc.n, ce = tc.m * tc.n;
       float *a = xmalloc((size_t)ae * 4), *b = xmalloc((size_t)be * 4), *out = xmalloc((size_t)ce * 4);
       fill_kind(kind, a, b, tc.m, tc.n, tc.k);
@@ -1100,6 +1179,7 @@ static void run_f32x3_accuracy(test_env *env)
       for (int r = 0; r < 3; r++) {
         if (runs[r] == NULL || !runs[r]->supports(&p, gk_gpu_ctx_cc(env->ctx)))
           continue;
+        watch_case(runs[r]->name, &tc);
         const cudaError_t err = run_kernel(env, runs[r], &p, NULL, (size_t)ce * 4, out);
         if (err != cudaSuccess) {
           failure = cudaGetErrorString(err);
@@ -1134,6 +1214,44 @@ static float *at_b(float *b, const test_case *tc, int64_t l, int64_t j)
   return b + (tc->trans_b ? j * tc->k + l : l * tc->n + j);
 }
 
+/* The specials' reference: each element's sum of op(A) (i, l) op(B) (l, j) in float64, l in
+ * order, as IEEE gives it (a loop: BLAS may skip zeros), and the sum of their magnitudes; then
+ * alpha and beta C0 as SGEMM applies them, rounded to f32. op(A) and op(B) are unpacked into
+ * row-major copies first and the sums run i, l, j (a row of sums at a time), where a loop
+ * element by element read B a column at a time: 40% less time for the same sums. */
+static void specials_reference(const test_case *tc, float *a, float *b, const float *c0,
+                               double *ref, double *mag)
+{
+  const int64_t m = tc->m, n = tc->n, k = tc->k;
+  double *a64 = xmalloc((size_t)(m * k) * 8), *b64 = xmalloc((size_t)(k * n) * 8);
+  double *sum = xmalloc((size_t)n * 8), *abs_sum = xmalloc((size_t)n * 8);
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t l = 0; l < k; l++)
+      a64[i * k + l] = *at_a(a, tc, i, l);
+  for (int64_t l = 0; l < k; l++)
+    for (int64_t j = 0; j < n; j++)
+      b64[l * n + j] = *at_b(b, tc, l, j);
+  for (int64_t i = 0; i < m; i++) {
+    for (int64_t j = 0; j < n; j++)
+      sum[j] = 0, abs_sum[j] = 0;
+    for (int64_t l = 0; l < k; l++) {
+      const double av = a64[i * k + l], abs_av = fabs(av);
+      const double *b_row = b64 + l * n;
+      for (int64_t j = 0; j < n; j++) {
+        sum[j] += av * b_row[j];
+        abs_sum[j] += abs_av * fabs(b_row[j]);
+      }
+    }
+    for (int64_t j = 0; j < n; j++) {
+      const double from = tc->beta != 0.0 ? c0[i * n + j] : 0.0;
+      /* the sum in f32 first (it overflows there, before alpha scales it), then f32's result */
+      ref[i * n + j] = (float)(tc->alpha * (float)sum[j] + tc->beta * from);
+      mag[i * n + j] = fabs(tc->alpha) * abs_sum[j] + fabs(tc->beta * from);
+    }
+  }
+  free(a64), free(b64), free(sum), free(abs_sum);
+}
+
 /* 0 NaN, 1 +inf, 2 -inf, 3 finite */
 static int fp_class(double v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : 2) : 3; }
 
@@ -1147,6 +1265,8 @@ static int fp_class(double v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : 2)
  * throughout against B of ~2^110 (products ~2^-20; 21 recomputes them all as FFMA chains). */
 static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_case tc, int form)
 {
+  watch("%s specials%d %s%s %lldx%lldx%lld", kernel ? kernel->name : "auto", form, tc.trans_a ? "T" : "N",
+        tc.trans_b ? "T" : "N", (long long)tc.m, (long long)tc.n, (long long)tc.k);
   const int64_t m = tc.m, n = tc.n, k = tc.k, ce = m * n;
   float *a = xmalloc((size_t)(m * k) * 4), *b = xmalloc((size_t)(k * n) * 4);
   float *c0 = xmalloc((size_t)ce * 4), *out = xmalloc((size_t)ce * 4);
@@ -1179,19 +1299,7 @@ static void run_f32x3_special_case(test_env *env, const gk_kernel *kernel, test_
       b[i] *= 0x1p110f;
   }
   double *ref = xmalloc((size_t)ce * 8), *mag = xmalloc((size_t)ce * 8);
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) {
-      double sum = 0, abs_sum = 0;
-      for (int64_t l = 0; l < k; l++) {
-        const double av = *at_a(a, &tc, i, l), bv = *at_b(b, &tc, l, j);
-        sum += av * bv;
-        abs_sum += fabs(av) * fabs(bv);
-      }
-      const double from = tc.beta != 0.0 ? c0[i * n + j] : 0.0;
-      /* the sum in f32 first (it overflows there, before alpha scales it), then f32's result */
-      ref[i * n + j] = (float)(tc.alpha * (float)sum + tc.beta * from);
-      mag[i * n + j] = fabs(tc.alpha) * abs_sum + fabs(tc.beta * from);
-    }
+  specials_reference(&tc, a, b, c0, ref, mag);
   void *d_a = to_device(a, (size_t)(m * k) * 4), *d_b = to_device(b, (size_t)(k * n) * 4);
   void *d_c0 = to_device(c0, (size_t)ce * 4), *d_c;
   CUDA_OR_DIE(cudaMalloc(&d_c, (size_t)ce * 4));
@@ -1691,6 +1799,16 @@ int main(int argc, char **argv)
       return 2;
     }
   }
+  const char *case_timeout = getenv("GEMMD_TEST_CASE_TIMEOUT");
+  if (case_timeout != NULL) {
+    char *end;
+    const unsigned long v = strtoul(case_timeout, &end, 10);
+    if (end == case_timeout || *end != '\0' || v > 86400) {
+      fprintf(stderr, "GEMMD_TEST_CASE_TIMEOUT: seconds, 0 to 86400\n");
+      return 2;
+    }
+    watch_timeout_s = (unsigned)v;
+  }
   if (bench_size < 1 || bench_size > 65536) {
     fprintf(stderr, "--size: 1 to 65536\n");
     return 2;
@@ -1739,6 +1857,7 @@ int main(int argc, char **argv)
     run_complex(&env, quick);
   }
 
+  alarm(0); /* the watchdog's: every case is done */
   CUDA_OR_DIE(cudaStreamDestroy(env.stream));
   gk_gpu_ctx_destroy(env.ctx);
   if (!bench)
