@@ -6,6 +6,11 @@ table to --out:
   1. NumPy a @ b at 4096^3 (f32, f64, c64, c128) through the library (LD_PRELOAD, default
      settings) beside NumPy on the CPU BLAS alone (all cores), in the same run, median of 7
      after a warm-up;
+  1b. the same products as NumPy's matmul makes them, cblas_?gemm (row-major) by ctypes, through
+     the library and straight on the CPU BLAS (--cpu-lib, Debian's OpenBLAS by default): what
+     a program on the system BLAS gets where the machine's NumPy does not link libblas.so.3
+     (a pip wheel's NumPy carries its own OpenBLAS under other names, which no LD_PRELOAD
+     reaches);
   2. 64 processes each calling sgemm_ at 1024^3 at once (ctypes on the library, a common
      start time): median and slowest call, and their ratio (the target: within 3x);
   3. gemmctl bench --m 4096 --n 4096 --k 4096 with default options (the scratch region),
@@ -67,6 +72,58 @@ for _ in range(3):
     t = time.perf_counter(); call(); ts.append(time.perf_counter() - t)
 print(json.dumps(ts))
 """
+
+CBLAS_CHILD = r"""
+import ctypes, sys, time, json, numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+n, dt, reps = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+rng = np.random.default_rng(1)
+def mk():
+    x = rng.standard_normal((n, n))
+    if dt.startswith("complex"):
+        x = x + 1j * rng.standard_normal((n, n))
+    return x.astype(dt)
+a, b = mk(), mk()
+c = np.zeros_like(a)
+P, I = ctypes.c_void_p, ctypes.c_int
+name = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[dt]
+fn = getattr(lib, "cblas_%sgemm" % name)
+if name in "sd":
+    S = ctypes.c_float if name == "s" else ctypes.c_double
+    one, zero = S(1.0), S(0.0)
+else:
+    one = np.array([1.0], dtype=dt); zero = np.array([0.0], dtype=dt)
+    one, zero = P(one.ctypes.data), P(zero.ctypes.data)
+def call():  # CblasRowMajor 101, CblasNoTrans 111, as NumPy's matmul
+    fn(I(101), I(111), I(111), I(n), I(n), I(n), one, P(a.ctypes.data), I(n),
+       P(b.ctypes.data), I(n), zero, P(c.ctypes.data), I(n))
+call()
+ts = []
+for _ in range(reps):
+    t = time.perf_counter(); call(); ts.append(time.perf_counter() - t)
+want = a[:64].astype(np.complex128) @ b.astype(np.complex128)
+err = float(np.abs(c[:64] - want).max() / (np.abs(a[:64]) @ np.abs(b)).max())
+print(json.dumps([ts, err]))
+"""
+
+CPU_BLAS = ["/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+            "/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"]
+
+
+def cblas_rows(lib, cpu_lib, env, n):
+    rows = []
+    for dt in ["float32", "float64", "complex64", "complex128"]:
+        res = {}
+        for how, path in (("libgemmd_blas", lib), ("CPU BLAS", cpu_lib)):
+            p = subprocess.run([sys.executable, "-c", CBLAS_CHILD, path, str(n), dt, "7"],
+                               env=env, capture_output=True, text=True, timeout=1200)
+            if p.returncode != 0:
+                res[how] = "failed: " + p.stderr.strip()[-200:]
+                continue
+            ts, err = json.loads(p.stdout.strip().splitlines()[-1])
+            res[how] = "%s (err %.1e)" % (ms(statistics.median(ts)), err)
+        rows.append("| %s | %s | %s |" % (dt, res.get("libgemmd_blas"), res.get("CPU BLAS")))
+    return rows
 
 
 def ms(x):
@@ -130,6 +187,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", default="gpu")
     ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--cpu-lib", default=next((p for p in CPU_BLAS if os.path.exists(p)),
+                                              CPU_BLAS[0]),
+                    help="the CPU BLAS for the cblas rows (default: Debian's OpenBLAS)")
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--sizes", default="256,512,1024,2048,4096,8192",
                     help="the gemmctl bench sizes (m = n = k), comma-separated")
@@ -146,6 +206,11 @@ def main():
                   "| dtype | through libgemmd_blas | NumPy on OpenBLAS | note |",
                   "| --- | ---: | ---: | --- |"]
         lines += numpy_rows(lib, env, args.n)
+        lines += ["", "## cblas_?gemm at %d^3 by ctypes, row-major as NumPy calls it, median of 7 "
+                  "(ms; err: max |err| / (|A||B|) of 64 rows against complex128)" % args.n, "",
+                  "| dtype | through libgemmd_blas | the CPU BLAS alone (%s) |" % args.cpu_lib,
+                  "| --- | ---: | ---: |"]
+        lines += cblas_rows(lib, args.cpu_lib, env, args.n)
         lines += ["", "## Many processes at once (ms per call)", "",
                   "| what | median | slowest | slowest / median |", "| --- | ---: | ---: | ---: |",
                   many_processes(lib, env, args.procs, 1024), ""]

@@ -15,12 +15,13 @@ typedef void (*f77_gemm_fn)(const char *, const char *, const int *, const int *
                             const void *, const void *, const int *, const void *, const int *,
                             const void *, void *, const int *, size_t, size_t);
 
-/* The table: a complex kind goes to gemmd once its remote_dtype names gemmd's c64 / c128
- * (and offload() sends alpha_im / beta_im and the conjugations). */
+/* The table: each kind's CPU routine, xerbla name, element size and gemmd's dtype (the
+ * complex ones as gemmd's c64 / c128: offload() sends alpha_im / beta_im and the
+ * conjugations of BLAS's 'C'). */
 const gb_kind gb_kind_s = {"sgemm_", "SGEMM ", "cblas_sgemm", 4, 0, GC_DTYPE_F32};
 const gb_kind gb_kind_d = {"dgemm_", "DGEMM ", "cblas_dgemm", 8, 0, GC_DTYPE_F64};
-const gb_kind gb_kind_c = {"cgemm_", "CGEMM ", "cblas_cgemm", 8, 1, -1};
-const gb_kind gb_kind_z = {"zgemm_", "ZGEMM ", "cblas_zgemm", 16, 1, -1};
+const gb_kind gb_kind_c = {"cgemm_", "CGEMM ", "cblas_cgemm", 8, 1, GC_DTYPE_C64};
+const gb_kind gb_kind_z = {"zgemm_", "ZGEMM ", "cblas_zgemm", 16, 1, GC_DTYPE_C128};
 
 static int upper(char c) { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
 
@@ -115,13 +116,19 @@ static int offload(const gb_kind *kd, char transa, char transb, int m, int n, in
   o.k = (uint64_t)k;
   o.trans_a = upper(transb) != 'N';
   o.trans_b = upper(transa) != 'N';
+  /* 'C' is the conjugate transpose (a plain one for real kinds): op(B)^T of the row-major
+   * gemm is then conj(B) as stored */
+  o.conj_a = kd->complex && upper(transb) == 'C';
+  o.conj_b = kd->complex && upper(transa) == 'C';
   o.lda = (uint64_t)ldb;
   o.ldb = (uint64_t)lda;
   o.alpha = ar;
+  o.alpha_im = ai;
   o.beta = br;
+  o.beta_im = bi;
   o.precision = s->precision;
   o.timeout_ms = s->call_timeout_ms > 0 ? s->call_timeout_ms : -1;
-  int keep_c = br != 0;
+  int keep_c = br != 0 || bi != 0;
   void *out = c;
   if (keep_c) {
     out = malloc((size_t)m * (size_t)n * kd->esize);

@@ -45,8 +45,7 @@ void gb_remote_fail(gc_conn *conn, int code, const char *what);
 void gb_stats_count(int offloaded, double flops);
 
 /* ---- the gemm (gb_gemm.c) ------------------------------------------------ */
-/* One BLAS gemm type: s, d, c, z. remote_dtype < 0 keeps it on the CPU (the complex ones
- * until gemmd has c64 / c128: then their entry names the dtype). */
+/* One BLAS gemm type: s, d, c, z. remote_dtype < 0 would keep it on the CPU. */
 typedef struct {
   const char *f77;      /* the CPU BLAS's routine: "sgemm_" */
   const char *xname;    /* xerbla's name: "SGEMM " */

@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu-run.sh [all|build|tests|daemon|load|bench|e2e|multi] - the one script for the GPU machine (default: all).
+# gpu-run.sh [all|build|tests|daemon|load|bench|e2e|multi|clients] - the one script for the GPU machine (default: all).
 #
 #   build  build only (build-gpu/), for runs of one's own afterwards
 #   tests  build, then `ctest -L gpu` (kernel tests, sanitizers, the daemon's and the Python
@@ -18,7 +18,13 @@
 #          split across them, a client pipelining by a resident B, 64 clients of mixed sizes)
 #          with each row's speedup against the issue's targets; not in all. Logs:
 #          bench-hostbw.log multi-tests.log bench-multi.log bench-multi-speedups.log
-#   all    all of the above but load and multi
+#   clients build, then what callers without our API get: bench/python_autoshm.py (plain NumPy
+#          arrays through the automatic scratch region, beside the socket and shm_array, with the
+#          box's copy bandwidth), bench/blas.py (libgemmd_blas: NumPy and cblas_?gemm at 4096^3
+#          beside the CPU BLAS, 64 processes at once, gemmctl bench by size), bench_kernels'
+#          f32 (kernel 21), c64 and c128 rows, and bench/e2e's 4096^3 and 8192^3; not in all.
+#          Logs: bench-autoshm.log bench-blas.log bench-kernels-clients.log bench-e2e-clients.log
+#   all    all of the above but load, multi and clients
 #
 # Where the machine lacks the build dependencies (libmsgpack, OpenBLAS, Check, ...), the .deb
 # files in .deps/ (made by scripts/gpu-deps.sh; carry [".deps"]) are unpacked into /opt/deps (never into /) and pkg-config
@@ -35,7 +41,7 @@
 # 420 / 240), GEMMD_COMMIT (shown when .git did not travel).
 set -uo pipefail
 mode=${1:-all}
-case $mode in all | build | tests | daemon | load | bench | e2e | multi) ;; *)
+case $mode in all | build | tests | daemon | load | bench | e2e | multi | clients) ;; *)
   echo "usage: $0 [all|build|tests|daemon|load|bench|e2e|multi]" >&2
   exit 2
   ;;
@@ -80,10 +86,12 @@ note "gpu-run.sh $mode | commit $commit | device: ${gpu_name:-none} | deps: $dep
 # The Python tests need numpy and msgpack: the top level looks for /usr/bin/python3 first, which
 # on the GPU machine has neither (its python3 on PATH does).
 python_args=()
+python=/usr/bin/python3
 if ! /usr/bin/python3 -c 'import numpy, msgpack' >/dev/null 2>&1; then
   for py in $(type -a -P python3 2>/dev/null); do
     if "$py" -c 'import numpy, msgpack' >/dev/null 2>&1; then
       python_args=(-DGEMMD_PYTHON3="$py")
+      python=$py
       note "python: /usr/bin/python3 lacks numpy or msgpack; tests use $py"
       break
     fi
@@ -211,6 +219,21 @@ if [ "$mode" = all ] || [ "$mode" = e2e ]; then
     wait "$ipc_pid" 2>/dev/null
     rm -rf "$ipc_dir"
   fi
+fi
+
+if [ "$mode" = clients ]; then
+  run_step bench-autoshm.log "bench: python_autoshm (plain NumPy arrays, default path)" \
+    "$python" "$root/bench/python_autoshm.py" --gemmd "$build/daemon/gemmd" --out "$OUT/autoshm.md"
+  run_step bench-blas.log "bench: blas.py (libgemmd_blas, gemmctl bench)" \
+    "$python" "$root/bench/blas.py" --gemmd "$build/daemon/gemmd" \
+    --lib "$build/blas/libgemmd_blas.so" --gemmctl "$build/client/gemmctl" \
+    --out "$OUT/blas.md"
+  bench_kernels=$(find_bench '*kernels*')
+  [ -n "$bench_kernels" ] && run_step bench-kernels-clients.log "bench: f32, c64, c128 rows" \
+    bash -c "for d in f32 c64 c128; do \"$bench_kernels\" --markdown --dtype \$d; done"
+  bench_e2e=$(find_bench '*e2e*')
+  [ -n "$bench_e2e" ] && run_step bench-e2e-clients.log "bench: e2e 4096 and 8192" \
+    "$bench_e2e" --sizes 4096,8192
 fi
 
 if [ "$mode" = multi ]; then

@@ -2,11 +2,11 @@
 """test_blas_numpy.py - Debian's NumPy on libgemmd_blas, against NumPy without it.
 
 Each part runs NumPy in a child process with the library loaded one way or the other, and
-a real gemmd (GEMMD_BLAS_OFFLOAD_MIN=0: every real gemm goes to it):
-  preload     LD_PRELOAD=libgemmd_blas.so: a @ b in f32, f64, c64, c128 (complex on the CPU
-              BLAS for now), C and Fortran order, transposed views, slices, odd sizes, against
+a real gemmd (GEMMD_BLAS_OFFLOAD_MIN=0: every gemm goes to it):
+  preload     LD_PRELOAD=libgemmd_blas.so: a @ b in f32, f64, c64, c128 (complex as gemmd's
+              c64 / c128), C and Fortran order, transposed views, slices, odd sizes, against
               the same products computed here without the library; the daemon's stats count
-              the real ones
+              them
   as-libblas  the library standing in for libblas.so.3 (a directory on LD_LIBRARY_PATH whose
               libblas.so.3 is it: what the Debian alternative does, without touching the
               system), so that every other BLAS routine NumPy calls goes through the

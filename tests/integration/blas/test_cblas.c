@@ -3,10 +3,10 @@
  * cblas_dgemm in both layouts and every transpose, with leading dimensions larger than the
  * matrices (the gaps poisoned and checked untouched), alpha and beta (beta 0 with C full of
  * NaN, alpha 0 with A and B full of NaN), the quick returns, the batched and strided
- * extensions, complex through the CPU BLAS, sgemm_ / dgemm_, and the error positions that
+ * extensions, zgemm with the conjugate transpose and a complex alpha, sgemm_ / dgemm_, and the error positions that
  * cblas_xerbla and xerbla_ receive (both are defined here: the library calls them by their
  * global names). Run by test_blas.py with GEMMD_ADDRESS set and GEMMD_BLAS_OFFLOAD_MIN=0, so
- * every real gemm goes to the daemon; exit 0 pass, 1 fail.
+ * every gemm goes to the daemon; exit 0 pass, 1 fail.
  */
 #include <math.h>
 #include <pthread.h>
@@ -202,7 +202,7 @@ static void batched(void) {
   CHECK(memcmp(sw, sc, sizeof sw) == 0, "dgemm_batch_strided");
 }
 
-static void complex_cpu(void) {
+static void complex_zgemm(void) {
   double a[2 * 6], b[2 * 6], c[2 * 4], alpha[2] = {1, 1}, beta[2] = {0, 0};
   for (int i = 0; i < 12; i++) a[i] = rnd(), b[i] = rnd();
   cblas_zgemm(ROW, NT, CT, 2, 2, 3, alpha, a, 3, b, 3, beta, c, 2);
@@ -261,7 +261,7 @@ int main(void) {
   all_cases();
   errors();
   batched();
-  complex_cpu();
+  complex_zgemm();
   if (failures) fprintf(stderr, "%d failures\n", failures);
   else printf("test_cblas: ok\n");
   return failures ? 1 : 0;
