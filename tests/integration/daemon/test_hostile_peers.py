@@ -149,9 +149,16 @@ def test_peer_hold_share(ctx):
     """While another peer is connected, one uid's resident operands and regions, over all its
     connections, stay within queue.peer_hold_share of the budget; past it put and
     shm_register are refused, naming the share, and the daemon logs it."""
-    config = {"queue": {"memory_budget": "1MiB", "peer_hold_share": 0.5}}
+    # several loop threads (as on a many-core host) put the peer's connections on different
+    # loops: its holds are summed over all of them
+    config = {"loops": 4, "queue": {"memory_budget": "1MiB", "peer_hold_share": 0.5}}
     with ctx.daemon(config=config, tcp=True) as d, d.connect() as c1, d.connect() as c2, \
             d.connect() as c3, d.connect("tcp") as other_peer:
+        # The share applies only while the daemon counts another peer, and it counts one when
+        # a loop thread has taken its connection, which the kernel's accept queue lets the
+        # client's connect() run ahead of: one round trip makes sure the other peer is counted
+        # (with several loop threads, as on a many-core host, the puts could pass it).
+        other_peer.call("stats")
         _put(c1, 300000)
         message = _expect_exhausted(lambda: _put(c2, 300000), "a second put of the peer")
         assert "peer_hold_share" in message, message
@@ -490,6 +497,13 @@ def test_heap_given_back_when_idle(ctx):
     queue.trim_idle_ms it gives the freed memory back (RSS near where it started)."""
     if ctx.sanitized:
         print("note: not under a sanitizer: its allocator keeps memory its own way")
+        return
+    if h.TEST_BACKEND == "gpu" and "FAKE_CUDA_DEVICES" not in os.environ:
+        # The real CUDA runtime and driver grow host allocations of their own under these
+        # uploads (pinned pools, driver bookkeeping) that malloc_trim cannot give back, and no
+        # /proc figure tells them from the malloc heap's pages: RSS measures them, not the trim.
+        # The fake GPU backend (daemon_fake_hostile_peers) runs the same GPU code paths.
+        print("note: skipped on the real GPU backend: RSS holds the CUDA runtime's own memory")
         return
     n = 512
     hdr = _hdr(n)
