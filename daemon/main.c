@@ -338,7 +338,7 @@ out_listeners:
   gd_sessions_close_all(&d.srv, "start-up failed");
   uv_run(&loop, UV_RUN_DEFAULT);
 out_sched:
-  gd_netloops_stop(&d.srv); /* the other loops end once their connections are closed */
+  gd_sessions_stop(&d.srv); /* the drop timer; the other loops end once their connections are closed */
   /* Backend first: its workers may still post; then the completion queues. */
   d.backend->ops->destroy(d.backend);
   d.backend = NULL;

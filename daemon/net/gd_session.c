@@ -463,6 +463,20 @@ int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err
   return gd_netloops_start(d, loop, loops, &hooks, err);
 }
 
+/* The drop timer closed, logging what a burst left unlogged (once: close_all may have). */
+static void close_drop_timer(gd_server *d) {
+  if (d->fd_drop_timer && !uv_is_closing((uv_handle_t *)d->fd_drop_timer)) {
+    on_drop_timer(d->fd_drop_timer);
+    uv_close((uv_handle_t *)d->fd_drop_timer, on_drop_timer_closed);
+  }
+  d->fd_drop_timer = NULL;
+}
+
+void gd_sessions_stop(gd_server *d) {
+  close_drop_timer(d);
+  gd_netloops_stop(d);
+}
+
 void gd_sessions_apply_limits(gd_server *d) { gd_netloops_broadcast(d, GD_NETLOOP_LIMITS, NULL); }
 
 /* Asks every other loop for a summary after whatever cmd does there (commands run in the order
@@ -494,10 +508,6 @@ bool gd_sessions_busy(gd_server *d, uint64_t *backlog) {
 }
 
 void gd_sessions_close_all(gd_server *d, const char *why) {
-  if (d->fd_drop_timer && !uv_is_closing((uv_handle_t *)d->fd_drop_timer)) {
-    on_drop_timer(d->fd_drop_timer); /* what is left unlogged, now */
-    uv_close((uv_handle_t *)d->fd_drop_timer, on_drop_timer_closed);
-  }
-  d->fd_drop_timer = NULL;
+  close_drop_timer(d); /* what is left unlogged, now */
   gd_netloops_broadcast(d, GD_NETLOOP_CLOSE_ALL, why);
 }

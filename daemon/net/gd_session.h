@@ -32,6 +32,10 @@ typedef struct gd_session gd_session;
 /* Starts serving on `loops` loop threads (gd_netloop.h), loop 0 being loop (the caller's).
  * 0, or a gp code with err. */
 int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err);
+/* The end of what gd_sessions_start began, on every path (start-up failed or shutdown): loop 0's
+ * drop timer closed if gd_sessions_close_all did not, and the other loops stopped once their
+ * connections are closed (gd_netloops_stop). Then uv_run loop 0 to let the handles go. */
+void gd_sessions_stop(gd_server *d);
 
 /* Connections open now (every loop). */
 size_t gd_sessions_count(gd_server *d);

@@ -177,7 +177,10 @@ def test_memory_budget(ctx):
     # no scratch) and 320 KB on the GPU backend (a and b pass through pinned staging: the least
     # of a + b (+ c sent) and gpu.staging_bytes). 560 KiB (573440 B) holds one job on either
     # backend and never two (960 KB, 640 KB).
-    with ctx.daemon(config={"queue": {"memory_budget": "560KiB"}}) as d, d.connect() as client:
+    # the stallers hold their room on purpose, longer than timeouts.hold_stall_ms's default
+    # under a sanitizer: that rule has its own test (test_hostile_peers)
+    config = {"queue": {"memory_budget": "560KiB"}, "timeouts": {"hold_stall_ms": 600000}}
+    with ctx.daemon(config=config) as d, d.connect() as client:
         hdr = good_hdr(m=600, n=600, k=600)  # 4.3 MB: never fits
         expect_error(client, "gemm", [hdr] + operands(hdr), "RESOURCE_EXHAUSTED", None,
                      "a request bigger than queue.memory_budget")
@@ -216,7 +219,8 @@ def _expect_wait_then_result(ctx, d, hdr, stallers, what):
 
 
 def test_queue_full(ctx):
-    config = {"queue": {"max_jobs": 2}, "cpu": {"threads": 1}}
+    config = {"queue": {"max_jobs": 2}, "cpu": {"threads": 1},
+              "timeouts": {"hold_stall_ms": 600000}}  # stallers on purpose, as above
     with ctx.daemon(config=config) as d, d.connect() as client:
         hdr = good_hdr(m=64, n=64, k=64)
         stallers = [_stall_after_header(d, hdr) for _ in range(2)]
