@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from ._arrays import operand_dtype, result_dtype
+from ._arrays import _holds, operand_dtype, result_dtype
 from ._errors import Error, Timeout
 
 _ALIGN = 256    # operands start on 256-byte boundaries, as the daemon's kernels like them
@@ -213,13 +213,18 @@ class Scratch:
             return None     # let Problem's checks speak
         try:
             wire = operand_dtype(a.dtype, kw["dtype"])
-            result_np = result_dtype(kw["out_dtype"], wire, a.dtype.newbyteorder("<"))[1]
+            name, result_np = result_dtype(kw["out_dtype"], wire, a.dtype.newbyteorder("<"))
         except (TypeError, ValueError):
             return None     # let Problem's checks speak
         shape = _result_shape(a, b, trans_a, trans_b)
-        if out is not None and (out.shape != shape or out.dtype != result_np or
-                                not out.flags.writeable):
-            return None     # let the checks speak
+        if out is not None:
+            # out may hold the result in any dtype the socket path takes for it (bf16: uint16
+            # bit patterns even where ml_dtypes makes "bf16" mean ml_dtypes.bfloat16): the
+            # scratch's result is then in out's dtype
+            if out.shape != shape or out.dtype.byteorder == ">" or \
+                    not _holds(out.dtype, name) or not out.flags.writeable:
+                return None     # let the checks speak
+            result_np = out.dtype
         count = int(np.prod(shape, dtype=np.int64))
         staged = [_Staged(x, _stage_swapped(x) if x is not c else False) for x in arrays]
         sizes = [x.nbytes for x in staged] + [count * result_np.itemsize]
