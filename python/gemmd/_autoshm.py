@@ -102,6 +102,9 @@ class Scratch:
         self.retired = []           # scratches a timed-out gemm may still write: freed later
         self.regions_made = 0       # regions registered for the scratch (growth)
         self.served = 0             # gemms that went through it
+        # seconds the whole (uncut) gemms of this scratch spent copying in, waiting for the
+        # daemon and copying out (a benchmark's view of where a call's time goes)
+        self.spent = {"copy_in": 0.0, "gemm": 0.0, "copy_out": 0.0}
         self.lock = threading.Lock()
         self.off = False            # the daemon offers no regions here: stop trying
         self.refused = None         # a size the daemon refused (shm quotas): none as large
@@ -258,11 +261,18 @@ class Scratch:
         dest = out if out is not None else np.empty(result.shape, result.dtype)
         deadline = None if kw["timeout"] is None else time.monotonic() + kw["timeout"]
         if count == 1:
+            start = time.perf_counter()
             self.copier.copy([(x.view, x.src) for x in staged])
+            copied = time.perf_counter()
             future = self._submit(sa.operand, sb.operand, sc.operand if sc else None, result,
                                   kw, kw["trans_a"])
             self._wait(future, deadline)
+            computed = time.perf_counter()
             self.copier.copy([(dest, result)])
+            spent = self.spent
+            spent["copy_in"] += copied - start
+            spent["gemm"] += computed - copied
+            spent["copy_out"] += time.perf_counter() - computed
             return dest
         return self._pipelined(sa, sb, sc, result, dest, count, kw, deadline)
 
