@@ -3,7 +3,9 @@
 34): the default (the automatic scratch region), the socket (auto_shm=False), and shm_array
 operands with out= (no copy at all: the floor). Beside them, the box's memory copy bandwidth
 with 1 and N threads in the same run, and the copies the default path makes (what bounds it).
-Median of --repeat runs after one warm-up each; prints a Markdown table and writes it to --out.
+Median of --repeat runs after one warm-up each; prints a Markdown table and writes it to --out,
+with a second one of where the default path's calls went (copy in, the gemm, copy out) and, on a
+GPU daemon, the share of the bytes it moved straight between the regions and the device.
 
   bench/python_autoshm.py --gemmd build/daemon/gemmd --out $OUT/python_autoshm.md
   bench/python_autoshm.py --address unix:/run/gemmd/gemmd.sock --sizes f32:1024,f64:4096
