@@ -3,7 +3,9 @@
 34): the default (the automatic scratch region), the socket (auto_shm=False), and shm_array
 operands with out= (no copy at all: the floor). Beside them, the box's memory copy bandwidth
 with 1 and N threads in the same run, and the copies the default path makes (what bounds it).
-Median of --repeat runs after one warm-up each; prints a Markdown table and writes it to --out.
+Median of --repeat runs after one warm-up each; prints a Markdown table and writes it to --out,
+with a second one of where the default path's calls went (copy in, the gemm, copy out) and, on a
+GPU daemon, the share of the bytes it moved straight between the regions and the device.
 
   bench/python_autoshm.py --gemmd build/daemon/gemmd --out $OUT/python_autoshm.md
   bench/python_autoshm.py --address unix:/run/gemmd/gemmd.sock --sizes f32:1024,f64:4096
@@ -72,14 +74,64 @@ def copy_bandwidth(threads, nbytes=64 << 20, repeat=7):
     return med, nbytes / med
 
 
-def timed(fn, repeat):
+def timed(fn, repeat, warmed=None):
     fn()                                  # warm-up: regions made, pages touched, threads up
+    if warmed is not None:
+        warmed()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def direct_bytes(client):
+    """(shm_direct_in_bytes, shm_direct_out_bytes) of a GPU daemon's stats (bytes its gemms
+    copied straight between registered regions and the device, not through staging), or None."""
+    try:
+        backend = client.stats().get("backend_stats") or {}
+    except gemmd.Error:
+        return None
+    if "shm_direct_in_bytes" not in backend:
+        return None
+    return backend["shm_direct_in_bytes"], backend["shm_direct_out_bytes"]
+
+
+class Phases:
+    """Where the default path's calls went (the scratch's own clock: copy in, the gemm on the
+    daemon, copy out; the median of the calls sampled) and the share of their bytes the daemon
+    moved by DMA straight from the region, over the calls between start() and stop()."""
+
+    def __init__(self, client, dtype, n):
+        self.client, self.gemm_bytes = client, 3 * n * n * np.dtype(NP[dtype]).itemsize
+        self.samples, self.last, self.result = [], None, None
+
+    def _now(self):
+        scratch = self.client._scratch
+        return None if scratch is None else (scratch.served, dict(scratch.spent))
+
+    def start(self):
+        self.first = self.last = self._now()
+        self.direct = direct_bytes(self.client)
+
+    def sample(self):
+        """After each timed call: that call's phases, where the scratch served it whole."""
+        now = self._now()
+        if now is not None and self.last is not None and now[0] == self.last[0] + 1 and \
+                now[1] != self.last[1]:
+            self.samples.append({k: now[1][k] - self.last[1][k] for k in now[1]})
+        self.last = now
+
+    def stop(self):
+        now = self._now()
+        if not self.samples or now is None:
+            return
+        self.result = {k: statistics.median(x[k] for x in self.samples) for k in self.samples[0]}
+        direct = direct_bytes(self.client)
+        if direct is not None and self.direct is not None and now[0] > self.first[0]:
+            moved = sum(direct) - sum(self.direct)
+            self.result["direct"] = moved / ((now[0] - self.first[0]) * self.gemm_bytes)
 
 
 def check(got, a, b, dtype):
@@ -97,7 +149,10 @@ def bench_size(address, dtype, n, repeat, rng, pieces):
     row = {"what": "%s %d^3" % (dtype, n), "mib": 3 * a.nbytes / (1 << 20)}
     with gemmd.Client(address, timeout=600) as auto:
         check(auto.gemm(a, b), a, b, dtype)
-        row["auto"] = timed(lambda: auto.gemm(a, b), repeat)
+        phases = Phases(auto, dtype, n)
+        row["auto"] = timed(lambda: (auto.gemm(a, b), phases.sample()), repeat, phases.start)
+        phases.stop()
+        row["phases"] = phases.result
         scratch = auto._scratch
         row["served"] = scratch is not None and scratch.served > 0
     row["pieces"] = None
@@ -118,12 +173,21 @@ def bench_size(address, dtype, n, repeat, rng, pieces):
             sa[...], sb[...] = a, b
             shared.gemm(sa, sb, out=so)
             check(so, a, b, dtype)
-            row["shm"] = timed(lambda: shared.gemm(sa, sb, out=so), repeat)
+            before = []
+            row["shm"] = timed(lambda: shared.gemm(sa, sb, out=so), repeat,
+                               lambda: before.append(direct_bytes(shared)))
+            after = direct_bytes(shared)
+            row["shm_direct"] = None if after is None or before[0] is None else \
+                (sum(after) - sum(before[0])) / (repeat * row["mib"] * (1 << 20))
     return row
 
 
 def ms(seconds):
     return "-" if seconds is None else "%.2f" % (seconds * 1e3)
+
+
+def share(x):
+    return "-" if x is None else "%.0f%%" % (100 * x)
 
 
 def table(rows, bw1, bwn, threads, device, pieces):
@@ -140,6 +204,16 @@ def table(rows, bw1, bwn, threads, device, pieces):
             r["what"], r["mib"], ms(r["auto"]), "" if r["served"] else " (socket)",
             ms(r["socket"]), ms(r["shm"]), ms(copies), r["auto"] / r["socket"]) +
             (" %s |" % ms(r["pieces"]) if pieces else ""))
+    lines += ["", "Where the default path's time went (median of the timed calls the scratch "
+              "served whole, by its own clock), and the share of the bytes the daemon moved straight "
+              "between the region and the device (GPU; the rest went through staging):", "",
+              "| gemm | copy in ms | gemm (request to reply) ms | copy out ms | direct, default "
+              "| direct, `shm_array` |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        p = r.get("phases") or {}
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (
+            r["what"], ms(p.get("copy_in")), ms(p.get("gemm")), ms(p.get("copy_out")),
+            share(p.get("direct")), share(r.get("shm_direct"))))
     lines += ["", "\"(socket)\": the default sent this size over the socket (its cost model, "
               "or shm_min_bytes). \"copies\": what the default path copies, at the measured "
               "N-thread bandwidth; default >= shm_array + copies unless pieces overlap them."]

@@ -125,6 +125,27 @@ def test_every_dtype_and_layout(daemon, rng, always_scratch, kind, out_dtype, to
         assert client._scratch.served == 2
 
 
+def test_out_in_any_dtype_the_socket_takes(daemon, rng, always_scratch, monkeypatch):
+    """out= in any dtype the socket path takes for the result goes through the scratch too:
+    with out_dtype "bf16", uint16 bit patterns and (where installed) ml_dtypes.bfloat16. Where
+    ml_dtypes is installed "bf16" names ml_dtypes.bfloat16, and the scratch refused a uint16
+    out (an H200 run's f64 -> bf16 cases); without it, a stand-in dtype for "bf16" shows the
+    same."""
+    outs = [poisoned((37, 31), "bf16")]
+    try:
+        import ml_dtypes
+        outs.append(np.full((37, 31), np.nan, ml_dtypes.bfloat16))
+    except ImportError:
+        monkeypatch.setitem(gemmd._arrays._RESULT_DTYPES, "bf16", np.dtype("V2"))
+    a64, b64 = values(rng, (37, 29), "f32"), values(rng, (29, 31), "f32")
+    with gemmd.Client(daemon.address(), timeout=120 * daemon.scale, shm_min_bytes=0) as client:
+        for out in outs:
+            assert client.gemm(typed(a64, "f64"), typed(b64, "f64"), out=out,
+                               out_dtype="bf16") is out
+            check(out.view(np.uint16), (a64, b64, None, 1.0, 0.0, False, False), "f64", "bf16")
+        assert client._scratch.served == len(outs)
+
+
 @pytest.mark.parametrize("pieces", [1, 2])
 def test_batches_and_broadcast(daemon, rng, always_scratch, pieces):
     """3-D batches (one b for all, a broadcast row as b) go through the scratch whole; a 2-D
