@@ -151,8 +151,14 @@ class Scratch:
         rows_bytes and whose B is b_bytes: the count the model saves most with (1: no cut)."""
         if self.pieces is not None:
             return max(1, min(self.pieces, m))
+        on_gpu = self._on_gpu()
+        if on_gpu and 4 * b_bytes > rows_bytes:
+            # each piece uploads B again and gives up the daemon's own overlap of copies and
+            # kernels (gpu.shm_pieces): an H200 run cut square 1024^3-2048^3 gemms on a
+            # bandwidth estimate still low from the process's start, and lost 2-7 ms a call
+            return 1
         copy_s = rows_bytes / self.copier.bandwidth()
-        b_rate = _GPU_B_BYTES_PER_S if self._on_gpu() else self.copier.bandwidth()
+        b_rate = _GPU_B_BYTES_PER_S if on_gpu else self.copier.bandwidth()
         best, best_gain = 1, 0.0
         for count in range(2, MAX_PIECES + 1):
             if m // count < _MIN_PIECE_ROWS:

@@ -243,6 +243,9 @@ def test_model_chooses():
     assert scratch.piece_count(1 << 16, 2 * (1 << 16) * 1024 * f32, 1024 * 1024 * f32) > 1
     _copier._bandwidth[4] = 2e9        # a slow copy slows the socket's two copies too
     assert scratch.worth_it(64 << 20) and not scratch.worth_it(16 << 10)
+    # however low the bandwidth estimate, a square gemm on a GPU stays whole
+    for n in (1024, 2048, 4096):
+        assert scratch.piece_count(n, 2 * n * n * f32, n * n * f32) == 1, n
     del _copier._bandwidth[4]
 
 
