@@ -34,8 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import gemmd_harness as h  # noqa: E402
 
-NUMPY_CHILD = r"""
-import sys, time, json, numpy as np
+# The children's first lines: N, DTYPE, REPS from argv, and two random n x n operands.
+OPERANDS = r"""
+import ctypes, sys, time, json, numpy as np
 n, dt, reps = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 rng = np.random.default_rng(1)
 def mk():
@@ -44,6 +45,9 @@ def mk():
         x = x + 1j * rng.standard_normal((n, n))
     return x.astype(dt)
 a, b = mk(), mk()
+"""
+
+NUMPY_CHILD = OPERANDS + r"""
 c = a @ b
 ts = []
 for _ in range(reps):
@@ -73,17 +77,8 @@ for _ in range(3):
 print(json.dumps(ts))
 """
 
-CBLAS_CHILD = r"""
-import ctypes, sys, time, json, numpy as np
-lib = ctypes.CDLL(sys.argv[1])
-n, dt, reps = int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-rng = np.random.default_rng(1)
-def mk():
-    x = rng.standard_normal((n, n))
-    if dt.startswith("complex"):
-        x = x + 1j * rng.standard_normal((n, n))
-    return x.astype(dt)
-a, b = mk(), mk()
+CBLAS_CHILD = OPERANDS + r"""
+lib = ctypes.CDLL(sys.argv[4])
 c = np.zeros_like(a)
 P, I = ctypes.c_void_p, ctypes.c_int
 name = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[dt]
@@ -115,7 +110,7 @@ def cblas_rows(lib, cpu_lib, env, n):
     for dt in ["float32", "float64", "complex64", "complex128"]:
         res = {}
         for how, path in (("libgemmd_blas", lib), ("CPU BLAS", cpu_lib)):
-            p = subprocess.run([sys.executable, "-c", CBLAS_CHILD, path, str(n), dt, "7"],
+            p = subprocess.run([sys.executable, "-c", CBLAS_CHILD, str(n), dt, "7", path],
                                env=env, capture_output=True, text=True, timeout=1200)
             if p.returncode != 0:
                 res[how] = "failed: " + p.stderr.strip()[-200:]
