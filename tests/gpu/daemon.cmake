@@ -9,8 +9,9 @@ if(TARGET gemmd)
   # gpu_i8: the integer gemm, bit for bit, on kernel 17 and its K-major copies
   # gpu_fp8: the fp8 gemm within its accumulation bound, on kernels 19 and 20
   # gpu_multi: a gemm split across every GPU, resident replicas per GPU (test_gpu_multi.py)
+  # gpu_ld: leading dimensions, operands packed on the device by 2D copies (test_ld.py)
   foreach(name gpu_e2e gpu_reply_order gpu_memory_on_demand gpu_spread gpu_small_jobs gpu_shm
-          gpu_resident gpu_epilogue gpu_out_dtype gpu_i8 gpu_fp8 gpu_multi)
+          gpu_resident gpu_epilogue gpu_out_dtype gpu_i8 gpu_fp8 gpu_multi gpu_ld)
     add_test(NAME daemon_${name}
              COMMAND ${GEMMD_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_${name}.py
                      --gemmd $<TARGET_FILE:gemmd>)

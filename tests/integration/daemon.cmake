@@ -183,7 +183,7 @@ if(GEMMD_CUDA_RUNTIME_INCLUDE AND TARGET gemmd_core)
   # regions and resident operands; on two devices, splits of a complex gemm.
   gemmd_fake_test(daemon_fake_complex ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_complex.py 2
                   GEMMD_TEST_BACKEND=gpu)
-  # leading dimensions on the GPU backend: refused (UNIMPLEMENTED) and not announced, for now
+  # leading dimensions on the GPU backend: 2D copies in and out of the packed device copies
   gemmd_fake_test(daemon_fake_ld ${CMAKE_CURRENT_SOURCE_DIR}/daemon/test_ld.py 1
                   GEMMD_TEST_BACKEND=gpu)
 

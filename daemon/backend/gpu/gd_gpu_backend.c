@@ -140,14 +140,14 @@ static void place_on_device(gd__gpu_dev *dev, gd__gpu_job *gj) {
 
 static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
-  if (gp_gemm_has_ld(&job->hdr)) /* its kernels and copies take packed operands */
-    return gp_error_set(err, GP_E_UNIMPLEMENTED,
-                        "lda, ldb, ldc: the GPU backend does not take leading dimensions yet");
   gd__gpu_job tmp;
   if (!gpu_job_init(&tmp, job, err))
     return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
   /* a job whose memory is a client's on one device runs there, alone (never batched) */
-  gd__gpu_job *gj = job->device_fixed ? NULL : gd__gpu_small_take(be, &tmp, job);
+  /* ... and one with leading dimensions takes the staging lane, whose copies know them
+   * (gd__gpu_copy_from_region, the copy out) */
+  gd__gpu_job *gj =
+      job->device_fixed || gp_gemm_has_ld(&job->hdr) ? NULL : gd__gpu_small_take(be, &tmp, job);
   if (gj) { /* the small lane: a slot, no pool memory, no staging */
     job->device = (int)(gj->dev - be->devs);
     job->backend_data = gj;
@@ -335,6 +335,7 @@ static void op_region_gone(gd_backend *b, gd_region *r) {
 
 static const gd_backend_ops gpu_ops = {
     .name = "gpu",
+    .leading_dims = true, /* packed on the device: the copies in and out are 2D */
     .prepare = op_prepare,
     .input_window = gd__gpu_op_input_window,
     .input = gd__gpu_op_input,

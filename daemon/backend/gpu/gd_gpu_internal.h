@@ -525,6 +525,10 @@ void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out);
 void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes);
 /* Loop: a job was split across devices. */
 void gd__gpu_reg_count_split(gd__gpu_backend *be);
+/* Worker: len bytes of C from the device (src) to dst, on stream: a plain copy, or with ldc and
+ * dst the result's place (mapped_out, one chunk) its rows where they lie. */
+cudaError_t gd__gpu_copy_out(gd__gpu_job *job, uint8_t *dst, const uint8_t *src, size_t len,
+                             enum cudaMemcpyKind kind, cudaStream_t stream);
 /* Under the job's mu: C goes straight into ptr, in one chunk: a registered region's pages, or
  * a client's device memory (a CUDA IPC region, set at RUN by gd__gpu_ipc_resolve). */
 void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr);

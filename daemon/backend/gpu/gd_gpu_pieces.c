@@ -34,7 +34,7 @@ uint32_t gd__gpu_pieces_of(const gd__gpu_dev *dev, const gd__gpu_job *job) {
   /* B, and a C sent through staging, are whole on the device before the first block; at RUN
    * a CUDA IPC job's mapped_in / mapped_out are device pointers, never blocked (host copies) */
   if (max < 2 || gd__gpu_job_has_ipc(job) || !job->mapped_in[GP_OPERAND_A] || !job->mapped_out ||
-      h->trans_a || h->batch != 1 || h->broadcast_b || h->bias ||
+      gp_gemm_has_ld(h) /* its copies are 2D, whole */ || h->trans_a || h->batch != 1 || h->broadcast_b || h->bias ||
       h->m < 2 * (uint64_t)PIECE_MIN_ROWS) /* a bias row lies at C's start: whole jobs only */
     return 1;
   uint64_t by_rows = h->m / PIECE_MIN_ROWS;

@@ -3,6 +3,7 @@
  * (staging: gd_gpu_worker.c; small slots: gd_gpu_small_run.c): turning a CUDA error into the
  * job's failure, the checks before it starts, its problem for the kernels and the launch.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,9 +57,8 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
   p->beta_im = job->hdr.beta_im;
   p->conj_a = job->hdr.conj_a;
   p->conj_b = job->hdr.conj_b;
-  p->lda = (int64_t)job->hdr.ld[GP_OPERAND_A]; /* 0: packed */
-  p->ldb = (int64_t)job->hdr.ld[GP_OPERAND_B];
-  p->ldc = (int64_t)job->hdr.ld[GP_OPERAND_C];
+  /* lda, ldb, ldc stay 0: the device copies are packed; the copies in and out
+   * (gd__gpu_copy_from_region, gd__gpu_copy_out) apply the leading dimensions */
   p->a = a;
   p->b = b;
   p->c = c;
@@ -80,18 +80,51 @@ cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
   return e;
 }
 
+/* An operand stored with a leading dimension (PROTOCOL.md, "Leading dimensions") as rows of
+ * *width bytes, *pitch apart where it lies: the batch's entries are consecutive blocks of rows,
+ * so the whole operand is one 2D copy. Only f32, f64, c64 and c128 take ld (no out dtype, no
+ * bias), so every operand has the gemm's element size. */
+static void ld_rows(const gp_gemm_hdr *hdr, gp_operand op, size_t *width, size_t *pitch,
+                    size_t *height) {
+  uint64_t rows, cols;
+  gp_gemm_operand_shape(hdr, op, &rows, &cols);
+  assert(hdr->ld[op] >= cols && !hdr->bias && !hdr->has_out_dtype);
+  size_t size = gp_dtype_size(hdr->dtype);
+  uint64_t batch = op == GP_OPERAND_B && hdr->broadcast_b ? 1 : hdr->batch;
+  *width = (size_t)(cols * size);
+  *pitch = (size_t)(hdr->ld[op] * size);
+  *height = (size_t)(rows * batch);
+}
+
 cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
                                      uint64_t from, uint64_t len) {
   cudaError_t e = cudaSuccess;
   if (!job->work.direct_in)
     e = cudaEventRecord(job->work.ev_d0, dev->s_in); /* the start of its direct copies: timings */
   job->work.direct_in = true;
+  enum cudaMemcpyKind kind = job->ipc_in[op] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  uint8_t *dst = gd__gpu_mem_at(job, job->op_dev[op] + from);
+  if (e == cudaSuccess && job->hdr.ld[op] != 0) { /* strided where it lies: packed on the device */
+    assert(from == 0 && len == job->bytes[op]); /* never in row blocks (gd__gpu_pieces_of) */
+    size_t width, pitch, height;
+    ld_rows(&job->hdr, op, &width, &pitch, &height);
+    return cudaMemcpy2DAsync(dst, width, job->mapped_in[op], pitch, width, height, kind,
+                             dev->s_in);
+  }
   if (e == cudaSuccess)
-    e = cudaMemcpyAsync(gd__gpu_mem_at(job, job->op_dev[op] + from), job->mapped_in[op] + from,
-                        (size_t)len,
-                        job->ipc_in[op] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
-                        dev->s_in);
+    e = cudaMemcpyAsync(dst, job->mapped_in[op] + from, (size_t)len, kind, dev->s_in);
   return e;
+}
+
+cudaError_t gd__gpu_copy_out(gd__gpu_job *job, uint8_t *dst, const uint8_t *src, size_t len,
+                             enum cudaMemcpyKind kind, cudaStream_t stream) {
+  if (job->hdr.ld[GP_OPERAND_C] != 0 && dst == job->mapped_out) { /* the rows where they lie */
+    size_t width, pitch, height;
+    ld_rows(&job->hdr, GP_OPERAND_C, &width, &pitch, &height);
+    assert(len == job->c_bytes); /* one chunk, never in row blocks */
+    return cudaMemcpy2DAsync(dst, pitch, src, width, width, height, kind, stream);
+  }
+  return cudaMemcpyAsync(dst, src, len, kind, stream);
 }
 
 /* The job's events, in one list for making and freeing. */

@@ -120,7 +120,10 @@ void gd__gpu_op_region_gone(gd_backend *b, gd_region *r) {
 }
 
 /* Whether r is registered now (a job may copy straight from or to it). A DEVICE region's
- * backend_data is a CUDA IPC entry (gd_gpu_ipc.c), never a registration. */
+ * backend_data is a CUDA IPC entry (gd_gpu_ipc.c), never a registration. An operand with a
+ * leading dimension is copied from where it lies even when its region is not registered (yet,
+ * or ever): only the 2D copy takes its rows and leaves the bytes between them alone; from
+ * pageable pages it is slower, never wrong. */
 static bool registered(gd__gpu_backend *be, const gd_region *r) {
   const gd__gpu_reg *g = r->backend_data;
   if (!g || r->kind != GD_REGION_HOST)
@@ -134,7 +137,8 @@ static bool registered(gd__gpu_backend *be, const gd_region *r) {
 bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr) {
   gd__gpu_job *gj = gd__gpu_job_of(job);
   /* a small job's C leaves with its slot in one copy already */
-  if (!gj || gj->slot || !registered((gd__gpu_backend *)b, r))
+  if (!gj || gj->slot ||
+      (gj->hdr.ld[GP_OPERAND_C] == 0 && !registered((gd__gpu_backend *)b, r)))
     return false;
   pthread_mutex_lock(&gj->dev->mu);
   gd__gpu_direct_out_set(gj, ptr);
@@ -157,7 +161,8 @@ void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr) {
 bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                              const uint8_t *ptr) {
   gd__gpu_job *gj = gd__gpu_job_of(job);
-  if (!gj || gj->slot || operand > GP_OPERAND_C || !registered((gd__gpu_backend *)b, r))
+  if (!gj || gj->slot || operand > GP_OPERAND_C ||
+      (gj->hdr.ld[operand] == 0 && !registered((gd__gpu_backend *)b, r)))
     return false;
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu);

@@ -49,7 +49,7 @@
  * part reads its device's replica of it: gd_gpu_resident.c); A and C are cut by rows, so they
  * must lie in regions. */
 static bool all_in_regions(const gd__gpu_job *gj) {
-  if (!gj->mapped_out || gd__gpu_job_has_ipc(gj))
+  if (!gj->mapped_out || gd__gpu_job_has_ipc(gj) || gp_gemm_has_ld(&gj->hdr)) /* 2D copies */
     return false;
   for (int op = 0; op < 3; op++) {
     if (gj->bytes[op] == 0 || (op == GP_OPERAND_B && gj->res[op] && !gj->mapped_in[op]))

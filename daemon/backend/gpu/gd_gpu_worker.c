@@ -318,11 +318,11 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   assert(off == 0 || early == 0);
   if (e == cudaSuccess) {
     what = "copy out";
-    e = cudaMemcpyAsync(buf->host + early,
-                        gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off + early), n - early,
-                        buf == &job->direct_out && job->ipc_out ? cudaMemcpyDeviceToDevice
-                                                                : cudaMemcpyDeviceToHost,
-                        dev->s_out);
+    e = gd__gpu_copy_out(job, buf->host + early,
+                         gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off + early), n - early,
+                         buf == &job->direct_out && job->ipc_out ? cudaMemcpyDeviceToDevice
+                                                                 : cudaMemcpyDeviceToHost,
+                         dev->s_out);
     queued = e == cudaSuccess;
   }
   if (e == cudaSuccess)

@@ -344,6 +344,73 @@ static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t
         "in_shm=%d max error %g (scale %g)", r.result_in_shm, err, scale);
 }
 
+/* rows x cols packed elements at src laid out ld apart at dst (gap elements left as they are),
+ * or back (pack: from strided to packed). */
+static void stride_copy(gp_dtype t, uint8_t *strided, uint8_t *packed, uint64_t rows,
+                        uint64_t cols, uint64_t ld, bool pack) {
+  size_t es = elem_size(t);
+  for (uint64_t r = 0; r < rows; r++) {
+    uint8_t *s = strided + r * ld * es, *p = packed + r * cols * es;
+    memcpy(pack ? p : s, pack ? s : p, cols * es);
+  }
+}
+
+/* Leading dimensions in device memory (PROTOCOL.md, "Leading dimensions"): submatrices of
+ * wider arrays, C updated in place, for f32 and f64 and both transposes of A: the result
+ * checked against float64 and every gap element between C's rows left as it was. */
+static void strided_gemm(env *e, gp_dtype t, bool ta) {
+  gp_gemm_hdr h;
+  gp_gemm_hdr_init(&h);
+  h.dtype = t;
+  h.m = 41, h.n = 29, h.k = 23, h.batch = 2;
+  h.trans_a = ta;
+  h.alpha = -1.25, h.beta = 0.5;
+  size_t es = elem_size(t);
+  uint64_t ra = ta ? h.k : h.m, ca = ta ? h.m : h.k; /* A's stored rows and columns */
+  h.ld[GP_OPERAND_A] = ca + 5, h.ld[GP_OPERAND_B] = h.n + 3, h.ld[GP_OPERAND_C] = h.n + 7;
+  uint64_t na = h.batch * ra * ca, nb = h.batch * h.k * h.n, nc = h.batch * h.m * h.n;
+  uint64_t sa = h.batch * ra * h.ld[0], sb = h.batch * h.k * h.ld[1], sc = h.batch * h.m * h.ld[2];
+  uint8_t *a = e->host, *b = a + na * es, *c = b + nb * es, *got = c + nc * es;
+  uint8_t *wa = got + nc * es, *wb = wa + sa * es, *wc = wb + sb * es, *wc0 = wc + sc * es;
+  fill(t, wa, sa), fill(t, wb, sb), fill(t, wc, sc);
+  memcpy(wc0, wc, sc * es);
+  stride_copy(t, wa, a, h.batch * ra, ca, h.ld[0], true);
+  stride_copy(t, wb, b, h.batch * h.k, h.n, h.ld[1], true);
+  stride_copy(t, wc, c, h.batch * h.m, h.n, h.ld[2], true);
+  uint64_t off[3] = {0, (sa * es + 255) & ~255ull, 0};
+  off[2] = off[1] + ((sb * es + 255) & ~255ull);
+  char name[96];
+  snprintf(name, sizeof name, "strided gemm %s ta=%d lda=%llu ldb=%llu ldc=%llu",
+           gp_dtype_name(t), ta, (unsigned long long)h.ld[0], (unsigned long long)h.ld[1],
+           (unsigned long long)h.ld[2]);
+  if (cudaMemcpy(e->dev + off[0], wa, sa * es, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(e->dev + off[1], wb, sb * es, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMemcpy(e->dev + off[2], wc, sc * es, cudaMemcpyHostToDevice) != cudaSuccess ||
+      !device_writes_done()) {
+    check(false, name, "cudaMemcpy to the device failed");
+    return;
+  }
+  reply r = gemm_in_region(e->c, h, e->region, off, true, e->region, off[2]); /* C in place */
+  if (!r.ok || r.err.code) {
+    check(false, name, "%s", r.ok ? r.err.message : "connection lost");
+    return;
+  }
+  if (cudaMemcpy(wc, e->dev + off[2], sc * es, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    check(false, name, "cudaMemcpy from the device failed");
+    return;
+  }
+  bool gaps_kept = true;
+  for (uint64_t row = 0; row < h.batch * h.m; row++)
+    gaps_kept &= memcmp(wc + (row * h.ld[2] + h.n) * es, wc0 + (row * h.ld[2] + h.n) * es,
+                        (h.ld[2] - h.n) * es) == 0;
+  stride_copy(t, wc, got, h.batch * h.m, h.n, h.ld[2], true);
+  h.ld[0] = h.ld[1] = h.ld[2] = 0; /* max_error reads the packed copies */
+  double scale;
+  double err = max_error(&h, a, b, c, got, &scale);
+  check(gaps_kept && err <= tolerance(t, h.k) * scale, name,
+        "gaps kept %d, max error %g (scale %g)", gaps_kept, err, scale);
+}
+
 static void expect_error(reply r, int code, const char *needle, const char *name) {
   check(r.ok && r.err.code == code && strstr(r.err.message, needle) != NULL, name,
         "got %s \"%s\", want %s with \"%s\"", r.ok ? gp_code_name(r.err.code) : "no reply",
@@ -621,6 +688,8 @@ int main(int argc, char **argv) {
    * devices, which registered host regions would get: device memory takes neither (the
    * caller checks the daemon's shm_pieced_jobs and shm_split_jobs stay 0). */
   one_gemm(&e, GP_DTYPE_F32, false, false, true, 1, 4352);
+  for (int v = 0; v < 4; v++)
+    strided_gemm(&e, v & 1 ? GP_DTYPE_F64 : GP_DTYPE_F32, v & 2);
   attacks(&e, bus, device);
   malformed(&e);
   unregister_in_flight(&e, bus, device);
