@@ -1,14 +1,19 @@
 #!/usr/bin/python3
-"""Writes the latest GPU run's tables into bench/RESULTS.md.
+"""Writes the current table of each area into the top of bench/RESULTS.md, from run logs.
 
-    scripts/results-tables.py [--results RESULTS.md] LOGDIR [LOGDIR...]
+    scripts/results-tables.py [--results RESULTS.md] [LOGDIR...]
 
-A LOGDIR holds what `scripts/gpu-run.sh` wrote under $OUT: summary.txt and env.log (device,
-commit, date), bench-baseline.log (test_gpu_kernels --bench), bench-kernels.log (bench_kernels
---markdown) and bench-e2e.log (bench_e2e). Each table comes from the last LOGDIR that has its log,
-and names that run. The block between `<!-- latest-run:begin -->` and
-`<!-- latest-run:end -->` in RESULTS.md is replaced; nothing else in the file changes, so the
-tables in the docs always come from one real run rather than from hand edits.
+A LOGDIR holds what `scripts/gpu-run.sh` (or scripts/ab-bench.sh) wrote under $OUT:
+summary.txt and env.log (device, commit, date) and the logs of its modes: bench-baseline.log
+(test_gpu_kernels --bench), bench-kernels.log (bench_kernels --markdown), bench-e2e.log
+(bench_e2e), autoshm.md and blas.md (`clients`: plain NumPy arrays, libgemmd_blas, gemmctl
+bench), bench-kernels-clients.log (`clients`: kernel 21's f32 rows, c64, c128), ab.md (the
+before/after table of scripts/ab-bench.sh). Without LOGDIRs it reads bench/runs/*/ in name
+order: the runs' logs are kept there, so anyone can regenerate the tables. Each table comes
+from the last LOGDIR that has its log, and names that run. The block between
+`<!-- latest-run:begin -->` and `<!-- latest-run:end -->` in RESULTS.md is replaced; nothing
+else in the file changes, so the tables at its top always come from real runs rather than
+from hand edits, and the history below them stays as it was written.
 """
 import os
 import re
@@ -37,6 +42,31 @@ def last_markdown_table(text):
     if current:
         tables.append(current)
     return tables[-1] if tables else []
+
+
+def all_markdown_tables(text):
+    """Every table of a markdown file, each under the heading or text line before it."""
+    out, current, caption = [], [], ""
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line.rstrip())
+            continue
+        if current:
+            out += ([caption, ""] if caption else []) + current + [""]
+            current = []
+        if line.strip():
+            caption = line.strip().lstrip("#").strip()
+    return out[:-1] if out else []
+
+
+def kernel_tables(text):
+    """bench_kernels --markdown run several times in one log: every table, without its
+    repeated legend."""
+    out = []
+    for lines in re.findall(r"((?:^\|.*\n?)+)", text, re.M):
+        rows = lines.rstrip("\n").splitlines()
+        out += rows if not out else rows[2:]
+    return out
 
 
 def baseline_table(text):
@@ -88,8 +118,13 @@ def main():
     if args[:1] == ["--results"] and len(args) > 1:
         results, args = args[1], args[2:]
     if not args:
+        runs = os.path.join(os.path.dirname(results), "runs")
+        args = sorted(os.path.join(runs, d) for d in os.listdir(runs)) if os.path.isdir(runs) else []
+    if not args:
         sys.exit(__doc__)
-    parts = [BEGIN, "## Latest run", ""]
+    parts = [BEGIN, "## Current tables", "",
+             "One table per area from the newest run that has it (`scripts/results-tables.py`",
+             "regenerates this part from the logs kept under bench/runs/). The history follows.", ""]
     sections = [
         ("Every kernel at 4096³ against cuBLAS (`test_gpu_kernels --bench --size 4096`)",
          "bench-baseline.log", baseline_table),
@@ -97,6 +132,12 @@ def main():
          "bench-kernels.log", last_markdown_table),
         ("End to end through gemmd over a Unix socket (`bench_e2e`)",
          "bench-e2e.log", last_markdown_table),
+        ("Exact f32 (kernel 21), c64 and c128 against cuBLAS (`bench_kernels`, `gpu-run.sh clients`)",
+         "bench-kernels-clients.log", kernel_tables),
+        ("Plain NumPy arrays through the Python client (`bench/python_autoshm.py`)",
+         "autoshm.md", all_markdown_tables),
+        ("gemmd as a BLAS, and gemmctl bench (`bench/blas.py`)", "blas.md", all_markdown_tables),
+        ("Before and after a restructuring (`scripts/ab-bench.sh`)", "ab.md", all_markdown_tables),
     ]
     for title, log, table_of in sections:
         text, run = newest(args, log)
