@@ -6,7 +6,7 @@ set -eu
 GEMMD_DEBS="build-essential cmake ninja-build pkg-config git \
   libuv1-dev libmsgpack-dev libyaml-dev check libsubunit-dev \
   libopenblas-dev libsystemd-dev systemd libmicrohttpd-dev prometheus \
-  python3 python3-msgpack python3-numpy python3-pytest \
+  python3 python3-msgpack python3-numpy python3-scipy python3-pytest \
   python3-venv python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev \
   groff-base man-db procps dpkg-dev file haproxy libblas-test libblas3 gfortran"
 

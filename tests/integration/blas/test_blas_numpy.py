@@ -5,8 +5,9 @@ Each part runs NumPy in a child process with the library loaded one way or the o
 a real gemmd (GEMMD_BLAS_OFFLOAD_MIN=0: every gemm goes to it):
   preload     LD_PRELOAD=libgemmd_blas.so: a @ b in f32, f64, c64, c128 (complex as gemmd's
               c64 / c128), C and Fortran order, transposed views, slices, odd sizes, against
-              the same products computed here without the library; the daemon's stats count
-              them
+              the same products computed here without the library; Debian's SciPy's own BLAS
+              wrappers (scipy.linalg.blas.?gemm: Fortran sgemm_ and friends, with alpha, beta,
+              C and every transpose) and a SciPy LU solve; the daemon's stats count them
   as-libblas  the library standing in for libblas.so.3 (a directory on LD_LIBRARY_PATH whose
               libblas.so.3 is it: what the Debian alternative does, without touching the
               system), so that every other BLAS routine NumPy calls goes through the
@@ -65,7 +66,49 @@ def child_products(path):
     a = np.random.default_rng(3).standard_normal((50, 50))
     res["solve"] = np.linalg.solve(a + 50 * np.eye(50), np.ones(50))
     res["dot"] = np.array(np.dot(a[0], a[1]))
+    res.update(scipy_products())
     np.savez(path, **res)
+
+
+def scipy_cases(seed=9):
+    """(name, routine letter, alpha, beta, a, b, c, trans_a, trans_b) for SciPy's ?gemm."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for letter, dt in zip("sdcz", DTYPES):
+        def mk(*shape):
+            x = rng.standard_normal(shape)
+            if np.issubdtype(dt, np.complexfloating):
+                x = x + 1j * rng.standard_normal(shape)
+            return np.asfortranarray(x.astype(dt))
+        cplx = np.issubdtype(dt, np.complexfloating)
+        for ta, tb in ((0, 0), (1, 0), (0, 1), (2 if cplx else 1, 1)):
+            m, n, k = 37, 29, 61
+            a = mk(k, m) if ta else mk(m, k)
+            b = mk(n, k) if tb else mk(k, n)
+            alpha, beta = (1.5 - 0.5j, 0.25 + 1j) if cplx else (1.5, 0.25)
+            out.append(("scipy-%sgemm-%d%d" % (letter, ta, tb), letter, alpha, beta, a, b,
+                        mk(m, n), ta, tb))
+    return out
+
+
+def scipy_op(x, t):
+    return x if t == 0 else (x.T if t == 1 else x.conj().T)
+
+
+def scipy_products():
+    """SciPy's BLAS wrappers and an LU solve, where Debian's SciPy is installed."""
+    try:
+        import scipy.linalg as sl
+        from scipy.linalg import blas
+    except ImportError:
+        return {}
+    res = {}
+    for name, letter, alpha, beta, a, b, c, ta, tb in scipy_cases():
+        gemm = getattr(blas, letter + "gemm")
+        res[name] = gemm(alpha, a, b, beta=beta, c=c.copy(order="F"), trans_a=ta, trans_b=tb)
+    a = np.random.default_rng(4).standard_normal((80, 80))
+    res["scipy-solve"] = sl.solve(a + 80 * np.eye(80), np.ones(80))
+    return res
 
 
 def check_products(path):
@@ -81,6 +124,25 @@ def check_products(path):
     a = np.random.default_rng(3).standard_normal((50, 50))
     assert np.allclose(got["solve"], np.linalg.solve(a + 50 * np.eye(50), np.ones(50)))
     assert np.allclose(got["dot"], np.dot(a[0], a[1]))
+    check_scipy(got)
+
+
+def check_scipy(got):
+    names = [case[0] for case in scipy_cases()]
+    if not any(name in got for name in names):
+        print("no SciPy here: its part skipped")
+        return
+    for name, _, alpha, beta, a, b, c, ta, tb in scipy_cases():
+        pa, pb = scipy_op(a, ta).astype(np.complex128), scipy_op(b, tb).astype(np.complex128)
+        want = alpha * (pa @ pb) + beta * c.astype(np.complex128)
+        bound = abs(alpha) * (np.abs(pa) @ np.abs(pb)) + abs(beta) * np.abs(c)
+        eps = np.finfo(a.dtype).eps
+        err = np.abs(got[name] - want)
+        assert got[name].dtype == a.dtype, name
+        assert np.all(err <= 4 * eps * (pa.shape[1] + 2) * bound + 1e-30), \
+            "%s: max error %g" % (name, (err / (bound + 1e-30)).max())
+    a = np.random.default_rng(4).standard_normal((80, 80))
+    assert np.allclose(got["scipy-solve"], np.linalg.solve(a + 80 * np.eye(80), np.ones(80)))
 
 
 def child_fork():
@@ -132,9 +194,19 @@ def products(d, env, tmp, how):
     p = run_child("products", env, tmp, [path])
     check_products(path)
     reached = gemms(d) - before
-    # 8 real cases of each real dtype at least (a @ b of a transposed view may be a syrk)
-    assert reached >= 12, "%s: only %d gemms reached the daemon" % (how, reached)
+    # 8 real cases of each real dtype at least (a @ b of a transposed view may be a syrk), and
+    # SciPy's 16 ?gemm calls where it is installed
+    want = 12 + (16 if scipy_here() else 0)
+    assert reached >= want, "%s: only %d gemms reached the daemon (want %d)" % (how, reached, want)
     print("%s: products right, %d gemms on the daemon; %s" % (how, reached, p.stderr.strip()))
+
+
+def scipy_here():
+    try:
+        import scipy.linalg.blas  # noqa: F401
+        return True
+    except ImportError:
+        return False
 
 
 def alternative(d, env, tmp, lib):
