@@ -57,8 +57,8 @@ static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_
   *path = cli->config_path;
   if (!*path && access(GD_CONFIG_DEFAULT_PATH, F_OK) == 0)
     *path = GD_CONFIG_DEFAULT_PATH;
-  if (*path && gd_config_load_file(*path, cfg, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
+  if (*path && gd_config_load_file(*path, cfg, err) != 0)
+    return err->code;
   if (gd_cli_apply(cli, cfg, why, sizeof why) != 0)
     return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
   return 0;
@@ -130,10 +130,10 @@ static int start_auth(const gd_config *cfg, gd_auth_token *token, gp_error *err)
 static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t n,
                              gp_error *err) {
   for (size_t i = 0; i < n; i++) {
-    char why[GD_CONFIG_ERROR_MAX];
+    gp_error why;
     if (addrs[i].kind == GP_ADDR_UNIX &&
-        gd_config_check_socket_dir(addrs[i].path, false, why, sizeof why) != 0)
-      return gp_error_set(err, GP_E_UNAVAILABLE, "listen %s: %s", cfg->listen[i], why);
+        gd_config_check_socket_dir(addrs[i].path, false, &why) != 0)
+      return gp_error_set(err, why.code, "listen %s: %s", cfg->listen[i], why.message);
   }
   return 0;
 }
@@ -292,11 +292,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;
-  char gid_why[GD_CONFIG_ERROR_MAX];
-  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, gid_why, sizeof gid_why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "", gid_why);
+  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, &err) != 0)
     goto out_sched;
-  }
   warn_socket_mode(&d.cfg, addrs, n);
   /* /metrics first: whoever can reach the socket can reach it too (a test that saw the socket
    * met a refused metrics port while the other loop threads slowed start-up under TSan). */

@@ -173,12 +173,13 @@ static void reload(gd_lifecycle *lc) {
   gd_daemon *d = lc->d;
   gd_config next;
   char err[GD_CONFIG_ERROR_MAX];
+  gp_error load_err;
   gd_notify_reloading();
   gd_config_default(&next);
   /* A synchronous read on the loop thread: the file is small (capped at 1 MiB) and SIGHUP is
    * rare, so the short pause is accepted rather than a thread for it. */
-  if (lc->have_path && gd_config_load_file(lc->config_path, &next, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (lc->have_path && gd_config_load_file(lc->config_path, &next, &load_err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", load_err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }

@@ -15,24 +15,27 @@
 #include "gd_lifecycle.h"
 #include "gd_log.h"
 
-static int load(const char *text, gd_config *cfg, char *err) {
+static int load(const char *text, gd_config *cfg, gp_error *err) {
   gd_config_default(cfg);
-  return gd_config_load_string("test.yaml", text, strlen(text), cfg, err, GD_CONFIG_ERROR_MAX);
+  gp_error_clear(err);
+  return gd_config_load_string("test.yaml", text, strlen(text), cfg, err);
 }
 
 static void load_ok(const char *text, gd_config *cfg) {
-  char err[GD_CONFIG_ERROR_MAX] = "";
-  ck_assert_msg(load(text, cfg, err) == 0, "rejected: %s\n%s", err, text);
+  gp_error err;
+  ck_assert_msg(load(text, cfg, &err) == 0, "rejected: %s\n%s", err.message, text);
 }
 
 /* The error must carry FILE:LINE:COLUMN and mention what was wrong. */
 static void load_bad(const char *text, const char *where, const char *contains) {
   gd_config cfg;
-  char err[GD_CONFIG_ERROR_MAX] = "";
-  ck_assert_msg(load(text, &cfg, err) != 0, "accepted:\n%s", text);
-  ck_assert_msg(strncmp(err, where, strlen(where)) == 0, "error \"%s\" does not start with %s",
-                err, where);
-  ck_assert_msg(strstr(err, contains), "error \"%s\" lacks \"%s\"", err, contains);
+  gp_error err;
+  ck_assert_msg(load(text, &cfg, &err) != 0, "accepted:\n%s", text);
+  ck_assert_int_eq(err.code, GP_E_INVALID_ARGUMENT);
+  ck_assert_msg(strncmp(err.message, where, strlen(where)) == 0,
+                "error \"%s\" does not start with %s", err.message, where);
+  ck_assert_msg(strstr(err.message, contains), "error \"%s\" lacks \"%s\"", err.message,
+                contains);
 }
 
 static void assert_same(const gd_config *a, const gd_config *b) {
@@ -149,11 +152,11 @@ static void scramble(gd_config *cfg) {
 
 START_TEST(default_file_equals_builtin) {
   gd_config builtin, file;
-  char err[GD_CONFIG_ERROR_MAX] = "";
+  gp_error err;
   gd_config_default(&builtin);
   gd_config_default(&file);
   scramble(&file);
-  ck_assert_msg(gd_config_load_file(GEMMD_DEFAULT_CONFIG, &file, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(gd_config_load_file(GEMMD_DEFAULT_CONFIG, &file, &err) == 0, "%s", err.message);
   assert_same(&builtin, &file);
   ck_assert_str_eq(builtin.listen[0], "unix:/run/gemmd/gemmd.sock");
   ck_assert_uint_eq(builtin.unix_socket_mode, 0660);
@@ -362,39 +365,40 @@ END_TEST
 /* unix_socket_group: a name or a number, resolved at start (and by --check-config). */
 START_TEST(socket_group) {
   gd_config cfg;
-  char why[GD_CONFIG_ERROR_MAX], out[1024];
+  char out[1024];
+  gp_error why;
   long gid;
   load_ok("unix_socket_group: \"\"\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, -1); /* none: the process's group */
   load_ok("unix_socket_group:\n", &cfg);
   ck_assert_str_eq(cfg.unix_socket_group, "");
   load_ok("unix_socket_group: 4242\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, 4242);
   load_ok("unix_socket_group: root\n", &cfg); /* in every group database */
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, 0);
   load_ok("unix_socket_group: no-such-group-here\nlisten: [unix:/tmp/t.sock]\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
-  ck_assert_msg(strstr(why, "no group \"no-such-group-here\""), "%s", why);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), GP_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(why.message, "no group \"no-such-group-here\""), "%s", why.message);
   ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 1);
   load_bad("unix_socket_group: \"a b\"\n", "test.yaml:1:20:", "not a group name");
   load_bad("unix_socket_group: \"-x\"\n", "test.yaml:1:20:", "not a group name");
   load_ok("unix_socket_group: 4294967295\n", &cfg); /* (gid_t)-1 means "no change" */
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), GP_E_INVALID_ARGUMENT);
 }
 END_TEST
 
 START_TEST(failed_load_leaves_config_alone) {
   gd_config cfg;
-  char err[GD_CONFIG_ERROR_MAX];
+  gp_error err;
   gd_config_default(&cfg);
   const char *text = "log_level: debug\nbogus: 1\n";
-  ck_assert_int_ne(gd_config_load_string("t", text, strlen(text), &cfg, err, sizeof err), 0);
+  ck_assert_int_ne(gd_config_load_string("t", text, strlen(text), &cfg, &err), 0);
   ck_assert_int_eq(cfg.log_level, GD_LOG_INFO);
-  ck_assert_int_ne(gd_config_load_file("/nonexistent/gemmd.yaml", &cfg, err, sizeof err), 0);
-  ck_assert_msg(strstr(err, "/nonexistent/gemmd.yaml: "), "%s", err);
+  ck_assert_int_ne(gd_config_load_file("/nonexistent/gemmd.yaml", &cfg, &err), 0);
+  ck_assert_msg(strstr(err.message, "/nonexistent/gemmd.yaml: "), "%s", err.message);
 }
 END_TEST
 
