@@ -52,16 +52,13 @@ static int from_text(gp_error *err, int code, const char *prefix, const char *te
 /* Reads the config: --config FILE, else the default path when it exists, else defaults. Sets
  * *path to the file used (NULL for defaults). */
 static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_error *err) {
-  char why[GD_CONFIG_ERROR_MAX];
   gd_config_default(cfg);
   *path = cli->config_path;
   if (!*path && access(GD_CONFIG_DEFAULT_PATH, F_OK) == 0)
     *path = GD_CONFIG_DEFAULT_PATH;
   if (*path && gd_config_load_file(*path, cfg, err) != 0)
     return err->code;
-  if (gd_cli_apply(cli, cfg, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
-  return 0;
+  return gd_cli_apply(cli, cfg, err);
 }
 
 static int create_cpu(const gd_config *cfg, gd_backend **out, gp_error *err) {
@@ -361,11 +358,11 @@ int main(int argc, char **argv) {
   gd_cli cli;
   gd_config cfg;
   const char *config_path;
-  char err[512];
+  gp_error err;
 
   gd_log_init(GD_LOG_INFO);
-  if (gd_cli_parse(argc, argv, &cli, err, sizeof err) != 0) {
-    fprintf(stderr, "gemmd: %s\n%s", err, gd_cli_usage());
+  if (gd_cli_parse(argc, argv, &cli, &err) != 0) {
+    fprintf(stderr, "gemmd: %s\n%s", err.message, gd_cli_usage());
     return 2;
   }
   if (cli.help) {
@@ -376,10 +373,8 @@ int main(int argc, char **argv) {
     printf("gemmd %s (protocol %d)\n", GEMMD_VERSION, GP_PROTOCOL_VERSION);
     return 0;
   }
-  gp_error cfg_err;
-  gp_error_clear(&cfg_err);
-  if (load_config(&cli, &cfg, &config_path, &cfg_err) != 0) {
-    fprintf(stderr, "gemmd: %s\n", cfg_err.message);
+  if (load_config(&cli, &cfg, &config_path, &err) != 0) {
+    fprintf(stderr, "gemmd: %s\n", err.message);
     return 1;
   }
   if (cli.check_config)

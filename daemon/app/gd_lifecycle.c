@@ -183,8 +183,8 @@ static void reload(gd_lifecycle *lc) {
     gd_notify_ready("running; last reload failed");
     return;
   }
-  if (gd_cli_apply(lc->cli, &next, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (gd_cli_apply(lc->cli, &next, &load_err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", load_err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }

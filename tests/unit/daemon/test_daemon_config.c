@@ -431,7 +431,7 @@ START_TEST(sizes) {
 }
 END_TEST
 
-static int cli(gd_cli *out, char *err, int argc, ...) {
+static int cli(gd_cli *out, gp_error *err, int argc, ...) {
   char *argv[16];
   va_list ap;
   va_start(ap, argc);
@@ -439,51 +439,51 @@ static int cli(gd_cli *out, char *err, int argc, ...) {
     argv[i] = va_arg(ap, char *);
   va_end(ap);
   argv[argc] = NULL;
-  return gd_cli_parse(argc, argv, out, err, 256);
+  return gd_cli_parse(argc, argv, out, err);
 }
 
 START_TEST(command_line) {
   gd_cli c;
-  char err[256];
-  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
+  gp_error err;
+  ck_assert_int_eq(cli(&c, &err, 1, "gemmd"), 0);
   ck_assert_ptr_null(c.config_path);
   ck_assert_uint_eq(c.listen_count, 0);
-  ck_assert_int_eq(cli(&c, err, 9, "gemmd", "--config", "/x.yaml", "--listen", "unix:/a",
+  ck_assert_int_eq(cli(&c, &err, 9, "gemmd", "--config", "/x.yaml", "--listen", "unix:/a",
                        "--listen=tcp:[::1]:5", "--backend", "cpu", "--check-config"), 0);
   ck_assert_str_eq(c.config_path, "/x.yaml");
   ck_assert_uint_eq(c.listen_count, 2);
   ck_assert_str_eq(c.listen[1], "tcp:[::1]:5");
   ck_assert(c.has_backend && c.backend == GD_BACKEND_CPU && c.check_config);
-  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--log-level", "warn"), 0);
+  ck_assert_int_eq(cli(&c, &err, 3, "gemmd", "--log-level", "warn"), 0);
   ck_assert(c.has_log_level && c.log_level == GD_LOG_WARN);
-  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--backend", "tpu"), 0);
-  ck_assert_ptr_nonnull(strstr(err, "tpu"));
-  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--log-level", "loud"), 0);
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--frobnicate"), 0);
-  ck_assert_ptr_nonnull(strstr(err, "--frobnicate"));
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--config"), 0);
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "stray"), 0);
+  ck_assert_int_ne(cli(&c, &err, 3, "gemmd", "--backend", "tpu"), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "tpu"));
+  ck_assert_int_ne(cli(&c, &err, 3, "gemmd", "--log-level", "loud"), 0);
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "--frobnicate"), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "--frobnicate"));
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "--config"), 0);
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "stray"), 0);
 }
 END_TEST
 
 START_TEST(command_line_overrides) {
   gd_cli c;
   gd_config cfg;
-  char err[256];
+  gp_error err;
   load_ok("listen: [unix:/file.sock, tcp:127.0.0.1:1]\nbackend: gpu\nlog_level: error\n", &cfg);
-  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
-  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_int_eq(cli(&c, &err, 1, "gemmd"), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, &err), 0);
   ck_assert_uint_eq(cfg.listen_count, 2); /* nothing given: the file stays */
-  ck_assert_int_eq(cli(&c, err, 7, "gemmd", "--listen", "unix:/cli.sock", "--backend", "cpu",
+  ck_assert_int_eq(cli(&c, &err, 7, "gemmd", "--listen", "unix:/cli.sock", "--backend", "cpu",
                        "--log-level", "debug"), 0);
-  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, &err), 0);
   ck_assert_uint_eq(cfg.listen_count, 1); /* --listen replaces the file's list */
   ck_assert_str_eq(cfg.listen[0], "unix:/cli.sock");
   ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
   ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
-  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--listen", "tcp:nope"), 0);
-  ck_assert_int_ne(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
-  ck_assert_ptr_nonnull(strstr(err, "--listen"));
+  ck_assert_int_eq(cli(&c, &err, 3, "gemmd", "--listen", "tcp:nope"), 0);
+  ck_assert_int_ne(gd_cli_apply(&c, &cfg, &err), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "--listen"));
 }
 END_TEST
 
