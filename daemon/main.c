@@ -111,9 +111,8 @@ static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
 
 /* The token, and the refusal of exposed TCP without one (gd_auth_setup.h). */
 static int start_auth(const gd_config *cfg, gd_auth_token *token, gp_error *err) {
-  char why[GD_CONFIG_ERROR_MAX];
-  if (gd_auth_check(cfg, token, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
+  if (gd_auth_check(cfg, token, err) != 0)
+    return err->code;
   const char *exposed = gd_auth_first_exposed(cfg);
   if (exposed && token->len == 0)
     gd_warn("listen %s: TCP without authentication (auth.allow_unauthenticated_tcp: true): "
@@ -193,9 +192,9 @@ static int check_config(const gd_cli *cli, const gd_config *cfg, const char *con
   int count = gd_config_check(cfg, activated, problems, sizeof problems);
   fputs(problems, stderr);
   count += check_backend(cfg);
-  char why[GD_CONFIG_ERROR_MAX];
-  if (gd_auth_check(cfg, NULL, why, sizeof why) != 0) {
-    fprintf(stderr, "%s\n", why);
+  gp_error why;
+  if (gd_auth_check(cfg, NULL, &why) != 0) {
+    fprintf(stderr, "%s\n", why.message);
     count++;
   } else if (gd_auth_first_exposed(cfg) && !cfg->auth_token_file[0]) {
     printf("note: listen %s: TCP without a token (auth.allow_unauthenticated_tcp: true)\n",

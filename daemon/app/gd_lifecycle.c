@@ -172,19 +172,18 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
 static void reload(gd_lifecycle *lc) {
   gd_daemon *d = lc->d;
   gd_config next;
-  char err[GD_CONFIG_ERROR_MAX];
-  gp_error load_err;
+  gp_error err;
   gd_notify_reloading();
   gd_config_default(&next);
   /* A synchronous read on the loop thread: the file is small (capped at 1 MiB) and SIGHUP is
    * rare, so the short pause is accepted rather than a thread for it. */
-  if (lc->have_path && gd_config_load_file(lc->config_path, &next, &load_err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", load_err.message);
+  if (lc->have_path && gd_config_load_file(lc->config_path, &next, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
-  if (gd_cli_apply(lc->cli, &next, &load_err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", load_err.message);
+  if (gd_cli_apply(lc->cli, &next, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
@@ -194,9 +193,9 @@ static void reload(gd_lifecycle *lc) {
   memcpy(probe.listen, d->cfg.listen, sizeof probe.listen);
   probe.listen_count = d->cfg.listen_count;
   gd_auth_token token;
-  if (gd_auth_check(&probe, &token, err, sizeof err) != 0 ||
-      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (gd_auth_check(&probe, &token, &err) != 0 ||
+      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
