@@ -302,17 +302,15 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_listeners; /* stops /metrics; no listener is open */
   }
-  if ((rc = gd_notify_start(&loop, &notify)) != 0) {
-    from_uv(&err, rc, "watchdog timer");
+  if (gd_notify_start(&loop, &notify, &err) != 0)
     goto out_listeners;
-  }
-  if ((rc = gd_lifecycle_start(&d, cli, config_path, notify, &lc)) != 0) {
-    from_uv(&err, rc, "signal handlers");
+  if (gd_lifecycle_start(&d, cli, config_path, notify, &lc, &err) != 0) {
     gd_notify_close(notify);
     goto out_listeners;
   }
-  if ((rc = gd_trim_start(&loop, &d, d.cfg.trim_idle_ms, &trim)) != 0)
-    gd_warn("queue.trim_idle_ms: no idle trim: %s", uv_strerror(rc)); /* not worth stopping */
+  gp_error trim_err;
+  if (gd_trim_start(&loop, &d, d.cfg.trim_idle_ms, &trim, &trim_err) != 0)
+    gd_warn("%s", trim_err.message); /* not worth stopping */
   release_signals();
   gd_info("gemmd %s ready: backend %s, config %s", GEMMD_VERSION, d.backend->ops->name,
           config_path ? config_path : "built-in defaults");

@@ -322,6 +322,7 @@ void gd_lifecycle_close(gd_lifecycle *lc) {
     close_handles(lc);
 }
 
+/* 0 or libuv's code (gd_lifecycle_start makes it a gp_error). */
 static int init_handles(gd_lifecycle *lc, uv_loop_t *loop) {
   static const int signums[SIG_COUNT] = {SIGTERM, SIGINT, SIGHUP};
   int rc = uv_timer_init(loop, &lc->drain_timer);
@@ -348,10 +349,10 @@ static int init_handles(gd_lifecycle *lc, uv_loop_t *loop) {
 }
 
 int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
-                       gd_notify *notify, gd_lifecycle **out) {
+                       gd_notify *notify, gd_lifecycle **out, gp_error *err) {
   gd_lifecycle *lc = calloc(1, sizeof *lc);
   if (!lc)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "signal handlers: not enough memory");
   lc->d = d;
   lc->cli = cli;
   lc->notify = notify;
@@ -363,7 +364,7 @@ int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
   if (rc != 0) {
     lc->notify = NULL; /* the caller still owns it on failure */
     close_handles(lc);
-    return rc;
+    return gp_error_set(err, GP_E_INTERNAL, "signal handlers: %s", uv_strerror(rc));
   }
   *out = lc;
   return 0;
