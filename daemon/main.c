@@ -294,10 +294,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   /* /metrics first: whoever can reach the socket can reach it too (a test that saw the socket
    * met a refused metrics port while the other loop threads slowed start-up under TSan). */
   if (d.cfg.metrics_listen[0] &&
-      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, why, sizeof why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "metrics.listen: ", why);
+      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, &err) != 0)
     goto out_sched;
-  }
   if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_listeners; /* stops /metrics; no listener is open */
