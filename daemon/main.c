@@ -52,16 +52,13 @@ static int from_text(gp_error *err, int code, const char *prefix, const char *te
 /* Reads the config: --config FILE, else the default path when it exists, else defaults. Sets
  * *path to the file used (NULL for defaults). */
 static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_error *err) {
-  char why[GD_CONFIG_ERROR_MAX];
   gd_config_default(cfg);
   *path = cli->config_path;
   if (!*path && access(GD_CONFIG_DEFAULT_PATH, F_OK) == 0)
     *path = GD_CONFIG_DEFAULT_PATH;
-  if (*path && gd_config_load_file(*path, cfg, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
-  if (gd_cli_apply(cli, cfg, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
-  return 0;
+  if (*path && gd_config_load_file(*path, cfg, err) != 0)
+    return err->code;
+  return gd_cli_apply(cli, cfg, err);
 }
 
 static int create_cpu(const gd_config *cfg, gd_backend **out, gp_error *err) {
@@ -114,9 +111,8 @@ static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
 
 /* The token, and the refusal of exposed TCP without one (gd_auth_setup.h). */
 static int start_auth(const gd_config *cfg, gd_auth_token *token, gp_error *err) {
-  char why[GD_CONFIG_ERROR_MAX];
-  if (gd_auth_check(cfg, token, why, sizeof why) != 0)
-    return from_text(err, GP_E_INVALID_ARGUMENT, "", why);
+  if (gd_auth_check(cfg, token, err) != 0)
+    return err->code;
   const char *exposed = gd_auth_first_exposed(cfg);
   if (exposed && token->len == 0)
     gd_warn("listen %s: TCP without authentication (auth.allow_unauthenticated_tcp: true): "
@@ -130,10 +126,10 @@ static int start_auth(const gd_config *cfg, gd_auth_token *token, gp_error *err)
 static int check_socket_dirs(const gd_config *cfg, const gp_addr *addrs, size_t n,
                              gp_error *err) {
   for (size_t i = 0; i < n; i++) {
-    char why[GD_CONFIG_ERROR_MAX];
+    gp_error why;
     if (addrs[i].kind == GP_ADDR_UNIX &&
-        gd_config_check_socket_dir(addrs[i].path, false, why, sizeof why) != 0)
-      return gp_error_set(err, GP_E_UNAVAILABLE, "listen %s: %s", cfg->listen[i], why);
+        gd_config_check_socket_dir(addrs[i].path, false, &why) != 0)
+      return gp_error_set(err, why.code, "listen %s: %s", cfg->listen[i], why.message);
   }
   return 0;
 }
@@ -196,9 +192,9 @@ static int check_config(const gd_cli *cli, const gd_config *cfg, const char *con
   int count = gd_config_check(cfg, activated, problems, sizeof problems);
   fputs(problems, stderr);
   count += check_backend(cfg);
-  char why[GD_CONFIG_ERROR_MAX];
-  if (gd_auth_check(cfg, NULL, why, sizeof why) != 0) {
-    fprintf(stderr, "%s\n", why);
+  gp_error why;
+  if (gd_auth_check(cfg, NULL, &why) != 0) {
+    fprintf(stderr, "%s\n", why.message);
     count++;
   } else if (gd_auth_first_exposed(cfg) && !cfg->auth_token_file[0]) {
     printf("note: listen %s: TCP without a token (auth.allow_unauthenticated_tcp: true)\n",
@@ -292,34 +288,27 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   size_t n = listen_count(cli, &d.cfg, &adopt);
   if (check_socket_dirs(&d.cfg, addrs, n, &err) != 0)
     goto out_sched;
-  char gid_why[GD_CONFIG_ERROR_MAX];
-  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, gid_why, sizeof gid_why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "", gid_why);
+  if (gd_config_socket_gid(&d.cfg, &d.srv.unix_socket_gid, &err) != 0)
     goto out_sched;
-  }
   warn_socket_mode(&d.cfg, addrs, n);
   /* /metrics first: whoever can reach the socket can reach it too (a test that saw the socket
    * met a refused metrics port while the other loop threads slowed start-up under TSan). */
   if (d.cfg.metrics_listen[0] &&
-      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, why, sizeof why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "metrics.listen: ", why);
+      gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, &err) != 0)
     goto out_sched;
-  }
   if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
     from_text(&err, GP_E_UNAVAILABLE, "", why);
     goto out_listeners; /* stops /metrics; no listener is open */
   }
-  if ((rc = gd_notify_start(&loop, &notify)) != 0) {
-    from_uv(&err, rc, "watchdog timer");
+  if (gd_notify_start(&loop, &notify, &err) != 0)
     goto out_listeners;
-  }
-  if ((rc = gd_lifecycle_start(&d, cli, config_path, notify, &lc)) != 0) {
-    from_uv(&err, rc, "signal handlers");
+  if (gd_lifecycle_start(&d, cli, config_path, notify, &lc, &err) != 0) {
     gd_notify_close(notify);
     goto out_listeners;
   }
-  if ((rc = gd_trim_start(&loop, &d, d.cfg.trim_idle_ms, &trim)) != 0)
-    gd_warn("queue.trim_idle_ms: no idle trim: %s", uv_strerror(rc)); /* not worth stopping */
+  gp_error trim_err;
+  if (gd_trim_start(&loop, &d, d.cfg.trim_idle_ms, &trim, &trim_err) != 0)
+    gd_warn("%s", trim_err.message); /* not worth stopping */
   release_signals();
   gd_info("gemmd %s ready: backend %s, config %s", GEMMD_VERSION, d.backend->ops->name,
           config_path ? config_path : "built-in defaults");
@@ -364,11 +353,11 @@ int main(int argc, char **argv) {
   gd_cli cli;
   gd_config cfg;
   const char *config_path;
-  char err[512];
+  gp_error err;
 
   gd_log_init(GD_LOG_INFO);
-  if (gd_cli_parse(argc, argv, &cli, err, sizeof err) != 0) {
-    fprintf(stderr, "gemmd: %s\n%s", err, gd_cli_usage());
+  if (gd_cli_parse(argc, argv, &cli, &err) != 0) {
+    fprintf(stderr, "gemmd: %s\n%s", err.message, gd_cli_usage());
     return 2;
   }
   if (cli.help) {
@@ -379,10 +368,8 @@ int main(int argc, char **argv) {
     printf("gemmd %s (protocol %d)\n", GEMMD_VERSION, GP_PROTOCOL_VERSION);
     return 0;
   }
-  gp_error cfg_err;
-  gp_error_clear(&cfg_err);
-  if (load_config(&cli, &cfg, &config_path, &cfg_err) != 0) {
-    fprintf(stderr, "gemmd: %s\n", cfg_err.message);
+  if (load_config(&cli, &cfg, &config_path, &err) != 0) {
+    fprintf(stderr, "gemmd: %s\n", err.message);
     return 1;
   }
   if (cli.check_config)

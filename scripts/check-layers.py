@@ -15,6 +15,11 @@ One more rule inside backend/gpu/: a GPU job's fields are grouped by the thread 
 (gd_gpu_internal.h). Files the loop runs (the ops, input, info) never touch job->work.*, and
 files the worker runs never touch job->loop.*.
 
+One error convention (ARCHITECTURE.md, "Errors"), in the folders listed in
+ERROR_CONVENTION_SCOPE: no function takes a char buffer for its error message (`char *err`,
+`char *why`, ... with or without a `size_t err_size`): it fills a `gp_error *err`; no function
+returns a libuv code (`return UV_E...`, a header promising "a uv error"); no `cudaError_t`.
+
 Exit status 0 when the rule holds, 1 with one line per violation otherwise.
 
 Usage: check-layers.py [DAEMON_DIR]   (default: daemon/ next to this script's folder)
@@ -136,6 +141,7 @@ def check(root):
                     errors.append(f"{rel}: calls {ident} of {owner}.c, a higher layer")
 
     errors += check_gpu_ownership(files)
+    errors += check_error_convention(files)
     for kind, graph in (("includes", includes), ("calls", calls)):
         for cycle in find_cycles(graph):
             errors.append(f"a circle of {kind}: {' <-> '.join(cycle)}")
@@ -160,6 +166,46 @@ def check_gpu_ownership(files):
     return errors
 
 
+# Folders (and main.c) held to the one error convention; widen as more of daemon/ follows it.
+ERROR_CONVENTION_SCOPE = ("core/", "app/", "ops/", "util/", "backend/cpu/", "main.c")
+# A parameter that is a message buffer: "char *err," "char *why)" "size_t err_size)" ...
+# (a const char * is a text handed in, such as a reason to log, not a buffer to fill)
+ERROR_BUFFER_PARAM = re.compile(
+    r"(?<!const )\bchar\s*\*\s*((?:err|errbuf|errmsg|error|why|reason)\w*)\s*[,)]"
+    r"|\bsize_t\s+((?:err|why|reason)\w*)\s*[,)]")
+UV_CODE_RETURN = re.compile(r"\breturn\s+UV_E[A-Z]+\b")
+UV_CODE_PROMISE = re.compile(r"\b(?:or|returns?)\s+(?:a|the)\s+(?:lib)?uv\s+(?:error|code)\b", re.I)
+
+
+def in_error_scope(rel):
+    return rel == "main.c" or rel.startswith(tuple(p for p in ERROR_CONVENTION_SCOPE if p.endswith("/")))
+
+
+def check_error_convention(files):
+    errors = []
+    for rel, text in sorted(files.items()):
+        if not in_error_scope(rel):
+            continue
+        # comments and strings blanked, line breaks kept (for the line numbers)
+        code = STRING.sub('""', COMMENT.sub(lambda m: "\n" * m.group().count("\n") or " ", text))
+        lines = set()
+        for match in ERROR_BUFFER_PARAM.finditer(code):
+            line = code.count("\n", 0, match.start()) + 1
+            if line not in lines:
+                lines.add(line)
+                errors.append(f"{rel}:{line}: parameter {match.group(1) or match.group(2)} is an "
+                              "error message buffer; take a gp_error *err (ARCHITECTURE.md, Errors)")
+        for match in UV_CODE_RETURN.finditer(code):
+            line = code.count("\n", 0, match.start()) + 1
+            errors.append(f"{rel}:{line}: returns a libuv code; make it a gp_error where libuv "
+                          "answered")
+        if rel.endswith(".h") and UV_CODE_PROMISE.search(text):
+            errors.append(f"{rel}: promises a libuv code to its callers; return a gp code")
+        if "cudaError_t" in code:
+            errors.append(f"{rel}: cudaError_t outside the GPU backend's worker")
+    return errors
+
+
 def strip_comments_only(text):
     return COMMENT.sub(" ", text)
 
@@ -173,7 +219,8 @@ def main():
     if errors:
         print(f"check-layers: {len(errors)} violations")
         return 1
-    print("check-layers: daemon/ layers hold (no upward arrow, no circle)")
+    print("check-layers: daemon/ layers hold (no upward arrow, no circle; one error convention "
+          f"in {', '.join(ERROR_CONVENTION_SCOPE)})")
     return 0
 
 

@@ -18,9 +18,9 @@
 #include "gd_config.h"
 #include "gd_server.h"
 
-/* Reads cfg's token file into *out (len 0 when none is configured). 0, or -1 with the reason,
- * naming the file, in why. */
-int gd_auth_load_token(const gd_config *cfg, gd_auth_token *out, char *why, size_t why_size);
+/* Reads cfg's token file into *out (len 0 when none is configured). 0, or a gp code with the
+ * reason, naming the file, in err. */
+int gd_auth_load_token(const gd_config *cfg, gd_auth_token *out, gp_error *err);
 
 /* Whether a listen address is reachable from other machines (see the top). */
 bool gd_auth_exposed(const gp_addr *addr);
@@ -28,15 +28,15 @@ bool gd_auth_exposed(const gp_addr *addr);
 /* The first listen address of cfg that is exposed, or NULL. */
 const char *gd_auth_first_exposed(const gd_config *cfg);
 
-/* What the auth section lets happen: 0 when gemmd may start with it; -1 with the reason in why
- * (the token file is unusable, or an exposed TCP address has no token and
+/* What the auth section lets happen: 0 when gemmd may start with it; a gp code with the reason
+ * in err (the token file is unusable, or an exposed TCP address has no token and
  * auth.allow_unauthenticated_tcp is not set). With *token non-NULL the token is read into it. */
-int gd_auth_check(const gd_config *cfg, gd_auth_token *token, char *why, size_t why_size);
+int gd_auth_check(const gd_config *cfg, gd_auth_token *token, gp_error *err);
 
 /* SIGHUP: a reload that would leave a TCP listener other machines can reach (exposed_held:
  * gd_server.exposed_tcp_held, whatever opened it, systemd included) without a token is
- * refused unless auth.allow_unauthenticated_tcp: 0, or -1 with the reason in why. */
+ * refused unless auth.allow_unauthenticated_tcp: 0, or a gp code with the reason in err. */
 int gd_auth_check_held(const gd_config *cfg, const gd_auth_token *token, bool exposed_held,
-                       char *why, size_t why_size);
+                       gp_error *err);
 
 #endif /* GD_AUTH_SETUP_H */

@@ -15,7 +15,7 @@ const char *gd_cli_usage(void) {
          "  Without --config, reads " GD_CONFIG_DEFAULT_PATH " when it exists.\n";
 }
 
-int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size) {
+int gd_cli_parse(int argc, char **argv, gd_cli *cli, gp_error *err) {
   static const struct option options[] = {
       {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
       {"backend", required_argument, NULL, 'b'},   {"log-level", required_argument, NULL, 'L'},
@@ -30,56 +30,49 @@ int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size)
     switch (opt) {
     case 'c': cli->config_path = optarg; break;
     case 'l':
-      if (cli->listen_count == GD_CONFIG_LISTEN_MAX) {
-        snprintf(err, err_size, "more than %d --listen addresses", GD_CONFIG_LISTEN_MAX);
-        return -1;
-      }
+      if (cli->listen_count == GD_CONFIG_LISTEN_MAX)
+        return gp_error_set(err, GP_E_INVALID_ARGUMENT, "more than %d --listen addresses",
+                            GD_CONFIG_LISTEN_MAX);
       cli->listen[cli->listen_count++] = optarg;
       break;
     case 'b':
-      if (gd_backend_kind_from_name(optarg, &cli->backend) != 0) {
-        snprintf(err, err_size, "--backend: expected auto, gpu or cpu, got \"%s\"", optarg);
-        return -1;
-      }
+      if (gd_backend_kind_from_name(optarg, &cli->backend) != 0)
+        return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                            "--backend: expected auto, gpu or cpu, got \"%s\"", optarg);
       cli->has_backend = true;
       break;
     case 'L':
-      if (gd_log_level_from_name(optarg, strlen(optarg), &cli->log_level) != 0) {
-        snprintf(err, err_size, "--log-level: expected error, warn, info or debug, got \"%s\"",
-                 optarg);
-        return -1;
-      }
+      if (gd_log_level_from_name(optarg, strlen(optarg), &cli->log_level) != 0)
+        return gp_error_set(err, GP_E_INVALID_ARGUMENT,
+                            "--log-level: expected error, warn, info or debug, got \"%s\"",
+                            optarg);
       cli->has_log_level = true;
       break;
     case 'C': cli->check_config = true; break;
     case 'h': cli->help = true; break;
     case 'V': cli->version = true; break;
-    case ':': snprintf(err, err_size, "option %s needs a value", argv[optind - 1]); return -1;
+    case ':':
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT, "option %s needs a value",
+                          argv[optind - 1]);
     default:
       /* an unknown short option is in optopt; an unknown long one is the argument itself */
       if (optopt)
-        snprintf(err, err_size, "unknown option -%c", optopt);
-      else
-        snprintf(err, err_size, "unknown option %s", argv[optind - 1]);
-      return -1;
+        return gp_error_set(err, GP_E_INVALID_ARGUMENT, "unknown option -%c", optopt);
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT, "unknown option %s", argv[optind - 1]);
     }
   }
-  if (optind < argc) {
-    snprintf(err, err_size, "unexpected argument \"%s\"", argv[optind]);
-    return -1;
-  }
+  if (optind < argc)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "unexpected argument \"%s\"", argv[optind]);
   return 0;
 }
 
-int gd_cli_apply(const gd_cli *cli, gd_config *cfg, char *err, size_t err_size) {
+int gd_cli_apply(const gd_cli *cli, gd_config *cfg, gp_error *err) {
   if (cli->listen_count > 0) {
     for (size_t i = 0; i < cli->listen_count; i++) {
       gp_addr addr;
       char why[256];
-      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0) {
-        snprintf(err, err_size, "--listen: %s", why);
-        return -1;
-      }
+      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
+        return gp_error_set(err, GP_E_INVALID_ARGUMENT, "--listen: %s", why);
     }
     for (size_t i = 0; i < cli->listen_count; i++)
       snprintf(cfg->listen[i], GP_ADDR_TEXT_MAX, "%s", cli->listen[i]);

@@ -25,11 +25,12 @@ typedef struct {
   bool help, version;
 } gd_cli;
 
-/* Parses argv. 0 on success; -1 with a message in err (usage error). */
-int gd_cli_parse(int argc, char **argv, gd_cli *cli, char *err, size_t err_size);
+/* Parses argv. 0 on success; GP_E_INVALID_ARGUMENT with a message in err (usage error). */
+int gd_cli_parse(int argc, char **argv, gd_cli *cli, gp_error *err);
 
-/* Applies the overrides to cfg. -1 with err when a --listen address does not parse. */
-int gd_cli_apply(const gd_cli *cli, gd_config *cfg, char *err, size_t err_size);
+/* Applies the overrides to cfg. GP_E_INVALID_ARGUMENT with err when a --listen address does
+ * not parse. */
+int gd_cli_apply(const gd_cli *cli, gd_config *cfg, gp_error *err);
 
 /* The usage text. */
 const char *gd_cli_usage(void);

@@ -325,8 +325,7 @@ typedef struct {
   const char *file;
   yaml_document_t *doc;
   gd_config *cfg;
-  char *err;
-  size_t err_size;
+  gp_error *err;
 } walker;
 
 static int node_error(walker *w, const yaml_node_t *node, const char *fmt, ...)
@@ -338,9 +337,8 @@ static int node_error(walker *w, const yaml_node_t *node, const char *fmt, ...) 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  snprintf(w->err, w->err_size, "%s:%zu:%zu: %s", w->file, node->start_mark.line + 1,
-           node->start_mark.column + 1, msg);
-  return -1;
+  return gp_error_set(w->err, GP_E_INVALID_ARGUMENT, "%s:%zu:%zu: %s", w->file,
+                      node->start_mark.line + 1, node->start_mark.column + 1, msg);
 }
 
 static const char *scalar_text(const yaml_node_t *node) {
@@ -646,33 +644,30 @@ static int walk_mapping(walker *w, const yaml_node_t *node, const field *fields,
 
 /* ---- entry points -------------------------------------------------------- */
 
-static int parser_error(const char *name, const yaml_parser_t *parser, char *err,
-                        size_t err_size) {
+static int parser_error(const char *name, const yaml_parser_t *parser, gp_error *err) {
   const yaml_mark_t *mark = parser->context ? &parser->context_mark : &parser->problem_mark;
   if (parser->problem)
     mark = &parser->problem_mark;
-  snprintf(err, err_size, "%s:%zu:%zu: YAML: %s%s%s", name, mark->line + 1, mark->column + 1,
-           parser->problem ? parser->problem : "syntax error", parser->context ? " " : "",
-           parser->context ? parser->context : "");
-  return -1;
+  return gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s:%zu:%zu: YAML: %s%s%s", name,
+                      mark->line + 1, mark->column + 1,
+                      parser->problem ? parser->problem : "syntax error",
+                      parser->context ? " " : "", parser->context ? parser->context : "");
 }
 
 int gd_config_load_string(const char *name, const char *text, size_t len, gd_config *cfg,
-                          char *err, size_t err_size) {
+                          gp_error *err) {
   yaml_parser_t parser;
   yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) {
-    snprintf(err, err_size, "%s: out of memory", name);
-    return -1;
-  }
+  if (!yaml_parser_initialize(&parser))
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: out of memory", name);
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
   if (!yaml_parser_load(&parser, &doc)) {
-    parser_error(name, &parser, err, err_size);
+    int rc = parser_error(name, &parser, err);
     yaml_parser_delete(&parser);
-    return -1;
+    return rc;
   }
   gd_config next = *cfg;
-  walker w = {name, &doc, &next, err, err_size};
+  walker w = {name, &doc, &next, err};
   int rc = 0;
   yaml_node_t *root = yaml_document_get_root_node(&doc);
   if (root && !is_null(root))
@@ -686,7 +681,7 @@ int gd_config_load_string(const char *name, const char *text, size_t len, gd_con
         rc = node_error(&w, extra_root, "more than one YAML document");
       yaml_document_delete(&extra);
     } else {
-      rc = parser_error(name, &parser, err, err_size);
+      rc = parser_error(name, &parser, err);
     }
   }
   yaml_document_delete(&doc);
@@ -696,28 +691,26 @@ int gd_config_load_string(const char *name, const char *text, size_t len, gd_con
   return rc;
 }
 
-int gd_config_load_file(const char *path, gd_config *cfg, char *err, size_t err_size) {
+int gd_config_load_file(const char *path, gd_config *cfg, gp_error *err) {
   FILE *fp = fopen(path, "rb");
-  if (!fp) {
-    snprintf(err, err_size, "%s: %s", path, strerror(errno));
-    return -1;
-  }
+  if (!fp)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s: %s", path, strerror(errno));
   char *text = malloc(GD_CONFIG_FILE_MAX + 1);
   if (!text) {
     fclose(fp);
-    snprintf(err, err_size, "%s: out of memory", path);
-    return -1;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: out of memory", path);
   }
   size_t len = fread(text, 1, GD_CONFIG_FILE_MAX + 1, fp);
   int read_error = ferror(fp);
   fclose(fp);
-  int rc = -1;
+  int rc;
   if (read_error)
-    snprintf(err, err_size, "%s: read error", path);
+    rc = gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s: read error", path);
   else if (len > GD_CONFIG_FILE_MAX)
-    snprintf(err, err_size, "%s: larger than %d bytes", path, GD_CONFIG_FILE_MAX);
+    rc = gp_error_set(err, GP_E_INVALID_ARGUMENT, "%s: larger than %d bytes", path,
+                      GD_CONFIG_FILE_MAX);
   else
-    rc = gd_config_load_string(path, text, len, cfg, err, err_size);
+    rc = gd_config_load_string(path, text, len, cfg, err);
   free(text);
   return rc;
 }
@@ -760,7 +753,7 @@ static const char *size_text(uint64_t bytes, char *buf, size_t size) {
   return buf;
 }
 
-int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size) {
+int gd_config_check_socket_dir(const char *path, bool need_write, gp_error *err) {
   char dir[GP_ADDR_PATH_MAX];
   snprintf(dir, sizeof dir, "%s", path);
   char *slash = strrchr(dir, '/');
@@ -773,20 +766,14 @@ int gd_config_check_socket_dir(const char *path, bool need_write, char *why, siz
   struct stat st;
   if (stat(dir, &st) != 0) {
     if (errno == ENOENT)
-      snprintf(why, why_size, "the directory %s does not exist", dir);
-    else
-      snprintf(why, why_size, "the directory %s: %s", dir, strerror(errno));
-    return -1;
+      return gp_error_set(err, GP_E_UNAVAILABLE, "the directory %s does not exist", dir);
+    return gp_error_set(err, GP_E_UNAVAILABLE, "the directory %s: %s", dir, strerror(errno));
   }
-  if (!S_ISDIR(st.st_mode)) {
-    snprintf(why, why_size, "%s is not a directory", dir);
-    return -1;
-  }
-  if (need_write && access(dir, W_OK | X_OK) != 0) {
-    snprintf(why, why_size, "the directory %s is not writable for uid %u (%s)", dir,
-             (unsigned)geteuid(), strerror(errno));
-    return -1;
-  }
+  if (!S_ISDIR(st.st_mode))
+    return gp_error_set(err, GP_E_UNAVAILABLE, "%s is not a directory", dir);
+  if (need_write && access(dir, W_OK | X_OK) != 0)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "the directory %s is not writable for uid %u (%s)",
+                        dir, (unsigned)geteuid(), strerror(errno));
   return 0;
 }
 
@@ -808,14 +795,15 @@ static int check_listen(const gd_config *cfg, bool socket_activated, char *out, 
   for (size_t i = 0; i < cfg->listen_count && !socket_activated; i++) {
     gp_addr addr;
     char why[GD_CONFIG_ERROR_MAX];
+    gp_error dir_err;
     if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
       count += problem(out, size, "listen: %s", why);
     else if (addr.kind == GP_ADDR_UNIX && runtime_dir_pending(addr.path))
       problem(out, size, "note: listen %s: %s does not exist yet; systemd creates it "
               "(tmpfiles.d/gemmd.conf, RuntimeDirectory=)", cfg->listen[i], GD_CONFIG_RUNTIME_DIR);
     else if (addr.kind == GP_ADDR_UNIX &&
-             gd_config_check_socket_dir(addr.path, true, why, sizeof why) != 0)
-      count += problem(out, size, "listen %s: %s", cfg->listen[i], why);
+             gd_config_check_socket_dir(addr.path, true, &dir_err) != 0)
+      count += problem(out, size, "listen %s: %s", cfg->listen[i], dir_err.message);
   }
   return count;
 }
@@ -841,28 +829,25 @@ static int check_limits(const gd_config *cfg, char *out, size_t size) {
   return count;
 }
 
-int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size) {
+int gd_config_socket_gid(const gd_config *cfg, long *gid, gp_error *err) {
   const char *name = cfg->unix_socket_group;
   *gid = -1;
   if (!name[0])
     return 0;
   uint64_t number;
   if (parse_uint(name, &number) == 0) {
-    if (number >= (uint64_t)(gid_t)-1) { /* (gid_t)-1 means "no change" to chown */
-      snprintf(why, why_size, "unix_socket_group: %s is not a valid gid", name);
-      return -1;
-    }
+    if (number >= (uint64_t)(gid_t)-1) /* (gid_t)-1 means "no change" to chown */
+      return gp_error_set(err, GP_E_INVALID_ARGUMENT, "unix_socket_group: %s is not a valid gid",
+                          name);
     *gid = (long)number;
     return 0;
   }
   struct group grp, *found = NULL;
   char buf[16384];
   int rc = getgrnam_r(name, &grp, buf, sizeof buf, &found);
-  if (rc != 0 || !found) {
-    snprintf(why, why_size, "unix_socket_group: no group \"%s\"%s%s", name, rc ? ": " : "",
-             rc ? strerror(rc) : "");
-    return -1;
-  }
+  if (rc != 0 || !found)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "unix_socket_group: no group \"%s\"%s%s",
+                        name, rc ? ": " : "", rc ? strerror(rc) : "");
   *gid = (long)found->gr_gid;
   return 0;
 }
@@ -882,8 +867,8 @@ int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size
     problem(out, size, "warning: unix_socket_mode %04o %s", cfg->unix_socket_mode, warning);
   int count = 0;
   long gid;
-  char why[GD_CONFIG_ERROR_MAX];
-  if (gd_config_socket_gid(cfg, &gid, why, sizeof why) != 0)
-    count += problem(out, size, "%s", why);
+  gp_error gid_err;
+  if (gd_config_socket_gid(cfg, &gid, &gid_err) != 0)
+    count += problem(out, size, "%s", gid_err.message);
   return count + check_listen(cfg, socket_activated, out, size) + check_limits(cfg, out, size);
 }

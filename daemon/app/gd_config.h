@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "gp_addr.h"
+#include "gp_error.h"
 #include "gd_backend_gpu.h"
 #include "gd_log.h"
 #include "gd_resident.h"
@@ -88,13 +89,13 @@ typedef struct {
 /* The built-in defaults (equal to config/gemmd.yaml). */
 void gd_config_default(gd_config *cfg);
 
-/* Parses the file at path over the defaults. 0 on success; -1 with "FILE:LINE:COLUMN: message"
- * (or "FILE: reason" when it cannot be read) in err. cfg is only written on success. */
-int gd_config_load_file(const char *path, gd_config *cfg, char *err, size_t err_size);
+/* Parses the file at path over the defaults. 0 on success; a gp code with "FILE:LINE:COLUMN:
+ * message" (or "FILE: reason" when it cannot be read) in err. cfg is only written on success. */
+int gd_config_load_file(const char *path, gd_config *cfg, gp_error *err);
 
 /* Same for text held in memory; name is used in messages. */
 int gd_config_load_string(const char *name, const char *text, size_t len, gd_config *cfg,
-                          char *err, size_t err_size);
+                          gp_error *err);
 
 /* "123", "64MiB", "4 GiB", "16KiB", "1B" (suffixes B KiB MiB GiB TiB PiB EiB). 0 or -1 on a bad
  * form or overflow. */
@@ -107,12 +108,12 @@ int gd_config_parse_size(const char *text, uint64_t *out);
 int gd_config_check(const gd_config *cfg, bool socket_activated, char *out, size_t size);
 
 /* 0 when the directory of the Unix socket path exists (and with need_write, this process may
- * create files there); -1 with the real cause in why. */
-int gd_config_check_socket_dir(const char *path, bool need_write, char *why, size_t why_size);
+ * create files there); else a gp code with the real cause in err. */
+int gd_config_check_socket_dir(const char *path, bool need_write, gp_error *err);
 
 /* The gid of unix_socket_group: 0 with *gid (-1: none configured, leave the process's group),
- * or -1 with the cause in why (no such group). Reads the group database: start-up only. */
-int gd_config_socket_gid(const gd_config *cfg, long *gid, char *why, size_t why_size);
+ * or a gp code with the cause in err (no such group). Reads the group database: start-up only. */
+int gd_config_socket_gid(const gd_config *cfg, long *gid, gp_error *err);
 
 /* Why unix_socket_mode is risky (world-writable: anyone may connect), or NULL. */
 const char *gd_config_socket_mode_warning(unsigned mode);

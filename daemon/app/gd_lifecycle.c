@@ -172,18 +172,18 @@ int gd_lifecycle_apply_config(gd_daemon *d, const gd_config *next) {
 static void reload(gd_lifecycle *lc) {
   gd_daemon *d = lc->d;
   gd_config next;
-  char err[GD_CONFIG_ERROR_MAX];
+  gp_error err;
   gd_notify_reloading();
   gd_config_default(&next);
   /* A synchronous read on the loop thread: the file is small (capped at 1 MiB) and SIGHUP is
    * rare, so the short pause is accepted rather than a thread for it. */
-  if (lc->have_path && gd_config_load_file(lc->config_path, &next, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (lc->have_path && gd_config_load_file(lc->config_path, &next, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
-  if (gd_cli_apply(lc->cli, &next, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (gd_cli_apply(lc->cli, &next, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
@@ -193,9 +193,9 @@ static void reload(gd_lifecycle *lc) {
   memcpy(probe.listen, d->cfg.listen, sizeof probe.listen);
   probe.listen_count = d->cfg.listen_count;
   gd_auth_token token;
-  if (gd_auth_check(&probe, &token, err, sizeof err) != 0 ||
-      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, err, sizeof err) != 0) {
-    gd_error("reload failed, configuration unchanged: %s", err);
+  if (gd_auth_check(&probe, &token, &err) != 0 ||
+      gd_auth_check_held(&next, &token, d->srv.exposed_tcp_held, &err) != 0) {
+    gd_error("reload failed, configuration unchanged: %s", err.message);
     gd_notify_ready("running; last reload failed");
     return;
   }
@@ -322,6 +322,7 @@ void gd_lifecycle_close(gd_lifecycle *lc) {
     close_handles(lc);
 }
 
+/* 0 or libuv's code (gd_lifecycle_start makes it a gp_error). */
 static int init_handles(gd_lifecycle *lc, uv_loop_t *loop) {
   static const int signums[SIG_COUNT] = {SIGTERM, SIGINT, SIGHUP};
   int rc = uv_timer_init(loop, &lc->drain_timer);
@@ -348,10 +349,10 @@ static int init_handles(gd_lifecycle *lc, uv_loop_t *loop) {
 }
 
 int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
-                       gd_notify *notify, gd_lifecycle **out) {
+                       gd_notify *notify, gd_lifecycle **out, gp_error *err) {
   gd_lifecycle *lc = calloc(1, sizeof *lc);
   if (!lc)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "signal handlers: not enough memory");
   lc->d = d;
   lc->cli = cli;
   lc->notify = notify;
@@ -363,7 +364,7 @@ int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
   if (rc != 0) {
     lc->notify = NULL; /* the caller still owns it on failure */
     close_handles(lc);
-    return rc;
+    return gp_error_set(err, GP_E_INTERNAL, "signal handlers: %s", uv_strerror(rc));
   }
   *out = lc;
   return 0;

@@ -26,9 +26,10 @@
 typedef struct gd_lifecycle gd_lifecycle;
 
 /* config_path: the file the config came from (NULL: built-in defaults; SIGHUP then re-applies
- * the defaults and the command line). cli must outlive the lifecycle. 0 or a uv error. */
+ * the defaults and the command line). cli must outlive the lifecycle. 0, or a gp code with err
+ * filled ("signal handlers: <libuv's reason>"). */
 int gd_lifecycle_start(gd_daemon *d, const gd_cli *cli, const char *config_path,
-                       gd_notify *notify, gd_lifecycle **out);
+                       gd_notify *notify, gd_lifecycle **out, gp_error *err);
 
 /* The config keys connections obey (net/gd_server.h), from cfg: at start-up and on SIGHUP. */
 void gd_daemon_net_limits(const gd_config *cfg, gd_net_limits *out);

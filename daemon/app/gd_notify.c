@@ -42,10 +42,10 @@ static void on_watchdog(uv_timer_t *timer) {
   notify_send("WATCHDOG=1");
 }
 
-int gd_notify_start(uv_loop_t *loop, gd_notify **out) {
+int gd_notify_start(uv_loop_t *loop, gd_notify **out, gp_error *err) {
   gd_notify *n = calloc(1, sizeof *n);
   if (!n)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "watchdog timer: not enough memory");
   uint64_t usec = 0;
   int rc = sd_watchdog_enabled(0, &usec);
   if (rc < 0)
@@ -57,14 +57,14 @@ int gd_notify_start(uv_loop_t *loop, gd_notify **out) {
     rc = uv_timer_init(loop, &n->timer);
     if (rc != 0) {
       free(n);
-      return rc;
+      return gp_error_set(err, GP_E_INTERNAL, "watchdog timer: %s", uv_strerror(rc));
     }
     n->timer.data = n;
     n->timer_on = true;
     rc = uv_timer_start(&n->timer, on_watchdog, every_ms, every_ms);
     if (rc != 0) {
       gd_notify_close(n);
-      return rc;
+      return gp_error_set(err, GP_E_INTERNAL, "watchdog timer: %s", uv_strerror(rc));
     }
     gd_info("systemd watchdog: pinging every %llu ms", (unsigned long long)every_ms);
   }

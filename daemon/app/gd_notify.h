@@ -9,10 +9,13 @@
 
 #include <uv.h>
 
+#include "gp_error.h"
+
 typedef struct gd_notify gd_notify;
 
-/* Starts the watchdog timer when systemd asked for one. 0 or a uv error. */
-int gd_notify_start(uv_loop_t *loop, gd_notify **out);
+/* Starts the watchdog timer when systemd asked for one. 0, or a gp code with err filled
+ * ("watchdog timer: <libuv's reason>"). */
+int gd_notify_start(uv_loop_t *loop, gd_notify **out, gp_error *err);
 void gd_notify_ready(const char *status);
 void gd_notify_status(const char *status);
 void gd_notify_reloading(void);

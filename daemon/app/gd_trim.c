@@ -42,17 +42,23 @@ static void on_tick(uv_timer_t *timer) {
   t->idle_before = idle;
 }
 
-int gd_trim_start(uv_loop_t *loop, struct gd_daemon *d, uint64_t every_ms, gd_trim **out) {
+/* The one message of a failed start. */
+static int start_failed(gp_error *err, int code, const char *reason) {
+  return gp_error_set(err, code, "queue.trim_idle_ms: no idle trim: %s", reason);
+}
+
+int gd_trim_start(uv_loop_t *loop, struct gd_daemon *d, uint64_t every_ms, gd_trim **out,
+                  gp_error *err) {
   *out = NULL;
   if (every_ms == 0)
     return 0;
   gd_trim *t = calloc(1, sizeof *t);
   if (!t)
-    return UV_ENOMEM;
+    return start_failed(err, GP_E_RESOURCE_EXHAUSTED, "not enough memory");
   int rc = uv_timer_init(loop, &t->timer);
   if (rc != 0) {
     free(t);
-    return rc;
+    return start_failed(err, GP_E_INTERNAL, uv_strerror(rc));
   }
   t->d = d;
   t->timer.data = t;
@@ -61,7 +67,7 @@ int gd_trim_start(uv_loop_t *loop, struct gd_daemon *d, uint64_t every_ms, gd_tr
   rc = uv_timer_start(&t->timer, on_tick, every_ms, every_ms);
   if (rc != 0) {
     gd_trim_close(t);
-    return rc;
+    return start_failed(err, GP_E_INTERNAL, uv_strerror(rc));
   }
   *out = t;
   return 0;

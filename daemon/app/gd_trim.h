@@ -16,11 +16,15 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gp_error.h"
+
 struct gd_daemon;
 typedef struct gd_trim gd_trim;
 
-/* Starts the timer on loop (every_ms 0: *out is NULL, nothing runs). 0, or a uv error. */
-int gd_trim_start(uv_loop_t *loop, struct gd_daemon *d, uint64_t every_ms, gd_trim **out);
+/* Starts the timer on loop (every_ms 0: *out is NULL, nothing runs). 0, or a gp code with err
+ * filled ("queue.trim_idle_ms: no idle trim: <libuv's reason>"). */
+int gd_trim_start(uv_loop_t *loop, struct gd_daemon *d, uint64_t every_ms, gd_trim **out,
+                  gp_error *err);
 
 /* Closes the timer; the loop must run once more to free it. NULL is fine. */
 void gd_trim_close(gd_trim *t);

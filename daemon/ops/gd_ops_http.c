@@ -167,8 +167,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* ---- start and stop ------------------------------------------------------- */
 
-static int resolve(const gp_addr *addr, struct sockaddr_storage *ss, char *err,
-                   size_t err_size) {
+static int resolve(const gp_addr *addr, struct sockaddr_storage *ss, gp_error *err) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
@@ -177,11 +176,9 @@ static int resolve(const gp_addr *addr, struct sockaddr_storage *ss, char *err,
   char port[8];
   snprintf(port, sizeof port, "%u", (unsigned)addr->port);
   int rc = getaddrinfo(addr->host, port, &hints, &res);
-  if (rc != 0 || !res) {
-    snprintf(err, err_size, "metrics.listen: cannot resolve %s: %s", addr->host,
-             rc ? gai_strerror(rc) : "no address");
-    return -1;
-  }
+  if (rc != 0 || !res)
+    return gp_error_set(err, GP_E_UNAVAILABLE, "metrics.listen: cannot resolve %s: %s",
+                        addr->host, rc ? gai_strerror(rc) : "no address");
   memcpy(ss, res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
   return 0;
@@ -196,11 +193,12 @@ static void free_http(gd_ops_http *h) {
 
 static void on_async_closed(uv_handle_t *handle) { free_http(handle->data); }
 
-static int start_mhd(gd_ops_http *h, const gp_addr *addr, char *err, size_t err_size) {
+static int start_mhd(gd_ops_http *h, const gp_addr *addr, gp_error *err) {
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
-  if (resolve(addr, &ss, err, err_size) != 0)
-    return -1;
+  int rc = resolve(addr, &ss, err);
+  if (rc != 0)
+    return rc;
   /* AUTO: epoll on Linux; select() would refuse descriptors past FD_SETSIZE, which a daemon with
    * a thousand client connections open reaches. */
   unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
@@ -215,31 +213,25 @@ static int start_mhd(gd_ops_http *h, const gp_addr *addr, char *err, size_t err_
                             MHD_OPTION_END);
   if (!h->mhd) {
     char text[GP_ADDR_TEXT_MAX];
-    snprintf(err, err_size, "metrics.listen: cannot serve HTTP on %s (in use, or not an "
-             "address of this host)", gp_addr_format(addr, text, sizeof text));
-    return -1;
+    return gp_error_set(err, GP_E_UNAVAILABLE, "metrics.listen: cannot serve HTTP on %s (in "
+                        "use, or not an address of this host)",
+                        gp_addr_format(addr, text, sizeof text));
   }
   return 0;
 }
 
-int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, char *err,
-                      size_t err_size) {
+int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, gp_error *err) {
   gp_addr addr;
   char why[256];
   *out = NULL;
-  if (gp_addr_parse(listen, GP_ADDR_LISTEN, &addr, why, sizeof why) != 0) {
-    snprintf(err, err_size, "metrics.listen: %s", why);
-    return -1;
-  }
-  if (addr.kind != GP_ADDR_TCP) {
-    snprintf(err, err_size, "metrics.listen: %s: expected tcp:HOST:PORT", listen);
-    return -1;
-  }
+  if (gp_addr_parse(listen, GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "metrics.listen: %s", why);
+  if (addr.kind != GP_ADDR_TCP)
+    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "metrics.listen: %s: expected tcp:HOST:PORT",
+                        listen);
   gd_ops_http *h = calloc(1, sizeof *h);
-  if (!h) {
-    snprintf(err, err_size, "metrics: out of memory");
-    return -1;
-  }
+  if (!h)
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "metrics: out of memory");
   h->d = d;
   gd_ops_guard_limits lim = {d->cfg.metrics_max_connections, d->cfg.metrics_max_per_client,
                              d->cfg.metrics_request_timeout_ms};
@@ -248,21 +240,20 @@ int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, char 
       pthread_cond_init(&h->fresh, NULL) != 0) {
     gd_ops_guard_free(h->guard);
     free(h);
-    snprintf(err, err_size, "metrics: cannot create its lock");
-    return -1;
+    return gp_error_set(err, GP_E_INTERNAL, "metrics: cannot create its lock");
   }
   int rc = uv_async_init(d->loop, &h->async, on_collect);
   if (rc != 0) {
-    snprintf(err, err_size, "metrics: uv_async_init: %s", uv_strerror(rc));
     free_http(h);
-    return -1;
+    return gp_error_set(err, GP_E_INTERNAL, "metrics: uv_async_init: %s", uv_strerror(rc));
   }
   h->async.data = h;
   uv_unref((uv_handle_t *)&h->async); /* the listener alone does not keep gemmd running */
   gd_metrics_collect(d, &h->snap);
-  if (start_mhd(h, &addr, err, err_size) != 0) {
+  rc = start_mhd(h, &addr, err);
+  if (rc != 0) {
     uv_close((uv_handle_t *)&h->async, on_async_closed);
-    return -1;
+    return rc;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
   gd_info("metrics: serving /metrics, /healthz and /readyz on %s (port %u)", listen,

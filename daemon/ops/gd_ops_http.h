@@ -20,16 +20,18 @@
 
 #include <stddef.h>
 
+#include "gp_error.h"
+
 struct gd_daemon;
 typedef struct gd_ops_http gd_ops_http;
 
 #define GD_OPS_HTTP_FRESH_MS 250
 #define GD_OPS_HTTP_TIMEOUT_S 10
 
-/* Loop thread, before uv_run: binds listen (tcp:HOST:PORT) and starts the server. 0, or -1 with
- * the reason in err. */
-int gd_ops_http_start(struct gd_daemon *d, const char *listen, gd_ops_http **out, char *err,
-                      size_t err_size);
+/* Loop thread, before uv_run: binds listen (tcp:HOST:PORT) and starts the server. 0, or a gp
+ * code with the reason in err ("metrics.listen: ..." or "metrics: ..."). */
+int gd_ops_http_start(struct gd_daemon *d, const char *listen, gd_ops_http **out,
+                      gp_error *err);
 
 /* Loop thread, after uv_run returned (or on a start-up failure): stops the server (joining its
  * thread) and closes the async handle; the loop must run once more to finish closing it.

@@ -15,24 +15,27 @@
 #include "gd_lifecycle.h"
 #include "gd_log.h"
 
-static int load(const char *text, gd_config *cfg, char *err) {
+static int load(const char *text, gd_config *cfg, gp_error *err) {
   gd_config_default(cfg);
-  return gd_config_load_string("test.yaml", text, strlen(text), cfg, err, GD_CONFIG_ERROR_MAX);
+  gp_error_clear(err);
+  return gd_config_load_string("test.yaml", text, strlen(text), cfg, err);
 }
 
 static void load_ok(const char *text, gd_config *cfg) {
-  char err[GD_CONFIG_ERROR_MAX] = "";
-  ck_assert_msg(load(text, cfg, err) == 0, "rejected: %s\n%s", err, text);
+  gp_error err;
+  ck_assert_msg(load(text, cfg, &err) == 0, "rejected: %s\n%s", err.message, text);
 }
 
 /* The error must carry FILE:LINE:COLUMN and mention what was wrong. */
 static void load_bad(const char *text, const char *where, const char *contains) {
   gd_config cfg;
-  char err[GD_CONFIG_ERROR_MAX] = "";
-  ck_assert_msg(load(text, &cfg, err) != 0, "accepted:\n%s", text);
-  ck_assert_msg(strncmp(err, where, strlen(where)) == 0, "error \"%s\" does not start with %s",
-                err, where);
-  ck_assert_msg(strstr(err, contains), "error \"%s\" lacks \"%s\"", err, contains);
+  gp_error err;
+  ck_assert_msg(load(text, &cfg, &err) != 0, "accepted:\n%s", text);
+  ck_assert_int_eq(err.code, GP_E_INVALID_ARGUMENT);
+  ck_assert_msg(strncmp(err.message, where, strlen(where)) == 0,
+                "error \"%s\" does not start with %s", err.message, where);
+  ck_assert_msg(strstr(err.message, contains), "error \"%s\" lacks \"%s\"", err.message,
+                contains);
 }
 
 static void assert_same(const gd_config *a, const gd_config *b) {
@@ -149,11 +152,11 @@ static void scramble(gd_config *cfg) {
 
 START_TEST(default_file_equals_builtin) {
   gd_config builtin, file;
-  char err[GD_CONFIG_ERROR_MAX] = "";
+  gp_error err;
   gd_config_default(&builtin);
   gd_config_default(&file);
   scramble(&file);
-  ck_assert_msg(gd_config_load_file(GEMMD_DEFAULT_CONFIG, &file, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(gd_config_load_file(GEMMD_DEFAULT_CONFIG, &file, &err) == 0, "%s", err.message);
   assert_same(&builtin, &file);
   ck_assert_str_eq(builtin.listen[0], "unix:/run/gemmd/gemmd.sock");
   ck_assert_uint_eq(builtin.unix_socket_mode, 0660);
@@ -362,39 +365,40 @@ END_TEST
 /* unix_socket_group: a name or a number, resolved at start (and by --check-config). */
 START_TEST(socket_group) {
   gd_config cfg;
-  char why[GD_CONFIG_ERROR_MAX], out[1024];
+  char out[1024];
+  gp_error why;
   long gid;
   load_ok("unix_socket_group: \"\"\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, -1); /* none: the process's group */
   load_ok("unix_socket_group:\n", &cfg);
   ck_assert_str_eq(cfg.unix_socket_group, "");
   load_ok("unix_socket_group: 4242\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, 4242);
   load_ok("unix_socket_group: root\n", &cfg); /* in every group database */
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), 0);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), 0);
   ck_assert_int_eq(gid, 0);
   load_ok("unix_socket_group: no-such-group-here\nlisten: [unix:/tmp/t.sock]\n", &cfg);
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
-  ck_assert_msg(strstr(why, "no group \"no-such-group-here\""), "%s", why);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), GP_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(why.message, "no group \"no-such-group-here\""), "%s", why.message);
   ck_assert_int_eq(gd_config_check(&cfg, false, out, sizeof out), 1);
   load_bad("unix_socket_group: \"a b\"\n", "test.yaml:1:20:", "not a group name");
   load_bad("unix_socket_group: \"-x\"\n", "test.yaml:1:20:", "not a group name");
   load_ok("unix_socket_group: 4294967295\n", &cfg); /* (gid_t)-1 means "no change" */
-  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, why, sizeof why), -1);
+  ck_assert_int_eq(gd_config_socket_gid(&cfg, &gid, &why), GP_E_INVALID_ARGUMENT);
 }
 END_TEST
 
 START_TEST(failed_load_leaves_config_alone) {
   gd_config cfg;
-  char err[GD_CONFIG_ERROR_MAX];
+  gp_error err;
   gd_config_default(&cfg);
   const char *text = "log_level: debug\nbogus: 1\n";
-  ck_assert_int_ne(gd_config_load_string("t", text, strlen(text), &cfg, err, sizeof err), 0);
+  ck_assert_int_ne(gd_config_load_string("t", text, strlen(text), &cfg, &err), 0);
   ck_assert_int_eq(cfg.log_level, GD_LOG_INFO);
-  ck_assert_int_ne(gd_config_load_file("/nonexistent/gemmd.yaml", &cfg, err, sizeof err), 0);
-  ck_assert_msg(strstr(err, "/nonexistent/gemmd.yaml: "), "%s", err);
+  ck_assert_int_ne(gd_config_load_file("/nonexistent/gemmd.yaml", &cfg, &err), 0);
+  ck_assert_msg(strstr(err.message, "/nonexistent/gemmd.yaml: "), "%s", err.message);
 }
 END_TEST
 
@@ -427,7 +431,7 @@ START_TEST(sizes) {
 }
 END_TEST
 
-static int cli(gd_cli *out, char *err, int argc, ...) {
+static int cli(gd_cli *out, gp_error *err, int argc, ...) {
   char *argv[16];
   va_list ap;
   va_start(ap, argc);
@@ -435,51 +439,51 @@ static int cli(gd_cli *out, char *err, int argc, ...) {
     argv[i] = va_arg(ap, char *);
   va_end(ap);
   argv[argc] = NULL;
-  return gd_cli_parse(argc, argv, out, err, 256);
+  return gd_cli_parse(argc, argv, out, err);
 }
 
 START_TEST(command_line) {
   gd_cli c;
-  char err[256];
-  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
+  gp_error err;
+  ck_assert_int_eq(cli(&c, &err, 1, "gemmd"), 0);
   ck_assert_ptr_null(c.config_path);
   ck_assert_uint_eq(c.listen_count, 0);
-  ck_assert_int_eq(cli(&c, err, 9, "gemmd", "--config", "/x.yaml", "--listen", "unix:/a",
+  ck_assert_int_eq(cli(&c, &err, 9, "gemmd", "--config", "/x.yaml", "--listen", "unix:/a",
                        "--listen=tcp:[::1]:5", "--backend", "cpu", "--check-config"), 0);
   ck_assert_str_eq(c.config_path, "/x.yaml");
   ck_assert_uint_eq(c.listen_count, 2);
   ck_assert_str_eq(c.listen[1], "tcp:[::1]:5");
   ck_assert(c.has_backend && c.backend == GD_BACKEND_CPU && c.check_config);
-  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--log-level", "warn"), 0);
+  ck_assert_int_eq(cli(&c, &err, 3, "gemmd", "--log-level", "warn"), 0);
   ck_assert(c.has_log_level && c.log_level == GD_LOG_WARN);
-  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--backend", "tpu"), 0);
-  ck_assert_ptr_nonnull(strstr(err, "tpu"));
-  ck_assert_int_ne(cli(&c, err, 3, "gemmd", "--log-level", "loud"), 0);
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--frobnicate"), 0);
-  ck_assert_ptr_nonnull(strstr(err, "--frobnicate"));
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "--config"), 0);
-  ck_assert_int_ne(cli(&c, err, 2, "gemmd", "stray"), 0);
+  ck_assert_int_ne(cli(&c, &err, 3, "gemmd", "--backend", "tpu"), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "tpu"));
+  ck_assert_int_ne(cli(&c, &err, 3, "gemmd", "--log-level", "loud"), 0);
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "--frobnicate"), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "--frobnicate"));
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "--config"), 0);
+  ck_assert_int_ne(cli(&c, &err, 2, "gemmd", "stray"), 0);
 }
 END_TEST
 
 START_TEST(command_line_overrides) {
   gd_cli c;
   gd_config cfg;
-  char err[256];
+  gp_error err;
   load_ok("listen: [unix:/file.sock, tcp:127.0.0.1:1]\nbackend: gpu\nlog_level: error\n", &cfg);
-  ck_assert_int_eq(cli(&c, err, 1, "gemmd"), 0);
-  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_int_eq(cli(&c, &err, 1, "gemmd"), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, &err), 0);
   ck_assert_uint_eq(cfg.listen_count, 2); /* nothing given: the file stays */
-  ck_assert_int_eq(cli(&c, err, 7, "gemmd", "--listen", "unix:/cli.sock", "--backend", "cpu",
+  ck_assert_int_eq(cli(&c, &err, 7, "gemmd", "--listen", "unix:/cli.sock", "--backend", "cpu",
                        "--log-level", "debug"), 0);
-  ck_assert_int_eq(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
+  ck_assert_int_eq(gd_cli_apply(&c, &cfg, &err), 0);
   ck_assert_uint_eq(cfg.listen_count, 1); /* --listen replaces the file's list */
   ck_assert_str_eq(cfg.listen[0], "unix:/cli.sock");
   ck_assert_int_eq(cfg.backend, GD_BACKEND_CPU);
   ck_assert_int_eq(cfg.log_level, GD_LOG_DEBUG);
-  ck_assert_int_eq(cli(&c, err, 3, "gemmd", "--listen", "tcp:nope"), 0);
-  ck_assert_int_ne(gd_cli_apply(&c, &cfg, err, sizeof err), 0);
-  ck_assert_ptr_nonnull(strstr(err, "--listen"));
+  ck_assert_int_eq(cli(&c, &err, 3, "gemmd", "--listen", "tcp:nope"), 0);
+  ck_assert_int_ne(gd_cli_apply(&c, &cfg, &err), 0);
+  ck_assert_ptr_nonnull(strstr(err.message, "--listen"));
 }
 END_TEST
 
@@ -514,30 +518,30 @@ START_TEST(token_file_and_exposed_tcp) {
   gd_config cfg;
   gd_config_default(&cfg);
   snprintf(cfg.auth_token_file, sizeof cfg.auth_token_file, "%s/token", dir);
-  char why[GD_CONFIG_ERROR_MAX];
+  gp_error why;
   gd_auth_token token;
   write_token(cfg.auth_token_file, "abc\n", 0600);
-  ck_assert_int_eq(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
+  ck_assert_int_eq(gd_auth_load_token(&cfg, &token, &why), 0);
   ck_assert_uint_eq(token.len, 3); /* one newline stripped */
   ck_assert_int_eq(memcmp(token.bytes, "abc", 3), 0);
   write_token(cfg.auth_token_file, "abc", 0640);
-  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
-  ck_assert_msg(strstr(why, "group or others"), "%s", why);
+  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, &why), 0);
+  ck_assert_msg(strstr(why.message, "group or others"), "%s", why.message);
   write_token(cfg.auth_token_file, "\n", 0600);
-  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, why, sizeof why), 0);
-  ck_assert_msg(strstr(why, "1..256 bytes"), "%s", why);
+  ck_assert_int_ne(gd_auth_load_token(&cfg, &token, &why), 0);
+  ck_assert_msg(strstr(why.message, "1..256 bytes"), "%s", why.message);
   /* exposed TCP: refused without a token, allowed with one or on purpose */
   strcpy(cfg.listen[0], "tcp:0.0.0.0:7453");
   cfg.auth_token_file[0] = '\0';
-  ck_assert_int_ne(gd_auth_check(&cfg, &token, why, sizeof why), 0);
-  ck_assert_msg(strstr(why, "tcp:0.0.0.0:7453") && strstr(why, "auth.token_file"), "%s", why);
+  ck_assert_int_ne(gd_auth_check(&cfg, &token, &why), 0);
+  ck_assert_msg(strstr(why.message, "tcp:0.0.0.0:7453") && strstr(why.message, "auth.token_file"), "%s", why.message);
   cfg.allow_unauthenticated_tcp = true;
-  ck_assert_int_eq(gd_auth_check(&cfg, &token, why, sizeof why), 0);
+  ck_assert_int_eq(gd_auth_check(&cfg, &token, &why), 0);
   ck_assert_uint_eq(token.len, 0);
   snprintf(cfg.auth_token_file, sizeof cfg.auth_token_file, "%s/token", dir);
   write_token(cfg.auth_token_file, "zz", 0600);
   cfg.allow_unauthenticated_tcp = false;
-  ck_assert_int_eq(gd_auth_check(&cfg, &token, why, sizeof why), 0);
+  ck_assert_int_eq(gd_auth_check(&cfg, &token, &why), 0);
   ck_assert_uint_eq(token.len, 2);
   unlink(cfg.auth_token_file);
   rmdir(dir);
