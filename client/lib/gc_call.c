@@ -29,7 +29,7 @@ int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuf
   gp_method method = r->method;
   gc_req req = r->msgid;
   int rc;
-  rc = gc__request_start(conn, r);
+  rc = gc__link_start(conn, r);
   if (rc != 0) return rc;
   if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0) {
     gc_cancel(conn, req);

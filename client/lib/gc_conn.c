@@ -167,7 +167,7 @@ int64_t gc__deadline(int64_t timeout_ms) {
 
 int gc__drive_until_done(gc_conn *conn, gc__request *r, int64_t deadline_ms) {
   for (;;) {
-    (void)gc__io_progress(conn); /* a broken connection finishes r with its error */
+    (void)gc__link_progress(conn); /* a broken connection finishes r with its error */
     if (r->state == GC__ST_DONE) return 0;
     if (deadline_ms >= 0 && gc__now_ms() >= deadline_ms) return GC_E_DEADLINE_EXCEEDED;
     if (gc__io_wait(conn, deadline_ms) == 0) return GC_E_DEADLINE_EXCEEDED;
@@ -216,7 +216,7 @@ static size_t reap(gc_conn *conn, gc_completion *done, size_t max) {
 int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max) {
   int64_t deadline = gc__deadline(timeout_ms);
   for (;;) {
-    int rc = gc__io_progress(conn);
+    int rc = gc__link_progress(conn);
     if (conn->done_head != NULL || max == 0) return (int)reap(conn, done, max);
     if (rc != 0) return gc__conn_fail(conn, &conn->broken_error);
     if (deadline >= 0 && gc__now_ms() >= deadline) return 0;
@@ -240,9 +240,9 @@ int gc_cancel(gc_conn *conn, gc_req req) {
   r->out = NULL;
   if (r->state == GC__ST_PARKED || (r->in_sendq && r->sent == 0 && !r->retry_pending)) {
     /* nothing of it is on a socket: the daemon never hears of it */
-    if (r->state == GC__ST_PARKED) gc__link_unpark(conn, r);
+    if (r->state == GC__ST_PARKED) gc__request_unpark(conn, r);
     else sendq_unlink(conn, r);
-    gc__link_wire_leave(conn, r);
+    gc__request_wire_leave(conn, r);
     gc__reqtab_del(&conn->table, r->msgid);
     r->in_table = false;
     gc__request_release(r);

@@ -229,7 +229,7 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   r->out = out;
   r->user = user;
   *req = r->msgid;
-  rc = gc__request_start(conn, r);
+  rc = gc__link_start(conn, r);
   if (rc != 0) *req = 0;
   return rc;
 }

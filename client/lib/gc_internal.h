@@ -32,6 +32,10 @@ int gc__error_set(gc_error *err, int code, const char *fmt, ...)
 void gc__error_clear(gc_error *err);
 /* The calling thread's last gc_connect failure. */
 gc_error *gc__thread_error(void);
+/* Sets conn->last_error from err and returns err->code. */
+int gc__conn_fail(gc_conn *conn, const gc_error *err);
+int gc__conn_failf(gc_conn *conn, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -225,42 +229,75 @@ struct gc_conn {
   size_t scratch_size;
 };
 
-/* The link to the daemons (gc_link.c). */
+/* ---- requests (gc_request.c): a request's life and the lists it moves between ---- */
+
+gc__request *gc__request_new(gc_conn *conn, gc__kind kind);
+/* Frees r once nothing holds it any more (see in_sendq, in_table, in_done). */
+void gc__request_release(gc__request *r);
+/* r is off the current socket (finished, parked): wire_count follows. */
+void gc__request_wire_leave(gc_conn *conn, gc__request *r);
+/* Appends r to the send queue (the token does, and every dispatched request). */
+void gc__request_sendq_append(gc_conn *conn, gc__request *r);
+/* r goes out on the current socket (which is not broken) from its first byte. */
+void gc__request_dispatch(gc_conn *conn, gc__request *r);
+/* Parks r for the next socket (not counted as a retry). */
+void gc__request_park(gc_conn *conn, gc__request *r);
+/* Takes r off a list linked through send_next (the send queue, the park list); false when it
+ * is not there. */
+bool gc__list_unlink(gc__request **head, gc__request **tail, gc__request *r);
+/* Takes r off the park list (it is cancelled or the connection closes). */
+void gc__request_unpark(gc_conn *conn, gc__request *r);
+/* A request new on conn: on the socket now, or parked until there is one. */
+void gc__request_submit(gc_conn *conn, gc__request *r);
+/* r's attempt failed with err (a lost socket, an UNAVAILABLE answer): parked for another
+ * attempt while its retries last, else finished with err. */
+void gc__request_lost(gc_conn *conn, gc__request *r, const gc_error *err);
+/* Marks r complete with err (NULL: success): into the done list, or out of the table and
+ * freed when abandoned; a request still sending finishes its bytes with zeros. r is not
+ * parked. */
+void gc__request_finish(gc_conn *conn, gc__request *r, const gc_error *err);
+/* Takes r out of the done list and the table (it is being reported) and releases it. */
+void gc__request_reported(gc_conn *conn, gc__request *r);
+
+/* ---- I/O (gc_io.c): the pump of the current socket ---------------------------------- */
+
+/* Sends and receives whatever is possible on the current socket without blocking. 0, or the
+ * code of the failed socket. */
+int gc__io_pump(gc_conn *conn);
+/* Blocks in poll(2) until the socket is ready for what the connection needs or until
+ * deadline_ms (gc__now_ms clock; < 0: none) passes. 1 ready, 0 timed out, < 0 error. */
+int gc__io_wait(gc_conn *conn, int64_t deadline_ms);
+/* Fails the socket: with GC_E_UNAVAILABLE (lost) every request on it is parked for a retry
+ * (gc__request_lost), with any other code finished with code and message. */
+void gc__io_break(gc_conn *conn, int code, const char *message);
+int64_t gc__now_ms(void);
+/* Whether anything queued may go out now (not while the token's answer is awaited). */
+bool gc__io_may_send(const gc_conn *conn);
+
+/* ---- the link (gc_link.c): sockets to the daemons, one at a time -------------------- */
+
 /* Opens a socket to the first address that answers, from addr_next on, each tried once;
  * queues the token on a TCP socket. 0, or the last failure's code (broken_error says). */
 int gc__link_open(gc_conn *conn);
 /* Closes a retiring socket once idle, then opens a fresh one for parked requests (failing
  * them with the connect error when no address answers). 0, or broken_error's code. */
 int gc__link_maintain(gc_conn *conn);
-/* A request new on conn: on the socket now, or parked until there is one. */
-void gc__link_submit(gc_conn *conn, gc__request *r);
-/* r's attempt failed with err (a lost socket, an UNAVAILABLE answer): parked for another
- * attempt while its retries last, else finished with err. */
-void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err);
-/* r is off the current socket (finished, parked): wire_count follows. */
-void gc__link_wire_leave(gc_conn *conn, gc__request *r);
-/* Parks r for the next socket (not counted as a retry). */
-void gc__link_park(gc_conn *conn, gc__request *r);
-/* Takes r off a list linked through send_next (the send queue, the park list); false when it
- * is not there. */
-bool gc__list_unlink(gc__request **head, gc__request **tail, gc__request *r);
-/* Takes r off the park list (it is cancelled or the connection closes). */
-void gc__link_unpark(gc_conn *conn, gc__request *r);
-/* The daemon's answer to the token: true lets the other requests go; else the socket fails. */
-int gc__link_auth_reply(gc_conn *conn, const gp_event *ev);
-
-/* Requests (gc_request.c) */
-gc__request *gc__request_new(gc_conn *conn, gc__kind kind);
+/* Sends and receives whatever is possible without blocking (a lost socket is replaced
+ * first, which may block in connect). 0, or the code of a socket that failed and could not
+ * be replaced. */
+int gc__link_progress(gc_conn *conn);
 /* Puts a built request into the table and the send queue, then sends what it can. */
-int gc__request_start(gc_conn *conn, gc__request *r);
-/* Marks r complete with err (NULL: success): into the done list, or out of the table and
- * freed when abandoned; a request still sending finishes its bytes with zeros. r is not
- * parked. */
-void gc__request_finish(gc_conn *conn, gc__request *r, const gc_error *err);
-/* Frees r once nothing holds it any more (see in_sendq, in_table, in_done). */
-void gc__request_release(gc__request *r);
-/* Takes r out of the done list and the table (it is being reported) and releases it. */
-void gc__request_reported(gc_conn *conn, gc__request *r);
+int gc__link_start(gc_conn *conn, gc__request *r);
+
+/* ---- the connection (gc_conn.c) ------------------------------------------------------ */
+
+/* Drives conn until r is done or deadline_ms (gc__now_ms clock; < 0: none) passes. 0 when
+ * done, GC_E_DEADLINE_EXCEEDED when not. */
+int gc__drive_until_done(gc_conn *conn, gc__request *r, int64_t deadline_ms);
+/* Turns a caller's timeout (< 0: none) into a deadline on the gc__now_ms clock. */
+int64_t gc__deadline(int64_t timeout_ms);
+
+/* ---- the small calls (gc_call.c) ---------------------------------------------------- */
 
 /* A small call (ping, info, stats, shm_register, shm_unregister): sends it (with [arg] when
  * has_arg; pass_fd >= 0 rides on its first byte), waits for the reply; on success *packed
@@ -273,31 +310,5 @@ int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuf
 /* The same for cuda_register with its params. */
 int gc__call_cuda_register(gc_conn *conn, const gp_cuda_reg *reg, int64_t timeout_ms,
                            msgpack_sbuffer *packed);
-
-/* Drives conn until r is done or deadline_ms (gc__now_ms clock; < 0: none) passes. 0 when
- * done, GC_E_DEADLINE_EXCEEDED when not. */
-int gc__drive_until_done(gc_conn *conn, gc__request *r, int64_t deadline_ms);
-/* Turns a caller's timeout (< 0: none) into a deadline on the gc__now_ms clock. */
-int64_t gc__deadline(int64_t timeout_ms);
-
-/* I/O (gc_io.c) */
-/* Sends and receives whatever is possible without blocking (a lost socket is replaced
- * first, which may block in connect). 0, or the code of a socket that failed and could not
- * be replaced. */
-int gc__io_progress(gc_conn *conn);
-/* Blocks in poll(2) until the socket is ready for what the connection needs or until
- * deadline_ms (gc__now_ms clock; < 0: none) passes. 1 ready, 0 timed out, < 0 error. */
-int gc__io_wait(gc_conn *conn, int64_t deadline_ms);
-/* Fails the socket: with GC_E_UNAVAILABLE (lost) every request on it is parked for a retry
- * (gc__link_lost), with any other code finished with code and message. */
-void gc__io_break(gc_conn *conn, int code, const char *message);
-int64_t gc__now_ms(void);
-/* Whether anything queued may go out now (not while the token's answer is awaited). */
-bool gc__io_may_send(const gc_conn *conn);
-
-/* Sets conn->last_error from err and returns err->code. */
-int gc__conn_fail(gc_conn *conn, const gc_error *err);
-int gc__conn_failf(gc_conn *conn, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif /* GC_INTERNAL_H */
