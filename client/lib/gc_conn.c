@@ -1,11 +1,13 @@
 /*
  * gc_conn.c - connections and the asynchronous calls on them: connect,
- * close, wait, poll, cancel, progress.
+ * close, wait, poll, cancel, progress. Above the link (gc_link.c); the calls
+ * and the API files build on it.
  */
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gc_internal.h"
@@ -132,6 +134,17 @@ static void drop(gc__request *r, void *arg) {
   *list = r;
 }
 
+/* Unmaps every shared-memory buffer of conn (its list goes with it). */
+static void shm_free_all(gc_conn *conn) {
+  while (conn->shm != NULL) {
+    gc__shm *s = conn->shm;
+    conn->shm = s->next;
+    if (!s->device)
+      munmap(s->base, s->size);
+    free(s);
+  }
+}
+
 void gc_close(gc_conn *conn) {
   if (conn == NULL) return;
   if (conn->fd >= 0) close(conn->fd);
@@ -149,7 +162,7 @@ void gc_close(gc_conn *conn) {
     gc__request_release(r);
   }
   gc__reqtab_free(&conn->table);
-  gc__shm_free_all(conn);
+  shm_free_all(conn);
   conn_free(conn);
 }
 

@@ -151,8 +151,6 @@ typedef struct gc__shm {
 /* The region holding [ptr, ptr + len) whole: true with *region and *offset. */
 bool gc__shm_find(const gc_conn *conn, const void *ptr, uint64_t len, uint64_t *region,
                   uint64_t *offset);
-/* Unmaps every buffer (gc_close). */
-void gc__shm_free_all(gc_conn *conn);
 /* Before registering a region: conn has a socket (reopened after an idle close). 0, or the
  * error of the failed reopen. */
 int gc__shm_link_ready(gc_conn *conn);
