@@ -8,6 +8,7 @@
 
 #include <msgpack.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
@@ -174,12 +175,10 @@ void gc__copy_rows(const gc__copy_rows_args *args);
 /* The number of threads a large copy uses: the CPU count, at most 16, or $GEMMD_COPY_THREADS. */
 unsigned gc__copy_threads(void);
 
-/* gc_gemm for the options that need the library to move the operands itself: leading
- * dimensions other than packed, or operands large enough for the scratch region. o is the
- * caller's opts over the defaults. Returns 1 when it did not take the gemm (plain path), else
- * the gemm's result code. */
-int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const void *b,
-                    const void *c, void *out, gc_gemm_result *result);
+/* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
+ * gc_gemm_opts_init. Fields added later are read only when struct_size covers them. */
+#define GC__GEMM_OPTS_V1_SIZE (offsetof(gc_gemm_opts, timeout_ms) + sizeof(int64_t))
+
 /* The plain gc_gemm: gc_submit + gc_wait. */
 int gc__gemm_plain(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
                    const void *c, void *out, gc_gemm_result *result);
