@@ -17,7 +17,7 @@ files the worker runs never touch job->loop.*.
 
 Beyond daemon/ (check_repository, on the folder above DAEMON_DIR): client/lib's files are
 layers too (CLIENT_LAYERS, lowest first: support, requests, io, link, connection, calls, api,
-blocking gemm) and call none above their own; client/, blas/, proto/ and kernels/ each hold no
+blocking) and call none above their own; client/, blas/, proto/ and kernels/ each hold no
 circle of modules, by includes or by calls (X_internal.h counts as part of module X); proto/
 includes nothing of daemon/ or client/, client/ and blas/ nothing of daemon/, kernels/ nothing
 of daemon/ or client/; the modules of python/gemmd import each other without a circle.
@@ -252,7 +252,7 @@ CLIENT_LAYERS = (
     ("connection", ("gc_conn",)),
     ("calls", ("gc_call",)),
     ("api", ("gc_gemm", "gc_shm", "gc_put", "gc_cuda")),
-    ("blocking gemm", ("gc_scratch",)),
+    ("blocking", ("gc_scratch",)),
 )
 CLIENT_SHARED_HEADER = "gc_internal"  # declares every layer's functions; below them all
 

@@ -1,5 +1,5 @@
 /*
- * common.c - the helpers every gemmctl command uses: connecting, reporting errors, parsing
+ * common.c - what every gemmctl command uses: connecting, reporting errors, parsing
  * numbers and dtypes, checking a gemm's dtype rules, the clock.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * main.c - gemmctl: global options, the command table and usage. The helpers every
+ * main.c - gemmctl: global options, the command table and usage. The functions every
  * command uses are common.c's (below the commands, which main.c calls).
  */
 #include <stdlib.h>

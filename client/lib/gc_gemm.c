@@ -215,8 +215,9 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   gp_error_clear(&perr);
   if (gp_gemm_hdr_validate(&hdr, has_c, &request_limits, &perr) != 0)
     return gc__conn_failf(conn, perr.code, "%s", perr.message);
-  gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_GEMM, &r, &conn->last_error);
+  if (made != 0) return made;
   r->method = GP_METHOD_GEMM;
   int rc = build_gemm(conn, r, &hdr, a, b, c, out, handles);
   if (rc != 0) {

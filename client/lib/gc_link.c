@@ -19,8 +19,9 @@
 
 /* [0, msgid, "auth", [token]], first in the send queue of a fresh TCP socket. */
 static int queue_auth(gc_conn *conn) {
-  gc__request *r = gc__request_new(conn, GC__KIND_AUTH);
-  if (r == NULL) return gc__error_set(&conn->broken_error, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_AUTH, &r, &conn->broken_error);
+  if (made != 0) return made;
   size_t len = strlen(conn->token);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &r->head, msgpack_sbuffer_write);

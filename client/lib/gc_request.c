@@ -11,9 +11,10 @@
 
 #include "gc_internal.h"
 
-gc__request *gc__request_new(gc_conn *conn, gc__kind kind) {
+int gc__request_new(gc_conn *conn, gc__kind kind, gc__request **out, gc_error *err) {
   gc__request *r = calloc(1, sizeof *r);
-  if (r == NULL) return NULL;
+  *out = r;
+  if (r == NULL) return gc__error_set(err, GC_E_RESOURCE_EXHAUSTED, "out of memory");
   r->kind = kind;
   r->state = GC__ST_SENDING;
   r->pass_fd = -1;
@@ -24,7 +25,7 @@ gc__request *gc__request_new(gc_conn *conn, gc__kind kind) {
     r->msgid = conn->next_msgid++;
   } while (r->msgid == 0 || gc__reqtab_get(&conn->table, r->msgid) != NULL ||
            (conn->auth_waiting && r->msgid == conn->auth_msgid));
-  return r;
+  return 0;
 }
 
 static void request_free(gc__request *r) {
