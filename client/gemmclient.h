@@ -8,7 +8,9 @@
  *
  * Errors: every function that can fail returns 0 or a negative GC_E_* code.
  * The code and a message saying what went wrong (the daemon's own message
- * for an error reply) are kept in the connection: gc_last_error(conn).
+ * for an error reply) are kept in the connection: gc_last_error(conn);
+ * gc_progress and the gc_map_* functions (no connection to keep it in, or a
+ * const one) return the code alone.
  * Local failures use the same codes as the daemon: a connection that cannot
  * be made or is lost -> GC_E_UNAVAILABLE, a client-side timeout ->
  * GC_E_DEADLINE_EXCEEDED, a reply that breaks the protocol -> GC_E_INTERNAL.

@@ -20,6 +20,13 @@ ERROR_CONVENTION_SCOPE: no function takes a char buffer for its error message (`
 `char *why`, ... with or without a `size_t err_size`): it fills a `gp_error *err`; no function
 returns a libuv code (`return UV_E...`, a header promising "a uv error"); no `cudaError_t`.
 
+Beyond daemon/ (check_repository, on the folder above DAEMON_DIR): client/lib's files are
+layers too (CLIENT_LAYERS, lowest first: support, requests, io, link, connection, calls, api,
+blocking) and call none above their own; client/, blas/, proto/ and kernels/ each hold no
+circle of modules, by includes or by calls (X_internal.h counts as part of module X); proto/
+includes nothing of daemon/ or client/, client/ and blas/ nothing of daemon/, kernels/ nothing
+of daemon/ or client/; the modules of python/gemmd import each other without a circle.
+
 Exit status 0 when the rule holds, 1 with one line per violation otherwise.
 
 Usage: check-layers.py [DAEMON_DIR]   (default: daemon/ next to this script's folder)
@@ -210,10 +217,206 @@ def strip_comments_only(text):
     return COMMENT.sub(" ", text)
 
 
+# ---- the whole repository (client/lib's layers, every folder's circles, who includes whom) ----
+
+C_SOURCES = (".c", ".h", ".cu", ".cuh")
+C_UNITS = (".c", ".cu")  # where functions are defined and called
+
+
+def folder_sources(root):
+    """Every C/CUDA source below root, by path relative to root (what sources() keeps for .c/.h)."""
+    out = {}
+    for folder, _, names in os.walk(root):
+        for name in sorted(names):
+            if name.endswith(C_SOURCES):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+def module_graphs(files):
+    """The modules of a folder and their arrows: (includes, calls, call_names), where
+    call_names[(a, b)] lists the functions of b that a calls. A module is a file without its
+    extension (a .c with its .h, and its X_internal.h); an include is resolved by file name
+    inside the folder."""
+    by_name = {}
+    for rel in files:
+        by_name.setdefault(os.path.basename(rel), rel)
+    plain = {module_of(rel) for rel in files}
+
+    def unit(rel):  # X_internal.h is the private half of module X (when there is an X)
+        mod = module_of(rel)
+        return mod[:-len("_internal")] if mod.endswith("_internal") and \
+            mod[:-len("_internal")] in plain else mod
+
+    includes, calls, call_names, defined = {}, {}, {}, {}
+    for rel, text in sorted(files.items()):
+        for name in INCLUDE.findall(strip_comments_only(text)):
+            dep = by_name.get(os.path.basename(name))
+            if dep is not None and unit(dep) != unit(rel):
+                includes.setdefault(unit(rel), set()).add(unit(dep))
+        if rel.endswith(C_UNITS):
+            for match in DEFINITION.finditer(strip(text)):
+                defined.setdefault(match.group(1), unit(rel))
+    for rel, text in sorted(files.items()):
+        if not rel.endswith(C_UNITS):
+            continue
+        me = unit(rel)
+        for ident in sorted(set(IDENT.findall(strip(text)))):
+            owner = defined.get(ident)
+            if owner is not None and owner != me:
+                calls.setdefault(me, set()).add(owner)
+                call_names.setdefault((me, owner), []).append(ident)
+    return includes, calls, call_names
+
+
+def check_folder_circles(repo, folder):
+    """No circle of modules inside folder (repo-relative), by includes or by calls."""
+    root = os.path.join(repo, folder)
+    if not os.path.isdir(root):
+        return []
+    includes, calls, _ = module_graphs(folder_sources(root))
+    errors = []
+    for kind, graph in (("includes", includes), ("calls", calls)):
+        for cycle in find_cycles(graph):
+            errors.append(f"{folder}/: a circle of {kind}: {' <-> '.join(cycle)}")
+    return errors
+
+
+CIRCLE_FOLDERS = ("client", "blas", "proto", "kernels")
+
+# client/lib's files are layers, lowest first (gc_internal.h says what each one owns). A file
+# includes and calls only its own layer and lower ones; a lower one tells a higher one of an
+# event only through a callback the higher one registered.
+CLIENT_LAYERS = (
+    ("support", ("gc_error", "gc_socket", "gc_addrlist", "gc_token", "gc_reqtab", "gc_copy",
+                 "gc_map")),
+    ("requests", ("gc_request",)),
+    ("io", ("gc_io",)),
+    ("link", ("gc_link",)),
+    ("connection", ("gc_conn",)),
+    ("calls", ("gc_call",)),
+    ("api", ("gc_gemm", "gc_shm", "gc_put", "gc_cuda")),
+    ("blocking", ("gc_scratch",)),
+)
+CLIENT_SHARED_HEADER = "gc_internal"  # declares every layer's functions; below them all
+
+
+def check_client_layers(repo):
+    """client/lib: every .c file has a layer, and calls nothing of a higher one."""
+    root = os.path.join(repo, "client", "lib")
+    if not os.path.isdir(root):
+        return []
+    layer = {m: i for i, (_, mods) in enumerate(CLIENT_LAYERS) for m in mods}
+    files = folder_sources(root)
+    errors = []
+    for rel in sorted(files):
+        mod = module_of(rel)
+        if mod not in layer and mod != CLIENT_SHARED_HEADER:
+            errors.append(f"client/lib/{rel}: in no layer of check-layers.py's CLIENT_LAYERS")
+    _, calls, call_names = module_graphs(files)
+    for (me, owner), names in sorted(call_names.items()):
+        if me in layer and owner in layer and layer[owner] > layer[me]:
+            errors.append(f"client/lib/{me}.c ({CLIENT_LAYERS[layer[me]][0]}): calls "
+                          f"{', '.join(names)} of {owner}.c, a higher layer "
+                          f"({CLIENT_LAYERS[layer[owner]][0]})")
+    return errors
+
+
+# Which top-level folder may include which: a folder includes nothing of those named here.
+FORBIDDEN_INCLUDES = {
+    "proto": ("daemon", "client"),
+    "client": ("daemon",),
+    "blas": ("daemon",),
+    "kernels": ("daemon", "client"),
+}
+
+
+def check_repo_includes(repo):
+    """The repository's folders include one way: proto/ and kernels/ are below daemon/ and
+    client/, and client/ and blas/ know nothing of daemon/."""
+    names = {}
+    for top in {t for tops in FORBIDDEN_INCLUDES.values() for t in tops}:
+        root = os.path.join(repo, top)
+        if os.path.isdir(root):
+            names[top] = {os.path.basename(rel) for rel in folder_sources(root)}
+    errors = []
+    for top, forbidden in sorted(FORBIDDEN_INCLUDES.items()):
+        root = os.path.join(repo, top)
+        if not os.path.isdir(root):
+            continue
+        for rel, text in sorted(folder_sources(root).items()):
+            for name in INCLUDE.findall(strip_comments_only(text)):
+                base = os.path.basename(name)
+                if base in names.get(top, set()) and top in names:
+                    continue  # its own file
+                for other in forbidden:
+                    if base in names.get(other, set()) or name.startswith(f"{other}/") or \
+                            f"../{other}/" in name:
+                        errors.append(f"{top}/{rel}: includes {name} of {other}/")
+    return errors
+
+
+PYTHON_PACKAGE = os.path.join("python", "gemmd")
+
+
+def python_imports(path, package):
+    """The modules of package that the module at path imports (at any depth of the code)."""
+    import ast
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == package and len(parts) > 1:
+                    found.add(parts[1])
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 0 and not (mod == package or mod.startswith(package + ".")):
+                continue
+            parts = mod.split(".")[1:] if node.level == 0 else mod.split(".") if mod else []
+            if parts and parts[0]:
+                found.add(parts[0])
+            else:  # from . import x, from gemmd import x: x may be a module
+                found.update(alias.name for alias in node.names)
+    return found
+
+
+def check_python_imports(repo):
+    """No circle of imports among the Python package's modules (an import inside a function
+    counts too: it only hides the circle until run time)."""
+    root = os.path.join(repo, PYTHON_PACKAGE)
+    if not os.path.isdir(root):
+        return []
+    package = os.path.basename(root)
+    modules = {n[:-3] for n in os.listdir(root) if n.endswith(".py")}
+    graph = {}
+    for mod in sorted(modules):
+        deps = python_imports(os.path.join(root, mod + ".py"), package) & modules
+        deps.discard(mod)
+        deps.discard("__init__")  # the package's face imports the modules, not the reverse
+        graph[mod] = deps
+    return [f"{PYTHON_PACKAGE}/: a circle of imports: {' <-> '.join(c)}"
+            for c in find_cycles(graph)]
+
+
+def check_repository(repo):
+    """The rules beyond daemon/: client/lib's layers, no circle of modules in any folder of C,
+    the folders' include directions, no import circle in the Python package."""
+    errors = check_client_layers(repo) + check_repo_includes(repo) + check_python_imports(repo)
+    for folder in CIRCLE_FOLDERS:
+        errors += check_folder_circles(repo, folder)
+    return errors
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "daemon")
     errors = check(os.path.normpath(root))
+    errors += check_repository(os.path.dirname(os.path.normpath(root)))
     for e in errors:
         print(e)
     if errors:

@@ -37,7 +37,8 @@ int gctl_cmd_gemm(const gctl_global *g, int argc, char **argv);
 int gctl_cmd_bench(const gctl_global *g, int argc, char **argv);
 int gctl_cmd_verify(const gctl_global *g, int argc, char **argv);
 
-/* Connects (printing the failure): GCTL_EXIT_OK, GCTL_EXIT_CONNECT, or GCTL_EXIT_USAGE (a
+/* common.c (below the commands; main.c only dispatches to them). Connects (printing the
+ * failure): GCTL_EXIT_OK, GCTL_EXIT_CONNECT, or GCTL_EXIT_USAGE (a
  * malformed address, an unreadable token file). */
 int gctl_connect(const gctl_global *g, gc_conn **conn);
 /* limits.c: o's sizes against the limits in the daemon's info (dimensions, work, operand

@@ -29,7 +29,7 @@ int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuf
   gp_method method = r->method;
   gc_req req = r->msgid;
   int rc;
-  rc = gc__request_start(conn, r);
+  rc = gc__link_start(conn, r);
   if (rc != 0) return rc;
   if (gc__drive_until_done(conn, r, gc__deadline(timeout_ms)) != 0) {
     gc_cancel(conn, req);
@@ -48,8 +48,9 @@ int gc__call_run(gc_conn *conn, gc__request *r, int64_t timeout_ms, msgpack_sbuf
  * object's msgpack bytes (caller frees). */
 int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pass_fd,
              int64_t timeout_ms, msgpack_sbuffer *packed) {
-  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_CALL, &r, &conn->last_error);
+  if (made != 0) return made;
   r->method = method;
   r->pass_fd = pass_fd;
   int rc = has_arg ? gp_encode_request_u64(&r->head, r->msgid, gp_method_name(method), arg)
@@ -59,8 +60,9 @@ int gc__call(gc_conn *conn, gp_method method, bool has_arg, uint64_t arg, int pa
 
 int gc__call_cuda_register(gc_conn *conn, const gp_cuda_reg *reg, int64_t timeout_ms,
                            msgpack_sbuffer *packed) {
-  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_CALL, &r, &conn->last_error);
+  if (made != 0) return made;
   r->method = GP_METHOD_CUDA_REGISTER;
   r->pass_fd = -1;
   return call_run(conn, r, gp_encode_cuda_register(&r->head, r->msgid, reg), timeout_ms,

@@ -1,11 +1,13 @@
 /*
  * gc_conn.c - connections and the asynchronous calls on them: connect,
- * close, wait, poll, cancel, progress.
+ * close, wait, poll, cancel, progress. Above the link (gc_link.c); the calls
+ * and the API files build on it.
  */
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "gc_internal.h"
@@ -132,6 +134,17 @@ static void drop(gc__request *r, void *arg) {
   *list = r;
 }
 
+/* Unmaps every shared-memory buffer of conn (its list goes with it). */
+static void shm_free_all(gc_conn *conn) {
+  while (conn->shm != NULL) {
+    gc__shm *s = conn->shm;
+    conn->shm = s->next;
+    if (!s->device)
+      munmap(s->base, s->size);
+    free(s);
+  }
+}
+
 void gc_close(gc_conn *conn) {
   if (conn == NULL) return;
   if (conn->fd >= 0) close(conn->fd);
@@ -149,7 +162,7 @@ void gc_close(gc_conn *conn) {
     gc__request_release(r);
   }
   gc__reqtab_free(&conn->table);
-  gc__shm_free_all(conn);
+  shm_free_all(conn);
   conn_free(conn);
 }
 
@@ -167,7 +180,7 @@ int64_t gc__deadline(int64_t timeout_ms) {
 
 int gc__drive_until_done(gc_conn *conn, gc__request *r, int64_t deadline_ms) {
   for (;;) {
-    (void)gc__io_progress(conn); /* a broken connection finishes r with its error */
+    (void)gc__link_progress(conn); /* a broken connection finishes r with its error */
     if (r->state == GC__ST_DONE) return 0;
     if (deadline_ms >= 0 && gc__now_ms() >= deadline_ms) return GC_E_DEADLINE_EXCEEDED;
     if (gc__io_wait(conn, deadline_ms) == 0) return GC_E_DEADLINE_EXCEEDED;
@@ -216,7 +229,7 @@ static size_t reap(gc_conn *conn, gc_completion *done, size_t max) {
 int gc_poll(gc_conn *conn, int64_t timeout_ms, gc_completion *done, size_t max) {
   int64_t deadline = gc__deadline(timeout_ms);
   for (;;) {
-    int rc = gc__io_progress(conn);
+    int rc = gc__link_progress(conn);
     if (conn->done_head != NULL || max == 0) return (int)reap(conn, done, max);
     if (rc != 0) return gc__conn_fail(conn, &conn->broken_error);
     if (deadline >= 0 && gc__now_ms() >= deadline) return 0;
@@ -240,9 +253,9 @@ int gc_cancel(gc_conn *conn, gc_req req) {
   r->out = NULL;
   if (r->state == GC__ST_PARKED || (r->in_sendq && r->sent == 0 && !r->retry_pending)) {
     /* nothing of it is on a socket: the daemon never hears of it */
-    if (r->state == GC__ST_PARKED) gc__link_unpark(conn, r);
+    if (r->state == GC__ST_PARKED) gc__request_unpark(conn, r);
     else sendq_unlink(conn, r);
-    gc__link_wire_leave(conn, r);
+    gc__request_wire_leave(conn, r);
     gc__reqtab_del(&conn->table, r->msgid);
     r->in_table = false;
     gc__request_release(r);

@@ -1,8 +1,9 @@
 /*
  * gc_gemm.c - gemm requests: the options struct, checking it, building the
  * request (a small head plus the caller's buffers as iovecs, or references to
- * them where they lie in shared memory), and the blocking gc_gemm built on
- * gc_submit + gc_wait.
+ * them where they lie in shared memory), and the plain blocking gemm built on
+ * gc_submit + gc_wait (gc__gemm_plain; gc_gemm itself is gc_scratch.c's, which
+ * chooses between it and the staged paths).
  */
 #include <limits.h>
 #include <stddef.h>
@@ -21,10 +22,6 @@ _Static_assert((int)GC_DTYPE_F32 == (int)GP_DTYPE_F32 && (int)GC_DTYPE_F64 == (i
                "gc_dtype must mirror gp_dtype");
 _Static_assert(GP_DTYPE_COUNT == GC_DTYPE_C128 + 1, "every gp_dtype has its gc_dtype");
 _Static_assert((int)GC_DTYPE_DEFAULT < 0, "GC_DTYPE_DEFAULT is no gp_dtype");
-
-/* The first layout of gc_gemm_opts ends with timeout_ms: anything shorter was not made by
- * gc_gemm_opts_init. Fields added later are read only when struct_size covers them. */
-#define OPTS_V1_SIZE (offsetof(gc_gemm_opts, timeout_ms) + sizeof(int64_t))
 
 void gc_gemm_opts_init_sized(gc_gemm_opts *opts, size_t struct_size) {
   gc_gemm_opts defaults;
@@ -63,7 +60,7 @@ static int check_out_dtype(const gc_gemm_opts *o, gc_error *err) {
  * translates them into a wire header. */
 static int opts_to_hdr(const gc_gemm_opts *in, gp_gemm_hdr *hdr, int64_t *timeout_ms,
                        void **user, uint64_t handles[3], gc_error *err) {
-  if (in == NULL || in->struct_size < OPTS_V1_SIZE)
+  if (in == NULL || in->struct_size < GC__GEMM_OPTS_V1_SIZE)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT,
                          "gemm options not set up with gc_gemm_opts_init");
   gc_gemm_opts o;
@@ -218,8 +215,9 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   gp_error_clear(&perr);
   if (gp_gemm_hdr_validate(&hdr, has_c, &request_limits, &perr) != 0)
     return gc__conn_failf(conn, perr.code, "%s", perr.message);
-  gc__request *r = gc__request_new(conn, GC__KIND_GEMM);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_GEMM, &r, &conn->last_error);
+  if (made != 0) return made;
   r->method = GP_METHOD_GEMM;
   int rc = build_gemm(conn, r, &hdr, a, b, c, out, handles);
   if (rc != 0) {
@@ -229,21 +227,9 @@ int gc_submit(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void
   r->out = out;
   r->user = user;
   *req = r->msgid;
-  rc = gc__request_start(conn, r);
+  rc = gc__link_start(conn, r);
   if (rc != 0) *req = 0;
   return rc;
-}
-
-int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
-            const void *c, void *out, gc_gemm_result *result) {
-  if (opts != NULL && opts->struct_size >= OPTS_V1_SIZE) {
-    gc_gemm_opts o;
-    gc_gemm_opts_init(&o);
-    memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
-    int rc = gc__gemm_staged(conn, &o, a, b, c, out, result);
-    if (rc != 1) return rc;
-  }
-  return gc__gemm_plain(conn, opts, a, b, c, out, result);
 }
 
 int gc__gemm_plain(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,

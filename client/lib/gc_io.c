@@ -57,7 +57,7 @@ void gc__io_break(gc_conn *conn, int code, const char *message) {
   bool lost = code == GC_E_UNAVAILABLE;
   for (gc__request *r = list, *next; r != NULL; r = next) {
     next = r->tmp_next;
-    if (lost) gc__link_lost(conn, r, &conn->broken_error);
+    if (lost) gc__request_lost(conn, r, &conn->broken_error);
     else gc__request_finish(conn, r, &conn->broken_error);
   }
   assert(conn->wire_count == 0);
@@ -114,7 +114,7 @@ static void sendq_pop(gc_conn *conn) {
   conn->send_count--;
   r->in_sendq = false;
   if (r->retry_pending) { /* its zeros are out: now it may go on another socket */
-    gc__link_park(conn, r);
+    gc__request_park(conn, r);
     return;
   }
   if (r->state == GC__ST_SENDING) r->state = GC__ST_WAITING;
@@ -227,8 +227,24 @@ static void on_call_response(gc_conn *conn, gc__request *r, const gp_event *ev) 
   conn->receiving = r;
 }
 
+/* The daemon's answer to the token: true lets the other requests go; else the socket fails. */
+static int on_auth_reply(gc_conn *conn, const gp_event *ev) {
+  assert(conn->auth_waiting && ev->msgid == conn->auth_msgid);
+  conn->auth_waiting = false;
+  bool accepted = ev->err.code == GC_OK && !ev->is_gemm_result && ev->result != NULL &&
+                  ev->result->type == MSGPACK_OBJECT_BOOLEAN && ev->result->via.boolean;
+  gp_decoder_skip_message(conn->decoder);
+  if (accepted) return 0;
+  char message[GC_ERROR_MESSAGE_MAX];
+  int code = ev->err.code != GC_OK ? ev->err.code : GC_E_INTERNAL;
+  snprintf(message, sizeof message, "auth: %.200s",
+           ev->err.code != GC_OK ? ev->err.message : "the daemon's answer is not true");
+  gc__io_break(conn, code, message);
+  return code;
+}
+
 static int on_response(gc_conn *conn, const gp_event *ev) {
-  if (conn->auth_waiting && ev->msgid == conn->auth_msgid) return gc__link_auth_reply(conn, ev);
+  if (conn->auth_waiting && ev->msgid == conn->auth_msgid) return on_auth_reply(conn, ev);
   gc__request *r = gc__reqtab_get(&conn->table, ev->msgid);
   if (r == NULL || !r->on_wire || r->state == GC__ST_DONE || r->state == GC__ST_RECEIVING) {
     /* a reply to nothing we asked on this socket, or a second reply: drop it */
@@ -255,7 +271,7 @@ static void on_message_end(gc_conn *conn, gc__request *r) {
   }
   conn->retiring = true; /* this daemon is going away: new requests wait for the next one */
   gc_error err = r->error;
-  gc__link_lost(conn, r, &err);
+  gc__request_lost(conn, r, &err);
 }
 
 static int on_payload(gc_conn *conn, const gp_event *ev) {
@@ -373,24 +389,13 @@ static int recv_some(gc_conn *conn) {
   return conn->broken_error.code;
 }
 
-static int pump(gc_conn *conn) {
+int gc__io_pump(gc_conn *conn) {
   if (conn->broken) return conn->broken_error.code;
   int rc = send_some(conn);
   if (rc == 0) rc = recv_some(conn);
   /* receiving may have made room for more sending (a refusal zero-fills its rest) */
   if (rc == 0) rc = send_some(conn);
   return rc;
-}
-
-int gc__io_progress(gc_conn *conn) {
-  (void)gc__link_maintain(conn);
-  (void)pump(conn);
-  /* a socket lost or retired just now: its parked requests go out on a fresh one at once */
-  if (conn->broken || conn->retiring) {
-    (void)gc__link_maintain(conn);
-    (void)pump(conn);
-  }
-  return conn->broken ? conn->broken_error.code : 0;
 }
 
 int gc__io_wait(gc_conn *conn, int64_t deadline_ms) {

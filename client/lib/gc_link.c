@@ -4,7 +4,8 @@
  * while there is no socket to carry them and re-sent, under their own msgids, on the next
  * one (a lost socket, an UNAVAILABLE answer: a gemm has no side effects). Ping, info and
  * stats are not repeated. A socket lost while idle costs nothing: requests after it simply go
- * to the next one.
+ * to the next one. Above the pump (gc_io.c): each step replaces a lost socket first, then
+ * pumps; a new request enters the table and the link here (gc__link_start).
  */
 #include <assert.h>
 #include <stdio.h>
@@ -14,106 +15,13 @@
 
 #include "gc_internal.h"
 
-/* ---- the request lists --------------------------------------------------- */
-
-void gc__link_wire_leave(gc_conn *conn, gc__request *r) {
-  if (!r->on_wire) return;
-  assert(conn->wire_count > 0);
-  r->on_wire = false;
-  conn->wire_count--;
-}
-
-static void sendq_append(gc_conn *conn, gc__request *r) {
-  r->in_sendq = true;
-  r->send_next = NULL;
-  if (conn->send_tail) conn->send_tail->send_next = r;
-  else conn->send_head = r;
-  conn->send_tail = r;
-  conn->send_count++;
-}
-
-/* r goes out on the current socket from its first byte. */
-static void dispatch(gc_conn *conn, gc__request *r) {
-  assert(!conn->broken && !r->in_sendq && !r->on_wire);
-  r->state = GC__ST_SENDING;
-  r->iov_next = 0;
-  r->iov_done = 0;
-  r->sent = 0;
-  r->received = 0;
-  r->zero_fill = false;
-  r->retry_pending = false;
-  gc__error_clear(&r->error);
-  memset(&r->result, 0, sizeof r->result);
-  msgpack_sbuffer_destroy(&r->packed); /* a reply half-taken by the last attempt */
-  msgpack_sbuffer_init(&r->packed);
-  r->on_wire = true;
-  conn->wire_count++;
-  sendq_append(conn, r);
-}
-
-void gc__link_park(gc_conn *conn, gc__request *r) {
-  gc__link_wire_leave(conn, r);
-  assert(!r->in_sendq);
-  if (r->abandoned) { /* cancelled: nothing to retry */
-    gc__request_finish(conn, r, NULL);
-    return;
-  }
-  r->state = GC__ST_PARKED;
-  r->retry_pending = false;
-  r->send_next = NULL;
-  if (conn->park_tail) conn->park_tail->send_next = r;
-  else conn->park_head = r;
-  conn->park_tail = r;
-}
-
-bool gc__list_unlink(gc__request **head, gc__request **tail, gc__request *r) {
-  gc__request *prev = NULL;
-  for (gc__request *it = *head; it != NULL; prev = it, it = it->send_next) {
-    if (it != r) continue;
-    if (prev) prev->send_next = r->send_next;
-    else *head = r->send_next;
-    if (*tail == r) *tail = prev;
-    r->send_next = NULL;
-    return true;
-  }
-  return false;
-}
-
-void gc__link_unpark(gc_conn *conn, gc__request *r) {
-  assert(r->state == GC__ST_PARKED);
-  (void)gc__list_unlink(&conn->park_head, &conn->park_tail, r);
-}
-
-void gc__link_submit(gc_conn *conn, gc__request *r) {
-  if (conn->broken || conn->retiring) gc__link_park(conn, r);
-  else dispatch(conn, r);
-}
-
-void gc__link_lost(gc_conn *conn, gc__request *r, const gc_error *err) {
-  gc__link_wire_leave(conn, r);
-  /* a gemm naming a region cannot be re-sent: the region went with the old socket */
-  bool may_retry = r->kind == GC__KIND_GEMM && !r->uses_shm && r->retries < conn->max_retries;
-  if (r->abandoned || (!r->retry_pending && !may_retry)) {
-    gc__request_finish(conn, r, err);
-    return;
-  }
-  /* an UNAVAILABLE answer counted its retry when it came */
-  if (!r->retry_pending) r->retries++;
-  r->error = *err; /* why it goes again: told with the reconnect's failure, if that fails */
-  if (r->in_sendq) { /* bytes the old socket still owes: zeros, then parked (gc_io.c) */
-    r->zero_fill = true;
-    r->retry_pending = true;
-    return;
-  }
-  gc__link_park(conn, r);
-}
-
 /* ---- the token ------------------------------------------------------------ */
 
 /* [0, msgid, "auth", [token]], first in the send queue of a fresh TCP socket. */
 static int queue_auth(gc_conn *conn) {
-  gc__request *r = gc__request_new(conn, GC__KIND_AUTH);
-  if (r == NULL) return gc__error_set(&conn->broken_error, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_AUTH, &r, &conn->broken_error);
+  if (made != 0) return made;
   size_t len = strlen(conn->token);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &r->head, msgpack_sbuffer_write);
@@ -130,23 +38,8 @@ static int queue_auth(gc_conn *conn) {
   r->send_total = r->head.size;
   conn->auth_msgid = r->msgid;
   conn->auth_waiting = true;
-  sendq_append(conn, r);
+  gc__request_sendq_append(conn, r);
   return 0;
-}
-
-int gc__link_auth_reply(gc_conn *conn, const gp_event *ev) {
-  assert(conn->auth_waiting && ev->msgid == conn->auth_msgid);
-  conn->auth_waiting = false;
-  bool accepted = ev->err.code == GC_OK && !ev->is_gemm_result && ev->result != NULL &&
-                  ev->result->type == MSGPACK_OBJECT_BOOLEAN && ev->result->via.boolean;
-  gp_decoder_skip_message(conn->decoder);
-  if (accepted) return 0;
-  char message[GC_ERROR_MESSAGE_MAX];
-  int code = ev->err.code != GC_OK ? ev->err.code : GC_E_INTERNAL;
-  snprintf(message, sizeof message, "auth: %.200s",
-           ev->err.code != GC_OK ? ev->err.message : "the daemon's answer is not true");
-  gc__io_break(conn, code, message);
-  return code;
 }
 
 /* ---- sockets -------------------------------------------------------------- */
@@ -241,8 +134,37 @@ int gc__link_maintain(gc_conn *conn) {
     conn->park_head = r->send_next;
     if (conn->park_head == NULL) conn->park_tail = NULL;
     r->send_next = NULL;
-    if (rc == 0) dispatch(conn, r);
+    if (rc == 0) gc__request_dispatch(conn, r);
     else finish_unsent(conn, r);
   }
   return rc;
+}
+
+/* ---- moving requests ---------------------------------------------------- */
+
+int gc__link_progress(gc_conn *conn) {
+  (void)gc__link_maintain(conn);
+  (void)gc__io_pump(conn);
+  /* a socket lost or retired just now: its parked requests go out on a fresh one at once */
+  if (conn->broken || conn->retiring) {
+    (void)gc__link_maintain(conn);
+    (void)gc__io_pump(conn);
+  }
+  return conn->broken ? conn->broken_error.code : 0;
+}
+
+int gc__link_start(gc_conn *conn, gc__request *r) {
+  /* An idle socket may have been closed by the daemon (timeouts.idle_ms): read first (r not
+   * yet known), so that r goes to a fresh socket instead of spending a retry on a dead one. */
+  if (!conn->broken && conn->wire_count == 0) (void)gc__link_progress(conn);
+  if (gc__reqtab_put(&conn->table, r) != 0) {
+    gc__request_release(r); /* nothing holds it yet: freed */
+    return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory for the request table");
+  }
+  r->in_table = true;
+  gc__request_submit(conn, r);
+  /* Send what the socket takes now. A failure finishes r with the error: the caller hears
+   * of it from gc_wait / gc_poll like any other outcome. */
+  (void)gc__link_progress(conn);
+  return 0;
 }

@@ -20,8 +20,9 @@ int gc_put(gc_conn *conn, gc_dtype dtype, uint64_t batch, uint64_t rows, uint64_
   if (gp_put_hdr_validate(&hdr, &limits, &perr) != 0 || !gp_put_bytes(&hdr, &bytes))
     return gc__conn_failf(conn, perr.code ? perr.code : GC_E_INVALID_ARGUMENT, "put: %s",
                           perr.message);
-  gc__request *r = gc__request_new(conn, GC__KIND_CALL);
-  if (r == NULL) return gc__conn_failf(conn, GC_E_RESOURCE_EXHAUSTED, "out of memory");
+  gc__request *r;
+  int made = gc__request_new(conn, GC__KIND_CALL, &r, &conn->last_error);
+  if (made != 0) return made;
   r->method = GP_METHOD_PUT;
   int rc = gp_encode_put_request_head(&r->head, r->msgid, &hdr);
   if (rc != 0) {

@@ -1,10 +1,11 @@
 /*
- * gc_scratch.c - the blocking gc_gemm when the library moves the operands itself: the
- * automatic scratch region (a gemm on a Unix socket whose operands reach
- * gc_connect_opts.scratch_min_bytes goes through one shared-memory buffer of the connection,
- * so that the socket carries only headers), and leading dimensions (rows copied into the
- * region, or into packed buffers for the socket, and the result's rows back). The copies are
- * gc_copy.c's, by several threads. ARCHITECTURE.md, "The automatic scratch region".
+ * gc_scratch.c - the blocking gc_gemm: the plain one (gc_submit + gc_wait, gc_gemm.c) unless
+ * the library moves the operands itself: the automatic scratch region (a gemm on a Unix socket
+ * whose operands reach gc_connect_opts.scratch_min_bytes goes through one shared-memory buffer
+ * of the connection, so that the socket carries only headers), and leading dimensions (rows
+ * copied into the region, or into packed buffers for the socket, and the result's rows back).
+ * The copies are gc_copy.c's, by several threads. ARCHITECTURE.md, "The automatic scratch
+ * region".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -219,8 +220,12 @@ static bool pieces_fit(const gc_gemm_opts *o, const operand ops[OP_COUNT], unsig
          o->m >= (uint64_t)pieces * SCRATCH_PIECE_MIN_ROWS;
 }
 
-int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const void *b,
-                    const void *c, void *out, gc_gemm_result *result) {
+/* gc_gemm for the options that need the library to move the operands itself: leading
+ * dimensions other than packed, or operands large enough for the scratch region. o is the
+ * caller's opts over the defaults. Returns 1 when it did not take the gemm (plain path), else
+ * the gemm's result code. */
+static int gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const void *b,
+                       const void *c, void *out, gc_gemm_result *result) {
   operand ops[OP_COUNT];
   if (conn == NULL || !shapes(o, a, b, c, out, ops)) return 1;
   if (o->a_handle != 0) ops[OP_A].p = NULL;
@@ -256,4 +261,16 @@ int gc__gemm_staged(gc_conn *conn, const gc_gemm_opts *o, const void *a, const v
   rc = run_staged(conn, o, tmp, ops, result);
   free(tmp);
   return rc;
+}
+
+int gc_gemm(gc_conn *conn, const gc_gemm_opts *opts, const void *a, const void *b,
+            const void *c, void *out, gc_gemm_result *result) {
+  if (opts != NULL && opts->struct_size >= GC__GEMM_OPTS_V1_SIZE) {
+    gc_gemm_opts o;
+    gc_gemm_opts_init(&o);
+    memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
+    int rc = gemm_staged(conn, &o, a, b, c, out, result);
+    if (rc != 1) return rc;
+  }
+  return gc__gemm_plain(conn, opts, a, b, c, out, result);
 }

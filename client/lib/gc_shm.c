@@ -29,16 +29,6 @@ bool gc__shm_find(const gc_conn *conn, const void *ptr, uint64_t len, uint64_t *
   return false;
 }
 
-void gc__shm_free_all(gc_conn *conn) {
-  while (conn->shm != NULL) {
-    gc__shm *s = conn->shm;
-    conn->shm = s->next;
-    if (!s->device)
-      munmap(s->base, s->size);
-    free(s);
-  }
-}
-
 int gc__shm_link_ready(gc_conn *conn) {
   if (conn->broken && conn->fd < 0 && conn->send_head == NULL && conn->wire_count == 0) {
     int rc = gc__link_open(conn); /* after an idle close: the region needs a socket now */

@@ -22,3 +22,10 @@ add_test(NAME client_exports
                  ${CMAKE_SOURCE_DIR}/client/gemmclient.h)
 
 set_tests_properties(client_npy client_lib client_exports PROPERTIES LABELS unit TIMEOUT 120)
+
+# scripts/check-layers.py's rules beyond daemon/ (client/lib's layers, no circle in any folder,
+# which folder includes which, no import circle in python/gemmd), each shown a small tree that
+# breaks it; the real tree is checked by daemon_layers.
+add_test(NAME check_layers_repository
+         COMMAND ${GEMMD_PYTHON3} -W error ${CMAKE_CURRENT_LIST_DIR}/layers/test_check_layers_repo.py)
+set_tests_properties(check_layers_repository PROPERTIES LABELS unit TIMEOUT 60)
