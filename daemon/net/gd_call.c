@@ -17,18 +17,20 @@ void gd_calls_init(gd_calls *l, gd_sched *sched) {
   l->uncounted = NULL;
 }
 
-int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  const gd_sched_share *share,
-                  void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
-                  gd_call **out, gp_error *err) {
+gd_admit gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                       const gd_sched_share *share,
+                       void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
+                       gd_call **out, gp_error *err) {
   gd_call *c = calloc(1, sizeof *c);
-  if (!c)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+    return GD_ADMIT_REFUSED;
+  }
   c->waiter.on_event = on_event;
-  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
-  if (rc != 0) {
+  gd_admit a = gd_sched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
+  if (a != GD_ADMITTED) {
     free(c);
-    return rc;
+    return a;
   }
   c->list = l;
   c->msgid = msgid;
@@ -40,7 +42,7 @@ int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgi
   c->counted = c->job->reserved_bytes;
   l->reserved += c->counted;
   *out = c;
-  return 0;
+  return GD_ADMITTED;
 }
 
 void gd_call_uncount(gd_call *c) {

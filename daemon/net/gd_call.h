@@ -49,14 +49,14 @@ struct gd_calls {
 
 void gd_calls_init(gd_calls *l, gd_sched *sched);
 
-/* Admits a gemm for msgid; its events go to on_event (the waiter of the new record). On
- * success *out is linked first on l and its job's reserved bytes are counted in l->reserved
- * until it is computed or let go. share as in gd_sched_admit. On failure returns the code with
- * err filled. */
-int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  const gd_sched_share *share,
-                  void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
-                  gd_call **out, gp_error *err);
+/* Admits a gemm for msgid; its events go to on_event (the waiter of the new record).
+ * GD_ADMITTED: *out is linked first on l and its job's reserved bytes are counted in
+ * l->reserved until it is computed or let go. share and the other outcomes as in
+ * gd_sched_admit (out of memory here is GD_ADMIT_REFUSED too). */
+gd_admit gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                       const gd_sched_share *share,
+                       void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
+                       gd_call **out, gp_error *err);
 
 /* c's reply will carry its result (C's bytes) on the socket: they count in l->owed until c is
  * answered or let go. A result into a shared-memory region owes nothing. Once per call. */

@@ -359,12 +359,12 @@ static gd_sched_share share_of(const gd_session *s) {
   return share;
 }
 
-static bool must_wait(int rc) { return rc == GD_SCHED_FULL || rc == GD_SCHED_OVER_SHARE; }
+static bool must_wait(gd_admit a) { return a == GD_ADMIT_FULL || a == GD_ADMIT_OVER_SHARE; }
 
-/* Admits the current message's gemm: 0 (s->cur is its call), GD_SCHED_FULL or
- * GD_SCHED_OVER_SHARE (nothing done), or a gp code (refused and answered). Under the shared
- * lock (the peers' counts). */
-static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
+/* Admits the current message's gemm: GD_ADMITTED (s->cur is its call), GD_ADMIT_FULL or
+ * GD_ADMIT_OVER_SHARE (nothing done), or GD_ADMIT_REFUSED (answered). Under the shared lock
+ * (the peers' counts). */
+static gd_admit admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
   gd_call *call = NULL;
@@ -373,19 +373,20 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   int rc = hdr->has_out ? gd_shm_calls_check_out(&s->conn.shm, hdr, &err) : 0;
   if (rc != 0) {
     refuse_current(s, s->msgid, rc, err.message);
-    return rc;
+    return GD_ADMIT_REFUSED;
   }
   gd_sched_share share = share_of(s);
   share.fixed_device = gd_cuda_ipc_fixed_device(&s->conn.shm, hdr);
-  rc = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, &share, on_job_event, &call, &err);
-  if (must_wait(rc)) {
+  gd_admit a = gd_call_admit(&s->conn.calls, hdr, has_c, s->msgid, &share, on_job_event, &call,
+                             &err);
+  if (must_wait(a)) {
     gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)s->conn.id,
              (unsigned)s->msgid, err.message);
-    return rc;
+    return a;
   }
-  if (rc != 0) {
-    refuse_current(s, s->msgid, rc, err.message);
-    return rc;
+  if (a != GD_ADMITTED) {
+    refuse_current(s, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    return a;
   }
   if (s->peer_counted)
     gd_peers_charge(&s->d->peers, s->conn.peer_key, call->counted);
@@ -401,7 +402,7 @@ static int admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
            (unsigned long long)s->conn.id, (unsigned)s->msgid, gp_dtype_name(hdr->dtype),
            (unsigned long long)hdr->m, (unsigned long long)hdr->n, (unsigned long long)hdr->k,
            (unsigned long long)hdr->batch, (unsigned long long)call->job->id);
-  return 0;
+  return GD_ADMITTED;
 }
 
 /* ---- waiting for admission (see gd_rpc.h) ----------------------------------- */
@@ -439,12 +440,12 @@ static void want_room(gd_netloop *nl) {
   gd_sched_port_want_room(nl->port, nl->wait_head || nl->share_waiters > 0);
 }
 
-/* A gemm header waits: in the FIFO for shared room (GD_SCHED_FULL), or, over its own share
- * (GD_SCHED_OVER_SHARE), out of line until its connection's or peer's jobs are computed. */
-static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, int why) {
+/* A gemm header waits: in the FIFO for shared room (GD_ADMIT_FULL), or, over its own share
+ * (GD_ADMIT_OVER_SHARE), out of line until its connection's or peer's jobs are computed. */
+static void start_waiting(gd_session *s, const gp_gemm_hdr *hdr, bool has_c, gd_admit why) {
   assert(!s->waiting && !s->cur && must_wait(why));
   s->waiting = true;
-  s->in_line = why == GD_SCHED_FULL;
+  s->in_line = why == GD_ADMIT_FULL;
   s->wait_hdr = *hdr;
   s->wait_has_c = has_c;
   s->wait_since_us = gd_now_us();
@@ -544,14 +545,14 @@ bool gd_rpc_idle(const gd_session *s) {
 static void retry_admission(gd_session *s) {
   s->wake = false;
   lock_shared(s);
-  int rc = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
-  bool still = s->in_line ? rc == GD_SCHED_FULL : rc == GD_SCHED_OVER_SHARE;
+  gd_admit a = admit_gemm(s, &s->wait_hdr, s->wait_has_c);
+  bool still = s->in_line ? a == GD_ADMIT_FULL : a == GD_ADMIT_OVER_SHARE;
   if (!still) {
     gp_gemm_hdr hdr = s->wait_hdr;
     bool has_c = s->wait_has_c;
     stop_waiting(s);
-    if (must_wait(rc))
-      start_waiting(s, &hdr, has_c, rc);
+    if (must_wait(a))
+      start_waiting(s, &hdr, has_c, a);
   }
   unlock_shared(s);
   gd_rpc_kick(&s->conn);
@@ -570,10 +571,10 @@ static void on_gemm_request(gd_session *s, const gp_event *ev) {
   /* A request that fits now goes now, even past others in line that do not fit: one large
    * request that cannot be admitted must not hold up every small one behind it. But room that
    * just appeared goes to those in line first (their retries are due). */
-  int rc = line_trying(s->nl) ? GD_SCHED_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
-  if (must_wait(rc)) {
+  gd_admit a = line_trying(s->nl) ? GD_ADMIT_FULL : admit_gemm(s, &ev->gemm, ev->has_c);
+  if (must_wait(a)) {
     s->nl->stats->admission_waits++;
-    start_waiting(s, &ev->gemm, ev->has_c, rc);
+    start_waiting(s, &ev->gemm, ev->has_c, a);
   }
   unlock_shared(s);
 }

@@ -11,10 +11,10 @@
  * and decoded first when reading resumes.
  *
  * Admission: a gemm that fits an idle daemon but not now (queue.max_jobs or what is left of
- * queue.memory_budget: GD_SCHED_FULL) is not refused; its connection stops reading and waits in
+ * queue.memory_budget: GD_ADMIT_FULL) is not refused; its connection stops reading and waits in
  * its loop's FIFO of waiting connections. When the scheduler reports room, the first waiter's
  * timer fires at once and admission is tried again; a waiter that gets in wakes the next one.
- * A gemm over its connection's or peer's share of the budget (GD_SCHED_OVER_SHARE) waits out
+ * A gemm over its connection's or peer's share of the budget (GD_ADMIT_OVER_SHARE) waits out
  * of line, so it never blocks other connections; it tries again when a job of its peer is
  * computed or let go. Waiting does not count against timeouts.request_ms.
  *
