@@ -27,7 +27,7 @@ gd_admit gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t
     return GD_ADMIT_REFUSED;
   }
   c->waiter.on_event = on_event;
-  gd_admit a = gd_sched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
+  gd_admit a = gd_netsched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
   if (a != GD_ADMITTED) {
     free(c);
     return a;
@@ -83,7 +83,7 @@ static void unlink_call(gd_call *c) {
 }
 
 void gd_call_chunk_done(gd_call *c, const void *data, size_t len) {
-  gd_sched_chunk_done(c->list->sched, c->job, data, len);
+  gd_netsched_chunk_done(c->list->sched, c->job, data, len);
 }
 
 void gd_call_finish(gd_call *c, bool ok) {
@@ -92,7 +92,7 @@ void gd_call_finish(gd_call *c, bool ok) {
   gd_job *job = c->job;
   unlink_call(c);
   free(c);
-  gd_sched_finish(sched, job, ok);
+  gd_netsched_finish(sched, job, ok);
 }
 
 void gd_call_abandon(gd_call *c) {
@@ -101,7 +101,7 @@ void gd_call_abandon(gd_call *c) {
   gd_job *job = c->job;
   unlink_call(c);
   free(c);
-  gd_sched_abandon(sched, job);
+  gd_netsched_abandon(sched, job);
 }
 
 void gd_call_forget(gd_call *c) {
@@ -118,7 +118,7 @@ void gd_calls_orphan_all(gd_calls *l) {
     settle(c);
     c->orphan = true;
     l->in_flight--;
-    gd_sched_abandon(l->sched, c->job);
+    gd_netsched_abandon(l->sched, c->job);
   }
   assert(l->in_flight == 0 && l->owed == 0);
 }

@@ -1,7 +1,7 @@
 /*
  * gd_call.h - a connection's records of its gemm calls: one per job it admitted and has not
  * answered yet, in a per-connection list. The lowest layer of a connection: it talks to the
- * scheduler (gd_sched.h) for the job and knows nothing of sockets or the protocol.
+ * scheduler (through gd_netsched.h) for the job and knows nothing of sockets or the protocol.
  *
  * Every result chunk the connection was handed goes back through gd_call_chunk_done, and every
  * job leaves through gd_call_finish (answered) or gd_call_abandon / gd_calls_orphan_all (not):
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "gd_job.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 
 typedef struct gd_calls gd_calls;
 

@@ -105,12 +105,12 @@ void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
   gd_calls_free_all(&c->calls);
   if (c->calls.sched) /* the regions' and resident operands' totals are every loop's */
-    gd_sched_lock(c->calls.sched);
+    gd_netsched_lock(c->calls.sched);
   gd_shm_free(&c->shm);
   gd_replyq_free(&c->out);
   gd_resident_free(&c->resident); /* after its calls: none holds a pointer into it anyway */
   if (c->calls.sched)
-    gd_sched_unlock(c->calls.sched);
+    gd_netsched_unlock(c->calls.sched);
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }

@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_server.h"
 #include "gp_error.h"
 

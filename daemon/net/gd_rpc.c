@@ -68,8 +68,8 @@ static void send_error(gd_session *s, uint32_t msgid, int code, const char *mess
 }
 
 /* What all loops share is under the scheduler's lock (gd_server.h). */
-static void lock_shared(const gd_session *s) { gd_sched_lock(s->d->sched); }
-static void unlock_shared(const gd_session *s) { gd_sched_unlock(s->d->sched); }
+static void lock_shared(const gd_session *s) { gd_netsched_lock(s->d->sched); }
+static void unlock_shared(const gd_session *s) { gd_netsched_unlock(s->d->sched); }
 
 static bool is_shm_method(gp_method method) {
   return method == GP_METHOD_SHM_REGISTER || method == GP_METHOD_SHM_UNREGISTER;
@@ -95,7 +95,7 @@ static uint64_t peer_held(const gd_session *s) {
 static int check_peer_hold(gd_session *s, const char *what, uint64_t more, gp_error *err) {
   if (s->d->peers.n <= 1)
     return 0;
-  double budget = (double)gd_sched_get_limits(s->d->sched).memory_budget;
+  double budget = (double)gd_netsched_get_limits(s->d->sched).memory_budget;
   uint64_t share = (uint64_t)(budget * s->nl->limits.peer_hold_share);
   uint64_t held = peer_held(s);
   if (held <= share && more <= share - held)
@@ -220,7 +220,7 @@ bool gd_rpc_window(gd_conn *c, void **ptr, size_t *len) {
   gp_operand operand;
   uint64_t offset, remaining;
   if (!s->cur || !gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) ||
-      !gd_sched_input_window(s->d->sched, s->cur->job, operand, offset, ptr, len) || *len == 0)
+      !gd_netsched_input_window(s->d->sched, s->cur->job, operand, offset, ptr, len) || *len == 0)
     return false;
   if (*len > remaining)
     *len = (size_t)remaining; /* never read past this payload into the job's memory */
@@ -346,7 +346,7 @@ static uint64_t peer_held(const gd_session *s);
 static gd_sched_share share_of(const gd_session *s) {
   const gd_server *d = s->d;
   const gd_net_limits *lim = &s->nl->limits;
-  double budget = (double)gd_sched_get_limits(d->sched).memory_budget;
+  double budget = (double)gd_netsched_get_limits(d->sched).memory_budget;
   gd_sched_share share = {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
@@ -437,7 +437,7 @@ static void wait_unlink(gd_session *s) {
  * under the shared lock, with the admission that failed: room made after it is heard. */
 static void want_room(gd_netloop *nl) {
   atomic_store(&nl->share_waiting, nl->share_waiters);
-  gd_sched_port_want_room(nl->port, nl->wait_head || nl->share_waiters > 0);
+  gd_netsched_port_want_room(nl->port, nl->wait_head || nl->share_waiters > 0);
 }
 
 /* A gemm header waits: in the FIFO for shared room (GD_ADMIT_FULL), or, over its own share
@@ -636,7 +636,7 @@ static void on_payload(gd_session *s, const gp_event *ev) {
     return; /* a payload of a request we refused: the decoder skips those itself */
   gp_error err;
   bool pause = false;
-  int rc = gd_sched_input(s->d->sched, call->job, ev->operand, ev->offset, ev->data, ev->len,
+  int rc = gd_netsched_input(s->d->sched, call->job, ev->operand, ev->offset, ev->data, ev->len,
                           &pause, &err);
   if (rc != 0) {
     refuse_current(s, call->msgid, rc, err.message);
@@ -696,7 +696,7 @@ static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp
   s->conn.resident.devices = gd_resident_buf_devices(res) |
                              (call->job->device >= 0 && call->job->device < 64
                                   ? 1ull << call->job->device : 0);
-  if (gd_sched_input_resident(s->d->sched, call->job, ev->operand, res)) {
+  if (gd_netsched_input_resident(s->d->sched, call->job, ev->operand, res)) {
     s->feed.left = 0; /* the backend uses its own copy: nothing to feed */
     return 0;
   }
@@ -749,7 +749,7 @@ static void on_message_end(gd_session *s) {
   if (!call)
     return;
   gp_error err;
-  int rc = gd_sched_submit(s->d->sched, call->job, &err);
+  int rc = gd_netsched_submit(s->d->sched, call->job, &err);
   if (rc != 0) { /* the scheduler released the job */
     uint32_t msgid = call->msgid;
     gd_call_forget(call);
@@ -926,7 +926,7 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
   gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)s->conn.id,
            (unsigned)call->msgid, ev->len, ev->last ? " (last)" : "");
   gd_replyq_chunk(&s->conn.out, call, head, head_len, ev->data, ev->len, ev->last,
-                  gd_sched_chunks_in_job_memory(s->d->sched, call->job));
+                  gd_netsched_chunks_in_job_memory(s->d->sched, call->job));
 }
 
 static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
@@ -1004,7 +1004,7 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
  * never be admitted usefully. */
 static uint64_t waiting_needs(const gd_session *s) {
   uint64_t bytes[3], total = 0;
-  if (!gd_sched_operand_total(&s->wait_hdr, bytes, &total))
+  if (!gd_netsched_operand_total(&s->wait_hdr, bytes, &total))
     return UINT64_MAX;
   return s->wait_has_c ? total : total - bytes[GP_OPERAND_C];
 }

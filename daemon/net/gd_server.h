@@ -4,7 +4,7 @@
  * application (app/) fills it from the config and keeps the limits current on SIGHUP.
  *
  * Threads: connections live on several loop threads (gd_netloop.h). What is marked "shared" here
- * is read and written under the scheduler's lock (gd_sched_lock(sched)); what is marked "loop 0"
+ * is read and written under the scheduler's lock (gd_netsched_lock(sched)); what is marked "loop 0"
  * only on the main loop's thread; the rest is set before the loops start, or is atomic.
  */
 #ifndef GD_SERVER_H
@@ -20,7 +20,7 @@
 #include "gd_backend.h"
 #include "gd_peers.h"
 #include "gd_resident.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_shm.h"
 #include "gd_stats.h"
 #include "gp_types.h"

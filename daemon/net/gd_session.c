@@ -20,8 +20,8 @@
 #include "gd_rpc.h"
 
 /* What all loops share is under the scheduler's lock (gd_server.h). */
-static void lock_shared(gd_server *d) { gd_sched_lock(d->sched); }
-static void unlock_shared(gd_server *d) { gd_sched_unlock(d->sched); }
+static void lock_shared(gd_server *d) { gd_netsched_lock(d->sched); }
+static void unlock_shared(gd_server *d) { gd_netsched_unlock(d->sched); }
 
 /* Off the list of every loop's connections (under the shared lock); every session that closes
  * was linked first (start_session). */

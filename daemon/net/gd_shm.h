@@ -29,7 +29,7 @@
 
 #include "gd_region.h"
 #include "gd_peers.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gp_error.h"
 
 /* Descriptors that may wait for their shm_register, at most (and at most
