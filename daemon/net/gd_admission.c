@@ -17,7 +17,8 @@
 /* ---- what a peer holds outside jobs (queue.peer_hold_share) ------------------ */
 
 /* Bytes of resident operands and shared-memory regions that s's peer holds over all its
- * connections, every loop's. Under the shared lock (the sessions' list and their tables). */
+ * connections, every loop's. Under the shared lock (their tables) and the peers lock (the
+ * sessions' list). */
 static uint64_t peer_held(const gd_session *s) {
   uint64_t held = 0;
   for (const gd_session *o = s->d->all_sessions; o; o = o->all_next)
@@ -32,11 +33,14 @@ static uint64_t peer_held(const gd_session *s) {
  * from anyone (one that comes later and cannot fit is told why: gd_sched.h). Under the shared
  * lock. */
 int gd_admission_check_peer_hold(gd_session *s, const char *what, uint64_t more, gp_error *err) {
-  if (s->d->peers.n <= 1)
+  gd_peers_lock(&s->d->peers);
+  size_t peers = s->d->peers.n;
+  uint64_t held = peers > 1 ? peer_held(s) : 0;
+  gd_peers_unlock(&s->d->peers);
+  if (peers <= 1)
     return 0;
   double budget = (double)gd_netsched_get_limits(s->d->sched).memory_budget;
   uint64_t share = (uint64_t)(budget * s->nl->limits.peer_hold_share);
-  uint64_t held = peer_held(s);
   if (held <= share && more <= share - held)
     return 0;
   gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s: %llu more bytes are over the peer's share of "
@@ -78,9 +82,10 @@ void gd_admission_update_reading(gd_session *s) {
  * (queue.connection_memory_share; queue.peer_memory_share only while another peer is
  * connected: alone, a peer takes no room from anyone). */
 static gd_sched_share share_of(const gd_session *s) {
-  const gd_server *d = s->d;
+  gd_server *d = s->d;
   const gd_net_limits *lim = &s->nl->limits;
   double budget = (double)gd_netsched_get_limits(d->sched).memory_budget;
+  gd_peers_lock(&d->peers);
   gd_sched_share share = {
       .conn_used = s->conn.calls.reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
@@ -90,14 +95,15 @@ static gd_sched_share share_of(const gd_session *s) {
       .port = s->nl->port};
   if (d->peers.n > 1)
     share.peer_limit = (uint64_t)(budget * lim->peer_memory_share);
+  gd_peers_unlock(&d->peers);
   return share;
 }
 
 static bool must_wait(gd_admit a) { return a == GD_ADMIT_FULL || a == GD_ADMIT_OVER_SHARE; }
 
 /* Admits the current message's gemm: GD_ADMITTED (s->cur is its call), GD_ADMIT_FULL or
- * GD_ADMIT_OVER_SHARE (nothing done), or GD_ADMIT_REFUSED (answered). Under the shared lock
- * (the peers' counts). */
+ * GD_ADMIT_OVER_SHARE (nothing done), or GD_ADMIT_REFUSED (answered). Under the shared lock;
+ * the peers' counts under the peers lock, taken here. */
 static gd_admit admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gp_error err;
   gp_error_clear(&err);
@@ -122,8 +128,11 @@ static gd_admit admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
     gd_session_refuse_current(s, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
     return a;
   }
-  if (s->peer_counted)
+  if (s->peer_counted) {
+    gd_peers_lock(&s->d->peers);
     gd_peers_charge(&s->d->peers, s->conn.peer_key, call->counted);
+    gd_peers_unlock(&s->d->peers);
+  }
   call->shm_out = hdr->has_out;
   call->out_region = hdr->out_region;
   call->out_offset = hdr->out_offset;
@@ -244,9 +253,9 @@ static void peer_uncharge(gd_session *s, uint64_t bytes) {
   gd_server *d = s->d;
   if (!s->peer_counted || bytes == 0)
     return;
-  gd_session_lock_shared(s);
+  gd_peers_lock(&d->peers);
   gd_peers_uncharge(&d->peers, s->conn.peer_key, bytes);
-  gd_session_unlock_shared(s);
+  gd_peers_unlock(&d->peers);
   wake_share_waiters(s->nl, s->conn.peer_key);
   for (size_t i = 0; i < d->nloops; i++) {
     gd_netloop *other = d->loops[i];

@@ -57,7 +57,8 @@ void gd_admission_uncounted(gd_calls *l, uint64_t bytes);
 void gd_admission_closing(gd_session *s);
 
 /* 0 when s's peer may hold `more` bytes besides what it holds (queue.peer_hold_share), else
- * RESOURCE_EXHAUSTED with err (what: the method). Under the shared lock. */
+ * RESOURCE_EXHAUSTED with err (what: the method). Under the shared lock (the connections'
+ * tables); it takes the peers lock for the list of connections. */
 int gd_admission_check_peer_hold(gd_session *s, const char *what, uint64_t more, gp_error *err);
 
 /* Whether the connection may decode now, and reading started or stopped to match. */

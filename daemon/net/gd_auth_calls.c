@@ -20,9 +20,11 @@ void gd_auth_calls_start(gd_session *s, bool tcp) {
 }
 
 void gd_auth_calls_begin(gd_session *s, const gp_event *ev) {
-  gd_session_lock_shared(s); /* SIGHUP may re-read the token; every loop counts failures */
+  gd_peers_lock(&s->d->peers); /* every loop counts failures */
   s->auth_throttled = !gd_auth_limit_allows(&s->d->auth_limit, s->conn.peer_key,
                                             s->nl->limits.auth_max_failures, gd_now_us());
+  gd_peers_unlock(&s->d->peers);
+  gd_session_lock_shared(s); /* SIGHUP may re-read the token */
   s->token_ok = !s->auth_throttled &&
                 gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
   gd_session_unlock_shared(s);
@@ -43,9 +45,9 @@ bool gd_auth_calls_end(gd_session *s) {
     s->authenticated = true;
     return true;
   }
-  gd_session_lock_shared(s); /* every loop's failures */
+  gd_peers_lock(&s->d->peers); /* every loop's failures */
   uint64_t log_now = gd_auth_limit_failed(&s->d->auth_limit, s->conn.peer_key, gd_now_us());
-  gd_session_unlock_shared(s);
+  gd_peers_unlock(&s->d->peers);
   if (log_now > 0)
     gd_warn("auth: %llu failed attempt(s) from %s (one line a second per peer; "
             "auth.max_failures_per_second %u)", (unsigned long long)log_now, s->conn.peer_key,

@@ -45,7 +45,7 @@ struct gd_session {
   const gd_session_hooks *hooks; /* the protocol layer's (gd_rpc_start) */
   struct gd_netloop *nl;     /* the loop thread it lives on */
   struct gd_session *prev, *next;           /* its loop's connections */
-  struct gd_session *all_prev, *all_next;   /* every loop's, under the shared lock */
+  struct gd_session *all_prev, *all_next;   /* every loop's, under the peers lock */
   _Atomic uint64_t idle_since_us; /* its last activity while idle (gd_session_idle), else 0: for
                                      other loops (the caps' choice of one to close) */
   gp_decoder *dec;
@@ -94,7 +94,8 @@ void gd_session_error_for(gd_session *s, gp_method method, uint32_t msgid, int c
                           const char *message);
 void gd_session_error(gd_session *s, uint32_t msgid, int code, const char *message);
 
-/* What all loops share is under the scheduler's lock (gd_server.h). */
+/* The scheduler's lock, over what loops share but the counts under the peers lock (gd_server.h
+ * says which). */
 void gd_session_lock_shared(const gd_session *s);
 void gd_session_unlock_shared(const gd_session *s);
 

@@ -21,11 +21,11 @@
 #include "gd_rpc.h"
 #include "gd_session.h"
 
-/* What all loops share is under the scheduler's lock (gd_server.h). */
+/* The scheduler's lock, over what loops share but the counts under the peers lock (gd_server.h). */
 static void lock_shared(gd_server *d) { gd_netsched_lock(d->sched); }
 static void unlock_shared(gd_server *d) { gd_netsched_unlock(d->sched); }
 
-/* Off the list of every loop's connections (under the shared lock); every session that closes
+/* Off the list of every loop's connections (under the peers lock); every session that closes
  * was linked first (start_session). */
 static void unlink_all(gd_server *d, gd_session *s) {
   assert(s->all_prev || d->all_sessions == s);
@@ -37,13 +37,18 @@ static void on_closing(gd_conn *c, const char *why) {
   gd_session *s = (gd_session *)c;
   gd_server *d = s->d;
   lock_shared(d);
+  gd_peers_lock(&d->peers);
   assert(d->connections > 0);
   d->connections--;
   unlink_all(d, s);
+  gd_peers_unlock(&d->peers);
   s->cur = NULL;
   gd_admission_closing(s);
-  if (s->peer_counted)
+  if (s->peer_counted) {
+    gd_peers_lock(&d->peers);
     gd_peers_remove(&d->peers, c->peer_key);
+    gd_peers_unlock(&d->peers);
+  }
   unlock_shared(d);
   s->peer_counted = false;
   if (s->quiet)
@@ -103,9 +108,9 @@ static gd_session *new_session(gd_netloop *nl) {
   gd_session *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  lock_shared(d);
+  gd_peers_lock(&d->peers);
   uint64_t id = ++d->next_session_id;
-  unlock_shared(d);
+  gd_peers_unlock(&d->peers);
   s->dec = gp_decoder_new(GP_ROLE_SERVER, &nl->limits.proto);
   if (!s->dec || gd_conn_init(&s->conn, id, d->sched, nl->stats, &nl->limits.staging_hold_ms,
                               &conn_events) != 0) {
@@ -125,13 +130,13 @@ static void link_session(gd_netloop *nl, gd_session *s) {
   if (nl->sessions)
     nl->sessions->prev = s;
   nl->sessions = s;
-  lock_shared(nl->d);
+  gd_peers_lock(&nl->d->peers);
   nl->d->connections++;
   s->all_next = nl->d->all_sessions;
   if (s->all_next)
     s->all_next->all_prev = s;
   nl->d->all_sessions = s;
-  unlock_shared(nl->d);
+  gd_peers_unlock(&nl->d->peers);
   nl->stats->connections_total++;
 }
 
@@ -194,7 +199,7 @@ void gd_sessions_note_dropped(gd_server *d, const char *where) {
 
 /* The peer's oldest idle connection on any loop (the least recent activity), or NULL. Each
  * connection publishes whether it is idle (idle_since_us); its own loop checks again before it
- * closes it. Under the shared lock. */
+ * closes it. Under the peers lock. */
 static gd_session *oldest_idle_of(gd_server *d, const char *key) {
   gd_session *oldest = NULL;
   uint64_t oldest_us = 0;
@@ -231,7 +236,9 @@ static void evict(gd_netloop *nl, uint64_t id) {
  * greediest peer's oldest idle connection makes room. true when one was closed, or its loop
  * was asked to (another loop's handles are its own; it closes it unless it turned busy
  * meanwhile, when the daemon holds one connection over the cap until one closes). Under the
- * shared lock. */
+ * shared lock and the peers lock; the peers lock is let go meanwhile around the close or the
+ * request to close (it is the innermost lock: gd_peers.h). The victim cannot go meanwhile: a
+ * connection leaves the list only under the shared lock (on_closing), which is held. */
 static bool make_room(gd_netloop *nl, uint32_t mine) {
   const gd_peer_count *top = gd_peers_greediest(&nl->d->peers);
   if (!top || top->count <= mine)
@@ -241,12 +248,17 @@ static bool make_room(gd_netloop *nl, uint32_t mine) {
   gd_session *victim = oldest_idle_of(nl->d, key);
   if (!victim)
     return false;
+  bool closed;
+  gd_peers_unlock(&nl->d->peers);
   if (victim->nl == nl) {
     gd_conn_close(&victim->conn, EVICTED);
-    return true;
+    closed = true;
+  } else {
+    atomic_store_explicit(&victim->idle_since_us, 0, memory_order_relaxed); /* not twice */
+    closed = gd_netloop_evict(victim->nl, victim->conn.id) == 0;
   }
-  atomic_store_explicit(&victim->idle_since_us, 0, memory_order_relaxed); /* not twice */
-  return gd_netloop_evict(victim->nl, victim->conn.id) == 0;
+  gd_peers_lock(&nl->d->peers);
+  return closed;
 }
 
 /* The connection caps, once the peer of s is known (s is linked and counted already). NULL when
@@ -255,7 +267,8 @@ static const char *admit_peer(gd_netloop *nl, gd_session *s) {
   gd_server *d = nl->d;
   const gd_net_limits *lim = &nl->limits;
   const char *why = NULL;
-  lock_shared(d);
+  lock_shared(d); /* a connection closed to make room leaves under it (on_closing) */
+  gd_peers_lock(&d->peers);
   uint32_t mine = gd_peers_count(&d->peers, s->conn.peer_key);
   if (mine >= lim->max_connections_per_peer)
     why = "limits.max_connections_per_peer reached";
@@ -265,6 +278,7 @@ static const char *admit_peer(gd_netloop *nl, gd_session *s) {
     why = "out of memory";
   else
     s->peer_counted = true;
+  gd_peers_unlock(&d->peers);
   unlock_shared(d);
   return why;
 }
@@ -387,12 +401,7 @@ static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
 
 /* ---- all sessions -------------------------------------------------------- */
 
-size_t gd_sessions_count(gd_server *d) {
-  lock_shared(d);
-  size_t open = d->connections;
-  unlock_shared(d);
-  return open;
-}
+size_t gd_sessions_count(gd_server *d) { return atomic_load(&d->connections); }
 
 static size_t fail_pending_here(gd_netloop *nl, const char *why) {
   size_t answered = 0;
@@ -454,6 +463,8 @@ static const gd_netloop_hooks hooks = {adopt, evict, command, room};
 static void on_drop_timer_closed(uv_handle_t *h) { free(h); }
 
 int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err) {
+  if (gd_peers_init(&d->peers) != 0)
+    return gp_error_set(err, GP_E_INTERNAL, "cannot make the peers lock");
   d->fd_drop_timer = malloc(sizeof *d->fd_drop_timer);
   if (!d->fd_drop_timer || uv_timer_init(loop, d->fd_drop_timer) != 0) {
     free(d->fd_drop_timer);

@@ -81,9 +81,9 @@ static int take_one(uv_pipe_t *pipe, int *fd) {
 static bool peer_takes_fd(gd_shm *t) {
   if (!t->peers)
     return true;
-  gd_netsched_lock(t->sched); /* every loop's peers */
+  gd_peers_lock(t->peers); /* every loop's peers */
   bool ok = gd_peers_take_fd(t->peers, t->peer_key, t->peer_fd_cap);
-  gd_netsched_unlock(t->sched);
+  gd_peers_unlock(t->peers);
   return ok;
 }
 
@@ -117,9 +117,9 @@ static int pop_fd(gd_shm *t) {
   t->fd_head = (t->fd_head + 1) % GD_SHM_FDS_MAX;
   t->fd_count--;
   if (t->peers) {
-    gd_netsched_lock(t->sched);
+    gd_peers_lock(t->peers);
     gd_peers_give_fd(t->peers, t->peer_key);
-    gd_netsched_unlock(t->sched);
+    gd_peers_unlock(t->peers);
   }
   return fd;
 }
