@@ -12,50 +12,59 @@
 #include "gd_netloop.h"
 
 void gd_auth_calls_start(gd_session *s, bool tcp) {
-  s->tcp = tcp;
+  gd_session_auth *au = gd_session_auth_of(s);
+  au->tcp = tcp;
   gd_session_lock_shared(s);
-  s->authenticated = gd_auth_trusted_at_accept(s->d, tcp);
+  au->authenticated = gd_auth_trusted_at_accept(gd_session_server(s), tcp);
   gd_session_unlock_shared(s);
-  assert(tcp || s->authenticated); /* a Unix socket's file mode is its guard */
+  assert(tcp || au->authenticated); /* a Unix socket's file mode is its guard */
 }
 
 void gd_auth_calls_begin(gd_session *s, const gp_event *ev) {
-  gd_peers_lock(&s->d->peers); /* every loop counts failures */
-  s->auth_throttled = !gd_auth_limit_allows(&s->d->auth_limit, s->conn.peer_key,
-                                            s->nl->limits.auth_max_failures, gd_now_us());
-  gd_peers_unlock(&s->d->peers);
+  gd_session_auth *au = gd_session_auth_of(s);
+  gd_server *d = gd_session_server(s);
+  gd_peers_lock(&d->peers); /* every loop counts failures */
+  au->throttled = !gd_auth_limit_allows(&d->auth_limit, gd_session_conn(s)->peer_key,
+                                        gd_session_loop(s)->limits.auth_max_failures,
+                                        gd_now_us());
+  gd_peers_unlock(&d->peers);
   gd_session_lock_shared(s); /* SIGHUP may re-read the token */
-  s->token_ok = !s->auth_throttled &&
-                gd_auth_token_matches(&s->d->token, ev->token, ev->token_len);
+  au->token_ok = !au->throttled &&
+                gd_auth_token_matches(&d->token, ev->token, ev->token_len);
   gd_session_unlock_shared(s);
 }
 
 /* The connection stops reading and closes once its replies are out (no line of its own: the
  * failed auths are logged counted). */
 static void hang_up(gd_session *s) {
-  s->hangup = true;
-  s->quiet = true;
-  s->eof = true;
-  s->hooks->kick(&s->conn);
+  gd_session_msg *m = gd_session_msg_of(s);
+  m->hangup = true;
+  m->quiet = true;
+  m->eof = true;
+  gd_session_hooks_of(s)->kick(gd_session_conn(s));
 }
 
 bool gd_auth_calls_end(gd_session *s) {
-  assert(s->method == GP_METHOD_AUTH && !s->in_request);
-  if (s->token_ok) {
-    s->authenticated = true;
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_session_auth *au = gd_session_auth_of(s);
+  gd_server *d = gd_session_server(s);
+  assert(m->method == GP_METHOD_AUTH && !m->in_request);
+  if (au->token_ok) {
+    au->authenticated = true;
     return true;
   }
-  gd_peers_lock(&s->d->peers); /* every loop's failures */
-  uint64_t log_now = gd_auth_limit_failed(&s->d->auth_limit, s->conn.peer_key, gd_now_us());
-  gd_peers_unlock(&s->d->peers);
+  gd_peers_lock(&d->peers); /* every loop's failures */
+  uint64_t log_now = gd_auth_limit_failed(&d->auth_limit, c->peer_key, gd_now_us());
+  gd_peers_unlock(&d->peers);
   if (log_now > 0)
     gd_warn("auth: %llu failed attempt(s) from %s (one line a second per peer; "
-            "auth.max_failures_per_second %u)", (unsigned long long)log_now, s->conn.peer_key,
-            (unsigned)s->nl->limits.auth_max_failures);
-  gd_session_error_quiet(s, GP_METHOD_AUTH, s->msgid, GP_E_UNAUTHENTICATED,
-                         s->auth_throttled ? "too many failed auths from this peer: try again "
+            "auth.max_failures_per_second %u)", (unsigned long long)log_now, c->peer_key,
+            (unsigned)gd_session_loop(s)->limits.auth_max_failures);
+  gd_session_error_quiet(s, GP_METHOD_AUTH, m->msgid, GP_E_UNAUTHENTICATED,
+                         au->throttled ? "too many failed auths from this peer: try again "
                                              "in a second" : "invalid token");
-  if (s->tcp)
+  if (au->tcp)
     hang_up(s);
   return false;
 }

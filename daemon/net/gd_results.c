@@ -36,23 +36,25 @@ static int encode_head(const gd_call *call, char **head, size_t *head_len) {
 /* The result goes into the call's region: each chunk is copied there and given back; the
  * last one sends the reply, which carries no bytes, and answers the job. */
 static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event *ev) {
+  gd_conn *c = gd_session_conn(s);
+  gd_netloop *nl = gd_session_loop(s);
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
-  int rc = gd_shm_calls_output(&s->conn.shm, call, ev->offset, ev->data, ev->len);
+  int rc = gd_shm_calls_output(&c->shm, call, ev->offset, ev->data, ev->len);
   gd_call_chunk_done(call, ev->data, ev->len);
   if (rc == 0 && ev->last)
     rc = gd_shm_calls_reply(call, &sbuf);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
-    gd_conn_close(&s->conn, "internal error: a result could not be written to its region");
+    gd_conn_close(c, "internal error: a result could not be written to its region");
     return;
   }
   call->next_offset += ev->len;
   if (!ev->last)
     return;
   call->head_sent = true;
-  s->nl->stats->gemm_ok++;
-  gd_stats_reply(s->nl->stats, GP_METHOD_GEMM, 0);
+  nl->stats->gemm_ok++;
+  gd_stats_reply(nl->stats, GP_METHOD_GEMM, 0);
   gd_session_send(s, &sbuf);
   gd_call_finish(call, true);
 }
@@ -60,13 +62,14 @@ static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event 
 /* A chunk of call's result: checked, headed on the first, handed to the reply queue (which
  * owns it from there); a chunk refused here is given back at once. */
 static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev) {
+  gd_conn *c = gd_session_conn(s);
   char *head = NULL;
   size_t head_len = 0;
   uint64_t c_bytes = call->job->result_bytes;
   const char *bad = NULL;
   if (!continues_c(call, ev, c_bytes)) {
     gd_error("conn %llu: msgid %u: backend chunk at %llu+%zu does not continue C (%llu of %llu "
-             "bytes sent)", (unsigned long long)s->conn.id, (unsigned)call->msgid,
+             "bytes sent)", (unsigned long long)c->id, (unsigned)call->msgid,
              (unsigned long long)ev->offset, ev->len, (unsigned long long)call->next_offset,
              (unsigned long long)c_bytes);
     bad = "internal error: bad result chunk";
@@ -75,7 +78,7 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
   }
   if (bad) {
     gd_call_chunk_done(call, ev->data, ev->len);
-    gd_conn_close(&s->conn, bad);
+    gd_conn_close(c, bad);
     return;
   }
   if (call->shm_out) {
@@ -84,37 +87,38 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
   }
   call->next_offset += ev->len;
   call->head_sent = true;
-  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)s->conn.id,
+  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)c->id,
            (unsigned)call->msgid, ev->len, ev->last ? " (last)" : "");
-  gd_replyq_chunk(&s->conn.out, call, head, head_len, ev->data, ev->len, ev->last,
-                  gd_netsched_chunks_in_job_memory(s->d->sched, call->job));
+  gd_replyq_chunk(&c->out, call, head, head_len, ev->data, ev->len, ev->last,
+                  gd_netsched_chunks_in_job_memory(gd_session_server(s)->sched, call->job));
 }
 
 static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
+  gd_conn *c = gd_session_conn(s);
   if (call->head_sent) {
     /* Half a reply is out: the stream cannot carry an error for it any more. */
     gd_error("conn %llu: msgid %u failed after its reply started: %s",
-             (unsigned long long)s->conn.id, (unsigned)call->msgid, err->message);
-    gd_conn_close(&s->conn, "a result failed half-way");
+             (unsigned long long)c->id, (unsigned)call->msgid, err->message);
+    gd_conn_close(c, "a result failed half-way");
     return;
   }
   uint32_t msgid = call->msgid;
   gd_call_finish(call, false);
   gd_session_error(s, msgid, err->code ? err->code : GP_E_INTERNAL, err->message);
-  s->hooks->kick(&s->conn);
+  gd_session_hooks_of(s)->kick(c);
 }
 
 /* The waiter of every call this layer admits (gd_job.h). */
 void gd_results_on_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev) {
   gd_call *call = (gd_call *)w; /* the waiter is the record's first member */
-  gd_session *s = (gd_session *)((char *)call->list - offsetof(gd_session, conn.calls));
-  assert(call->job == job && !call->orphan && !s->conn.closing);
+  gd_session *s = gd_session_of_calls(call->list);
+  assert(call->job == job && !call->orphan && !gd_session_conn(s)->closing);
   (void)job;
   if (ev->type == GD_EV_FAILED || (ev->type == GD_EV_OUTPUT_CHUNK && ev->last))
     gd_call_uncount(call); /* computed: it holds no shared budget any more (gd_sched.h) */
   switch (ev->type) {
   case GD_EV_OUTPUT_CHUNK: job_output(s, call, ev); return;
   case GD_EV_FAILED: job_failed(s, call, &ev->err); return;
-  case GD_EV_INPUT_RESUME: s->hooks->resume(s); return;
+  case GD_EV_INPUT_RESUME: gd_session_hooks_of(s)->resume(s); return;
   }
 }

@@ -27,61 +27,66 @@ static bool is_shm_method(gp_method method) {
 }
 
 static void reply_simple(gd_session *s) {
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_netloop *nl = gd_session_loop(s);
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
   gd_session_lock_shared(s); /* the regions' totals, the daemon's figures */
   int rc = 0;
-  if (s->method == GP_METHOD_SHM_REGISTER && s->conn.shm.totals &&
-      (rc = gd_admission_check_peer_hold(s, "shm_register", s->arg, &err)) != 0)
-    gd_shm_drop_fd(&s->conn.shm); /* requests and descriptors stay paired */
+  if (m->method == GP_METHOD_SHM_REGISTER && c->shm.totals &&
+      (rc = gd_admission_check_peer_hold(s, "shm_register", m->arg, &err)) != 0)
+    gd_shm_drop_fd(&c->shm); /* requests and descriptors stay paired */
   if (rc == 0)
-    rc = s->method == GP_METHOD_CUDA_REGISTER
-               ? gd_shm_calls_cuda(&s->conn.shm, &s->nl->limits.shm, s->msgid, &s->cuda, &sbuf,
+    rc = m->method == GP_METHOD_CUDA_REGISTER
+               ? gd_shm_calls_cuda(&c->shm, &nl->limits.shm, m->msgid, &m->cuda, &sbuf,
                                    &err)
-           : is_shm_method(s->method)
-               ? gd_shm_calls_method(&s->conn.shm, &s->nl->limits.shm, &s->conn.calls, s->msgid,
-                                     s->method, s->arg, &sbuf, &err)
-               : gd_methods_reply(s->d, s->msgid, s->method, s->conn.shm.totals != NULL,
+           : is_shm_method(m->method)
+               ? gd_shm_calls_method(&c->shm, &nl->limits.shm, &c->calls, m->msgid,
+                                     m->method, m->arg, &sbuf, &err)
+               : gd_methods_reply(gd_session_server(s), m->msgid, m->method, c->shm.totals != NULL,
                                   &sbuf, &err);
   gd_session_unlock_shared(s);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
-    gd_session_error_for(s, s->method, s->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
+    gd_session_error_for(s, m->method, m->msgid, err.code ? err.code : GP_E_INTERNAL, err.message);
     return;
   }
-  gd_stats_reply(s->nl->stats, s->method, 0);
+  gd_stats_reply(nl->stats, m->method, 0);
   gd_session_send(s, &sbuf);
 }
 
 /* The end of put (its data came whole) or free. */
 static void reply_resident(gd_session *s) {
-  gd_resident *t = &s->conn.resident;
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_resident *t = &c->resident;
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
   gp_error_clear(&err);
   uint64_t handle = 0;
   gd_session_lock_shared(s); /* the resident totals */
-  int rc = s->method == GP_METHOD_PUT ? gd_resident_commit(t, &handle, &err)
-                                      : gd_resident_release(t, s->arg, &err);
-  if (rc == 0 && (s->method == GP_METHOD_PUT ? gd_resident_pack_put(&sbuf, s->msgid, handle)
-                                             : gd_resident_pack_free(&sbuf, s->msgid)) != 0) {
-    if (s->method == GP_METHOD_PUT) /* a handle the client never hears of would be stuck */
+  int rc = m->method == GP_METHOD_PUT ? gd_resident_commit(t, &handle, &err)
+                                      : gd_resident_release(t, m->arg, &err);
+  if (rc == 0 && (m->method == GP_METHOD_PUT ? gd_resident_pack_put(&sbuf, m->msgid, handle)
+                                             : gd_resident_pack_free(&sbuf, m->msgid)) != 0) {
+    if (m->method == GP_METHOD_PUT) /* a handle the client never hears of would be stuck */
       gd_resident_release(t, handle, &err);
     rc = gp_error_set(&err, GP_E_RESOURCE_EXHAUSTED, "out of memory building the reply");
   }
   gd_session_unlock_shared(s);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
-    gd_session_error_for(s, s->method, s->msgid, rc, err.message);
+    gd_session_error_for(s, m->method, m->msgid, rc, err.message);
     return;
   }
-  gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)s->conn.id,
-           (unsigned)s->msgid, gp_method_name(s->method),
-           (unsigned long long)(s->method == GP_METHOD_PUT ? handle : s->arg));
-  gd_stats_reply(s->nl->stats, s->method, 0);
+  gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)c->id,
+           (unsigned)m->msgid, gp_method_name(m->method),
+           (unsigned long long)(m->method == GP_METHOD_PUT ? handle : m->arg));
+  gd_stats_reply(gd_session_loop(s)->stats, m->method, 0);
   gd_session_send(s, &sbuf);
 }
 
@@ -89,10 +94,14 @@ static void reply_resident(gd_session *s) {
 
 bool gd_rpc_window(gd_conn *c, void **ptr, size_t *len) {
   gd_session *s = gd_session_of(c);
+  gd_session_msg *m = gd_session_msg_of(s);
   gp_operand operand;
   uint64_t offset, remaining;
-  if (!s->cur || !gp_decoder_payload_window(s->dec, &operand, &offset, &remaining) ||
-      !gd_netsched_input_window(s->d->sched, s->cur->job, operand, offset, ptr, len) || *len == 0)
+  if (!m->cur ||
+      !gp_decoder_payload_window(gd_session_decoder(s), &operand, &offset, &remaining) ||
+      !gd_netsched_input_window(gd_session_server(s)->sched, m->cur->job, operand, offset, ptr,
+                                len) ||
+      *len == 0)
     return false;
   if (*len > remaining)
     *len = (size_t)remaining; /* never read past this payload into the job's memory */
@@ -105,11 +114,12 @@ void gd_rpc_data(gd_conn *c) { process(gd_session_of(c)); }
  * limits changed): decode what is already read, then read more if allowed. May close. */
 void gd_rpc_kick(gd_conn *c) {
   gd_session *s = gd_session_of(c);
+  gd_session_msg *m = gd_session_msg_of(s);
   if (c->closing)
     return;
-  if (s->eof) {
+  if (m->eof) {
     if (c->calls.in_flight == 0 && c->out.writes == 0)
-      gd_conn_close(c, s->hangup ? "invalid token" : "closed by client");
+      gd_conn_close(c, m->hangup ? "invalid token" : "closed by client");
     return;
   }
   if (c->pending_len > 0) {
@@ -133,36 +143,39 @@ static void count_request(gd_stats *stats, gp_method method) {
 
 /* A put's header: its bytes are reserved now, or it is refused before any data byte. */
 static void on_put_request(gd_session *s, const gp_event *ev) {
+  gd_conn *c = gd_session_conn(s);
   gp_error err;
   gp_error_clear(&err);
   gd_session_lock_shared(s); /* the resident totals */
   uint64_t bytes = 0;
-  int rc = !s->authenticated ? gp_error_set(&err, GP_E_UNAUTHENTICATED, GD_AUTH_NOT_YET)
+  int rc = !gd_session_auth_of(s)->authenticated
+               ? gp_error_set(&err, GP_E_UNAUTHENTICATED, GD_AUTH_NOT_YET)
            : gp_put_bytes(&ev->put, &bytes)
                ? gd_admission_check_peer_hold(s, "put", bytes, &err)
                : 0; /* gd_resident_begin says what is wrong */
   if (rc == 0)
-    rc = gd_resident_begin(&s->conn.resident, &s->nl->limits.resident, &ev->put, &err);
+    rc = gd_resident_begin(&c->resident, &gd_session_loop(s)->limits.resident, &ev->put, &err);
   gd_session_unlock_shared(s);
   if (rc == 0)
     return;
-  gp_decoder_skip_message(s->dec);
-  s->in_request = false;
+  gp_decoder_skip_message(gd_session_decoder(s));
+  gd_session_msg_of(s)->in_request = false;
   gd_session_error_for(s, GP_METHOD_PUT, ev->msgid, rc, err.message);
 }
 
 static void on_request(gd_session *s, const gp_event *ev) {
-  count_request(s->nl->stats, ev->method);
-  s->in_request = true;
-  s->method = ev->method;
-  s->msgid = ev->msgid;
-  s->arg = ev->arg;
+  gd_session_msg *m = gd_session_msg_of(s);
+  count_request(gd_session_loop(s)->stats, ev->method);
+  m->in_request = true;
+  m->method = ev->method;
+  m->msgid = ev->msgid;
+  m->arg = ev->arg;
   if (ev->method == GP_METHOD_CUDA_REGISTER)
-    s->cuda = ev->cuda;
-  s->cur = NULL;
+    m->cuda = ev->cuda;
+  m->cur = NULL;
   if (ev->method == GP_METHOD_AUTH)
     gd_auth_calls_begin(s, ev);
-  if (ev->method == GP_METHOD_GEMM && !s->authenticated)
+  if (ev->method == GP_METHOD_GEMM && !gd_session_auth_of(s)->authenticated)
     gd_session_refuse_current(s, ev->msgid, GP_E_UNAUTHENTICATED,
                               GD_AUTH_NOT_YET); /* before any payload byte */
   else if (ev->method == GP_METHOD_GEMM)
@@ -170,22 +183,23 @@ static void on_request(gd_session *s, const gp_event *ev) {
   else if (ev->method == GP_METHOD_PUT)
     on_put_request(s, ev);
   else
-    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)s->conn.id, (unsigned)ev->msgid,
-             gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
+    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)gd_session_conn(s)->id,
+             (unsigned)ev->msgid, gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
 }
 
 static void on_payload(gd_session *s, const gp_event *ev) {
-  gd_call *call = s->cur;
-  if (s->method == GP_METHOD_PUT) {
-    gd_resident_data(&s->conn.resident, ev->offset, ev->data, ev->len);
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_call *call = m->cur;
+  if (m->method == GP_METHOD_PUT) {
+    gd_resident_data(&gd_session_conn(s)->resident, ev->offset, ev->data, ev->len);
     return;
   }
   if (!call)
     return; /* a payload of a request we refused: the decoder skips those itself */
   gp_error err;
   bool pause = false;
-  int rc = gd_netsched_input(s->d->sched, call->job, ev->operand, ev->offset, ev->data, ev->len,
-                          &pause, &err);
+  int rc = gd_netsched_input(gd_session_server(s)->sched, call->job, ev->operand, ev->offset,
+                             ev->data, ev->len, &pause, &err);
   if (rc != 0) {
     gd_session_refuse_current(s, call->msgid, rc, err.message);
     return;
@@ -197,10 +211,11 @@ static void on_payload(gd_session *s, const gp_event *ev) {
 /* Copies the rest of the current operand reference into the job; refuses the request when
  * the backend fails. */
 static void feed_ref(gd_session *s) {
-  gd_call *call = s->cur;
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_call *call = m->cur;
   gp_error err;
   bool pause = false;
-  int rc = gd_shm_calls_feed(s->d->sched, call, &s->feed, &pause, &err);
+  int rc = gd_shm_calls_feed(gd_session_server(s)->sched, call, &m->feed, &pause, &err);
   if (rc != 0) {
     gd_session_refuse_current(s, call->msgid, rc, err.message);
     return;
@@ -211,21 +226,23 @@ static void feed_ref(gd_session *s) {
 
 /* A put's data given as a region reference: copied from the mapping now. */
 static void put_from_region(gd_session *s, const gp_event *ev) {
-  gd_resident *t = &s->conn.resident;
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_resident *t = &c->resident;
   gp_error err;
   uint8_t *src;
-  int rc = s->conn.shm.totals
-               ? gd_shm_range(&s->conn.shm, ev->region, ev->offset, t->pending.bytes, "data",
+  int rc = c->shm.totals
+               ? gd_shm_range(&c->shm, ev->region, ev->offset, t->pending.bytes, "data",
                               &src, &err)
                : gp_error_set(&err, GP_E_INVALID_ARGUMENT,
                               "shared memory needs a Unix socket connection (and shm.enabled)");
   if (rc != 0) {
-    gp_decoder_skip_message(s->dec);
+    gp_decoder_skip_message(gd_session_decoder(s));
     gd_session_lock_shared(s);
     gd_resident_abort(t);
     gd_session_unlock_shared(s);
-    s->in_request = false;
-    gd_session_error_for(s, GP_METHOD_PUT, s->msgid, rc, err.message);
+    m->in_request = false;
+    gd_session_error_for(s, GP_METHOD_PUT, m->msgid, rc, err.message);
     return;
   }
   gd_resident_data(t, 0, src, (size_t)t->pending.bytes);
@@ -234,29 +251,33 @@ static void put_from_region(gd_session *s, const gp_event *ev) {
 /* A gemm operand given as {"handle": N}: its bytes come from the connection's resident
  * operand, through the same copy as a region's. */
 static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp_error *err) {
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
   gd_resident_buf *res;
-  int rc = gd_resident_operand(&s->conn.resident, ev->handle, &call->job->hdr, ev->operand, &res,
+  int rc = gd_resident_operand(&c->resident, ev->handle, &call->job->hdr, ev->operand, &res,
                                err);
   if (rc != 0)
     return rc;
   assert(res->bytes == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
   /* where its copies live from now: this job's device, and those holding one already */
-  s->conn.resident.devices = gd_resident_buf_devices(res) |
+  c->resident.devices = gd_resident_buf_devices(res) |
                              (call->job->device >= 0 && call->job->device < 64
                                   ? 1ull << call->job->device : 0);
-  if (gd_netsched_input_resident(s->d->sched, call->job, ev->operand, res)) {
-    s->feed.left = 0; /* the backend uses its own copy: nothing to feed */
+  if (gd_netsched_input_resident(gd_session_server(s)->sched, call->job, ev->operand, res)) {
+    m->feed.left = 0; /* the backend uses its own copy: nothing to feed */
     return 0;
   }
-  s->feed = (gd_shm_feed){ev->operand, res->data, 0, res->bytes};
+  m->feed = (gd_shm_feed){ev->operand, res->data, 0, res->bytes};
   return 0;
 }
 
 /* An operand given as {"region", "offset"} (its bytes come from the mapping) or as
  * {"handle"}. */
 static void on_operand_ref(gd_session *s, const gp_event *ev) {
-  gd_call *call = s->cur;
-  if (s->method == GP_METHOD_PUT && s->conn.resident.receiving) {
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_call *call = m->cur;
+  if (m->method == GP_METHOD_PUT && c->resident.receiving) {
     put_from_region(s, ev);
     return;
   }
@@ -264,7 +285,7 @@ static void on_operand_ref(gd_session *s, const gp_event *ev) {
     return; /* a request we refused */
   gp_error err;
   int rc = ev->by_handle ? handle_ref(s, call, ev, &err)
-                         : gd_shm_calls_ref(&s->conn.shm, call, ev, &s->feed, &err);
+                         : gd_shm_calls_ref(&c->shm, call, ev, &m->feed, &err);
   if (rc != 0) {
     gd_session_refuse_current(s, call->msgid, rc, err.message);
     return;
@@ -273,32 +294,33 @@ static void on_operand_ref(gd_session *s, const gp_event *ev) {
 }
 
 static void on_message_end(gd_session *s) {
-  if (!s->in_request)
+  gd_session_msg *m = gd_session_msg_of(s);
+  if (!m->in_request)
     return; /* the end of a notification */
-  s->in_request = false;
-  if (s->method == GP_METHOD_AUTH) {
+  m->in_request = false;
+  if (m->method == GP_METHOD_AUTH) {
     if (gd_auth_calls_end(s))
       reply_simple(s);
     return;
   }
-  if (s->method != GP_METHOD_GEMM && !s->authenticated) {
-    gd_session_error_for(s, s->method, s->msgid, GP_E_UNAUTHENTICATED, GD_AUTH_NOT_YET);
+  if (m->method != GP_METHOD_GEMM && !gd_session_auth_of(s)->authenticated) {
+    gd_session_error_for(s, m->method, m->msgid, GP_E_UNAUTHENTICATED, GD_AUTH_NOT_YET);
     return;
   }
-  if (s->method == GP_METHOD_PUT || s->method == GP_METHOD_FREE) {
+  if (m->method == GP_METHOD_PUT || m->method == GP_METHOD_FREE) {
     reply_resident(s);
     return;
   }
-  if (s->method != GP_METHOD_GEMM) {
+  if (m->method != GP_METHOD_GEMM) {
     reply_simple(s);
     return;
   }
-  gd_call *call = s->cur;
-  s->cur = NULL;
+  gd_call *call = m->cur;
+  m->cur = NULL;
   if (!call)
     return;
   gp_error err;
-  int rc = gd_netsched_submit(s->d->sched, call->job, &err);
+  int rc = gd_netsched_submit(gd_session_server(s)->sched, call->job, &err);
   if (rc != 0) { /* the scheduler released the job */
     uint32_t msgid = call->msgid;
     gd_call_forget(call);
@@ -307,46 +329,51 @@ static void on_message_end(gd_session *s) {
 }
 
 static void on_reject(gd_session *s, const gp_event *ev) {
-  bool counted = s->in_request; /* its REQUEST event was counted already */
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
+  gd_netloop *nl = gd_session_loop(s);
+  bool counted = m->in_request; /* its REQUEST event was counted already */
   gd_session_drop_current(s);
-  s->in_request = false;
+  m->in_request = false;
   /* Before authentication a request learns nothing but that (its method, its header). */
-  bool hide = !s->authenticated && ev->method != GP_METHOD_AUTH;
+  bool hide = !gd_session_auth_of(s)->authenticated && ev->method != GP_METHOD_AUTH;
   if (ev->has_msgid) {
     if (!counted)
-      count_request(s->nl->stats, ev->method);
+      count_request(nl->stats, ev->method);
     gd_session_error_for(s, ev->method, ev->msgid,
                          hide ? GP_E_UNAUTHENTICATED
                               : ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
                          hide ? GD_AUTH_NOT_YET : ev->err.message);
     if (ev->method == GP_METHOD_SHM_REGISTER)
-      gd_shm_drop_fd(&s->conn.shm); /* its descriptor, to keep the rest paired */
+      gd_shm_drop_fd(&c->shm); /* its descriptor, to keep the rest paired */
   } else {
-    gd_stats_error(s->nl->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
+    gd_stats_error(nl->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",
-            (unsigned long long)s->conn.id, ev->err.message);
+            (unsigned long long)c->id, ev->err.message);
   }
 }
 
 static void on_fatal(gd_session *s, const gp_event *ev, const uint8_t *at, size_t len) {
+  gd_conn *c = gd_session_conn(s);
   char prefix[160];
   gd_log_clean(prefix, sizeof prefix, at, len < 32 ? len : 32);
   gd_warn("conn %llu: protocol error: %s (bytes at the error: \"%s\")",
-          (unsigned long long)s->conn.id, ev->err.message, prefix);
-  gd_conn_close(&s->conn, "protocol error");
+          (unsigned long long)c->id, ev->err.message, prefix);
+  gd_conn_close(c, "protocol error");
 }
 
 /* Handles one decoder event; at/left are the bytes after it (for a protocol error's log). */
 static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, size_t left) {
+  gd_conn *c = gd_session_conn(s);
   switch (ev->type) {
   case GP_EV_NEED_MORE: return;
   case GP_EV_REQUEST: on_request(s, ev); return;
   case GP_EV_NOTIFICATION:
-    s->nl->stats->notifications++;
-    s->in_request = false;
+    gd_session_loop(s)->stats->notifications++;
+    gd_session_msg_of(s)->in_request = false;
     if (ev->method == GP_METHOD_SHM_REGISTER)
-      gd_shm_drop_fd(&s->conn.shm);
-    gd_debug("conn %llu: notification %s ignored", (unsigned long long)s->conn.id,
+      gd_shm_drop_fd(&c->shm);
+    gd_debug("conn %llu: notification %s ignored", (unsigned long long)c->id,
              gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
     return;
   case GP_EV_PAYLOAD: on_payload(s, ev); return;
@@ -355,7 +382,7 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
   case GP_EV_REJECT: on_reject(s, ev); return;
   case GP_EV_FATAL: on_fatal(s, ev, at, left); return;
   case GP_EV_RESPONSE:
-    gd_conn_close(&s->conn, "a client sent a response");
+    gd_conn_close(c, "a client sent a response");
     return;
   }
 }
@@ -363,12 +390,12 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
 /* Decodes pending bytes until they are used up or the connection must stop, then updates
  * reading and the timer (unless it closed meanwhile). */
 static void process(gd_session *s) {
-  gd_conn *c = &s->conn;
+  gd_conn *c = gd_session_conn(s);
   while (gd_admission_may_decode(s)) {
     if (gd_session_at_boundary(s) && c->pending_len > 0)
-      s->msg_started_us = gd_now_us();
+      gd_session_msg_of(s)->msg_started_us = gd_now_us();
     gp_event ev;
-    size_t used = gp_decoder_feed(s->dec, c->pending, c->pending_len, &ev);
+    size_t used = gp_decoder_feed(gd_session_decoder(s), c->pending, c->pending_len, &ev);
     gd_conn_consumed(c, used);
     handle_event(s, &ev, c->pending, c->pending_len);
     if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL)
@@ -384,13 +411,14 @@ static void process(gd_session *s) {
  * replies to the complete ones still go out, for a client that only shut down writing. */
 void gd_rpc_eof(gd_conn *c) {
   gd_session *s = gd_session_of(c);
-  s->eof = true;
+  gd_session_msg *m = gd_session_msg_of(s);
+  m->eof = true;
   gd_admission_stop_waiting(s);
   if (!gd_session_at_boundary(s)) {
     gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)c->id,
             c->peer);
     gd_session_drop_current(s);
-    s->in_request = false;
+    m->in_request = false;
   }
   gd_admission_update_reading(s);
   if (!c->closing)
@@ -401,12 +429,13 @@ void gd_rpc_eof(gd_conn *c) {
 /* The backend wants payload again (INPUT_RESUME, through gd_results.c): a region's operand
  * being copied goes on first, then decoding. */
 static void job_resume(gd_session *s) {
-  if (!s->paused)
+  gd_session_msg *m = gd_session_msg_of(s);
+  if (!m->paused)
     return;
   gd_session_resume(s);
-  if (s->feed.left > 0 && s->cur)
+  if (m->feed.left > 0 && m->cur)
     feed_ref(s); /* an operand reference comes first: it may pause again */
-  if (!s->paused && !s->conn.closing)
+  if (!m->paused && !gd_session_conn(s)->closing)
     process(s);
 }
 
@@ -416,35 +445,39 @@ static void job_resume(gd_session *s) {
 static const gd_session_hooks hooks = {gd_rpc_kick, job_resume, gd_rpc_timer_tick};
 
 void gd_rpc_start(gd_session *s, bool tcp) {
-  s->hooks = &hooks;
+  gd_conn *c = gd_session_conn(s);
+  gd_session_set_hooks(s, &hooks);
   gd_auth_calls_start(s, tcp);
-  s->conn.calls.uncounted = gd_admission_uncounted;
+  c->calls.uncounted = gd_admission_uncounted;
   gd_admission_update_reading(s);
-  if (!s->conn.closing)
+  if (!c->closing)
     gd_rpc_timer_update(s);
 }
 
 void gd_rpc_apply_limits(gd_session *s) {
-  gp_decoder_set_limits(s->dec, &s->nl->limits.proto);
-  gd_rpc_kick(&s->conn);
+  gp_decoder_set_limits(gd_session_decoder(s), &gd_session_loop(s)->limits.proto);
+  gd_rpc_kick(gd_session_conn(s));
 }
 
 size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
   size_t answered = 0;
-  if (s->waiting) {
+  if (gd_session_wait_of(s)->waiting) {
     gd_admission_stop_waiting(s);
-    gd_session_refuse_current(s, s->msgid, GP_E_UNAVAILABLE, why);
+    gd_session_refuse_current(s, m->msgid, GP_E_UNAVAILABLE, why);
     answered++;
   }
-  gd_call *call = s->conn.calls.head;
+  gd_call *call = c->calls.head;
   while (call) {
     gd_call *next = call->next;
     if (!call->head_sent && !call->orphan) {
       uint32_t msgid = call->msgid;
-      if (s->cur == call) {
-        gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
+      if (m->cur == call) {
+        /* first: window bytes are then skipped too */
+        gp_decoder_skip_message(gd_session_decoder(s));
         gd_session_drop_current(s);
-        s->in_request = false;
+        m->in_request = false;
       } else {
         gd_call_abandon(call);
       }
@@ -453,6 +486,6 @@ size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
     }
     call = next;
   }
-  gd_rpc_kick(&s->conn);
+  gd_rpc_kick(c);
   return answered;
 }

@@ -14,6 +14,11 @@
  * lower file needs of a higher one (decode again, resume a paused payload, the timer's tick) it
  * reaches through the hooks gd_rpc.c sets (gd_session_hooks), the way libuv calls back.
  *
+ * The session's struct is private to gd_session.c: the other files reach its parts through the
+ * functions below, each part owned by one file (the message being decoded: gd_rpc.c; its
+ * authentication: gd_auth_calls.c; a header waiting for room: gd_admission.c; the lists:
+ * gd_sessions.c).
+ *
  * The thread of the connection's loop only (gd_netloop.h), but for what is marked shared.
  */
 #ifndef GD_SESSION_H
@@ -30,7 +35,7 @@
 #include "gd_shm_calls.h"
 #include "gp_decode.h"
 
-typedef struct gd_session gd_session;
+typedef struct gd_session gd_session; /* private to gd_session.c */
 
 /* What the layers of a connection below the dispatch ask of it (set by gd_rpc_start). */
 typedef struct {
@@ -39,26 +44,8 @@ typedef struct {
   void (*tick)(uv_timer_t *timer);   /* the connection timer's callback */
 } gd_session_hooks;
 
-struct gd_session {
-  gd_conn conn;              /* first: the transport's callbacks get &conn */
-  gd_server *d;
-  const gd_session_hooks *hooks; /* the protocol layer's (gd_rpc_start) */
-  struct gd_netloop *nl;     /* the loop thread it lives on */
-  struct gd_session *prev, *next;           /* its loop's connections */
-  struct gd_session *all_prev, *all_next;   /* every loop's, under the peers lock */
-  _Atomic uint64_t idle_since_us; /* its last activity while idle (gd_session_idle), else 0: for
-                                     other loops (the caps' choice of one to close) */
-  gp_decoder *dec;
-  bool paused;               /* the backend wants no more payload for now */
-  bool eof;                  /* the client shut its side: answer what is in flight, then close */
-  bool auth_throttled;       /* its last auth came while its peer had failed too often */
-  bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
-  bool peer_counted;         /* counted in the server's gd_peers */
-  bool tcp;                  /* accepted on a TCP listener */
-  bool authenticated;        /* may use every method (gd_auth.h) */
-  bool hangup;               /* stop reading, close once replies are out (a wrong token) */
-
-  /* the message being decoded */
+/* The message being decoded: gd_rpc.c's; the layers below it read it and drop it. */
+typedef struct {
   bool in_request;           /* a REQUEST was seen and MESSAGE_END has not come */
   gp_method method;
   uint32_t msgid;
@@ -66,20 +53,70 @@ struct gd_session {
   uint64_t arg;              /* shm_register's size, shm_unregister's region */
   gp_cuda_reg cuda;          /* cuda_register's params */
   gd_shm_feed feed;          /* an operand being copied from a region (feed.left > 0) */
-  bool token_ok;             /* auth: the token it carried matched */
   uint64_t msg_started_us;   /* moved on by the time spent paused or waiting */
+  bool paused;               /* the backend wants no more payload for now */
   uint64_t paused_since_us;
+  bool eof;                  /* the client shut its side: answer what is in flight, then close */
+  bool hangup;               /* stop reading, close once replies are out (a wrong token) */
+  bool quiet;                /* closed without a log line of its own (a rate-limited drop) */
+} gd_session_msg;
 
-  /* a gemm header waiting for room in the scheduler (gd_admission.h) */
+/* Its authentication: gd_auth_calls.c's. */
+typedef struct {
+  bool tcp;                  /* accepted on a TCP listener */
+  bool authenticated;        /* may use every method (gd_auth.h) */
+  bool throttled;            /* its last auth came while its peer had failed too often */
+  bool token_ok;             /* auth: the token it carried matched */
+} gd_session_auth;
+
+/* A gemm header waiting for room in the scheduler: gd_admission.c's. */
+typedef struct {
   bool waiting;
-  bool in_line;              /* waiting in the server's FIFO for shared room; else over its
+  bool in_line;              /* waiting in its loop's FIFO for shared room; else over its
                               * connection's or peer's share, out of line */
   bool wake;                 /* room appeared: try again on the next timer tick */
-  gp_gemm_hdr wait_hdr;
-  bool wait_has_c;
-  uint64_t wait_since_us;
-  struct gd_session *wait_prev, *wait_next;
-};
+  gp_gemm_hdr hdr;
+  bool has_c;
+  uint64_t since_us;
+  gd_session *prev, *next;   /* the FIFO (gd_netloop.wait_head) */
+} gd_session_wait;
+
+/* A new session of loop nl (its transport's events: events), counted nowhere yet; NULL when out
+ * of memory. */
+gd_session *gd_session_new(gd_server *d, struct gd_netloop *nl, const gd_conn_events *events);
+/* Frees what gd_session_new allocated (the transport already freed or never opened). */
+void gd_session_free(gd_session *s);
+
+/* Its parts. The session itself is private to gd_session.c; each part says whose it is. */
+gd_conn *gd_session_conn(const gd_session *s);
+gd_server *gd_session_server(const gd_session *s);
+struct gd_netloop *gd_session_loop(const gd_session *s);
+gp_decoder *gd_session_decoder(const gd_session *s);
+gd_session_msg *gd_session_msg_of(const gd_session *s);
+gd_session_auth *gd_session_auth_of(const gd_session *s);
+gd_session_wait *gd_session_wait_of(const gd_session *s);
+const gd_session_hooks *gd_session_hooks_of(const gd_session *s);
+void gd_session_set_hooks(gd_session *s, const gd_session_hooks *hooks);
+
+/* Counted in the server's gd_peers (gd_sessions.c's). */
+bool gd_session_peer_counted(const gd_session *s);
+void gd_session_set_peer_counted(gd_session *s, bool counted);
+/* Its last activity while idle, else 0 (gd_rpc_timer.c publishes it): for other loops, the
+ * caps' choice of one to close. Any thread. */
+uint64_t gd_session_idle_since(const gd_session *s);
+void gd_session_set_idle_since(gd_session *s, uint64_t us);
+
+/* The lists: its loop's connections (nl->sessions, the loop's thread), and every loop's
+ * (d->all_sessions, under the peers lock). link puts s on both and counts it open; unlink_all
+ * takes it off every loop's (under the peers lock), unlink_loop off its loop's. */
+void gd_session_link(gd_session *s);
+void gd_session_unlink_all(gd_session *s);
+void gd_session_unlink_loop(gd_session *s);
+gd_session *gd_session_next(const gd_session *s);
+gd_session *gd_session_all_next(const gd_session *s);
+
+/* The session whose call list is l. */
+gd_session *gd_session_of_calls(gd_calls *l);
 
 /* The session of a transport (its first member). */
 gd_session *gd_session_of(gd_conn *c);

@@ -25,63 +25,42 @@
 static void lock_shared(gd_server *d) { gd_netsched_lock(d->sched); }
 static void unlock_shared(gd_server *d) { gd_netsched_unlock(d->sched); }
 
-/* Off the list of every loop's connections (under the peers lock); every session that closes
- * was linked first (start_session). */
-static void unlink_all(gd_server *d, gd_session *s) {
-  assert(s->all_prev || d->all_sessions == s);
-  GD_LIST_UNLINK_AT(d->all_sessions, s, all_prev, all_next);
-  s->all_prev = s->all_next = NULL;
-}
-
 static void on_closing(gd_conn *c, const char *why) {
-  gd_session *s = (gd_session *)c;
-  gd_server *d = s->d;
+  gd_session *s = gd_session_of(c);
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_server *d = gd_session_server(s);
   lock_shared(d);
   gd_peers_lock(&d->peers);
   assert(d->connections > 0);
   d->connections--;
-  unlink_all(d, s);
+  gd_session_unlink_all(s);
   gd_peers_unlock(&d->peers);
-  s->cur = NULL;
+  m->cur = NULL;
   gd_admission_closing(s);
-  if (s->peer_counted) {
+  if (gd_session_peer_counted(s)) {
     gd_peers_lock(&d->peers);
     gd_peers_remove(&d->peers, c->peer_key);
     gd_peers_unlock(&d->peers);
   }
   unlock_shared(d);
-  s->peer_counted = false;
-  if (s->quiet)
+  gd_session_set_peer_counted(s, false);
+  if (m->quiet)
     return;
   gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)c->id, c->peer, why,
           (unsigned)c->calls.in_flight);
 }
 
-static void unlink_session(gd_netloop *nl, gd_session *s) {
-  if (s->prev)
-    s->prev->next = s->next;
-  else if (nl->sessions == s)
-    nl->sessions = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-}
-
-static void free_session(gd_session *s) {
-  gp_decoder_free(s->dec);
-  free(s);
-}
-
 static void on_closed(gd_conn *c) {
-  gd_session *s = (gd_session *)c;
-  unlink_session(s->nl, s);
-  free_session(s);
+  gd_session *s = gd_session_of(c);
+  gd_session_unlink_loop(s);
+  gd_session_free(s);
 }
 
 static const gd_conn_events conn_events = {gd_rpc_window, gd_rpc_data,  gd_rpc_eof,
                                            gd_rpc_kick,   gd_rpc_queued, on_closing,
                                            on_closed};
 
-void gd_sessions_close(gd_session *s, const char *why) { gd_conn_close(&s->conn, why); }
+void gd_sessions_close(gd_session *s, const char *why) { gd_conn_close(gd_session_conn(s), why); }
 
 static void on_refused_close(uv_handle_t *handle) { free(handle); }
 
@@ -103,43 +82,6 @@ static int refuse(gd_server *d, uv_stream_t *server, const char *why) {
   return rc;
 }
 
-static gd_session *new_session(gd_netloop *nl) {
-  gd_server *d = nl->d;
-  gd_session *s = calloc(1, sizeof *s);
-  if (!s)
-    return NULL;
-  gd_peers_lock(&d->peers);
-  uint64_t id = ++d->next_session_id;
-  gd_peers_unlock(&d->peers);
-  s->dec = gp_decoder_new(GP_ROLE_SERVER, &nl->limits.proto);
-  if (!s->dec || gd_conn_init(&s->conn, id, d->sched, nl->stats, &nl->limits.staging_hold_ms,
-                              &conn_events) != 0) {
-    gp_decoder_free(s->dec);
-    free(s);
-    return NULL;
-  }
-  s->d = d;
-  s->nl = nl;
-  gd_resident_attach(&s->conn.resident, &d->resident, d->sched);
-  return s;
-}
-
-/* Puts s on its loop's list of sessions and counts it open. */
-static void link_session(gd_netloop *nl, gd_session *s) {
-  s->next = nl->sessions;
-  if (nl->sessions)
-    nl->sessions->prev = s;
-  nl->sessions = s;
-  gd_peers_lock(&nl->d->peers);
-  nl->d->connections++;
-  s->all_next = nl->d->all_sessions;
-  if (s->all_next)
-    s->all_next->all_prev = s;
-  nl->d->all_sessions = s;
-  gd_peers_unlock(&nl->d->peers);
-  nl->stats->connections_total++;
-}
-
 /* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
  * with no trace: a connection whose descriptor leaves fewer than limits.reserved_fds free is
  * closed at once, counted, and logged at most once a second. */
@@ -155,7 +97,7 @@ static uint64_t fd_limit_now(const gd_server *d) {
 static bool fds_short(const gd_netloop *nl, const gd_session *s) {
   uv_os_fd_t fd;
   uint64_t limit = fd_limit_now(nl->d);
-  if (limit == 0 || uv_fileno(&s->conn.h.handle, &fd) != 0)
+  if (limit == 0 || uv_fileno(&gd_session_conn(s)->h.handle, &fd) != 0)
     return false;
   return (uint64_t)fd + nl->limits.reserved_fds >= limit;
 }
@@ -203,9 +145,9 @@ void gd_sessions_note_dropped(gd_server *d, const char *where) {
 static gd_session *oldest_idle_of(gd_server *d, const char *key) {
   gd_session *oldest = NULL;
   uint64_t oldest_us = 0;
-  for (gd_session *s = d->all_sessions; s; s = s->all_next) {
-    uint64_t idle_us = atomic_load_explicit(&s->idle_since_us, memory_order_relaxed);
-    if (idle_us && s->peer_counted && strcmp(s->conn.peer_key, key) == 0 &&
+  for (gd_session *s = d->all_sessions; s; s = gd_session_all_next(s)) {
+    uint64_t idle_us = gd_session_idle_since(s);
+    if (idle_us && gd_session_peer_counted(s) && strcmp(gd_session_conn(s)->peer_key, key) == 0 &&
         (!oldest || idle_us < oldest_us)) {
       oldest = s;
       oldest_us = idle_us;
@@ -220,11 +162,11 @@ static const char *const EVICTED = "closed to make room: limits.max_connections 
 /* Another loop asks this one to close connection id to make room (gd_netloop_hooks.evict): if it
  * is still here and still idle. */
 static void evict(gd_netloop *nl, uint64_t id) {
-  for (gd_session *s = nl->sessions; s; s = s->next) {
-    if (s->conn.id != id)
+  for (gd_session *s = nl->sessions; s; s = gd_session_next(s)) {
+    if (gd_session_conn(s)->id != id)
       continue;
     if (gd_session_idle(s))
-      gd_conn_close(&s->conn, EVICTED);
+      gd_conn_close(gd_session_conn(s), EVICTED);
     else
       gd_info("conn %llu: busy again: not closed to make room; %zu connections for a while",
               (unsigned long long)id, gd_sessions_count(nl->d));
@@ -250,12 +192,12 @@ static bool make_room(gd_netloop *nl, uint32_t mine) {
     return false;
   bool closed;
   gd_peers_unlock(&nl->d->peers);
-  if (victim->nl == nl) {
-    gd_conn_close(&victim->conn, EVICTED);
+  if (gd_session_loop(victim) == nl) {
+    gd_conn_close(gd_session_conn(victim), EVICTED);
     closed = true;
   } else {
-    atomic_store_explicit(&victim->idle_since_us, 0, memory_order_relaxed); /* not twice */
-    closed = gd_netloop_evict(victim->nl, victim->conn.id) == 0;
+    gd_session_set_idle_since(victim, 0); /* not twice */
+    closed = gd_netloop_evict(gd_session_loop(victim), gd_session_conn(victim)->id) == 0;
   }
   gd_peers_lock(&nl->d->peers);
   return closed;
@@ -264,20 +206,21 @@ static bool make_room(gd_netloop *nl, uint32_t mine) {
 /* The connection caps, once the peer of s is known (s is linked and counted already). NULL when
  * s may stay (and is counted for its peer), else why not. */
 static const char *admit_peer(gd_netloop *nl, gd_session *s) {
+  gd_conn *c = gd_session_conn(s);
   gd_server *d = nl->d;
   const gd_net_limits *lim = &nl->limits;
   const char *why = NULL;
   lock_shared(d); /* a connection closed to make room leaves under it (on_closing) */
   gd_peers_lock(&d->peers);
-  uint32_t mine = gd_peers_count(&d->peers, s->conn.peer_key);
+  uint32_t mine = gd_peers_count(&d->peers, c->peer_key);
   if (mine >= lim->max_connections_per_peer)
     why = "limits.max_connections_per_peer reached";
   else if (d->connections - 1 >= lim->max_connections && !make_room(nl, mine))
     why = "limits.max_connections reached";
-  else if (gd_peers_add(&d->peers, s->conn.peer_key) != 0)
+  else if (gd_peers_add(&d->peers, c->peer_key) != 0)
     why = "out of memory";
   else
-    s->peer_counted = true;
+    gd_session_set_peer_counted(s, true);
   gd_peers_unlock(&d->peers);
   unlock_shared(d);
   return why;
@@ -285,36 +228,38 @@ static const char *admit_peer(gd_netloop *nl, gd_session *s) {
 
 /* s has its handles (rc: how opening them went): link it, apply the caps, start serving. */
 static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
+  gd_session_msg *m = gd_session_msg_of(s);
+  gd_conn *c = gd_session_conn(s);
   gd_server *d = nl->d;
   /* from here the session is closed like any other, through its close callbacks */
-  link_session(nl, s);
+  gd_session_link(s);
   if (rc != 0) {
     char why[128];
     snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
-    gd_conn_close(&s->conn, why);
+    gd_conn_close(c, why);
     return;
   }
   if (fds_short(nl, s)) {
-    s->quiet = true;
-    gd_conn_close(&s->conn, "out of file descriptors");
-    gd_sessions_note_dropped(d, s->conn.peer);
+    m->quiet = true;
+    gd_conn_close(c, "out of file descriptors");
+    gd_sessions_note_dropped(d, c->peer);
     return;
   }
   const char *why = admit_peer(nl, s);
   size_t open = gd_sessions_count(d);
   if (why) {
     nl->stats->connections_refused++;
-    s->quiet = true;
-    gd_conn_close(&s->conn, why);
-    gd_warn("connection refused: %s (%s, %zu connections)", why, s->conn.peer_key, open);
+    m->quiet = true;
+    gd_conn_close(c, why);
+    gd_warn("connection refused: %s (%s, %zu connections)", why, c->peer_key, open);
     return;
   }
-  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->conn.id, s->conn.peer,
+  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)c->id, c->peer,
           open);
-  if (s->conn.shm.totals) { /* descriptors it is sent count against its peer's share */
-    s->conn.shm.peers = &d->peers;
-    s->conn.shm.peer_key = s->conn.peer_key;
-    s->conn.shm.peer_fd_cap = nl->limits.shm.max_fds_per_peer;
+  if (c->shm.totals) { /* descriptors it is sent count against its peer's share */
+    c->shm.peers = &d->peers;
+    c->shm.peer_key = c->peer_key;
+    c->shm.peer_fd_cap = nl->limits.shm.max_fds_per_peer;
   }
   gd_rpc_start(s, tcp);
 }
@@ -363,15 +308,16 @@ int gd_sessions_accept(gd_server *d, uv_stream_t *server) {
   bool shm = server->type == UV_NAMED_PIPE && d->loops[0]->limits.shm.enabled;
   if (nl->index != 0)
     return hand_over(d, nl, server, shm);
-  gd_session *s = new_session(nl);
+  gd_session *s = gd_session_new(d, nl, &conn_events);
   if (!s)
     return refuse(d, server, "out of memory");
   if (shm)
-    gd_shm_attach(&s->conn.shm, &d->shm, d->sched, nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_accept(&s->conn, nl->loop, server);
-  if (rc != 0 && s->conn.open_handles == 0) {
-    gd_conn_free(&s->conn);
-    free_session(s);
+    gd_shm_attach(&gd_session_conn(s)->shm, &d->shm, d->sched,
+                  nl->limits.shm.max_regions_per_connection);
+  int rc = gd_conn_accept(gd_session_conn(s), nl->loop, server);
+  if (rc != 0 && gd_session_conn(s)->open_handles == 0) {
+    gd_conn_free(gd_session_conn(s));
+    gd_session_free(s);
     return rc;
   }
   start_session(nl, s, rc, server->type == UV_TCP);
@@ -381,18 +327,19 @@ int gd_sessions_accept(gd_server *d, uv_stream_t *server) {
 /* A connection loop 0 handed over (gd_netloop_hooks.adopt), on nl's thread. */
 static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
   gd_server *d = nl->d;
-  gd_session *s = atomic_load(&d->draining) ? NULL : new_session(nl);
+  gd_session *s = atomic_load(&d->draining) ? NULL : gd_session_new(d, nl, &conn_events);
   if (!s) {
     close(fd); /* the client sees EOF */
     nl->stats->connections_refused++;
     return;
   }
   if (shm)
-    gd_shm_attach(&s->conn.shm, &d->shm, d->sched, nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_open(&s->conn, nl->loop, fd, tcp);
-  if (rc != 0 && s->conn.open_handles == 0) {
-    gd_conn_free(&s->conn);
-    free_session(s);
+    gd_shm_attach(&gd_session_conn(s)->shm, &d->shm, d->sched,
+                  nl->limits.shm.max_regions_per_connection);
+  int rc = gd_conn_open(gd_session_conn(s), nl->loop, fd, tcp);
+  if (rc != 0 && gd_session_conn(s)->open_handles == 0) {
+    gd_conn_free(gd_session_conn(s));
+    gd_session_free(s);
     gd_warn("connection dropped: %s", uv_strerror(rc));
     return;
   }
@@ -405,17 +352,17 @@ size_t gd_sessions_count(gd_server *d) { return atomic_load(&d->connections); }
 
 static size_t fail_pending_here(gd_netloop *nl, const char *why) {
   size_t answered = 0;
-  for (gd_session *s = nl->sessions; s; s = s->next)
-    if (!s->conn.closing)
+  for (gd_session *s = nl->sessions; s; s = gd_session_next(s))
+    if (!gd_session_conn(s)->closing)
       answered += gd_rpc_fail_pending(s, why);
   return answered;
 }
 
 static uint64_t backlog_here(const gd_netloop *nl) {
   uint64_t total = 0;
-  for (const gd_session *s = nl->sessions; s; s = s->next)
-    if (!s->conn.closing)
-      total += gd_replyq_backlog(&s->conn.out);
+  for (const gd_session *s = nl->sessions; s; s = gd_session_next(s))
+    if (!gd_session_conn(s)->closing)
+      total += gd_replyq_backlog(&gd_session_conn(s)->out);
   return total;
 }
 
@@ -426,8 +373,8 @@ static void command(gd_netloop *nl, unsigned cmd, const char *why) {
     lock_shared(nl->d);
     nl->limits = nl->d->limits;
     unlock_shared(nl->d);
-    for (gd_session *s = nl->sessions; s; s = s->next)
-      if (!s->conn.closing)
+    for (gd_session *s = nl->sessions; s; s = gd_session_next(s))
+      if (!gd_session_conn(s)->closing)
         gd_rpc_apply_limits(s);
     break;
   case GD_NETLOOP_PEER_ROOM:
@@ -440,7 +387,7 @@ static void command(gd_netloop *nl, unsigned cmd, const char *why) {
     break;
   }
   case GD_NETLOOP_CLOSE_ALL:
-    for (gd_session *s = nl->sessions; s; s = s->next)
+    for (gd_session *s = nl->sessions; s; s = gd_session_next(s))
       gd_sessions_close(s, why);
     break;
   case GD_NETLOOP_DROP_LOG:
