@@ -22,8 +22,8 @@
 static uint64_t peer_held(const gd_session *s) {
   uint64_t held = 0;
   for (const gd_session *o = gd_session_server(s)->all_sessions; o; o = gd_session_all_next(o))
-    if (strcmp(gd_session_conn(o)->peer_key, gd_session_conn(s)->peer_key) == 0)
-      held += gd_session_conn(o)->resident.bytes + gd_session_conn(o)->shm.bytes;
+    if (strcmp(gd_conn_peer_key(gd_session_conn(o)), gd_conn_peer_key(gd_session_conn(s))) == 0)
+      held += gd_conn_resident(gd_session_conn(o))->bytes + gd_conn_shm(gd_session_conn(o))->bytes;
   return held;
 }
 
@@ -53,7 +53,8 @@ int gd_admission_check_peer_hold(gd_session *s, const char *what, uint64_t more,
   uint64_t now = gd_now_us();
   if (now - nl->hold_warned_us >= 1000000u) {
     nl->hold_warned_us = now;
-    gd_warn("conn %llu (%s): %s", (unsigned long long)c->id, c->peer_key, err->message);
+    gd_warn("conn %llu (%s): %s", (unsigned long long)gd_conn_id(c), gd_conn_peer_key(c),
+            err->message);
   }
   return GP_E_RESOURCE_EXHAUSTED;
 }
@@ -67,14 +68,14 @@ int gd_admission_check_peer_hold(gd_session *s, const char *what, uint64_t more,
 static bool over_caps(const gd_session *s) {
   gd_conn *c = gd_session_conn(s);
   const gd_net_limits *cfg = &gd_session_loop(s)->limits;
-  return c->calls.in_flight >= cfg->max_requests_in_flight ||
-         gd_replyq_backlog(&c->out) >= cfg->max_buffered_bytes ||
-         c->calls.owed > cfg->max_buffered_bytes;
+  return gd_conn_calls(c)->in_flight >= cfg->max_requests_in_flight ||
+         gd_replyq_backlog(gd_conn_out(c)) >= cfg->max_buffered_bytes ||
+         gd_conn_calls(c)->owed > cfg->max_buffered_bytes;
 }
 
 bool gd_admission_may_decode(const gd_session *s) {
   gd_session_msg *m = gd_session_msg_of(s);
-  if (gd_session_conn(s)->closing || m->paused || m->eof || gd_session_wait_of(s)->waiting)
+  if (gd_conn_closing(gd_session_conn(s)) || m->paused || m->eof || gd_session_wait_of(s)->waiting)
     return false;
   return !(gd_session_at_boundary(s) && over_caps(s));
 }
@@ -94,11 +95,11 @@ static gd_sched_share share_of(const gd_session *s) {
   double budget = (double)gd_netsched_get_limits(d->sched).memory_budget;
   gd_peers_lock(&d->peers);
   gd_sched_share share = {
-      .conn_used = c->calls.reserved,
+      .conn_used = gd_conn_calls(c)->reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
-      .peer_used = gd_peers_reserved(&d->peers, c->peer_key),
+      .peer_used = gd_peers_reserved(&d->peers, gd_conn_peer_key(c)),
       .peer_holds = peer_held(s),
-      .prefer_devices = c->resident.devices,
+      .prefer_devices = gd_conn_resident(c)->devices,
       .port = nl->port};
   if (d->peers.n > 1)
     share.peer_limit = (uint64_t)(budget * lim->peer_memory_share);
@@ -120,17 +121,17 @@ static gd_admit admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   gd_call *call = NULL;
   /* a result into a region: the region and range are checked on every try (a waiting request
    * meets regions as they are when it is admitted) */
-  int rc = hdr->has_out ? gd_shm_calls_check_out(&c->shm, hdr, &err) : 0;
+  int rc = hdr->has_out ? gd_shm_calls_check_out(gd_conn_shm(c), hdr, &err) : 0;
   if (rc != 0) {
     gd_session_refuse_current(s, m->msgid, rc, err.message);
     return GD_ADMIT_REFUSED;
   }
   gd_sched_share share = share_of(s);
-  share.fixed_device = gd_cuda_ipc_fixed_device(&c->shm, hdr);
-  gd_admit a = gd_call_admit(&c->calls, hdr, has_c, m->msgid, &share, gd_results_on_event, &call,
-                             &err);
+  share.fixed_device = gd_cuda_ipc_fixed_device(gd_conn_shm(c), hdr);
+  gd_admit a = gd_call_admit(gd_conn_calls(c), hdr, has_c, m->msgid, &share, gd_results_on_event,
+                             &call, &err);
   if (must_wait(a)) {
-    gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)c->id,
+    gd_debug("conn %llu: msgid %u: waits: %s", (unsigned long long)gd_conn_id(c),
              (unsigned)m->msgid, err.message);
     return a;
   }
@@ -140,19 +141,19 @@ static gd_admit admit_gemm(gd_session *s, const gp_gemm_hdr *hdr, bool has_c) {
   }
   if (gd_session_peer_counted(s)) {
     gd_peers_lock(&d->peers);
-    gd_peers_charge(&d->peers, c->peer_key, call->counted);
+    gd_peers_charge(&d->peers, gd_conn_peer_key(c), call->counted);
     gd_peers_unlock(&d->peers);
   }
   call->shm_out = hdr->has_out;
   call->out_region = hdr->out_region;
   call->out_offset = hdr->out_offset;
   if (call->shm_out)
-    gd_shm_calls_out_mapped(&c->shm, call);
+    gd_shm_calls_out_mapped(gd_conn_shm(c), call);
   else
     gd_call_owe(call);
   m->cur = call;
   gd_debug("conn %llu: msgid %u: gemm %s m=%llu n=%llu k=%llu batch=%llu admitted as job %llu",
-           (unsigned long long)c->id, (unsigned)m->msgid, gp_dtype_name(hdr->dtype),
+           (unsigned long long)gd_conn_id(c), (unsigned)m->msgid, gp_dtype_name(hdr->dtype),
            (unsigned long long)hdr->m, (unsigned long long)hdr->n, (unsigned long long)hdr->k,
            (unsigned long long)hdr->batch, (unsigned long long)call->job->id);
   return GD_ADMITTED;
@@ -237,7 +238,7 @@ static void wake(gd_session *s) {
     return;
   w->wake = true;
   /* cannot fail on an initialised timer */
-  uv_timer_start(&gd_session_conn(s)->timer, gd_session_hooks_of(s)->tick, 0, 0);
+  uv_timer_start(gd_conn_timer(gd_session_conn(s)), gd_session_hooks_of(s)->tick, 0, 0);
 }
 
 /* Wakes nl's connections waiting over their share (those of peer_key only, unless NULL). */
@@ -246,8 +247,8 @@ static void wake_share_waiters(gd_netloop *nl, const char *peer_key) {
     return;
   for (gd_session *o = nl->sessions; o; o = gd_session_next(o))
     if (gd_session_wait_of(o)->waiting && !gd_session_wait_of(o)->in_line &&
-        !gd_session_conn(o)->closing &&
-        (!peer_key || strcmp(gd_session_conn(o)->peer_key, peer_key) == 0))
+        !gd_conn_closing(gd_session_conn(o)) &&
+        (!peer_key || strcmp(gd_conn_peer_key(gd_session_conn(o)), peer_key) == 0))
       wake(o);
 }
 
@@ -275,9 +276,9 @@ static void peer_uncharge(gd_session *s, uint64_t bytes) {
   if (!gd_session_peer_counted(s) || bytes == 0)
     return;
   gd_peers_lock(&d->peers);
-  gd_peers_uncharge(&d->peers, c->peer_key, bytes);
+  gd_peers_uncharge(&d->peers, gd_conn_peer_key(c), bytes);
   gd_peers_unlock(&d->peers);
-  wake_share_waiters(nl, c->peer_key);
+  wake_share_waiters(nl, gd_conn_peer_key(c));
   for (size_t i = 0; i < d->nloops; i++) {
     gd_netloop *other = d->loops[i];
     if (other != nl && atomic_load(&other->share_waiting) > 0)
@@ -292,8 +293,8 @@ void gd_admission_uncounted(gd_calls *l, uint64_t bytes) {
 void gd_admission_closing(gd_session *s) {
   gd_conn *c = gd_session_conn(s);
   gd_admission_stop_waiting(s);
-  peer_uncharge(s, c->calls.reserved); /* its jobs are let go right after this */
-  c->calls.uncounted = NULL;
+  peer_uncharge(s, gd_conn_calls(c)->reserved); /* its jobs are let go right after this */
+  gd_conn_calls(c)->uncounted = NULL;
 }
 
 /* A waiter's timer fired after room appeared: it tries again. Still waiting for the same thing,

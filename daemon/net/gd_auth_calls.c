@@ -24,7 +24,7 @@ void gd_auth_calls_begin(gd_session *s, const gp_event *ev) {
   gd_session_auth *au = gd_session_auth_of(s);
   gd_server *d = gd_session_server(s);
   gd_peers_lock(&d->peers); /* every loop counts failures */
-  au->throttled = !gd_auth_limit_allows(&d->auth_limit, gd_session_conn(s)->peer_key,
+  au->throttled = !gd_auth_limit_allows(&d->auth_limit, gd_conn_peer_key(gd_session_conn(s)),
                                         gd_session_loop(s)->limits.auth_max_failures,
                                         gd_now_us());
   gd_peers_unlock(&d->peers);
@@ -55,11 +55,11 @@ bool gd_auth_calls_end(gd_session *s) {
     return true;
   }
   gd_peers_lock(&d->peers); /* every loop's failures */
-  uint64_t log_now = gd_auth_limit_failed(&d->auth_limit, c->peer_key, gd_now_us());
+  uint64_t log_now = gd_auth_limit_failed(&d->auth_limit, gd_conn_peer_key(c), gd_now_us());
   gd_peers_unlock(&d->peers);
   if (log_now > 0)
     gd_warn("auth: %llu failed attempt(s) from %s (one line a second per peer; "
-            "auth.max_failures_per_second %u)", (unsigned long long)log_now, c->peer_key,
+            "auth.max_failures_per_second %u)", (unsigned long long)log_now, gd_conn_peer_key(c),
             (unsigned)gd_session_loop(s)->limits.auth_max_failures);
   gd_session_error_quiet(s, GP_METHOD_AUTH, m->msgid, GP_E_UNAUTHENTICATED,
                          au->throttled ? "too many failed auths from this peer: try again "

@@ -40,7 +40,7 @@ static void job_output_shm(gd_session *s, gd_call *call, const gd_backend_event 
   gd_netloop *nl = gd_session_loop(s);
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
-  int rc = gd_shm_calls_output(&c->shm, call, ev->offset, ev->data, ev->len);
+  int rc = gd_shm_calls_output(gd_conn_shm(c), call, ev->offset, ev->data, ev->len);
   gd_call_chunk_done(call, ev->data, ev->len);
   if (rc == 0 && ev->last)
     rc = gd_shm_calls_reply(call, &sbuf);
@@ -69,7 +69,7 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
   const char *bad = NULL;
   if (!continues_c(call, ev, c_bytes)) {
     gd_error("conn %llu: msgid %u: backend chunk at %llu+%zu does not continue C (%llu of %llu "
-             "bytes sent)", (unsigned long long)c->id, (unsigned)call->msgid,
+             "bytes sent)", (unsigned long long)gd_conn_id(c), (unsigned)call->msgid,
              (unsigned long long)ev->offset, ev->len, (unsigned long long)call->next_offset,
              (unsigned long long)c_bytes);
     bad = "internal error: bad result chunk";
@@ -87,9 +87,9 @@ static void job_output(gd_session *s, gd_call *call, const gd_backend_event *ev)
   }
   call->next_offset += ev->len;
   call->head_sent = true;
-  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)c->id,
+  gd_debug("conn %llu: msgid %u: result chunk of %zu bytes%s", (unsigned long long)gd_conn_id(c),
            (unsigned)call->msgid, ev->len, ev->last ? " (last)" : "");
-  gd_replyq_chunk(&c->out, call, head, head_len, ev->data, ev->len, ev->last,
+  gd_replyq_chunk(gd_conn_out(c), call, head, head_len, ev->data, ev->len, ev->last,
                   gd_netsched_chunks_in_job_memory(gd_session_server(s)->sched, call->job));
 }
 
@@ -98,7 +98,7 @@ static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
   if (call->head_sent) {
     /* Half a reply is out: the stream cannot carry an error for it any more. */
     gd_error("conn %llu: msgid %u failed after its reply started: %s",
-             (unsigned long long)c->id, (unsigned)call->msgid, err->message);
+             (unsigned long long)gd_conn_id(c), (unsigned)call->msgid, err->message);
     gd_conn_close(c, "a result failed half-way");
     return;
   }
@@ -112,7 +112,7 @@ static void job_failed(gd_session *s, gd_call *call, const gp_error *err) {
 void gd_results_on_event(gd_job_waiter *w, gd_job *job, const gd_backend_event *ev) {
   gd_call *call = (gd_call *)w; /* the waiter is the record's first member */
   gd_session *s = gd_session_of_calls(call->list);
-  assert(call->job == job && !call->orphan && !gd_session_conn(s)->closing);
+  assert(call->job == job && !call->orphan && !gd_conn_closing(gd_session_conn(s)));
   (void)job;
   if (ev->type == GD_EV_FAILED || (ev->type == GD_EV_OUTPUT_CHUNK && ev->last))
     gd_call_uncount(call); /* computed: it holds no shared budget any more (gd_sched.h) */

@@ -36,18 +36,18 @@ static void reply_simple(gd_session *s) {
   gp_error_clear(&err);
   gd_session_lock_shared(s); /* the regions' totals, the daemon's figures */
   int rc = 0;
-  if (m->method == GP_METHOD_SHM_REGISTER && c->shm.totals &&
+  if (m->method == GP_METHOD_SHM_REGISTER && gd_conn_shm(c)->totals &&
       (rc = gd_admission_check_peer_hold(s, "shm_register", m->arg, &err)) != 0)
-    gd_shm_drop_fd(&c->shm); /* requests and descriptors stay paired */
+    gd_shm_drop_fd(gd_conn_shm(c)); /* requests and descriptors stay paired */
   if (rc == 0)
     rc = m->method == GP_METHOD_CUDA_REGISTER
-               ? gd_shm_calls_cuda(&c->shm, &nl->limits.shm, m->msgid, &m->cuda, &sbuf,
+               ? gd_shm_calls_cuda(gd_conn_shm(c), &nl->limits.shm, m->msgid, &m->cuda, &sbuf,
                                    &err)
            : is_shm_method(m->method)
-               ? gd_shm_calls_method(&c->shm, &nl->limits.shm, &c->calls, m->msgid,
+               ? gd_shm_calls_method(gd_conn_shm(c), &nl->limits.shm, gd_conn_calls(c), m->msgid,
                                      m->method, m->arg, &sbuf, &err)
-               : gd_methods_reply(gd_session_server(s), m->msgid, m->method, c->shm.totals != NULL,
-                                  &sbuf, &err);
+               : gd_methods_reply(gd_session_server(s), m->msgid, m->method,
+                                  gd_conn_shm(c)->totals != NULL, &sbuf, &err);
   gd_session_unlock_shared(s);
   if (rc != 0) {
     msgpack_sbuffer_destroy(&sbuf);
@@ -62,7 +62,7 @@ static void reply_simple(gd_session *s) {
 static void reply_resident(gd_session *s) {
   gd_session_msg *m = gd_session_msg_of(s);
   gd_conn *c = gd_session_conn(s);
-  gd_resident *t = &c->resident;
+  gd_resident *t = gd_conn_resident(c);
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
   gp_error err;
@@ -83,7 +83,7 @@ static void reply_resident(gd_session *s) {
     gd_session_error_for(s, m->method, m->msgid, rc, err.message);
     return;
   }
-  gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)c->id,
+  gd_debug("conn %llu: msgid %u: %s handle %llu", (unsigned long long)gd_conn_id(c),
            (unsigned)m->msgid, gp_method_name(m->method),
            (unsigned long long)(m->method == GP_METHOD_PUT ? handle : m->arg));
   gd_stats_reply(gd_session_loop(s)->stats, m->method, 0);
@@ -115,19 +115,19 @@ void gd_rpc_data(gd_conn *c) { process(gd_session_of(c)); }
 void gd_rpc_kick(gd_conn *c) {
   gd_session *s = gd_session_of(c);
   gd_session_msg *m = gd_session_msg_of(s);
-  if (c->closing)
+  if (gd_conn_closing(c))
     return;
   if (m->eof) {
-    if (c->calls.in_flight == 0 && c->out.writes == 0)
+    if (gd_conn_calls(c)->in_flight == 0 && gd_conn_out(c)->writes == 0)
       gd_conn_close(c, m->hangup ? "invalid token" : "closed by client");
     return;
   }
-  if (c->pending_len > 0) {
+  if (gd_conn_pending_len(c) > 0) {
     process(s); /* ends with update_reading and update_timer */
     return;
   }
   gd_admission_update_reading(s);
-  if (!c->closing)
+  if (!gd_conn_closing(c))
     gd_rpc_timer_update(s);
 }
 
@@ -154,7 +154,8 @@ static void on_put_request(gd_session *s, const gp_event *ev) {
                ? gd_admission_check_peer_hold(s, "put", bytes, &err)
                : 0; /* gd_resident_begin says what is wrong */
   if (rc == 0)
-    rc = gd_resident_begin(&c->resident, &gd_session_loop(s)->limits.resident, &ev->put, &err);
+    rc = gd_resident_begin(gd_conn_resident(c), &gd_session_loop(s)->limits.resident, &ev->put,
+                           &err);
   gd_session_unlock_shared(s);
   if (rc == 0)
     return;
@@ -183,7 +184,7 @@ static void on_request(gd_session *s, const gp_event *ev) {
   else if (ev->method == GP_METHOD_PUT)
     on_put_request(s, ev);
   else
-    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)gd_session_conn(s)->id,
+    gd_debug("conn %llu: msgid %u: %s", (unsigned long long)gd_conn_id(gd_session_conn(s)),
              (unsigned)ev->msgid, gp_method_name(ev->method) ? gp_method_name(ev->method) : "?");
 }
 
@@ -191,7 +192,7 @@ static void on_payload(gd_session *s, const gp_event *ev) {
   gd_session_msg *m = gd_session_msg_of(s);
   gd_call *call = m->cur;
   if (m->method == GP_METHOD_PUT) {
-    gd_resident_data(&gd_session_conn(s)->resident, ev->offset, ev->data, ev->len);
+    gd_resident_data(gd_conn_resident(gd_session_conn(s)), ev->offset, ev->data, ev->len);
     return;
   }
   if (!call)
@@ -228,11 +229,11 @@ static void feed_ref(gd_session *s) {
 static void put_from_region(gd_session *s, const gp_event *ev) {
   gd_session_msg *m = gd_session_msg_of(s);
   gd_conn *c = gd_session_conn(s);
-  gd_resident *t = &c->resident;
+  gd_resident *t = gd_conn_resident(c);
   gp_error err;
   uint8_t *src;
-  int rc = c->shm.totals
-               ? gd_shm_range(&c->shm, ev->region, ev->offset, t->pending.bytes, "data",
+  int rc = gd_conn_shm(c)->totals
+               ? gd_shm_range(gd_conn_shm(c), ev->region, ev->offset, t->pending.bytes, "data",
                               &src, &err)
                : gp_error_set(&err, GP_E_INVALID_ARGUMENT,
                               "shared memory needs a Unix socket connection (and shm.enabled)");
@@ -254,13 +255,13 @@ static int handle_ref(gd_session *s, const gd_call *call, const gp_event *ev, gp
   gd_session_msg *m = gd_session_msg_of(s);
   gd_conn *c = gd_session_conn(s);
   gd_resident_buf *res;
-  int rc = gd_resident_operand(&c->resident, ev->handle, &call->job->hdr, ev->operand, &res,
+  int rc = gd_resident_operand(gd_conn_resident(c), ev->handle, &call->job->hdr, ev->operand, &res,
                                err);
   if (rc != 0)
     return rc;
   assert(res->bytes == call->job->operand_bytes[ev->operand]); /* same shape, same dtype */
   /* where its copies live from now: this job's device, and those holding one already */
-  c->resident.devices = gd_resident_buf_devices(res) |
+  gd_conn_resident(c)->devices = gd_resident_buf_devices(res) |
                              (call->job->device >= 0 && call->job->device < 64
                                   ? 1ull << call->job->device : 0);
   if (gd_netsched_input_resident(gd_session_server(s)->sched, call->job, ev->operand, res)) {
@@ -277,7 +278,7 @@ static void on_operand_ref(gd_session *s, const gp_event *ev) {
   gd_session_msg *m = gd_session_msg_of(s);
   gd_conn *c = gd_session_conn(s);
   gd_call *call = m->cur;
-  if (m->method == GP_METHOD_PUT && c->resident.receiving) {
+  if (m->method == GP_METHOD_PUT && gd_conn_resident(c)->receiving) {
     put_from_region(s, ev);
     return;
   }
@@ -285,7 +286,7 @@ static void on_operand_ref(gd_session *s, const gp_event *ev) {
     return; /* a request we refused */
   gp_error err;
   int rc = ev->by_handle ? handle_ref(s, call, ev, &err)
-                         : gd_shm_calls_ref(&c->shm, call, ev, &m->feed, &err);
+                         : gd_shm_calls_ref(gd_conn_shm(c), call, ev, &m->feed, &err);
   if (rc != 0) {
     gd_session_refuse_current(s, call->msgid, rc, err.message);
     return;
@@ -345,11 +346,11 @@ static void on_reject(gd_session *s, const gp_event *ev) {
                               : ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT,
                          hide ? GD_AUTH_NOT_YET : ev->err.message);
     if (ev->method == GP_METHOD_SHM_REGISTER)
-      gd_shm_drop_fd(&c->shm); /* its descriptor, to keep the rest paired */
+      gd_shm_drop_fd(gd_conn_shm(c)); /* its descriptor, to keep the rest paired */
   } else {
     gd_stats_error(nl->stats, ev->err.code ? ev->err.code : GP_E_INVALID_ARGUMENT);
     gd_info("conn %llu: message without a readable msgid dropped: %s",
-            (unsigned long long)c->id, ev->err.message);
+            (unsigned long long)gd_conn_id(c), ev->err.message);
   }
 }
 
@@ -358,7 +359,7 @@ static void on_fatal(gd_session *s, const gp_event *ev, const uint8_t *at, size_
   char prefix[160];
   gd_log_clean(prefix, sizeof prefix, at, len < 32 ? len : 32);
   gd_warn("conn %llu: protocol error: %s (bytes at the error: \"%s\")",
-          (unsigned long long)c->id, ev->err.message, prefix);
+          (unsigned long long)gd_conn_id(c), ev->err.message, prefix);
   gd_conn_close(c, "protocol error");
 }
 
@@ -372,8 +373,8 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
     gd_session_loop(s)->stats->notifications++;
     gd_session_msg_of(s)->in_request = false;
     if (ev->method == GP_METHOD_SHM_REGISTER)
-      gd_shm_drop_fd(&c->shm);
-    gd_debug("conn %llu: notification %s ignored", (unsigned long long)c->id,
+      gd_shm_drop_fd(gd_conn_shm(c));
+    gd_debug("conn %llu: notification %s ignored", (unsigned long long)gd_conn_id(c),
              gp_method_name(ev->method) ? gp_method_name(ev->method) : "(unknown)");
     return;
   case GP_EV_PAYLOAD: on_payload(s, ev); return;
@@ -392,16 +393,17 @@ static void handle_event(gd_session *s, const gp_event *ev, const uint8_t *at, s
 static void process(gd_session *s) {
   gd_conn *c = gd_session_conn(s);
   while (gd_admission_may_decode(s)) {
-    if (gd_session_at_boundary(s) && c->pending_len > 0)
+    if (gd_session_at_boundary(s) && gd_conn_pending_len(c) > 0)
       gd_session_msg_of(s)->msg_started_us = gd_now_us();
     gp_event ev;
-    size_t used = gp_decoder_feed(gd_session_decoder(s), c->pending, c->pending_len, &ev);
+    size_t used =
+        gp_decoder_feed(gd_session_decoder(s), gd_conn_pending(c), gd_conn_pending_len(c), &ev);
     gd_conn_consumed(c, used);
-    handle_event(s, &ev, c->pending, c->pending_len);
+    handle_event(s, &ev, gd_conn_pending(c), gd_conn_pending_len(c));
     if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL)
       break;
   }
-  if (c->closing)
+  if (gd_conn_closing(c))
     return;
   gd_admission_update_reading(s);
   gd_rpc_timer_update(s);
@@ -415,13 +417,13 @@ void gd_rpc_eof(gd_conn *c) {
   m->eof = true;
   gd_admission_stop_waiting(s);
   if (!gd_session_at_boundary(s)) {
-    gd_info("conn %llu: %s: went away in the middle of a request", (unsigned long long)c->id,
-            c->peer);
+    gd_info("conn %llu: %s: went away in the middle of a request",
+            (unsigned long long)gd_conn_id(c), gd_conn_peer(c));
     gd_session_drop_current(s);
     m->in_request = false;
   }
   gd_admission_update_reading(s);
-  if (!c->closing)
+  if (!gd_conn_closing(c))
     gd_rpc_timer_update(s);
   gd_rpc_kick(c);
 }
@@ -435,7 +437,7 @@ static void job_resume(gd_session *s) {
   gd_session_resume(s);
   if (m->feed.left > 0 && m->cur)
     feed_ref(s); /* an operand reference comes first: it may pause again */
-  if (!m->paused && !gd_session_conn(s)->closing)
+  if (!m->paused && !gd_conn_closing(gd_session_conn(s)))
     process(s);
 }
 
@@ -448,9 +450,9 @@ void gd_rpc_start(gd_session *s, bool tcp) {
   gd_conn *c = gd_session_conn(s);
   gd_session_set_hooks(s, &hooks);
   gd_auth_calls_start(s, tcp);
-  c->calls.uncounted = gd_admission_uncounted;
+  gd_conn_calls(c)->uncounted = gd_admission_uncounted;
   gd_admission_update_reading(s);
-  if (!c->closing)
+  if (!gd_conn_closing(c))
     gd_rpc_timer_update(s);
 }
 
@@ -468,7 +470,7 @@ size_t gd_rpc_fail_pending(gd_session *s, const char *why) {
     gd_session_refuse_current(s, m->msgid, GP_E_UNAVAILABLE, why);
     answered++;
   }
-  gd_call *call = c->calls.head;
+  gd_call *call = gd_conn_calls(c)->head;
   while (call) {
     gd_call *next = call->next;
     if (!call->head_sent && !call->orphan) {

@@ -30,17 +30,17 @@ static gd_timeout_kind next_timeout(gd_session *s, uint64_t *due) {
   gd_timeout_state st = {
       .at_boundary = gd_session_at_boundary(s),
       .paused = m->paused || gd_session_wait_of(s)->waiting, .eof = m->eof,
-      .in_flight = c->calls.in_flight, .writes = c->out.writes,
-      .msg_started_us = m->msg_started_us, .last_activity_us = c->last_activity_us,
-      .write_progress_us = c->out.write_progress_us,
+      .in_flight = gd_conn_calls(c)->in_flight, .writes = gd_conn_out(c)->writes,
+      .msg_started_us = m->msg_started_us, .last_activity_us = gd_conn_last_activity(c),
+      .write_progress_us = gd_conn_out(c)->write_progress_us,
       .idle_ms = cfg->idle_ms, .request_ms = cfg->request_ms,
       .hold_ms = cfg->staging_hold_ms, .msg_bytes = gp_decoder_message_bytes(gd_session_decoder(s)),
       .payload_bytes = payload_bytes(s), .min_rate = cfg->min_receive_rate,
       .min_rate_bytes = cfg->min_rate_bytes, .rate_grace_ms = cfg->min_rate_grace_ms,
-      .holds_room = m->cur != NULL || c->resident.receiving,
+      .holds_room = m->cur != NULL || gd_conn_resident(c)->receiving,
       .others_waiting = atomic_load(&gd_session_server(s)->line_waiters) > 0,
       .stall_ms = cfg->hold_stall_ms, .now_us = gd_now_us()};
-  st.holding = gd_replyq_hold_since(&c->out, &st.hold_since_us);
+  st.holding = gd_replyq_hold_since(gd_conn_out(c), &st.hold_since_us);
   return gd_timeout_next(&st, due);
 }
 
@@ -57,11 +57,11 @@ void gd_rpc_timer_tick(uv_timer_t *timer) {
     return;
   }
   uint64_t due = 0;
-  gd_replyq_look_for_progress(&c->out);
+  gd_replyq_look_for_progress(gd_conn_out(c));
   gd_timeout_kind kind = next_timeout(s, &due);
   if (kind == GD_TIMEOUT_HOLD && gd_now_us() >= due) {
-    gd_replyq_expire(&c->out); /* copies, gives staging back, kicks (may close) */
-    if (c->closing)
+    gd_replyq_expire(gd_conn_out(c)); /* copies, gives staging back, kicks (may close) */
+    if (gd_conn_closing(c))
       return;
   } else if (kind != GD_TIMEOUT_NONE && gd_now_us() >= due) {
     gd_conn_close(c, gd_timeout_why(kind));
@@ -72,12 +72,12 @@ void gd_rpc_timer_tick(uv_timer_t *timer) {
 
 /* (Re)arms the timer for the earliest timeout that applies now, or stops it. It runs after every
  * change of the connection's state, so it also tells other loops whether the connection is idle
- * (the connection caps' choice of one to close: gd_session.c). */
+ * (the connection caps' choice of one to close: gd_sessions.c). */
 void gd_rpc_timer_update(gd_session *s) {
   gd_conn *c = gd_session_conn(s);
   gd_session_wait *w = gd_session_wait_of(s);
   uint64_t due = 0;
-  gd_session_set_idle_since(s, gd_session_idle(s) ? c->last_activity_us | 1 : 0);
+  gd_session_set_idle_since(s, gd_session_idle(s) ? gd_conn_last_activity(c) | 1 : 0);
   if (w->wake)
     return; /* a retry of admission is due now: its tick re-arms the timer */
   gd_timeout_kind kind = next_timeout(s, &due);
@@ -87,10 +87,10 @@ void gd_rpc_timer_update(gd_session *s) {
     due = now + WAIT_LOOK_MS * 1000u;
   }
   if (kind == GD_TIMEOUT_NONE) {
-    uv_timer_stop(&c->timer);
+    uv_timer_stop(gd_conn_timer(c));
     return;
   }
   uint64_t left_ms = due <= now ? 0 : (due - now + 999u) / 1000u;
   /* cannot fail on an initialised timer */
-  uv_timer_start(&c->timer, gd_rpc_timer_tick, left_ms, 0);
+  uv_timer_start(gd_conn_timer(c), gd_rpc_timer_tick, left_ms, 0);
 }

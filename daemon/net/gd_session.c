@@ -46,7 +46,7 @@ gd_session *gd_session_new(gd_server *d, gd_netloop *nl, const gd_conn_events *e
   }
   s->d = d;
   s->nl = nl;
-  gd_resident_attach(&s->conn.resident, &d->resident, d->sched);
+  gd_resident_attach(gd_conn_resident(&s->conn), &d->resident, d->sched);
   return s;
 }
 
@@ -123,7 +123,7 @@ gd_session *gd_session_of(gd_conn *c) { return (gd_session *)c; /* conn is first
 
 void gd_session_send(gd_session *s, msgpack_sbuffer *sbuf) {
   size_t len = sbuf->size;
-  gd_replyq_send(&s->conn.out, msgpack_sbuffer_release(sbuf), len);
+  gd_replyq_send(gd_conn_out(&s->conn), msgpack_sbuffer_release(sbuf), len);
 }
 
 /* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
@@ -133,7 +133,7 @@ void gd_session_error_quiet(gd_session *s, gp_method method, uint32_t msgid, int
                             const char *message) {
   gd_stats_error(s->nl->stats, code);
   gd_stats_reply(s->nl->stats, method, code);
-  if (s->conn.closing)
+  if (gd_conn_closing(&s->conn))
     return;
   msgpack_sbuffer sbuf;
   msgpack_sbuffer_init(&sbuf);
@@ -147,9 +147,10 @@ void gd_session_error_quiet(gd_session *s, gp_method method, uint32_t msgid, int
 
 void gd_session_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
                           const char *message) {
-  gd_log_ctx ctx = {.conn = s->conn.id, .msgid = msgid, .has_msgid = true, .peer = s->conn.peer,
-                    .code = gp_code_name(code)};
-  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)s->conn.id,
+  const gd_conn *c = &s->conn;
+  gd_log_ctx ctx = {.conn = gd_conn_id(c), .msgid = msgid, .has_msgid = true,
+                    .peer = gd_conn_peer(c), .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)gd_conn_id(c),
           (unsigned)msgid, gp_code_name(code), message);
   gd_session_error_quiet(s, method, msgid, code, message);
 }
@@ -188,9 +189,9 @@ void gd_session_resume(gd_session *s) {
  * message: let the decoder count them off now, before the job and its memory go. */
 static void consume_window_bytes(gd_session *s) {
   gd_conn *c = &s->conn;
-  while (c->pending_in_window && c->pending_len > 0) {
+  while (gd_conn_pending_in_window(c) && gd_conn_pending_len(c) > 0) {
     gp_event ev;
-    size_t used = gp_decoder_feed(s->dec, c->pending, c->pending_len, &ev);
+    size_t used = gp_decoder_feed(s->dec, gd_conn_pending(c), gd_conn_pending_len(c), &ev);
     gd_conn_consumed(c, used);
     if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL || ev.type == GP_EV_MESSAGE_END)
       break;
@@ -202,9 +203,9 @@ static void consume_window_bytes(gd_session *s) {
  * makes the decoder skip the rest of the message (or it already does). No-op without one. */
 void gd_session_drop_current(gd_session *s) {
   gd_call *call = s->msg.cur;
-  if (s->conn.resident.receiving) {
+  if (gd_conn_resident(&s->conn)->receiving) {
     gd_session_lock_shared(s);
-    gd_resident_abort(&s->conn.resident); /* a put cut short (no call of its own) */
+    gd_resident_abort(gd_conn_resident(&s->conn)); /* a put cut short (no call of its own) */
     gd_session_unlock_shared(s);
   }
   if (!call)
@@ -226,6 +227,7 @@ void gd_session_refuse_current(gd_session *s, uint32_t msgid, int code, const ch
 
 bool gd_session_idle(const gd_session *s) {
   const gd_conn *c = &s->conn;
-  return !c->closing && gd_session_at_boundary(s) && !s->wait.waiting && c->pending_len == 0 &&
-         c->calls.in_flight == 0 && c->out.writes == 0 && gd_replyq_backlog(&c->out) == 0;
+  return !gd_conn_closing(c) && gd_session_at_boundary(s) && !s->wait.waiting &&
+         gd_conn_pending_len(c) == 0 && gd_conn_calls(c)->in_flight == 0 &&
+         gd_conn_out(c)->writes == 0 && gd_replyq_backlog(gd_conn_out(c)) == 0;
 }

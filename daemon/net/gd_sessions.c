@@ -39,15 +39,15 @@ static void on_closing(gd_conn *c, const char *why) {
   gd_admission_closing(s);
   if (gd_session_peer_counted(s)) {
     gd_peers_lock(&d->peers);
-    gd_peers_remove(&d->peers, c->peer_key);
+    gd_peers_remove(&d->peers, gd_conn_peer_key(c));
     gd_peers_unlock(&d->peers);
   }
   unlock_shared(d);
   gd_session_set_peer_counted(s, false);
   if (m->quiet)
     return;
-  gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)c->id, c->peer, why,
-          (unsigned)c->calls.in_flight);
+  gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)gd_conn_id(c),
+          gd_conn_peer(c), why, (unsigned)gd_conn_calls(c)->in_flight);
 }
 
 static void on_closed(gd_conn *c) {
@@ -97,7 +97,7 @@ static uint64_t fd_limit_now(const gd_server *d) {
 static bool fds_short(const gd_netloop *nl, const gd_session *s) {
   uv_os_fd_t fd;
   uint64_t limit = fd_limit_now(nl->d);
-  if (limit == 0 || uv_fileno(&gd_session_conn(s)->h.handle, &fd) != 0)
+  if (limit == 0 || gd_conn_fileno(gd_session_conn(s), &fd) != 0)
     return false;
   return (uint64_t)fd + nl->limits.reserved_fds >= limit;
 }
@@ -147,7 +147,8 @@ static gd_session *oldest_idle_of(gd_server *d, const char *key) {
   uint64_t oldest_us = 0;
   for (gd_session *s = d->all_sessions; s; s = gd_session_all_next(s)) {
     uint64_t idle_us = gd_session_idle_since(s);
-    if (idle_us && gd_session_peer_counted(s) && strcmp(gd_session_conn(s)->peer_key, key) == 0 &&
+    if (idle_us && gd_session_peer_counted(s) &&
+        strcmp(gd_conn_peer_key(gd_session_conn(s)), key) == 0 &&
         (!oldest || idle_us < oldest_us)) {
       oldest = s;
       oldest_us = idle_us;
@@ -163,7 +164,7 @@ static const char *const EVICTED = "closed to make room: limits.max_connections 
  * is still here and still idle. */
 static void evict(gd_netloop *nl, uint64_t id) {
   for (gd_session *s = nl->sessions; s; s = gd_session_next(s)) {
-    if (gd_session_conn(s)->id != id)
+    if (gd_conn_id(gd_session_conn(s)) != id)
       continue;
     if (gd_session_idle(s))
       gd_conn_close(gd_session_conn(s), EVICTED);
@@ -197,7 +198,7 @@ static bool make_room(gd_netloop *nl, uint32_t mine) {
     closed = true;
   } else {
     gd_session_set_idle_since(victim, 0); /* not twice */
-    closed = gd_netloop_evict(gd_session_loop(victim), gd_session_conn(victim)->id) == 0;
+    closed = gd_netloop_evict(gd_session_loop(victim), gd_conn_id(gd_session_conn(victim))) == 0;
   }
   gd_peers_lock(&nl->d->peers);
   return closed;
@@ -212,12 +213,12 @@ static const char *admit_peer(gd_netloop *nl, gd_session *s) {
   const char *why = NULL;
   lock_shared(d); /* a connection closed to make room leaves under it (on_closing) */
   gd_peers_lock(&d->peers);
-  uint32_t mine = gd_peers_count(&d->peers, c->peer_key);
+  uint32_t mine = gd_peers_count(&d->peers, gd_conn_peer_key(c));
   if (mine >= lim->max_connections_per_peer)
     why = "limits.max_connections_per_peer reached";
   else if (d->connections - 1 >= lim->max_connections && !make_room(nl, mine))
     why = "limits.max_connections reached";
-  else if (gd_peers_add(&d->peers, c->peer_key) != 0)
+  else if (gd_peers_add(&d->peers, gd_conn_peer_key(c)) != 0)
     why = "out of memory";
   else
     gd_session_set_peer_counted(s, true);
@@ -242,7 +243,7 @@ static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
   if (fds_short(nl, s)) {
     m->quiet = true;
     gd_conn_close(c, "out of file descriptors");
-    gd_sessions_note_dropped(d, c->peer);
+    gd_sessions_note_dropped(d, gd_conn_peer(c));
     return;
   }
   const char *why = admit_peer(nl, s);
@@ -251,15 +252,15 @@ static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
     nl->stats->connections_refused++;
     m->quiet = true;
     gd_conn_close(c, why);
-    gd_warn("connection refused: %s (%s, %zu connections)", why, c->peer_key, open);
+    gd_warn("connection refused: %s (%s, %zu connections)", why, gd_conn_peer_key(c), open);
     return;
   }
-  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)c->id, c->peer,
-          open);
-  if (c->shm.totals) { /* descriptors it is sent count against its peer's share */
-    c->shm.peers = &d->peers;
-    c->shm.peer_key = c->peer_key;
-    c->shm.peer_fd_cap = nl->limits.shm.max_fds_per_peer;
+  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)gd_conn_id(c),
+          gd_conn_peer(c), open);
+  if (gd_conn_shm(c)->totals) { /* descriptors it is sent count against its peer's share */
+    gd_conn_shm(c)->peers = &d->peers;
+    gd_conn_shm(c)->peer_key = gd_conn_peer_key(c);
+    gd_conn_shm(c)->peer_fd_cap = nl->limits.shm.max_fds_per_peer;
   }
   gd_rpc_start(s, tcp);
 }
@@ -312,10 +313,10 @@ int gd_sessions_accept(gd_server *d, uv_stream_t *server) {
   if (!s)
     return refuse(d, server, "out of memory");
   if (shm)
-    gd_shm_attach(&gd_session_conn(s)->shm, &d->shm, d->sched,
+    gd_shm_attach(gd_conn_shm(gd_session_conn(s)), &d->shm, d->sched,
                   nl->limits.shm.max_regions_per_connection);
   int rc = gd_conn_accept(gd_session_conn(s), nl->loop, server);
-  if (rc != 0 && gd_session_conn(s)->open_handles == 0) {
+  if (rc != 0 && gd_conn_open_handles(gd_session_conn(s)) == 0) {
     gd_conn_free(gd_session_conn(s));
     gd_session_free(s);
     return rc;
@@ -334,10 +335,10 @@ static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
     return;
   }
   if (shm)
-    gd_shm_attach(&gd_session_conn(s)->shm, &d->shm, d->sched,
+    gd_shm_attach(gd_conn_shm(gd_session_conn(s)), &d->shm, d->sched,
                   nl->limits.shm.max_regions_per_connection);
   int rc = gd_conn_open(gd_session_conn(s), nl->loop, fd, tcp);
-  if (rc != 0 && gd_session_conn(s)->open_handles == 0) {
+  if (rc != 0 && gd_conn_open_handles(gd_session_conn(s)) == 0) {
     gd_conn_free(gd_session_conn(s));
     gd_session_free(s);
     gd_warn("connection dropped: %s", uv_strerror(rc));
@@ -353,7 +354,7 @@ size_t gd_sessions_count(gd_server *d) { return atomic_load(&d->connections); }
 static size_t fail_pending_here(gd_netloop *nl, const char *why) {
   size_t answered = 0;
   for (gd_session *s = nl->sessions; s; s = gd_session_next(s))
-    if (!gd_session_conn(s)->closing)
+    if (!gd_conn_closing(gd_session_conn(s)))
       answered += gd_rpc_fail_pending(s, why);
   return answered;
 }
@@ -361,8 +362,8 @@ static size_t fail_pending_here(gd_netloop *nl, const char *why) {
 static uint64_t backlog_here(const gd_netloop *nl) {
   uint64_t total = 0;
   for (const gd_session *s = nl->sessions; s; s = gd_session_next(s))
-    if (!gd_session_conn(s)->closing)
-      total += gd_replyq_backlog(&gd_session_conn(s)->out);
+    if (!gd_conn_closing(gd_session_conn(s)))
+      total += gd_replyq_backlog(gd_conn_out(gd_session_conn(s)));
   return total;
 }
 
@@ -374,7 +375,7 @@ static void command(gd_netloop *nl, unsigned cmd, const char *why) {
     nl->limits = nl->d->limits;
     unlock_shared(nl->d);
     for (gd_session *s = nl->sessions; s; s = gd_session_next(s))
-      if (!gd_session_conn(s)->closing)
+      if (!gd_conn_closing(gd_session_conn(s)))
         gd_rpc_apply_limits(s);
     break;
   case GD_NETLOOP_PEER_ROOM:
