@@ -30,7 +30,7 @@
 #include "gd_notify.h"
 #include "gd_ops_http.h"
 #include "gd_sched.h"
-#include "gd_session.h"
+#include "gd_sessions.h"
 #ifdef GEMMD_HAVE_CUDA
 #include "gd_backend_gpu.h"
 #endif

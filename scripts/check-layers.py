@@ -11,6 +11,9 @@ includes nor by calls: a module is a .c file with its .h, and module A calls mod
 names a function that B defines with external linkage. Headers outside daemon/ (proto/,
 kernels/, system headers) are below every layer and not checked here.
 
+net/ reaches the scheduler through one door, gd_netsched.[ch]: no other file of net/ includes
+core/gd_sched.h or calls a gd_sched_ function.
+
 One more rule inside backend/gpu/: a GPU job's fields are grouped by the thread that owns them
 (gd_gpu_internal.h). Files the loop runs (the ops, input, info) never touch job->work.*, and
 files the worker runs never touch job->loop.*.
@@ -149,6 +152,7 @@ def check(root):
 
     errors += check_gpu_ownership(files)
     errors += check_error_convention(files)
+    errors += check_net_sched_door(files)
     for kind, graph in (("includes", includes), ("calls", calls)):
         for cycle in find_cycles(graph):
             errors.append(f"a circle of {kind}: {' <-> '.join(cycle)}")
@@ -210,6 +214,26 @@ def check_error_convention(files):
             errors.append(f"{rel}: promises a libuv code to its callers; return a gp code")
         if "cudaError_t" in code:
             errors.append(f"{rel}: cudaError_t outside the GPU backend's worker")
+    return errors
+
+
+NET_SCHED_DOOR = ("net/gd_netsched.c", "net/gd_netsched.h")
+SCHED_CALL = re.compile(r"\bgd_sched_[a-z0-9_]+\s*\(")
+
+
+def check_net_sched_door(files):
+    """net/ calls the scheduler only through gd_netsched.[ch]: no other net/ file includes
+    gd_sched.h or calls a gd_sched_ function."""
+    errors = []
+    for rel, text in sorted(files.items()):
+        if not rel.startswith("net/") or rel in NET_SCHED_DOOR:
+            continue
+        if "gd_sched.h" in [os.path.basename(n) for n in INCLUDE.findall(strip_comments_only(text))]:
+            errors.append(f"{rel}: includes gd_sched.h (net/'s way to the scheduler is "
+                          f"gd_netsched.h)")
+        for call in sorted(set(SCHED_CALL.findall(strip(text)))):
+            errors.append(f"{rel}: calls {call.rstrip('( ')} (net/'s way to the scheduler is "
+                          f"gd_netsched.h)")
     return errors
 
 

@@ -12,7 +12,7 @@
 #include "gd_clock.h"
 #include "gd_listener.h"
 #include "gd_log.h"
-#include "gd_session.h"
+#include "gd_sessions.h"
 
 #define DRAIN_POLL_MS 20
 /* After drain_ms, replies already queued get this long to reach their clients. */

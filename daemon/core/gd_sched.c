@@ -394,40 +394,41 @@ static bool within(uint64_t used, uint64_t host, uint64_t limit) {
 
 /* The requester's own share first: over it, it waits for its own jobs, outside the line for
  * shared room (which it would otherwise block). */
-static int check_share(const gd_sched_share *share, uint64_t host, gp_error *err) {
+static gd_admit check_share(const gd_sched_share *share, uint64_t host, gp_error *err) {
   if (!share)
-    return 0;
+    return GD_ADMITTED;
   if (!within(share->conn_used, host, share->conn_limit)) {
     gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the connection holds %llu bytes of "
                  "queue.memory_budget, its share is %llu", (unsigned long long)share->conn_used,
                  (unsigned long long)share->conn_limit);
-    return GD_SCHED_OVER_SHARE;
+    return GD_ADMIT_OVER_SHARE;
   }
   if (!within(share->peer_used, host, share->peer_limit)) {
     gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "the peer holds %llu bytes of "
                  "queue.memory_budget, its share is %llu", (unsigned long long)share->peer_used,
                  (unsigned long long)share->peer_limit);
-    return GD_SCHED_OVER_SHARE;
+    return GD_ADMIT_OVER_SHARE;
   }
-  return 0;
+  return GD_ADMITTED;
 }
 
-/* A request that can never fit is refused; one that fits an idle daemon waits (GD_SCHED_FULL). */
+/* A request that can never fit is refused; one that fits an idle daemon waits (GD_ADMIT_FULL). */
 /* What queue.memory_budget has left (0 when a smaller budget from a reload is over-full). */
 static uint64_t budget_left(const gd_sched *s) {
   return s->reserved < s->limits.memory_budget ? s->limits.memory_budget - s->reserved : 0;
 }
 
-static int check_budget(gd_sched *s, uint64_t host, const gd_sched_share *share,
+static gd_admit check_budget(gd_sched *s, uint64_t host, const gd_sched_share *share,
                         gp_error *err) {
   uint64_t own = share ? share->peer_holds : 0;
   uint64_t others = s->extra > own ? s->extra - own : 0;
   uint64_t left = budget_left(s);
-  if (host > s->limits.memory_budget)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
-                        "request needs %llu bytes of host memory, more than queue.memory_budget "
-                        "(%llu)", (unsigned long long)host,
-                        (unsigned long long)s->limits.memory_budget);
+  if (host > s->limits.memory_budget) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED,
+                 "request needs %llu bytes of host memory, more than queue.memory_budget "
+                 "(%llu)", (unsigned long long)host, (unsigned long long)s->limits.memory_budget);
+    return GD_ADMIT_REFUSED;
+  }
   if (others > 0 &&
       (others >= s->limits.memory_budget || host > s->limits.memory_budget - others)) {
     /* it could wait for ever: what holds the room is not jobs, which end by themselves */
@@ -441,38 +442,42 @@ static int check_budget(gd_sched *s, uint64_t host, const gd_sched_share *share,
       s->starved_logged_us = now;
       gd_warn("queue.memory_budget: %s (refused; logged at most once a second)", err->message);
     }
-    return GP_E_RESOURCE_EXHAUSTED;
+    return GD_ADMIT_REFUSED;
   }
   if (s->job_count >= s->limits.max_jobs) {
     gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "queue full: %zu jobs in flight (queue.max_jobs "
                  "= %u)", s->job_count, (unsigned)s->limits.max_jobs);
-    return GD_SCHED_FULL;
+    return GD_ADMIT_FULL;
   }
   if (host > left) {
     gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "request needs %llu bytes of host memory, %llu "
                  "of queue.memory_budget left", (unsigned long long)host,
                  (unsigned long long)left);
-    return GD_SCHED_FULL;
+    return GD_ADMIT_FULL;
   }
-  return 0;
+  return GD_ADMITTED;
 }
 
-static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+static gd_admit admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
                    const gd_sched_share *share, gd_job_waiter *waiter,
                    gd_job **out, gp_error *err) {
   assert(waiter && waiter->on_event);
-  if (s->draining)
-    return gp_error_set(err, GP_E_UNAVAILABLE, "gemmd is shutting down");
-  int rc;
+  if (s->draining) {
+    gp_error_set(err, GP_E_UNAVAILABLE, "gemmd is shutting down");
+    return GD_ADMIT_REFUSED;
+  }
   uint64_t total;
   sched_job *sj = calloc(1, sizeof *sj);
-  if (!sj)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory admitting the request");
+  if (!sj) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory admitting the request");
+    return GD_ADMIT_REFUSED;
+  }
   gd_job *job = &sj->job;
   if (!gd_sched_operand_total(hdr, job->operand_bytes, &total) ||
       !gp_gemm_result_bytes(hdr, &job->result_bytes)) {
     free(sj);
-    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "operand sizes overflow");
+    gp_error_set(err, GP_E_INVALID_ARGUMENT, "operand sizes overflow");
+    return GD_ADMIT_REFUSED;
   }
   job->msgid = msgid;
   job->hdr = *hdr;
@@ -491,25 +496,25 @@ static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint3
   uint64_t host = total;
   if (s->backend && s->backend->ops->host_bytes)
     host = s->backend->ops->host_bytes(s->backend, job);
-  rc = check_budget(s, host, share, err);
-  if (rc == 0 || rc == GD_SCHED_FULL) {
-    int own = check_share(share, host, err);
-    rc = own ? own : rc;
+  gd_admit room = check_budget(s, host, share, err);
+  if (room == GD_ADMITTED || room == GD_ADMIT_FULL) {
+    gd_admit own = check_share(share, host, err);
+    room = own != GD_ADMITTED ? own : room;
   }
-  if (rc != 0) {
+  if (room != GD_ADMITTED) {
     free(sj);
-    return rc;
+    return room;
   }
   job->reserved_bytes = host;
   job->id = s->next_id++;
   if (s->backend) {
     gp_error_clear(err);
-    rc = s->backend->ops->prepare(s->backend, job, err);
+    int rc = s->backend->ops->prepare(s->backend, job, err);
     if (rc != 0) {
       if (err && err->code == GP_OK)
         gp_error_set(err, rc, "backend refused the request");
       free(sj);
-      return rc;
+      return GD_ADMIT_REFUSED;
     }
   }
   sj->work = gp_gemm_flops(hdr);
@@ -523,7 +528,7 @@ static int admit_unlocked(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint3
   s->job_count++;
   s->reserved += host;
   *out = job;
-  return 0;
+  return GD_ADMITTED;
 }
 
 static bool input_window_unlocked(gd_sched *s, gd_job *job, gp_operand operand, uint64_t offset,
@@ -756,10 +761,10 @@ static bool output_device_unlocked(gd_sched *s, gd_job *job, gd_region *r, uint6
 
 /* ---- the locked entry points ------------------------------------------------ */
 
-int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   const gd_sched_share *share, gd_job_waiter *waiter,
-                   gd_job **out, gp_error *err) {
-  int result;
+gd_admit gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                        const gd_sched_share *share, gd_job_waiter *waiter,
+                        gd_job **out, gp_error *err) {
+  gd_admit result;
   LOCKED(s, result = admit_unlocked(s, hdr, has_c, msgid, share, waiter, out, err));
   return result;
 }

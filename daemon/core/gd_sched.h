@@ -20,10 +20,11 @@
  *                                           -> RESOURCE_EXHAUSTED, naming them, and a warning
  *                                              (at most one a second): no job gives it back
  *   - the host bytes over the connection's or the peer's share (gd_sched_share)
- *                                           -> GD_SCHED_OVER_SHARE: the caller waits for its own
+ *                                           -> GD_ADMIT_OVER_SHARE: the caller waits for its own
  *   - queue.max_jobs jobs already admitted, or the host bytes over what is left of the
- *     budget                                -> GD_SCHED_FULL: the caller waits for room
+ *     budget                                -> GD_ADMIT_FULL: the caller waits for room
  *   - backend prepare() refuses             -> its error
+ * Every refusal is GD_ADMIT_REFUSED with the code and message in the gp_error.
  * A job counts against max_jobs and the budget from admission until its final event, or its
  * release if earlier. A job whose final event arrived while its waiter is attached is
  * "delivering": its reply waits only on the client reading it, so it no longer takes shared
@@ -53,12 +54,19 @@
 
 typedef struct gd_sched gd_sched;
 
-/* gd_sched_admit's answer for a request that fits an idle daemon but not now (positive: never a
- * gp code). err still names what is full, for the log. */
-#define GD_SCHED_FULL 1
-/* ... for a request over its connection's or its peer's share of the budget (see
- * gd_sched_share): it waits for that connection's or peer's own jobs, not in the shared line. */
-#define GD_SCHED_OVER_SHARE 2
+/* gd_sched_admit's answer. Only a refusal is an error (a gp code and message in its gp_error);
+ * the two waits are outcomes of their own, never mistaken for a code. */
+typedef enum {
+  GD_ADMITTED,         /* the job exists */
+  /* the request fits an idle daemon but not now: it waits for room (the gp_error still names
+   * what is full, for the log) */
+  GD_ADMIT_FULL,
+  /* the request is over its connection's or its peer's share of the budget (see
+   * gd_sched_share): it waits for that connection's or peer's own jobs, not in the shared line
+   * (the gp_error names the share, for the log) */
+  GD_ADMIT_OVER_SHARE,
+  GD_ADMIT_REFUSED     /* the gp_error's code and message say why */
+} gd_admit;
 
 /* What the requester already holds of queue.memory_budget, and its shares (0: no share). A
  * requester holding nothing may always go up to the whole budget: a share bounds how much
@@ -117,19 +125,19 @@ void gd_sched_set_limits(gd_sched *s, const gd_sched_limits *limits);
 gd_sched_limits gd_sched_get_limits(const gd_sched *s);
 
 /* room(arg) runs when a job stops counting against max_jobs and the budget, and when the limits
- * change: a request that got GD_SCHED_FULL may fit now. It runs inside scheduler calls (finish,
+ * change: a request that got GD_ADMIT_FULL may fit now. It runs inside scheduler calls (finish,
  * abandon, chunk_done, event delivery): it must not call back into the scheduler there. */
 void gd_sched_on_room(gd_sched *s, void (*room)(void *arg), void *arg);
 
 /* From now on every admission is refused with UNAVAILABLE. */
 void gd_sched_set_draining(gd_sched *s);
 
-/* Admits a gemm whose header has been parsed and validated. On success *out is a new job whose
- * events go to waiter; share may be NULL. On failure
- * returns the code and fills err naming the cause. */
-int gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                   const gd_sched_share *share, gd_job_waiter *waiter,
-                   gd_job **out, gp_error *err);
+/* Admits a gemm whose header has been parsed and validated. GD_ADMITTED: *out is a new job
+ * whose events go to waiter; share may be NULL. Otherwise no job, and err (required) names the
+ * cause: a wait (see gd_admit) or a refusal with its code. */
+gd_admit gd_sched_admit(gd_sched *s, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                        const gd_sched_share *share, gd_job_waiter *waiter,
+                        gd_job **out, gp_error *err);
 
 /* Payload input, before submit: where the next bytes of operand at offset may land (false:
  * nowhere in particular, hand them to gd_sched_input), and the bytes themselves (*pause: stop

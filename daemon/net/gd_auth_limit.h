@@ -5,7 +5,7 @@
  * second, not a line each. The slots outlive connections (a guesser opens one per guess); the
  * least recently used one is taken for a new peer.
  *
- * Under the shared lock (gd_server.h): every loop counts here.
+ * Under the peers lock (gd_peers.h, gd_server.h): every loop counts here.
  */
 #ifndef GD_AUTH_LIMIT_H
 #define GD_AUTH_LIMIT_H

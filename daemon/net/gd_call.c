@@ -17,18 +17,20 @@ void gd_calls_init(gd_calls *l, gd_sched *sched) {
   l->uncounted = NULL;
 }
 
-int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  const gd_sched_share *share,
-                  void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
-                  gd_call **out, gp_error *err) {
+gd_admit gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                       const gd_sched_share *share,
+                       void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
+                       gd_call **out, gp_error *err) {
   gd_call *c = calloc(1, sizeof *c);
-  if (!c)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  if (!c) {
+    gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+    return GD_ADMIT_REFUSED;
+  }
   c->waiter.on_event = on_event;
-  int rc = gd_sched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
-  if (rc != 0) {
+  gd_admit a = gd_netsched_admit(l->sched, hdr, has_c, msgid, share, &c->waiter, &c->job, err);
+  if (a != GD_ADMITTED) {
     free(c);
-    return rc;
+    return a;
   }
   c->list = l;
   c->msgid = msgid;
@@ -40,7 +42,7 @@ int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgi
   c->counted = c->job->reserved_bytes;
   l->reserved += c->counted;
   *out = c;
-  return 0;
+  return GD_ADMITTED;
 }
 
 void gd_call_uncount(gd_call *c) {
@@ -81,7 +83,7 @@ static void unlink_call(gd_call *c) {
 }
 
 void gd_call_chunk_done(gd_call *c, const void *data, size_t len) {
-  gd_sched_chunk_done(c->list->sched, c->job, data, len);
+  gd_netsched_chunk_done(c->list->sched, c->job, data, len);
 }
 
 void gd_call_finish(gd_call *c, bool ok) {
@@ -90,7 +92,7 @@ void gd_call_finish(gd_call *c, bool ok) {
   gd_job *job = c->job;
   unlink_call(c);
   free(c);
-  gd_sched_finish(sched, job, ok);
+  gd_netsched_finish(sched, job, ok);
 }
 
 void gd_call_abandon(gd_call *c) {
@@ -99,7 +101,7 @@ void gd_call_abandon(gd_call *c) {
   gd_job *job = c->job;
   unlink_call(c);
   free(c);
-  gd_sched_abandon(sched, job);
+  gd_netsched_abandon(sched, job);
 }
 
 void gd_call_forget(gd_call *c) {
@@ -116,7 +118,7 @@ void gd_calls_orphan_all(gd_calls *l) {
     settle(c);
     c->orphan = true;
     l->in_flight--;
-    gd_sched_abandon(l->sched, c->job);
+    gd_netsched_abandon(l->sched, c->job);
   }
   assert(l->in_flight == 0 && l->owed == 0);
 }

@@ -1,7 +1,7 @@
 /*
  * gd_call.h - a connection's records of its gemm calls: one per job it admitted and has not
  * answered yet, in a per-connection list. The lowest layer of a connection: it talks to the
- * scheduler (gd_sched.h) for the job and knows nothing of sockets or the protocol.
+ * scheduler (through gd_netsched.h) for the job and knows nothing of sockets or the protocol.
  *
  * Every result chunk the connection was handed goes back through gd_call_chunk_done, and every
  * job leaves through gd_call_finish (answered) or gd_call_abandon / gd_calls_orphan_all (not):
@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "gd_job.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 
 typedef struct gd_calls gd_calls;
 
@@ -49,14 +49,14 @@ struct gd_calls {
 
 void gd_calls_init(gd_calls *l, gd_sched *sched);
 
-/* Admits a gemm for msgid; its events go to on_event (the waiter of the new record). On
- * success *out is linked first on l and its job's reserved bytes are counted in l->reserved
- * until it is computed or let go. share as in gd_sched_admit. On failure returns the code with
- * err filled. */
-int gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
-                  const gd_sched_share *share,
-                  void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
-                  gd_call **out, gp_error *err);
+/* Admits a gemm for msgid; its events go to on_event (the waiter of the new record).
+ * GD_ADMITTED: *out is linked first on l and its job's reserved bytes are counted in
+ * l->reserved until it is computed or let go. share and the other outcomes as in
+ * gd_sched_admit (out of memory here is GD_ADMIT_REFUSED too). */
+gd_admit gd_call_admit(gd_calls *l, const gp_gemm_hdr *hdr, bool has_c, uint32_t msgid,
+                       const gd_sched_share *share,
+                       void (*on_event)(gd_job_waiter *, gd_job *, const gd_backend_event *),
+                       gd_call **out, gp_error *err);
 
 /* c's reply will carry its result (C's bytes) on the socket: they count in l->owed until c is
  * answered or let go. A result into a shared-memory region owes nothing. Once per call. */

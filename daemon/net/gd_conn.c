@@ -101,16 +101,32 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
   return 0;
 }
 
+gd_replyq *gd_conn_out(const gd_conn *c) { return (gd_replyq *)&c->out; }
+gd_calls *gd_conn_calls(const gd_conn *c) { return (gd_calls *)&c->calls; }
+gd_shm *gd_conn_shm(const gd_conn *c) { return (gd_shm *)&c->shm; }
+gd_resident *gd_conn_resident(const gd_conn *c) { return (gd_resident *)&c->resident; }
+uint64_t gd_conn_id(const gd_conn *c) { return c->id; }
+const char *gd_conn_peer(const gd_conn *c) { return c->peer; }
+const char *gd_conn_peer_key(const gd_conn *c) { return c->peer_key; }
+bool gd_conn_closing(const gd_conn *c) { return c->closing; }
+const uint8_t *gd_conn_pending(const gd_conn *c) { return c->pending; }
+size_t gd_conn_pending_len(const gd_conn *c) { return c->pending_len; }
+bool gd_conn_pending_in_window(const gd_conn *c) { return c->pending_in_window; }
+uint64_t gd_conn_last_activity(const gd_conn *c) { return c->last_activity_us; }
+int gd_conn_open_handles(const gd_conn *c) { return c->open_handles; }
+uv_timer_t *gd_conn_timer(gd_conn *c) { return &c->timer; }
+int gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd) { return uv_fileno(&c->h.handle, fd); }
+
 void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
   gd_calls_free_all(&c->calls);
   if (c->calls.sched) /* the regions' and resident operands' totals are every loop's */
-    gd_sched_lock(c->calls.sched);
+    gd_netsched_lock(c->calls.sched);
   gd_shm_free(&c->shm);
   gd_replyq_free(&c->out);
   gd_resident_free(&c->resident); /* after its calls: none holds a pointer into it anyway */
   if (c->calls.sched)
-    gd_sched_unlock(c->calls.sched);
+    gd_netsched_unlock(c->calls.sched);
   rbuf_free(c->rbuf);
   c->rbuf = NULL;
 }

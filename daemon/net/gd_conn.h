@@ -38,7 +38,7 @@ typedef struct {
   /* Where the next bytes should land instead of the read buffer (a payload window): true with
    * *ptr, *len (len > 0). */
   bool (*window)(gd_conn *c, void **ptr, size_t *len);
-  void (*data)(gd_conn *c);    /* bytes arrived: c->pending, c->pending_len */
+  void (*data)(gd_conn *c);    /* bytes arrived: gd_conn_pending */
   void (*eof)(gd_conn *c);     /* the client shut its side */
   void (*kick)(gd_conn *c);    /* the reply backlog shrank: maybe read again */
   void (*queued)(gd_conn *c);  /* a reply write was queued: re-arm the timer */
@@ -71,6 +71,27 @@ struct gd_conn {
   gd_shm shm;                /* regions and received descriptors (Unix sockets, shm.enabled) */
   gd_resident resident;      /* resident operands (put / free) */
 };
+
+/* Its fields are gd_conn.c's (the struct is here only so that a session can embed it); the
+ * other files read them through these. The parts embedded in it belong to their own modules:
+ * the reply queue (gd_replyq.h), the call records (gd_call.h), the regions (gd_shm.h), the
+ * resident operands (gd_resident.h). */
+gd_replyq *gd_conn_out(const gd_conn *c);
+gd_calls *gd_conn_calls(const gd_conn *c);
+gd_shm *gd_conn_shm(const gd_conn *c);
+gd_resident *gd_conn_resident(const gd_conn *c);
+uint64_t gd_conn_id(const gd_conn *c);
+const char *gd_conn_peer(const gd_conn *c);     /* for the log */
+const char *gd_conn_peer_key(const gd_conn *c); /* for the per-peer caps (gd_peers.h) */
+bool gd_conn_closing(const gd_conn *c);
+/* Bytes read and not yet decoded (in the read buffer or the current job's window). */
+const uint8_t *gd_conn_pending(const gd_conn *c);
+size_t gd_conn_pending_len(const gd_conn *c);
+bool gd_conn_pending_in_window(const gd_conn *c);
+uint64_t gd_conn_last_activity(const gd_conn *c); /* the last byte read */
+int gd_conn_open_handles(const gd_conn *c);
+uv_timer_t *gd_conn_timer(gd_conn *c);            /* the protocol layer's */
+int gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd); /* uv_fileno of its stream */
 
 /* Sets up c (read buffer, reply queue, call list); no handle yet. -1 when out of memory. */
 int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,

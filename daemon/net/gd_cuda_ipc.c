@@ -29,13 +29,13 @@ int gd_cuda_ipc_register(gd_shm *t, const gd_shm_limits *lim, const gp_cuda_reg 
   gd_region *r = gd_region_new_device(reg->bytes, reg->handle);
   if (!r)
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "cuda_register: out of memory");
-  rc = gd_sched_device_region_open(t->sched, r, reg->pci_bus_id, err);
+  rc = gd_netsched_device_region_open(t->sched, r, reg->pci_bus_id, err);
   if (rc != 0) {
     gd_region_unmap(r); /* never shown to the backend: only freed */
     return rc;
   }
   if (gd_shm_insert(t, r, id) != 0) {
-    gd_sched_region_put(t->sched, r); /* the backend closes what it opened */
+    gd_netsched_region_put(t->sched, r); /* the backend closes what it opened */
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "cuda_register: out of memory");
   }
   t->cuda_count++;
@@ -64,7 +64,7 @@ int gd_cuda_ipc_ref(gd_sched *sched, gd_job *job, gp_operand operand, gd_region 
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "%s: region %llu is on another device than the request's \"out\"", what,
                         (unsigned long long)region);
-  if (!gd_sched_input_device(sched, job, operand, r, offset))
+  if (!gd_netsched_input_device(sched, job, operand, r, offset))
     return gp_error_set(err, GP_E_INVALID_ARGUMENT,
                         "%s: region %llu: the backend cannot read this CUDA memory", what,
                         (unsigned long long)region);
@@ -75,7 +75,7 @@ void gd_cuda_ipc_out(gd_sched *sched, gd_job *job, gd_region *r, uint64_t offset
   /* The job was admitted on r's device (gd_cuda_ipc_fixed_device), where the backend always
    * takes it; if it ever did not, the result's chunks find no host memory to land in and the
    * connection fails the call as INTERNAL (gd_shm_calls_output). */
-  if (!gd_sched_output_device(sched, job, r, offset))
+  if (!gd_netsched_output_device(sched, job, r, offset))
     gd_warn("cuda_ipc: job %llu: the backend refused to write its result into CUDA memory",
             (unsigned long long)job->id);
 }

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_shm.h"
 #include "gp_error.h"
 #include "gp_types.h"

@@ -5,7 +5,7 @@
  * its reserve fd, accepts and closes the pending connections, reopens the
  * reserve), so a daemon out of descriptors sheds connections instead of
  * spinning on a readable listener, but it reports that to us only sometimes.
- * So gd_session_accept drops a connection before the descriptors run out
+ * So gd_sessions_accept drops a connection before the descriptors run out
  * (limits.reserved_fds), counted and logged; an accept error libuv does
  * report is counted and logged the same way.
  */
@@ -27,7 +27,7 @@
 #include "gd_auth.h"
 #include "gd_clock.h"
 #include "gd_log.h"
-#include "gd_session.h"
+#include "gd_sessions.h"
 #include "gd_uv_stream.h"
 
 #define LISTEN_BACKLOG 511
@@ -74,7 +74,7 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     return;
   }
-  int rc = gd_session_accept(d, server);
+  int rc = gd_sessions_accept(d, server);
   if (rc != 0)
     gd_warn("%s: accept failed: %s", l->name, uv_strerror(rc));
 }

@@ -6,7 +6,7 @@
  * other file is refused), TCP (only what the config or --listen names, IPv6 included),
  * and sockets handed over by systemd socket activation (LISTEN_FDS).
  *
- * Loop 0's thread only. Each accepted connection goes to gd_session_accept().
+ * Loop 0's thread only. Each accepted connection goes to gd_sessions_accept().
  */
 #ifndef GD_LISTENER_H
 #define GD_LISTENER_H

@@ -58,7 +58,7 @@ static void pack_kernels(gd_backend *b, msgpack_packer *pk) {
 static void pack_limits(const gd_server *d, msgpack_packer *pk) {
   const gd_net_limits *cfg = &d->limits;
   const gp_limits *l = &cfg->proto;
-  gd_sched_limits queue = gd_sched_get_limits(d->sched);
+  gd_sched_limits queue = gd_netsched_get_limits(d->sched);
   msgpack_pack_map(pk, 15);
   gd_pack_kv_u64(pk, "max_connections", cfg->max_connections);
   gd_pack_kv_u64(pk, "max_requests_in_flight", cfg->max_requests_in_flight);
@@ -126,10 +126,10 @@ static void pack_stats(gd_server *d, msgpack_packer *pk) {
   gd_stats every_loop;
   gd_netloops_stats(d, &every_loop);
   gd_stats_pack_pairs(&every_loop, gd_now_us(), pk);
-  gd_pack_kv_u64(pk, "queue_depth", gd_sched_jobs(d->sched));
-  gd_pack_kv_u64(pk, "jobs_running", gd_sched_running(d->sched));
-  gd_pack_kv_u64(pk, "jobs_delivering", gd_sched_delivering(d->sched));
-  gd_pack_kv_u64(pk, "reserved_bytes", gd_sched_reserved_bytes(d->sched));
+  gd_pack_kv_u64(pk, "queue_depth", gd_netsched_jobs(d->sched));
+  gd_pack_kv_u64(pk, "jobs_running", gd_netsched_running(d->sched));
+  gd_pack_kv_u64(pk, "jobs_delivering", gd_netsched_delivering(d->sched));
+  gd_pack_kv_u64(pk, "reserved_bytes", gd_netsched_reserved_bytes(d->sched));
   gd_pack_kv_u64(pk, "connections", d->connections);
   gd_pack_kv_u64(pk, "shm_regions", d->shm.regions);
   gd_pack_kv_u64(pk, "shm_bytes", d->shm.bytes);

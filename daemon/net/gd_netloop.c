@@ -122,9 +122,9 @@ static void thread_main(void *arg) {
     uv_run(nl->loop, UV_RUN_NOWAIT);
   }
   nl->start_rc =
-      gd_sched_port_open(nl->d->sched, nl->loop, nl->stats, &nl->port, &nl->start_err);
+      gd_netsched_port_open(nl->d->sched, nl->loop, nl->stats, &nl->port, &nl->start_err);
   if (nl->start_rc == 0)
-    gd_sched_port_on_room(nl->port, nl->hooks->room, nl);
+    gd_netsched_port_on_room(nl->port, nl->hooks->room, nl);
   uv_sem_post(&nl->started);
   if (nl->start_rc != 0)
     return;
@@ -224,8 +224,8 @@ int gd_netloops_start(gd_server *d, uv_loop_t *main_loop, size_t n, const gd_net
     int rc;
     if (i == 0) {
       nl->loop = main_loop;
-      nl->port = gd_sched_default_port(d->sched);
-      gd_sched_port_on_room(nl->port, hooks->room, nl);
+      nl->port = gd_netsched_default_port(d->sched);
+      gd_netsched_port_on_room(nl->port, hooks->room, nl);
       rc = open_inbox(nl, err);
     } else {
       rc = start_thread(nl, err);
@@ -285,7 +285,7 @@ void gd_netloops_stop(gd_server *d) {
 void gd_netloops_free(gd_server *d) {
   for (size_t i = 1; i < d->nloops; i++) {
     gd_netloop *nl = d->loops[i];
-    gd_sched_port_close(nl->port); /* its thread is over: this thread may close its handles */
+    gd_netsched_port_close(nl->port); /* its thread is over: this thread may close its handles */
     uv_run(nl->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(nl->loop) != 0)
       gd_warn("loop %zu closed with handles still open", i);

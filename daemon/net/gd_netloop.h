@@ -7,9 +7,10 @@
  * a thread of their own. A connection lives on one loop from accept to close: the listener on
  * loop 0 accepts it and hands its descriptor to the next loop in turn, which opens its own
  * handles on it. Everything a connection owns (its handles, decoder, calls, reply queue, its
- * place in its loop's admission line) is that loop thread's alone; what loops share (the
- * scheduler and backend, the connection and peer counts, the shared-memory and resident
- * totals) is behind the scheduler's lock (gd_sched_lock); the counters in gd_stats are atomics.
+ * place in its loop's admission line) is that loop thread's alone; what loops share is behind
+ * the scheduler's lock (the scheduler and backend, the shared-memory and resident totals,
+ * the limits and token: gd_netsched_lock) or, for the connection and peer counts, the peers
+ * lock (gd_peers.h); the counters in gd_stats are atomics.
  *
  * Each loop has a port into the scheduler (gd_sched_port): its jobs' events come back to it,
  * and room in the scheduler reaches its waiting connections through it.
@@ -31,7 +32,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_server.h"
 #include "gp_error.h"
 

@@ -10,6 +10,27 @@
 
 #include "gd_array.h"
 
+int gd_peers_init(gd_peers *p) {
+  if (p->mu_ready)
+    return 0;
+  if (pthread_mutex_init(&p->mu, NULL) != 0)
+    return -1;
+  p->mu_ready = true;
+  return 0;
+}
+
+void gd_peers_lock(gd_peers *p) {
+  int rc = pthread_mutex_lock(&p->mu);
+  assert(rc == 0); /* a normal mutex, not held here: cannot fail */
+  (void)rc;
+}
+
+void gd_peers_unlock(gd_peers *p) {
+  int rc = pthread_mutex_unlock(&p->mu);
+  assert(rc == 0);
+  (void)rc;
+}
+
 static gd_peer_count *find(const gd_peers *p, const char *key) {
   for (size_t i = 0; i < p->n; i++)
     if (strcmp(p->items[i].key, key) == 0)
@@ -96,4 +117,7 @@ void gd_peers_free(gd_peers *p) {
   free(p->items);
   p->items = NULL;
   p->n = p->cap = 0;
+  if (p->mu_ready)
+    pthread_mutex_destroy(&p->mu);
+  p->mu_ready = false;
 }

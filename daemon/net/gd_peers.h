@@ -3,11 +3,17 @@
  * limits.connections_reserve. A peer is the client's uid on a Unix socket (SO_PEERCRED) and its
  * address on TCP (the port left out), written as a short key ("uid 1000", "tcp 127.0.0.1").
  * A plain array searched linearly: there are few distinct peers, and it is touched only when a
- * connection opens or closes. Under the shared lock (gd_server.h): every loop counts here.
+ * connection opens or closes.
+ *
+ * Every loop counts here, under the table's own lock (gd_peers_lock), which also guards what
+ * gd_server.h marks "peers lock" (the list and count of open connections, session ids, failed
+ * auths per peer). It is the innermost lock: taken inside the scheduler's or alone, never held
+ * while any other lock is taken or a scheduler, backend or libuv call is made.
  */
 #ifndef GD_PEERS_H
 #define GD_PEERS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,7 +30,14 @@ typedef struct {
 typedef struct {
   gd_peer_count *items;
   size_t n, cap;
+  pthread_mutex_t mu;      /* see the top */
+  bool mu_ready;
 } gd_peers;
+
+/* Makes the lock (before any loop counts here): 0, or -1. */
+int gd_peers_init(gd_peers *p);
+void gd_peers_lock(gd_peers *p);
+void gd_peers_unlock(gd_peers *p);
 
 /* One more connection of key: 0, or -1 when out of memory (nothing counted). */
 int gd_peers_add(gd_peers *p, const char *key);

@@ -26,12 +26,12 @@ static void drop_bytes(gd_resident *t, gd_resident_op *op) {
   op->buf = NULL;
   t->bytes -= op->bytes;
   t->totals->bytes -= op->bytes;
-  gd_sched_unreserve(t->sched, op->bytes);
+  gd_netsched_unreserve(t->sched, op->bytes);
 }
 
 static void drop(gd_resident *t, uint32_t i) {
   drop_bytes(t, &t->ops[i]);
-  gd_sched_resident_freed(t->sched); /* a backend's copies of it go too */
+  gd_netsched_resident_freed(t->sched); /* a backend's copies of it go too */
   assert(t->totals->handles > 0);
   t->totals->handles--;
   t->ops[i] = t->ops[--t->count];
@@ -80,12 +80,12 @@ int gd_resident_begin(gd_resident *t, const gd_resident_limits *lim, const gp_pu
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "put: the data size overflows");
   int rc = check_quota(t, lim, bytes, err);
   if (rc == 0)
-    rc = gd_sched_reserve(t->sched, bytes, err);
+    rc = gd_netsched_reserve(t->sched, bytes, err);
   if (rc != 0)
     return rc;
   gd_resident_buf *data = gd_resident_buf_new(bytes);
   if (!data) {
-    gd_sched_unreserve(t->sched, bytes);
+    gd_netsched_unreserve(t->sched, bytes);
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "put: out of memory for %llu bytes",
                         (unsigned long long)bytes);
   }

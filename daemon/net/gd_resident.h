@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "gd_resident_buf.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gp_error.h"
 #include "gp_types.h"
 

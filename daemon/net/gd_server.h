@@ -3,9 +3,12 @@
  * counters, the scheduler and backend they hand jobs to, and the list of open connections. The
  * application (app/) fills it from the config and keeps the limits current on SIGHUP.
  *
- * Threads: connections live on several loop threads (gd_netloop.h). What is marked "shared" here
- * is read and written under the scheduler's lock (gd_sched_lock(sched)); what is marked "loop 0"
- * only on the main loop's thread; the rest is set before the loops start, or is atomic.
+ * Threads: connections live on several loop threads (gd_netloop.h). What is marked "peers lock"
+ * here is read and written under the peer table's own lock (gd_peers_lock(&peers), the innermost
+ * lock: gd_peers.h); what is marked "shared" under the scheduler's lock (gd_netsched_lock(sched):
+ * app/ writes the limits and the token under it, and the regions' and resident operands' totals
+ * move with the budget it guards); what is marked "loop 0" only on the main loop's thread; the
+ * rest is set before the loops start, or is atomic.
  */
 #ifndef GD_SERVER_H
 #define GD_SERVER_H
@@ -20,7 +23,7 @@
 #include "gd_backend.h"
 #include "gd_peers.h"
 #include "gd_resident.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_shm.h"
 #include "gd_stats.h"
 #include "gp_types.h"
@@ -70,10 +73,10 @@ typedef struct gd_server {
   struct gd_netloop **loops;       /* the loop threads and their connections (gd_netloop.h) */
   size_t nloops;
   size_t next_loop;                /* loop 0: where the next connection goes */
-  struct gd_session *all_sessions; /* shared: every loop's open connections (not closing) */
-  size_t connections;              /* shared: sessions not yet closing */
-  gd_peers peers;                  /* shared: those sessions counted per peer */
-  uint64_t next_session_id;        /* shared */
+  struct gd_session *all_sessions; /* peers lock: every loop's open connections (not closing) */
+  atomic_size_t connections;       /* sessions not yet closing; changed under the peers lock */
+  gd_peers peers;                  /* peers lock: those sessions counted per peer */
+  uint64_t next_session_id;        /* peers lock */
   atomic_bool draining;            /* refuse new connections */
   long unix_socket_gid;            /* group of the Unix socket files; -1: the process's */
   uint64_t fd_limit;               /* RLIMIT_NOFILE (soft) at start; 0: unknown, no fd check
@@ -83,7 +86,7 @@ typedef struct gd_server {
   uint64_t fd_drops_unlogged;      /* shared: dropped since that warning */
   gd_shm_totals shm;               /* shared: shared-memory regions of every connection */
   gd_resident_totals resident;     /* shared: resident operands of every connection */
-  gd_auth_limit auth_limit;        /* shared: failed auths per peer */
+  gd_auth_limit auth_limit;        /* peers lock: failed auths per peer */
   atomic_size_t line_waiters;      /* requests of every loop waiting in line for shared room */
 } gd_server;
 

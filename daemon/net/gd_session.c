@@ -1,56 +1,109 @@
 /*
- * gd_session.c - connections as the daemon sees them (see gd_session.h): accepting (or
- * refusing) one, the daemon's list of them, closing, and the functions over all of them. Each
- * connection is a transport (gd_conn.h) driven by the protocol layer (gd_rpc.h).
+ * gd_session.c - one connection's state and what every layer of its protocol does with it (see
+ * gd_session.h): error replies, the lock over what loops share, pausing reading, dropping or
+ * refusing the request being read, whether it is idle.
  */
 #include "gd_session.h"
 
 #include <assert.h>
-#include <fcntl.h>
-#include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "gd_clock.h"
 #include "gd_list.h"
 #include "gd_log.h"
 #include "gd_netloop.h"
-#include "gd_rpc.h"
+#include "gp_encode.h"
 
-/* What all loops share is under the scheduler's lock (gd_server.h). */
-static void lock_shared(gd_server *d) { gd_sched_lock(d->sched); }
-static void unlock_shared(gd_server *d) { gd_sched_unlock(d->sched); }
+struct gd_session {
+  gd_conn conn;              /* first: the transport's callbacks get &conn */
+  gd_server *d;
+  struct gd_netloop *nl;     /* the loop thread it lives on */
+  const gd_session_hooks *hooks; /* the protocol layer's (gd_rpc_start) */
+  struct gd_session *prev, *next;           /* its loop's connections */
+  struct gd_session *all_prev, *all_next;   /* every loop's, under the peers lock */
+  _Atomic uint64_t idle_since_us; /* see gd_session_idle_since */
+  bool peer_counted;         /* counted in the server's gd_peers */
+  gp_decoder *dec;
+  gd_session_msg msg;
+  gd_session_auth auth;
+  gd_session_wait wait;
+};
 
-/* Off the list of every loop's connections (under the shared lock); every session that closes
- * was linked first (start_session). */
-static void unlink_all(gd_server *d, gd_session *s) {
+gd_session *gd_session_new(gd_server *d, gd_netloop *nl, const gd_conn_events *events) {
+  gd_session *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  gd_peers_lock(&d->peers);
+  uint64_t id = ++d->next_session_id;
+  gd_peers_unlock(&d->peers);
+  s->dec = gp_decoder_new(GP_ROLE_SERVER, &nl->limits.proto);
+  if (!s->dec || gd_conn_init(&s->conn, id, d->sched, nl->stats, &nl->limits.staging_hold_ms,
+                              events) != 0) {
+    gp_decoder_free(s->dec);
+    free(s);
+    return NULL;
+  }
+  s->d = d;
+  s->nl = nl;
+  gd_resident_attach(gd_conn_resident(&s->conn), &d->resident, d->sched);
+  return s;
+}
+
+void gd_session_free(gd_session *s) {
+  gp_decoder_free(s->dec);
+  free(s);
+}
+
+gd_conn *gd_session_conn(const gd_session *s) { return (gd_conn *)&s->conn; }
+gd_server *gd_session_server(const gd_session *s) { return s->d; }
+gd_netloop *gd_session_loop(const gd_session *s) { return s->nl; }
+gp_decoder *gd_session_decoder(const gd_session *s) { return s->dec; }
+gd_session_msg *gd_session_msg_of(const gd_session *s) { return (gd_session_msg *)&s->msg; }
+gd_session_auth *gd_session_auth_of(const gd_session *s) { return (gd_session_auth *)&s->auth; }
+gd_session_wait *gd_session_wait_of(const gd_session *s) { return (gd_session_wait *)&s->wait; }
+const gd_session_hooks *gd_session_hooks_of(const gd_session *s) { return s->hooks; }
+void gd_session_set_hooks(gd_session *s, const gd_session_hooks *hooks) { s->hooks = hooks; }
+
+bool gd_session_peer_counted(const gd_session *s) { return s->peer_counted; }
+void gd_session_set_peer_counted(gd_session *s, bool counted) { s->peer_counted = counted; }
+
+uint64_t gd_session_idle_since(const gd_session *s) {
+  return atomic_load_explicit(&((gd_session *)s)->idle_since_us, memory_order_relaxed);
+}
+
+void gd_session_set_idle_since(gd_session *s, uint64_t us) {
+  atomic_store_explicit(&s->idle_since_us, us, memory_order_relaxed);
+}
+
+/* Puts s on its loop's list of sessions and counts it open. */
+void gd_session_link(gd_session *s) {
+  gd_netloop *nl = s->nl;
+  s->next = nl->sessions;
+  if (nl->sessions)
+    nl->sessions->prev = s;
+  nl->sessions = s;
+  gd_peers_lock(&nl->d->peers);
+  nl->d->connections++;
+  s->all_next = nl->d->all_sessions;
+  if (s->all_next)
+    s->all_next->all_prev = s;
+  nl->d->all_sessions = s;
+  gd_peers_unlock(&nl->d->peers);
+  nl->stats->connections_total++;
+}
+
+/* Off the list of every loop's connections (under the peers lock); every session that closes
+ * was linked first (start_session in gd_sessions.c). */
+void gd_session_unlink_all(gd_session *s) {
+  gd_server *d = s->d;
   assert(s->all_prev || d->all_sessions == s);
   GD_LIST_UNLINK_AT(d->all_sessions, s, all_prev, all_next);
   s->all_prev = s->all_next = NULL;
 }
 
-static void on_closing(gd_conn *c, const char *why) {
-  gd_session *s = (gd_session *)c;
-  gd_server *d = s->d;
-  lock_shared(d);
-  assert(d->connections > 0);
-  d->connections--;
-  unlink_all(d, s);
-  s->cur = NULL;
-  gd_rpc_closing(s);
-  if (s->peer_counted)
-    gd_peers_remove(&d->peers, c->peer_key);
-  unlock_shared(d);
-  s->peer_counted = false;
-  if (s->quiet)
-    return;
-  gd_info("conn %llu: %s: %s (%u jobs in flight)", (unsigned long long)c->id, c->peer, why,
-          (unsigned)c->calls.in_flight);
-}
-
-static void unlink_session(gd_netloop *nl, gd_session *s) {
+void gd_session_unlink_loop(gd_session *s) {
+  gd_netloop *nl = s->nl;
   if (s->prev)
     s->prev->next = s->next;
   else if (nl->sessions == s)
@@ -59,455 +112,122 @@ static void unlink_session(gd_netloop *nl, gd_session *s) {
     s->next->prev = s->prev;
 }
 
-static void free_session(gd_session *s) {
-  gp_decoder_free(s->dec);
-  free(s);
+gd_session *gd_session_next(const gd_session *s) { return s->next; }
+gd_session *gd_session_all_next(const gd_session *s) { return s->all_next; }
+
+gd_session *gd_session_of_calls(gd_calls *l) {
+  return (gd_session *)((char *)l - offsetof(gd_session, conn.calls));
 }
 
-static void on_closed(gd_conn *c) {
-  gd_session *s = (gd_session *)c;
-  unlink_session(s->nl, s);
-  free_session(s);
+gd_session *gd_session_of(gd_conn *c) { return (gd_session *)c; /* conn is first */ }
+
+void gd_session_send(gd_session *s, msgpack_sbuffer *sbuf) {
+  size_t len = sbuf->size;
+  gd_replyq_send(gd_conn_out(&s->conn), msgpack_sbuffer_release(sbuf), len);
 }
 
-static const gd_conn_events conn_events = {gd_rpc_window, gd_rpc_data,  gd_rpc_eof,
-                                           gd_rpc_kick,   gd_rpc_queued, on_closing,
-                                           on_closed};
-
-void gd_session_close(gd_session *s, const char *why) { gd_conn_close(&s->conn, why); }
-
-static void on_refused_close(uv_handle_t *handle) { free(handle); }
-
-/* Accept and close at once: the client sees EOF instead of hanging in the backlog. */
-static int refuse(gd_server *d, uv_stream_t *server, const char *why) {
-  uv_stream_t *tmp = malloc(server->type == UV_TCP ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
-  if (!tmp)
-    return UV_ENOMEM;
-  int rc = server->type == UV_TCP ? uv_tcp_init(d->loop, (uv_tcp_t *)tmp)
-                                  : uv_pipe_init(d->loop, (uv_pipe_t *)tmp, 0);
-  if (rc != 0) {
-    free(tmp);
-    return rc;
-  }
-  rc = uv_accept(server, tmp);
-  uv_close((uv_handle_t *)tmp, on_refused_close);
-  d->stats->connections_refused++;
-  gd_warn("connection refused: %s", why);
-  return rc;
-}
-
-static gd_session *new_session(gd_netloop *nl) {
-  gd_server *d = nl->d;
-  gd_session *s = calloc(1, sizeof *s);
-  if (!s)
-    return NULL;
-  lock_shared(d);
-  uint64_t id = ++d->next_session_id;
-  unlock_shared(d);
-  s->dec = gp_decoder_new(GP_ROLE_SERVER, &nl->limits.proto);
-  if (!s->dec || gd_conn_init(&s->conn, id, d->sched, nl->stats, &nl->limits.staging_hold_ms,
-                              &conn_events) != 0) {
-    gp_decoder_free(s->dec);
-    free(s);
-    return NULL;
-  }
-  s->d = d;
-  s->nl = nl;
-  gd_resident_attach(&s->conn.resident, &d->resident, d->sched);
-  return s;
-}
-
-/* Puts s on its loop's list of sessions and counts it open. */
-static void link_session(gd_netloop *nl, gd_session *s) {
-  s->next = nl->sessions;
-  if (nl->sessions)
-    nl->sessions->prev = s;
-  nl->sessions = s;
-  lock_shared(nl->d);
-  nl->d->connections++;
-  s->all_next = nl->d->all_sessions;
-  if (s->all_next)
-    s->all_next->all_prev = s;
-  nl->d->all_sessions = s;
-  unlock_shared(nl->d);
-  nl->stats->connections_total++;
-}
-
-/* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
- * with no trace: a connection whose descriptor leaves fewer than limits.reserved_fds free is
- * closed at once, counted, and logged at most once a second. */
-/* RLIMIT_NOFILE as it is now (it may be lowered while gemmd runs: prlimit), else the one read
- * at start. */
-static uint64_t fd_limit_now(const gd_server *d) {
-  struct rlimit rl;
-  if (d->fd_limit == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
-    return d->fd_limit;
-  return (uint64_t)rl.rlim_cur;
-}
-
-static bool fds_short(const gd_netloop *nl, const gd_session *s) {
-  uv_os_fd_t fd;
-  uint64_t limit = fd_limit_now(nl->d);
-  if (limit == 0 || uv_fileno(&s->conn.h.handle, &fd) != 0)
-    return false;
-  return (uint64_t)fd + nl->limits.reserved_fds >= limit;
-}
-
-/* The drops not yet logged, in one line. Under the shared lock. */
-static void log_drops(gd_server *d, const char *where, uint64_t now) {
-  gd_warn("%s: %llu connection(s) dropped: out of file descriptors (RLIMIT_NOFILE %llu, "
-          "limits.reserved_fds %u, %zu connections open)", where,
-          (unsigned long long)d->fd_drops_unlogged, (unsigned long long)fd_limit_now(d),
-          (unsigned)d->limits.reserved_fds, d->connections);
-  d->fd_drop_logged_us = now;
-  d->fd_drops_unlogged = 0;
-}
-
-static void on_drop_timer(uv_timer_t *timer) {
-  gd_server *d = timer->data;
-  lock_shared(d);
-  if (d->fd_drops_unlogged > 0)
-    log_drops(d, "since the last warning", gd_now_us());
-  unlock_shared(d);
-}
-
-/* Loop 0: the drops of a burst (logged at most once a second) are logged when it is over. */
-static void arm_drop_log(gd_server *d) {
-  if (d->fd_drop_timer && !uv_is_active((uv_handle_t *)d->fd_drop_timer))
-    uv_timer_start(d->fd_drop_timer, on_drop_timer, 1100, 0); /* cannot fail: initialised */
-}
-
-void gd_sessions_note_dropped(gd_server *d, const char *where) {
-  d->stats->connections_dropped++;
-  lock_shared(d);
-  d->fd_drops_unlogged++;
-  uint64_t now = gd_now_us();
-  bool later = d->fd_drop_logged_us && now - d->fd_drop_logged_us < 1000000u;
-  if (!later)
-    log_drops(d, where, now);
-  unlock_shared(d);
-  if (later && d->loops) /* loop 0's timer, from whichever loop: through its inbox */
-    gd_netloop_post(d->loops[0], GD_NETLOOP_DROP_LOG, NULL);
-}
-
-/* The peer's oldest idle connection on any loop (the least recent activity), or NULL. Each
- * connection publishes whether it is idle (idle_since_us); its own loop checks again before it
- * closes it. Under the shared lock. */
-static gd_session *oldest_idle_of(gd_server *d, const char *key) {
-  gd_session *oldest = NULL;
-  uint64_t oldest_us = 0;
-  for (gd_session *s = d->all_sessions; s; s = s->all_next) {
-    uint64_t idle_us = atomic_load_explicit(&s->idle_since_us, memory_order_relaxed);
-    if (idle_us && s->peer_counted && strcmp(s->conn.peer_key, key) == 0 &&
-        (!oldest || idle_us < oldest_us)) {
-      oldest = s;
-      oldest_us = idle_us;
-    }
-  }
-  return oldest;
-}
-
-static const char *const EVICTED = "closed to make room: limits.max_connections reached and this "
-                                   "peer holds the most connections";
-
-/* Another loop asks this one to close connection id to make room (gd_netloop_hooks.evict): if it
- * is still here and still idle. */
-static void evict(gd_netloop *nl, uint64_t id) {
-  for (gd_session *s = nl->sessions; s; s = s->next) {
-    if (s->conn.id != id)
-      continue;
-    if (gd_rpc_idle(s))
-      gd_conn_close(&s->conn, EVICTED);
-    else
-      gd_info("conn %llu: busy again: not closed to make room; %zu connections for a while",
-              (unsigned long long)id, gd_sessions_count(nl->d));
+/* Counts (under method) and logs an error reply to msgid and sends it (unless the connection
+ * is closing). */
+/* An error reply, counted, without a log line of its own. */
+void gd_session_error_quiet(gd_session *s, gp_method method, uint32_t msgid, int code,
+                            const char *message) {
+  gd_stats_error(s->nl->stats, code);
+  gd_stats_reply(s->nl->stats, method, code);
+  if (gd_conn_closing(&s->conn))
+    return;
+  msgpack_sbuffer sbuf;
+  msgpack_sbuffer_init(&sbuf);
+  if (gp_encode_error_response(&sbuf, msgid, code, message) != 0) {
+    msgpack_sbuffer_destroy(&sbuf);
+    gd_conn_close(&s->conn, "out of memory encoding an error reply");
     return;
   }
+  gd_session_send(s, &sbuf);
 }
 
-/* The daemon is full and a peer with fewer connections than the greediest one knocks: the
- * greediest peer's oldest idle connection makes room. true when one was closed, or its loop
- * was asked to (another loop's handles are its own; it closes it unless it turned busy
- * meanwhile, when the daemon holds one connection over the cap until one closes). Under the
- * shared lock. */
-static bool make_room(gd_netloop *nl, uint32_t mine) {
-  const gd_peer_count *top = gd_peers_greediest(&nl->d->peers);
-  if (!top || top->count <= mine)
-    return false;
-  char key[GD_PEER_KEY_MAX];
-  snprintf(key, sizeof key, "%s", top->key); /* closing it changes the table */
-  gd_session *victim = oldest_idle_of(nl->d, key);
-  if (!victim)
-    return false;
-  if (victim->nl == nl) {
-    gd_conn_close(&victim->conn, EVICTED);
-    return true;
-  }
-  atomic_store_explicit(&victim->idle_since_us, 0, memory_order_relaxed); /* not twice */
-  return gd_netloop_evict(victim->nl, victim->conn.id) == 0;
+void gd_session_error_for(gd_session *s, gp_method method, uint32_t msgid, int code,
+                          const char *message) {
+  const gd_conn *c = &s->conn;
+  gd_log_ctx ctx = {.conn = gd_conn_id(c), .msgid = msgid, .has_msgid = true,
+                    .peer = gd_conn_peer(c), .code = gp_code_name(code)};
+  gd_logx(GD_LOG_INFO, &ctx, "conn %llu: msgid %u: %s: %s", (unsigned long long)gd_conn_id(c),
+          (unsigned)msgid, gp_code_name(code), message);
+  gd_session_error_quiet(s, method, msgid, code, message);
 }
 
-/* The connection caps, once the peer of s is known (s is linked and counted already). NULL when
- * s may stay (and is counted for its peer), else why not. */
-static const char *admit_peer(gd_netloop *nl, gd_session *s) {
-  gd_server *d = nl->d;
-  const gd_net_limits *lim = &nl->limits;
-  const char *why = NULL;
-  lock_shared(d);
-  uint32_t mine = gd_peers_count(&d->peers, s->conn.peer_key);
-  if (mine >= lim->max_connections_per_peer)
-    why = "limits.max_connections_per_peer reached";
-  else if (d->connections - 1 >= lim->max_connections && !make_room(nl, mine))
-    why = "limits.max_connections reached";
-  else if (gd_peers_add(&d->peers, s->conn.peer_key) != 0)
-    why = "out of memory";
-  else
-    s->peer_counted = true;
-  unlock_shared(d);
-  return why;
+/* An error reply to a gemm request. */
+void gd_session_error(gd_session *s, uint32_t msgid, int code, const char *message) {
+  gd_session_error_for(s, GP_METHOD_GEMM, msgid, code, message);
 }
 
-/* s has its handles (rc: how opening them went): link it, apply the caps, start serving. */
-static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
-  gd_server *d = nl->d;
-  /* from here the session is closed like any other, through its close callbacks */
-  link_session(nl, s);
-  if (rc != 0) {
-    char why[128];
-    snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
-    gd_conn_close(&s->conn, why);
+void gd_session_lock_shared(const gd_session *s) { gd_netsched_lock(s->d->sched); }
+
+void gd_session_unlock_shared(const gd_session *s) { gd_netsched_unlock(s->d->sched); }
+
+bool gd_session_at_boundary(const gd_session *s) {
+  return gp_decoder_message_bytes(s->dec) == 0 && !s->msg.in_request;
+}
+
+/* The backend accepted the bytes but wants no more for now (GPU: waiting for device memory or
+ * a staging buffer). That wait is the daemon's, not a stalled client's: timeouts.request_ms
+ * stops counting until resume_reading. */
+void gd_session_pause(gd_session *s) {
+  if (s->msg.paused)
     return;
-  }
-  if (fds_short(nl, s)) {
-    s->quiet = true;
-    gd_conn_close(&s->conn, "out of file descriptors");
-    gd_sessions_note_dropped(d, s->conn.peer);
+  s->msg.paused = true;
+  s->msg.paused_since_us = gd_now_us();
+}
+
+void gd_session_resume(gd_session *s) {
+  if (!s->msg.paused)
     return;
+  s->msg.paused = false;
+  s->msg.msg_started_us += gd_now_us() - s->msg.paused_since_us;
+}
+
+/* Bytes read into the current job's window and not decoded yet are all payload of the current
+ * message: let the decoder count them off now, before the job and its memory go. */
+static void consume_window_bytes(gd_session *s) {
+  gd_conn *c = &s->conn;
+  while (gd_conn_pending_in_window(c) && gd_conn_pending_len(c) > 0) {
+    gp_event ev;
+    size_t used = gp_decoder_feed(s->dec, gd_conn_pending(c), gd_conn_pending_len(c), &ev);
+    gd_conn_consumed(c, used);
+    if (ev.type == GP_EV_NEED_MORE || ev.type == GP_EV_FATAL || ev.type == GP_EV_MESSAGE_END)
+      break;
   }
-  const char *why = admit_peer(nl, s);
-  size_t open = gd_sessions_count(d);
-  if (why) {
-    nl->stats->connections_refused++;
-    s->quiet = true;
-    gd_conn_close(&s->conn, why);
-    gd_warn("connection refused: %s (%s, %zu connections)", why, s->conn.peer_key, open);
+  gd_conn_leave_window(c);
+}
+
+/* Drops the request being read before it was submitted, with any pause it asked for. The caller
+ * makes the decoder skip the rest of the message (or it already does). No-op without one. */
+void gd_session_drop_current(gd_session *s) {
+  gd_call *call = s->msg.cur;
+  if (gd_conn_resident(&s->conn)->receiving) {
+    gd_session_lock_shared(s);
+    gd_resident_abort(gd_conn_resident(&s->conn)); /* a put cut short (no call of its own) */
+    gd_session_unlock_shared(s);
+  }
+  if (!call)
     return;
-  }
-  gd_info("conn %llu: %s: open (%zu connections)", (unsigned long long)s->conn.id, s->conn.peer,
-          open);
-  if (s->conn.shm.totals) { /* descriptors it is sent count against its peer's share */
-    s->conn.shm.peers = &d->peers;
-    s->conn.shm.peer_key = s->conn.peer_key;
-    s->conn.shm.peer_fd_cap = nl->limits.shm.max_fds_per_peer;
-  }
-  gd_rpc_start(s, tcp);
+  consume_window_bytes(s);
+  s->msg.cur = NULL;
+  s->msg.paused = false;
+  s->msg.feed.left = 0;
+  gd_call_abandon(call);
 }
 
-/* Takes the pending connection of server out of libuv as a descriptor of our own (a scratch
- * handle accepts it, the descriptor is duplicated, the handle closed), or -1. */
-static int take_fd(gd_server *d, uv_stream_t *server) {
-  uv_stream_t *tmp = malloc(server->type == UV_TCP ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
-  if (!tmp)
-    return -1;
-  int rc = server->type == UV_TCP ? uv_tcp_init(d->loop, (uv_tcp_t *)tmp)
-                                  : uv_pipe_init(d->loop, (uv_pipe_t *)tmp, 0);
-  if (rc != 0) {
-    free(tmp);
-    return -1;
-  }
-  int fd = -1;
-  uv_os_fd_t raw;
-  if (uv_accept(server, tmp) == 0 && uv_fileno((uv_handle_t *)tmp, &raw) == 0)
-    fd = fcntl(raw, F_DUPFD_CLOEXEC, 3);
-  uv_close((uv_handle_t *)tmp, on_refused_close); /* closes raw */
-  return fd;
+/* The current gemm is answered with an error now: skip the rest of it, drop its call. */
+void gd_session_refuse_current(gd_session *s, uint32_t msgid, int code, const char *message) {
+  gp_decoder_skip_message(s->dec); /* first: window bytes are then skipped too */
+  gd_session_drop_current(s);
+  s->msg.in_request = false;
+  gd_session_error(s, msgid, code, message);
 }
 
-/* Another loop serves the connection: hand its descriptor over. */
-static int hand_over(gd_server *d, gd_netloop *nl, uv_stream_t *server, bool shm) {
-  int fd = take_fd(d, server);
-  if (fd < 0) {
-    gd_sessions_note_dropped(d, "accept"); /* out of descriptors or memory */
-    return 0;
-  }
-  if (gd_netloop_hand_over(nl, fd, server->type == UV_TCP, shm) != 0) {
-    close(fd);
-    d->stats->connections_refused++;
-    gd_warn("connection refused: out of memory handing it to loop %zu", nl->index);
-  }
-  return 0;
-}
-
-int gd_session_accept(gd_server *d, uv_stream_t *server) {
-  if (atomic_load(&d->draining))
-    return refuse(d, server, "shutting down");
-  gd_netloop *nl = gd_netloops_next(d);
-  /* this thread's copy of the limits: loop 0's (shm.enabled is for connections accepted from
-   * now on) */
-  bool shm = server->type == UV_NAMED_PIPE && d->loops[0]->limits.shm.enabled;
-  if (nl->index != 0)
-    return hand_over(d, nl, server, shm);
-  gd_session *s = new_session(nl);
-  if (!s)
-    return refuse(d, server, "out of memory");
-  if (shm)
-    gd_shm_attach(&s->conn.shm, &d->shm, d->sched, nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_accept(&s->conn, nl->loop, server);
-  if (rc != 0 && s->conn.open_handles == 0) {
-    gd_conn_free(&s->conn);
-    free_session(s);
-    return rc;
-  }
-  start_session(nl, s, rc, server->type == UV_TCP);
-  return 0;
-}
-
-/* A connection loop 0 handed over (gd_netloop_hooks.adopt), on nl's thread. */
-static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
-  gd_server *d = nl->d;
-  gd_session *s = atomic_load(&d->draining) ? NULL : new_session(nl);
-  if (!s) {
-    close(fd); /* the client sees EOF */
-    nl->stats->connections_refused++;
-    return;
-  }
-  if (shm)
-    gd_shm_attach(&s->conn.shm, &d->shm, d->sched, nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_open(&s->conn, nl->loop, fd, tcp);
-  if (rc != 0 && s->conn.open_handles == 0) {
-    gd_conn_free(&s->conn);
-    free_session(s);
-    gd_warn("connection dropped: %s", uv_strerror(rc));
-    return;
-  }
-  start_session(nl, s, rc, tcp);
-}
-
-/* ---- all sessions -------------------------------------------------------- */
-
-size_t gd_sessions_count(gd_server *d) {
-  lock_shared(d);
-  size_t open = d->connections;
-  unlock_shared(d);
-  return open;
-}
-
-static size_t fail_pending_here(gd_netloop *nl, const char *why) {
-  size_t answered = 0;
-  for (gd_session *s = nl->sessions; s; s = s->next)
-    if (!s->conn.closing)
-      answered += gd_rpc_fail_pending(s, why);
-  return answered;
-}
-
-static uint64_t backlog_here(const gd_netloop *nl) {
-  uint64_t total = 0;
-  for (const gd_session *s = nl->sessions; s; s = s->next)
-    if (!s->conn.closing)
-      total += gd_replyq_backlog(&s->conn.out);
-  return total;
-}
-
-/* A command from another loop (or loop 0's own, run at once), on nl's thread. */
-static void command(gd_netloop *nl, unsigned cmd, const char *why) {
-  switch (cmd) {
-  case GD_NETLOOP_LIMITS:
-    lock_shared(nl->d);
-    nl->limits = nl->d->limits;
-    unlock_shared(nl->d);
-    for (gd_session *s = nl->sessions; s; s = s->next)
-      if (!s->conn.closing)
-        gd_rpc_apply_limits(s);
-    break;
-  case GD_NETLOOP_PEER_ROOM:
-    gd_rpc_peer_room(nl);
-    break;
-  case GD_NETLOOP_FAIL_PENDING: {
-    size_t answered = fail_pending_here(nl, why);
-    if (nl->index > 0 && answered > 0) /* loop 0's count is the caller's to log */
-      gd_warn("loop %zu: %zu unfinished requests answered UNAVAILABLE", nl->index, answered);
-    break;
-  }
-  case GD_NETLOOP_CLOSE_ALL:
-    for (gd_session *s = nl->sessions; s; s = s->next)
-      gd_session_close(s, why);
-    break;
-  case GD_NETLOOP_DROP_LOG:
-    arm_drop_log(nl->d);
-    break;
-  case GD_NETLOOP_SUMMARY:
-    atomic_store(&nl->backlog, backlog_here(nl));
-    atomic_store(&nl->waiters, nl->wait_head != NULL);
-    atomic_store(&nl->summary_done, nl->summary_taken);
-    break;
-  default:
-    assert(!"unknown loop command");
-  }
-}
-
-static void room(void *nl) { gd_rpc_room(nl); }
-
-static const gd_netloop_hooks hooks = {adopt, evict, command, room};
-
-static void on_drop_timer_closed(uv_handle_t *h) { free(h); }
-
-int gd_sessions_start(gd_server *d, uv_loop_t *loop, size_t loops, gp_error *err) {
-  d->fd_drop_timer = malloc(sizeof *d->fd_drop_timer);
-  if (!d->fd_drop_timer || uv_timer_init(loop, d->fd_drop_timer) != 0) {
-    free(d->fd_drop_timer);
-    d->fd_drop_timer = NULL;
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  d->fd_drop_timer->data = d;
-  uv_unref((uv_handle_t *)d->fd_drop_timer); /* it alone does not keep gemmd running */
-  return gd_netloops_start(d, loop, loops, &hooks, err);
-}
-
-/* The drop timer closed, logging what a burst left unlogged (once: close_all may have). */
-static void close_drop_timer(gd_server *d) {
-  if (d->fd_drop_timer && !uv_is_closing((uv_handle_t *)d->fd_drop_timer)) {
-    on_drop_timer(d->fd_drop_timer);
-    uv_close((uv_handle_t *)d->fd_drop_timer, on_drop_timer_closed);
-  }
-  d->fd_drop_timer = NULL;
-}
-
-void gd_sessions_stop(gd_server *d) {
-  close_drop_timer(d);
-  gd_netloops_stop(d);
-}
-
-void gd_sessions_apply_limits(gd_server *d) { gd_netloops_broadcast(d, GD_NETLOOP_LIMITS, NULL); }
-
-/* Asks every other loop for a summary after whatever cmd does there (commands run in the order
- * of their bits, SUMMARY last): until it comes, gd_sessions_busy says busy. */
-static void post_with_summary(gd_server *d, unsigned cmd, const char *why) {
-  for (size_t i = 1; i < d->nloops; i++)
-    gd_netloop_post(d->loops[i], cmd | GD_NETLOOP_SUMMARY, why);
-}
-
-size_t gd_sessions_fail_pending(gd_server *d, const char *why) {
-  post_with_summary(d, GD_NETLOOP_FAIL_PENDING, why); /* their answers count as backlog */
-  return fail_pending_here(d->loops[0], why);
-}
-
-bool gd_sessions_busy(gd_server *d, uint64_t *backlog) {
-  gd_netloop *first = d->loops[0];
-  uint64_t total = backlog_here(first);
-  bool waiters = first->wait_head != NULL;
-  bool unknown = false;
-  for (size_t i = 1; i < d->nloops; i++) {
-    gd_netloop *nl = d->loops[i];
-    unknown = unknown || atomic_load(&nl->summary_done) != atomic_load(&nl->summary_asked);
-    total += atomic_load(&nl->backlog);
-    waiters = waiters || atomic_load(&nl->waiters);
-  }
-  post_with_summary(d, 0, NULL); /* for the next look */
-  *backlog = total;
-  return total > 0 || waiters || unknown;
-}
-
-void gd_sessions_close_all(gd_server *d, const char *why) {
-  close_drop_timer(d); /* what is left unlogged, now */
-  gd_netloops_broadcast(d, GD_NETLOOP_CLOSE_ALL, why);
+bool gd_session_idle(const gd_session *s) {
+  const gd_conn *c = &s->conn;
+  return !gd_conn_closing(c) && gd_session_at_boundary(s) && !s->wait.waiting &&
+         gd_conn_pending_len(c) == 0 && gd_conn_calls(c)->in_flight == 0 &&
+         gd_conn_out(c)->writes == 0 && gd_replyq_backlog(gd_conn_out(c)) == 0;
 }

@@ -38,7 +38,7 @@ static void unmap(gd_shm *t, uint32_t i) {
     t->totals->regions--;
   }
   t->regions[i] = t->regions[--t->count];
-  gd_sched_region_put(t->sched, map);
+  gd_netsched_region_put(t->sched, map);
 }
 
 void gd_shm_free(gd_shm *t) {
@@ -81,9 +81,9 @@ static int take_one(uv_pipe_t *pipe, int *fd) {
 static bool peer_takes_fd(gd_shm *t) {
   if (!t->peers)
     return true;
-  gd_sched_lock(t->sched); /* every loop's peers */
+  gd_peers_lock(t->peers); /* every loop's peers */
   bool ok = gd_peers_take_fd(t->peers, t->peer_key, t->peer_fd_cap);
-  gd_sched_unlock(t->sched);
+  gd_peers_unlock(t->peers);
   return ok;
 }
 
@@ -99,9 +99,9 @@ void gd_shm_take_fds(gd_shm *t, uv_pipe_t *pipe) {
       if (fd >= 0)
         close(fd);
       if (t->totals) {
-        gd_sched_lock(t->sched); /* every loop's total */
+        gd_netsched_lock(t->sched); /* every loop's total */
         t->totals->fds_dropped++;
-        gd_sched_unlock(t->sched);
+        gd_netsched_unlock(t->sched);
       }
       continue;
     }
@@ -117,9 +117,9 @@ static int pop_fd(gd_shm *t) {
   t->fd_head = (t->fd_head + 1) % GD_SHM_FDS_MAX;
   t->fd_count--;
   if (t->peers) {
-    gd_sched_lock(t->sched);
+    gd_peers_lock(t->peers);
     gd_peers_give_fd(t->peers, t->peer_key);
-    gd_sched_unlock(t->sched);
+    gd_peers_unlock(t->peers);
   }
   return fd;
 }
@@ -207,7 +207,7 @@ static int add_region(gd_shm *t, uint8_t *base, uint64_t size, uint64_t *id) {
 }
 
 static int map_region(gd_shm *t, int fd, uint64_t size, uint64_t *id, gp_error *err) {
-  int rc = gd_sched_reserve(t->sched, size, err);
+  int rc = gd_netsched_reserve(t->sched, size, err);
   if (rc != 0)
     return rc;
   void *base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -219,10 +219,10 @@ static int map_region(gd_shm *t, int fd, uint64_t size, uint64_t *id, gp_error *
   if (rc != 0) {
     if (base != MAP_FAILED)
       munmap(base, (size_t)size);
-    gd_sched_unreserve(t->sched, size);
+    gd_netsched_unreserve(t->sched, size);
     return rc;
   }
-  gd_sched_region_added(t->sched, t->regions[t->count - 1].map);
+  gd_netsched_region_added(t->sched, t->regions[t->count - 1].map);
   return 0;
 }
 

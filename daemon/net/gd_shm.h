@@ -29,7 +29,7 @@
 
 #include "gd_region.h"
 #include "gd_peers.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gp_error.h"
 
 /* Descriptors that may wait for their shm_register, at most (and at most
@@ -75,7 +75,7 @@ typedef struct {
   int fds[GD_SHM_FDS_MAX];             /* the FIFO of received descriptors */
   uint32_t fd_head, fd_count, fd_cap;
   /* Its peer's share of waiting descriptors (shm.max_fds_per_peer), counted in peers under
-   * the shared lock; peers NULL: no share (set after gd_shm_attach). */
+   * their own lock (gd_peers_lock); peers NULL: no share (set after gd_shm_attach). */
   gd_peers *peers;
   const char *peer_key;
   uint32_t peer_fd_cap;

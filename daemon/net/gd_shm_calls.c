@@ -121,7 +121,7 @@ int gd_shm_calls_ref(const gd_shm *t, const gd_call *call, const gp_event *ev,
   }
   *feed = (gd_shm_feed){ev->operand, src, 0, len};
   /* In place when the backend can: it reads the mapping itself, and nothing is fed. */
-  if (gd_sched_input_mapped(t->sched, call->job, ev->operand, r, src))
+  if (gd_netsched_input_mapped(t->sched, call->job, ev->operand, r, src))
     *feed = (gd_shm_feed){ev->operand, src, len, 0};
   return 0;
 }
@@ -137,7 +137,7 @@ void gd_shm_calls_out_mapped(const gd_shm *t, gd_call *call) {
   if (r->kind == GD_REGION_DEVICE)
     gd_cuda_ipc_out(t->sched, call->job, r, call->out_offset);
   else
-    gd_sched_output_mapped(t->sched, call->job, r, dst);
+    gd_netsched_output_mapped(t->sched, call->job, r, dst);
 }
 
 int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *pause,
@@ -147,7 +147,7 @@ int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *p
     const void *data = feed->src + feed->done;
     void *window;
     size_t len;
-    if (gd_sched_input_window(sched, call->job, feed->operand, feed->done, &window, &len) &&
+    if (gd_netsched_input_window(sched, call->job, feed->operand, feed->done, &window, &len) &&
         len > 0) {
       if (len > feed->left)
         len = (size_t)feed->left;
@@ -157,7 +157,7 @@ int gd_shm_calls_feed(gd_sched *sched, gd_call *call, gd_shm_feed *feed, bool *p
     } else {
       len = feed->left < FEED_SPILL_BYTES ? (size_t)feed->left : FEED_SPILL_BYTES;
     }
-    int rc = gd_sched_input(sched, call->job, feed->operand, feed->done, data, len, pause, err);
+    int rc = gd_netsched_input(sched, call->job, feed->operand, feed->done, data, len, pause, err);
     if (rc != 0)
       return rc;
     feed->done += len;

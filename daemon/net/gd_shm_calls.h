@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "gd_call.h"
-#include "gd_sched.h"
+#include "gd_netsched.h"
 #include "gd_shm.h"
 #include "gp_decode.h"
 

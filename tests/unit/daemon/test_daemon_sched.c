@@ -129,7 +129,7 @@ static gp_gemm_hdr hdr_of(uint64_t m, uint64_t n, uint64_t k) {
   return h;
 }
 
-static int admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
+static gd_admit admit(const gp_gemm_hdr *h, gd_job **job, gp_error *err) {
   gp_error_clear(err);
   return gd_sched_admit(sched, h, false, 7, NULL, &waiter, job, err);
 }
@@ -156,19 +156,19 @@ START_TEST(max_jobs_waits) {
   gp_gemm_hdr h = hdr_of(4, 4, 4);
   gd_job *j1, *j2, *j3;
   gp_error err;
-  ck_assert_int_eq(admit(&h, &j1, &err), 0);
-  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_int_eq(admit(&h, &j1, &err), GD_ADMITTED);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMITTED);
   ck_assert_uint_eq(gd_sched_jobs(sched), 2);
-  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL); /* waits: it fits an idle daemon */
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMIT_FULL); /* waits: it fits an idle daemon */
   ck_assert_ptr_nonnull(strstr(err.message, "queue.max_jobs"));
   gd_sched_abandon(sched, j1); /* never submitted: gone at once */
   ck_assert_uint_eq(gd_sched_jobs(sched), 1);
-  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMITTED);
   /* a larger max_jobs applies to the next admission */
   gd_sched_limits more = {3, 1u << 30};
   gd_sched_set_limits(sched, &more);
   gd_job *j4;
-  ck_assert_int_eq(admit(&h, &j4, &err), 0);
+  ck_assert_int_eq(admit(&h, &j4, &err), GD_ADMITTED);
   gd_sched_abandon(sched, j2);
   gd_sched_abandon(sched, j3);
   gd_sched_abandon(sched, j4);
@@ -183,21 +183,22 @@ START_TEST(memory_budget_from_the_header) {
   gp_gemm_hdr h = hdr_of(10, 10, 10);
   gd_job *j1, *j2, *j3;
   gp_error err;
-  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_int_eq(admit(&h, &j1, &err), GD_ADMITTED);
   ck_assert_uint_eq(j1->reserved_bytes, 1200);
-  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMITTED);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400);
-  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMIT_FULL);
   ck_assert_ptr_nonnull(strstr(err.message, "600 of queue.memory_budget left"));
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2400); /* a refusal reserves nothing */
   ck_assert_int_eq(gd_sched_submit(sched, j1, &err), 0);
   gd_sched_finish(sched, j1, true);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 1200);
-  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMITTED);
   /* bigger than the whole budget: says so */
   gp_gemm_hdr big = hdr_of(100, 100, 100);
   gd_job *j4;
-  ck_assert_int_eq(admit(&big, &j4, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&big, &j4, &err), GD_ADMIT_REFUSED);
+  ck_assert_int_eq(err.code, GP_E_RESOURCE_EXHAUSTED);
   ck_assert_ptr_nonnull(strstr(err.message, "more than queue.memory_budget"));
   gd_sched_abandon(sched, j2);
   gd_sched_abandon(sched, j3);
@@ -216,11 +217,11 @@ START_TEST(reservations_outside_jobs_share_the_budget) {
   ck_assert_ptr_nonnull(strstr(err.message, "2000 of queue.memory_budget left"));
   gp_gemm_hdr h = hdr_of(10, 10, 10);
   gd_job *j1, *j2;
-  ck_assert_int_eq(admit(&h, &j1, &err), 0);
-  ck_assert_int_eq(admit(&h, &j2, &err), GD_SCHED_FULL); /* waits for room, not refused */
+  ck_assert_int_eq(admit(&h, &j1, &err), GD_ADMITTED);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMIT_FULL); /* waits for room, not refused */
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2200);
   gd_sched_unreserve(sched, 1000);
-  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMITTED);
   gd_sched_abandon(sched, j1);
   gd_sched_abandon(sched, j2);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
@@ -234,15 +235,16 @@ START_TEST(backend_host_bytes_and_prepare) {
   gd_job *j1, *j2;
   gp_error err;
   fake.extra_host_bytes = 1000; /* scratch: 2200 per job */
-  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_int_eq(admit(&h, &j1, &err), GD_ADMITTED);
   ck_assert_uint_eq(j1->reserved_bytes, 2200);
-  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMITTED);
   gd_job *j3;
-  ck_assert_int_eq(admit(&h, &j3, &err), GD_SCHED_FULL);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMIT_FULL);
   ck_assert_int_eq(fake.prepared, 2); /* refused before prepare */
   gd_sched_abandon(sched, j2);
   fake.refuse_prepare = 1;
-  ck_assert_int_eq(admit(&h, &j3, &err), GP_E_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMIT_REFUSED);
+  ck_assert_int_eq(err.code, GP_E_RESOURCE_EXHAUSTED);
   ck_assert_str_eq(err.message, "fake: no room on the device");
   ck_assert_uint_eq(gd_sched_jobs(sched), 1);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 2200);
@@ -262,7 +264,8 @@ START_TEST(draining_refuses) {
   gd_job *job;
   gp_error err;
   gd_sched_set_draining(sched);
-  ck_assert_int_eq(admit(&h, &job, &err), GP_E_UNAVAILABLE);
+  ck_assert_int_eq(admit(&h, &job, &err), GD_ADMIT_REFUSED);
+  ck_assert_int_eq(err.code, GP_E_UNAVAILABLE);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   stop();
 }
@@ -273,14 +276,14 @@ START_TEST(deadline_from_timeout_ms) {
   gp_gemm_hdr h = hdr_of(2, 2, 2);
   gd_job *j1, *j2, *j3;
   gp_error err;
-  ck_assert_int_eq(admit(&h, &j1, &err), 0);
+  ck_assert_int_eq(admit(&h, &j1, &err), GD_ADMITTED);
   ck_assert_uint_eq(j1->deadline_us, 0);
   h.has_timeout = true;
   h.timeout_ms = 250;
-  ck_assert_int_eq(admit(&h, &j2, &err), 0);
+  ck_assert_int_eq(admit(&h, &j2, &err), GD_ADMITTED);
   ck_assert_uint_eq(j2->deadline_us, j2->admitted_us + 250000);
   h.timeout_ms = UINT64_MAX; /* saturates instead of wrapping into the past */
-  ck_assert_int_eq(admit(&h, &j3, &err), 0);
+  ck_assert_int_eq(admit(&h, &j3, &err), GD_ADMITTED);
   ck_assert_uint_ge(j3->deadline_us, j3->admitted_us);
   gd_sched_abandon(sched, j1);
   gd_sched_abandon(sched, j2);
@@ -295,7 +298,7 @@ static gd_job *admit_small(bool submit) {
   gp_gemm_hdr h = hdr_of(2, 2, 2);
   gd_job *job;
   gp_error err;
-  ck_assert_int_eq(admit(&h, &job, &err), 0);
+  ck_assert_int_eq(admit(&h, &job, &err), GD_ADMITTED);
   if (submit)
     ck_assert_int_eq(gd_sched_submit(sched, job, &err), 0);
   return job;
@@ -363,7 +366,7 @@ START_TEST(live_job_events_reach_the_session) {
 END_TEST
 
 /* A connection's and a peer's share of the budget (issue 17): over it the request waits for
- * its own (GD_SCHED_OVER_SHARE), never refused; holding nothing, anything up to the budget. */
+ * its own (GD_ADMIT_OVER_SHARE), never refused; holding nothing, anything up to the budget. */
 START_TEST(memory_shares) {
   start(100, 10000, false);
   gp_gemm_hdr h = hdr_of(10, 10, 10); /* 1200 bytes */
@@ -372,24 +375,27 @@ START_TEST(memory_shares) {
   gd_sched_share share = {.conn_used = 0, .conn_limit = 1000, .peer_used = 0, .peer_limit = 0};
   gp_error_clear(&err);
   /* holding nothing: over the share is fine */
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
+                   GD_ADMITTED);
   gd_sched_abandon(sched, job);
   share.conn_used = 1; /* holding something: 1 + 1200 is over 1000 */
   ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
-                   GD_SCHED_OVER_SHARE);
+                   GD_ADMIT_OVER_SHARE);
   ck_assert_ptr_nonnull(strstr(err.message, "connection holds 1 bytes"));
   share.conn_limit = 1201;
-  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), 0);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
+                   GD_ADMITTED);
   gd_sched_abandon(sched, job);
   share.peer_used = 9000; /* the peer's share now */
   share.peer_limit = 10000;
   ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
-                   GD_SCHED_OVER_SHARE);
+                   GD_ADMIT_OVER_SHARE);
   ck_assert_ptr_nonnull(strstr(err.message, "peer holds 9000 bytes"));
   /* never fits the budget: refused, whatever the share says */
   gp_gemm_hdr big = hdr_of(100, 100, 100);
   ck_assert_int_eq(gd_sched_admit(sched, &big, false, 1, &share, &waiter, &job, &err),
-                   GP_E_RESOURCE_EXHAUSTED);
+                   GD_ADMIT_REFUSED);
+  ck_assert_int_eq(err.code, GP_E_RESOURCE_EXHAUSTED);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
   stop();
@@ -412,14 +418,14 @@ START_TEST(delivering_job_leaves_the_shared_queue) {
   gd_job *other;
   gp_gemm_hdr h = hdr_of(2, 2, 2);
   gp_error err;
-  ck_assert_int_eq(admit(&h, &other, &err), GD_SCHED_FULL);
+  ck_assert_int_eq(admit(&h, &other, &err), GD_ADMIT_FULL);
   post_from_thread(job, GD_EV_OUTPUT_CHUNK, true); /* final; its chunk not written yet */
   ck_assert_int_eq(rooms, 1);
   ck_assert_uint_eq(gd_sched_jobs(sched), 0);
   ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
   ck_assert_uint_eq(gd_sched_delivering(sched), 1);
   ck_assert_uint_eq(gd_sched_delivering_bytes(sched), 48);
-  ck_assert_int_eq(admit(&h, &other, &err), 0);
+  ck_assert_int_eq(admit(&h, &other, &err), GD_ADMITTED);
   gd_sched_chunk_done(sched, job, "xyz", 3);
   gd_sched_finish(sched, job, true);
   ck_assert_uint_eq(gd_sched_delivering(sched), 0);
