@@ -7,8 +7,9 @@
  * issues the TMA boxes), warpgroups 1 and 2 the consumers, 64 rows each, as 2 x 2 warps of
  * 32 x 64 (2 x 8 m16n8k8 tiles: 128 accumulator registers, 24 fragment doubles per k8 step, 1.5
  * shared loads per mma against 10's 2); a ring of 6 stages of 32 KB. Where the wide tiles
- * would leave SMs idle, 128 x 64 (warps of 32 x 32, 8 stages of 24 KB) or 64 x 64 (two
- * consumers of 32 rows, warps of 16 x 32 or 32 x 16, 8 stages of 16 KB): see pick() below.
+ * would leave SMs idle, 128 x 96 (warps of 32 x 48, 7 stages of 28 KB: 1000 x 1200 is 104
+ * tiles, not 80), 128 x 64 (warps of 32 x 32, 8 stages of 24 KB) or 64 x 64 (two consumers of
+ * 32 rows, warps of 16 x 32, 8 stages of 16 KB): see cost() below.
  * A grid of at most one CTA per SM walks the tiles blockIdx.x, + gridDim.x, ... in the
  * grouped order over the batch; the ring runs on across tiles, so the producer loads the next
  * tile while the consumers store C (straight from the accumulators, alpha/beta in f64, beta 0
@@ -78,6 +79,7 @@ struct gk__dmma_tma_cfg {
 namespace {
 
 using cfg_wide = gk__dmma_tma_cfg<128, 128, 2, 6>;      /* warps of 32 x 64 */
+using cfg_mid = gk__dmma_tma_cfg<128, 96, 2, 7>;        /* warps of 32 x 48 */
 using cfg_half = gk__dmma_tma_cfg<128, 64, 2, 8>;       /* warps of 32 x 32 */
 using cfg_small = gk__dmma_tma_cfg<64, 64, 2, 8>;       /* warps of 16 x 32 */
 using cfg_half_k16 = gk__dmma_tma_cfg<128, 64, 2, 8, 16>; /* a variant: m16n8k16 */
@@ -284,9 +286,10 @@ bool dmma_f64_tma_supports(const gk_problem *p, int cc) {
 cudaError_t dmma_f64_tma_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!dmma_f64_tma_supports(p, 90)) return cudaErrorInvalidValue;
   const int sms = gk__sm_count(ctx);
-  const double wide = cost<cfg_wide>(p, sms, 1.0), half = cost<cfg_half>(p, sms, 0.9),
-               small = cost<cfg_small>(p, sms, 0.75);
-  if (wide <= half && wide <= small) return launch_with<cfg_wide>(p, sms, stream);
+  const double wide = cost<cfg_wide>(p, sms, 1.0), mid = cost<cfg_mid>(p, sms, 0.95),
+               half = cost<cfg_half>(p, sms, 0.9), small = cost<cfg_small>(p, sms, 0.75);
+  if (wide <= mid && wide <= half && wide <= small) return launch_with<cfg_wide>(p, sms, stream);
+  if (mid <= half && mid <= small) return launch_with<cfg_mid>(p, sms, stream);
   if (half <= small) return launch_with<cfg_half>(p, sms, stream);
   return launch_with<cfg_small>(p, sms, stream);
 }
@@ -312,7 +315,7 @@ cudaError_t nn_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream)
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma = {
     "dmma_f64_tma",
     "f64, Hopper FP64 tensor cores mma.sync m16n8k8 fed by TMA, warp-specialised, persistent: "
-    "128x128x16 (or 128x64, 64x64) tiles, 2 consumer warpgroups (22)",
+    "128x128x16 (or 128x96, 128x64, 64x64) tiles, 2 consumer warpgroups (22)",
     dmma_f64_tma_supports,
     dmma_f64_tma_launch,
     0,
@@ -322,6 +325,8 @@ extern "C" const gk_kernel gk_kernel_dmma_f64_tma = {
  * test_gpu_kernels --f64, which runs each on every shape beside the registered kernels. */
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x128 = {
     "dmma_f64_tma_128x128", "22's wide tile alone", dmma_f64_tma_supports, variant_launch<cfg_wide>, 0};
+extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x96 = {
+    "dmma_f64_tma_128x96", "22's 128x96 tile alone", dmma_f64_tma_supports, variant_launch<cfg_mid>, 0};
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x64 = {
     "dmma_f64_tma_128x64", "22's 128x64 tile alone", dmma_f64_tma_supports, variant_launch<cfg_half>, 0};
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma_64x64 = {

@@ -36,7 +36,7 @@ if [ -n "$bench" ]; then
     "$bench" --dtype f64 --markdown --kernel dmma_f64_tma,dmma16_f64
   step bench-f64-variants.log "bench_kernels --variants --quick, 22's configurations" 60 \
     "$bench" --variants --quick --markdown --dtype f64 \
-    --kernel dmma_f64_tma_128x128,dmma_f64_tma_128x64,dmma_f64_tma_64x64,dmma_f64_tma_128x64_k16
+    --kernel dmma_f64_tma_128x128,dmma_f64_tma_128x96,dmma_f64_tma_128x64,dmma_f64_tma_64x64,dmma_f64_tma_128x64_k16
 else
   note "bench: bench_kernels was not built"
 fi
