@@ -39,7 +39,8 @@
  * zero-fills past the edges, the store masks), both transposes, alpha/beta, any batch. The rest
  * (odd leading dimensions above all) stays with 10. Registered after 10 until measured: auto
  * keeps 10; naming "dmma_f64_tma" (bench_kernels --kernel, test_gpu_kernels --kernel, the
- * daemon's gpu.kernel) runs it.
+ * daemon's gpu.kernel) runs it. Auto takes it once its line in kernels/fast.cmake's
+ * GK_FAST_KERNELS moves above 10's (the registry test follows the order).
  */
 #include "gk_fast_dmma.cuh"       /* gk__dmma1688, gk__dmma_args, gk__store_pair */
 #include "gk_fast_wgmma_tf32.cuh" /* the ring, mbarrier / TMA / setmaxnreg wrappers, gk__tf32_map */

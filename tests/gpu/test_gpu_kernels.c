@@ -1540,20 +1540,28 @@ static int check_registry(bool verbose)
   EXPECT(gk_select(&px, 90, "auto") == f32x3); /* TT */
   px.k = 2047;                                 /* rows TMA cannot read */
   EXPECT(gk_select(&px, 90, "auto") != f32x3);
-  /* f64: 10 on Hopper by auto; 22 (registered after it until measured) where it is named and
-   * TMA reads the operands (even leading dimensions), never off Hopper */
+  /* f64 on Hopper: 22 where it is named, or by auto once registered before 10 (kernels/fast.cmake
+   * says which, by the order), and TMA reads the operands (even leading dimensions); 10 for the
+   * rest; never 22 off Hopper */
   gk_problem pd = {.dtype = GK_F64, .m = 2048, .n = 2048, .k = 2048, .batch = 1, .alpha = 1.0};
   const gk_kernel *dmma16 = gk_kernel_by_name("dmma16_f64"), *f64_tma = gk_kernel_by_name("dmma_f64_tma");
   EXPECT(dmma16 != NULL && f64_tma != NULL);
-  EXPECT(gk_select(&pd, 90, "auto") == dmma16);
+  size_t at_dmma16 = count, at_f64_tma = count;
+  for (size_t i = 0; i < count; i++) {
+    if (kernels[i] == dmma16)
+      at_dmma16 = i;
+    if (kernels[i] == f64_tma)
+      at_f64_tma = i;
+  }
+  EXPECT(gk_select(&pd, 90, "auto") == (at_f64_tma < at_dmma16 ? f64_tma : dmma16));
   EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == f64_tma);
-  EXPECT(gk_select(&pd, 80, "dmma_f64_tma") != f64_tma);
+  EXPECT(gk_select(&pd, 80, "dmma_f64_tma") != f64_tma && gk_select(&pd, 80, "auto") != f64_tma);
   pd.trans_a = pd.trans_b = true;
   EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == f64_tma);
   pd.k = 2047; /* A's rows: an odd number of doubles */
-  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16);
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16 && gk_select(&pd, 90, "auto") == dmma16);
   pd.k = 2048, pd.m = 1001; /* A stored k x m, rows of an odd number of doubles */
-  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16);
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16 && gk_select(&pd, 90, "auto") == dmma16);
   /* Malformed problems are refused before anything is launched. */
   int dummy;
   gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
