@@ -91,35 +91,52 @@ __device__ __forceinline__ int phys_k(int t, int j) {
   const int t0 = t & 1, t1 = t >> 1, j0 = j & 1, j1 = j >> 1;
   return t0 | (j0 ^ t1) << 1 | (j1 ^ t0) << 2 | t1 << 3;
 }
-/* Byte offsets in a stage's operand. K-major: row (== g mod 8) of 128-byte rows. M/N-major:
- * column col (== g mod 8) of the 16-column boxes, k row k. */
-__device__ __forceinline__ int kmajor_at(int row, int k) {
-  return row * 128 + ((((k >> 1) ^ (row & 7))) << 4) + ((k & 1) << 3);
-}
-__device__ __forceinline__ int mnmajor_at(int col, int k) {
-  return (col >> 4) * 2048 + k * 128 + (((((col & 15) >> 1) ^ (k & 7))) << 4) + ((col & 1) << 3);
-}
+/* A thread's byte offsets into one operand of a stage (MN: M/N-major, boxes of 16 columns x 16
+ * k rows; else K-major, rows of 16 k), worked out once: its fragment element at row (K-major) or
+ * column (M/N-major) base + c and logical k quarter j is at at(c, j), c a multiple of 8 known
+ * at compile time, base == g (lane / 4) mod 8 for K-major, mod 16 for M/N-major (a warp tile's
+ * first row or column + g). K-major: row r, k at r * 128 + ((k >> 1) ^ r % 8) * 16 + (k & 1) * 8
+ * (the 128-byte swizzle), r % 8 == g. M/N-major: column col, k at (col / 16) * 2048 + k * 128 +
+ * (((col % 16) >> 1) ^ k % 8) * 16 + (col & 1) * 8, where col % 16 = g + c % 16: the odd 8 of c
+ * flips bit 2 of the chunk (byte offset bit 6). */
+template <bool MN>
+struct frag_offsets {
+  int off[4][2]; /* [j][(c / 8) % 2] */
+  __device__ __forceinline__ frag_offsets(int base, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int k = phys_k(t, j);
+      if (MN) {
+        off[j][0] = (base >> 4) * 2048 + k * 128 + (((g >> 1) ^ (k & 7)) << 4) + ((g & 1) << 3);
+        off[j][1] = off[j][0] ^ 64;
+      } else {
+        off[j][0] = off[j][1] = base * 128 + (((k >> 1) ^ g) << 4) + ((k & 1) << 3);
+      }
+    }
+  }
+  __device__ __forceinline__ int at(int c, int j) const {
+    return MN ? off[j][(c >> 3) & 1] + (c >> 4) * 2048 : off[j][0] + c * 128;
+  }
+};
 
+/* One mma step's fragments from a stage's A (sa) and B (sb): A(row g + 8 (e % 2), k t + 4 (e / 2))
+ * and B(k t + 4e, col g) of each m16 / n8 tile of the warp's, as the sm_90 f64 shapes take them. */
 template <class C, bool TA, bool TB>
-__device__ __forceinline__ void load_frags(const unsigned char *sa, const unsigned char *sb, int wm,
-                                           int wn, int g, int t, int step,
-                                           double (&af)[C::MI][C::A_FRAG],
+__device__ __forceinline__ void load_frags(const unsigned char *sa, const unsigned char *sb,
+                                           const frag_offsets<TA> &ao, const frag_offsets<!TB> &bo,
+                                           int step, double (&af)[C::MI][C::A_FRAG],
                                            double (&bf)[C::NI][C::B_FRAG]) {
   constexpr int JS = C::MMA_K / 4; /* logical k quarters per mma step */
 #pragma unroll
   for (int i = 0; i < C::MI; ++i)
 #pragma unroll
-    for (int e = 0; e < C::A_FRAG; ++e) { /* A(row g + 8 (e % 2), k t + 4 (e / 2)) */
-      const int row = wm + 16 * i + 8 * (e % 2) + g, k = phys_k(t, step * JS + e / 2);
-      af[i][e] = *reinterpret_cast<const double *>(sa + (TA ? mnmajor_at(row, k) : kmajor_at(row, k)));
-    }
+    for (int e = 0; e < C::A_FRAG; ++e)
+      af[i][e] = *reinterpret_cast<const double *>(sa + ao.at(16 * i + 8 * (e % 2), step * JS + e / 2));
 #pragma unroll
   for (int j = 0; j < C::NI; ++j)
 #pragma unroll
-    for (int e = 0; e < C::B_FRAG; ++e) { /* B(k t + 4e, col g) */
-      const int col = wn + 8 * j + g, k = phys_k(t, step * JS + e);
-      bf[j][e] = *reinterpret_cast<const double *>(sb + (TB ? kmajor_at(col, k) : mnmajor_at(col, k)));
-    }
+    for (int e = 0; e < C::B_FRAG; ++e)
+      bf[j][e] = *reinterpret_cast<const double *>(sb + bo.at(8 * j, step * JS + e));
 }
 
 /* Producer, ring slot `it`: the k tile at k0 of the tile at (m0, n0) of problem z. */
@@ -173,6 +190,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * C::WG_ROWS + ((warp % 4) / C::WARPS_N) * C::WM; /* in the tile */
   const int wn = ((warp % 4) % C::WARPS_N) * C::WN;
+  const frag_offsets<TA> a_offsets(wm + g, g, t);
+  const frag_offsets<!TB> b_offsets(wn + g, g, t);
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
     gk__tile_origin(tile, tiles_m, tiles_n, C::BM, C::BN, &m0, &n0, &z);
@@ -190,7 +209,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll
       for (int step = 0; step < C::BK / C::MMA_K; ++step) {
         double af[C::MI][C::A_FRAG], bf[C::NI][C::B_FRAG];
-        load_frags<C, TA, TB>(sa, sb, wm, wn, g, t, step, af, bf);
+        load_frags<C, TA, TB>(sa, sb, a_offsets, b_offsets, step, af, bf);
 #pragma unroll
         for (int i = 0; i < C::MI; ++i)
 #pragma unroll
