@@ -32,7 +32,8 @@
  * loads are conflict-free when (k & 1, k >> 3) takes its four values over t: (t0, t1). N-major:
  * the unit is ((col % 16 >> 1) ^ k % 8) << 1 | col & 1; g spans col's bits 0-1, so they are
  * when (k >> 1) & 3 does: (j0 ^ t1, j1 ^ t0). P meets both (identity k = t + 4j meets neither
- * under this swizzle: two-way conflicts).
+ * under this swizzle: two-way conflicts). bench/dmma_f64_tma_layout.py models the boxes, these
+ * loads and the mma off the GPU: every configuration and layout against NumPy, no conflicts.
  *
  * Contract: f64, compute capability 9.0 exactly, A and B describable by TMA (16-byte-aligned
  * bases, even leading dimensions, sizes within the tensor map's ranges), any m, n, k (TMA
