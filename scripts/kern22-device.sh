@@ -32,9 +32,9 @@ step registry.log "test_gpu_kernels --registry" 20 "$tests" --registry
 step f64-tests.log "test_gpu_kernels --f64 --kernel dmma_f64_tma" 80 \
   "$tests" --f64 --kernel dmma_f64_tma
 if [ -n "$bench" ]; then
-  step bench-f64.log "bench_kernels --dtype f64, 22 beside 10" 110 \
+  step bench-f64.log "bench_kernels --dtype f64, 22 beside 10" 90 \
     "$bench" --dtype f64 --markdown --kernel dmma_f64_tma,dmma16_f64
-  step bench-f64-variants.log "bench_kernels --variants --quick, 22's configurations" 60 \
+  step bench-f64-variants.log "bench_kernels --variants --quick, 22's configurations" 75 \
     "$bench" --variants --quick --markdown --dtype f64 \
     --kernel dmma_f64_tma_128x128,dmma_f64_tma_128x96,dmma_f64_tma_128x64,dmma_f64_tma_64x64,dmma_f64_tma_128x64_k16
 else
@@ -42,7 +42,7 @@ else
 fi
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do
-  step "$tool.log" "compute-sanitizer $tool, --f64 --quick" 45 \
+  step "$tool.log" "compute-sanitizer $tool, --f64 --quick" 40 \
     "$sanitizer" --tool "$tool" --error-exitcode 1 "$tests" --f64 --quick --kernel dmma_f64_tma
 done
 ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -67,8 +67,11 @@ for tool in memcheck racecheck; do
   echo "--- $tool"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FATAL|cases, .* failed" "$OUT/$tool.log" | tail -3
 done
+# the table, or (a run cut short before it) the rows as they came
 for log in bench-f64.log bench-f64-variants.log; do
-  [ -f "$OUT/$log" ] && { echo "--- $log (table)"; grep -E "^\|" "$OUT/$log" | tail -30; }
+  [ -f "$OUT/$log" ] || continue
+  echo "--- $log"
+  if grep -qE "^\|" "$OUT/$log"; then grep -E "^\|" "$OUT/$log" | tail -30; else grep -E "TFLOP/s" "$OUT/$log" | tail -30; fi
 done
 if [ -f "$OUT/ncu.log" ]; then
   echo "--- ncu (4096^3)"
