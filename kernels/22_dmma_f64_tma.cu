@@ -18,7 +18,8 @@
  * The idea, over 10: 10 copies its operands with cp.async from the same warps that multiply
  * (LSU the most-issued pipe, ncu) and runs 64 x 64 / 64 x 128 tiles at 2-3 blocks per SM; here
  * the copy engine fills shared memory, the consumer warps issue only fragment loads and mma,
- * and the bigger tile halves the L2 bytes per flop.
+ * and the bigger tile moves a third (against 64 x 128) to a half (64 x 64) fewer L2 bytes per
+ * flop.
  *
  * Bank conflicts: a stage holds each operand as TMA writes it with the 128-byte swizzle, in its
  * global layout: K-major (A m x k, B stored n x k) as one box of 16 k (128 bytes) x rows; M- or
