@@ -21,7 +21,8 @@
  *      the cuBLAS figure of the row ("via": ex, lt, lt-f32out).
  * With --kernel a,b,... each mode and shape gets a row per named kernel (where it takes the
  * shape; else the selector's choice), each against cuBLAS timed again in that row: e.g.
- * `--dtype f32 --kernel wgmma_f32x3,simt_f32` sets kernel 21 beside 02 (both exact f32).
+ * `--dtype f32 --kernel wgmma_f32x3,simt_f32` sets kernel 21 beside 02 (both exact f32), and
+ * `--dtype f64 --kernel dmma_f64_tma,dmma16_f64` kernel 22 beside 10.
  * The last lines are the table (plain, or Markdown with --markdown for bench/RESULTS.md).
  * Exit status: 0 when every row passed its check, 1 when one failed, 2 on a setup error.
  *
@@ -65,6 +66,9 @@
 
 /* 21's registered form and its unregistered variant (kernels/21_wgmma_f32x3.cu), for --variants */
 extern "C" const gk_kernel gk_kernel_wgmma_f32x3, gk_kernel_wgmma_f32x3_pipe;
+/* 22's configurations one by one (kernels/22_dmma_f64_tma.cu, not registered), for --variants */
+extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x128, gk_kernel_dmma_f64_tma_128x96,
+    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16;
 
 #ifndef GEMMD_GIT_COMMIT
 #define GEMMD_GIT_COMMIT "unknown"
@@ -183,6 +187,9 @@ const variant kVariants[] = {
     {0, SIMT_F32_SPLITK(6)},                {0, SIMT_F32_SPLITK(8)},
     {3, MMA_BF16(128, 128, 32, 2, 2, 4)},   {3, MMA_BF16(128, 256, 32, 2, 4, 4)},
     {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
+    {4, gk_kernel_dmma_f64_tma_128x128},    {4, gk_kernel_dmma_f64_tma_128x96},
+    {4, gk_kernel_dmma_f64_tma_128x64},     {4, gk_kernel_dmma_f64_tma_64x64},
+    {4, gk_kernel_dmma_f64_tma_128x64_k16},
     {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
     {4, DMMA_F64K(64, 64, 16, 2, 2, 4, 8)},  {4, DMMA_F64K(64, 64, 16, 4, 2, 4, 8)},
     {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},

@@ -19,54 +19,14 @@
 set -uo pipefail
 export GEMMD_TEST_CASE_TIMEOUT=${GEMMD_TEST_CASE_TIMEOUT:-30}
 cd "$(dirname "$0")/.." || exit 1
-root=$PWD
-OUT=${OUT:-$root/build-k21/out}
-mkdir -p "$OUT"
-summary=$OUT/summary.txt
-: >"$summary"
-start=$(date +%s)
-budget=470 # seconds for everything, leaving room under 8 minutes for the start and the summary
-note() { echo "$*" | tee -a "$summary"; }
-elapsed() { echo "$(($(date +%s) - start))s"; }
-# The time a step may take: its own cap, or what is left of the budget if less (at least 5 s).
-left() {
-  local rest=$((budget - ($(date +%s) - start)))
-  [ "$rest" -lt "$1" ] && echo $((rest > 5 ? rest : 5)) || echo "$1"
-}
-# step LOG LABEL CAP COMMAND...: the command under timeout, its output to $OUT/LOG
-step() {
-  local log=$1 label=$2 cap
-  cap=$(left "$3")
-  shift 3
-  echo "== $label (cap ${cap}s, at $(elapsed))"
-  timeout "$cap" "$@" >"$OUT/$log" 2>&1
-  local rc=$?
-  [ $rc -eq 124 ] && note "$label: TIMED OUT after ${cap}s ($(elapsed))" || note "$label: rc $rc ($(elapsed))"
-  return $rc
-}
-
-# shellcheck source=scripts/gpu-deps-env.sh
-. scripts/gpu-deps-env.sh
-commit=${GEMMD_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-{
-  echo "== kern21-device.sh, commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), deps: $deps"
-  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
-  nvcc --version 2>&1 | tail -2
-} >"$OUT/env.log"
-gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-note "kern21-device.sh | commit $commit | device: ${gpu_name:-none} | deps: $deps"
-
-build=$root/build-k21
-step build.log "build (standalone: test_gpu_kernels bench_kernels)" 260 bash -c "
-  cmake -S '$root/tests/gpu/standalone' -B '$build' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
-  ninja -C '$build' -j ${K21_JOBS:-16} test_gpu_kernels bench_kernels"
-tests=$build/tests/gpu/test_gpu_kernels
-bench=$(find "$build/bench" -maxdepth 2 -type f -perm -u+x -name bench_kernels 2>/dev/null | head -1)
-if [ ! -x "$tests" ]; then
-  note "build: no test_gpu_kernels; last lines of build.log:"
-  tail -25 "$OUT/build.log" | tee -a "$summary"
-  exit 1
-fi
+NAME=kern21-device.sh
+OUT=${OUT:-$PWD/build-k21/out}
+BUDGET=470 # seconds for everything, leaving room under 8 minutes for the start and the summary
+BUILD=$PWD/build-k21
+JOBS=${K21_JOBS:-16}
+# shellcheck source=scripts/kern-device-steps.sh
+. scripts/kern-device-steps.sh
+kern_build 260 || exit 1
 
 step registry.log "test_gpu_kernels --registry" 20 "$tests" --registry
 step f32x3-tests.log "test_gpu_kernels --f32x3 --kernel wgmma_f32x3" 100 \

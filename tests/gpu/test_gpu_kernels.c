@@ -3,7 +3,7 @@
  * against a float64 CPU reference and against cuBLAS.
  *
  *   test_gpu_kernels [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] [--registry]
- *                    [--probe] [--f32x3]
+ *                    [--probe] [--f32x3] [--f64]
  *
  * Default: the full matrix (sizes 1 to 2048^3, plus 8192^3 f32 and bf16
  * against cuBLAS only), all four transpose combinations, plain and with
@@ -18,6 +18,9 @@
  *   --probe     only says whether a CUDA device is there (exit 0 or 77).
  *   --f32x3     only kernel 21's section (wgmma_f32x3: its shapes, IEEE specials and, unless
  *               --quick, the accuracy table against cuBLAS's SGEMM), which the full run has too.
+ *   --f64       only kernel 22's section (dmma_f64_tma: f64 shapes with even leading
+ *               dimensions, every transpose, alpha/beta, batches, on the registered kernels
+ *               and on each of 22's configurations), which the full run has too.
  * The complex gemm (c64, c128: gk_gpu_gemm over the real kernels) runs every trans / conj
  * combination with complex alpha and beta against zgemm (float64 complex) and, where cuBLAS has
  * the op (conj only with trans), cublasCgemm / cublasZgemm.
@@ -191,6 +194,9 @@ typedef struct {
   gk_gpu_ctx *ctx;
   cudaStream_t stream;
   const char *only_kernel; /* --kernel, or NULL */
+  /* unregistered kernels run_case runs beside the registered ones (NULL-terminated; NULL: none),
+   * under --kernel those whose names extend it: 22's configurations one by one in --f64 */
+  const gk_kernel *const *extra;
   bool use_cublas;
   int cases, failures;
 } test_env;
@@ -367,6 +373,29 @@ static void print_result(test_env *env, const test_case *tc, const char *kernel,
   fflush(stdout);
 }
 
+/* One kernel on p (tc's case) into its poisoned or reset C, checked against the float64
+ * reference ref and cuBLAS's output cb (either may be NULL); out: C's host copy. */
+static void check_kernel(test_env *env, const test_case *tc, const gk_kernel *kernel,
+                         const gk_problem *p, const void *d_c0, void *out, const double *ref,
+                         const void *cb)
+{
+  const int64_t c_elems = tc->m * tc->n * tc->batch;
+  const size_t c_bytes = (size_t)c_elems * dtype_size(tc->dtype);
+  watch_case(kernel->name, tc);
+  const cudaError_t err = run_kernel(env, kernel, p, d_c0, c_bytes, out);
+  if (err != cudaSuccess) {
+    print_result(env, tc, kernel->name, -1, -1, 0, cudaGetErrorString(err));
+    if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+      fprintf(stderr, "FATAL: sticky device error after %s; stopping\n", kernel->name);
+      exit(1);
+    }
+    return;
+  }
+  const double e64 = ref ? rel_error(out, tc->dtype, ref, NULL, c_elems) : -1;
+  const double ecb = cb ? rel_error(out, tc->dtype, NULL, cb, c_elems) : -1;
+  print_result(env, tc, kernel->name, e64, ecb, count_nonfinite(out, tc->dtype, c_elems), NULL);
+}
+
 static void run_case(test_env *env, const test_case *tc)
 {
   watch_case("case", tc);
@@ -431,20 +460,12 @@ static void run_case(test_env *env, const test_case *tc)
       continue;
     if (env->only_kernel != NULL && strcmp(env->only_kernel, kernel->name) != 0)
       continue;
-    watch_case(kernel->name, tc);
-    const cudaError_t err = run_kernel(env, kernel, &p, d_c0, c_bytes, out);
-    if (err != cudaSuccess) {
-      print_result(env, tc, kernel->name, -1, -1, 0, cudaGetErrorString(err));
-      if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-        fprintf(stderr, "FATAL: sticky device error after %s; stopping\n", kernel->name);
-        exit(1);
-      }
-      continue;
-    }
-    const double e64 = ref ? rel_error(out, tc->dtype, ref, NULL, c_elems) : -1;
-    const double ecb = cb ? rel_error(out, tc->dtype, NULL, cb, c_elems) : -1;
-    print_result(env, tc, kernel->name, e64, ecb, count_nonfinite(out, tc->dtype, c_elems), NULL);
+    check_kernel(env, tc, kernel, &p, d_c0, out, ref, cb);
   }
+  for (const gk_kernel *const *x = env->extra; x != NULL && *x != NULL; x++)
+    if ((*x)->supports(&p, cc) &&
+        (env->only_kernel == NULL || strncmp(env->only_kernel, (*x)->name, strlen(env->only_kernel)) == 0))
+      check_kernel(env, tc, *x, &p, d_c0, out, ref, cb);
 
   CUDA_OR_DIE(cudaFree(d_a));
   CUDA_OR_DIE(cudaFree(d_b));
@@ -1372,6 +1393,61 @@ static void run_f32x3(test_env *env, bool quick)
     run_f32x3_accuracy(env);
 }
 
+/* ---- kernel 22 (dmma_f64_tma) ---------------------------------------------------------------- */
+
+/* 22's configurations one by one (kernels/22_dmma_f64_tma.cu; not registered): the registered
+ * form picks one by the grid's size, so the shapes alone would leave some unreached. */
+extern const gk_kernel gk_kernel_dmma_f64_tma_128x128, gk_kernel_dmma_f64_tma_128x96,
+    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16;
+
+/* f64 shapes 22 takes in every layout (TMA needs even leading dimensions: m, n and k even),
+ * ragged against its 128 x 128 x 16, 128 x 96, 128 x 64 and 64 x 64 tiles: k tails and k shorter than a
+ * tile, thin m or n, a long k (the ring wraps many times per tile), more tiles than SMs (the
+ * persistent walk, with the ring running on across tiles), batches; every transpose, plain and
+ * with alpha/beta (C read and poisoned otherwise), each configuration beside every registered
+ * kernel that takes the shape, against float64 and cuBLAS. --quick (the sanitizers'): two
+ * small shapes, the second with the ring wrapping (19 k tiles) over two problems, each
+ * transpose once, plain or with alpha/beta in turn. */
+static void run_f64_cases(test_env *env, bool quick)
+{
+  static const int64_t shapes[][4] = {{34, 18, 66, 1},     {130, 66, 18, 2},  {2, 2, 2, 1},
+                                      {200, 136, 1030, 1}, {2, 2050, 34, 3},  {1030, 2050, 70, 1},
+                                      {258, 130, 16, 40},  {1000, 1200, 800, 1}};
+  static const int64_t quick_shapes[][4] = {{34, 18, 66, 1}, {130, 66, 290, 2}};
+  const size_t nshapes = quick ? 2 : sizeof(shapes) / sizeof(shapes[0]);
+  for (size_t s = 0; s < nshapes; s++)
+    for (int t = 0; t < 4; t++)
+      for (int variant = 0; variant < 2; variant++) {
+        if (quick && variant != (t + (int)s) % 2)
+          continue;
+        const int64_t *sh = quick ? quick_shapes[s] : shapes[s];
+        const test_case tc = {GK_F64, false, sh[0], sh[1], sh[2], sh[3], t & 1, (t >> 1) & 1,
+                              variant ? -0.75 : 1.0, variant ? 1.5 : 0.0, true, !quick};
+        run_case(env, &tc);
+      }
+  if (!quick) { /* a batch past one launch's 65535 problems */
+    const test_case chunked = {GK_F64, false, 2, 4, 6, 66000, true, false, 0.5, -2.0, true, true};
+    run_case(env, &chunked);
+  }
+}
+
+/* Kernel 22's section: its cases on the registered kernels and on each of its configurations. */
+static void run_f64(test_env *env, bool quick)
+{
+  static const gk_kernel *const configs[] = {
+      &gk_kernel_dmma_f64_tma_128x128, &gk_kernel_dmma_f64_tma_128x96, &gk_kernel_dmma_f64_tma_128x64,
+      &gk_kernel_dmma_f64_tma_64x64, &gk_kernel_dmma_f64_tma_128x64_k16, NULL};
+  const gk_problem probe = {.dtype = GK_F64, .m = 256, .n = 256, .k = 256, .batch = 1, .alpha = 1};
+  const gk_kernel *ours = gk_kernel_by_name("dmma_f64_tma");
+  if (ours == NULL || !ours->supports(&probe, gk_gpu_ctx_cc(env->ctx))) {
+    printf("dmma_f64_tma: not on this device (cc %d); its section skipped\n", gk_gpu_ctx_cc(env->ctx));
+    return;
+  }
+  env->extra = configs;
+  run_f64_cases(env, quick);
+  env->extra = NULL;
+}
+
 /* ---- the registry (no GPU needed) ---------------------------------------------------------- */
 
 static int check_registry(bool verbose)
@@ -1464,6 +1540,28 @@ static int check_registry(bool verbose)
   EXPECT(gk_select(&px, 90, "auto") == f32x3); /* TT */
   px.k = 2047;                                 /* rows TMA cannot read */
   EXPECT(gk_select(&px, 90, "auto") != f32x3);
+  /* f64 on Hopper: 22 where it is named, or by auto once registered before 10 (kernels/fast.cmake
+   * says which, by the order), and TMA reads the operands (even leading dimensions); 10 for the
+   * rest; never 22 off Hopper */
+  gk_problem pd = {.dtype = GK_F64, .m = 2048, .n = 2048, .k = 2048, .batch = 1, .alpha = 1.0};
+  const gk_kernel *dmma16 = gk_kernel_by_name("dmma16_f64"), *f64_tma = gk_kernel_by_name("dmma_f64_tma");
+  EXPECT(dmma16 != NULL && f64_tma != NULL);
+  size_t at_dmma16 = count, at_f64_tma = count;
+  for (size_t i = 0; i < count; i++) {
+    if (kernels[i] == dmma16)
+      at_dmma16 = i;
+    if (kernels[i] == f64_tma)
+      at_f64_tma = i;
+  }
+  EXPECT(gk_select(&pd, 90, "auto") == (at_f64_tma < at_dmma16 ? f64_tma : dmma16));
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == f64_tma);
+  EXPECT(gk_select(&pd, 80, "dmma_f64_tma") != f64_tma && gk_select(&pd, 80, "auto") != f64_tma);
+  pd.trans_a = pd.trans_b = true;
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == f64_tma);
+  pd.k = 2047; /* A's rows: an odd number of doubles */
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16 && gk_select(&pd, 90, "auto") == dmma16);
+  pd.k = 2048, pd.m = 1001; /* A stored k x m, rows of an odd number of doubles */
+  EXPECT(gk_select(&pd, 90, "dmma_f64_tma") == dmma16 && gk_select(&pd, 90, "auto") == dmma16);
   /* Malformed problems are refused before anything is launched. */
   int dummy;
   gk_problem bad = {.dtype = GK_F32, .m = 0, .n = 4, .k = 4, .batch = 1, .alpha = 1.0,
@@ -1773,6 +1871,7 @@ static void run_complex(test_env *env, bool quick)
 int main(int argc, char **argv)
 {
   bool quick = false, bench = false, registry_only = false, probe_only = false, f32x3_only = false;
+  bool f64_only = false;
   int64_t bench_size = 4096;
   uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
   const char *only_kernel = NULL;
@@ -1787,6 +1886,8 @@ int main(int argc, char **argv)
       probe_only = true;
     else if (strcmp(argv[i], "--f32x3") == 0)
       f32x3_only = true;
+    else if (strcmp(argv[i], "--f64") == 0)
+      f64_only = true;
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
       seed = strtoull(argv[++i], NULL, 0);
     else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc)
@@ -1795,7 +1896,7 @@ int main(int argc, char **argv)
       only_kernel = argv[++i];
     else {
       fprintf(stderr, "usage: %s [--quick] [--seed N] [--kernel NAME] [--bench [--size N]] "
-                      "[--registry] [--probe] [--f32x3]\n", argv[0]);
+                      "[--registry] [--probe] [--f32x3] [--f64]\n", argv[0]);
       return 2;
     }
   }
@@ -1847,9 +1948,12 @@ int main(int argc, char **argv)
     run_bench(&env, bench_size);
   else if (f32x3_only)
     run_f32x3(&env, quick);
+  else if (f64_only)
+    run_f64(&env, quick);
   else {
     run_matrix(&env, quick);
     run_f32x3(&env, quick);
+    run_f64(&env, quick);
     run_epilogue(&env);
     run_cast(&env);
     run_int8(&env, quick);
