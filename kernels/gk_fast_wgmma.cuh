@@ -20,7 +20,7 @@
 #include <cuda.h> /* CUtensorMap and its enums: types only, no -lcuda */
 #include <cudaTypedefs.h>
 
-#include "gk_fast_mma16.cuh" /* gk__mma16_args, gk__load2 / gk__store2 for the epilogue */
+#include "04_mma_f16.cuh" /* gk__mma16_args, gk__load2 / gk__store2 for the epilogue */
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GK_WGMMA_DEVICE 1
