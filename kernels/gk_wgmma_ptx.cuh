@@ -1,8 +1,8 @@
 /*
- * gk_wgmma_ptx.cuh - the sm_90a PTX the Hopper kernels (07, 08, 15, 16, 17, 19, 21) issue, written
- * once: mbarrier, TMA loads and stores, bulk groups, proxy fences, named barriers, setmaxnreg,
- * the wgmma fence / commit / wait and shared-memory descriptors, and every wgmma.mma_async form
- * they use:
+ * gk_wgmma_ptx.cuh - the sm_90a PTX of the machinery the Hopper wgmma kernels (07, 08, 15, 16,
+ * 17, 19, 21) share, written once: mbarrier, TMA loads and stores, bulk groups, proxy fences,
+ * named barriers, setmaxnreg, the wgmma fence / commit / wait and shared-memory descriptors, and
+ * every wgmma.mma_async form they use:
  *   m64nNk16 f16 / bf16, both operands from shared memory, with transpose immediates (07, 15);
  *   m64nNk8 tf32, A from registers (08, 16, 21);
  *   m64nNk32 s8 (17) and e4m3 / e5m2 (19), both operands K-major from shared memory.
