@@ -26,24 +26,8 @@ summary=$OUT/summary.txt
 : >"$summary"
 start=$(date +%s)
 budget=470 # seconds for everything, leaving room under 8 minutes for the start and the summary
-note() { echo "$*" | tee -a "$summary"; }
-elapsed() { echo "$(($(date +%s) - start))s"; }
-# The time a step may take: its own cap, or what is left of the budget if less (at least 5 s).
-left() {
-  local rest=$((budget - ($(date +%s) - start)))
-  [ "$rest" -lt "$1" ] && echo $((rest > 5 ? rest : 5)) || echo "$1"
-}
-# step LOG LABEL CAP COMMAND...: the command under timeout, its output to $OUT/LOG
-step() {
-  local log=$1 label=$2 cap
-  cap=$(left "$3")
-  shift 3
-  echo "== $label (cap ${cap}s, at $(elapsed))"
-  timeout "$cap" "$@" >"$OUT/$log" 2>&1
-  local rc=$?
-  [ $rc -eq 124 ] && note "$label: TIMED OUT after ${cap}s ($(elapsed))" || note "$label: rc $rc ($(elapsed))"
-  return $rc
-}
+# shellcheck source=scripts/device-steps.sh
+. scripts/device-steps.sh
 
 # shellcheck source=scripts/gpu-deps-env.sh
 . scripts/gpu-deps-env.sh
