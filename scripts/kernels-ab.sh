@@ -11,8 +11,9 @@
 #      drift of the clocks shows as a difference between the two runs of one side);
 #   3. bench_kernels --quick --small-batches --markdown, before then after.
 # What to look for: the same "ours" column on both sides within the spread of one side's two
-# runs (a move changes no instruction: the sm_90a code is byte-for-byte the same), every row
-# "ok", and test_gpu_kernels passing.
+# runs (a move changes no instruction: scripts/kernels-objdiff.py shows, on any machine, that
+# the two builds' sm_90a code is byte-for-byte the same), every row "ok", and
+# test_gpu_kernels passing.
 #
 # BEFORE_SRC: a source tree of the base, e.g. made on the host beforehand with
 #   git archive main | (mkdir -p shared/kab-before && tar -x -C shared/kab-before)
