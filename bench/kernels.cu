@@ -57,11 +57,11 @@
 #include <time.h>
 #include <vector>
 
-#include "gk_fast_dmma.cuh"
-#include "gk_fast_mma16.cuh"
-#include "gk_fast_simt.cuh"
-#include "gk_fast_simt_splitk.cuh"
-#include "gk_fast_tf32.cuh"
+#include "06_dmma_f64.cuh"
+#include "04_mma_f16.cuh"
+#include "02_simt_f32.cuh"
+#include "09_simt_f32_splitk.cuh"
+#include "05_mma_tf32.cuh"
 #include "gk_gpu.h"
 
 /* 21's registered form and its unregistered variant (kernels/21_wgmma_f32x3.cu), for --variants */

@@ -5,7 +5,7 @@
  * sub-tiles, 64 x 32 warp tiles (on grids of two waves and more with k >= 1024: 128 x 256, 8 x 16
  * outputs per thread as eight 4x4 sub-tiles, 64 x 64 warp tiles, one block per SM); A transposed into shared memory through registers, the operand
  * that needs no transpose (B unless trans_b) copied by cp.async; double-buffered shared memory;
- * grouped tile order for L2 (the kernel itself is in gk_fast_simt.cuh, shared with
+ * grouped tile order for L2 (the kernel itself is in 02_simt_f32.cuh, shared with
  * 03_simt_f64.cu).
  *
  * What changed over 01 (tiled16, the classic tiled kernel): each thread computes 64 outputs instead of
@@ -24,7 +24,7 @@
  * are not 16-byte aligned (ld % 4 != 0 or an unaligned pointer) use the same kernel with scalar
  * loads. supports() accepts every f32 problem (also precision "fast": exact is always allowed).
  */
-#include "gk_fast_simt.cuh"
+#include "02_simt_f32.cuh"
 #include "gk_gpu.h"
 
 namespace {

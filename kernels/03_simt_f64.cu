@@ -2,7 +2,7 @@
  * 03_simt_f64.cu - "simt_f64": f64 GEMM on the CUDA cores, register tiled.
  *
  * Tiling: 64 x 64 block tile, BK = 8, 64 threads (two 64x32 warp tiles), 8 x 8 doubles per
- * thread; otherwise the kernel of 02 (gk_fast_simt.cuh) instantiated for double.
+ * thread; otherwise the kernel of 02 (02_simt_f32.cuh) instantiated for double.
  *
  * What changed over 02: the element type, and a smaller block tile. Why: 64 double
  * accumulators already take 128 registers per thread; a 128x128 tile with 256 threads would
@@ -16,7 +16,7 @@
  *
  * Contract: as 02, for f64.
  */
-#include "gk_fast_simt.cuh"
+#include "02_simt_f32.cuh"
 #include "gk_gpu.h"
 
 namespace {

@@ -4,7 +4,8 @@
  * Tiling: 128 x 128 block tile, BK = 32, 128 threads = 4 warps in a 2 x 2 grid, each warp a
  * 64 x 64 tile = 4 x 8 mma.sync.m16n8k16 tiles (128 f32 accumulators per thread). STAGES = 4
  * shared-memory stages filled by cp.async (16 bytes, zero-fill at the edges) so three k tiles
- * are in flight while one is multiplied. Grouped tile order for L2.
+ * are in flight while one is multiplied. Grouped tile order for L2. Kernel template:
+ * 04_mma_f16.cuh (13 instantiates it with small tiles).
  *
  * What changed over 02/03: the multiply moves from the FMA units to the tensor cores (one
  * mma.sync does 4096 multiply-adds), so feeding them becomes the whole problem:
@@ -28,7 +29,7 @@
  * unaligned pointer, use the same kernel with scalar loads), both transposes, alpha/beta (beta ==
  * 0: C not read), any batch. Needs compute capability >= 8.0.
  */
-#include "gk_fast_mma16.cuh"
+#include "04_mma_f16.cuh"
 #include "gk_gpu.h"
 
 namespace {

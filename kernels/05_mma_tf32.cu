@@ -3,7 +3,8 @@
  *
  * Tiling: 04's structure for 4-byte elements: 128 x 128 block tile, BK = 32 (128 bytes per
  * k row), 4 warps of 64 x 64, mma.sync.m16n8k8.tf32 (4 x 8 tiles per warp), STAGES = 3
- * cp.async stages (3 x 36 KB: two blocks still fit one SM).
+ * cp.async stages (3 x 36 KB: two blocks still fit one SM). Kernel template: 05_mma_tf32.cuh
+ * (12 instantiates it with small tiles).
  *
  * What changed over 04: the element is 4 bytes, so ldmatrix (which moves 16-bit elements) can
  * only be used where a fragment's 32-bit elements sit along a shared row: for the operand whose
@@ -25,7 +26,7 @@
  * Contract: f32 with precision "fast", any m, n, k (unaligned rows: scalar loads, same kernel),
  * both transposes, alpha/beta (beta == 0: C not read), any batch. Needs compute capability >= 8.0.
  */
-#include "gk_fast_tf32.cuh"
+#include "05_mma_tf32.cuh"
 #include "gk_gpu.h"
 
 namespace {

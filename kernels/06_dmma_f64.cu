@@ -3,7 +3,7 @@
  *
  * Tiling: 64 x 64 block tile, BK = 16, 4 warps (2 x 2) of 32 x 32 = 4 x 4 m8n8k4 tiles, 4
  * cp.async stages, two fragment sets in registers (the loads of step s+1 overlap the mma of
- * step s). Kernel template: gk_fast_dmma.cuh.
+ * step s). Kernel template: 06_dmma_f64.cuh.
  *
  * What changed over 03 (simt_f64): the multiply-adds move to the FP64 tensor cores, which on
  * Hopper run twice the DFMA rate (~67 against ~34 TFLOP/s by the datasheet); 03 measured 18-19
@@ -22,7 +22,7 @@
  * compute capability 9.0, 10_dmma16_f64.cu (the same kernel on the sm_90 mma shapes) comes
  * first.
  */
-#include "gk_fast_dmma.cuh"
+#include "06_dmma_f64.cuh"
 #include "gk_gpu.h"
 
 namespace {

@@ -22,7 +22,7 @@
  *   - shared memory holds the tiles in TMA's 128-byte swizzle, which is also the layout wgmma's
  *     descriptors read without bank conflicts;
  *   - transposes cost nothing: each operand keeps its stored layout and the instruction's
- *     transpose bits say K-major or M/N-major (gk_fast_wgmma.cuh, gk__wgmma_desc);
+ *     transpose bits say K-major or M/N-major (gk_wgmma_ptx.cuh, gk__wgmma_desc);
  *   - edges cost nothing: TMA zero-fills the parts of a box outside the matrix (so k tails add
  *     zeros), and the epilogue bounds-checks C.
  * Batch: each tensor map is 3-D (inner, outer, batch), blockIdx.z picks the problem; launches are
@@ -44,7 +44,7 @@
  * multiple of 8 elements (16 bytes). Everything else (odd leading dimensions, other GPUs) stays
  * with mma_f16, registered after this kernel.
  */
-#include "gk_fast_wgmma.cuh"
+#include "07_wgmma_f16.cuh"
 #include "gk_gpu.h"
 
 namespace {

@@ -1,6 +1,6 @@
 /*
  * 08_wgmma_tf32.cu - "wgmma_tf32": f32 GEMM with precision "fast" on Hopper's TF32 tensor cores
- * through wgmma (sm_90a), fed by TMA: 07_wgmma_f16's machinery (gk_fast_wgmma.cuh: mbarrier
+ * through wgmma (sm_90a), fed by TMA: 07_wgmma_f16's machinery (07_wgmma_f16.cuh: mbarrier
  * ring, producer/consumer warpgroups, setmaxnreg, 128-byte swizzle, C through shared memory)
  * for 4-byte elements.
  *
@@ -53,7 +53,7 @@
  * passes, so such a problem keeps the cast's passes too).
  */
 #include "gk_epilogue_dev.cuh"
-#include "gk_fast_wgmma_tf32.cuh" /* the tile, fragments, k-tile steps, maps; gk_fast_wgmma.cuh */
+#include "08_wgmma_tf32.cuh" /* the tile, fragments, k-tile steps, maps; 07_wgmma_f16.cuh */
 #include "gk_gpu.h"
 
 namespace {
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #if GK_WGMMA_DEVICE
   constexpr int BR = C::BR, BS = C::BS, BK = C::BK;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const gk__ring ring_addr = gk__ring_init<C>(smem_raw); /* gk_fast_wgmma.cuh */
+  const gk__ring ring_addr = gk__ring_init<C>(smem_raw); /* 07_wgmma_f16.cuh */
   const uint32_t smem0 = ring_addr.smem0, full0 = ring_addr.full0, empty0 = ring_addr.empty0;
   unsigned char *ring = smem_raw + (smem0 - gk__smem_addr(smem_raw));
   const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;

@@ -7,7 +7,7 @@
  * per SM (115 KB of shared memory asked, 167 registers), block r over the r-th slice of k; the S
  * partial tiles are summed through distributed shared memory, each block reducing and writing
  * BM/S rows; one launch, or two where whole rounds of clusters leave tiles over
- * (gk_fast_simt_splitk.cuh).
+ * (09_simt_f32_splitk.cuh).
  *
  * What changed over 02: 02 runs one block per tile, so 1024^3 (64 tiles) or 1000x1200x800 (80)
  * leaves 52-68 of the 132 SMs idle; its per-SM rate with one block was already ~90% of a full
@@ -29,7 +29,7 @@
  * scalar loads for rows that are not 16-byte aligned. Results are deterministic (fixed slices,
  * fixed summation order).
  */
-#include "gk_fast_simt_splitk.cuh"
+#include "09_simt_f32_splitk.cuh"
 #include "gk_gpu.h"
 
 extern "C" const gk_kernel gk_kernel_simt_f32; /* 02: the problems that do not split */

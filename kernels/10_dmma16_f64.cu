@@ -4,7 +4,7 @@
  *
  * Tiling: 64 x 64 block tile, BK = 16, 8 warps (4 x 2) of 16 x 32 = 1 x 4 m16n8k8 tiles, 4
  * cp.async stages, 128 registers (and, for larger grids, 32 x 32 warp tiles: see the
- * configurations below); otherwise 06's kernel (gk_fast_dmma.cuh): row padding of 4
+ * configurations below); otherwise 06's kernel (06_dmma_f64.cuh): row padding of 4
  * doubles, two fragment sets in registers, conflict-free 8-byte fragment loads in every layout.
  *
  * What changed over 06: 06 issues mma.sync m8n8k4 (256 multiply-adds an instruction, the
@@ -23,7 +23,7 @@
  * capability 9.0 (the build carries sm_90a machine code; its compute_80 PTX has no sm_90 mma
  * shapes); registered before 06, which keeps the other GPUs.
  */
-#include "gk_fast_dmma.cuh"
+#include "06_dmma_f64.cuh"
 #include "gk_gpu.h"
 
 namespace {

@@ -19,7 +19,7 @@
  * Contract: f32 (exact or fast: exact is always allowed) with m <= 64 and n <= 64, any k, both
  * transposes, alpha/beta, any batch, rows aligned or not (02's scalar path).
  */
-#include "gk_fast_simt.cuh"
+#include "02_simt_f32.cuh"
 #include "gk_gpu.h"
 
 namespace {

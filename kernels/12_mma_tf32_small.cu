@@ -17,7 +17,7 @@
  * Contract: f32 with precision fast, m <= 128 and n <= 128, any k, both transposes, alpha/beta,
  * any batch, aligned or not (05's contract). Compute capability >= 8.0.
  */
-#include "gk_fast_tf32.cuh"
+#include "05_mma_tf32.cuh"
 #include "gk_gpu.h"
 
 namespace {

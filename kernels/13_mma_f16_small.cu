@@ -17,7 +17,7 @@
  * not apply), any k, both transposes, alpha/beta, any batch,
  * aligned or not (04's contract). Compute capability >= 8.0.
  */
-#include "gk_fast_mma16.cuh"
+#include "04_mma_f16.cuh"
 #include "gk_gpu.h"
 
 extern "C" const gk_kernel gk_kernel_wgmma_f16_persist; /* 15 */

@@ -14,7 +14,7 @@
  * Contract: f64, m <= 32 and n <= 32, any k, both transposes, alpha/beta, any batch, aligned
  * or not (10's contract). Compute capability 9.0 (the m16n8k8 f64 shape).
  */
-#include "gk_fast_dmma.cuh"
+#include "06_dmma_f64.cuh"
 #include "gk_gpu.h"
 
 namespace {

@@ -31,7 +31,7 @@
  * aligned, n a multiple of 8. Everything else stays with 07 and 04, registered after this kernel.
  */
 #include "gk_epilogue_dev.cuh"
-#include "gk_fast_wgmma.cuh"
+#include "07_wgmma_f16.cuh"
 #include "gk_gpu.h"
 
 /* The fused epilogue (gk_kernel.epilogue): with bias set, beta multiplies the bias row (n

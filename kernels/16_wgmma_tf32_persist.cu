@@ -34,7 +34,8 @@
  * registered after this kernel.
  */
 #include "gk_epilogue_dev.cuh"
-#include "gk_fast_wgmma_tf32.cuh"
+#include "08_wgmma_tf32.cuh"
+#include "16_wgmma_tf32_persist.cuh" /* the persistent kernel's opening */
 #include "gk_gpu.h"
 
 /* 08's tile with a ring of STAGES, then (from the next 1 KB boundary past the ring's barriers)
@@ -154,26 +155,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     persist_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
                  const __grid_constant__ CUtensorMap map_c, tf32_args args, int problems) {
 #if GK_WGMMA_DEVICE
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const gk__ring ring = gk__ring_init<C>(smem_raw);
-  unsigned char *ring_ptr = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw));
-  const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
-  const int tiles_r = (args.rows + C::BR - 1) / C::BR, tiles_s = (args.cols + C::BS - 1) / C::BS;
-  const int64_t total = (int64_t)tiles_r * tiles_s * problems;
-  const int k_tiles = (args.k + C::BK - 1) / C::BK;
-  int r0, s0, z;
-
-  if (warpgroup == 0) { /* producer */
-    gk__setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (wg_thread == 0)
-      gk__tf32_produce_tiles<C, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
-    return;
-  }
-
-  gk__setmaxnreg_inc<C::CONSUMER_REGS>();
-  const int consumer = warpgroup - 1;
-  const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t4 = wg_thread % 4;
-  const int row_lo = consumer * 64 + warp4 * 16 + g; /* this thread's fragment rows: + 0, + 8 */
+  GK_TF32_PERSIST_PROLOGUE(C, X_MN);
   const uint32_t buffer = ring.smem0 + C::STAGING_OFFSET + consumer * C::PART_BYTES;
   unsigned char *buffer_ptr = smem_raw + (buffer - gk__smem_addr(smem_raw));
   int it = 0;

@@ -23,14 +23,14 @@
  *
  * Measured: see bench/RESULTS.md, "The integer gemm".
  *
- * The pipeline, the K-major copy and the launcher are gk_wgmma_k8.cuh's, shared with 19 (fp8);
- * this file gives them the s8 wgmma, the i32 accumulator and the integer epilogue.
+ * The pipeline, the K-major copy and the launcher are in 17_wgmma_i8_persist.cuh, shared with
+ * 19 (fp8); this file gives them the s8 wgmma, the i32 accumulator and the integer epilogue.
  *
  * Contract: i8, compute capability 9.0 exactly, k a multiple of 16 (TMA's 16-byte rows), A and
  * B 16-byte aligned, C 16-byte aligned with n a multiple of 4; any m, n, alpha/beta integers,
  * any batch. The rest runs on 18 (mma_i8_small).
  */
-#include "gk_wgmma_k8.cuh"
+#include "17_wgmma_i8_persist.cuh"
 
 extern "C" const gk_kernel gk_kernel_mma_i8_small; /* 18: the fallback that reads every layout */
 
@@ -43,16 +43,7 @@ struct gk__s8_op {
 #if GK_WGMMA_DEVICE
   template <int N>
   static __device__ __forceinline__ void mma(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (N == 128)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {" GK__K8_REGS64 "}, %64, %65, p;\n}\n"
-                   : GK__K8_ACC64(GK__K8_ACC_R, d, 0)
-                   : "l"(desc_a), "l"(desc_b), "r"(1));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {" GK__K8_REGS128 "}, %128, %129, p;\n}\n"
-                   : GK__K8_ACC128(GK__K8_ACC_R, d)
-                   : "l"(desc_a), "l"(desc_b), "r"(1));
+    gk__wgmma_m64nNk32_s8<N>(d, desc_a, desc_b);
   }
 #endif
 

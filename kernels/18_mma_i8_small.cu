@@ -16,14 +16,14 @@
  * of cuBLAS and 4096 x 64^3 at 68% (H100): the tile was 16 and 4 times the problem.
  * Measured: see bench/RESULTS.md, "The integer gemm".
  *
- * The kernel and its launcher are gk_mma_k8_small.cuh's, shared with 20 (fp8); this file gives
+ * The kernel and its launcher are 18_mma_i8_small.cuh's, shared with 20 (fp8); this file gives
  * them the s8 mma and the integer epilogue.
  *
  * Contract: i8, compute capability >= 8.0, any m, n, k (int32), every transpose, alpha/beta
  * integers, any batch, aligned or not; selected for m and n <= 64, and wherever 17 does not
  * apply (k not a multiple of 16, unaligned operands, or no Hopper).
  */
-#include "gk_mma_k8_small.cuh"
+#include "18_mma_i8_small.cuh"
 
 extern "C" const gk_kernel gk_kernel_wgmma_i8_persist; /* 17 */
 

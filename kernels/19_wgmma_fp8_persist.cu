@@ -4,9 +4,9 @@
  * 32 bytes, twice f16's.
  *
  * What it adds over 17: a float accumulator behind the same bytes. The pipeline is 17's, shared
- * through gk_wgmma_k8.cuh: the persistent TMA ring of 15's geometry (128 x 256 x 128 tile with 3
- * stages, or 128 x 128 with 5 where the wide one would fill at most half of the SMs), four
- * wgmma m64nBNk32 a k tile, C staged in halves and TMA-stored. The fp8 wgmma, as the integer
+ * through 17_wgmma_i8_persist.cuh: the persistent TMA ring of 15's geometry (128 x 256 x 128
+ * tile with 3 stages, or 128 x 128 with 5 where the wide one would fill at most half of the SMs),
+ * four wgmma m64nBNk32 a k tile, C staged in halves and TMA-stored. The fp8 wgmma, as the integer
  * one, reads both operands K-major only: the native layout is B stored n x k (trans_b, cuBLASLt's
  * only fp8 layout, "TN"); the others first copy the operand that is not K-major, one pass at
  * memory speed, into memory of the context's pool (gk_gpu_ctx_pool).
@@ -29,7 +29,7 @@
  * with n a multiple of 4; any m, n, alpha, beta, activation, any batch. The rest runs on 20
  * (mma_fp8_small).
  */
-#include "gk_wgmma_k8.cuh"
+#include "17_wgmma_i8_persist.cuh"
 
 extern "C" const gk_kernel gk_kernel_mma_fp8_small; /* 20: the fallback that reads every layout */
 
@@ -40,23 +40,10 @@ struct gk__fp8_op {
   using acc_t = float;
 
 #if GK_WGMMA_DEVICE
-#define GK__FP8_WGMMA(SHAPE, TYPES, REGS, DESCS, FLAG, ACC)                                        \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " FLAG ", 0;\n"                                   \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPES " {" REGS "}, " DESCS ", p, 1, 1;\n}\n" \
-               : ACC                                                                               \
-               : "l"(desc_a), "l"(desc_b), "r"(1))
   template <int N>
   static __device__ __forceinline__ void mma(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-    if constexpr (N == 128 && E5M2)
-      GK__FP8_WGMMA("m64n128k32", "e5m2.e5m2", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
-    else if constexpr (N == 128)
-      GK__FP8_WGMMA("m64n128k32", "e4m3.e4m3", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
-    else if constexpr (E5M2)
-      GK__FP8_WGMMA("m64n256k32", "e5m2.e5m2", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
-    else
-      GK__FP8_WGMMA("m64n256k32", "e4m3.e4m3", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
+    gk__wgmma_m64nNk32_fp8<N, E5M2>(d, desc_a, desc_b);
   }
-#undef GK__FP8_WGMMA
 #endif
 
   template <bool EPI, class Args> /* Args: gk__k8_args<float, C's type> */

@@ -3,7 +3,7 @@
  * and of the shapes 19 cannot describe by TMA, on mma.sync m16n8k32 e4m3/e5m2 (sm_89 and up).
  *
  * What it adds over 18: the fp8 mma with an f32 accumulator; the tiling is 18's, shared
- * through gk_mma_k8_small.cuh: one CTA per 64 x 64 tile of C (4 warps of 32 x 32), or per
+ * through 18_mma_i8_small.cuh: one CTA per 64 x 64 tile of C (4 warps of 32 x 32), or per
  * 32 x 32 tile (1 warp) where m and n are at most 32, fragments straight from global memory,
  * C in 8-byte stores. Epilogue fused (gk_kernel.epilogue): act(alpha * acc + beta * C0) in f32,
  * C0 being C or the bias row, any activation.
@@ -14,7 +14,7 @@
  * transpose, any batch, aligned or not; selected for m and n <= 64, and wherever 19 does not
  * apply (k not a multiple of 16, unaligned operands, or an Ada GPU).
  */
-#include "gk_mma_k8_small.cuh"
+#include "18_mma_i8_small.cuh"
 
 extern "C" const gk_kernel gk_kernel_wgmma_fp8_persist; /* 19 */
 

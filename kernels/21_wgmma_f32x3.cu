@@ -68,7 +68,8 @@
  * simt_f32_splitk takes the problem) go to simt_f32_splitk. The rest stays with 09 and 02,
  * registered after this kernel.
  */
-#include "gk_fast_wgmma_tf32.cuh" /* the tile, wgmma wrappers, fragments, producer, maps */
+#include "08_wgmma_tf32.cuh" /* the tile, fragments, producer, maps; gk_wgmma_ptx.cuh */
+#include "16_wgmma_tf32_persist.cuh" /* the persistent kernel's opening */
 #include "gk_gpu.h"
 
 extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
@@ -365,26 +366,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     f32x3_gemm(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y,
                f32x3_args args, int problems) {
 #if GK_WGMMA_DEVICE
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const gk__ring ring = gk__ring_init<C>(smem_raw);
-  unsigned char *ring_ptr = smem_raw + (ring.smem0 - gk__smem_addr(smem_raw));
-  const int warpgroup = threadIdx.x / 128, wg_thread = threadIdx.x % 128;
-  const int tiles_r = (args.rows + C::BR - 1) / C::BR, tiles_s = (args.cols + C::BS - 1) / C::BS;
-  const int64_t total = (int64_t)tiles_r * tiles_s * problems;
-  const int k_tiles = (args.k + C::BK - 1) / C::BK;
-  int r0, s0, z;
-
-  if (warpgroup == 0) { /* producer */
-    gk__setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (wg_thread == 0)
-      gk__tf32_produce_tiles<C, X_MN>(ring, &map_x, &map_y, tiles_r, tiles_s, total, k_tiles);
-    return;
-  }
-
-  gk__setmaxnreg_inc<C::CONSUMER_REGS>();
-  const int consumer = warpgroup - 1;
-  const int warp4 = wg_thread / 32, g = (wg_thread % 32) / 4, t4 = wg_thread % 4;
-  const int row_lo = consumer * 64 + warp4 * 16 + g; /* this thread's fragment rows: + 0, + 8 */
+  GK_TF32_PERSIST_PROLOGUE(C, X_MN);
   const int scratch_offset = C::SCRATCH_OFFSET + consumer * C::BUFFERS * C::SCRATCH_BYTES;
   const uint32_t scratch = ring.smem0 + scratch_offset;
   unsigned char *scratch_ptr = ring_ptr + scratch_offset;

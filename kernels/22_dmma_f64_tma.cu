@@ -48,8 +48,8 @@
  * in the same run 94% / 79% / 78% / 82% / 75% / 88% / 100%. ncu at 4096^3: the FP64 tensor
  * pipe busy 83% of the cycles, no spills, 168 registers (setmaxnreg), one CTA per SM.
  */
-#include "gk_fast_dmma.cuh"       /* gk__dmma1688, gk__dmma_args, gk__store_pair */
-#include "gk_fast_wgmma_tf32.cuh" /* the ring, mbarrier / TMA / setmaxnreg wrappers, gk__tf32_map */
+#include "06_dmma_f64.cuh"  /* gk__dmma1688, gk__dmma_args, gk__store_pair */
+#include "08_wgmma_tf32.cuh" /* the ring, mbarrier / TMA / setmaxnreg wrappers, gk__tf32_map */
 #include "gk_gpu.h"
 
 /* A configuration: CTA tile BM x BN x 16, two consumer warpgroups of BM / 2 rows, each 4 warps

@@ -27,7 +27,9 @@ extern "C" {
  * act is ReLU or none. GK_I32 is C's dtype only.
  * GK_E4M3, GK_E5M2: the fp8 gemm (gp_fp8.h's formats). A and B are fp8 of the one format, C (and
  * the bias) f32 as for an F32 gemm; the products are exact and accumulate in f32. The per-tensor
- * scales are folded into alpha by the caller. */
+ * scales are folded into alpha by the caller.
+ * Numbered as proto's gp_dtype: the daemon's one translation (daemon/core/gd_problem.c) asserts
+ * it. */
 typedef enum {
   GK_F32 = 0,
   GK_F64 = 1,
@@ -41,8 +43,8 @@ typedef enum {
   GK_C128 = 9, /* complex: two f64 */
 } gk_dtype;
 
-/* The activation of the epilogue (same numbering as gp_act in proto/gp_types.h). GELU is the
- * erf form; GELU_TANH the tanh approximation. */
+/* The activation of the epilogue (numbered as gp_act in proto/gp_types.h; gd_problem.c asserts
+ * it). GELU is the erf form; GELU_TANH the tanh approximation. */
 typedef enum { GK_ACT_NONE = 0, GK_ACT_RELU = 1, GK_ACT_GELU = 2, GK_ACT_GELU_TANH = 3 } gk_act;
 
 typedef struct {

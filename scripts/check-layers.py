@@ -29,6 +29,12 @@ blocking) and call none above their own; client/, blas/, proto/ and kernels/ eac
 circle of modules, by includes or by calls (X_internal.h counts as part of module X); proto/
 includes nothing of daemon/ or client/, client/ and blas/ nothing of daemon/, kernels/ nothing
 of daemon/ or client/; the modules of python/gemmd import each other without a circle.
+kernels/ (next to daemon/) tells its story in numbered files, NN_name.cu (a kernel, its
+supports() and launch) with, where later kernels reuse its template, NN_name.cuh; the other
+files are common pieces (gk_*). check_kernels keeps the story readable in number order: every
+__global__ lives in a numbered file (but the epilogue and complex passes, KERNEL_PASSES); the
+wgmma.mma_async inline assembly is written once, in gk_wgmma_ptx.cuh; a numbered file includes
+only files of its own number or lower and common headers, and a common header no numbered file.
 
 Exit status 0 when the rule holds, 1 with one line per violation otherwise.
 
@@ -237,6 +243,35 @@ def check_net_sched_door(files):
     return errors
 
 
+KERNEL_PASSES = ("gk_epilogue.cu", "gk_complex.cu")  # element-wise passes, not gemm kernels
+KERNEL_PTX_HEADER = "gk_wgmma_ptx.cuh"
+NUMBERED = re.compile(r"^(\d\d)_[a-z0-9_]+\.cuh?$")
+
+
+def check_kernels(kdir):
+    """kernels/'s numbered story (see the module's docstring); [] where there is no kernels/."""
+    if not os.path.isdir(kdir):
+        return []
+    errors = []
+    names = sorted(n for n in os.listdir(kdir) if n.endswith((".c", ".h", ".cu", ".cuh")))
+    for name in names:
+        code = strip_comments_only(open(os.path.join(kdir, name), encoding="utf-8").read())
+        number = NUMBERED.match(name)
+        if re.search(r"\b__global__\b", code) and not number and name not in KERNEL_PASSES:
+            errors.append(f"kernels/{name}: a __global__ outside a numbered file")
+        if "wgmma.mma_async" in code and name != KERNEL_PTX_HEADER:
+            errors.append(f"kernels/{name}: wgmma.mma_async outside {KERNEL_PTX_HEADER}")
+        for inc in INCLUDE.findall(code):
+            target = NUMBERED.match(os.path.basename(inc))
+            if not target:
+                continue
+            if not number:
+                errors.append(f"kernels/{name}: a common file includes the numbered {inc}")
+            elif int(target.group(1)) > int(number.group(1)):
+                errors.append(f"kernels/{name}: includes {inc}, a later kernel")
+    return errors
+
+
 def strip_comments_only(text):
     return COMMENT.sub(" ", text)
 
@@ -441,6 +476,7 @@ def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "daemon")
     errors = check(os.path.normpath(root))
     errors += check_repository(os.path.dirname(os.path.normpath(root)))
+    errors += check_kernels(os.path.join(os.path.dirname(os.path.normpath(root)), "kernels"))
     for e in errors:
         print(e)
     if errors:

@@ -3,31 +3,16 @@
 # kern22-device.sh) from the repository's root: their timed steps within one budget, the
 # environment log and the kernels-only build. Before sourcing set NAME (the script's name for
 # the logs), OUT (the log folder), BUDGET (seconds for everything) and BUILD (the build folder).
-# Defines note, elapsed, left, step; sources gpu-deps-env.sh; writes $OUT/env.log and the
+# Takes note, elapsed, left and step from device-steps.sh; sources gpu-deps-env.sh; writes $OUT/env.log and the
 # summary's first line; builds test_gpu_kernels and bench_kernels (step "build", cap $1 of
 # kern_build; JOBS build jobs, 16) and sets tests and bench to the two programs ("" when absent).
 mkdir -p "$OUT"
 summary=$OUT/summary.txt
 : >"$summary"
 start=$(date +%s)
-note() { echo "$*" | tee -a "$summary"; }
-elapsed() { echo "$(($(date +%s) - start))s"; }
-# The time a step may take: its own cap, or what is left of the budget if less (at least 5 s).
-left() {
-  local rest=$((BUDGET - ($(date +%s) - start)))
-  [ "$rest" -lt "$1" ] && echo $((rest > 5 ? rest : 5)) || echo "$1"
-}
-# step LOG LABEL CAP COMMAND...: the command under timeout, its output to $OUT/LOG
-step() {
-  local log=$1 label=$2 cap
-  cap=$(left "$3")
-  shift 3
-  echo "== $label (cap ${cap}s, at $(elapsed))"
-  timeout "$cap" "$@" >"$OUT/$log" 2>&1
-  local rc=$?
-  if [ $rc -eq 124 ]; then note "$label: TIMED OUT after ${cap}s ($(elapsed))"; else note "$label: rc $rc ($(elapsed))"; fi
-  return $rc
-}
+budget=$BUDGET
+# shellcheck source=scripts/device-steps.sh
+. scripts/device-steps.sh
 
 # shellcheck source=scripts/gpu-deps-env.sh
 . scripts/gpu-deps-env.sh

@@ -51,6 +51,7 @@ add_executable(test_gpu_backend_fake
   ${GEMMD_GPU_BACKEND_SOURCES}
   ${PROJECT_SOURCE_DIR}/daemon/backend/gpu/gd_gpu_config.c
   ${PROJECT_SOURCE_DIR}/daemon/core/gd_region.c
+  ${PROJECT_SOURCE_DIR}/daemon/core/gd_problem.c
   ${PROJECT_SOURCE_DIR}/daemon/util/gd_log.c
   ${PROJECT_SOURCE_DIR}/kernels/gk_problem.c
     ${PROJECT_SOURCE_DIR}/kernels/gk_epilogue_host.c)

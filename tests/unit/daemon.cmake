@@ -7,9 +7,10 @@
 #   daemon_bufcache the CPU backend's operand buffer cache: fit, limits, what is never kept
 #   daemon_metrics  the Prometheus text of a snapshot, readiness
 #   daemon_journal  journal entries' structured fields, when the journal is used
+#   daemon_problem  the one translation of a wire gemm into a kernel problem (gd_problem)
 #   kernels_cpu     the CPU GEMM against a float64 reference; f16/bf16 conversions
 if(TARGET gemmd_core)
-  foreach(t config sched stats timeouts metrics journal replyq bufcache)
+  foreach(t config sched stats timeouts metrics journal replyq bufcache problem)
     add_executable(test_daemon_${t} ${CMAKE_CURRENT_LIST_DIR}/daemon/test_daemon_${t}.c)
     target_link_libraries(test_daemon_${t} PRIVATE gemmd_core PkgConfig::CHECK)
     add_test(NAME daemon_unit_${t} COMMAND test_daemon_${t})

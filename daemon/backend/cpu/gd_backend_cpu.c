@@ -22,6 +22,7 @@
 #include "gd_cpu_bufcache.h"
 #include "gd_list.h"
 #include "gd_log.h"
+#include "gd_problem.h"
 #include "gd_stats.h"
 #include "gk_cpu.h"
 
@@ -75,26 +76,7 @@ static cpu_backend *cpu_of(gd_backend *b) { return (cpu_backend *)b; }
 
 static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
   gk_problem p;
-  memset(&p, 0, sizeof p);
-  p.dtype = (gk_dtype)job->hdr.dtype; /* gp_dtype and gk_dtype share values */
-  p.fast = job->hdr.precision == GP_PRECISION_FAST;
-  p.trans_a = job->hdr.trans_a;
-  p.trans_b = job->hdr.trans_b;
-  p.m = (int64_t)job->hdr.m;
-  p.n = (int64_t)job->hdr.n;
-  p.k = (int64_t)job->hdr.k;
-  p.batch = (int64_t)job->hdr.batch;
-  p.b_shared = job->hdr.broadcast_b;
-  p.alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
-  p.beta = job->hdr.beta;
-  p.alpha_im = job->hdr.alpha_im; /* complex only (validated) */
-  p.beta_im = job->hdr.beta_im;
-  p.conj_a = job->hdr.conj_a;
-  p.conj_b = job->hdr.conj_b;
-  p.lda = (int64_t)job->hdr.ld[GP_OPERAND_A]; /* 0: packed */
-  p.ldb = (int64_t)job->hdr.ld[GP_OPERAND_B];
-  p.ldc = (int64_t)job->hdr.ld[GP_OPERAND_C];
-  p.act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values too */
+  gd_problem_from_hdr(&job->hdr, &p);
   if (cj) {
     p.a = cj->in[GP_OPERAND_A];
     p.b = cj->in[GP_OPERAND_B];
@@ -103,7 +85,7 @@ static gk_problem problem_of(const gd_job *job, cpu_job *cj) {
     p.work = cj->buf[CPU_BUF_WORK];
   }
   p.cast = gp_gemm_casts(&job->hdr); /* C and the bias in the out dtype, the product in work */
-  p.out_dtype = (gk_dtype)gp_gemm_out_dtype(&job->hdr);
+  p.out_dtype = gd_problem_dtype(gp_gemm_out_dtype(&job->hdr));
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gd_gpu_internal.h"
+#include "gd_problem.h"
 
 void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
   if (gd__gpu_error_is_sticky(e)) {
@@ -41,32 +42,17 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
 
 void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint8_t *b,
                          uint8_t *c, uint8_t *work) {
-  memset(p, 0, sizeof(*p));
-  p->dtype = (gk_dtype)job->hdr.dtype; /* same numbering (gp_types.h / gk_problem.h) */
-  p->fast = job->hdr.precision == GP_PRECISION_FAST;
-  p->trans_a = job->hdr.trans_a;
-  p->trans_b = job->hdr.trans_b;
-  p->m = (int64_t)job->hdr.m;
-  p->n = (int64_t)job->hdr.n;
-  p->k = (int64_t)job->hdr.k;
-  p->batch = (int64_t)job->hdr.batch;
-  p->b_shared = job->hdr.broadcast_b;
-  p->alpha = gp_gemm_alpha(&job->hdr); /* the fp8 scales folded in */
-  p->beta = job->hdr.beta;
-  p->alpha_im = job->hdr.alpha_im; /* complex only (validated) */
-  p->beta_im = job->hdr.beta_im;
-  p->conj_a = job->hdr.conj_a;
-  p->conj_b = job->hdr.conj_b;
-  /* lda, ldb, ldc stay 0: the device copies are packed; the copies in and out
-   * (gd__gpu_copy_from_region, gd__gpu_copy_out) apply the leading dimensions */
+  gd_problem_from_hdr(&job->hdr, p);
+  /* the device copies are packed: the copies in and out (gd__gpu_copy_from_region,
+   * gd__gpu_copy_out) apply the leading dimensions */
+  p->lda = p->ldb = p->ldc = 0;
   p->a = a;
   p->b = b;
   p->c = c;
-  p->act = (gk_act)job->hdr.activation; /* gp_act and gk_act share values */
   p->bias = job->hdr.bias ? c : NULL; /* the bias row was copied to C's start, for every entry */
   if (job->work_bytes > 0) { /* C (and the bias) in the out dtype; the product in work */
     p->cast = true;
-    p->out_dtype = (gk_dtype)gp_gemm_out_dtype(&job->hdr);
+    p->out_dtype = gd_problem_dtype(gp_gemm_out_dtype(&job->hdr));
     p->work = work;
   }
 }

@@ -1,5 +1,5 @@
 /*
- * gk_fast_common.cuh - device helpers shared by the fast kernels (kernels/NN_*.cu, NN >= 02).
+ * gk_tile_common.cuh - device helpers shared by the fast kernels (kernels/NN_*.cu, NN >= 02).
  *
  * What lives here, and why it is shared:
  *   - the problem geometry every kernel needs (leading dimensions, batch strides, alignment tests),
@@ -10,13 +10,14 @@
  *   - thin wrappers around the sm_80 PTX the tensor-core kernels use (cp.async with zero-fill,
  *     ldmatrix, mma.sync), so that each kernel file reads as the algorithm,
  *   - the pieces the three mma.sync kernels (04, 05, 06) share: the global -> shared tile and
- *     stage loaders with edge zero-fill and transposes, and the alpha/beta epilogue.
+ *     stage loaders with edge zero-fill and transposes, the alpha/beta epilogue, and their
+ *     opening (GK_MMA_TILE_PROLOGUE, at the end).
  *
  * Contract: header-only, device code plus small host helpers; included only by .cu files.
  * Nothing here allocates or synchronises.
  */
-#ifndef GK_FAST_COMMON_CUH
-#define GK_FAST_COMMON_CUH
+#ifndef GK_TILE_COMMON_CUH
+#define GK_TILE_COMMON_CUH
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -271,7 +272,7 @@ __device__ __forceinline__ void gk__load_stage(T *sa, T *sb, const T *a, const T
 /* ---- the epilogue: two neighbouring outputs after alpha/beta ------------------------------- */
 
 /* Paired loads/stores of C elements, computing in S (float for float/half/bf16, double for
- * double). gk_fast_mma16.cuh adds the __half and __nv_bfloat16 overloads (found by argument-
+ * double). 04_mma_f16.cuh adds the __half and __nv_bfloat16 overloads (found by argument-
  * dependent lookup when gk__store_pair is instantiated). */
 __device__ __forceinline__ float2 gk__load2(const float *p) {
   return *reinterpret_cast<const float2 *>(p);
@@ -316,4 +317,38 @@ __device__ __forceinline__ void gk__store_pair(const Args &args, T *c, int row, 
   }
 }
 
-#endif /* GK_FAST_COMMON_CUH */
+/*
+ * The opening of the three mma.sync kernels (04, 05, 06): the dynamic shared memory as T, the
+ * thread's warp and lane, the block's tile of C (grouped order, gk__raster) and its problem in
+ * the batch (blockIdx.z), the operands' bases, what is left of m and n past the tile's corner,
+ * load_stage(s, kt) (issues the copies of k tile kt into stage s; the caller commits the group)
+ * and the warp's corner (wm, wn) in the tile. A macro, so that each kernel compiles exactly as
+ * when it was written out in each: it declares smem_raw, smem, tid, warp, lane, tile_m, tile_n,
+ * m0, n0, z, a, b, c, m_left, n_left, load_stage, wm and wn, and reads the kernel's args, BM, BN,
+ * BK, NT, TA, TB, VEC, WARPS_N, WM and WN. L: the kernel's shared-memory layout (STAGE_ELEMS,
+ * A_ELEMS, as gk__load_stage reads it).
+ */
+#define GK_MMA_TILE_PROLOGUE(T, L)                                                                 \
+  extern __shared__ __align__(16) unsigned char smem_raw[];                                        \
+  T *smem = reinterpret_cast<T *>(smem_raw);                                                       \
+                                                                                                   \
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;                                   \
+  int tile_m, tile_n;                                                                              \
+  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);                    \
+  const int m0 = tile_m * BM, n0 = tile_n * BN;                                                    \
+  const int64_t z = blockIdx.z;                                                                    \
+  const T *a = args.a + z * args.stride_a;                                                         \
+  const T *b = args.b + z * args.stride_b;                                                         \
+  T *c = args.c + z * args.stride_c;                                                               \
+  const int m_left = args.m - m0, n_left = args.n - n0;                                            \
+                                                                                                   \
+  auto load_stage = [&](int s, int kt) {                                                           \
+    const int k0 = kt * BK;                                                                        \
+    T *sa = smem + s * L::STAGE_ELEMS;                                                             \
+    gk__load_stage<T, L, NT, TA, TB, VEC>(sa, sa + L::A_ELEMS, a, b, args.lda, args.ldb, m0, n0,   \
+                                          k0, m_left, n_left, args.k - k0, tid);                   \
+  };                                                                                               \
+                                                                                                   \
+  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN
+
+#endif /* GK_TILE_COMMON_CUH */

@@ -1,12 +1,12 @@
 /*
- * gk_fast_dmma.cuh - the FP64 tensor-core GEMM of 06_dmma_f64.cu, as a template over its tile
+ * 06_dmma_f64.cuh - the FP64 tensor-core GEMM of 06_dmma_f64.cu, as a template over its tile
  * configuration (bench_kernels times other configurations beside the registered one).
  * The design and its reasons are in 06_dmma_f64.cu's opening comment.
  */
-#ifndef GK_FAST_DMMA_CUH
-#define GK_FAST_DMMA_CUH
+#ifndef GK_06_DMMA_F64_CUH
+#define GK_06_DMMA_F64_CUH
 
-#include "gk_fast_common.cuh"
+#include "gk_tile_common.cuh"
 
 /* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async
  * stages; MMA_K 4: mma.sync m8n8k4 (sm_80); 8 or 16: m16n8k8 / m16n8k16 (sm_90 only,
@@ -94,27 +94,7 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, NT = C::NT;
   constexpr int WARPS_N = C::WARPS_N, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
   using L = gk__dmma_smem<C, TA, TB>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T *smem = reinterpret_cast<T *>(smem_raw);
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int tile_m, tile_n;
-  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK;
-    T *sa = smem + s * L::STAGE_ELEMS;
-    gk__load_stage<T, L, NT, TA, TB, VEC>(sa, sa + L::A_ELEMS, a, b, args.lda, args.ldb, m0, n0,
-                                          k0, m_left, n_left, args.k - k0, tid);
-  };
-
-  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+  GK_MMA_TILE_PROLOGUE(T, L);
   const int g = lane / 4, t = lane % 4; /* fragment: A (row g, k t), B (k t, col g), + offsets */
   constexpr int MMA_M = C::MMA_M, MMA_K = C::MMA_K, AF = C::A_FRAG, BF = C::B_FRAG;
 
@@ -146,7 +126,7 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
 #pragma unroll
       for (int e = 0; e < C::C_FRAG; ++e) acc[i][j][e] = 0.0;
 
-  /* Pipeline as in gk_fast_mma16.cuh: STAGES tiles in flight, two fragment sets. */
+  /* Pipeline as in 04_mma_f16.cuh: STAGES tiles in flight, two fragment sets. */
   constexpr int KSTEPS = BK / MMA_K;
   const int k_tiles = (args.k + BK - 1) / BK;
 #pragma unroll
@@ -234,4 +214,4 @@ struct gk__dmma_launcher {
   }
 };
 
-#endif /* GK_FAST_DMMA_CUH */
+#endif /* GK_06_DMMA_F64_CUH */

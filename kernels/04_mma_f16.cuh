@@ -1,15 +1,15 @@
 /*
- * gk_fast_mma16.cuh - the mma.sync f16/bf16 GEMM of 04_mma_f16.cu, as a template over its tile
+ * 04_mma_f16.cuh - the mma.sync f16/bf16 GEMM of 04_mma_f16.cu, as a template over its tile
  * configuration (so that bench_kernels can time other configurations beside the registered one).
  * The design and its reasons are in 04_mma_f16.cu's opening comment.
  */
-#ifndef GK_FAST_MMA16_CUH
-#define GK_FAST_MMA16_CUH
+#ifndef GK_04_MMA_F16_CUH
+#define GK_04_MMA_F16_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "gk_fast_common.cuh"
+#include "gk_tile_common.cuh"
 
 
 /* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async stages. */
@@ -86,28 +86,7 @@ __global__ void __launch_bounds__(C::NT) gk__mma16_gemm(gk__mma16_args<T> args) 
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, NT = C::NT;
   constexpr int WARPS_N = C::WARPS_N, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
   using L = gk__mma16_smem<C, TA, TB>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T *smem = reinterpret_cast<T *>(smem_raw);
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int tile_m, tile_n;
-  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  /* Issues the copies of k tile kt into stage s (caller commits the group). */
-  auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK;
-    T *sa = smem + s * L::STAGE_ELEMS;
-    gk__load_stage<T, L, NT, TA, TB, VEC>(sa, sa + L::A_ELEMS, a, b, args.lda, args.ldb, m0, n0,
-                                          k0, m_left, n_left, args.k - k0, tid);
-  };
-
-  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+  GK_MMA_TILE_PROLOGUE(T, L);
   /* ldmatrix.x4: lane l addresses row l%8 of matrix l/8 */
   const int lrow = lane % 8, lmat = lane / 8;
 
@@ -196,4 +175,4 @@ struct gk__mma16_launcher {
   }
 };
 
-#endif /* GK_FAST_MMA16_CUH */
+#endif /* GK_04_MMA_F16_CUH */

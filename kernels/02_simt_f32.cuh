@@ -1,5 +1,5 @@
 /*
- * gk_fast_simt.cuh - the register-tiled SIMT GEMM shared by 02_simt_f32.cu and 03_simt_f64.cu.
+ * 02_simt_f32.cuh - the register-tiled SIMT GEMM shared by 02_simt_f32.cu and 03_simt_f64.cu.
  *
  * Tiling (BM x BN block tile, BK deep; every thread owns an 8x8 tile of C):
  *
@@ -26,12 +26,12 @@
  * only what lies inside C. Transposes are template parameters: they change only which global
  * dimension is contiguous, i.e. the load code, never the inner loop.
  */
-#ifndef GK_FAST_SIMT_CUH
-#define GK_FAST_SIMT_CUH
+#ifndef GK_02_SIMT_F32_CUH
+#define GK_02_SIMT_F32_CUH
 
 #include <type_traits>
 
-#include "gk_fast_common.cuh"
+#include "gk_tile_common.cuh"
 
 template <typename T>
 struct gk__simt_args {
@@ -363,4 +363,4 @@ struct gk__simt_launcher {
   }
 };
 
-#endif /* GK_FAST_SIMT_CUH */
+#endif /* GK_02_SIMT_F32_CUH */

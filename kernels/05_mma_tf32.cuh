@@ -1,12 +1,12 @@
 /*
- * gk_fast_tf32.cuh - the mma.sync TF32 GEMM of 05_mma_tf32.cu, as a template over its tile
+ * 05_mma_tf32.cuh - the mma.sync TF32 GEMM of 05_mma_tf32.cu, as a template over its tile
  * configuration (so that bench_kernels can time other configurations beside the registered one).
  * The design and its reasons are in 05_mma_tf32.cu's opening comment.
  */
-#ifndef GK_FAST_TF32_CUH
-#define GK_FAST_TF32_CUH
+#ifndef GK_05_MMA_TF32_CUH
+#define GK_05_MMA_TF32_CUH
 
-#include "gk_fast_common.cuh"
+#include "gk_tile_common.cuh"
 
 
 /* A tile configuration: block tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES cp.async stages. */
@@ -57,28 +57,7 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, NT = C::NT;
   constexpr int WARPS_N = C::WARPS_N, WM = C::WM, WN = C::WN, MI = C::MI, NI = C::NI;
   using L = gk__tf32_smem<C, TA, TB>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T *smem = reinterpret_cast<T *>(smem_raw);
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int tile_m, tile_n;
-  gk__raster((args.m + BM - 1) / BM, (args.n + BN - 1) / BN, &tile_m, &tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64_t z = blockIdx.z;
-  const T *a = args.a + z * args.stride_a;
-  const T *b = args.b + z * args.stride_b;
-  T *c = args.c + z * args.stride_c;
-  const int m_left = args.m - m0, n_left = args.n - n0;
-
-  /* Issues the copies of k tile kt into stage s (caller commits the group). */
-  auto load_stage = [&](int s, int kt) {
-    const int k0 = kt * BK;
-    T *sa = smem + s * L::STAGE_ELEMS;
-    gk__load_stage<T, L, NT, TA, TB, VEC>(sa, sa + L::A_ELEMS, a, b, args.lda, args.ldb, m0, n0,
-                                          k0, m_left, n_left, args.k - k0, tid);
-  };
-
-  const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+  GK_MMA_TILE_PROLOGUE(T, L);
   /* ldmatrix.x4: lane l addresses row l%8 of matrix l/8 */
   const int lrow = lane % 8, lmat = lane / 8;
   /* fragment coordinates: group g = lane/4, thread-in-group t = lane%4 */
@@ -174,4 +153,4 @@ struct gk__tf32_launcher {
   }
 };
 
-#endif /* GK_FAST_TF32_CUH */
+#endif /* GK_05_MMA_TF32_CUH */

@@ -1,5 +1,5 @@
 /*
- * gk_mma_k8_small.cuh - 18's small-problem gemm of 8-bit operands on mma.sync m16n8k32 as a
+ * 18_mma_i8_small.cuh - 18's small-problem gemm of 8-bit operands on mma.sync m16n8k32 as a
  * template over what the 8-bit type changes: the mma instruction, the accumulator (s32 for i8,
  * f32 for fp8) and the epilogue. 18_mma_i8_small.cu (i8) and 20_mma_fp8_small.cu (e4m3, e5m2)
  * instantiate it; the design and its figures are in 18's opening comment.
@@ -14,11 +14,11 @@
  * Contract: header-only, included by .cu files only; any m, n, k within int32, every
  * transpose, any batch, aligned or not.
  */
-#ifndef GK_MMA_K8_SMALL_CUH
-#define GK_MMA_K8_SMALL_CUH
+#ifndef GK_18_MMA_I8_SMALL_CUH
+#define GK_18_MMA_I8_SMALL_CUH
 
 #include "gk_epilogue_dev.cuh"
-#include "gk_fast_common.cuh"
+#include "gk_tile_common.cuh"
 #include "gk_gpu.h"
 
 template <typename Acc>
@@ -168,4 +168,4 @@ cudaError_t gk__k8_small_launch(const gk_problem *p, cudaStream_t stream) {
   return gk__k8_small_layout<Op, 2, 2>(p, args, vec, stream);
 }
 
-#endif /* GK_MMA_K8_SMALL_CUH */
+#endif /* GK_18_MMA_I8_SMALL_CUH */

@@ -1,5 +1,5 @@
 /*
- * gk_fast_simt_splitk.cuh - 02's SIMT tile split along k over a thread-block cluster (Hopper),
+ * 09_simt_f32_splitk.cuh - 02's SIMT tile split along k over a thread-block cluster (Hopper),
  * the kernel of 09_simt_f32_splitk.cu.
  *
  * Where the grid of BM x BN tiles is short (1024^3 is 64 tiles of 128 x 128 for 132 SMs, half
@@ -30,14 +30,14 @@
  * 1000x1200x800); the cheapest S in 1..8 wins (8: the portable cluster size), the smallest on a
  * tie.
  */
-#ifndef GK_FAST_SIMT_SPLITK_CUH
-#define GK_FAST_SIMT_SPLITK_CUH
+#ifndef GK_09_SIMT_F32_SPLITK_CUH
+#define GK_09_SIMT_F32_SPLITK_CUH
 
 #include <cooperative_groups.h>
 
 #include <atomic>
 
-#include "gk_fast_simt.cuh"
+#include "02_simt_f32.cuh"
 
 #define GK_SPLITK_MAX 8      /* the portable cluster size */
 #define GK_SPLITK_COST 6     /* the reduction of one block, in k tiles of the main loop */
@@ -274,4 +274,4 @@ struct gk__simt_splitk_launcher {
   }
 };
 
-#endif /* GK_FAST_SIMT_SPLITK_CUH */
+#endif /* GK_09_SIMT_F32_SPLITK_CUH */

@@ -1,18 +1,19 @@
 /*
- * gk_fast_wgmma_tf32.cuh - the pieces of the Hopper TF32 kernels (08_wgmma_tf32.cu, and its
- * persistent form 16_wgmma_tf32_persist.cu): the tile configuration, the register-A wgmma
- * wrappers, the swizzled fragment loads, one k tile's producer and consumer steps, and the
- * tensor maps. The design and its reasons are in 08_wgmma_tf32.cu's opening comment.
+ * 08_wgmma_tf32.cuh - the pieces of the Hopper TF32 kernels (08_wgmma_tf32.cu, and its
+ * persistent form 16_wgmma_tf32_persist.cu, and 21): the tile configuration, the
+ * swizzled fragment loads, one k tile's producer and consumer steps, and the
+ * tensor maps; the register-A wgmma itself is gk_wgmma_ptx.cuh's. The design and its reasons
+ * are in 08_wgmma_tf32.cu's opening comment.
  *
  * Contract: header-only, included by .cu files only; sm_90a code under GK_WGMMA_DEVICE, as in
- * gk_fast_wgmma.cuh.
+ * 07_wgmma_f16.cuh.
  */
-#ifndef GK_FAST_WGMMA_TF32_CUH
-#define GK_FAST_WGMMA_TF32_CUH
+#ifndef GK_08_WGMMA_TF32_CUH
+#define GK_08_WGMMA_TF32_CUH
 
 #include <type_traits>
 
-#include "gk_fast_wgmma.cuh" /* mbarrier, TMA, wgmma fence/commit/wait, setmaxnreg, descriptors */
+#include "07_wgmma_f16.cuh" /* the TMA ring; gk_wgmma_ptx.cuh: mbarrier, TMA, wgmma, setmaxnreg */
 
 /* The tile configuration (see 08's opening comment). At namespace scope: in the compute_80 pass
  * the kernel bodies are empty, and members of an internal class that nothing reads would be
@@ -62,114 +63,6 @@ struct gk__wgmma_tf32_args {
 };
 
 #if GK_WGMMA_DEVICE
-/* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
- * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
- * old contents ignored (21 starts each k tile's sum so). */
-__device__ __forceinline__ void gk__wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
-                                                    uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                     uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "{%128, %129, %130, %131}, %132, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-template <int N>
-struct gk__tf32_wgmma;
-template <>
-struct gk__tf32_wgmma<64> {
-  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n64k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-template <>
-struct gk__tf32_wgmma<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n128k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-template <>
-struct gk__tf32_wgmma<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n256k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-
 /* Byte offset, within a stage's X tile, of element (row r, k) of X, for the thread's rows and
  * the TMA's 128-byte swizzle (16-byte chunk c of 128-byte line l sits at chunk c ^ (l % 8); every
  * box starts on a 1 KB boundary, so line parity is address parity).
@@ -365,4 +258,4 @@ static inline cudaError_t gk__tf32_operand_maps(CUtensorMap *map_x, CUtensorMap 
   return gk__tf32_map(map_y, y, k, plan.args.cols, count, C::KBOX_ROWS);
 }
 
-#endif /* GK_FAST_WGMMA_TF32_CUH */
+#endif /* GK_08_WGMMA_TF32_CUH */

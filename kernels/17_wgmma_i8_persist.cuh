@@ -1,5 +1,5 @@
 /*
- * gk_wgmma_k8.cuh - the persistent Hopper gemm of 8-bit operands (17's design: a producer
+ * 17_wgmma_i8_persist.cuh - the persistent Hopper gemm of 8-bit operands (17's design: a producer
  * warpgroup fills a TMA ring, two consumer warpgroups multiply 64 rows each, C leaves through
  * TMA stores from staging buffers of its own) as a template over what the 8-bit type changes:
  * the wgmma instruction, the accumulator's type (s32 for i8, f32 for fp8) and the epilogue.
@@ -18,15 +18,16 @@
  * __nv_bfloat16, each element rounded once from the f32 epilogue.
  *
  * Contract: header-only, included by .cu files only; the device code sits under
- * GK_WGMMA_DEVICE (gk_fast_wgmma.cuh). Every wgmma of 8-bit types reads both operands K-major
- * (the transpose bits exist for 16-bit types alone), so the launcher copies an operand that is
- * not into stream-ordered memory of the context's pool first.
+ * GK_WGMMA_DEVICE (gk_wgmma_ptx.cuh, which also holds the s8 and fp8 wgmma forms the Ops call).
+ * Every wgmma of 8-bit types reads both operands K-major (the transpose bits exist for 16-bit
+ * types alone), so the launcher copies an operand that is not into stream-ordered memory of the
+ * context's pool first.
  */
-#ifndef GK_WGMMA_K8_CUH
-#define GK_WGMMA_K8_CUH
+#ifndef GK_17_WGMMA_I8_PERSIST_CUH
+#define GK_17_WGMMA_I8_PERSIST_CUH
 
 #include "gk_epilogue_dev.cuh"
-#include "gk_fast_wgmma_tf32.cuh" /* gk__tf32_map: a tensor map of any element type */
+#include "08_wgmma_tf32.cuh" /* gk__tf32_map: a tensor map of any element type */
 #include "gk_gpu.h"
 
 /* At namespace scope, as 16's: in the compute_80 pass the kernel bodies are empty, and members
@@ -58,31 +59,6 @@ struct gk__k8_args {
   bool beta_zero;
   gk_act act;
 };
-
-/* The accumulator operands of a wgmma m64nNk32 asm statement: "+r"(d[0]) ... for N = 128 (64
- * registers) or 256 (128); GK__K8_ACC_R / _F name the constraint ("+r" s32, "+f" f32). */
-#define GK__K8_ACC_R(x) "+r"(x)
-#define GK__K8_ACC_F(x) "+f"(x)
-#define GK__K8_ACC8(C, d, i)                                                                       \
-  C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
-#define GK__K8_ACC64(C, d, i)                                                                      \
-  GK__K8_ACC8(C, d, i), GK__K8_ACC8(C, d, i + 8), GK__K8_ACC8(C, d, i + 16),                       \
-      GK__K8_ACC8(C, d, i + 24), GK__K8_ACC8(C, d, i + 32), GK__K8_ACC8(C, d, i + 40),             \
-      GK__K8_ACC8(C, d, i + 48), GK__K8_ACC8(C, d, i + 56)
-#define GK__K8_ACC128(C, d) GK__K8_ACC64(C, d, 0), GK__K8_ACC64(C, d, 64)
-/* ... and their names in the instruction's text; the descriptors follow as %64, %65 (N = 128)
- * or %128, %129 (N = 256), the scale-d flag as %66 or %130. */
-#define GK__K8_REGS64                                                                              \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                         \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "               \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "               \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define GK__K8_REGS128                                                                             \
-  GK__K8_REGS64 ", "                                                                               \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "               \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "               \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "   \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
 /* An element of C (of type Out) in the accumulator's type, and two results stored as Out. */
 template <typename T> __device__ __forceinline__ T gk__k8_c0(T x) { return x; }
@@ -366,4 +342,4 @@ cudaError_t gk__k8_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t str
   return err != cudaSuccess ? err : freed;
 }
 
-#endif /* GK_WGMMA_K8_CUH */
+#endif /* GK_17_WGMMA_I8_PERSIST_CUH */
