@@ -385,6 +385,15 @@ static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
   return true;
 }
 
+/* The locate op: the CPU backend takes shared-memory places only. */
+static bool cpu_locate(gd_backend *b, gd_job *job, const gd_where *where) {
+  if (where->kind != GD_WHERE_MAPPED)
+    return false;
+  if (where->out)
+    return cpu_output_mapped(b, job, where->r, where->ptr);
+  return cpu_input_mapped(b, job, where->operand, where->r, where->ptr);
+}
+
 static int cpu_submit(gd_backend *b, gd_job *job, gp_error *err) {
   cpu_backend *cb = cpu_of(b);
   cpu_job *cj = job->backend_data;
@@ -533,8 +542,7 @@ static const gd_backend_ops cpu_ops = {
     .input = cpu_input,
     .submit = cpu_submit,
     .output_consumed = cpu_output_consumed,
-    .output_mapped = cpu_output_mapped,
-    .input_mapped = cpu_input_mapped,
+    .locate = cpu_locate,
     .release = cpu_release,
     .host_bytes = cpu_host_bytes,
     .kernels = cpu_kernels,

@@ -333,23 +333,34 @@ static void op_region_gone(gd_backend *b, gd_region *r) {
     gd__gpu_op_region_gone(b, r);
 }
 
+/* The locate op (gd_backend.h): each kind of place to the file that keeps it. */
+static bool op_locate(gd_backend *b, gd_job *job, const gd_where *w) {
+  switch (w->kind) {
+  case GD_WHERE_MAPPED:
+    return w->out ? gd__gpu_op_output_mapped(b, job, w->r, w->ptr)
+                  : gd__gpu_op_input_mapped(b, job, w->operand, w->r, w->ptr);
+  case GD_WHERE_DEVICE:
+    return w->out ? gd__gpu_op_output_device(b, job, w->r, w->offset)
+                  : gd__gpu_op_input_device(b, job, w->operand, w->r, w->offset);
+  case GD_WHERE_RESIDENT:
+    return gd__gpu_op_input_resident(b, job, w->operand, w->res);
+  }
+  return false;
+}
+
 static const gd_backend_ops gpu_ops = {
     .name = "gpu",
     .prepare = op_prepare,
     .input_window = gd__gpu_op_input_window,
     .input = gd__gpu_op_input,
-    .input_resident = gd__gpu_op_input_resident,
+    .locate = op_locate,
     .resident_freed = gd__gpu_op_resident_freed,
     .submit = op_submit,
     .output_consumed = op_output_consumed,
     .release = op_release,
     .region_added = gd__gpu_op_region_added,
-    .output_mapped = gd__gpu_op_output_mapped,
-    .input_mapped = gd__gpu_op_input_mapped,
     .region_gone = op_region_gone,
     .device_region_open = gd__gpu_op_device_region_open,
-    .input_device = gd__gpu_op_input_device,
-    .output_device = gd__gpu_op_output_device,
     .shm_pinned_bytes = gd__gpu_op_shm_pinned_bytes,
     .host_bytes = op_host_bytes,
     .kernels = gd__gpu_op_kernels,
