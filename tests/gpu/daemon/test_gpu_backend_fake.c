@@ -19,7 +19,8 @@
 
 #include "gd_backend_gpu.h"
 #include "gd_completion.h"
-#include "gd_gpu_internal.h" /* gd__gpu_cpulist_parse */
+#include "gd_gpu_loop.h" /* gd__gpu_split_plan, the backend's state */
+#include "gd_gpu_work.h" /* gd__gpu_cpulist_parse */
 #include "gp_half.h"
 #include "gd_gpu_pool.h"
 #include "gd_log.h"

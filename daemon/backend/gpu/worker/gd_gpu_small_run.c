@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 /* The worker is done with the slot's job: no device work of it remains queued or running. */
 static void small_finish(gd__gpu_dev *dev, gd__gpu_job *job) {

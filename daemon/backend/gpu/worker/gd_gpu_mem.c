@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 /* Reads what the pool holds from the driver into dev->mem_reserved (stats, metrics, info). */

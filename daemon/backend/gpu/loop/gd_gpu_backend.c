@@ -1,7 +1,7 @@
 /*
  * gd_gpu_backend.c - the GPU backend's ops table: what the loop thread calls.
  *
- * Nothing here calls CUDA (see gd_gpu_internal.h for the thread rules). The
+ * Nothing here calls CUDA (see gd_gpu_shared.h for the thread rules). The
  * loop reserves a job's device memory from the pool of the least-loaded
  * device, lands payload bytes in that device's input staging buffers and
  * queues commands for its worker; completions come back from the worker
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 #include "gd_log.h"
 
 #define MIB (1024ull * 1024ull)

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
   if (gd__gpu_error_is_sticky(e)) {

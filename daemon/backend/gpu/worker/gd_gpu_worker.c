@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 /* ---- the queue ---------------------------------------------------------- */

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 
 static void claim(gd__gpu_job *job, gd__gpu_buf *buf, gp_operand op, uint64_t offset) {
   buf->state = GD__BUF_FILLING;

@@ -18,7 +18,7 @@
  */
 #include <assert.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 /* A block has at least this many rows: smaller kernels fill an H100's 132 SMs poorly (a 2048 x
  * 8192 block of C is 1024 tiles of 128 x 128), and a job of fewer than twice as many rows
