@@ -252,8 +252,9 @@ static void op_release(gd_backend *b, gd_job *job) {
   pthread_mutex_lock(&dev->mu);
   gj->owner = NULL;
   gj->paused = false;
-  if (gj->loop.cur)
-    gj->loop.cur->fill = 0; /* nobody will read the result: copy nothing more */
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
+  if (loop->cur)
+    loop->cur->fill = 0; /* nobody will read the result: copy nothing more */
   gd__gpu_flush(gj);
   for (uint32_t i = 0; i < dev->nbuf; i++) {
     gd__gpu_buf *buf = &dev->out_bufs[i];
@@ -267,8 +268,8 @@ static void op_release(gd_backend *b, gd_job *job) {
   gd__gpu_job_free_spills(gj);
   if (!gj->mem_ready) {
     gd__gpu_job_retire(gj); /* the worker never had it */
-  } else if (!gj->run_queued && !gj->loop.dropped) {
-    gj->loop.dropped = true;
+  } else if (!gj->run_queued && !loop->dropped) {
+    loop->dropped = true;
     gj->run_cmd.type = GD__CMD_DROP; /* frees its memory after its copies, in FIFO order */
     gd__gpu_cmd_push(dev, &gj->run_cmd);
   }

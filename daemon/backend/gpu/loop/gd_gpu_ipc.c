@@ -138,12 +138,13 @@ bool gd__gpu_op_input_device(gd_backend *b, gd_job *job, gp_operand operand, gd_
   if (!g || operand > GP_OPERAND_C)
     return false;
   gd__gpu_dev *dev = gj->dev;
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
   pthread_mutex_lock(&dev->mu);
-  if (gj->loop.cur)
+  if (loop->cur)
     gd__gpu_flush(gj); /* the other operand's bytes go on their way */
   gj->ipc_in[operand] = g;
   gj->ipc_in_off[operand] = offset;
-  gj->loop.received += gj->bytes[operand];
+  loop->received += gj->bytes[operand];
   pthread_mutex_unlock(&dev->mu);
   return true;
 }

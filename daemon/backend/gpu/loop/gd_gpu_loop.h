@@ -9,6 +9,13 @@
 
 #include "gd_gpu_shared.h"
 
+/* The loop half of job: its fields only the loop thread that feeds the job touches (asserted
+ * in Debug builds: never the job's device's worker). */
+static inline gd__gpu_job_loop *gd__gpu_loop_half(gd__gpu_job *job) {
+  GD__GPU_OFF_WORKER(job->dev);
+  return &job->loop;
+}
+
 /* ---- gd_gpu_input.c (loop thread) ---- */
 /* Under mu: the job's current input buffer goes to the worker (or back to the free set when
  * empty or the job failed). */

@@ -35,7 +35,8 @@ bool gd__gpu_op_input_resident(gd_backend *b, gd_job *job, gp_operand op, gd_res
   pthread_mutex_lock(&dev->mu);
   gd_resident_buf_ref(res);
   gj->res[op] = res;
-  gj->loop.received += res->bytes; /* counted as landed: nothing of it comes through input() */
+  /* counted as landed: nothing of it comes through input() */
+  gd__gpu_loop_half(gj)->received += res->bytes;
   pthread_mutex_unlock(&dev->mu);
   return true;
 }

@@ -124,10 +124,11 @@ bool gd__gpu_small_window(gd__gpu_job *gj, gp_operand operand, uint64_t offset, 
 
 int gd__gpu_small_input(gd__gpu_job *gj, gp_operand operand, uint64_t offset, const void *data,
                         size_t len) {
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
   gd__gpu_dev *dev = gj->dev;
   gd__gpu_slot *slot = gj->slot;
   pthread_mutex_lock(&dev->mu);
-  gj->loop.received += len;
+  loop->received += len;
   bool skip = gj->failed || dev->dead || gj->run_queued;
   pthread_mutex_unlock(&dev->mu);
   uint8_t *dst = slot->host + slot->off[operand] + offset;

@@ -243,6 +243,7 @@ static bool make_children(gd__gpu_job *gj, gd__gpu_split *split, gd__gpu_dev **d
 }
 
 void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj) {
+  GD__GPU_OFF_WORKER(gj->dev);
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu); /* failed and owner may change on other threads */
   bool ok = eligible(be, gj);

@@ -145,6 +145,7 @@ static void ipc_close(gd__gpu_dev *dev, gd__gpu_ipc *g) {
 }
 
 void gd__gpu_ipc_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  GD__GPU_ON_WORKER(dev);
   if (cmd->type == GD__CMD_IPC_OPEN)
     ipc_open(dev, ipc_of(cmd));
   else
@@ -159,6 +160,7 @@ static bool refuse(gd__gpu_job *job, const char *what, const gd__gpu_ipc *g) {
 }
 
 bool gd__gpu_ipc_resolve(gd__gpu_dev *dev, gd__gpu_job *job) {
+  GD__GPU_ON_WORKER(dev);
   bool ok = true;
   pthread_mutex_lock(&dev->mu);
   for (int op = 0; op < 3 && ok; op++) {

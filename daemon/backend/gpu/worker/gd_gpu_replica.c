@@ -112,6 +112,7 @@ static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick
 }
 
 cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3]) {
+  GD__GPU_ON_WORKER(dev);
   uint64_t tick = ++dev->res_tick; /* copies this job reads are used at tick: never evicted */
   for (int op = 0; op < 3; op++) {
     ptr[op] = gd__gpu_mem_at(job, job->op_dev[op]);
@@ -142,6 +143,7 @@ cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *
 }
 
 void gd__gpu_resident_sweep(gd__gpu_dev *dev, bool all) {
+  GD__GPU_ON_WORKER(dev);
   for (gd__gpu_res **link = &dev->res_cache; *link;) {
     if (!all && !gd_resident_buf_freed((*link)->buf)) {
       link = &(*link)->next;

@@ -28,6 +28,7 @@ static void uncount(gd__gpu_reg *g) {
 }
 
 void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  GD__GPU_ON_WORKER(dev);
   (void)dev;
   if (cmd->type == GD__CMD_REG) {
     gd__gpu_reg *g = reg_of(cmd);

@@ -22,8 +22,9 @@ static void device_name(const gd__gpu_split *split, char *out, size_t cap) {
 }
 
 bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf) {
+  gd__gpu_job_work *work = gd__gpu_work_half(parent);
   gd__gpu_split *split = parent->split;
-  gp_gemm_result_hdr *res = &parent->work.result;
+  gp_gemm_result_hdr *res = &work->result;
   res->m = split->m;
   device_name(split, res->device, sizeof res->device);
   if (parent->owner)
@@ -41,6 +42,7 @@ bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf) {
   return true;
 }
 gd__gpu_buf *gd__gpu_split_handle(gd__gpu_dev *dev, gd__gpu_split *split) {
+  GD__GPU_ON_WORKER(dev);
   (void)dev;
   gd__gpu_job *p = split->parent;
   pthread_mutex_lock(&split->mu);

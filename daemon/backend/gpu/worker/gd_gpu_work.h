@@ -11,6 +11,17 @@
 
 #include "gd_gpu_shared.h"
 
+/* The worker half of job: its fields only its device's worker touches (asserted in Debug
+ * builds). */
+static inline gd__gpu_job_work *gd__gpu_work_half(gd__gpu_job *job) {
+  GD__GPU_ON_WORKER(job->dev);
+  return &job->work;
+}
+static inline const gd__gpu_job_work *gd__gpu_work_half_c(const gd__gpu_job *job) {
+  GD__GPU_ON_WORKER(job->dev);
+  return &job->work;
+}
+
 /* ---- gd_gpu_numa.c (worker thread at start) ---- */
 /* Binds the calling thread to the CPUs next to the device (sysfs local_cpulist of its PCI
  * function), so that its pinned staging is allocated on that NUMA node. Best effort: logs why
