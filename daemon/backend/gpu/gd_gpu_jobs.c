@@ -100,7 +100,7 @@ static bool work_bytes_of(const gp_gemm_hdr *hdr, uint64_t *bytes) {
   return gp_gemm_result_bytes(&plain, bytes);
 }
 
-bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
+int gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
   uint64_t total = 0;
   for (int op = 0; op < 4; op++) { /* a, b, c and the work area */
     uint64_t len = 0, rounded = 0;
@@ -109,9 +109,9 @@ bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
                                    : gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len);
     if (!ok ||
         !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
-      gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
-                   op == 3 ? "c (as computed before the cast)" : gp_operand_name((gp_operand)op));
-      return false;
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
+                          op == 3 ? "c (as computed before the cast)"
+                                  : gp_operand_name((gp_operand)op));
     }
     if (op == GP_OPERAND_C)
       job->c_bytes = len;
@@ -120,7 +120,7 @@ bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
     total += rounded;
   }
   job->alloc_len = total;
-  return true;
+  return 0;
 }
 
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job) {

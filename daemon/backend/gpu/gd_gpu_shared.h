@@ -424,7 +424,7 @@ void gd__gpu_job_unref(gd__gpu_job *job);
 /* From job->hdr: c_bytes (C as computed and returned), work_bytes (the output cast's C in the
  * compute dtype) and alloc_len (pool bytes for a, b, c and the work area, each rounded); false
  * with err (RESOURCE_EXHAUSTED) when an operand is too large. */
-bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err);
+int gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err);
 /* Under mu: job joins the device's live jobs and its load (until retired). */
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job);
 /* A split's parent going away frees the split (a child's is its parent's). */

@@ -91,8 +91,8 @@ static double job_load(const gd__gpu_job *job) {
 }
 
 /* Fills gj with the backend's copy of what the worker needs from job, its pool size and load
- * worked out; false with err set (an operand too large). */
-static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
+ * worked out; 0, or the error (an operand too large). */
+static int gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
   memset(gj, 0, sizeof(*gj));
   gj->id = job->id;
   gj->hdr = job->hdr;
@@ -104,10 +104,11 @@ static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
   gj->admitted_us = job->admitted_us;
   gj->deadline_us = job->deadline_us;
   gj->pending_tail = &gj->pending;
-  if (!gd__gpu_job_sizes(gj, err))
-    return false;
+  int rc = gd__gpu_job_sizes(gj, err);
+  if (rc != 0)
+    return rc;
   gj->load = job_load(gj);
-  return true;
+  return 0;
 }
 
 /* No device can ever hold need pool bytes: why, in err. */
@@ -144,8 +145,9 @@ static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
     return gp_error_set(err, GP_E_UNIMPLEMENTED,
                         "lda, ldb, ldc: the GPU backend does not take leading dimensions yet");
   gd__gpu_job tmp;
-  if (!gpu_job_init(&tmp, job, err))
-    return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
+  int rc = gpu_job_init(&tmp, job, err);
+  if (rc != 0)
+    return rc;
   /* a job whose memory is a client's on one device runs there, alone (never batched) */
   gd__gpu_job *gj = job->device_fixed ? NULL : gd__gpu_small_take(be, &tmp, job);
   if (gj) { /* the small lane: a slot, no pool memory, no staging */
@@ -400,9 +402,9 @@ static int check_config(const gd_gpu_config *cfg, gp_error *err) {
   return 0;
 }
 
-/* Sets up dev (cuda:ordinal) and starts its worker. False when it is left out (dead, its
- * reason in last); it still needs dev_teardown. */
-static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_error *last) {
+/* Sets up dev (cuda:ordinal) and starts its worker. 0, or the error it is left out for (dead,
+ * the reason in last); it still needs dev_teardown. */
+static int start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_error *last) {
   dev->be = be;
   dev->ordinal = ordinal;
   pthread_mutex_init(&dev->mu, NULL);
@@ -412,13 +414,13 @@ static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_
     gd__gpu_ipc_describe(dev);
     dev->speed = gd__gpu_device_speed(&dev->info);
     dev->in_service = true;
-    return true;
+    return 0;
   }
   dev->dead = true;
   dev->info.id = dev->ordinal;
   dev->info.in_service = false;
   gd_warn("gpu: cuda:%d left out: %s", dev->ordinal, last->message);
-  return false;
+  return last->code;
 }
 
 int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *err) {
@@ -433,10 +435,16 @@ int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *
     return rc;
   gd__gpu_backend *be = calloc(1, sizeof(*be));
   gd__gpu_dev *devs = calloc(count, sizeof(*devs));
-  if (!be || !devs || gd__gpu_reg_init(be) != 0) {
+  if (!be || !devs) {
     free(be);
     free(devs);
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  rc = gd__gpu_reg_init(be, err);
+  if (rc != 0) {
+    free(be);
+    free(devs);
+    return rc;
   }
   be->base.ops = &gpu_ops;
   be->cfg = *cfg;
@@ -448,7 +456,7 @@ int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *
   gp_error_clear(&last);
   for (size_t i = 0; i < count; i++) {
     be->ndev = i + 1;
-    if (start_device(be, &devs[i], ordinals[i], &last))
+    if (start_device(be, &devs[i], ordinals[i], &last) == 0)
       up++;
   }
   if (up == 0) {

@@ -31,7 +31,8 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
 /* ---- gd_gpu_shm.c: shared-memory regions in place (loop ops; the worker's side is
  * worker/gd_gpu_shm_reg.c) ---- */
 #define GD__GPU_REG_STATS 8
-int gd__gpu_reg_init(gd__gpu_backend *be);
+/* 0, or the error (the lock could not be made). */
+int gd__gpu_reg_init(gd__gpu_backend *be, gp_error *err);
 /* After every worker stopped: forgets the entries still held (the scheduler unmaps). */
 void gd__gpu_reg_destroy(gd__gpu_backend *be);
 void gd__gpu_op_region_added(gd_backend *b, gd_region *r);

@@ -18,6 +18,7 @@
  */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gd_gpu_regions.h"
 #include "gd_gpu_loop.h"
@@ -133,8 +134,10 @@ bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
 
 /* ---- start and stop ------------------------------------------------------ */
 
-int gd__gpu_reg_init(gd__gpu_backend *be) {
-  return pthread_mutex_init(&be->reg_mu, NULL) == 0 ? 0 : -1;
+int gd__gpu_reg_init(gd__gpu_backend *be, gp_error *err) {
+  int rc = pthread_mutex_init(&be->reg_mu, NULL);
+  return rc == 0 ? 0 : gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "gpu: its region lock: %s",
+                                    strerror(rc));
 }
 
 void gd__gpu_reg_destroy(gd__gpu_backend *be) {

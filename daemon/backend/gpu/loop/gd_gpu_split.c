@@ -88,7 +88,7 @@ static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64
   c->bytes[GP_OPERAND_A] = rows * a_row;
   c->bytes[GP_OPERAND_B] = p->bytes[GP_OPERAND_B];
   c->bytes[GP_OPERAND_C] = rows * c_in_row;
-  if (!gd__gpu_job_sizes(c, NULL)) { /* cannot fail: each is at most the parent's */
+  if (gd__gpu_job_sizes(c, NULL) != 0) { /* cannot fail: each is at most the parent's */
     free(c);
     return NULL;
   }

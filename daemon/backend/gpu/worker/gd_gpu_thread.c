@@ -194,8 +194,9 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
     rc = gd__gpu_small_create(dev, &budget, err); /* its device memory comes off the budget */
   if (rc != 0)
     return rc;
-  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  rc = gd__gpu_pool_init(&dev->pool, budget, err);
+  if (rc != 0)
+    return rc;
   rc = gd__gpu_staging_create(dev, err);
   if (rc != 0)
     return rc;
