@@ -163,7 +163,7 @@ static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64
   memset(&ev, 0, sizeof ev);
   ev.type = GD_EV_OUTPUT_CHUNK;
   ev.job = job;
-  ev.data = cj->c; /* in the result's region when output_mapped: nothing left to copy */
+  ev.data = cj->c; /* in the result's region when located there (locate): nothing left to copy */
   ev.len = (size_t)job->result_bytes;
   ev.offset = 0;
   ev.last = true;

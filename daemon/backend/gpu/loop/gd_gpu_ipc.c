@@ -1,6 +1,6 @@
 /*
  * gd_gpu_ipc.c - CUDA memory of a client's process (protocol: cuda_register): the ops
- * device_region_open, input_device and output_device (gd_backend.h), and the worker commands
+ * device_region_open and locate's DEVICE places (gd_backend.h), and the worker commands
  * that open and close the IPC handle.
  *
  * The client names its device by PCI bus id; the loop finds the device with that address

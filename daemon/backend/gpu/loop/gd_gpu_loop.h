@@ -65,7 +65,7 @@ void gd__gpu_ipc_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_IPC_STATS]);
 
 /* ---- gd_gpu_resident.c: resident operands noted in a job (the device copies:
  * worker/gd_gpu_replica.c) ---- */
-/* The input_resident op: a large job takes operand op from the device's copy of res. */
+/* locate, a RESIDENT place: a large job takes operand op from the device's copy of res. */
 bool gd__gpu_op_input_resident(gd_backend *b, gd_job *job, gp_operand op, gd_resident_buf *res);
 /* The resident_freed op: wakes every worker holding copies to sweep. */
 void gd__gpu_op_resident_freed(gd_backend *b);

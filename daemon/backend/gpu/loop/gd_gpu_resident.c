@@ -4,8 +4,9 @@
  * it and kept until the handle is freed (its connection's end included) or room is needed for
  * another, instead of the bytes coming through staging with every gemm.
  *
- * The loop (input_resident) only notes the buffer in the job and holds a reference. The worker
- * (at RUN) looks the buffer up in the device's cache, a list only it touches: found, the
+ * The loop (locate, a RESIDENT place) only notes the buffer in the job and holds a reference.
+ * The worker (at RUN, worker/gd_gpu_replica.c) looks the buffer up in the device's cache, a list
+ * only it touches: found, the
  * kernel reads the copy; not found, it allocates a copy from the device's memory pool on the
  * copy-in stream and copies the host bytes there (pageable: CUDA stages them before the call
  * returns). Each device's copies are bounded by gpu.resident_bytes: past it, the copies least

@@ -1,6 +1,6 @@
 /*
  * gd_gpu_shm.c - shared-memory regions straight to and from the device: the registration cache
- * and the ops region_added, region_gone, input_mapped and output_mapped (gd_backend.h).
+ * and the ops region_added, region_gone and locate's MAPPED places (gd_backend.h).
  *
  * A region a client registers is pinned for DMA once, with cudaHostRegister(Portable), so that
  * every device copies straight between the client's pages and its memory: no staging buffer,
