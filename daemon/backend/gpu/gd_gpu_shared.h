@@ -276,8 +276,6 @@ struct gd__gpu_dev {
 
   pthread_t thread;
   bool thread_started;
-  pthread_t worker_tid;         /* the worker's own id, set by it before init_done */
-  bool worker_started;          /* worker_tid is set */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   gd__gpu_cmd *q_head, *q_tail; /* worker's command FIFO */
@@ -336,6 +334,10 @@ struct gd__gpu_dev {
   uint64_t mem_reserved;        /* device bytes the pool holds now (the worker updates it) */
   uint64_t last_work_us;        /* the worker last handled a command or had work in flight */
   bool trimmed;                 /* the pool was trimmed since last_work_us */
+
+  /* For the thread asserts (last, so the fields above keep their places). */
+  pthread_t worker_tid;         /* the worker's own id, set by it before init_done */
+  bool worker_started;          /* worker_tid is set */
 };
 
 struct gd__gpu_backend {
@@ -422,8 +424,8 @@ void gd__gpu_job_drop_resident(gd__gpu_job *job);
 void gd__gpu_job_ref(gd__gpu_job *job);
 void gd__gpu_job_unref(gd__gpu_job *job);
 /* From job->hdr: c_bytes (C as computed and returned), work_bytes (the output cast's C in the
- * compute dtype) and alloc_len (pool bytes for a, b, c and the work area, each rounded); false
- * with err (RESOURCE_EXHAUSTED) when an operand is too large. */
+ * compute dtype) and alloc_len (pool bytes for a, b, c and the work area, each rounded); 0, or
+ * RESOURCE_EXHAUSTED (err set) when an operand is too large. */
 int gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err);
 /* Under mu: job joins the device's live jobs and its load (until retired). */
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job);
