@@ -14,9 +14,12 @@ kernels/, system headers) are below every layer and not checked here.
 net/ reaches the scheduler through one door, gd_netsched.[ch]: no other file of net/ includes
 core/gd_sched.h or calls a gd_sched_ function.
 
-One more rule inside backend/gpu/: a GPU job's fields are grouped by the thread that owns them
-(gd_gpu_internal.h). Files the loop runs (the ops, input, info) never touch job->work.*, and
-files the worker runs never touch job->loop.*.
+One more rule inside backend/gpu/: the GPU backend is two halves, what the loop threads run
+(backend/gpu/loop/, its header gd_gpu_loop.h) and what each device's worker thread runs
+(backend/gpu/worker/, gd_gpu_work.h), which share only backend/gpu/'s own files (the command
+queue, a job's two halves, the state both reach under a lock: gd_gpu_shared.h). A loop-half
+file never includes the worker half's header nor a worker-half file the loop half's; the shared
+files include neither, and nothing outside backend/gpu/ includes any of them.
 
 One error convention (ARCHITECTURE.md, "Errors"), in the folders listed in
 ERROR_CONVENTION_SCOPE: no function takes a char buffer for its error message (`char *err`,
@@ -156,7 +159,7 @@ def check(root):
                 if layer_of(owner + ".c") > layer_of(rel):
                     errors.append(f"{rel}: calls {ident} of {owner}.c, a higher layer")
 
-    errors += check_gpu_ownership(files)
+    errors += check_gpu_halves(files)
     errors += check_error_convention(files)
     errors += check_net_sched_door(files)
     for kind, graph in (("includes", includes), ("calls", calls)):
@@ -165,21 +168,34 @@ def check(root):
     return errors
 
 
-GPU_LOOP_FILES = ("gd_gpu_backend.c", "gd_gpu_input.c", "gd_gpu_info.c")
-GPU_WORKER_FILES = ("gd_gpu_worker.c", "gd_gpu_thread.c")
+GPU_HALF_HEADERS = {"loop": "gd_gpu_loop.h", "worker": "gd_gpu_work.h"}
+GPU_INTERNAL_HEADERS = set(GPU_HALF_HEADERS.values()) | {"gd_gpu_shared.h", "gd_gpu_regions.h"}
 
 
-def check_gpu_ownership(files):
+def gpu_half_of(rel):
+    """'loop', 'worker', 'shared' (backend/gpu/ itself) or None (outside the GPU backend)."""
+    parts = rel.split("/")
+    if parts[:2] != ["backend", "gpu"]:
+        return None
+    return parts[2] if len(parts) > 3 and parts[2] in GPU_HALF_HEADERS else "shared"
+
+
+def check_gpu_halves(files):
+    """The GPU backend's two halves meet only in backend/gpu/'s shared files."""
     errors = []
     for rel, text in sorted(files.items()):
-        name = os.path.basename(rel)
-        if not rel.startswith("backend/gpu/"):
-            continue
-        code = strip(text)
-        if name in GPU_LOOP_FILES and re.search(r"(->|\.)work\.", code):
-            errors.append(f"{rel}: the loop touches a job's worker-only fields (work.)")
-        if name in GPU_WORKER_FILES and re.search(r"(->|\.)loop\.", code):
-            errors.append(f"{rel}: the worker touches a job's loop-only fields (loop.)")
+        half = gpu_half_of(rel)
+        for name in INCLUDE.findall(strip_comments_only(text)):
+            name = os.path.basename(name)
+            if name not in GPU_INTERNAL_HEADERS:
+                continue
+            if half is None:
+                errors.append(f"{rel}: includes {name}, inside the GPU backend")
+            elif half == "shared" and name in GPU_HALF_HEADERS.values():
+                errors.append(f"{rel}: a file both halves share includes {name}, one half's")
+            elif half in GPU_HALF_HEADERS and name in GPU_HALF_HEADERS.values() \
+                    and name != GPU_HALF_HEADERS[half]:
+                errors.append(f"{rel}: the {half} half includes {name}, the other half's")
     return errors
 
 

@@ -39,62 +39,64 @@
  * backend_data it still holds. The scheduler then frees its jobs without calling release(), and
  * drops events posted but not delivered.
  *
- * Shared memory in place (all optional; a backend without them gets region operands through
- * input() and writes results into OUTPUT_CHUNKs the connection copies into the region):
+ * Where an operand lies, when it is not fed through input() (all optional: a backend without
+ * `locate` gets region and resident operands through input() and writes results into
+ * OUTPUT_CHUNKs the connection copies into the region). One op, locate(job, where), offers the
+ * backend one operand (or the result's place, where->out) in one of three kinds of place
+ * (gd_where_kind); true: the backend takes it from (or writes it) there, false: as usual.
+ *
+ *   GD_WHERE_MAPPED, out: right after prepare, before any input: C is to land at where->ptr
+ *                        (the whole result_bytes, inside region where->r). true: the backend
+ *                        writes C there itself and every OUTPUT_CHUNK it posts points at ptr +
+ *                        offset, with the bytes already in place; ordering and output_consumed
+ *                        stay as above (each chunk is still given back, after which the backend
+ *                        writes no more). false: chunks in the backend's memory, as usual.
+ *   GD_WHERE_MAPPED, operand: before submit, at most once per operand, instead of any input()
+ *                        for it: the operand's bytes lie whole at where->ptr, inside where->r.
+ *                        true: the backend reads them from there whenever it runs the job (they
+ *                        count as landed); false: the connection hands them to input_window /
+ *                        input as usual.
+ *   GD_WHERE_DEVICE      like MAPPED for an operand (or C) at where->offset in a DEVICE region
+ *                        (a client's CUDA memory, gd_region.h; checked to fit). The job was
+ *                        admitted on r->device (device_fixed). false: the backend cannot (another
+ *                        device, a job it batches); the caller refuses the request, as nothing
+ *                        can copy the bytes on the host.
+ *   GD_WHERE_RESIDENT    instead of input() for one operand: the bytes of a resident operand
+ *                        (protocol put, where->res), which the backend may keep a copy of (GPU:
+ *                        in device memory, per device) and reference; false: feed them through
+ *                        input().
+ *
+ * The scheduler holds a reference to where->r for every job whose backend said true to a MAPPED
+ * or DEVICE place, from that call until release(), so the place stays mapped for the job's whole
+ * life whatever its client does. The client promises not to change an input nor read the result
+ * until the reply (PROTOCOL.md).
+ *
+ * The regions themselves (optional):
  *
  *   region_added(r)      a client registered region r (a loop thread, right after the mapping).
  *                        The backend may start what makes in-place access fast (GPU: queue a DMA
  *                        registration on a worker); it must not block.
- *   output_mapped(job, r, ptr)
- *                        right after prepare, before any input: C is to land at ptr (the whole
- *                        result_bytes, inside r). true: the backend writes C there itself
- *                        and every OUTPUT_CHUNK it posts points at ptr + offset, with the bytes
- *                        already in place; ordering and output_consumed stay as above (each
- *                        chunk is still given back, after which the backend writes no more).
- *                        false: chunks in the backend's memory, as usual.
- *   input_mapped(job, operand, r, ptr)
- *                        before submit, at most once per operand, instead of any input() for it:
- *                        the operand's bytes lie whole at ptr, inside r. true: the backend reads
- *                        them from there whenever it runs the job (they count as landed); false:
- *                        the connection hands them to input_window / input as usual.
  *   region_gone(r)       the last reference to r went (the client unregistered it or hung up,
  *                        and every job that used it in place was released). The backend drops
  *                        what it keeps for r and then, from any thread, calls
  *                        gd_region_unmap(r) (never before: it may still be registered). Not
  *                        called after destroy(): the scheduler then unmaps itself.
- *
- * CUDA memory of a client's process (DEVICE regions, gd_region.h; all optional: without them
- * cuda_register is refused as UNIMPLEMENTED):
- *
  *   device_region_open(r, pci_bus_id, err)
- *                        a client registered r (a loop thread): find the device with that PCI
- *                        bus id (set r->device) and start opening r->ipc_handle on it (GPU: on
- *                        that device's worker); must not block. 0, or an error (unknown bus id,
- *                        device out of service): then r is still the caller's to free. Once it
- *                        returned 0, region_gone closes it like any region.
- *   input_device(job, operand, r, offset) / output_device(job, r, offset)
- *                        like input_mapped / output_mapped for an operand (or C) at offset in a
- *                        DEVICE region (checked to fit). The job was admitted on r->device
- *                        (device_fixed). false: the backend cannot (another device, a job it
- *                        batches); the caller refuses the request, as nothing can copy the
- *                        bytes on the host.
- *
- * The scheduler holds a reference to r for every job whose backend said true, from that call
- * until release(), so ptr stays mapped for the job's whole life whatever its client does. The
- * client promises not to change an input nor read the result until the reply (PROTOCOL.md).
- *
- * input_resident(job,..) instead of input() for one operand: the bytes of a resident operand
- *                        (protocol put), which the backend may keep a copy of (GPU: in device
- *                        memory, per device) and reference; false: feed them through input().
+ *                        a client registered a DEVICE region r (a loop thread): find the device
+ *                        with that PCI bus id (set r->device) and start opening r->ipc_handle on
+ *                        it (GPU: on that device's worker); must not block. 0, or an error
+ *                        (unknown bus id, device out of service): then r is still the caller's
+ *                        to free. Once it returned 0, region_gone closes it like any region.
+ *                        Without it cuda_register is refused as UNIMPLEMENTED.
  *
  * Threads: the scheduler calls the ops under its lock, but for input_window, input and
  * output_consumed, which the loop threads (config key `loops`) may call at once for different
  * jobs (never for one job at once): a backend guards the state its jobs share in those itself
  * (the GPU backend: each device's mu; the CPU backend's touch only the job).
  *
- * input_window, input_resident, resident_freed, output_consumed, host_bytes, kernels,
- * pack_info, pack_stats, devices, busy, region_added, output_mapped, input_mapped, region_gone,
- * device_region_open, input_device, output_device and shm_pinned_bytes may be NULL.
+ * input_window, locate, resident_freed, output_consumed, host_bytes, kernels, pack_info,
+ * pack_stats, devices, busy, region_added, region_gone, device_region_open and shm_pinned_bytes
+ * may be NULL.
  */
 #ifndef GD_BACKEND_H
 #define GD_BACKEND_H
@@ -136,6 +138,24 @@ typedef struct {
   uint64_t resident_evictions; /* copies let go of to make room for others */
 } gd_device_info;
 
+/* The kinds of place locate() is offered (see the top). */
+typedef enum {
+  GD_WHERE_MAPPED,   /* a shared-memory region's pages, at ptr */
+  GD_WHERE_DEVICE,   /* a DEVICE region (a client's CUDA memory), at offset */
+  GD_WHERE_RESIDENT, /* a resident operand's buffer, res */
+} gd_where_kind;
+
+/* One operand's (or the result's) place, for locate(). */
+typedef struct {
+  gd_where_kind kind;
+  bool out;             /* the result's place (MAPPED, DEVICE); else operand's */
+  gp_operand operand;   /* which operand, when !out */
+  gd_region *r;         /* MAPPED, DEVICE: the region it lies in */
+  uint8_t *ptr;         /* MAPPED: where it lies (an operand's bytes are only read) */
+  uint64_t offset;      /* DEVICE: where it lies in r */
+  gd_resident_buf *res; /* RESIDENT */
+} gd_where;
+
 typedef struct {
   const char *name; /* "cpu", "gpu" */
   /* true: OUTPUT_CHUNK data is the job's own memory, kept until release, so the connection writes
@@ -156,25 +176,19 @@ typedef struct {
                        void **ptr, size_t *len);
   int (*input)(gd_backend *b, gd_job *job, gp_operand operand, uint64_t offset,
                const void *data, size_t len, bool *pause, gp_error *err);
-  /* optional: operand `operand` of job is res, all of it (see the top); true when taken */
-  bool (*input_resident)(gd_backend *b, gd_job *job, gp_operand operand, gd_resident_buf *res);
+  /* optional: an operand of job (or its result) lies at *where, all of it (see the top); true
+   * when the backend takes it from (or writes it) there */
+  bool (*locate)(gd_backend *b, gd_job *job, const gd_where *where);
   /* optional: a resident buffer was freed (its `freed` is set): drop copies of freed ones soon */
   void (*resident_freed)(gd_backend *b);
   int (*submit)(gd_backend *b, gd_job *job, gp_error *err);
   void (*output_consumed)(gd_backend *b, gd_job *job, const void *chunk, size_t len);
   void (*release)(gd_backend *b, gd_job *job);
 
-  /* optional: shared-memory regions in place (see the top) */
+  /* optional: shared-memory and DEVICE regions (see the top) */
   void (*region_added)(gd_backend *b, gd_region *r);
-  bool (*output_mapped)(gd_backend *b, gd_job *job, gd_region *r, uint8_t *ptr);
-  bool (*input_mapped)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
-                       const uint8_t *ptr);
   void (*region_gone)(gd_backend *b, gd_region *r);
-  /* optional: CUDA IPC regions in place (see the top) */
   int (*device_region_open)(gd_backend *b, gd_region *r, const char *pci_bus_id, gp_error *err);
-  bool (*input_device)(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
-                       uint64_t offset);
-  bool (*output_device)(gd_backend *b, gd_job *job, gd_region *r, uint64_t offset);
   /* optional: bytes of regions it holds pinned for DMA now (metrics); any thread */
   uint64_t (*shm_pinned_bytes)(gd_backend *b);
 

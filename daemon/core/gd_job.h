@@ -31,7 +31,7 @@ typedef enum {
                           A job's chunks are posted in order: the first at offset 0, each next
                           one where the previous ended, the last ending at result_bytes
                           (else the connection closes: INTERNAL). For a job whose backend took
-                          output_mapped (gd_backend.h), data is already C's place in the
+                          locate: MAPPED, out (gd_backend.h), data is already C's place in the
                           client's region (the result's pointer + offset): the bytes are in
                           place when the event is posted, and nothing is copied */
   GD_EV_FAILED,        /* the job failed: err says why (INTERNAL, DEADLINE_EXCEEDED, ...) */

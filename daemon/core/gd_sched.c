@@ -539,13 +539,17 @@ static bool input_window_unlocked(gd_sched *s, gd_job *job, gp_operand operand, 
   return s->backend->ops->input_window(s->backend, job, operand, offset, ptr, len);
 }
 
+/* The backend's locate op (gd_backend.h): false when it has none. */
+static bool backend_locate(gd_sched *s, gd_job *job, const gd_where *where) {
+  return s->backend && s->backend->ops->locate && s->backend->ops->locate(s->backend, job, where);
+}
+
 static bool input_resident_unlocked(gd_sched *s, gd_job *job, gp_operand operand,
                              gd_resident_buf *res) {
   assert(!to_sched_job(job)->submitted && job->waiter);
   assert(res->bytes == job->operand_bytes[operand]);
-  if (!s->backend || !s->backend->ops->input_resident)
-    return false;
-  return s->backend->ops->input_resident(s->backend, job, operand, res);
+  gd_where where = {.kind = GD_WHERE_RESIDENT, .operand = operand, .res = res};
+  return backend_locate(s, job, &where);
 }
 
 static void resident_freed_unlocked(gd_sched *s) {
@@ -692,10 +696,11 @@ static bool output_mapped_unlocked(gd_sched *s, gd_job *job, gd_region *r, uint8
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
          job->result_bytes <= r->size - (uint64_t)(ptr - r->base));
-  if (!s->backend || !s->backend->ops->output_mapped)
+  if (!s->backend || !s->backend->ops->locate)
     return false;
   job->mapped_out = ptr; /* set first: the backend may look at it */
-  if (!s->backend->ops->output_mapped(s->backend, job, r, ptr)) {
+  gd_where where = {.kind = GD_WHERE_MAPPED, .out = true, .r = r, .ptr = ptr};
+  if (!backend_locate(s, job, &where)) {
     job->mapped_out = NULL;
     return false;
   }
@@ -709,8 +714,8 @@ static bool input_mapped_unlocked(gd_sched *s, gd_job *job, gp_operand operand, 
   assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
   assert(ptr >= r->base && (uint64_t)(ptr - r->base) <= r->size &&
          job->operand_bytes[operand] <= r->size - (uint64_t)(ptr - r->base));
-  if (job->mapped[operand] || !s->backend || !s->backend->ops->input_mapped ||
-      !s->backend->ops->input_mapped(s->backend, job, operand, r, ptr))
+  gd_where where = {.kind = GD_WHERE_MAPPED, .operand = operand, .r = r, .ptr = (uint8_t *)ptr};
+  if (job->mapped[operand] || !backend_locate(s, job, &where))
     return false;
   r->refs++;
   job->mapped[operand] = r;
@@ -741,8 +746,8 @@ static bool input_device_unlocked(gd_sched *s, gd_job *job, gp_operand operand, 
   assert(!to_sched_job(job)->submitted && job->waiter && operand <= GP_OPERAND_C);
   assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
          job->operand_bytes[operand] <= r->size - offset);
-  if (job->mapped[operand] || !s->backend || !s->backend->ops->input_device ||
-      !s->backend->ops->input_device(s->backend, job, operand, r, offset))
+  gd_where where = {.kind = GD_WHERE_DEVICE, .operand = operand, .r = r, .offset = offset};
+  if (job->mapped[operand] || !backend_locate(s, job, &where))
     return false;
   hold_device(job, operand, r, offset);
   return true;
@@ -752,8 +757,8 @@ static bool output_device_unlocked(gd_sched *s, gd_job *job, gd_region *r, uint6
   assert(!to_sched_job(job)->submitted && !job->mapped[GD_JOB_OUT]);
   assert(r->kind == GD_REGION_DEVICE && offset <= r->size &&
          job->result_bytes <= r->size - offset);
-  if (!s->backend || !s->backend->ops->output_device ||
-      !s->backend->ops->output_device(s->backend, job, r, offset))
+  gd_where where = {.kind = GD_WHERE_DEVICE, .out = true, .r = r, .offset = offset};
+  if (!backend_locate(s, job, &where))
     return false;
   hold_device(job, GD_JOB_OUT, r, offset);
   return true;

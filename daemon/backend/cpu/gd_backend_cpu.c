@@ -145,7 +145,7 @@ static void complete_job(cpu_backend *cb, cpu_job *cj, bool late, int rc, uint64
   memset(&ev, 0, sizeof ev);
   ev.type = GD_EV_OUTPUT_CHUNK;
   ev.job = job;
-  ev.data = cj->c; /* in the result's region when output_mapped: nothing left to copy */
+  ev.data = cj->c; /* in the result's region when located there (locate): nothing left to copy */
   ev.len = (size_t)job->result_bytes;
   ev.offset = 0;
   ev.last = true;
@@ -367,6 +367,15 @@ static bool cpu_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
   return true;
 }
 
+/* The locate op: the CPU backend takes shared-memory places only. */
+static bool cpu_locate(gd_backend *b, gd_job *job, const gd_where *where) {
+  if (where->kind != GD_WHERE_MAPPED)
+    return false;
+  if (where->out)
+    return cpu_output_mapped(b, job, where->r, where->ptr);
+  return cpu_input_mapped(b, job, where->operand, where->r, where->ptr);
+}
+
 static int cpu_submit(gd_backend *b, gd_job *job, gp_error *err) {
   cpu_backend *cb = cpu_of(b);
   cpu_job *cj = job->backend_data;
@@ -515,8 +524,7 @@ static const gd_backend_ops cpu_ops = {
     .input = cpu_input,
     .submit = cpu_submit,
     .output_consumed = cpu_output_consumed,
-    .output_mapped = cpu_output_mapped,
-    .input_mapped = cpu_input_mapped,
+    .locate = cpu_locate,
     .release = cpu_release,
     .host_bytes = cpu_host_bytes,
     .kernels = cpu_kernels,

@@ -21,7 +21,7 @@
  *     a sticky one (illegal address, launch failure, ECC, ...) also takes the
  *     device out of service (one error log line): its jobs fail with
  *     UNAVAILABLE, the other devices keep serving.
- *   - the ops never block and make no CUDA call: see gd_gpu_internal.h for
+ *   - the ops never block and make no CUDA call: see gd_gpu_shared.h for
  *     the threads (one worker per device makes every CUDA call).
  */
 #ifndef GD_BACKEND_GPU_H

@@ -1,9 +1,9 @@
 /*
  * gd_gpu_cmd.c - a device's command FIFO: the only channel from the loop thread and CUDA's
- * callback thread to the device's worker (see gd_gpu_internal.h). Commands are intrusive nodes
+ * callback thread to the device's worker (see gd_gpu_shared.h). Commands are intrusive nodes
  * embedded in what they concern, so pushing never allocates. Both ends hold the device's mu.
  */
-#include "gd_gpu_internal.h"
+#include "gd_gpu_shared.h"
 
 void gd__gpu_cmd_push(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   cmd->next = NULL;

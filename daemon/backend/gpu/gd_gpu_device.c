@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_shared.h"
 #include "gd_log.h"
 
 int gd_gpu_count(void) {

@@ -1,6 +1,6 @@
 /*
  * gd_gpu_jobs.c - a GPU job's life on its device, shared by the loop and the worker (all under
- * the device's mu; see gd_gpu_internal.h): posting events, failing, references, the FIFO of
+ * the device's mu; see gd_gpu_shared.h): posting events, failing, references, the FIFO of
  * jobs waiting for pool memory and handing memory to them, and taking a dead device out of
  * service. Nothing here calls CUDA but cudaGetErrorName/String.
  */
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_shared.h"
 #include "gd_list.h"
 #include "gd_log.h"
 
@@ -100,7 +100,7 @@ static bool work_bytes_of(const gp_gemm_hdr *hdr, uint64_t *bytes) {
   return gp_gemm_result_bytes(&plain, bytes);
 }
 
-bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
+int gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
   uint64_t total = 0;
   for (int op = 0; op < 4; op++) { /* a, b, c and the work area */
     uint64_t len = 0, rounded = 0;
@@ -109,9 +109,9 @@ bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
                                    : gp_gemm_operand_bytes(&job->hdr, (gp_operand)op, &len);
     if (!ok ||
         !gd__gpu_pool_round(len, &rounded) || total > UINT64_MAX - rounded) {
-      gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
-                   op == 3 ? "c (as computed before the cast)" : gp_operand_name((gp_operand)op));
-      return false;
+      return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "operand %s is too large",
+                          op == 3 ? "c (as computed before the cast)"
+                                  : gp_operand_name((gp_operand)op));
     }
     if (op == GP_OPERAND_C)
       job->c_bytes = len;
@@ -120,7 +120,7 @@ bool gd__gpu_job_sizes(gd__gpu_job *job, gp_error *err) {
     total += rounded;
   }
   job->alloc_len = total;
-  return true;
+  return 0;
 }
 
 void gd__gpu_dev_add_job(gd__gpu_dev *dev, gd__gpu_job *job) {
@@ -343,3 +343,30 @@ void gd__gpu_split_maybe_final(gd__gpu_job *parent) {
   (void)gd__gpu_post(parent, &ev);
 }
 
+gd__gpu_buf *gd__gpu_staging_take(gd__gpu_dev *dev, bool out) {
+  gd__gpu_buf *bufs = out ? dev->out_bufs : dev->in_bufs;
+  for (uint32_t i = 0; i < dev->nbuf; i++)
+    if (bufs[i].state == GD__BUF_FREE && bufs[i].host)
+      return &bufs[i];
+  return NULL;
+}
+
+bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out) {
+  return gd__gpu_staging_take(dev, out) != NULL;
+}
+
+void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr) {
+  gd__gpu_buf *buf = &gj->direct_out;
+  gj->mapped_out = ptr;
+  buf->dev = gj->dev;
+  buf->is_out = true;
+  buf->host = ptr;
+  buf->cap = (size_t)gj->c_bytes;
+  buf->state = GD__BUF_FREE;
+  buf->done = (gd__gpu_cmd){.type = GD__CMD_OUT_DONE, .buf = buf};
+  buf->cmd = (gd__gpu_cmd){.buf = buf};
+}
+
+bool gd__gpu_job_has_ipc(const gd__gpu_job *job) {
+  return job->ipc_out || job->ipc_in[0] || job->ipc_in[1] || job->ipc_in[2];
+}

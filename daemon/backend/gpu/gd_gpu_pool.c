@@ -3,7 +3,6 @@
  */
 #include "gd_gpu_pool.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,11 +32,11 @@ static bool reserve_extents(gd__gpu_pool *pool, size_t want) {
   return true;
 }
 
-int gd__gpu_pool_init(gd__gpu_pool *pool, uint64_t size) {
+int gd__gpu_pool_init(gd__gpu_pool *pool, uint64_t size, gp_error *err) {
   memset(pool, 0, sizeof(*pool));
   pool->size = size & ~(uint64_t)(GD_GPU_POOL_ALIGN - 1);
   if (!reserve_extents(pool, 16))
-    return -ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
   if (pool->size > 0) {
     pool->free_ext[0] = (gd__gpu_extent){0, pool->size};
     pool->nfree = 1;

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gp_error.h"
+
 /* CUDA's allocation alignment (cudaMalloc and memory pools); every kernel's vector loads are
  * satisfied by it. */
 #define GD_GPU_POOL_ALIGN 256u
@@ -38,8 +40,8 @@ typedef struct {
 /* Rounds len up to the pool's alignment; false on overflow. */
 bool gd__gpu_pool_round(uint64_t len, uint64_t *out);
 
-/* A pool of size bytes (rounded down to the alignment). 0, or -ENOMEM. */
-int gd__gpu_pool_init(gd__gpu_pool *pool, uint64_t size);
+/* A pool of size bytes (rounded down to the alignment). 0, or the error (no host memory). */
+int gd__gpu_pool_init(gd__gpu_pool *pool, uint64_t size, gp_error *err);
 void gd__gpu_pool_fini(gd__gpu_pool *pool);
 
 /* True when a piece of len bytes could ever be handed out (the pool empty). */

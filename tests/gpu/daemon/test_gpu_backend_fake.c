@@ -19,7 +19,8 @@
 
 #include "gd_backend_gpu.h"
 #include "gd_completion.h"
-#include "gd_gpu_internal.h" /* gd__gpu_cpulist_parse */
+#include "gd_gpu_loop.h" /* gd__gpu_split_plan, the backend's state */
+#include "gd_gpu_work.h" /* gd__gpu_cpulist_parse */
 #include "gp_half.h"
 #include "gd_gpu_pool.h"
 #include "gd_log.h"
@@ -757,7 +758,7 @@ static void scenario_memory_on_demand(void) {
 static void scenario_pool(void) {
   enum { LIVE = 64 };
   gd__gpu_pool pool;
-  CHECK(gd__gpu_pool_init(&pool, (64u << 20) + 100) == 0, "pool init");
+  CHECK(gd__gpu_pool_init(&pool, (64u << 20) + 100, NULL) == 0, "pool init");
   CHECK(pool.size == 64u << 20, "size rounded down to the alignment");
   CHECK(!gd__gpu_pool_fits_ever(&pool, (64u << 20) + 1), "over the pool never fits");
   uint64_t off[LIVE], len[LIVE];

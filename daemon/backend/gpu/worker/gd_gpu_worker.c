@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 /* ---- the queue ---------------------------------------------------------- */
@@ -60,6 +60,7 @@ static void buf_free_locked(gd__gpu_buf *buf) {
 /* The worker is done with a job: no device work of it remains queued or running. A split's
  * child then tells its parent (gd_gpu_split.c), with no device mu held. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   gd__gpu_job_events_free(job);
   gd__gpu_mem_release(dev, job);
   gd__gpu_split *tell = NULL;
@@ -68,13 +69,13 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_lock(&dev->mu);
   if (!job->finished) {
     job->finished = true;
-    if (!job->failed && job->work.started)
+    if (!job->failed && work->started)
       dev->jobs_done++;
     if (job->split_child && !job->split_told) {
       job->split_told = true;
       job->owner = NULL; /* the parent's: it may go once told */
       tell = job->split;
-      if (job->failed || !job->work.started)
+      if (job->failed || !work->started)
         gp_error_set(&why, GP_E_INTERNAL, "cuda:%d: its rows of the split job failed",
                      dev->ordinal);
     }
@@ -93,8 +94,9 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !work->dptr;
   pthread_mutex_unlock(&dev->mu);
   cudaError_t e = cudaSuccess;
   bool queued = false;
@@ -131,7 +133,7 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     (void)cudaGetLastError();
   }
   pthread_mutex_lock(&dev->mu);
-  buf->job->work.in_ms += ms;
+  gd__gpu_work_half(buf->job)->in_ms += ms;
   dev->bytes_h2d += buf->fill;
   dev->inflight_in--;
   buf_free_locked(buf);
@@ -140,8 +142,9 @@ static void handle_in_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 
 static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
   gd__gpu_job *job = spill->cmd.job;
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
-  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !job->work.dptr;
+  bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping || !work->dptr;
   pthread_mutex_unlock(&dev->mu);
   if (!skip) {
     /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
@@ -164,10 +167,11 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
  * recorded after them covers both. A job run in row blocks copies only B here; its A and C go
  * block by block (gd_gpu_pieces.c). */
 static cudaError_t copy_direct_in(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   uint64_t bytes = 0, ipc_bytes = 0;
   cudaError_t e = cudaSuccess;
   for (int op = 0; op < 3 && e == cudaSuccess; op++) {
-    if (!job->mapped_in[op] || (job->work.pieces > 1 && op != GP_OPERAND_B))
+    if (!job->mapped_in[op] || (work->pieces > 1 && op != GP_OPERAND_B))
       continue;
     e = gd__gpu_copy_from_region(dev, job, (gp_operand)op, 0, job->bytes[op]);
     *(job->ipc_in[op] ? &ipc_bytes : &bytes) += job->bytes[op]; /* device memory, or pages */
@@ -183,11 +187,12 @@ static void pump_out(gd__gpu_dev *dev);
 
 /* Launches the job; false when it failed (then it is finished by the caller). */
 static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   const char *what = "cudaEventCreate";
   uint8_t *ptr[3];
   bool out_queued = false; /* a block's rows of C may still be copying into the region */
-  job->work.pieces = gd__gpu_pieces_of(dev, job);
-  job->work.out_early = 0;
+  work->pieces = gd__gpu_pieces_of(dev, job);
+  work->out_early = 0;
   cudaError_t e = gd__gpu_job_events_make(job);
   if (e == cudaSuccess) {
     what = "copy in (shared memory)";
@@ -197,20 +202,20 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
     what = "copy in (resident)";
     e = gd__gpu_resident_place(dev, job, ptr);
   }
-  if (e == cudaSuccess && job->work.pieces > 1) {
+  if (e == cudaSuccess && work->pieces > 1) {
     e = gd__gpu_pieces_launch(dev, job, ptr, &what, &out_queued);
     goto launched;
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->work.ev_in, dev->s_in);
+    e = cudaEventRecord(work->ev_in, dev->s_in);
   }
   if (e == cudaSuccess) {
     what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, job->work.ev_in, 0);
+    e = cudaStreamWaitEvent(dev->s_compute, work->ev_in, 0);
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
+    e = cudaEventRecord(work->ev_c0, dev->s_compute);
   if (e == cudaSuccess) {
     gk_problem p;
     gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A], ptr[GP_OPERAND_B], ptr[GP_OPERAND_C],
@@ -220,14 +225,14 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
+    e = cudaEventRecord(work->ev_c1, dev->s_compute);
   }
 launched:
   if (e != cudaSuccess) {
     /* A copy straight from or into a region may still touch it, and the failure posted below
      * lets the region go (unregistered and unmapped, maybe by another device's worker): the
      * copy must be over first. */
-    if (job->work.direct_in && !gd__gpu_dev_dead(dev))
+    if (work->direct_in && !gd__gpu_dev_dead(dev))
       (void)cudaStreamSynchronize(dev->s_in);
     if (out_queued && !gd__gpu_dev_dead(dev))
       (void)cudaStreamSynchronize(dev->s_out);
@@ -239,16 +244,17 @@ launched:
 
 
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (!gd__gpu_run_admit(dev, job, job->work.dptr != NULL, gd_now_us()) ||
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  if (!gd__gpu_run_admit(dev, job, work->dptr != NULL, gd_now_us()) ||
       !gd__gpu_ipc_resolve(dev, job) || !run_launch(dev, job)) {
     job_finish(dev, job);
     return;
   }
-  job->work.started = true;
-  job->work.in_outq = true;
-  job->work.out_next_job = NULL;
+  work->started = true;
+  work->in_outq = true;
+  work->out_next_job = NULL;
   if (dev->outq_tail)
-    dev->outq_tail->work.out_next_job = job;
+    gd__gpu_work_half(dev->outq_tail)->out_next_job = job;
   else
     dev->outq_head = job;
   dev->outq_tail = job;
@@ -259,28 +265,31 @@ static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 static void outq_pop(gd__gpu_dev *dev) {
   gd__gpu_job *job = dev->outq_head;
-  dev->outq_head = job->work.out_next_job;
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  dev->outq_head = work->out_next_job;
   if (!dev->outq_head)
     dev->outq_tail = NULL;
-  job->work.in_outq = false;
-  job->work.out_next_job = NULL;
+  work->in_outq = false;
+  work->out_next_job = NULL;
 }
 
 /* Under mu: where the next chunk of job's C goes: straight into its region (one chunk, the
  * whole of C: mapped_out), or a free output staging buffer (NULL when none is). */
 static gd__gpu_buf *out_buffer(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   if (!job->mapped_out)
     return gd__gpu_staging_take(dev, true);
   gd__gpu_buf *buf = &job->direct_out;
   if (buf->state != GD__BUF_FREE)
     return NULL;
-  buf->ev_start = job->work.ev_o0;
-  buf->ev_end = job->work.ev_o1;
+  buf->ev_start = work->ev_o0;
+  buf->ev_end = work->ev_o1;
   return buf;
 }
 
 /* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
 static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
   bool abandon = job->failed || !job->owner || dev->dead || dev->stopping;
   gd__gpu_buf *buf = abandon ? NULL : out_buffer(dev, job);
@@ -292,13 +301,13 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   pthread_mutex_unlock(&dev->mu);
   if (abandon) {
     outq_pop(dev);
-    if (job->work.inflight_out == 0)
+    if (work->inflight_out == 0)
       job_finish(dev, job);
     return true;
   }
   if (!buf)
     return false;
-  uint64_t off = job->work.out_next;
+  uint64_t off = work->out_next;
   size_t n = buf->cap;
   if (job->c_bytes - off < n)
     n = (size_t)(job->c_bytes - off);
@@ -309,12 +318,12 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaStreamWaitEvent";
   cudaError_t e = cudaSuccess;
   if (off == 0)
-    e = cudaStreamWaitEvent(dev->s_out, job->work.ev_c1, 0);
+    e = cudaStreamWaitEvent(dev->s_out, work->ev_c1, 0);
   if (e == cudaSuccess)
     e = cudaEventRecord(buf->ev_start, dev->s_out);
   bool queued = false;
   /* a job run in row blocks copied all but its last block's rows into the region already */
-  uint64_t early = buf == &job->direct_out ? job->work.out_early : 0;
+  uint64_t early = buf == &job->direct_out ? work->out_early : 0;
   assert(off == 0 || early == 0);
   if (e == cudaSuccess) {
     what = "copy out";
@@ -332,8 +341,8 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
     e = cudaLaunchHostFunc(dev->s_out, host_func_done, &buf->done);
   }
   if (e == cudaSuccess) {
-    job->work.out_next += n;
-    job->work.inflight_out++;
+    work->out_next += n;
+    work->inflight_out++;
     if (buf->last)
       outq_pop(dev);
     return true;
@@ -355,38 +364,40 @@ static void pump_out(gd__gpu_dev *dev) {
 }
 
 static void first_chunk_timings(gd__gpu_dev *dev, gd__gpu_job *job, float chunk_ms) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   float compute_ms = 0.0f;
-  if (cudaEventElapsedTime(&compute_ms, job->work.ev_c0, job->work.ev_c1) != cudaSuccess) {
+  if (cudaEventElapsedTime(&compute_ms, work->ev_c0, work->ev_c1) != cudaSuccess) {
     compute_ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->work.result.compute_us = (uint64_t)(compute_ms * 1000.0f);
+  work->result.compute_us = (uint64_t)(compute_ms * 1000.0f);
   float direct_ms = 0.0f;
-  if (job->work.direct_in &&
-      cudaEventElapsedTime(&direct_ms, job->work.ev_d0, job->work.ev_in) != cudaSuccess) {
+  if (work->direct_in &&
+      cudaEventElapsedTime(&direct_ms, work->ev_d0, work->ev_in) != cudaSuccess) {
     direct_ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->work.result.transfer_in_us = (uint64_t)((job->work.in_ms + direct_ms) * 1000.0);
+  work->result.transfer_in_us = (uint64_t)((work->in_ms + direct_ms) * 1000.0);
   /* The reply's header leaves with the first chunk, before later chunks are copied: the time
    * of the whole copy out is extrapolated from the first chunk's rate. */
-  double per_byte = job->work.first_out_len ? chunk_ms / (double)job->work.first_out_len : 0.0;
-  job->work.result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
+  double per_byte = work->first_out_len ? chunk_ms / (double)work->first_out_len : 0.0;
+  work->result.transfer_out_us = (uint64_t)(per_byte * (double)job->c_bytes * 1000.0);
   pthread_mutex_lock(&dev->mu);
-  dev->busy_us += job->work.result.compute_us;
+  dev->busy_us += work->result.compute_us;
   pthread_mutex_unlock(&dev->mu);
 }
 
 static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   gd__gpu_job *job = buf->job;
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   float ms = 0.0f;
   if (cudaEventElapsedTime(&ms, buf->ev_start, buf->ev_end) != cudaSuccess) {
     ms = 0.0f;
     (void)cudaGetLastError();
   }
-  job->work.inflight_out--;
+  work->inflight_out--;
   if (buf->dst == 0) { /* the rate of this copy: of the last block's rows alone when blocked */
-    job->work.first_out_len = buf->fill - (buf == &job->direct_out ? job->work.out_early : 0);
+    work->first_out_len = buf->fill - (buf == &job->direct_out ? work->out_early : 0);
     first_chunk_timings(dev, job, ms);
   }
   bool ipc = buf == &job->direct_out && job->ipc_out; /* into a client's device memory */
@@ -410,7 +421,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
     }
   } else if (!job->failed && job->owner && !dev->stopping) {
     if (buf->dst == 0)
-      job->owner->result = job->work.result;
+      job->owner->result = work->result;
     gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
                            .data = buf->host,
                            .len = buf->fill,
@@ -428,7 +439,7 @@ static void handle_out_done(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   if (!posted && !held)
     buf_free_locked(buf);
   pthread_mutex_unlock(&dev->mu);
-  if (!job->work.in_outq && job->work.inflight_out == 0)
+  if (!work->in_outq && work->inflight_out == 0)
     job_finish(dev, job);
   pthread_mutex_lock(&dev->mu);
   gd__gpu_job_unref(job);
@@ -457,6 +468,7 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 /* ---- one command -------------------------------------------------------- */
 
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
+  GD__GPU_ON_WORKER(dev);
   if (dev->res_cache)
     gd__gpu_resident_sweep(dev, false); /* copies of freed resident operands go */
   switch (cmd->type) {

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 #define GD__WATCHDOG_MS 200
@@ -194,8 +194,9 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
     rc = gd__gpu_small_create(dev, &budget, err); /* its device memory comes off the budget */
   if (rc != 0)
     return rc;
-  if (gd__gpu_pool_init(&dev->pool, budget) != 0)
-    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of host memory");
+  rc = gd__gpu_pool_init(&dev->pool, budget, err);
+  if (rc != 0)
+    return rc;
   rc = gd__gpu_staging_create(dev, err);
   if (rc != 0)
     return rc;
@@ -231,6 +232,8 @@ static void worker_fini(gd__gpu_dev *dev) {
 
 static void *worker_main(void *arg) {
   gd__gpu_dev *dev = arg;
+  dev->worker_tid = pthread_self(); /* before init_done: whoever saw the start sees it */
+  dev->worker_started = true;
   gp_error err;
   gp_error_clear(&err);
   /* named, so that top -H and /proc/PID/task/TID/stat tell the device workers from the loop */
@@ -280,4 +283,5 @@ void gd__gpu_worker_stop(gd__gpu_dev *dev) {
   pthread_mutex_unlock(&dev->mu);
   (void)pthread_join(dev->thread, NULL);
   dev->thread_started = false;
+  dev->worker_started = false; /* its id may be another thread's from now on */
 }

@@ -1,29 +1,13 @@
 /*
- * gd_gpu_resident.c - resident operands (protocol put) on the GPU: a job that names one takes
- * it from a copy in device memory, a replica made once per device when a job there first needs
- * it and kept until the handle is freed (its connection's end included) or room is needed for
- * another, instead of the bytes coming through staging with every gemm.
- *
- * The loop (input_resident) only notes the buffer in the job and holds a reference. The worker
- * (at RUN) looks the buffer up in the device's cache, a list only it touches: found, the
- * kernel reads the copy; not found, it allocates a copy from the device's memory pool on the
- * copy-in stream and copies the host bytes there (pageable: CUDA stages them before the call
- * returns). Each device's copies are bounded by gpu.resident_bytes: past it, the copies least
- * recently used by a job are evicted (none the current job reads) when that makes room; else
- * (or with no device memory) the bytes are copied into the job's own block, as staging would
- * have (always for C, which the kernel overwrites with the result). A copy let go of (evicted,
- * or its buffer freed: at the worker's next command or idle pass) is freed in order on the
- * compute stream, after every kernel already queued that reads it.
- *
- * Where the copies are shows in the buffer's device bits (gd_resident_buf_mark): the scheduler
- * sends a connection's next job to the least loaded device holding its operands while that is
- * not more than one job busier than the least loaded of all (core/gd_sched.c); else the job
- * goes there and a replica is made there. A pipelining client so ends with a replica on every
- * device it keeps busy, and each request's operand crosses the host bus only once per device.
+ * gd_gpu_replica.c - resident operands' device copies, on the worker: at RUN each operand of a
+ * job is placed (its block, or the device's copy of a resident buffer, made once when new and
+ * room allows within gpu.resident_bytes, evicting the least recently used copies no job of this
+ * run reads), and freed buffers' copies are swept. The loop's side (a job noting the buffer) is
+ * loop/gd_gpu_resident.c, which says the whole design.
  */
 #include <stdlib.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 struct gd__gpu_res {
   gd__gpu_res *next;
@@ -31,21 +15,6 @@ struct gd__gpu_res {
   uint8_t *dptr;
   uint64_t used;        /* the device's run count when a job last read it (LRU) */
 };
-
-bool gd__gpu_op_input_resident(gd_backend *b, gd_job *job, gp_operand op, gd_resident_buf *res) {
-  (void)b;
-  gd__gpu_job *gj = gd__gpu_job_of(job);
-  /* a small job's operands travel side by side in its slot: it takes the bytes as sent */
-  if (!gj || gj->slot || op > GP_OPERAND_C || gj->res[op] || res->bytes != gj->bytes[op])
-    return false;
-  gd__gpu_dev *dev = gj->dev;
-  pthread_mutex_lock(&dev->mu);
-  gd_resident_buf_ref(res);
-  gj->res[op] = res;
-  gj->loop.received += res->bytes; /* counted as landed: nothing of it comes through input() */
-  pthread_mutex_unlock(&dev->mu);
-  return true;
-}
 
 static gd__gpu_res *find(const gd__gpu_dev *dev, const gd_resident_buf *buf) {
   for (gd__gpu_res *e = dev->res_cache; e; e = e->next)
@@ -143,6 +112,7 @@ static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick
 }
 
 cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3]) {
+  GD__GPU_ON_WORKER(dev);
   uint64_t tick = ++dev->res_tick; /* copies this job reads are used at tick: never evicted */
   for (int op = 0; op < 3; op++) {
     ptr[op] = gd__gpu_mem_at(job, job->op_dev[op]);
@@ -173,24 +143,12 @@ cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *
 }
 
 void gd__gpu_resident_sweep(gd__gpu_dev *dev, bool all) {
+  GD__GPU_ON_WORKER(dev);
   for (gd__gpu_res **link = &dev->res_cache; *link;) {
     if (!all && !gd_resident_buf_freed((*link)->buf)) {
       link = &(*link)->next;
       continue;
     }
     drop(dev, link, false);
-  }
-}
-
-void gd__gpu_op_resident_freed(gd_backend *b) {
-  gd__gpu_backend *be = (gd__gpu_backend *)b;
-  for (size_t i = 0; i < be->ndev; i++) {
-    gd__gpu_dev *dev = &be->devs[i];
-    pthread_mutex_lock(&dev->mu);
-    if (dev->res_bytes > 0) {
-      dev->res_sweep = true;
-      pthread_cond_signal(&dev->cv);
-    }
-    pthread_mutex_unlock(&dev->mu);
   }
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 static int buf_init(gd__gpu_dev *dev, gd__gpu_buf *buf, bool out, size_t cap, gp_error *err) {
@@ -101,14 +101,3 @@ void gd__gpu_staging_destroy(gd__gpu_dev *dev) {
   dev->nbuf = 0;
 }
 
-gd__gpu_buf *gd__gpu_staging_take(gd__gpu_dev *dev, bool out) {
-  gd__gpu_buf *bufs = out ? dev->out_bufs : dev->in_bufs;
-  for (uint32_t i = 0; i < dev->nbuf; i++)
-    if (bufs[i].state == GD__BUF_FREE && bufs[i].host)
-      return &bufs[i];
-  return NULL;
-}
-
-bool gd__gpu_staging_any_free(gd__gpu_dev *dev, bool out) {
-  return gd__gpu_staging_take(dev, out) != NULL;
-}

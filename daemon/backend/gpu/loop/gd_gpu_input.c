@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 
 static void claim(gd__gpu_job *job, gd__gpu_buf *buf, gp_operand op, uint64_t offset) {
   buf->state = GD__BUF_FILLING;
@@ -28,15 +28,16 @@ static void claim(gd__gpu_job *job, gd__gpu_buf *buf, gp_operand op, uint64_t of
   buf->op_offset = offset;
   buf->fill = 0;
   buf->dst = job->op_dev[op] + offset;
-  job->loop.cur = buf;
+  gd__gpu_loop_half(job)->cur = buf;
 }
 
 /* The job's current buffer goes to the worker (or back to the free set when empty). */
 void gd__gpu_flush(gd__gpu_job *job) {
-  gd__gpu_buf *buf = job->loop.cur;
+  gd__gpu_job_loop *half = gd__gpu_loop_half(job);
+  gd__gpu_buf *buf = half->cur;
   if (!buf)
     return;
-  job->loop.cur = NULL;
+  half->cur = NULL;
   gd__gpu_dev *dev = job->dev;
   if (buf->fill == 0 || job->failed || dev->dead) {
     buf->state = GD__BUF_FREE;
@@ -107,14 +108,15 @@ bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
   bool ok = false;
   pthread_mutex_lock(&dev->mu);
   if (!gj->failed && gj->mem_ready && !dev->dead) {
-    if (gj->loop.cur && !continues(gj->loop.cur, operand, offset))
+    gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
+    if (loop->cur && !continues(loop->cur, operand, offset))
       gd__gpu_flush(gj);
-    if (!gj->loop.cur) {
+    if (!loop->cur) {
       gd__gpu_buf *buf = gd__gpu_staging_take(dev, false);
       if (buf)
         claim(gj, buf, operand, offset);
     }
-    gd__gpu_buf *buf = gj->loop.cur;
+    gd__gpu_buf *buf = loop->cur;
     if (buf) {
       uint64_t left = gj->bytes[operand] - offset;
       size_t room = buf->cap - buf->fill;
@@ -131,17 +133,18 @@ bool gd__gpu_op_input_window(gd_backend *b, gd_job *job, gp_operand operand, uin
  * how many were taken; fewer than len when no buffer was free. */
 static size_t land(gd__gpu_job *job, gp_operand op, uint64_t offset, const uint8_t *data,
                    size_t len) {
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(job);
   size_t done = 0;
   while (done < len) {
-    if (job->loop.cur && !continues(job->loop.cur, op, offset + done))
+    if (loop->cur && !continues(loop->cur, op, offset + done))
       gd__gpu_flush(job);
-    if (!job->loop.cur) {
+    if (!loop->cur) {
       gd__gpu_buf *buf = gd__gpu_staging_take(job->dev, false);
       if (!buf)
         break;
       claim(job, buf, op, offset + done);
     }
-    gd__gpu_buf *buf = job->loop.cur;
+    gd__gpu_buf *buf = loop->cur;
     size_t n = buf->cap - buf->fill;
     if (n > len - done)
       n = len - done;
@@ -172,7 +175,8 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
   gd__gpu_dev *dev = gj->dev;
   int rc = 0;
   pthread_mutex_lock(&dev->mu);
-  gj->loop.received += len;
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
+  loop->received += len;
   if (gj->failed || dev->dead) {
     pthread_mutex_unlock(&dev->mu);
     return 0; /* its FAILED event is on the way; the bytes are of no use */
@@ -184,8 +188,8 @@ int gd__gpu_op_input(gd_backend *b, gd_job *job, gp_operand operand, uint64_t of
     gj->failed = true; /* the session answers with err; later bytes are dropped */
     dev->jobs_failed++;
   } else {
-    bool more = gj->loop.received < gd__gpu_job_input_total(gj);
-    bool room = gj->mem_ready && ((gj->loop.cur && gj->loop.cur->fill < gj->loop.cur->cap) ||
+    bool more = loop->received < gd__gpu_job_input_total(gj);
+    bool room = gj->mem_ready && ((loop->cur && loop->cur->fill < loop->cur->cap) ||
                                   gd__gpu_staging_any_free(dev, false));
     if (more && !room) {
       gj->paused = true;

@@ -18,7 +18,7 @@
  */
 #include <assert.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 /* A block has at least this many rows: smaller kernels fill an H100's 132 SMs poorly (a 2048 x
  * 8192 block of C is 1024 tiles of 128 x 128), and a job of fewer than twice as many rows
@@ -34,7 +34,8 @@ uint32_t gd__gpu_pieces_of(const gd__gpu_dev *dev, const gd__gpu_job *job) {
   /* B, and a C sent through staging, are whole on the device before the first block; at RUN
    * a CUDA IPC job's mapped_in / mapped_out are device pointers, never blocked (host copies) */
   if (max < 2 || gd__gpu_job_has_ipc(job) || !job->mapped_in[GP_OPERAND_A] || !job->mapped_out ||
-      gp_gemm_has_ld(h) /* its copies are 2D, whole */ || h->trans_a || h->batch != 1 || h->broadcast_b || h->bias ||
+      gp_gemm_has_ld(h) /* its copies are 2D, whole */ || h->trans_a || h->batch != 1 ||
+      h->broadcast_b || h->bias ||
       h->m < 2 * (uint64_t)PIECE_MIN_ROWS) /* a bias row lies at C's start: whole jobs only */
     return 1;
   uint64_t by_rows = h->m / PIECE_MIN_ROWS;
@@ -68,15 +69,16 @@ static cudaError_t copy_block_in(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0
 /* Block i's kernel on s_compute, after its copy in. */
 static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3], uint64_t r0,
                                 uint64_t rows, bool first, const char **what) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   *what = "cudaEventRecord";
-  cudaError_t e = cudaEventRecord(job->work.ev_p_in, dev->s_in);
+  cudaError_t e = cudaEventRecord(work->ev_p_in, dev->s_in);
   if (e == cudaSuccess) {
     *what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, job->work.ev_p_in, 0);
+    e = cudaStreamWaitEvent(dev->s_compute, work->ev_p_in, 0);
   }
   if (e == cudaSuccess && first) {
     *what = "cudaEventRecord";
-    e = cudaEventRecord(job->work.ev_c0, dev->s_compute);
+    e = cudaEventRecord(work->ev_c0, dev->s_compute);
   }
   if (e != cudaSuccess)
     return e;
@@ -98,12 +100,13 @@ static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr
 /* Block i's rows of C straight into the region on s_out, after its kernel. */
 static cudaError_t copy_block_out(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0, uint64_t rows,
                                   const char **what, bool *out_queued) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   uint64_t c_row = job->c_bytes / job->hdr.m;
   *what = "cudaEventRecord";
-  cudaError_t e = cudaEventRecord(job->work.ev_p_c, dev->s_compute);
+  cudaError_t e = cudaEventRecord(work->ev_p_c, dev->s_compute);
   if (e == cudaSuccess) {
     *what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_out, job->work.ev_p_c, 0);
+    e = cudaStreamWaitEvent(dev->s_out, work->ev_p_c, 0);
   }
   if (e == cudaSuccess) {
     *what = "copy out (shared memory)";
@@ -113,17 +116,18 @@ static cudaError_t copy_block_out(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r
     *out_queued = *out_queued || e == cudaSuccess;
   }
   if (e == cudaSuccess)
-    job->work.out_early = (r0 + rows) * c_row;
+    work->out_early = (r0 + rows) * c_row;
   return e;
 }
 
 cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3],
                                   const char **what, bool *out_queued) {
-  assert(job->work.pieces > 1 && job->mapped_out && !job->hdr.trans_a);
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  assert(work->pieces > 1 && job->mapped_out && !job->hdr.trans_a);
   uint64_t m = job->hdr.m;
-  uint64_t rows = block_rows(m, job->work.pieces);
+  uint64_t rows = block_rows(m, work->pieces);
   cudaError_t e = cudaSuccess;
-  job->work.out_early = 0;
+  work->out_early = 0;
   *out_queued = false;
   for (uint64_t r0 = 0; r0 < m && e == cudaSuccess; r0 += rows) {
     uint64_t n = m - r0 < rows ? m - r0 : rows;
@@ -136,10 +140,10 @@ cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *p
   }
   if (e == cudaSuccess) {
     *what = "cudaEventRecord";
-    e = cudaEventRecord(job->work.ev_in, dev->s_in); /* the end of every copy in: timings */
+    e = cudaEventRecord(work->ev_in, dev->s_in); /* the end of every copy in: timings */
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(job->work.ev_c1, dev->s_compute);
+    e = cudaEventRecord(work->ev_c1, dev->s_compute);
   if (e == cudaSuccess)
     gd__gpu_reg_count_pieced(dev->be);
   return e;

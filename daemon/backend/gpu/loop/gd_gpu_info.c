@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 
 static void pack_str(msgpack_packer *pk, const char *s) {
   size_t n = strlen(s);

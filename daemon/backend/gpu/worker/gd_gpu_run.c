@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_problem.h"
 
 void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what, cudaError_t e) {
@@ -23,6 +23,7 @@ void gd__gpu_job_cuda_error(gd__gpu_dev *dev, gd__gpu_job *job, const char *what
 }
 
 bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64_t now_us) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
   bool skip = dev->dead || job->failed || !job->owner || dev->stopping || !have_mem;
   if (!skip && job->deadline_us != 0 && now_us > job->deadline_us) {
@@ -31,12 +32,12 @@ bool gd__gpu_run_admit(gd__gpu_dev *dev, gd__gpu_job *job, bool have_mem, uint64
     skip = true;
   }
   pthread_mutex_unlock(&dev->mu);
-  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
-  job->work.result.m = job->hdr.m;
-  job->work.result.n = job->hdr.n;
-  job->work.result.batch = job->hdr.batch;
-  job->work.result.dtype = gp_gemm_out_dtype(&job->hdr); /* the result's */
-  job->work.result.queue_us = now_us > job->admitted_us ? now_us - job->admitted_us : 0;
+  snprintf(work->result.device, sizeof(work->result.device), "cuda:%d", dev->ordinal);
+  work->result.m = job->hdr.m;
+  work->result.n = job->hdr.n;
+  work->result.batch = job->hdr.batch;
+  work->result.dtype = gp_gemm_out_dtype(&job->hdr); /* the result's */
+  work->result.queue_us = now_us > job->admitted_us ? now_us - job->admitted_us : 0;
   return !skip;
 }
 
@@ -59,10 +60,11 @@ void gd__gpu_job_problem(const gd__gpu_job *job, gk_problem *p, uint8_t *a, uint
 
 cudaError_t gd__gpu_launch(gd__gpu_dev *dev, gk_gpu_ctx *kctx, gd__gpu_job *job,
                            const gk_problem *p, cudaStream_t stream) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   const gk_kernel *used = NULL;
   cudaError_t e = gk_gpu_gemm(kctx, p, dev->be->cfg.kernel, stream, &used);
-  snprintf(job->work.result.device, sizeof(job->work.result.device), "cuda:%d", dev->ordinal);
-  snprintf(job->work.result.kernel, sizeof(job->work.result.kernel), "%s", used ? used->name : "?");
+  snprintf(work->result.device, sizeof(work->result.device), "cuda:%d", dev->ordinal);
+  snprintf(work->result.kernel, sizeof(work->result.kernel), "%s", used ? used->name : "?");
   return e;
 }
 
@@ -84,10 +86,11 @@ static void ld_rows(const gp_gemm_hdr *hdr, gp_operand op, size_t *width, size_t
 
 cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
                                      uint64_t from, uint64_t len) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   cudaError_t e = cudaSuccess;
-  if (!job->work.direct_in)
-    e = cudaEventRecord(job->work.ev_d0, dev->s_in); /* the start of its direct copies: timings */
-  job->work.direct_in = true;
+  if (!work->direct_in)
+    e = cudaEventRecord(work->ev_d0, dev->s_in); /* the start of its direct copies: timings */
+  work->direct_in = true;
   enum cudaMemcpyKind kind = job->ipc_in[op] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
   uint8_t *dst = gd__gpu_mem_at(job, job->op_dev[op] + from);
   if (e == cudaSuccess && job->hdr.ld[op] != 0) { /* strided where it lies: packed on the device */
@@ -115,18 +118,20 @@ cudaError_t gd__gpu_copy_out(gd__gpu_job *job, uint8_t *dst, const uint8_t *src,
 
 /* The job's events, in one list for making and freeing. */
 static size_t job_event_slots(gd__gpu_job *job, cudaEvent_t *slots[8]) {
-  slots[0] = &job->work.ev_in;
-  slots[1] = &job->work.ev_c0;
-  slots[2] = &job->work.ev_c1;
-  slots[3] = &job->work.ev_d0;
-  slots[4] = &job->work.ev_o0;
-  slots[5] = &job->work.ev_o1;
-  slots[6] = &job->work.ev_p_in;
-  slots[7] = &job->work.ev_p_c;
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  slots[0] = &work->ev_in;
+  slots[1] = &work->ev_c0;
+  slots[2] = &work->ev_c1;
+  slots[3] = &work->ev_d0;
+  slots[4] = &work->ev_o0;
+  slots[5] = &work->ev_o1;
+  slots[6] = &work->ev_p_in;
+  slots[7] = &work->ev_p_c;
   return 8;
 }
 
 cudaError_t gd__gpu_job_events_make(gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   cudaEvent_t *slots[8];
   size_t n = job_event_slots(job, slots);
   for (size_t i = 0; i < n; i++) {
@@ -137,16 +142,17 @@ cudaError_t gd__gpu_job_events_make(gd__gpu_job *job) {
       return e;
     }
   }
-  job->work.events_made = true;
+  work->events_made = true;
   return cudaSuccess;
 }
 
 void gd__gpu_job_events_free(gd__gpu_job *job) {
-  if (!job->work.events_made)
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  if (!work->events_made)
     return;
   cudaEvent_t *slots[8];
   size_t n = job_event_slots(job, slots);
   for (size_t i = 0; i < n; i++)
     (void)cudaEventDestroy(*slots[i]);
-  job->work.events_made = false;
+  work->events_made = false;
 }

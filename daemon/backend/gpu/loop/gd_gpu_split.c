@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 #include "gd_list.h"
 #include "gd_log.h"
 
@@ -88,7 +88,7 @@ static gd__gpu_job *child_new(const gd__gpu_job *p, gd__gpu_split *split, uint64
   c->bytes[GP_OPERAND_A] = rows * a_row;
   c->bytes[GP_OPERAND_B] = p->bytes[GP_OPERAND_B];
   c->bytes[GP_OPERAND_C] = rows * c_in_row;
-  if (!gd__gpu_job_sizes(c, NULL)) { /* cannot fail: each is at most the parent's */
+  if (gd__gpu_job_sizes(c, NULL) != 0) { /* cannot fail: each is at most the parent's */
     free(c);
     return NULL;
   }
@@ -243,6 +243,7 @@ static bool make_children(gd__gpu_job *gj, gd__gpu_split *split, gd__gpu_dev **d
 }
 
 void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj) {
+  GD__GPU_OFF_WORKER(gj->dev);
   gd__gpu_dev *dev = gj->dev;
   pthread_mutex_lock(&dev->mu); /* failed and owner may change on other threads */
   bool ok = eligible(be, gj);
@@ -301,57 +302,3 @@ void gd__gpu_split_try(gd__gpu_backend *be, gd__gpu_job *gj) {
   gd__gpu_split_child_ended(split, false, NULL); /* this function's end */
 }
 
-/* ---- the parent (under its device's mu) ------------------------------------ */
-
-bool gd__gpu_split_settled(const gd__gpu_job *parent) { return parent->split->handled; }
-
-/* "cuda:0+1+2+3": the parent's device first, then its children's in row order. */
-static void device_name(const gd__gpu_split *split, char *out, size_t cap) {
-  size_t used = 0;
-  for (uint32_t i = 0; i < split->parts && used < cap; i++) {
-    int w = snprintf(out + used, cap - used, i ? "+%d" : "cuda:%d", split->ordinals[i]);
-    if (w < 0)
-      break;
-    used += (size_t)w;
-  }
-}
-
-bool gd__gpu_split_post_whole(gd__gpu_job *parent, gd__gpu_buf *buf) {
-  gd__gpu_split *split = parent->split;
-  gp_gemm_result_hdr *res = &parent->work.result;
-  res->m = split->m;
-  device_name(split, res->device, sizeof res->device);
-  if (parent->owner)
-    parent->owner->result = *res;
-  gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
-                         .data = buf->host,
-                         .len = (size_t)split->c_bytes,
-                         .offset = 0,
-                         .last = true};
-  buf->posted = true;
-  if (!gd__gpu_post(parent, &ev)) {
-    buf->posted = false;
-    return false;
-  }
-  return true;
-}
-gd__gpu_buf *gd__gpu_split_handle(gd__gpu_dev *dev, gd__gpu_split *split) {
-  (void)dev;
-  gd__gpu_job *p = split->parent;
-  pthread_mutex_lock(&split->mu);
-  bool child_failed = split->child_failed;
-  gp_error child_err = split->child_err;
-  pthread_mutex_unlock(&split->mu);
-  split->handled = true;
-  if (child_failed && !p->failed) /* held back until the parent's own work is over too */
-    gd__gpu_fail(p, child_err.code, "%s", child_err.message);
-  gd__gpu_split_maybe_final(p);
-  gd__gpu_buf *held = split->held;
-  split->held = NULL;
-  if (held && !p->failed && p->owner && !p->dev->stopping) {
-    if (gd__gpu_split_post_whole(p, held))
-      return NULL;
-    gd__gpu_fail(p, GP_E_INTERNAL, "cannot hand the result to the loop");
-  }
-  return held;
-}

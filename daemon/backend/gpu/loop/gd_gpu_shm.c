@@ -1,6 +1,6 @@
 /*
  * gd_gpu_shm.c - shared-memory regions straight to and from the device: the registration cache
- * and the ops region_added, region_gone, input_mapped and output_mapped (gd_backend.h).
+ * and the ops region_added, region_gone and locate's MAPPED places (gd_backend.h).
  *
  * A region a client registers is pinned for DMA once, with cudaHostRegister(Portable), so that
  * every device copies straight between the client's pages and its memory: no staging buffer,
@@ -18,29 +18,12 @@
  */
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "gd_gpu_internal.h"
+#include "gd_gpu_regions.h"
+#include "gd_gpu_loop.h"
 #include "gd_list.h"
 #include "gd_log.h"
-
-typedef enum { REG_PENDING, REG_OK, REG_FAILED } reg_state;
-
-struct gd__gpu_reg {
-  gd__gpu_cmd reg_cmd;   /* GD__CMD_REG: first member, so the node is the entry */
-  gd__gpu_cmd unreg_cmd; /* GD__CMD_UNREG */
-  gd__gpu_backend *be;
-  gd_region *r;
-  gd__gpu_dev *dev;      /* whose worker (un)registers it */
-  reg_state state;       /* reg_mu */
-  bool counted;          /* reg_mu: its bytes are in be->reg_bytes */
-  gd__gpu_reg *prev, *next; /* reg_mu: the backend's entries */
-};
-
-static gd__gpu_reg *reg_of(gd__gpu_cmd *cmd) {
-  size_t at = cmd->type == GD__CMD_REG ? offsetof(gd__gpu_reg, reg_cmd)
-                                       : offsetof(gd__gpu_reg, unreg_cmd);
-  return (gd__gpu_reg *)((char *)cmd - at);
-}
 
 /* The first device in service: its worker (un)registers (Portable: for every device). */
 static gd__gpu_dev *reg_device(gd__gpu_backend *be) {
@@ -53,15 +36,6 @@ static gd__gpu_dev *reg_device(gd__gpu_backend *be) {
       return dev;
   }
   return NULL;
-}
-
-/* Under reg_mu: the entry's bytes leave the budget. */
-static void uncount(gd__gpu_reg *g) {
-  if (!g->counted)
-    return;
-  g->counted = false;
-  g->be->reg_bytes -= g->r->size;
-  g->be->reg_regions--;
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -146,18 +120,6 @@ bool gd__gpu_op_output_mapped(gd_backend *b, gd_job *job, gd_region *r, uint8_t 
   return true;
 }
 
-void gd__gpu_direct_out_set(gd__gpu_job *gj, uint8_t *ptr) {
-  gd__gpu_buf *buf = &gj->direct_out;
-  gj->mapped_out = ptr;
-  buf->dev = gj->dev;
-  buf->is_out = true;
-  buf->host = ptr;
-  buf->cap = (size_t)gj->c_bytes;
-  buf->state = GD__BUF_FREE;
-  buf->done = (gd__gpu_cmd){.type = GD__CMD_OUT_DONE, .buf = buf};
-  buf->cmd = (gd__gpu_cmd){.buf = buf};
-}
-
 bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_region *r,
                              const uint8_t *ptr) {
   gd__gpu_job *gj = gd__gpu_job_of(job);
@@ -165,73 +127,22 @@ bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
       (gj->hdr.ld[operand] == 0 && !registered((gd__gpu_backend *)b, r)))
     return false;
   gd__gpu_dev *dev = gj->dev;
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
   pthread_mutex_lock(&dev->mu);
-  if (gj->loop.cur)
+  if (loop->cur)
     gd__gpu_flush(gj); /* the other operand's bytes go on their way */
   gj->mapped_in[operand] = ptr; /* copied at RUN, before the kernel */
-  gj->loop.received += gj->bytes[operand];
+  loop->received += gj->bytes[operand];
   pthread_mutex_unlock(&dev->mu);
   return true;
 }
 
-/* ---- the worker ---------------------------------------------------------- */
-
-void gd__gpu_reg_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
-  (void)dev;
-  if (cmd->type == GD__CMD_REG) {
-    gd__gpu_reg *g = reg_of(cmd);
-    cudaError_t e = cudaHostRegister(g->r->base, (size_t)g->r->size, cudaHostRegisterPortable);
-    gd__gpu_backend *be = g->be;
-    pthread_mutex_lock(&be->reg_mu);
-    g->state = e == cudaSuccess ? REG_OK : REG_FAILED;
-    if (e == cudaSuccess) {
-      be->pinned_regions++;
-      be->pinned_bytes += g->r->size;
-    }
-    bool tell = e != cudaSuccess && !be->reg_fail_logged;
-    if (e != cudaSuccess) {
-      uncount(g);
-      be->reg_failures++;
-      be->reg_fail_logged = true;
-    }
-    pthread_mutex_unlock(&be->reg_mu);
-    if (e != cudaSuccess)
-      (void)cudaGetLastError();
-    if (tell)
-      gd_info("gpu: cudaHostRegister of a shared-memory region of %llu bytes failed (%s); its "
-              "operands take the staging path (logged once)", (unsigned long long)g->r->size,
-              cudaGetErrorString(e));
-    return;
-  }
-  gd__gpu_reg *g = reg_of(cmd);
-  gd__gpu_backend *be = g->be;
-  pthread_mutex_lock(&be->reg_mu);
-  bool was = g->state == REG_OK;
-  pthread_mutex_unlock(&be->reg_mu);
-  if (was && !gd__gpu_dev_dead(dev)) {
-    cudaError_t e = cudaHostUnregister(g->r->base);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      gd_warn("gpu: cudaHostUnregister of a shared-memory region failed: %s",
-              cudaGetErrorString(e));
-    }
-  }
-  pthread_mutex_lock(&be->reg_mu);
-  uncount(g);
-  if (was) {
-    be->pinned_regions--;
-    be->pinned_bytes -= g->r->size;
-  }
-  GD_LIST_UNLINK(be->regs, g);
-  pthread_mutex_unlock(&be->reg_mu);
-  gd_region_unmap(g->r); /* unregistered first: CUDA must not keep pages of a gone mapping */
-  free(g);
-}
-
 /* ---- start and stop ------------------------------------------------------ */
 
-int gd__gpu_reg_init(gd__gpu_backend *be) {
-  return pthread_mutex_init(&be->reg_mu, NULL) == 0 ? 0 : -1;
+int gd__gpu_reg_init(gd__gpu_backend *be, gp_error *err) {
+  int rc = pthread_mutex_init(&be->reg_mu, NULL);
+  return rc == 0 ? 0 : gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "gpu: its region lock: %s",
+                                    strerror(rc));
 }
 
 void gd__gpu_reg_destroy(gd__gpu_backend *be) {
@@ -261,29 +172,9 @@ void gd__gpu_reg_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_REG_STATS]) {
   pthread_mutex_unlock(&be->reg_mu);
 }
 
-void gd__gpu_count_direct_in(gd__gpu_dev *dev, uint64_t bytes) {
-  pthread_mutex_lock(&dev->mu);
-  dev->bytes_h2d += bytes;
-  pthread_mutex_unlock(&dev->mu);
-  gd__gpu_reg_count_direct(dev->be, bytes, 0);
-}
-
 void gd__gpu_reg_count_split(gd__gpu_backend *be) {
   pthread_mutex_lock(&be->reg_mu);
   be->split_jobs++;
-  pthread_mutex_unlock(&be->reg_mu);
-}
-
-void gd__gpu_reg_count_pieced(gd__gpu_backend *be) {
-  pthread_mutex_lock(&be->reg_mu);
-  be->pieced_jobs++;
-  pthread_mutex_unlock(&be->reg_mu);
-}
-
-void gd__gpu_reg_count_direct(gd__gpu_backend *be, uint64_t in, uint64_t out) {
-  pthread_mutex_lock(&be->reg_mu);
-  be->direct_in_bytes += in;
-  be->direct_out_bytes += out;
   pthread_mutex_unlock(&be->reg_mu);
 }
 

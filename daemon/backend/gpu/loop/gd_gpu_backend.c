@@ -1,7 +1,7 @@
 /*
  * gd_gpu_backend.c - the GPU backend's ops table: what the loop thread calls.
  *
- * Nothing here calls CUDA (see gd_gpu_internal.h for the thread rules). The
+ * Nothing here calls CUDA (see gd_gpu_shared.h for the thread rules). The
  * loop reserves a job's device memory from the pool of the least-loaded
  * device, lands payload bytes in that device's input staging buffers and
  * queues commands for its worker; completions come back from the worker
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_loop.h"
 #include "gd_log.h"
 
 #define MIB (1024ull * 1024ull)
@@ -91,8 +91,8 @@ static double job_load(const gd__gpu_job *job) {
 }
 
 /* Fills gj with the backend's copy of what the worker needs from job, its pool size and load
- * worked out; false with err set (an operand too large). */
-static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
+ * worked out; 0, or the error (an operand too large). */
+static int gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
   memset(gj, 0, sizeof(*gj));
   gj->id = job->id;
   gj->hdr = job->hdr;
@@ -104,10 +104,11 @@ static bool gpu_job_init(gd__gpu_job *gj, const gd_job *job, gp_error *err) {
   gj->admitted_us = job->admitted_us;
   gj->deadline_us = job->deadline_us;
   gj->pending_tail = &gj->pending;
-  if (!gd__gpu_job_sizes(gj, err))
-    return false;
+  int rc = gd__gpu_job_sizes(gj, err);
+  if (rc != 0)
+    return rc;
   gj->load = job_load(gj);
-  return true;
+  return 0;
 }
 
 /* No device can ever hold need pool bytes: why, in err. */
@@ -141,8 +142,9 @@ static void place_on_device(gd__gpu_dev *dev, gd__gpu_job *gj) {
 static int op_prepare(gd_backend *b, gd_job *job, gp_error *err) {
   gd__gpu_backend *be = (gd__gpu_backend *)b;
   gd__gpu_job tmp;
-  if (!gpu_job_init(&tmp, job, err))
-    return err ? err->code : GP_E_RESOURCE_EXHAUSTED;
+  int rc = gpu_job_init(&tmp, job, err);
+  if (rc != 0)
+    return rc;
   /* a job whose memory is a client's on one device runs there, alone (never batched) */
   /* ... and one with leading dimensions takes the staging lane, whose copies know them
    * (gd__gpu_copy_from_region, the copy out) */
@@ -252,8 +254,9 @@ static void op_release(gd_backend *b, gd_job *job) {
   pthread_mutex_lock(&dev->mu);
   gj->owner = NULL;
   gj->paused = false;
-  if (gj->loop.cur)
-    gj->loop.cur->fill = 0; /* nobody will read the result: copy nothing more */
+  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
+  if (loop->cur)
+    loop->cur->fill = 0; /* nobody will read the result: copy nothing more */
   gd__gpu_flush(gj);
   for (uint32_t i = 0; i < dev->nbuf; i++) {
     gd__gpu_buf *buf = &dev->out_bufs[i];
@@ -267,8 +270,8 @@ static void op_release(gd_backend *b, gd_job *job) {
   gd__gpu_job_free_spills(gj);
   if (!gj->mem_ready) {
     gd__gpu_job_retire(gj); /* the worker never had it */
-  } else if (!gj->run_queued && !gj->loop.dropped) {
-    gj->loop.dropped = true;
+  } else if (!gj->run_queued && !loop->dropped) {
+    loop->dropped = true;
     gj->run_cmd.type = GD__CMD_DROP; /* frees its memory after its copies, in FIFO order */
     gd__gpu_cmd_push(dev, &gj->run_cmd);
   }
@@ -333,24 +336,35 @@ static void op_region_gone(gd_backend *b, gd_region *r) {
     gd__gpu_op_region_gone(b, r);
 }
 
+/* The locate op (gd_backend.h): each kind of place to the file that keeps it. */
+static bool op_locate(gd_backend *b, gd_job *job, const gd_where *w) {
+  switch (w->kind) {
+  case GD_WHERE_MAPPED:
+    return w->out ? gd__gpu_op_output_mapped(b, job, w->r, w->ptr)
+                  : gd__gpu_op_input_mapped(b, job, w->operand, w->r, w->ptr);
+  case GD_WHERE_DEVICE:
+    return w->out ? gd__gpu_op_output_device(b, job, w->r, w->offset)
+                  : gd__gpu_op_input_device(b, job, w->operand, w->r, w->offset);
+  case GD_WHERE_RESIDENT:
+    return gd__gpu_op_input_resident(b, job, w->operand, w->res);
+  }
+  return false;
+}
+
 static const gd_backend_ops gpu_ops = {
     .name = "gpu",
     .leading_dims = true, /* packed on the device: the copies in and out are 2D */
     .prepare = op_prepare,
     .input_window = gd__gpu_op_input_window,
     .input = gd__gpu_op_input,
-    .input_resident = gd__gpu_op_input_resident,
+    .locate = op_locate,
     .resident_freed = gd__gpu_op_resident_freed,
     .submit = op_submit,
     .output_consumed = op_output_consumed,
     .release = op_release,
     .region_added = gd__gpu_op_region_added,
-    .output_mapped = gd__gpu_op_output_mapped,
-    .input_mapped = gd__gpu_op_input_mapped,
     .region_gone = op_region_gone,
     .device_region_open = gd__gpu_op_device_region_open,
-    .input_device = gd__gpu_op_input_device,
-    .output_device = gd__gpu_op_output_device,
     .shm_pinned_bytes = gd__gpu_op_shm_pinned_bytes,
     .host_bytes = op_host_bytes,
     .kernels = gd__gpu_op_kernels,
@@ -389,9 +403,9 @@ static int check_config(const gd_gpu_config *cfg, gp_error *err) {
   return 0;
 }
 
-/* Sets up dev (cuda:ordinal) and starts its worker. False when it is left out (dead, its
- * reason in last); it still needs dev_teardown. */
-static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_error *last) {
+/* Sets up dev (cuda:ordinal) and starts its worker. 0, or the error it is left out for (dead,
+ * the reason in last); it still needs dev_teardown. */
+static int start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_error *last) {
   dev->be = be;
   dev->ordinal = ordinal;
   pthread_mutex_init(&dev->mu, NULL);
@@ -401,13 +415,13 @@ static bool start_device(gd__gpu_backend *be, gd__gpu_dev *dev, int ordinal, gp_
     gd__gpu_ipc_describe(dev);
     dev->speed = gd__gpu_device_speed(&dev->info);
     dev->in_service = true;
-    return true;
+    return 0;
   }
   dev->dead = true;
   dev->info.id = dev->ordinal;
   dev->info.in_service = false;
   gd_warn("gpu: cuda:%d left out: %s", dev->ordinal, last->message);
-  return false;
+  return last->code;
 }
 
 int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *err) {
@@ -422,10 +436,16 @@ int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *
     return rc;
   gd__gpu_backend *be = calloc(1, sizeof(*be));
   gd__gpu_dev *devs = calloc(count, sizeof(*devs));
-  if (!be || !devs || gd__gpu_reg_init(be) != 0) {
+  if (!be || !devs) {
     free(be);
     free(devs);
     return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  rc = gd__gpu_reg_init(be, err);
+  if (rc != 0) {
+    free(be);
+    free(devs);
+    return rc;
   }
   be->base.ops = &gpu_ops;
   be->cfg = *cfg;
@@ -437,7 +457,7 @@ int gd_backend_gpu_create(const gd_gpu_config *cfg, gd_backend **out, gp_error *
   gp_error_clear(&last);
   for (size_t i = 0; i < count; i++) {
     be->ndev = i + 1;
-    if (start_device(be, &devs[i], ordinals[i], &last))
+    if (start_device(be, &devs[i], ordinals[i], &last) == 0)
       up++;
   }
   if (up == 0) {

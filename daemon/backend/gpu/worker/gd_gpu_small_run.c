@@ -30,14 +30,15 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 
 /* The worker is done with the slot's job: no device work of it remains queued or running. */
 static void small_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
   assert(!job->finished);
   job->finished = true;
-  if (!job->failed && job->work.started)
+  if (!job->failed && work->started)
     dev->jobs_done++;
   dev->small_jobs++;
   gd__gpu_job_retire(job);
@@ -211,7 +212,8 @@ static cudaError_t launch(gd__gpu_dev *dev, gd__gpu_slot *lead) {
   cudaError_t e = launch_one(dev, lead, total);
   if (e == cudaSuccess || lead->batch_n == 1 || gd__gpu_error_is_sticky(e)) {
     for (gd__gpu_slot *s = lead->batch_next; s && e == cudaSuccess; s = s->batch_next)
-      memcpy(s->job.work.result.kernel, lead->job.work.result.kernel,
+      memcpy(gd__gpu_work_half(&s->job)->result.kernel,
+             gd__gpu_work_half(&lead->job)->result.kernel,
              sizeof(s->job.work.result.kernel)); /* the kernel that ran it (device: admit) */
     return e;
   }
@@ -280,7 +282,7 @@ static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   cudaError_t e = queue_pass(dev, lead, &what, &queued);
   if (e == cudaSuccess) {
     for (gd__gpu_slot *s = lead; s; s = s->batch_next)
-      s->job.work.started = true;
+      gd__gpu_work_half(&s->job)->started = true;
     dev->small_inflight++;
     lead->next_run = NULL;
     if (dev->small_tail)
@@ -314,6 +316,7 @@ static void send_forming(gd__gpu_dev *dev) {
 }
 
 uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
+  GD__GPU_ON_WORKER(dev);
   if (!dev->forming)
     return 0;
   uint32_t max = dev->be->cfg.max_batch_jobs;
@@ -332,6 +335,7 @@ uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
 }
 
 void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
+  GD__GPU_ON_WORKER(dev);
   assert(slot->in_use && dev->s_small);
   uint32_t max = dev->be->cfg.max_batch_jobs;
   if (dev->forming) { /* a waiting batch: this job joins it, or sends it on its way */
@@ -380,7 +384,7 @@ static void post_result(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   dev->bytes_d2h += job->c_bytes;
   if (job->failed || !job->owner || dev->stopping)
     return;
-  job->owner->result = job->work.result;
+  job->owner->result = gd__gpu_work_half(job)->result;
   gd_backend_event ev = {.type = GD_EV_OUTPUT_CHUNK,
                          .data = slot->host + slot->off[GP_OPERAND_C],
                          .len = (size_t)job->c_bytes,
@@ -398,14 +402,14 @@ static void post_result(gd__gpu_dev *dev, gd__gpu_slot *slot) {
 
 /* The batch's pass is done: every job's C is in its slot. */
 static void batch_complete(gd__gpu_dev *dev, gd__gpu_slot *lead) {
-  gp_gemm_result_hdr t = lead->job.work.result;
+  gp_gemm_result_hdr t = gd__gpu_work_half(&lead->job)->result;
   t.transfer_in_us = (uint64_t)(elapsed_ms(lead->ev[0], lead->ev[1]) * 1000.0f);
   t.compute_us = (uint64_t)(elapsed_ms(lead->ev[1], lead->ev[2]) * 1000.0f);
   t.transfer_out_us = (uint64_t)(elapsed_ms(lead->ev[2], lead->ev[3]) * 1000.0f);
   pthread_mutex_lock(&dev->mu);
   dev->busy_us += t.compute_us;
   for (gd__gpu_slot *s = lead; s; s = s->batch_next) {
-    gp_gemm_result_hdr *r = &s->job.work.result;
+    gp_gemm_result_hdr *r = &gd__gpu_work_half(&s->job)->result;
     r->transfer_in_us = t.transfer_in_us; /* the batch's: one pass served them all */
     r->compute_us = t.compute_us;
     r->transfer_out_us = t.transfer_out_us;
@@ -416,6 +420,7 @@ static void batch_complete(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 }
 
 void gd__gpu_small_poll(gd__gpu_dev *dev) {
+  GD__GPU_ON_WORKER(dev);
   while (dev->small_head) {
     gd__gpu_slot *lead = dev->small_head;
     /* A dead device never finishes its passes: their jobs already failed; let them go. */

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "gd_clock.h"
-#include "gd_gpu_internal.h"
+#include "gd_gpu_work.h"
 #include "gd_log.h"
 
 /* Reads what the pool holds from the driver into dev->mem_reserved (stats, metrics, info). */
@@ -65,9 +65,9 @@ void gd__gpu_mem_destroy(gd__gpu_dev *dev) {
     return;
   /* Blocks of jobs a dead device never finished: CUDA releases them with the pool. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next)
-    if (j->work.dptr) {
-      (void)cudaFreeAsync(j->work.dptr, dev->s_in);
-      j->work.dptr = NULL;
+    if (gd__gpu_work_half(j)->dptr) {
+      (void)cudaFreeAsync(gd__gpu_work_half(j)->dptr, dev->s_in);
+      gd__gpu_work_half(j)->dptr = NULL;
     }
   (void)cudaMemPoolDestroy(dev->mempool);
   dev->mempool = NULL;
@@ -75,15 +75,17 @@ void gd__gpu_mem_destroy(gd__gpu_dev *dev) {
 }
 
 void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
+  GD__GPU_ON_WORKER(dev);
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
   bool skip = dev->dead || job->failed || job->mem_freed || dev->stopping;
   pthread_mutex_unlock(&dev->mu);
-  if (skip || job->work.dptr)
+  if (skip || work->dptr)
     return;
   void *block = NULL;
   cudaError_t e = cudaMallocFromPoolAsync(&block, job->alloc_len, dev->mempool, dev->s_in);
   if (e == cudaSuccess) {
-    job->work.dptr = block;
+    work->dptr = block;
     refresh_reserved(dev);
     return;
   }
@@ -101,17 +103,19 @@ void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
 }
 
 void gd__gpu_mem_release(gd__gpu_dev *dev, gd__gpu_job *job) {
-  if (!job->work.dptr)
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  if (!work->dptr)
     return;
-  cudaError_t e = cudaFreeAsync(job->work.dptr, dev->s_in);
-  job->work.dptr = NULL;
+  cudaError_t e = cudaFreeAsync(work->dptr, dev->s_in);
+  work->dptr = NULL;
   if (e != cudaSuccess)
     (void)cudaGetLastError(); /* a dead device: the pool goes with it */
 }
 
 uint8_t *gd__gpu_mem_at(const gd__gpu_job *job, uint64_t pool_off) {
-  assert(job->work.dptr && pool_off >= job->dev_off && pool_off - job->dev_off <= job->alloc_len);
-  return job->work.dptr + (pool_off - job->dev_off);
+  const gd__gpu_job_work *work = gd__gpu_work_half_c(job);
+  assert(work->dptr && pool_off >= job->dev_off && pool_off - job->dev_off <= job->alloc_len);
+  return work->dptr + (pool_off - job->dev_off);
 }
 
 bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wait_ms) {
