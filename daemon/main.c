@@ -102,9 +102,9 @@ static int create_backend(const gd_config *cfg, gd_backend **out, gp_error *err)
 
 static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
   for (size_t i = 0; i < cfg->listen_count; i++) {
-    char why[256];
-    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], why, sizeof why) != 0)
-      return from_text(err, GP_E_INVALID_ARGUMENT, "listen: ", why);
+    gp_error why;
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], &why) != 0)
+      return gp_error_set(err, why.code, "listen: %s", why.message);
   }
   return 0;
 }
