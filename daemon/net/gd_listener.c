@@ -74,9 +74,9 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     return;
   }
-  int rc = gd_sessions_accept(d, server);
-  if (rc != 0)
-    gd_warn("%s: accept failed: %s", l->name, uv_strerror(rc));
+  gp_error err;
+  if (gd_sessions_accept(d, server, &err) != 0)
+    gd_warn("%s: accept failed: %s", l->name, err.message);
 }
 
 static void on_listener_closed(uv_handle_t *handle) {
