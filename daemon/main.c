@@ -3,9 +3,8 @@
  * order (backend, scheduler, listeners, signals, systemd notify), run the
  * loop, and tear down in reverse through one cleanup path.
  *
- * Every step reports failure as a gp_error; the few APIs that speak libuv codes or fill a
- * char buffer are converted where they are called (from_uv, from_text), and the one log line
- * of a failed start-up is written in run().
+ * Every step reports failure as a gp_error (uv_loop_init's libuv code is turned into one where
+ * it is called), and the one log line of a failed start-up is written in run().
  */
 #include <errno.h>
 #include <signal.h>
@@ -39,16 +38,6 @@
 #define GEMMD_VERSION "0.0.0"
 #endif
 
-/* A libuv error as a gp_error: what failed, and libuv's reason. */
-static int from_uv(gp_error *err, int rc, const char *what) {
-  return gp_error_set(err, GP_E_INTERNAL, "%s: %s", what, uv_strerror(rc));
-}
-
-/* A message an API left in a char buffer (config, command line, listeners, addresses). */
-static int from_text(gp_error *err, int code, const char *prefix, const char *text) {
-  return gp_error_set(err, code, "%s%s", prefix, text);
-}
-
 /* Reads the config: --config FILE, else the default path when it exists, else defaults. Sets
  * *path to the file used (NULL for defaults). */
 static int load_config(const gd_cli *cli, gd_config *cfg, const char **path, gp_error *err) {
@@ -67,7 +56,7 @@ static int create_cpu(const gd_config *cfg, gd_backend **out, gp_error *err) {
   gp_error cpu_err;
   gp_error_clear(&cpu_err);
   if (gd_backend_cpu_create(&cpu, out, &cpu_err) != 0)
-    return from_text(err, cpu_err.code, "cpu backend: ", cpu_err.message);
+    return gp_error_set(err, cpu_err.code, "cpu backend: %s", cpu_err.message);
   gd_info("backend: cpu (OpenBLAS)");
   return 0;
 }
@@ -88,7 +77,7 @@ static int create_backend(const gd_config *cfg, gd_backend **out, gp_error *err)
       return 0;
     }
     if (cfg->backend == GD_BACKEND_GPU)
-      return from_text(err, gpu_err.code, "backend gpu: ", gpu_err.message);
+      return gp_error_set(err, gpu_err.code, "backend gpu: %s", gpu_err.message);
     gd_warn("backend auto: the GPU backend did not start (%s); using the CPU", gpu_err.message);
     return create_cpu(cfg, out, err);
   }
@@ -102,9 +91,9 @@ static int create_backend(const gd_config *cfg, gd_backend **out, gp_error *err)
 
 static int parse_listen(const gd_config *cfg, gp_addr *addrs, gp_error *err) {
   for (size_t i = 0; i < cfg->listen_count; i++) {
-    char why[256];
-    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], why, sizeof why) != 0)
-      return from_text(err, GP_E_INVALID_ARGUMENT, "listen: ", why);
+    gp_error why;
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addrs[i], &why) != 0)
+      return gp_error_set(err, why.code, "listen: %s", why.message);
   }
   return 0;
 }
@@ -254,7 +243,6 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_trim *trim = NULL;
   gp_addr addrs[GD_CONFIG_LISTEN_MAX];
   bool adopt;
-  char why[512];
   gp_error err;
   int rc;
 
@@ -264,7 +252,7 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   gd_stats_init(&d.stats);
   d.stats.started_us = gd_now_us();
   if ((rc = uv_loop_init(&loop)) != 0) {
-    from_uv(&err, rc, "uv_loop_init");
+    gp_error_set(&err, GP_E_INTERNAL, "uv_loop_init: %s", uv_strerror(rc));
     gd_error("%s", err.message);
     return 1;
   }
@@ -296,10 +284,8 @@ static int run(const gd_cli *cli, gd_config *cfg, const char *config_path) {
   if (d.cfg.metrics_listen[0] &&
       gd_ops_http_start(&d, d.cfg.metrics_listen, &ops_http, &err) != 0)
     goto out_sched;
-  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, why, sizeof why) != 0) {
-    from_text(&err, GP_E_UNAVAILABLE, "", why);
+  if (gd_listeners_open(&d.srv, addrs, n, adopt, &d.listeners, &err) != 0)
     goto out_listeners; /* stops /metrics; no listener is open */
-  }
   if (gd_notify_start(&loop, &notify, &err) != 0)
     goto out_listeners;
   if (gd_lifecycle_start(&d, cli, config_path, notify, &lc, &err) != 0) {

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gp_error.h"
+
 #define GP_ADDR_TEXT_MAX 300 /* longest address text accepted, NUL included */
 #define GP_ADDR_HOST_MAX 256 /* a DNS name is at most 253 bytes */
 #define GP_ADDR_PATH_MAX 108 /* sizeof(((struct sockaddr_un *)0)->sun_path) on Linux */
@@ -33,9 +35,9 @@ typedef struct {
   int ipv6_literal;            /* TCP: the host was written in brackets */
 } gp_addr;
 
-/* Parses text for use. 0 on success; -1 otherwise, with *out zeroed and a one-line reason that
- * quotes the text in why (why_size bytes; why may be NULL). */
-int gp_addr_parse(const char *text, gp_addr_use use, gp_addr *out, char *why, size_t why_size);
+/* Parses text for use. 0 on success; otherwise GP_E_INVALID_ARGUMENT, with *out zeroed and err
+ * filled with a one-line reason that quotes the text (err may be NULL). */
+int gp_addr_parse(const char *text, gp_addr_use use, gp_addr *out, gp_error *err);
 
 /* Writes addr back as text (unix:PATH, tcp:HOST:PORT, tcp:[V6]:PORT); gp_addr_parse reads it
  * back to the same address. Returns out; GP_ADDR_TEXT_MAX bytes always suffice. */

@@ -20,9 +20,9 @@ static int parse_item(const char *text, size_t len, gp_addr *out, gc_error *err)
     return gc__error_set(err, GC_E_INVALID_ARGUMENT, "address \"%.40s...\" is too long", text);
   memcpy(item, text, len);
   item[len] = '\0';
-  char why[GC_ERROR_MESSAGE_MAX];
-  if (gp_addr_parse(item, GP_ADDR_CONNECT, out, why, sizeof why) != 0)
-    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%s", why);
+  gp_error why;
+  if (gp_addr_parse(item, GP_ADDR_CONNECT, out, &why) != 0)
+    return gc__error_set(err, GC_E_INVALID_ARGUMENT, "%s", why.message);
   return 0;
 }
 

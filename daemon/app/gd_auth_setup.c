@@ -85,7 +85,7 @@ bool gd_auth_exposed(const gp_addr *addr) {
 const char *gd_auth_first_exposed(const gd_config *cfg) {
   for (size_t i = 0; i < cfg->listen_count; i++) {
     gp_addr addr;
-    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, NULL, 0) == 0 &&
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, NULL) == 0 &&
         gd_auth_exposed(&addr))
       return cfg->listen[i];
   }

@@ -70,9 +70,9 @@ int gd_cli_apply(const gd_cli *cli, gd_config *cfg, gp_error *err) {
   if (cli->listen_count > 0) {
     for (size_t i = 0; i < cli->listen_count; i++) {
       gp_addr addr;
-      char why[256];
-      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
-        return gp_error_set(err, GP_E_INVALID_ARGUMENT, "--listen: %s", why);
+      gp_error why;
+      if (gp_addr_parse(cli->listen[i], GP_ADDR_LISTEN, &addr, &why) != 0)
+        return gp_error_set(err, why.code, "--listen: %s", why.message);
     }
     for (size_t i = 0; i < cli->listen_count; i++)
       snprintf(cfg->listen[i], GP_ADDR_TEXT_MAX, "%s", cli->listen[i]);

@@ -392,9 +392,9 @@ static int set_listen(walker *w, const yaml_node_t *node, gd_config *cfg) {
     if (cfg->listen_count == GD_CONFIG_LISTEN_MAX)
       return node_error(w, item, "listen: more than %d addresses", GD_CONFIG_LISTEN_MAX);
     gp_addr addr;
-    char why[256];
-    if (gp_addr_parse(scalar_text(item), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
-      return node_error(w, item, "listen: %s", why);
+    gp_error why;
+    if (gp_addr_parse(scalar_text(item), GP_ADDR_LISTEN, &addr, &why) != 0)
+      return node_error(w, item, "listen: %s", why.message);
     snprintf(cfg->listen[cfg->listen_count++], GP_ADDR_TEXT_MAX, "%s", scalar_text(item));
   }
   return 0;
@@ -517,9 +517,9 @@ static int set_http(walker *w, const yaml_node_t *node, const field *f, char *ou
   if (want_scalar(w, node, f->key) != 0)
     return -1;
   gp_addr addr;
-  char why[256];
-  if (gp_addr_parse(scalar_text(node), GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
-    return node_error(w, node, "%s: %s", f->key, why);
+  gp_error why;
+  if (gp_addr_parse(scalar_text(node), GP_ADDR_LISTEN, &addr, &why) != 0)
+    return node_error(w, node, "%s: %s", f->key, why.message);
   if (addr.kind != GP_ADDR_TCP)
     return node_error(w, node, "%s: expected tcp:HOST:PORT (the metrics server speaks HTTP "
                       "over TCP only), got \"%s\"", f->key, scalar_text(node));
@@ -794,10 +794,10 @@ static int check_listen(const gd_config *cfg, bool socket_activated, char *out, 
                                 "(an empty list works only under systemd socket activation)");
   for (size_t i = 0; i < cfg->listen_count && !socket_activated; i++) {
     gp_addr addr;
-    char why[GD_CONFIG_ERROR_MAX];
+    gp_error why;
     gp_error dir_err;
-    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
-      count += problem(out, size, "listen: %s", why);
+    if (gp_addr_parse(cfg->listen[i], GP_ADDR_LISTEN, &addr, &why) != 0)
+      count += problem(out, size, "listen: %s", why.message);
     else if (addr.kind == GP_ADDR_UNIX && runtime_dir_pending(addr.path))
       problem(out, size, "note: listen %s: %s does not exist yet; systemd creates it "
               "(tmpfiles.d/gemmd.conf, RuntimeDirectory=)", cfg->listen[i], GD_CONFIG_RUNTIME_DIR);

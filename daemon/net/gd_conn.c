@@ -115,7 +115,7 @@ bool gd_conn_pending_in_window(const gd_conn *c) { return c->pending_in_window; 
 uint64_t gd_conn_last_activity(const gd_conn *c) { return c->last_activity_us; }
 int gd_conn_open_handles(const gd_conn *c) { return c->open_handles; }
 uv_timer_t *gd_conn_timer(gd_conn *c) { return &c->timer; }
-int gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd) { return uv_fileno(&c->h.handle, fd); }
+bool gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd) { return uv_fileno(&c->h.handle, fd) == 0; }
 
 void gd_conn_free(gd_conn *c) {
   assert(c->open_handles == 0);
@@ -190,25 +190,31 @@ static int init_handles(gd_conn *c, uv_loop_t *loop, bool tcp) {
   return 0;
 }
 
-int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server) {
+/* libuv's reason, the message its callers log after "accept failed: ". */
+static int accept_error(gp_error *err, int rc) {
+  return gp_error_set(err, GP_E_UNAVAILABLE, "%s", uv_strerror(rc));
+}
+
+int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server, gp_error *err) {
   int rc = init_handles(c, loop, server->type == UV_TCP);
   if (rc == 0)
     rc = uv_accept(server, &c->h.stream);
-  if (rc == 0)
-    describe_peer(c);
-  return rc;
+  if (rc != 0)
+    return accept_error(err, rc);
+  describe_peer(c);
+  return 0;
 }
 
-int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp) {
+int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp, gp_error *err) {
   int rc = init_handles(c, loop, tcp);
   if (rc != 0) {
     close(fd);
-    return rc;
+    return accept_error(err, rc);
   }
   rc = tcp ? uv_tcp_open(&c->h.tcp, fd) : uv_pipe_open(&c->h.pipe, fd);
   if (rc != 0) {
     close(fd); /* not the handle's: closing it closes nothing */
-    return rc;
+    return accept_error(err, rc);
   }
   describe_peer(c);
   return 0;

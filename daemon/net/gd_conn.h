@@ -26,6 +26,7 @@
 #include "gd_shm.h"
 #include "gd_stats.h"
 #include "gd_uv_stream.h"
+#include "gp_error.h"
 
 #define GD_CONN_READ_BUFFER_BYTES (64 * 1024)
 /* Payload bytes read into a job's window after which the connection lets one loop iteration
@@ -91,7 +92,7 @@ bool gd_conn_pending_in_window(const gd_conn *c);
 uint64_t gd_conn_last_activity(const gd_conn *c); /* the last byte read */
 int gd_conn_open_handles(const gd_conn *c);
 uv_timer_t *gd_conn_timer(gd_conn *c);            /* the protocol layer's */
-int gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd); /* uv_fileno of its stream */
+bool gd_conn_fileno(const gd_conn *c, uv_os_fd_t *fd); /* its stream's; false when none */
 
 /* Sets up c (read buffer, reply queue, call list); no handle yet. -1 when out of memory. */
 int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
@@ -100,12 +101,12 @@ int gd_conn_init(gd_conn *c, uint64_t id, gd_sched *sched, gd_stats *stats,
 void gd_conn_free(gd_conn *c);
 
 /* Accepts the pending connection of server into c (a pipe that receives descriptors when
- * gd_shm_attach was called on c->shm): 0, or a uv error after which c is closing
- * already (closed() follows) when open_handles > 0, else untouched. */
-int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server);
+ * gd_shm_attach was called on c->shm): 0, or a gp code with err filled (libuv's reason) after
+ * which c is closing already (closed() follows) when open_handles > 0, else untouched. */
+int gd_conn_accept(gd_conn *c, uv_loop_t *loop, uv_stream_t *server, gp_error *err);
 /* The same for a connection accepted elsewhere (on loop 0, handed over as fd): the handles on
  * loop, the stream opened on fd (tcp: a TCP socket, else a Unix one). fd is closed on failure. */
-int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp);
+int gd_conn_open(gd_conn *c, uv_loop_t *loop, int fd, bool tcp, gp_error *err);
 
 /* Reads while want is true, else stops. May close c (uv_read_start failed). */
 void gd_conn_want_read(gd_conn *c, bool want);

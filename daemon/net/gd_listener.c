@@ -49,14 +49,14 @@ struct gd_listeners {
   bool closing;
 };
 
-static int fail(char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t err_size, const char *fmt, ...) {
+/* Every failure to listen is UNAVAILABLE: the daemon cannot serve where it was asked to. */
+static int fail(gp_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(gp_error *err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(err, err_size, fmt, ap);
+  int code = gp_error_vset(err, GP_E_UNAVAILABLE, fmt, ap);
   va_end(ap);
-  return -1;
+  return code;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -74,9 +74,9 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     return;
   }
-  int rc = gd_sessions_accept(d, server);
-  if (rc != 0)
-    gd_warn("%s: accept failed: %s", l->name, uv_strerror(rc));
+  gp_error err;
+  if (gd_sessions_accept(d, server, &err) != 0)
+    gd_warn("%s: accept failed: %s", l->name, err.message);
 }
 
 static void on_listener_closed(uv_handle_t *handle) {
@@ -89,15 +89,15 @@ static void on_listener_closed(uv_handle_t *handle) {
 /* ---- unix ---------------------------------------------------------------- */
 
 /* A socket file left by a dead daemon is removed; one a live daemon answers on is not. */
-static int clear_stale_socket(const char *path, char *err, size_t err_size) {
+static int clear_stale_socket(const char *path, gp_error *err) {
   struct stat st;
   if (lstat(path, &st) != 0)
-    return errno == ENOENT ? 0 : fail(err, err_size, "unix:%s: %s", path, strerror(errno));
+    return errno == ENOENT ? 0 : fail(err, "unix:%s: %s", path, strerror(errno));
   if (!S_ISSOCK(st.st_mode))
-    return fail(err, err_size, "unix:%s: exists and is not a socket; not replacing it", path);
+    return fail(err, "unix:%s: exists and is not a socket; not replacing it", path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
-    return fail(err, err_size, "socket(): %s", strerror(errno));
+    return fail(err, "socket(): %s", strerror(errno));
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
@@ -106,13 +106,12 @@ static int clear_stale_socket(const char *path, char *err, size_t err_size) {
   int saved = errno;
   close(fd);
   if (rc == 0)
-    return fail(err, err_size, "unix:%s: another daemon is listening there", path);
+    return fail(err, "unix:%s: another daemon is listening there", path);
   if (saved != ECONNREFUSED)
-    return fail(err, err_size, "unix:%s: exists and cannot be checked (%s); not replacing it",
-                path, strerror(saved));
+    return fail(err, "unix:%s: exists and cannot be checked (%s); not replacing it", path,
+                strerror(saved));
   if (unlink(path) != 0 && errno != ENOENT)
-    return fail(err, err_size, "unix:%s: cannot remove the stale socket: %s", path,
-                strerror(errno));
+    return fail(err, "unix:%s: cannot remove the stale socket: %s", path, strerror(errno));
   gd_info("unix:%s: removed a stale socket", path);
   return 0;
 }
@@ -129,35 +128,36 @@ static int bind_with_mode(listener *l, const char *path, unsigned mode) {
 
 /* unix_socket_group: changes the path's own inode, never a symlink's target, and checks that
  * the path is still our socket. */
-static int set_socket_group(listener *l, const char *path, long gid, char *err, size_t err_size) {
+static int set_socket_group(listener *l, const char *path, long gid, gp_error *err) {
   if (gid < 0)
     return 0;
   if (fchownat(AT_FDCWD, path, (uid_t)-1, (gid_t)gid, AT_SYMLINK_NOFOLLOW) != 0)
-    return fail(err, err_size, "%s: unix_socket_group: cannot give the socket group %ld: %s",
+    return fail(err, "%s: unix_socket_group: cannot give the socket group %ld: %s",
                 l->name, gid, strerror(errno));
   struct stat st;
   if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
-    return fail(err, err_size, "%s: the socket file was replaced while being set up", l->name);
+    return fail(err, "%s: the socket file was replaced while being set up", l->name);
   return 0;
 }
 
-static int open_unix(gd_server *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
-  if (clear_stale_socket(addr->path, err, err_size) != 0)
-    return -1;
-  int rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+static int open_unix(gd_server *d, listener *l, const gp_addr *addr, gp_error *err) {
+  int rc = clear_stale_socket(addr->path, err);
   if (rc != 0)
-    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+    return rc;
+  rc = uv_pipe_init(d->loop, &l->h.pipe, 0);
+  if (rc != 0)
+    return fail(err, "%s: %s", l->name, uv_strerror(rc));
   l->set->open_handles++;
   rc = bind_with_mode(l, addr->path, d->limits.unix_socket_mode);
   if (rc != 0)
-    return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
+    return fail(err, "%s: bind: %s", l->name, uv_strerror(rc));
   snprintf(l->unlink_path, sizeof l->unlink_path, "%s", addr->path);
-  return set_socket_group(l, addr->path, d->unix_socket_gid, err, err_size);
+  return set_socket_group(l, addr->path, d->unix_socket_gid, err);
 }
 
 /* ---- tcp ----------------------------------------------------------------- */
 
-static int open_tcp(gd_server *d, listener *l, const gp_addr *addr, char *err, size_t err_size) {
+static int open_tcp(gd_server *d, listener *l, const gp_addr *addr, gp_error *err) {
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = addr->ipv6_literal ? AF_INET6 : AF_UNSPEC;
@@ -168,11 +168,11 @@ static int open_tcp(gd_server *d, listener *l, const gp_addr *addr, char *err, s
   /* Start-up only, before the loop runs: a blocking lookup is fine here. */
   int rc = getaddrinfo(addr->host, port, &hints, &res);
   if (rc != 0)
-    return fail(err, err_size, "%s: %s", l->name, gai_strerror(rc));
+    return fail(err, "%s: %s", l->name, gai_strerror(rc));
   rc = uv_tcp_init(d->loop, &l->h.tcp);
   if (rc != 0) {
     freeaddrinfo(res);
-    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+    return fail(err, "%s: %s", l->name, uv_strerror(rc));
   }
   l->set->open_handles++;
   /* An IPv6 address means IPv6 only: tcp:[::]:P does not also take IPv4. */
@@ -180,7 +180,7 @@ static int open_tcp(gd_server *d, listener *l, const gp_addr *addr, char *err, s
   rc = uv_tcp_bind(&l->h.tcp, res->ai_addr, flags);
   freeaddrinfo(res);
   if (rc != 0)
-    return fail(err, err_size, "%s: bind: %s", l->name, uv_strerror(rc));
+    return fail(err, "%s: bind: %s", l->name, uv_strerror(rc));
   return 0;
 }
 
@@ -193,18 +193,18 @@ int gd_listeners_systemd_count(void) {
 
 /* A TCP socket from systemd is held to the rule of the config's listen addresses: reachable
  * from other machines only with a token or on purpose (gd_auth.h). */
-static int check_adopted_tcp(const gd_server *d, int fd, char *err, size_t err_size) {
+static int check_adopted_tcp(const gd_server *d, int fd, gp_error *err) {
   struct sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-    return fail(err, err_size, "systemd fd %d: getsockname: %s", fd, strerror(errno));
+    return fail(err, "systemd fd %d: getsockname: %s", fd, strerror(errno));
   if (!d->exposed_tcp_ok && gd_auth_exposed_sockaddr(&ss))
-    return fail(err, err_size, "systemd fd %d: a TCP socket other machines can reach needs "
+    return fail(err, "systemd fd %d: a TCP socket other machines can reach needs "
                 "auth.token_file (or auth.allow_unauthenticated_tcp: true)", fd);
   return 0;
 }
 
-static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_size) {
+static int adopt_fd(gd_server *d, listener *l, int fd, gp_error *err) {
   int rc;
   if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) > 0) {
     snprintf(l->name, sizeof l->name, "systemd fd %d (unix)", fd);
@@ -214,8 +214,9 @@ static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_siz
       rc = uv_pipe_open(&l->h.pipe, fd);
     }
   } else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
-    if (check_adopted_tcp(d, fd, err, err_size) != 0)
-      return -1;
+    rc = check_adopted_tcp(d, fd, err);
+    if (rc != 0)
+      return rc;
     snprintf(l->name, sizeof l->name, "systemd fd %d (tcp)", fd);
     rc = uv_tcp_init(d->loop, &l->h.tcp);
     if (rc == 0) {
@@ -223,27 +224,27 @@ static int adopt_fd(gd_server *d, listener *l, int fd, char *err, size_t err_siz
       rc = uv_tcp_open(&l->h.tcp, fd);
     }
   } else {
-    return fail(err, err_size, "systemd fd %d is not a listening stream socket", fd);
+    return fail(err, "systemd fd %d is not a listening stream socket", fd);
   }
   if (rc != 0)
-    return fail(err, err_size, "%s: %s", l->name, uv_strerror(rc));
+    return fail(err, "%s: %s", l->name, uv_strerror(rc));
   return 0;
 }
 
 /* ---- the set ------------------------------------------------------------- */
 
-static int start_listening(listener *l, char *err, size_t err_size) {
+static int start_listening(listener *l, gp_error *err) {
   l->h.handle.data = l;
   int rc = uv_listen(&l->h.stream, LISTEN_BACKLOG, on_connection);
   if (rc != 0)
-    return fail(err, err_size, "%s: listen: %s", l->name, uv_strerror(rc));
+    return fail(err, "%s: listen: %s", l->name, uv_strerror(rc));
   gd_info("listening on %s", l->name);
   return 0;
 }
 
-static listener *next_slot(gd_listeners *set, char *err, size_t err_size) {
+static listener *next_slot(gd_listeners *set, gp_error *err) {
   if (set->count == LISTENERS_MAX) {
-    fail(err, err_size, "more than %d listeners", LISTENERS_MAX);
+    fail(err, "more than %d listeners", LISTENERS_MAX);
     return NULL;
   }
   listener *l = &set->items[set->count++];
@@ -265,43 +266,46 @@ static void note_exposed(gd_server *d, listener *l) {
 }
 
 static int open_all(gd_listeners *set, const gp_addr *addrs, size_t count, bool adopt_systemd,
-                    char *err, size_t err_size) {
+                    gp_error *err) {
   gd_server *d = set->d;
   int fds = adopt_systemd ? sd_listen_fds(1) : 0;
   if (fds < 0)
-    return fail(err, err_size, "sd_listen_fds: %s", strerror(-fds));
+    return fail(err, "sd_listen_fds: %s", strerror(-fds));
   for (int i = 0; i < fds; i++) {
-    listener *l = next_slot(set, err, err_size);
-    if (!l || adopt_fd(d, l, SD_LISTEN_FDS_START + i, err, err_size) != 0 ||
-        start_listening(l, err, err_size) != 0)
-      return -1;
+    listener *l = next_slot(set, err);
+    if (!l)
+      return GP_E_UNAVAILABLE;
+    int rc = adopt_fd(d, l, SD_LISTEN_FDS_START + i, err);
+    if (rc != 0 || (rc = start_listening(l, err)) != 0)
+      return rc;
     note_exposed(d, l);
   }
   for (size_t i = 0; i < count; i++) {
-    listener *l = next_slot(set, err, err_size);
+    listener *l = next_slot(set, err);
     if (!l)
-      return -1;
+      return GP_E_UNAVAILABLE;
     gp_addr_format(&addrs[i], l->name, sizeof l->name);
-    int rc = addrs[i].kind == GP_ADDR_UNIX ? open_unix(d, l, &addrs[i], err, err_size)
-                                           : open_tcp(d, l, &addrs[i], err, err_size);
-    if (rc != 0 || start_listening(l, err, err_size) != 0)
-      return -1;
+    int rc = addrs[i].kind == GP_ADDR_UNIX ? open_unix(d, l, &addrs[i], err)
+                                           : open_tcp(d, l, &addrs[i], err);
+    if (rc != 0 || (rc = start_listening(l, err)) != 0)
+      return rc;
     note_exposed(d, l);
   }
   if (set->count == 0)
-    return fail(err, err_size, "nothing to listen on: give --listen or a listen: list");
+    return fail(err, "nothing to listen on: give --listen or a listen: list");
   return 0;
 }
 
 int gd_listeners_open(gd_server *d, const gp_addr *addrs, size_t count, bool adopt_systemd,
-                      gd_listeners **out, char *err, size_t err_size) {
+                      gd_listeners **out, gp_error *err) {
   gd_listeners *set = calloc(1, sizeof *set);
   if (!set)
-    return fail(err, err_size, "out of memory");
+    return fail(err, "out of memory");
   set->d = d;
-  if (open_all(set, addrs, count, adopt_systemd, err, err_size) != 0) {
+  int rc = open_all(set, addrs, count, adopt_systemd, err);
+  if (rc != 0) {
     gd_listeners_close(set);
-    return -1;
+    return rc;
   }
   *out = set;
   return 0;

@@ -16,14 +16,15 @@
 
 #include "gp_addr.h"
 #include "gd_server.h"
+#include "gp_error.h"
 
 typedef struct gd_listeners gd_listeners;
 
 /* Opens a listener for each address and, when adopt_systemd, each socket from sd_listen_fds().
- * On any failure closes what it opened and returns -1 with the reason in err. At least one
- * listener is required. */
+ * On any failure closes what it opened and returns a gp code (UNAVAILABLE) with err filled. At
+ * least one listener is required. */
 int gd_listeners_open(gd_server *d, const gp_addr *addrs, size_t count, bool adopt_systemd,
-                      gd_listeners **out, char *err, size_t err_size);
+                      gd_listeners **out, gp_error *err);
 
 /* Number of sockets handed over by systemd (0 when not socket-activated). Reads LISTEN_PID and
  * LISTEN_FDS without unsetting them. */

@@ -57,14 +57,15 @@ static void on_inbox(uv_async_t *handle) { run_inbox(handle->data); }
 
 int gd_netloop_post(gd_netloop *nl, unsigned cmd, const char *why) {
   pthread_mutex_lock(&nl->mu);
-  int rc = UV_ECANCELED; /* the loop is stopping: nothing it would do matters now */
+  int rc = GP_E_UNAVAILABLE; /* the loop is stopping: nothing it would do matters now */
   if (nl->inbox_open) {
     nl->cmds |= cmd;
     if (cmd & GD_NETLOOP_SUMMARY) /* under mu: a run takes the count with the commands */
       atomic_fetch_add(&nl->summary_asked, 1);
     if (why)
       snprintf(nl->why, sizeof nl->why, "%s", why);
-    rc = uv_async_send(&nl->inbox_async); /* under mu: the handle is not closed meanwhile */
+    /* under mu: the handle is not closed meanwhile */
+    rc = uv_async_send(&nl->inbox_async) == 0 ? 0 : GP_E_INTERNAL;
   }
   pthread_mutex_unlock(&nl->mu);
   return rc;

@@ -110,7 +110,8 @@ gd_netloop *gd_netloops_next(gd_server *d);
 /* Hands fd (an accepted connection) to nl. 0, or a gp code: then fd is still the caller's. */
 int gd_netloop_hand_over(gd_netloop *nl, int fd, bool tcp, bool shm);
 
-/* Posts cmd (with why, when not NULL) to nl's inbox; nl is not loop 0. 0, or a uv error. */
+/* Posts cmd (with why, when not NULL) to nl's inbox; nl is not loop 0. 0, or a gp code
+ * (UNAVAILABLE: the loop is stopping; INTERNAL: libuv could not wake it). */
 int gd_netloop_post(gd_netloop *nl, unsigned cmd, const char *why);
 
 /* Asks nl to close its connection id to make room (hooks.evict). 0, or a gp code. */

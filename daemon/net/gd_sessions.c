@@ -65,21 +65,21 @@ void gd_sessions_close(gd_session *s, const char *why) { gd_conn_close(gd_sessio
 static void on_refused_close(uv_handle_t *handle) { free(handle); }
 
 /* Accept and close at once: the client sees EOF instead of hanging in the backlog. */
-static int refuse(gd_server *d, uv_stream_t *server, const char *why) {
+static int refuse(gd_server *d, uv_stream_t *server, const char *why, gp_error *err) {
   uv_stream_t *tmp = malloc(server->type == UV_TCP ? sizeof(uv_tcp_t) : sizeof(uv_pipe_t));
   if (!tmp)
-    return UV_ENOMEM;
+    return gp_error_set(err, GP_E_RESOURCE_EXHAUSTED, "%s", uv_strerror(UV_ENOMEM));
   int rc = server->type == UV_TCP ? uv_tcp_init(d->loop, (uv_tcp_t *)tmp)
                                   : uv_pipe_init(d->loop, (uv_pipe_t *)tmp, 0);
   if (rc != 0) {
     free(tmp);
-    return rc;
+    return gp_error_set(err, GP_E_UNAVAILABLE, "%s", uv_strerror(rc));
   }
   rc = uv_accept(server, tmp);
   uv_close((uv_handle_t *)tmp, on_refused_close);
   d->stats->connections_refused++;
   gd_warn("connection refused: %s", why);
-  return rc;
+  return rc == 0 ? 0 : gp_error_set(err, GP_E_UNAVAILABLE, "%s", uv_strerror(rc));
 }
 
 /* Out of file descriptors, the next accept (or a backend's, the log's, a reload's open) fails
@@ -97,7 +97,7 @@ static uint64_t fd_limit_now(const gd_server *d) {
 static bool fds_short(const gd_netloop *nl, const gd_session *s) {
   uv_os_fd_t fd;
   uint64_t limit = fd_limit_now(nl->d);
-  if (limit == 0 || gd_conn_fileno(gd_session_conn(s), &fd) != 0)
+  if (limit == 0 || !gd_conn_fileno(gd_session_conn(s), &fd))
     return false;
   return (uint64_t)fd + nl->limits.reserved_fds >= limit;
 }
@@ -227,16 +227,17 @@ static const char *admit_peer(gd_netloop *nl, gd_session *s) {
   return why;
 }
 
-/* s has its handles (rc: how opening them went): link it, apply the caps, start serving. */
-static void start_session(gd_netloop *nl, gd_session *s, int rc, bool tcp) {
+/* s has its handles (rc: how opening them went, err: why not): link it, apply the caps, start
+ * serving. */
+static void start_session(gd_netloop *nl, gd_session *s, int rc, const gp_error *err, bool tcp) {
   gd_session_msg *m = gd_session_msg_of(s);
   gd_conn *c = gd_session_conn(s);
   gd_server *d = nl->d;
   /* from here the session is closed like any other, through its close callbacks */
   gd_session_link(s);
   if (rc != 0) {
-    char why[128];
-    snprintf(why, sizeof why, "accept failed: %s", uv_strerror(rc));
+    char why[sizeof "accept failed: " + GP_ERROR_MESSAGE_MAX];
+    snprintf(why, sizeof why, "accept failed: %s", err->message);
     gd_conn_close(c, why);
     return;
   }
@@ -300,9 +301,9 @@ static int hand_over(gd_server *d, gd_netloop *nl, uv_stream_t *server, bool shm
   return 0;
 }
 
-int gd_sessions_accept(gd_server *d, uv_stream_t *server) {
+int gd_sessions_accept(gd_server *d, uv_stream_t *server, gp_error *err) {
   if (atomic_load(&d->draining))
-    return refuse(d, server, "shutting down");
+    return refuse(d, server, "shutting down", err);
   gd_netloop *nl = gd_netloops_next(d);
   /* this thread's copy of the limits: loop 0's (shm.enabled is for connections accepted from
    * now on) */
@@ -311,17 +312,18 @@ int gd_sessions_accept(gd_server *d, uv_stream_t *server) {
     return hand_over(d, nl, server, shm);
   gd_session *s = gd_session_new(d, nl, &conn_events);
   if (!s)
-    return refuse(d, server, "out of memory");
+    return refuse(d, server, "out of memory", err);
   if (shm)
     gd_shm_attach(gd_conn_shm(gd_session_conn(s)), &d->shm, d->sched,
                   nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_accept(gd_session_conn(s), nl->loop, server);
+  gp_error why;
+  int rc = gd_conn_accept(gd_session_conn(s), nl->loop, server, &why);
   if (rc != 0 && gd_conn_open_handles(gd_session_conn(s)) == 0) {
     gd_conn_free(gd_session_conn(s));
     gd_session_free(s);
-    return rc;
+    return gp_error_set(err, rc, "%s", why.message);
   }
-  start_session(nl, s, rc, server->type == UV_TCP);
+  start_session(nl, s, rc, &why, server->type == UV_TCP);
   return 0;
 }
 
@@ -337,14 +339,15 @@ static void adopt(gd_netloop *nl, int fd, bool tcp, bool shm) {
   if (shm)
     gd_shm_attach(gd_conn_shm(gd_session_conn(s)), &d->shm, d->sched,
                   nl->limits.shm.max_regions_per_connection);
-  int rc = gd_conn_open(gd_session_conn(s), nl->loop, fd, tcp);
+  gp_error why;
+  int rc = gd_conn_open(gd_session_conn(s), nl->loop, fd, tcp, &why);
   if (rc != 0 && gd_conn_open_handles(gd_session_conn(s)) == 0) {
     gd_conn_free(gd_session_conn(s));
     gd_session_free(s);
-    gd_warn("connection dropped: %s", uv_strerror(rc));
+    gd_warn("connection dropped: %s", why.message);
     return;
   }
-  start_session(nl, s, rc, tcp);
+  start_session(nl, s, rc, &why, tcp);
 }
 
 /* ---- all sessions -------------------------------------------------------- */

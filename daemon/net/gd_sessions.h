@@ -33,8 +33,9 @@ size_t gd_sessions_count(gd_server *d);
 
 /* Accepts one pending connection from server (a listening pipe or TCP handle) and starts
  * serving it. Over limits.max_connections (or while draining) the connection is accepted and
- * closed at once: the client sees EOF. Returns 0 or a uv error (logged by the caller). */
-int gd_sessions_accept(gd_server *d, uv_stream_t *server);
+ * closed at once: the client sees EOF. Returns 0, or a gp code with err filled (libuv's reason,
+ * logged by the caller). */
+int gd_sessions_accept(gd_server *d, uv_stream_t *server, gp_error *err);
 
 /* Closes a session: stops reading, abandons its jobs, cancels its writes. why is logged. */
 void gd_sessions_close(gd_session *s, const char *why);

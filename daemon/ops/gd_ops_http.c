@@ -222,10 +222,10 @@ static int start_mhd(gd_ops_http *h, const gp_addr *addr, gp_error *err) {
 
 int gd_ops_http_start(gd_daemon *d, const char *listen, gd_ops_http **out, gp_error *err) {
   gp_addr addr;
-  char why[256];
+  gp_error why;
   *out = NULL;
-  if (gp_addr_parse(listen, GP_ADDR_LISTEN, &addr, why, sizeof why) != 0)
-    return gp_error_set(err, GP_E_INVALID_ARGUMENT, "metrics.listen: %s", why);
+  if (gp_addr_parse(listen, GP_ADDR_LISTEN, &addr, &why) != 0)
+    return gp_error_set(err, why.code, "metrics.listen: %s", why.message);
   if (addr.kind != GP_ADDR_TCP)
     return gp_error_set(err, GP_E_INVALID_ARGUMENT, "metrics.listen: %s: expected tcp:HOST:PORT",
                         listen);

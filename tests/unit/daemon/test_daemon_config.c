@@ -498,7 +498,7 @@ START_TEST(exposed_addresses) {
       {"tcp:[fe80::1%lo]:1", true}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     gp_addr addr;
-    ck_assert_int_eq(gp_addr_parse(cases[i].addr, GP_ADDR_LISTEN, &addr, NULL, 0), 0);
+    ck_assert_int_eq(gp_addr_parse(cases[i].addr, GP_ADDR_LISTEN, &addr, NULL), 0);
     ck_assert_msg(gd_auth_exposed(&addr) == cases[i].exposed, "%s", cases[i].addr);
   }
 }

@@ -10,8 +10,9 @@
 
 static gp_addr parse_ok(const char *text, gp_addr_use use) {
   gp_addr a;
-  char why[256] = "";
-  ck_assert_msg(gp_addr_parse(text, use, &a, why, sizeof why) == 0, "%s: %s", text, why);
+  gp_error err;
+  gp_error_clear(&err);
+  ck_assert_msg(gp_addr_parse(text, use, &a, &err) == 0, "%s: %s", text, err.message);
   return a;
 }
 
@@ -21,8 +22,12 @@ static void parse_bad(const char *text, const char *why_contains) {
   for (size_t u = 0; u < 2; u++) {
     gp_addr a;
     memset(&a, 0x5a, sizeof a);
-    char why[256] = "";
-    ck_assert_msg(gp_addr_parse(text, uses[u], &a, why, sizeof why) == -1, "%s accepted", text);
+    gp_error err;
+    gp_error_clear(&err);
+    ck_assert_msg(gp_addr_parse(text, uses[u], &a, &err) == GP_E_INVALID_ARGUMENT, "%s accepted",
+                  text);
+    ck_assert_int_eq(err.code, GP_E_INVALID_ARGUMENT);
+    const char *why = err.message;
     ck_assert_msg(strstr(why, why_contains), "%s: reason \"%s\" lacks \"%s\"", text, why,
                   why_contains);
     ck_assert_msg(why[0] == '"', "%s: reason \"%s\" does not quote the address", text, why);
@@ -111,10 +116,10 @@ START_TEST(port_zero_by_use) {
   for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
     gp_addr a = parse_ok(forms[i], GP_ADDR_LISTEN);
     ck_assert_uint_eq(a.port, 0);
-    char why[256] = "";
-    ck_assert_int_eq(gp_addr_parse(forms[i], GP_ADDR_CONNECT, &a, why, sizeof why), -1);
-    ck_assert_msg(strstr(why, "out of range 1..65535"), "%s", why);
-    ck_assert_msg(strstr(why, "port 0 only for a listener"), "%s", why);
+    gp_error err;
+    ck_assert_int_eq(gp_addr_parse(forms[i], GP_ADDR_CONNECT, &a, &err), GP_E_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "out of range 1..65535"), "%s", err.message);
+    ck_assert_msg(strstr(err.message, "port 0 only for a listener"), "%s", err.message);
   }
 }
 END_TEST
@@ -153,16 +158,18 @@ START_TEST(junk) {
   parse_bad(" tcp:127.0.0.1:80", "unix: or tcp:");
 
   gp_addr a;
-  char why[256] = "";
-  ck_assert_int_eq(gp_addr_parse(NULL, GP_ADDR_CONNECT, &a, why, sizeof why), -1);
-  ck_assert_ptr_nonnull(strstr(why, "empty address"));
-  /* why is optional, and a short one is cut, never overrun */
-  ck_assert_int_eq(gp_addr_parse("tcp:h:x", GP_ADDR_CONNECT, &a, NULL, 0), -1);
-  char tiny[8];
-  memset(tiny, 'z', sizeof tiny);
-  ck_assert_int_eq(gp_addr_parse("tcp:h:x", GP_ADDR_CONNECT, &a, tiny, 5), -1);
-  ck_assert_uint_eq(strlen(tiny), 4);
-  ck_assert_int_eq(tiny[5], 'z');
+  gp_error err;
+  ck_assert_int_eq(gp_addr_parse(NULL, GP_ADDR_CONNECT, &a, &err), GP_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.message, "empty address"));
+  /* err is optional */
+  ck_assert_int_eq(gp_addr_parse("tcp:h:x", GP_ADDR_CONNECT, &a, NULL), GP_E_INVALID_ARGUMENT);
+  /* the longest text is quoted cut short, and the reason still fits the message */
+  char longest[GP_ADDR_TEXT_MAX];
+  memset(longest, 'h', sizeof longest - 1);
+  memcpy(longest, "tcp:", 4);
+  memcpy(longest + sizeof longest - 4, ":x", 3);
+  ck_assert_int_eq(gp_addr_parse(longest, GP_ADDR_CONNECT, &a, &err), GP_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.message, "host longer than 255 bytes"), "%s", err.message);
 }
 END_TEST
 
