@@ -6,7 +6,8 @@ byte offset bits 4-6 xor bits 7-9, zeros past the matrix's edges), reads every l
 fragments from it with the kernel's offsets (phys_k, frag_offsets), multiplies them with
 mma.sync m16n8k8 / m16n8k16's register semantics and stores the accumulators as the epilogue
 does; checks the result against NumPy for every configuration and layout on ragged shapes, with
-and without alpha/beta, and that no fragment load of a half-warp hits a bank twice.
+and without alpha/beta, and that no fragment load of a half-warp hits a bank twice; and that the
+persistent walk's grouped order (tile_origin) visits every tile once for each group size.
 The formulas are transcribed from the kernel: change them together.
 
     /usr/bin/python3 bench/dmma_f64_tma_layout.py      # exit 0: all match, no bank conflicts
@@ -133,9 +134,32 @@ def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng):
     return (float(np.max(np.abs(out - ref))) if not np.isnan(out).any() else float("nan")), conflicts
 
 
+def tile_origin(t, tiles_m, tiles_n, group):
+    """tile_origin<C>: tile t of the walk -> (tile row, tile column, problem), grouped order."""
+    tiles = tiles_m * tiles_n
+    pid, per_group = t % tiles, group * tiles_n
+    first_m = pid // per_group * group
+    rows, in_group = min(tiles_m - first_m, group), pid % per_group
+    return first_m + in_group % rows, in_group // rows, t // tiles
+
+
+def walk_ok():
+    """Every group size's walk visits each tile of every problem once (ragged last groups)."""
+    for group in (8, 16):
+        for tiles_m, tiles_n, batch in ((1, 1, 1), (7, 3, 2), (17, 5, 1), (64, 64, 1), (33, 40, 3)):
+            seen = [tile_origin(t, tiles_m, tiles_n, group) for t in range(tiles_m * tiles_n * batch)]
+            want = {(r, c, z) for r in range(tiles_m) for c in range(tiles_n) for z in range(batch)}
+            if len(set(seen)) != len(seen) or set(seen) != want:
+                print(f"walk group {group} {tiles_m}x{tiles_n}x{batch}: FAIL")
+                return False
+    print("walk groups 8, 16: every tile once: PASS")
+    return True
+
+
 def main():
     rng = np.random.default_rng(22)
-    configs = [(128, 128, 2, 8), (128, 96, 2, 8), (128, 64, 2, 8), (64, 64, 2, 8), (128, 64, 2, 16)]
+    configs = [(128, 128, 2, 8), (128, 96, 2, 8), (128, 64, 2, 8), (64, 64, 2, 8), (128, 64, 2, 16),
+               (128, 80, 4, 8)]
     shapes = [(34, 18, 38, -0.75, 1.5), (130, 100, 18, 1.0, 0.0)]
     failed = 0
     for bm, bn, warps_m, mma_k in configs:
@@ -147,7 +171,7 @@ def main():
                     failed += not ok
                     print(f"{bm}x{bn} k{mma_k} {'T' if ta else 'N'}{'T' if tb else 'N'} {m}x{n}x{k} "
                           f"max |err| {err:.1e}, conflicting loads {conflicts}: {'PASS' if ok else 'FAIL'}")
-    return 1 if failed else 0
+    return 1 if failed or not walk_ok() else 0
 
 
 if __name__ == "__main__":
