@@ -7,7 +7,9 @@ fragments from it with the kernel's offsets (phys_k, frag_offsets), multiplies t
 mma.sync m16n8k8 / m16n8k16's register semantics and stores the accumulators as the epilogue
 does; checks the result against NumPy for every configuration and layout on ragged shapes, with
 and without alpha/beta, and that no fragment load of a half-warp hits a bank twice; and that the
-persistent walk's grouped order (tile_origin) visits every tile once for each group size.
+persistent walk's grouped order (tile_origin) visits every tile once for each group size, and
+that the ring's mbarrier protocol (one and two fragment sets) neither deadlocks nor lets a load
+read a refilled stage.
 The formulas are transcribed from the kernel: change them together.
 
     /usr/bin/python3 bench/dmma_f64_tma_layout.py      # exit 0: all match, no bank conflicts
@@ -156,6 +158,98 @@ def walk_ok():
     return True
 
 
+def ring_producer(tiles, k_tiles, stages):
+    """The producer thread's ring calls: ('wait', barrier, stage, parity) then ('fill', stage, slot)."""
+    it = 0
+    for _ in range(tiles):
+        for _ in range(k_tiles):
+            s = it % stages
+            if it >= stages:
+                yield "wait", "empty", s, ((it // stages) + 1) & 1
+            yield "fill", s, it
+            it += 1
+
+
+def ring_consumer(tiles, k_tiles, stages, two_sets):
+    """A consumer warp's ring calls: waits, ('load', stage, slot it expects), ('arrive', stage).
+    two_sets follows consume_two_sets: a stage's second step loads before its first step's mma,
+    the next stage's first step before this stage is freed, the last k tile peeled."""
+    it = 0
+    for _ in range(tiles):
+        if k_tiles == 0:
+            continue
+        if not two_sets:
+            for _ in range(k_tiles):
+                s = it % stages
+                yield "wait", "full", s, (it // stages) & 1
+                yield "load", s, it
+                yield "load", s, it
+                yield "arrive", s
+                it += 1
+            continue
+        s = it % stages
+        yield "wait", "full", s, (it // stages) & 1
+        yield "load", s, it
+        for _ in range(k_tiles - 1):
+            yield "load", s, it
+            freed, s = s, (it + 1) % stages
+            yield "wait", "full", s, ((it + 1) // stages) & 1
+            yield "load", s, it + 1
+            yield "arrive", freed
+            it += 1
+        yield "load", s, it
+        yield "arrive", s
+        it += 1
+
+
+def ring_ok():
+    """The ring's mbarrier protocol under random interleavings (8 consumer warps, TMA fills that
+    land later): no deadlock, and every fragment load reads the k tile its slot expects (a stage
+    is never refilled before all its loads). try_wait.parity P passes while the barrier's
+    current phase's parity is not P, as on the GPU."""
+    rng = np.random.default_rng(22)
+    for stages in (6, 8):
+        for k_tiles in (0, 1, 2, 5, stages, 2 * stages + 3):
+            for tiles in (1, 3):
+                for two_sets in (False, True):
+                    for _ in range(20):
+                        agents = [ring_producer(tiles, k_tiles, stages)] + [
+                            ring_consumer(tiles, k_tiles, stages, two_sets) for _ in range(8)]
+                        head = [next(a, None) for a in agents]
+                        phases = {"full": [0] * stages, "empty": [0] * stages}
+                        empty_arrivals, data, landing = [0] * stages, [None] * stages, []
+                        while any(h is not None for h in head) or landing:
+                            ready = [i for i, h in enumerate(head) if h is not None and
+                                     (h[0] != "wait" or (phases[h[1]][h[2]] & 1) != h[3])]
+                            if not ready and not landing:
+                                print(f"ring {stages} stages, {k_tiles} k tiles x {tiles}, sets "
+                                      f"{1 + two_sets}: deadlock at {head}")
+                                return False
+                            pick = int(rng.integers(len(ready) + len(landing)))
+                            if pick >= len(ready):  # a fill lands: full's phase completes
+                                s, slot = landing.pop(pick - len(ready))
+                                data[s] = slot
+                                phases["full"][s] += 1
+                                continue
+                            i = ready[pick]
+                            h = head[i]
+                            if h[0] == "fill":
+                                data[h[1]] = None
+                                landing.append((h[1], h[2]))
+                            elif h[0] == "load" and data[h[1]] != h[2]:
+                                print(f"ring {stages} stages, {k_tiles} k tiles x {tiles}, sets "
+                                      f"{1 + two_sets}: slot {h[2]} read stage {h[1]} holding {data[h[1]]}")
+                                return False
+                            elif h[0] == "arrive":
+                                empty_arrivals[h[1]] += 1
+                                if empty_arrivals[h[1]] == 8:
+                                    empty_arrivals[h[1]] = 0
+                                    phases["empty"][h[1]] += 1
+                            head[i] = next(agents[i], None)
+    print("ring: one and two fragment sets, no deadlock, every load its k tile: PASS")
+    return True
+
+
 def main():
     rng = np.random.default_rng(22)
     configs = [(128, 128, 2, 8), (128, 96, 2, 8), (128, 64, 2, 8), (64, 64, 2, 8), (128, 64, 2, 16),
@@ -171,7 +265,8 @@ def main():
                     failed += not ok
                     print(f"{bm}x{bn} k{mma_k} {'T' if ta else 'N'}{'T' if tb else 'N'} {m}x{n}x{k} "
                           f"max |err| {err:.1e}, conflicting loads {conflicts}: {'PASS' if ok else 'FAIL'}")
-    return 1 if failed or not walk_ok() else 0
+    walk, ring = walk_ok(), ring_ok()
+    return 1 if failed or not walk or not ring else 0
 
 
 if __name__ == "__main__":

@@ -181,7 +181,8 @@ __device__ __forceinline__ void load_frags(const unsigned char *sa, const unsign
 
 /* One mma step: every m16 x n8 tile of the warp's takes its k8 (k16) from the fragments. */
 template <class C>
-__device__ __forceinline__ void mma_step(double (&acc)[C::MI][C::NI][4], const double (&af)[C::MI][C::A_FRAG],
+__device__ __forceinline__ void mma_step(double (&acc)[C::MI][C::NI][4],
+                                         const double (&af)[C::MI][C::A_FRAG],
                                          const double (&bf)[C::NI][C::B_FRAG]) {
 #pragma unroll
   for (int i = 0; i < C::MI; ++i)
@@ -198,9 +199,11 @@ __device__ __forceinline__ void mma_step(double (&acc)[C::MI][C::NI][4], const d
  * least NI - 1 mma issues to land in, and the two sets together hold little more than one. With
  * one row (MI 1) na loads at the start instead (its 4 doubles beside af's). */
 template <class C, bool TA, bool TB>
-__device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4], const double (&af)[C::MI][C::A_FRAG],
+__device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4],
+                                                  const double (&af)[C::MI][C::A_FRAG],
                                                   const double (&bf)[C::NI][C::B_FRAG],
-                                                  double (&na)[C::MI][C::A_FRAG], double (&nb)[C::NI][C::B_FRAG],
+                                                  double (&na)[C::MI][C::A_FRAG],
+                                                  double (&nb)[C::NI][C::B_FRAG],
                                                   const unsigned char *next_sa, const frag_offsets<TA> &ao,
                                                   const frag_offsets<!TB> &bo, int next_step) {
   constexpr int JS = C::MMA_K / 4, EARLY = C::MI > 1 ? C::MI - 1 : 1; /* na's rows loaded first */
@@ -208,7 +211,8 @@ __device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4]
   auto load_a = [&](int i) {
 #pragma unroll
     for (int e = 0; e < C::A_FRAG; ++e)
-      na[i][e] = *reinterpret_cast<const double *>(next_sa + ao.at(16 * i + 8 * (e % 2), next_step * JS + e / 2));
+      na[i][e] =
+          *reinterpret_cast<const double *>(next_sa + ao.at(16 * i + 8 * (e % 2), next_step * JS + e / 2));
   };
 #pragma unroll
   for (int i = 0; i < C::MI; ++i) {
