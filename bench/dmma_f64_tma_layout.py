@@ -67,10 +67,10 @@ def conflict_free(addresses):
     return True
 
 
-def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng):
+def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng, wgs=2):
     a, b, c0 = rng.uniform(-1, 1, (m, k)), rng.uniform(-1, 1, (k, n)), rng.uniform(-1, 1, (m, n))
     a_st, b_st = (a.T.copy() if ta else a), (b.T.copy() if tb else b)
-    wg_rows, warps_n = bm // 2, 4 // warps_m
+    wg_rows, warps_n = bm // wgs, 4 // warps_m
     wm_, wn_ = wg_rows // warps_m, bn // warps_n
     mi, ni, a_frag, b_frag, js = wm_ // 16, wn_ // 8, mma_k // 2, mma_k // 4, mma_k // 4
     a_bytes = bm * 16 * 8
@@ -91,7 +91,7 @@ def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng):
                 else:
                     for box in range(bn // 16):
                         tma_box(stage, a_bytes + box * 2048, b_st, n0 + 16 * box, k0, 16, 16)
-                for warp in range(8):
+                for warp in range(4 * wgs):
                     wm = (warp // 4) * wg_rows + ((warp % 4) // warps_n) * wm_
                     wn = ((warp % 4) % warps_n) * wn_
                     for step in range(16 // mma_k):
@@ -252,18 +252,18 @@ def ring_ok():
 
 def main():
     rng = np.random.default_rng(22)
-    configs = [(128, 128, 2, 8), (128, 96, 2, 8), (128, 64, 2, 8), (64, 64, 2, 8), (128, 64, 2, 16),
-               (128, 80, 4, 8)]
+    configs = [(128, 128, 2, 8, 2), (128, 96, 2, 8, 2), (128, 64, 2, 8, 2), (64, 64, 2, 8, 2),
+               (128, 64, 2, 16, 2), (128, 80, 4, 8, 2), (128, 128, 1, 8, 4)]
     shapes = [(34, 18, 38, -0.75, 1.5), (130, 100, 18, 1.0, 0.0)]
     failed = 0
-    for bm, bn, warps_m, mma_k in configs:
+    for bm, bn, warps_m, mma_k, wgs in configs:
         for ta in (False, True):
             for tb in (False, True):
                 for m, n, k, alpha, beta in shapes:
-                    err, conflicts = run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng)
+                    err, conflicts = run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng, wgs)
                     ok = err <= 1e-12 and conflicts == 0
                     failed += not ok
-                    print(f"{bm}x{bn} k{mma_k} {'T' if ta else 'N'}{'T' if tb else 'N'} {m}x{n}x{k} "
+                    print(f"{bm}x{bn} k{mma_k} {wgs}wg {'T' if ta else 'N'}{'T' if tb else 'N'} {m}x{n}x{k} "
                           f"max |err| {err:.1e}, conflicting loads {conflicts}: {'PASS' if ok else 'FAIL'}")
     walk, ring = walk_ok(), ring_ok()
     return 1 if failed or not walk or not ring else 0

@@ -58,6 +58,9 @@
  *   _db_g16 (128x128_db_g16): both.
  *   128x80, 128x80_db: warps of 16 x 80 (2.4 loads per mma against 128x96's 1.67), 120 tiles
  *     in one round at 1000x1200x800 (80%: 128x96's 104, at 0.75 of the wide tile's work).
+ *   128x128_4wg: 4 consumer warpgroups of 32 rows, 16 consumer warps of 32 x 32 (4 a
+ *     scheduler, against 2: more warps to hide the shared loads; 2 loads per mma, 120
+ *     registers, no spills; its _db spills 24-64 bytes, left out).
  * The waits cannot spin forever: the grid is at most the tile count (every CTA has a tile),
  * k = 0 waits for nothing, and the ring's slot `it` runs on across tiles, so a tile of fewer k
  * tiles than stages waits on phases the producer completes (racecheck is slow on the spins).
@@ -66,21 +69,22 @@
 #include "gk_fast_wgmma_tf32.cuh" /* the ring, mbarrier / TMA / setmaxnreg wrappers, gk__tf32_map */
 #include "gk_gpu.h"
 
-/* A configuration: CTA tile BM x BN x 16, two consumer warpgroups of BM / 2 rows, each 4 warps
- * as WARPS_M x (4 / WARPS_M) warp tiles; STAGES ring stages; MMA_K 8 (m16n8k8) or 16;
+/* A configuration: CTA tile BM x BN x 16, WGS (2) consumer warpgroups of BM / WGS rows, each 4
+ * warps as WARPS_M x (4 / WARPS_M) warp tiles; STAGES ring stages; MMA_K 8 (m16n8k8) or 16;
  * FRAG_SETS 1 (load a step's fragments, then its mma) or 2 (the next step's fragments load,
  * the next stage's first step included, while this step's mma issue); GROUP tile-rows per
  * group of the persistent walk's grouped order. */
 template <int BM_, int BN_, int WARPS_M_, int STAGES_, int MMA_K_ = 8, int FRAG_SETS_ = 1,
-          int GROUP_ = GK_GROUP_M>
+          int GROUP_ = GK_GROUP_M, int WGS_ = 2>
 struct gk__dmma_tma_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = 16, STAGES = STAGES_, MMA_K = MMA_K_;
   static constexpr int FRAG_SETS = FRAG_SETS_, GROUP = GROUP_;
   /* warpgroup 0 the producer, then the consumers; the producer gives its registers to them
    * (setmaxnreg: ptxas plans the consumers' code for CONSUMER_REGS, the wide tile's 64
    * accumulators and 24 fragment doubles do not fit the 168 of 384 threads otherwise, nor of
-   * 288: registers go to warps by fours) */
-  static constexpr int CONSUMER_WGS = 2, THREADS = 128 * (1 + CONSUMER_WGS);
+   * 288: registers go to warps by fours; with more consumers the producer keeps setmaxnreg's
+   * least, 24, and they share the rest) */
+  static constexpr int CONSUMER_WGS = WGS_, THREADS = 128 * (1 + CONSUMER_WGS);
   /* gk__ring_init's arrivals that free a stage: one per consumer warp */
   static constexpr int CONSUMERS = 4 * CONSUMER_WGS;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = 4 / WARPS_M;
@@ -91,7 +95,9 @@ struct gk__dmma_tma_cfg {
   static constexpr int A_BYTES = BM * BK * 8, B_BYTES = BN * BK * 8;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BOX_BYTES = 16 * 16 * 8; /* an M/N-major box: 16 k rows x 16 columns */
-  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+  static constexpr int PRODUCER_REGS = CONSUMER_WGS == 2 ? 40 : 24;
+  static constexpr int CONSUMER_REGS =
+      CONSUMER_WGS == 2 ? 232 : (65536 - PRODUCER_REGS * 128) / (128 * CONSUMER_WGS) / 8 * 8;
   static constexpr size_t SMEM_BYTES = 1024 + (size_t)STAGES * STAGE_BYTES + 16 * STAGES;
   static_assert(MMA_K == 8 || MMA_K == 16, "m16n8k8 or m16n8k16");
   static_assert(FRAG_SETS == 1 || (FRAG_SETS == 2 && BK / MMA_K == 2),
@@ -102,7 +108,8 @@ struct gk__dmma_tma_cfg {
   static_assert(STAGE_BYTES % 1024 == 0, "stages keep the swizzle's 1 KB period");
   static_assert(SMEM_BYTES <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
   static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMER_WGS <= 65536,
-                "the register file holds the producer and both consumers");
+                "the register file holds the producer and the consumers");
+  static_assert(CONSUMER_REGS % 8 == 0 && CONSUMER_REGS <= 256, "setmaxnreg's range");
 };
 
 namespace {
@@ -124,6 +131,9 @@ using cfg_wide_db_g16 = gk__dmma_tma_cfg<128, 128, 2, 6, 8, 2, 16>;
  * two fragment sets */
 using cfg_80 = gk__dmma_tma_cfg<128, 80, 4, 8>;
 using cfg_80_db = gk__dmma_tma_cfg<128, 80, 4, 8, 8, 2>;
+/* a variant: the wide tile over 4 consumer warpgroups of 32 rows (640 threads, 16 consumer
+ * warps of 32 x 32, 120 registers each; two fragment sets spill there) */
+using cfg_wide_4wg = gk__dmma_tma_cfg<128, 128, 1, 6, 8, 1, GK_GROUP_M, 4>;
 
 #if GK_WGMMA_DEVICE
 /* The physical k (of a stage's 16) holding logical k t + 4j: see the opening comment. */
@@ -512,3 +522,4 @@ GK22_VARIANT(128x80, "128x80 tile (warps of 16x80)", cfg_80);
 GK22_VARIANT(128x80_db, "128x80 tile (warps of 16x80), two fragment sets", cfg_80_db);
 GK22_VARIANT(128x128_g16, "wide tile, 16 tile-rows a walk group", cfg_wide_g16);
 GK22_VARIANT(128x128_db_g16, "wide tile, two fragment sets, 16 tile-rows a walk group", cfg_wide_db_g16);
+GK22_VARIANT(128x128_4wg, "wide tile over 4 consumer warpgroups", cfg_wide_4wg);

@@ -25,7 +25,7 @@ NAME=kern22-device.sh
 OUT=${OUT:-$PWD/build-k22/out}
 BUDGET=${K22_BUDGET:-460} # seconds for everything, leaving room under 8 minutes for the start and the summary
 # the configurations step 3 times, each at 1024^3 to 8192^3, 1000x1200x800 and 8192x8192x64
-K22_VARIANTS=${K22_VARIANTS:-dmma_f64_tma_128x128,dmma_f64_tma_128x128_db,dmma_f64_tma_128x128_g16,dmma_f64_tma_128x128_db_g16,dmma_f64_tma_128x96,dmma_f64_tma_128x96_db,dmma_f64_tma_128x80,dmma_f64_tma_128x80_db}
+K22_VARIANTS=${K22_VARIANTS:-dmma_f64_tma_128x128,dmma_f64_tma_128x128_db,dmma_f64_tma_128x128_g16,dmma_f64_tma_128x128_db_g16,dmma_f64_tma_128x96,dmma_f64_tma_128x96_db,dmma_f64_tma_128x80,dmma_f64_tma_128x80_db,dmma_f64_tma_128x128_4wg}
 BUILD=$PWD/build-k22
 JOBS=${K22_JOBS:-16}
 # shellcheck source=scripts/kern-device-steps.sh
