@@ -9,7 +9,7 @@ does; checks the result against NumPy for every configuration and layout on ragg
 and without alpha/beta, and that no fragment load of a half-warp hits a bank twice; and that the
 persistent walk's grouped order (tile_origin) visits every tile once for each group size, and
 that the ring's mbarrier protocol (one and two fragment sets) neither deadlocks nor lets a load
-read a refilled stage.
+read a refilled stage, and that frag_offsets' one-offset form (ONE) gives the same offsets.
 The formulas are transcribed from the kernel: change them together.
 
     /usr/bin/python3 bench/dmma_f64_tma_layout.py      # exit 0: all match, no bank conflicts
@@ -43,6 +43,28 @@ def at(mn, off, c, j):
     return off[j][(c >> 3) & 1] + (c >> 4) * 2048 if mn else off[j][0] + c * 128
 
 
+def at_one(mn, off, c, j):
+    """frag_offsets<MN, ONE = true>.at: off[0][0] alone, the rest XORed in."""
+    o = off[0][0]
+    return (o ^ (j << 8) ^ (j << 5) ^ ((c & 8) << 3)) + (c >> 4) * 2048 if mn else (o ^ (j << 4)) + c * 128
+
+
+def one_offsets_ok():
+    """The ONE form of frag_offsets gives at()'s offsets for every lane, warp tile and column."""
+    for mn in (False, True):
+        for first in range(0, 256, 16):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                off = frag_offsets(mn, first + g, g, t)
+                for j in range(4):
+                    for c in range(0, 128, 8):
+                        if at_one(mn, off, c, j) != at(mn, off, c, j):
+                            print(f"frag_offsets ONE, {'MN' if mn else 'K'}-major: FAIL")
+                            return False
+    print("frag_offsets ONE: the same offsets: PASS")
+    return True
+
+
 def swizzle(o):
     return o ^ (((o >> 7) & 7) << 4)
 
@@ -71,6 +93,7 @@ def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng, wgs=2):
     a, b, c0 = rng.uniform(-1, 1, (m, k)), rng.uniform(-1, 1, (k, n)), rng.uniform(-1, 1, (m, n))
     a_st, b_st = (a.T.copy() if ta else a), (b.T.copy() if tb else b)
     wg_rows, warps_n = bm // wgs, 4 // warps_m
+    at_ = at_one if wgs > 2 else at  # frag_offsets' ONE: C::ONE is WGS > 2
     wm_, wn_ = wg_rows // warps_m, bn // warps_n
     mi, ni, a_frag, b_frag, js = wm_ // 16, wn_ // 8, mma_k // 2, mma_k // 4, mma_k // 4
     a_bytes = bm * 16 * 8
@@ -101,12 +124,12 @@ def run(m, n, k, ta, tb, bm, bn, warps_m, mma_k, alpha, beta, rng, wgs=2):
                             ao, bo = frag_offsets(ta, wm + g, g, t), frag_offsets(not tb, wn + g, g, t)
                             for i in range(mi):
                                 for e in range(a_frag):
-                                    o = at(ta, ao, 16 * i + 8 * (e % 2), step * js + e // 2)
+                                    o = at_(ta, ao, 16 * i + 8 * (e % 2), step * js + e // 2)
                                     af[lane, i, e] = stage[o // 8]
                                     addr.setdefault(("a", i, e), []).append(o)
                             for j in range(ni):
                                 for e in range(b_frag):
-                                    o = a_bytes + at(not tb, bo, 8 * j, step * js + e)
+                                    o = a_bytes + at_(not tb, bo, 8 * j, step * js + e)
                                     bf[lane, j, e] = stage[o // 8]
                                     addr.setdefault(("b", j, e), []).append(o)
                         conflicts += sum(not conflict_free(v) for v in addr.values())
@@ -265,8 +288,8 @@ def main():
                     failed += not ok
                     print(f"{bm}x{bn} k{mma_k} {wgs}wg {'T' if ta else 'N'}{'T' if tb else 'N'} {m}x{n}x{k} "
                           f"max |err| {err:.1e}, conflicting loads {conflicts}: {'PASS' if ok else 'FAIL'}")
-    walk, ring = walk_ok(), ring_ok()
-    return 1 if failed or not walk or not ring else 0
+    walk, ring, one = walk_ok(), ring_ok(), one_offsets_ok()
+    return 1 if failed or not walk or not ring or not one else 0
 
 
 if __name__ == "__main__":

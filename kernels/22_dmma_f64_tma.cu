@@ -59,8 +59,9 @@
  *   128x80, 128x80_db: warps of 16 x 80 (2.4 loads per mma against 128x96's 1.67), 120 tiles
  *     in one round at 1000x1200x800 (80%: 128x96's 104, at 0.75 of the wide tile's work).
  *   128x128_4wg: 4 consumer warpgroups of 32 rows, 16 consumer warps of 32 x 32 (4 a
- *     scheduler, against 2: more warps to hide the shared loads; 2 loads per mma, 120
- *     registers, no spills; its _db spills 24-64 bytes, left out).
+ *     scheduler, against 2: more warps to hide the shared loads; 2 loads per mma, 112
+ *     registers (one fragment offset an operand, frag_offsets' ONE), no spills; its _db
+ *     spills, left out).
  * The waits cannot spin forever: the grid is at most the tile count (every CTA has a tile),
  * k = 0 waits for nothing, and the ring's slot `it` runs on across tiles, so a tile of fewer k
  * tiles than stages waits on phases the producer completes (racecheck is slow on the spins).
@@ -79,11 +80,14 @@ template <int BM_, int BN_, int WARPS_M_, int STAGES_, int MMA_K_ = 8, int FRAG_
 struct gk__dmma_tma_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = 16, STAGES = STAGES_, MMA_K = MMA_K_;
   static constexpr int FRAG_SETS = FRAG_SETS_, GROUP = GROUP_;
+  /* frag_offsets keeps one offset an operand, not 8, where the registers are tight */
+  static constexpr bool ONE = WGS_ > 2;
   /* warpgroup 0 the producer, then the consumers; the producer gives its registers to them
    * (setmaxnreg: ptxas plans the consumers' code for CONSUMER_REGS, the wide tile's 64
    * accumulators and 24 fragment doubles do not fit the 168 of 384 threads otherwise, nor of
-   * 288: registers go to warps by fours; with more consumers the producer keeps setmaxnreg's
-   * least, 24, and they share the rest) */
+   * 288: registers go to warps by fours; setmaxnreg only moves the registers the launch gave
+   * the CTA, LAUNCH_REGS a thread, between its warps: with more consumers the producer keeps
+   * setmaxnreg's least, 24, and they share the rest) */
   static constexpr int CONSUMER_WGS = WGS_, THREADS = 128 * (1 + CONSUMER_WGS);
   /* gk__ring_init's arrivals that free a stage: one per consumer warp */
   static constexpr int CONSUMERS = 4 * CONSUMER_WGS;
@@ -95,9 +99,10 @@ struct gk__dmma_tma_cfg {
   static constexpr int A_BYTES = BM * BK * 8, B_BYTES = BN * BK * 8;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BOX_BYTES = 16 * 16 * 8; /* an M/N-major box: 16 k rows x 16 columns */
+  static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8; /* __launch_bounds__(THREADS, 1) */
   static constexpr int PRODUCER_REGS = CONSUMER_WGS == 2 ? 40 : 24;
   static constexpr int CONSUMER_REGS =
-      CONSUMER_WGS == 2 ? 232 : (65536 - PRODUCER_REGS * 128) / (128 * CONSUMER_WGS) / 8 * 8;
+      (LAUNCH_REGS * THREADS - PRODUCER_REGS * 128) / (128 * CONSUMER_WGS) / 8 * 8; /* 232, 112 */
   static constexpr size_t SMEM_BYTES = 1024 + (size_t)STAGES * STAGE_BYTES + 16 * STAGES;
   static_assert(MMA_K == 8 || MMA_K == 16, "m16n8k8 or m16n8k16");
   static_assert(FRAG_SETS == 1 || (FRAG_SETS == 2 && BK / MMA_K == 2),
@@ -107,8 +112,8 @@ struct gk__dmma_tma_cfg {
   static_assert(BM % 16 == 0 && BN % 16 == 0 && BM <= 256 && BN <= 256, "TMA boxes");
   static_assert(STAGE_BYTES % 1024 == 0, "stages keep the swizzle's 1 KB period");
   static_assert(SMEM_BYTES <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
-  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMER_WGS <= 65536,
-                "the register file holds the producer and the consumers");
+  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMER_WGS <= LAUNCH_REGS * THREADS,
+                "the launch's registers hold the producer and the consumers (else setmaxnreg.inc waits)");
   static_assert(CONSUMER_REGS % 8 == 0 && CONSUMER_REGS <= 256, "setmaxnreg's range");
 };
 
@@ -132,7 +137,7 @@ using cfg_wide_db_g16 = gk__dmma_tma_cfg<128, 128, 2, 6, 8, 2, 16>;
 using cfg_80 = gk__dmma_tma_cfg<128, 80, 4, 8>;
 using cfg_80_db = gk__dmma_tma_cfg<128, 80, 4, 8, 8, 2>;
 /* a variant: the wide tile over 4 consumer warpgroups of 32 rows (640 threads, 16 consumer
- * warps of 32 x 32, 120 registers each; two fragment sets spill there) */
+ * warps of 32 x 32, 112 registers each, one fragment offset an operand; two sets spill) */
 using cfg_wide_4wg = gk__dmma_tma_cfg<128, 128, 1, 6, 8, 1, GK_GROUP_M, 4>;
 
 #if GK_WGMMA_DEVICE
@@ -148,13 +153,16 @@ __device__ __forceinline__ int phys_k(int t, int j) {
  * first row or column + g). K-major: row r, k at r * 128 + ((k >> 1) ^ r % 8) * 16 + (k & 1) * 8
  * (the 128-byte swizzle), r % 8 == g. M/N-major: column col, k at (col / 16) * 2048 + k * 128 +
  * (((col % 16) >> 1) ^ k % 8) * 16 + (col & 1) * 8, where col % 16 = g + c % 16: the odd 8 of c
- * flips bit 2 of the chunk (byte offset bit 6). */
-template <bool MN>
+ * flips bit 2 of the chunk (byte offset bit 6). ONE: keep off[0][0] alone and XOR the rest in
+ * at each load (for register-tight configurations): phys_k(t, j) == phys_k(t, 0) ^ 2j, and the
+ * fields (bit 3, the chunk's bits 4-6, k's bits 7-10 of M/N-major) do not overlap, so off[j][h]
+ * is off[0][0] ^ (j << 4) (K-major) or ^ (j << 8) ^ (j << 5) ^ (h << 6) (M/N-major). */
+template <bool MN, bool ONE = false>
 struct frag_offsets {
   int off[4][2]; /* [j][(c / 8) % 2] */
   __device__ __forceinline__ frag_offsets(int base, int g, int t) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < (ONE ? 1 : 4); ++j) {
       const int k = phys_k(t, j);
       if (MN) {
         off[j][0] = (base >> 4) * 2048 + k * 128 + (((g >> 1) ^ (k & 7)) << 4) + ((g & 1) << 3);
@@ -165,6 +173,9 @@ struct frag_offsets {
     }
   }
   __device__ __forceinline__ int at(int c, int j) const {
+    if (ONE)
+      return MN ? (off[0][0] ^ (j << 8) ^ (j << 5) ^ ((c & 8) << 3)) + (c >> 4) * 2048
+                : (off[0][0] ^ (j << 4)) + c * 128;
     return MN ? off[j][(c >> 3) & 1] + (c >> 4) * 2048 : off[j][0] + c * 128;
   }
 };
@@ -173,7 +184,8 @@ struct frag_offsets {
  * and B(k t + 4e, col g) of each m16 / n8 tile of the warp's, as the sm_90 f64 shapes take them. */
 template <class C, bool TA, bool TB>
 __device__ __forceinline__ void load_frags(const unsigned char *sa, const unsigned char *sb,
-                                           const frag_offsets<TA> &ao, const frag_offsets<!TB> &bo,
+                                           const frag_offsets<TA, C::ONE> &ao,
+                                           const frag_offsets<!TB, C::ONE> &bo,
                                            int step, double (&af)[C::MI][C::A_FRAG],
                                            double (&bf)[C::NI][C::B_FRAG]) {
   constexpr int JS = C::MMA_K / 4; /* logical k quarters per mma step */
@@ -214,8 +226,9 @@ __device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4]
                                                   const double (&bf)[C::NI][C::B_FRAG],
                                                   double (&na)[C::MI][C::A_FRAG],
                                                   double (&nb)[C::NI][C::B_FRAG],
-                                                  const unsigned char *next_sa, const frag_offsets<TA> &ao,
-                                                  const frag_offsets<!TB> &bo, int next_step) {
+                                                  const unsigned char *next_sa,
+                                                  const frag_offsets<TA, C::ONE> &ao,
+                                                  const frag_offsets<!TB, C::ONE> &bo, int next_step) {
   constexpr int JS = C::MMA_K / 4, EARLY = C::MI > 1 ? C::MI - 1 : 1; /* na's rows loaded first */
   const unsigned char *next_sb = next_sa + C::A_BYTES;
   auto load_a = [&](int i) {
@@ -252,8 +265,8 @@ __device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4]
  * freed after its set 1 mma issue (their operands, its last loads, are in registers). */
 template <class C, bool TA, bool TB>
 __device__ __forceinline__ void consume_two_sets(const gk__ring &ring, const unsigned char *ring_ptr, int it,
-                                                 int k_tiles, const frag_offsets<TA> &ao,
-                                                 const frag_offsets<!TB> &bo, int lane,
+                                                 int k_tiles, const frag_offsets<TA, C::ONE> &ao,
+                                                 const frag_offsets<!TB, C::ONE> &bo, int lane,
                                                  double (&acc)[C::MI][C::NI][4]) {
   if (k_tiles == 0) return;
   double a0[C::MI][C::A_FRAG], b0[C::NI][C::B_FRAG], a1[C::MI][C::A_FRAG], b1[C::NI][C::B_FRAG];
@@ -344,8 +357,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * C::WG_ROWS + ((warp % 4) / C::WARPS_N) * C::WM; /* in the tile */
   const int wn = ((warp % 4) % C::WARPS_N) * C::WN;
-  const frag_offsets<TA> a_offsets(wm + g, g, t);
-  const frag_offsets<!TB> b_offsets(wn + g, g, t);
+  const frag_offsets<TA, C::ONE> a_offsets(wm + g, g, t);
+  const frag_offsets<!TB, C::ONE> b_offsets(wn + g, g, t);
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
     tile_origin<C>(tile, tiles_m, tiles_n, &m0, &n0, &z);
