@@ -68,7 +68,10 @@
 extern "C" const gk_kernel gk_kernel_wgmma_f32x3, gk_kernel_wgmma_f32x3_pipe;
 /* 22's configurations one by one (kernels/22_dmma_f64_tma.cu, not registered), for --variants */
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x128, gk_kernel_dmma_f64_tma_128x96,
-    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16;
+    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16,
+    gk_kernel_dmma_f64_tma_128x128_db, gk_kernel_dmma_f64_tma_128x96_db,
+    gk_kernel_dmma_f64_tma_128x128_g16, gk_kernel_dmma_f64_tma_128x128_db_g16,
+    gk_kernel_dmma_f64_tma_128x80, gk_kernel_dmma_f64_tma_128x80_db, gk_kernel_dmma_f64_tma_128x128_4wg;
 
 #ifndef GEMMD_GIT_COMMIT
 #define GEMMD_GIT_COMMIT "unknown"
@@ -189,7 +192,10 @@ const variant kVariants[] = {
     {1, TF32(128, 128, 32, 2, 2, 3)},       {1, TF32(128, 256, 32, 2, 4, 3)},
     {4, gk_kernel_dmma_f64_tma_128x128},    {4, gk_kernel_dmma_f64_tma_128x96},
     {4, gk_kernel_dmma_f64_tma_128x64},     {4, gk_kernel_dmma_f64_tma_64x64},
-    {4, gk_kernel_dmma_f64_tma_128x64_k16},
+    {4, gk_kernel_dmma_f64_tma_128x64_k16}, {4, gk_kernel_dmma_f64_tma_128x128_db},
+    {4, gk_kernel_dmma_f64_tma_128x96_db},  {4, gk_kernel_dmma_f64_tma_128x128_g16},
+    {4, gk_kernel_dmma_f64_tma_128x128_db_g16}, {4, gk_kernel_dmma_f64_tma_128x80},
+    {4, gk_kernel_dmma_f64_tma_128x80_db},  {4, gk_kernel_dmma_f64_tma_128x128_4wg},
     {4, DMMA_F64(64, 64, 16, 2, 2, 4)},
     {4, DMMA_F64K(64, 64, 16, 2, 2, 4, 8)},  {4, DMMA_F64K(64, 64, 16, 4, 2, 4, 8)},
     {4, DMMA_F64K(128, 64, 16, 4, 2, 3, 8)}, {4, DMMA_F64K(64, 64, 32, 4, 2, 3, 16)},

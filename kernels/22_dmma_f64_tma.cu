@@ -47,21 +47,48 @@
  * 93% (55.8 TFLOP/s), 8192^3 89%, 1000x1200x800 80%, 8192x8192x64 102%, 64 x 256^3 103%; 10
  * in the same run 94% / 79% / 78% / 82% / 75% / 88% / 100%. ncu at 4096^3: the FP64 tensor
  * pipe busy 83% of the cycles, no spills, 168 registers (setmaxnreg), one CTA per SM.
+ *
+ * Tried (variants, bench_kernels --variants; not run yet):
+ *   _db (128x128_db, 128x96_db): two fragment sets; the next step's fragments (the next stage's
+ *     first step across a k tile) load as this step's mma issue and free their registers
+ *     (mma_step_prefetch), for the tensor pipe's idle 17% at 4096^3; no spills, no more
+ *     registers than one set with the loads interleaved (two whole sets spill at 232).
+ *   _g16 (128x128_g16): 16 tile-rows a group of the persistent walk (8 elsewhere), for 8192^3's
+ *     89% against 4096^3's 93%.
+ *   _db_g16 (128x128_db_g16): both.
+ *   128x80, 128x80_db: warps of 16 x 80 (2.4 loads per mma against 128x96's 1.67), 120 tiles
+ *     in one round at 1000x1200x800 (80%: 128x96's 104, at 0.75 of the wide tile's work).
+ *   128x128_4wg: 4 consumer warpgroups of 32 rows, 16 consumer warps of 32 x 32 (4 a
+ *     scheduler, against 2: more warps to hide the shared loads; 2 loads per mma, 112
+ *     registers (one fragment offset an operand, frag_offsets' ONE), no spills; its _db
+ *     spills, left out).
+ * The waits cannot spin forever: the grid is at most the tile count (every CTA has a tile),
+ * k = 0 waits for nothing, and the ring's slot `it` runs on across tiles, so a tile of fewer k
+ * tiles than stages waits on phases the producer completes (racecheck is slow on the spins).
  */
 #include "06_dmma_f64.cuh"  /* gk__dmma1688, gk__dmma_args, gk__store_pair */
 #include "08_wgmma_tf32.cuh" /* the ring, mbarrier / TMA / setmaxnreg wrappers, gk__tf32_map */
 #include "gk_gpu.h"
 
-/* A configuration: CTA tile BM x BN x 16, two consumer warpgroups of BM / 2 rows, each 4 warps
- * as WARPS_M x (4 / WARPS_M) warp tiles; STAGES ring stages; MMA_K 8 (m16n8k8) or 16. */
-template <int BM_, int BN_, int WARPS_M_, int STAGES_, int MMA_K_ = 8>
+/* A configuration: CTA tile BM x BN x 16, WGS (2) consumer warpgroups of BM / WGS rows, each 4
+ * warps as WARPS_M x (4 / WARPS_M) warp tiles; STAGES ring stages; MMA_K 8 (m16n8k8) or 16;
+ * FRAG_SETS 1 (load a step's fragments, then its mma) or 2 (the next step's fragments load,
+ * the next stage's first step included, while this step's mma issue); GROUP tile-rows per
+ * group of the persistent walk's grouped order. */
+template <int BM_, int BN_, int WARPS_M_, int STAGES_, int MMA_K_ = 8, int FRAG_SETS_ = 1,
+          int GROUP_ = GK_GROUP_M, int WGS_ = 2>
 struct gk__dmma_tma_cfg {
   static constexpr int BM = BM_, BN = BN_, BK = 16, STAGES = STAGES_, MMA_K = MMA_K_;
+  static constexpr int FRAG_SETS = FRAG_SETS_, GROUP = GROUP_;
+  /* frag_offsets keeps one offset an operand, not 8, where the registers are tight */
+  static constexpr bool ONE = WGS_ > 2;
   /* warpgroup 0 the producer, then the consumers; the producer gives its registers to them
    * (setmaxnreg: ptxas plans the consumers' code for CONSUMER_REGS, the wide tile's 64
    * accumulators and 24 fragment doubles do not fit the 168 of 384 threads otherwise, nor of
-   * 288: registers go to warps by fours) */
-  static constexpr int CONSUMER_WGS = 2, THREADS = 128 * (1 + CONSUMER_WGS);
+   * 288: registers go to warps by fours; setmaxnreg only moves the registers the launch gave
+   * the CTA, LAUNCH_REGS a thread, between its warps: with more consumers the producer keeps
+   * setmaxnreg's least, 24, and they share the rest) */
+  static constexpr int CONSUMER_WGS = WGS_, THREADS = 128 * (1 + CONSUMER_WGS);
   /* gk__ring_init's arrivals that free a stage: one per consumer warp */
   static constexpr int CONSUMERS = 4 * CONSUMER_WGS;
   static constexpr int WARPS_M = WARPS_M_, WARPS_N = 4 / WARPS_M;
@@ -72,24 +99,46 @@ struct gk__dmma_tma_cfg {
   static constexpr int A_BYTES = BM * BK * 8, B_BYTES = BN * BK * 8;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int BOX_BYTES = 16 * 16 * 8; /* an M/N-major box: 16 k rows x 16 columns */
-  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+  static constexpr int LAUNCH_REGS = 65536 / THREADS / 8 * 8; /* __launch_bounds__(THREADS, 1) */
+  static constexpr int PRODUCER_REGS = CONSUMER_WGS == 2 ? 40 : 24;
+  static constexpr int CONSUMER_REGS =
+      (LAUNCH_REGS * THREADS - PRODUCER_REGS * 128) / (128 * CONSUMER_WGS) / 8 * 8; /* 232, 112 */
   static constexpr size_t SMEM_BYTES = 1024 + (size_t)STAGES * STAGE_BYTES + 16 * STAGES;
   static_assert(MMA_K == 8 || MMA_K == 16, "m16n8k8 or m16n8k16");
+  static_assert(FRAG_SETS == 1 || (FRAG_SETS == 2 && BK / MMA_K == 2),
+                "two fragment sets: one for each of a stage's two mma steps");
+  static_assert(GROUP >= 1, "a group has at least one tile-row");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles of whole m16 tiles and n16 boxes");
   static_assert(BM % 16 == 0 && BN % 16 == 0 && BM <= 256 && BN <= 256, "TMA boxes");
   static_assert(STAGE_BYTES % 1024 == 0, "stages keep the swizzle's 1 KB period");
   static_assert(SMEM_BYTES <= 227 * 1024, "Hopper gives a block at most 227 KB of shared memory");
-  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMER_WGS <= 65536,
-                "the register file holds the producer and both consumers");
+  static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMER_WGS <= LAUNCH_REGS * THREADS,
+                "the launch's registers hold the producer and the consumers (else setmaxnreg.inc waits)");
+  static_assert(CONSUMER_REGS % 8 == 0 && CONSUMER_REGS <= 256, "setmaxnreg's range");
 };
 
 namespace {
 
-using cfg_wide = gk__dmma_tma_cfg<128, 128, 2, 6>;      /* warps of 32 x 64 */
-using cfg_mid = gk__dmma_tma_cfg<128, 96, 2, 7>;        /* warps of 32 x 48 */
-using cfg_half = gk__dmma_tma_cfg<128, 64, 2, 8>;       /* warps of 32 x 32 */
-using cfg_small = gk__dmma_tma_cfg<64, 64, 2, 8>;       /* warps of 16 x 32 */
+/* The registered configurations' fragment sets and walk group (the variants' _db and _g16
+ * measure the other choices; switching is this one line each). */
+constexpr int kSets = 1, kGroup = GK_GROUP_M;
+using cfg_wide = gk__dmma_tma_cfg<128, 128, 2, 6, 8, kSets, kGroup>; /* warps of 32 x 64 */
+using cfg_mid = gk__dmma_tma_cfg<128, 96, 2, 7, 8, kSets, kGroup>;   /* warps of 32 x 48 */
+using cfg_half = gk__dmma_tma_cfg<128, 64, 2, 8, 8, kSets, kGroup>;  /* warps of 32 x 32 */
+using cfg_small = gk__dmma_tma_cfg<64, 64, 2, 8, 8, kSets, kGroup>;  /* warps of 16 x 32 */
 using cfg_half_k16 = gk__dmma_tma_cfg<128, 64, 2, 8, 16>; /* a variant: m16n8k16 */
+/* variants: two fragment sets (wide, mid); 16 tile-rows a walk group; both (wide) */
+using cfg_wide_db = gk__dmma_tma_cfg<128, 128, 2, 6, 8, 2>;
+using cfg_mid_db = gk__dmma_tma_cfg<128, 96, 2, 7, 8, 2>;
+using cfg_wide_g16 = gk__dmma_tma_cfg<128, 128, 2, 6, 8, 1, 16>;
+using cfg_wide_db_g16 = gk__dmma_tma_cfg<128, 128, 2, 6, 8, 2, 16>;
+/* variants: 128 x 80 (warps of 16 x 80, 8 stages of 26 KB: 1000 x 1200 is 120 tiles), one or
+ * two fragment sets */
+using cfg_80 = gk__dmma_tma_cfg<128, 80, 4, 8>;
+using cfg_80_db = gk__dmma_tma_cfg<128, 80, 4, 8, 8, 2>;
+/* a variant: the wide tile over 4 consumer warpgroups of 32 rows (640 threads, 16 consumer
+ * warps of 32 x 32, 112 registers each, one fragment offset an operand; two sets spill) */
+using cfg_wide_4wg = gk__dmma_tma_cfg<128, 128, 1, 6, 8, 1, GK_GROUP_M, 4>;
 
 #if GK_WGMMA_DEVICE
 /* The physical k (of a stage's 16) holding logical k t + 4j: see the opening comment. */
@@ -104,13 +153,16 @@ __device__ __forceinline__ int phys_k(int t, int j) {
  * first row or column + g). K-major: row r, k at r * 128 + ((k >> 1) ^ r % 8) * 16 + (k & 1) * 8
  * (the 128-byte swizzle), r % 8 == g. M/N-major: column col, k at (col / 16) * 2048 + k * 128 +
  * (((col % 16) >> 1) ^ k % 8) * 16 + (col & 1) * 8, where col % 16 = g + c % 16: the odd 8 of c
- * flips bit 2 of the chunk (byte offset bit 6). */
-template <bool MN>
+ * flips bit 2 of the chunk (byte offset bit 6). ONE: keep off[0][0] alone and XOR the rest in
+ * at each load (for register-tight configurations): phys_k(t, j) == phys_k(t, 0) ^ 2j, and the
+ * fields (bit 3, the chunk's bits 4-6, k's bits 7-10 of M/N-major) do not overlap, so off[j][h]
+ * is off[0][0] ^ (j << 4) (K-major) or ^ (j << 8) ^ (j << 5) ^ (h << 6) (M/N-major). */
+template <bool MN, bool ONE = false>
 struct frag_offsets {
   int off[4][2]; /* [j][(c / 8) % 2] */
   __device__ __forceinline__ frag_offsets(int base, int g, int t) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < (ONE ? 1 : 4); ++j) {
       const int k = phys_k(t, j);
       if (MN) {
         off[j][0] = (base >> 4) * 2048 + k * 128 + (((g >> 1) ^ (k & 7)) << 4) + ((g & 1) << 3);
@@ -121,6 +173,9 @@ struct frag_offsets {
     }
   }
   __device__ __forceinline__ int at(int c, int j) const {
+    if (ONE)
+      return MN ? (off[0][0] ^ (j << 8) ^ (j << 5) ^ ((c & 8) << 3)) + (c >> 4) * 2048
+                : (off[0][0] ^ (j << 4)) + c * 128;
     return MN ? off[j][(c >> 3) & 1] + (c >> 4) * 2048 : off[j][0] + c * 128;
   }
 };
@@ -129,7 +184,8 @@ struct frag_offsets {
  * and B(k t + 4e, col g) of each m16 / n8 tile of the warp's, as the sm_90 f64 shapes take them. */
 template <class C, bool TA, bool TB>
 __device__ __forceinline__ void load_frags(const unsigned char *sa, const unsigned char *sb,
-                                           const frag_offsets<TA> &ao, const frag_offsets<!TB> &bo,
+                                           const frag_offsets<TA, C::ONE> &ao,
+                                           const frag_offsets<!TB, C::ONE> &bo,
                                            int step, double (&af)[C::MI][C::A_FRAG],
                                            double (&bf)[C::NI][C::B_FRAG]) {
   constexpr int JS = C::MMA_K / 4; /* logical k quarters per mma step */
@@ -143,6 +199,111 @@ __device__ __forceinline__ void load_frags(const unsigned char *sa, const unsign
 #pragma unroll
     for (int e = 0; e < C::B_FRAG; ++e)
       bf[j][e] = *reinterpret_cast<const double *>(sb + bo.at(8 * j, step * JS + e));
+}
+
+/* One mma step: every m16 x n8 tile of the warp's takes its k8 (k16) from the fragments. */
+template <class C>
+__device__ __forceinline__ void mma_step(double (&acc)[C::MI][C::NI][4],
+                                         const double (&af)[C::MI][C::A_FRAG],
+                                         const double (&bf)[C::NI][C::B_FRAG]) {
+#pragma unroll
+  for (int i = 0; i < C::MI; ++i)
+#pragma unroll
+    for (int j = 0; j < C::NI; ++j) {
+      if constexpr (C::MMA_K == 16) gk__dmma16816(acc[i][j], af[i], bf[j]);
+      else gk__dmma1688(acc[i][j], af[i], bf[j]);
+    }
+}
+
+/* One mma step on fragments (af, bf) that loads the next step's (step `next_step` of the stage at
+ * next_sa) into (na, nb) as this step's registers go dead: na's rows but the last when the last
+ * row of mma starts, nb[j] after mma (MI - 1, j), na's last row at the end. Each load then has at
+ * least NI - 1 mma issues to land in, and the two sets together hold little more than one. With
+ * one row (MI 1) na loads at the start instead (its 4 doubles beside af's). */
+template <class C, bool TA, bool TB>
+__device__ __forceinline__ void mma_step_prefetch(double (&acc)[C::MI][C::NI][4],
+                                                  const double (&af)[C::MI][C::A_FRAG],
+                                                  const double (&bf)[C::NI][C::B_FRAG],
+                                                  double (&na)[C::MI][C::A_FRAG],
+                                                  double (&nb)[C::NI][C::B_FRAG],
+                                                  const unsigned char *next_sa,
+                                                  const frag_offsets<TA, C::ONE> &ao,
+                                                  const frag_offsets<!TB, C::ONE> &bo, int next_step) {
+  constexpr int JS = C::MMA_K / 4, EARLY = C::MI > 1 ? C::MI - 1 : 1; /* na's rows loaded first */
+  const unsigned char *next_sb = next_sa + C::A_BYTES;
+  auto load_a = [&](int i) {
+#pragma unroll
+    for (int e = 0; e < C::A_FRAG; ++e)
+      na[i][e] =
+          *reinterpret_cast<const double *>(next_sa + ao.at(16 * i + 8 * (e % 2), next_step * JS + e / 2));
+  };
+#pragma unroll
+  for (int i = 0; i < C::MI; ++i) {
+    if (i == C::MI - 1) {
+#pragma unroll
+      for (int r = 0; r < EARLY; ++r) load_a(r);
+    }
+#pragma unroll
+    for (int j = 0; j < C::NI; ++j) {
+      if constexpr (C::MMA_K == 16) gk__dmma16816(acc[i][j], af[i], bf[j]);
+      else gk__dmma1688(acc[i][j], af[i], bf[j]);
+      if (i == C::MI - 1) {
+#pragma unroll
+        for (int e = 0; e < C::B_FRAG; ++e)
+          nb[j][e] = *reinterpret_cast<const double *>(next_sb + bo.at(8 * j, next_step * JS + e));
+      }
+    }
+  }
+#pragma unroll
+  for (int r = EARLY; r < C::MI; ++r) load_a(r);
+}
+
+/* A tile's k tiles (ring slots it, it + 1, ...) with two fragment sets: set 1 (a stage's second
+ * step) loads while set 0's mma issue, and set 0 of the next stage while set 1's do, so the
+ * tensor pipe has queued work while the shared loads are in flight. The next stage is waited
+ * for after this stage's first step (the last k tile, peeled, loads no further). A stage is
+ * freed after its set 1 mma issue (their operands, its last loads, are in registers). */
+template <class C, bool TA, bool TB>
+__device__ __forceinline__ void consume_two_sets(const gk__ring &ring, const unsigned char *ring_ptr, int it,
+                                                 int k_tiles, const frag_offsets<TA, C::ONE> &ao,
+                                                 const frag_offsets<!TB, C::ONE> &bo, int lane,
+                                                 double (&acc)[C::MI][C::NI][4]) {
+  if (k_tiles == 0) return;
+  double a0[C::MI][C::A_FRAG], b0[C::NI][C::B_FRAG], a1[C::MI][C::A_FRAG], b1[C::NI][C::B_FRAG];
+  int s = it % C::STAGES;
+  gk__mbar_wait(ring.full0 + 8 * s, (it / C::STAGES) & 1);
+  const unsigned char *sa = ring_ptr + s * C::STAGE_BYTES;
+  load_frags<C, TA, TB>(sa, sa + C::A_BYTES, ao, bo, 0, a0, b0);
+  for (int kt = 0; kt + 1 < k_tiles; ++kt, ++it) {
+    mma_step_prefetch<C, TA, TB>(acc, a0, b0, a1, b1, sa, ao, bo, 1);
+    const int freed = s;
+    s = (it + 1) % C::STAGES;
+    gk__mbar_wait(ring.full0 + 8 * s, ((it + 1) / C::STAGES) & 1);
+    sa = ring_ptr + s * C::STAGE_BYTES;
+    mma_step_prefetch<C, TA, TB>(acc, a1, b1, a0, b0, sa, ao, bo, 0);
+    __syncwarp(); /* every lane's fragments of stage `freed` are in its registers */
+    if (lane == 0) gk__mbar_arrive(ring.empty0 + 8 * freed);
+  }
+  mma_step_prefetch<C, TA, TB>(acc, a0, b0, a1, b1, sa, ao, bo, 1); /* the last k tile */
+  mma_step<C>(acc, a1, b1);
+  __syncwarp();
+  if (lane == 0) gk__mbar_arrive(ring.empty0 + 8 * s);
+}
+
+/* Where tile t of the walk starts: gk__tile_origin's grouped order, with C::GROUP tile-rows a
+ * group (16 for two CTAs' worth of rows per 132 SMs: the walk's A and B panels in L2 more even). */
+template <class C>
+__device__ __forceinline__ void tile_origin(int64_t t, int tiles_m, int tiles_n, int *m0, int *n0, int *z) {
+  if constexpr (C::GROUP == GK_GROUP_M) {
+    gk__tile_origin(t, tiles_m, tiles_n, C::BM, C::BN, m0, n0, z);
+  } else {
+    const int64_t tiles = (int64_t)tiles_m * tiles_n;
+    const int pid = (int)(t % tiles), per_group = C::GROUP * tiles_n, group = pid / per_group;
+    const int first_m = group * C::GROUP, rows = min(tiles_m - first_m, C::GROUP);
+    const int in_group = pid - group * per_group;
+    *z = (int)(t / tiles);
+    *m0 = (first_m + in_group % rows) * C::BM, *n0 = (in_group / rows) * C::BN;
+  }
 }
 
 /* Producer, ring slot `it`: the k tile at k0 of the tile at (m0, n0) of problem z. */
@@ -185,7 +346,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (threadIdx.x != 0) return;
     int it = 0; /* k tiles loaded so far: the ring's running slot */
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-      gk__tile_origin(tile, tiles_m, tiles_n, C::BM, C::BN, &m0, &n0, &z);
+      tile_origin<C>(tile, tiles_m, tiles_n, &m0, &n0, &z);
       for (int kt = 0; kt < k_tiles; ++kt, ++it)
         produce<C, TA, TB>(ring, it, &map_a, &map_b, m0, n0, kt * C::BK, z);
     }
@@ -196,11 +357,11 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wm = (warp / 4) * C::WG_ROWS + ((warp % 4) / C::WARPS_N) * C::WM; /* in the tile */
   const int wn = ((warp % 4) % C::WARPS_N) * C::WN;
-  const frag_offsets<TA> a_offsets(wm + g, g, t);
-  const frag_offsets<!TB> b_offsets(wn + g, g, t);
+  const frag_offsets<TA, C::ONE> a_offsets(wm + g, g, t);
+  const frag_offsets<!TB, C::ONE> b_offsets(wn + g, g, t);
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    gk__tile_origin(tile, tiles_m, tiles_n, C::BM, C::BN, &m0, &n0, &z);
+    tile_origin<C>(tile, tiles_m, tiles_n, &m0, &n0, &z);
     double acc[C::MI][C::NI][4];
 #pragma unroll
     for (int i = 0; i < C::MI; ++i)
@@ -208,24 +369,23 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       for (int j = 0; j < C::NI; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-      const int s = it % C::STAGES;
-      gk__mbar_wait(ring.full0 + 8 * s, (it / C::STAGES) & 1);
-      const unsigned char *sa = ring_ptr + s * C::STAGE_BYTES, *sb = sa + C::A_BYTES;
+    if constexpr (C::FRAG_SETS == 2) {
+      consume_two_sets<C, TA, TB>(ring, ring_ptr, it, k_tiles, a_offsets, b_offsets, lane, acc);
+      it += k_tiles;
+    } else {
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        const int s = it % C::STAGES;
+        gk__mbar_wait(ring.full0 + 8 * s, (it / C::STAGES) & 1);
+        const unsigned char *sa = ring_ptr + s * C::STAGE_BYTES, *sb = sa + C::A_BYTES;
 #pragma unroll
-      for (int step = 0; step < C::BK / C::MMA_K; ++step) {
-        double af[C::MI][C::A_FRAG], bf[C::NI][C::B_FRAG];
-        load_frags<C, TA, TB>(sa, sb, a_offsets, b_offsets, step, af, bf);
-#pragma unroll
-        for (int i = 0; i < C::MI; ++i)
-#pragma unroll
-          for (int j = 0; j < C::NI; ++j) {
-            if constexpr (C::MMA_K == 16) gk__dmma16816(acc[i][j], af[i], bf[j]);
-            else gk__dmma1688(acc[i][j], af[i], bf[j]);
-          }
+        for (int step = 0; step < C::BK / C::MMA_K; ++step) {
+          double af[C::MI][C::A_FRAG], bf[C::NI][C::B_FRAG];
+          load_frags<C, TA, TB>(sa, sb, a_offsets, b_offsets, step, af, bf);
+          mma_step<C>(acc, af, bf);
+        }
+        __syncwarp(); /* every lane's fragments are in its registers: the stage may be refilled */
+        if (lane == 0) gk__mbar_arrive(ring.empty0 + 8 * s);
       }
-      __syncwarp(); /* every lane's fragments are in its registers: the stage may be refilled */
-      if (lane == 0) gk__mbar_arrive(ring.empty0 + 8 * s);
     }
     /* accumulator (i, j): rows g and g + 8 of its m16 tile, columns 2t, 2t + 1 of its n8 */
     double *c = args.c + (int64_t)z * args.stride_c;
@@ -295,8 +455,13 @@ cudaError_t launch_with(const gk_problem *p, int sms, cudaStream_t stream) {
 }
 
 /* The time of p on configuration C in units of one wide tile's work: rounds of sms tiles, each
- * as long as C's tile, over the share of the tensor rate that C's tile keeps (a guess to be
- * replaced by the measured ratios: smaller warp tiles load more per mma). */
+ * as long as C's tile, over the share of the wide tile's rate that C's tile keeps (smaller warp
+ * tiles load more per mma). The rates are measured (H200, bench_kernels --variants at 2048^3
+ * and 4096^3, each config's ratio to cuBLAS over its rounds' fill, relative to the wide tile's):
+ * 128x96 0.87 (0.86, 0.88), 128x64 0.90 (0.91, 0.89), 64x64 0.72 (0.72, 0.72). 1000x1200x800
+ * stays on 128x96 (104 tiles, one round; 0.75 / 0.87 of the wide tile's one round of 80): that
+ * run's variant rows gave 128x128 76% and 128x96 73%, but the registered row on 128x96 80%,
+ * the spread of one --quick run. */
 template <class C>
 double cost(const gk_problem *p, int sms, double rate) {
   const int64_t tiles = ((p->m + C::BM - 1) / C::BM) * ((p->n + C::BN - 1) / C::BN) * p->batch;
@@ -312,8 +477,8 @@ bool dmma_f64_tma_supports(const gk_problem *p, int cc) {
 cudaError_t dmma_f64_tma_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   if (!dmma_f64_tma_supports(p, 90)) return cudaErrorInvalidValue;
   const int sms = gk__sm_count(ctx);
-  const double wide = cost<cfg_wide>(p, sms, 1.0), mid = cost<cfg_mid>(p, sms, 0.95),
-               half = cost<cfg_half>(p, sms, 0.9), small = cost<cfg_small>(p, sms, 0.75);
+  const double wide = cost<cfg_wide>(p, sms, 1.0), mid = cost<cfg_mid>(p, sms, 0.87),
+               half = cost<cfg_half>(p, sms, 0.9), small = cost<cfg_small>(p, sms, 0.72);
   if (wide <= mid && wide <= half && wide <= small) return launch_with<cfg_wide>(p, sms, stream);
   if (mid <= half && mid <= small) return launch_with<cfg_mid>(p, sms, stream);
   if (half <= small) return launch_with<cfg_half>(p, sms, stream);
@@ -360,3 +525,14 @@ extern "C" const gk_kernel gk_kernel_dmma_f64_tma_64x64 = {
 extern "C" const gk_kernel gk_kernel_dmma_f64_tma_128x64_k16 = {
     "dmma_f64_tma_128x64_k16", "22's 128x64 tile with m16n8k16, NN only", nn_supports,
     nn_launch<cfg_half_k16>, 0};
+/* The tuning variants (the opening comment's "tried" list), each a configuration alone. */
+#define GK22_VARIANT(NAME, DESC, CFG)                                                              \
+  extern "C" const gk_kernel gk_kernel_dmma_f64_tma_##NAME = {                                     \
+      "dmma_f64_tma_" #NAME, "22's " DESC, dmma_f64_tma_supports, variant_launch<CFG>, 0}
+GK22_VARIANT(128x128_db, "wide tile, two fragment sets", cfg_wide_db);
+GK22_VARIANT(128x96_db, "128x96 tile, two fragment sets", cfg_mid_db);
+GK22_VARIANT(128x80, "128x80 tile (warps of 16x80)", cfg_80);
+GK22_VARIANT(128x80_db, "128x80 tile (warps of 16x80), two fragment sets", cfg_80_db);
+GK22_VARIANT(128x128_g16, "wide tile, 16 tile-rows a walk group", cfg_wide_g16);
+GK22_VARIANT(128x128_db_g16, "wide tile, two fragment sets, 16 tile-rows a walk group", cfg_wide_db_g16);
+GK22_VARIANT(128x128_4wg, "wide tile over 4 consumer warpgroups", cfg_wide_4wg);

@@ -1398,7 +1398,10 @@ static void run_f32x3(test_env *env, bool quick)
 /* 22's configurations one by one (kernels/22_dmma_f64_tma.cu; not registered): the registered
  * form picks one by the grid's size, so the shapes alone would leave some unreached. */
 extern const gk_kernel gk_kernel_dmma_f64_tma_128x128, gk_kernel_dmma_f64_tma_128x96,
-    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16;
+    gk_kernel_dmma_f64_tma_128x64, gk_kernel_dmma_f64_tma_64x64, gk_kernel_dmma_f64_tma_128x64_k16,
+    gk_kernel_dmma_f64_tma_128x128_db, gk_kernel_dmma_f64_tma_128x96_db,
+    gk_kernel_dmma_f64_tma_128x128_g16, gk_kernel_dmma_f64_tma_128x128_db_g16,
+    gk_kernel_dmma_f64_tma_128x80, gk_kernel_dmma_f64_tma_128x80_db, gk_kernel_dmma_f64_tma_128x128_4wg;
 
 /* f64 shapes 22 takes in every layout (TMA needs even leading dimensions: m, n and k even),
  * ragged against its 128 x 128 x 16, 128 x 96, 128 x 64 and 64 x 64 tiles: k tails and k shorter than a
@@ -1436,7 +1439,11 @@ static void run_f64(test_env *env, bool quick)
 {
   static const gk_kernel *const configs[] = {
       &gk_kernel_dmma_f64_tma_128x128, &gk_kernel_dmma_f64_tma_128x96, &gk_kernel_dmma_f64_tma_128x64,
-      &gk_kernel_dmma_f64_tma_64x64, &gk_kernel_dmma_f64_tma_128x64_k16, NULL};
+      &gk_kernel_dmma_f64_tma_64x64, &gk_kernel_dmma_f64_tma_128x64_k16,
+      &gk_kernel_dmma_f64_tma_128x128_db, &gk_kernel_dmma_f64_tma_128x96_db,
+      &gk_kernel_dmma_f64_tma_128x128_g16, &gk_kernel_dmma_f64_tma_128x128_db_g16,
+      &gk_kernel_dmma_f64_tma_128x80, &gk_kernel_dmma_f64_tma_128x80_db,
+      &gk_kernel_dmma_f64_tma_128x128_4wg, NULL};
   const gk_problem probe = {.dtype = GK_F64, .m = 256, .n = 256, .k = 256, .batch = 1, .alpha = 1};
   const gk_kernel *ours = gk_kernel_by_name("dmma_f64_tma");
   if (ours == NULL || !ours->supports(&probe, gk_gpu_ctx_cc(env->ctx))) {
