@@ -42,26 +42,33 @@
  * (odd leading dimensions above all) stays with 10. Registered before 10: auto's f64 kernel on
  * Hopper.
  *
- * Measured (H200, bench_kernels against cuBLAS's DGEMM at its best, same run, the first version
- * at 3fb044f; bench/RESULTS.md, "Round 3, thirteenth session"): 1024^3 100%, 2048^3 94%, 4096^3
- * 93% (55.8 TFLOP/s), 8192^3 89%, 1000x1200x800 80%, 8192x8192x64 102%, 64 x 256^3 103%; 10
- * in the same run 94% / 79% / 78% / 82% / 75% / 88% / 100%. ncu at 4096^3: the FP64 tensor
- * pipe busy 83% of the cycles, no spills, 168 registers (setmaxnreg), one CTA per SM.
+ * Measured (H200, bench_kernels against cuBLAS's DGEMM at its best, same run; bench/RESULTS.md,
+ * "Round 3, thirteenth session"), as registered now (two fragment sets, 128x80 in the pick,
+ * ce2369d): 1024^3 95%, 2048^3 102% (59.7 TFLOP/s), 4096^3 102% (61.2), 8192^3 95%,
+ * 1000x1200x800 113%, 8192x8192x64 106%, 64 x 256^3 103%; 10 in the same run 87% / 80% / 77%
+ * / 79% / 79% / 86% / 96%. The first version (one fragment set, 3fb044f): 100% / 94% / 93% /
+ * 89% / 80% / 102% / 103%; ncu at 4096^3 then: the FP64 tensor pipe busy 83% of the cycles, no
+ * spills, 168 registers (setmaxnreg), one CTA per SM.
  *
- * Tried (variants, bench_kernels --variants; not run yet):
+ * Tried (variants, bench_kernels --variants, run 2 at dc56d03; ratios to cuBLAS at 2048^3 /
+ * 4096^3 / 8192^3 / 1000x1200x800): one set 98 / 94 / 90 / 78%, and
  *   _db (128x128_db, 128x96_db): two fragment sets; the next step's fragments (the next stage's
  *     first step across a k tile) load as this step's mma issue and free their registers
  *     (mma_step_prefetch), for the tensor pipe's idle 17% at 4096^3; no spills, no more
- *     registers than one set with the loads interleaved (two whole sets spill at 232).
+ *     registers than one set with the loads interleaved (two whole sets spill at 232). 128x128_db
+ *     102 / 105 / 101 / 81%: the registered form now.
  *   _g16 (128x128_g16): 16 tile-rows a group of the persistent walk (8 elsewhere), for 8192^3's
- *     89% against 4096^3's 93%.
+ *     89% against 4096^3's 93%: 98 / 97 / 96 / 79%; with _db (_db_g16) 102 / 104 / 101 / 81%,
+ *     nothing over _db alone: not taken.
  *   _db_g16 (128x128_db_g16): both.
  *   128x80, 128x80_db: warps of 16 x 80 (2.4 loads per mma against 128x96's 1.67), 120 tiles
  *     in one round at 1000x1200x800 (80%: 128x96's 104, at 0.75 of the wide tile's work).
+ *     128x80_db 83 / 102 / 101 / 118% (1024^3 97%): in the pick, for grids of about one round.
  *   128x128_4wg: 4 consumer warpgroups of 32 rows, 16 consumer warps of 32 x 32 (4 a
  *     scheduler, against 2: more warps to hide the shared loads; 2 loads per mma, 112
  *     registers (one fragment offset an operand, frag_offsets' ONE), no spills; its _db
- *     spills, left out).
+ *     spills, left out): 98 / 98 / - / 81% (its 8192^3 row failed in the bench, with cuBLAS's
+ *     beside it: not looked into, not taken).
  * The waits cannot spin forever: the grid is at most the tile count (every CTA has a tile),
  * k = 0 waits for nothing, and the ring's slot `it` runs on across tiles, so a tile of fewer k
  * tiles than stages waits on phases the producer completes (racecheck is slow on the spins).

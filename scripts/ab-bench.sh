@@ -14,7 +14,8 @@
 # the change), ab-build.log and ab-runs.log; prints the table.
 # Knobs: AB_JOBS (16), AB_TIMEOUT (seconds per step, 240), GEMMD_COMMIT / AB_BEFORE_NAME
 # (the names the table shows), AB_BACKEND (gpu; cpu tries the script on a machine without
-# one, where bench_e2e has nothing to run), AB_CMAKE_ARGS (more configure arguments).
+# one, where bench_e2e has nothing to run), AB_CMAKE_ARGS (more configure arguments), AB_E2E
+# (1; 0 leaves bench_e2e out: the many-small-requests figures alone, sooner).
 set -uo pipefail
 before_src=${1:?usage: $0 BEFORE_DIR_OR_TAR}
 cd "$(dirname "$0")/.." || exit 1
@@ -40,7 +41,7 @@ build_tree() { # SRC BUILD
   timeout "$step_timeout" cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DGEMMD_BUILD_TESTS=OFF -DGEMMD_BUILD_BENCH=ON ${AB_CMAKE_ARGS:-} &&
     timeout "$step_timeout" cmake --build "$2" -j "$jobs" --target gemmd bench_throughput &&
-    if [ "${AB_BACKEND:-gpu}" = gpu ]; then
+    if [ "${AB_BACKEND:-gpu}" = gpu ] && [ "${AB_E2E:-1}" = 1 ]; then
       timeout "$step_timeout" cmake --build "$2" -j "$jobs" --target bench_e2e
     fi
 }

@@ -137,11 +137,13 @@ def main():
         ("Plain NumPy arrays through the Python client (`bench/python_autoshm.py`)",
          "autoshm.md", all_markdown_tables),
         ("gemmd as a BLAS, and gemmctl bench (`bench/blas.py`)", "blas.md", all_markdown_tables),
+        ("f64: kernel 22 against 10 and cuBLAS's DGEMM (`bench_kernels --dtype f64`, `scripts/kern22-device.sh`)",
+         "bench-f64.log", last_markdown_table),
         ("Before and after a restructuring (`scripts/ab-bench.sh`)", "ab.md", all_markdown_tables),
     ]
     for title, log, table_of in sections:
         text, run = newest(args, log)
-        table = table_of(text)
+        table = table_of(text) or last_markdown_table(text)  # a log kept as its markdown table
         parts += [f"### {title}", ""]
         parts += ([run, ""] + table) if table else ["(not in these runs)"]
         parts.append("")
