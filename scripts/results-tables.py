@@ -87,8 +87,10 @@ def baseline_table(text):
 
 
 def run_line(summary, env):
+    """The run's device, date, commit and script, from its summary's first line ("SCRIPT [MODE] |
+    commit C | device: D | ...") and env.log (the date; the commit where the summary has none)."""
     first = summary.splitlines()[0] if summary else ""
-    fields = dict(re.findall(r"(commit|device): ([^|]+)", first))
+    fields = dict(re.findall(r"(commit|device):? ([^|]+)", first))
     commit = fields.get("commit", "unknown").strip()
     device = fields.get("device", "unknown").strip()
     if commit == "unknown":
@@ -96,8 +98,8 @@ def run_line(summary, env):
         commit = found.group(1) if found else commit
     when = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d UTC)", env)
     date = f", {when.group(1)}" if when else ""
-    mode = re.match(r"gpu-run\.sh (\w+)", first)
-    how = f"`scripts/gpu-run.sh {mode.group(1)}`" if mode else "`scripts/gpu-run.sh`"
+    script = first.split("|")[0].strip()
+    how = f"`scripts/{script}`" if script else "`scripts/gpu-run.sh`"
     return f"**Run:** {device}{date}; tree at commit `{commit}` ({how})."
 
 
