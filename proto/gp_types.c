@@ -229,12 +229,16 @@ static bool strided_bytes(uint64_t count, uint64_t cols, uint64_t ld, size_t siz
   return true;
 }
 
+uint64_t gp_gemm_operand_batch(const gp_gemm_hdr *hdr, gp_operand op) {
+  return (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias)
+             ? 1
+             : hdr->batch;
+}
+
 bool gp_gemm_operand_bytes(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *bytes) {
   uint64_t rows, cols, count;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
-  uint64_t batch = (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias)
-                       ? 1
-                       : hdr->batch;
+  uint64_t batch = gp_gemm_operand_batch(hdr, op);
   gp_dtype dtype = op == GP_OPERAND_C ? gp_gemm_out_dtype(hdr) : hdr->dtype;
   return mul_u64(rows, batch, &count) &&
          strided_bytes(count, cols, hdr->ld[op], gp_dtype_size(dtype), bytes);

@@ -161,6 +161,9 @@ bool gp_dtype_cast_ok(gp_dtype dtype, gp_dtype out);
 
 /* Rows and columns of an operand as stored (after the transpose flags; C with bias: 1 x n). */
 void gp_gemm_operand_shape(const gp_gemm_hdr *hdr, gp_operand op, uint64_t *rows, uint64_t *cols);
+/* How many matrices of that shape the operand holds: the batch, but one for B when broadcast_b
+ * and for C's bias row. */
+uint64_t gp_gemm_operand_batch(const gp_gemm_hdr *hdr, gp_operand op);
 
 /* Bytes of one operand for all batches: batch * rows * cols * dtype size (B: one matrix
  * when broadcast_b; C: one row of n when bias; C in the out dtype). With a leading dimension

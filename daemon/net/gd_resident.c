@@ -154,8 +154,7 @@ int gd_resident_operand(const gd_resident *t, uint64_t handle, const gp_gemm_hdr
   const gd_resident_op *r = &t->ops[i];
   uint64_t rows, cols;
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
-  uint64_t batch =
-      (op == GP_OPERAND_B && hdr->broadcast_b) || (op == GP_OPERAND_C && hdr->bias) ? 1 : hdr->batch;
+  uint64_t batch = gp_gemm_operand_batch(hdr, op);
   const gp_dtype dtype = op == GP_OPERAND_C ? gp_gemm_out_dtype(hdr) : hdr->dtype;
   if (r->hdr.dtype != dtype || r->hdr.rows != rows || r->hdr.cols != cols ||
       r->hdr.batch != batch)

@@ -78,10 +78,9 @@ static void ld_rows(const gp_gemm_hdr *hdr, gp_operand op, size_t *width, size_t
   gp_gemm_operand_shape(hdr, op, &rows, &cols);
   assert(hdr->ld[op] >= cols && !hdr->bias && !hdr->has_out_dtype);
   size_t size = gp_dtype_size(hdr->dtype);
-  uint64_t batch = op == GP_OPERAND_B && hdr->broadcast_b ? 1 : hdr->batch;
   *width = (size_t)(cols * size);
   *pitch = (size_t)(hdr->ld[op] * size);
-  *height = (size_t)(rows * batch);
+  *height = (size_t)(rows * gp_gemm_operand_batch(hdr, op));
 }
 
 cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
