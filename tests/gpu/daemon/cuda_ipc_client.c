@@ -344,15 +344,12 @@ static void one_gemm(env *e, gp_dtype t, bool ta, bool tb, bool with_c, uint64_t
         "in_shm=%d max error %g (scale %g)", r.result_in_shm, err, scale);
 }
 
-/* rows x cols packed elements at src laid out ld apart at dst (gap elements left as they are),
- * or back (pack: from strided to packed). */
-static void stride_copy(gp_dtype t, uint8_t *strided, uint8_t *packed, uint64_t rows,
-                        uint64_t cols, uint64_t ld, bool pack) {
+/* The rows x cols elements of strided (rows ld elements apart) into packed, row after row. */
+static void pack_rows(gp_dtype t, const uint8_t *strided, uint8_t *packed, uint64_t rows,
+                      uint64_t cols, uint64_t ld) {
   size_t es = elem_size(t);
-  for (uint64_t r = 0; r < rows; r++) {
-    uint8_t *s = strided + r * ld * es, *p = packed + r * cols * es;
-    memcpy(pack ? p : s, pack ? s : p, cols * es);
-  }
+  for (uint64_t r = 0; r < rows; r++)
+    memcpy(packed + r * cols * es, strided + r * ld * es, cols * es);
 }
 
 /* Leading dimensions in device memory (PROTOCOL.md, "Leading dimensions"): submatrices of
@@ -374,9 +371,9 @@ static void strided_gemm(env *e, gp_dtype t, bool ta) {
   uint8_t *wa = got + nc * es, *wb = wa + sa * es, *wc = wb + sb * es, *wc0 = wc + sc * es;
   fill(t, wa, sa), fill(t, wb, sb), fill(t, wc, sc);
   memcpy(wc0, wc, sc * es);
-  stride_copy(t, wa, a, h.batch * ra, ca, h.ld[0], true);
-  stride_copy(t, wb, b, h.batch * h.k, h.n, h.ld[1], true);
-  stride_copy(t, wc, c, h.batch * h.m, h.n, h.ld[2], true);
+  pack_rows(t, wa, a, h.batch * ra, ca, h.ld[0]);
+  pack_rows(t, wb, b, h.batch * h.k, h.n, h.ld[1]);
+  pack_rows(t, wc, c, h.batch * h.m, h.n, h.ld[2]);
   uint64_t off[3] = {0, (sa * es + 255) & ~255ull, 0};
   off[2] = off[1] + ((sb * es + 255) & ~255ull);
   char name[96];
@@ -403,7 +400,7 @@ static void strided_gemm(env *e, gp_dtype t, bool ta) {
   for (uint64_t row = 0; row < h.batch * h.m; row++)
     gaps_kept &= memcmp(wc + (row * h.ld[2] + h.n) * es, wc0 + (row * h.ld[2] + h.n) * es,
                         (h.ld[2] - h.n) * es) == 0;
-  stride_copy(t, wc, got, h.batch * h.m, h.n, h.ld[2], true);
+  pack_rows(t, wc, got, h.batch * h.m, h.n, h.ld[2]);
   h.ld[0] = h.ld[1] = h.ld[2] = 0; /* max_error reads the packed copies */
   double scale;
   double err = max_error(&h, a, b, c, got, &scale);

@@ -36,16 +36,21 @@ ALT_NAME = "libblas.so.3-x86_64-linux-gnu"
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 
 
+def random_matrix(rng, dt, *shape):
+    """Normal values of dtype dt (complex: normal real and imaginary parts)."""
+    x = rng.standard_normal(shape)
+    if np.issubdtype(dt, np.complexfloating):
+        x = x + 1j * rng.standard_normal(shape)
+    return x.astype(dt)
+
+
 def cases(seed=7):
     """(name, a, b) operand pairs in every layout NumPy hands BLAS."""
     rng = np.random.default_rng(seed)
     out = []
     for dt in DTYPES:
         def mk(*shape):
-            x = rng.standard_normal(shape)
-            if np.issubdtype(dt, np.complexfloating):
-                x = x + 1j * rng.standard_normal(shape)
-            return x.astype(dt)
+            return random_matrix(rng, dt, *shape)
         big, big2 = mk(70, 90), mk(90, 90)
         out += [
             ("%s-c" % dt.__name__, mk(33, 47), mk(47, 29)),
@@ -76,10 +81,7 @@ def scipy_cases(seed=9):
     out = []
     for letter, dt in zip("sdcz", DTYPES):
         def mk(*shape):
-            x = rng.standard_normal(shape)
-            if np.issubdtype(dt, np.complexfloating):
-                x = x + 1j * rng.standard_normal(shape)
-            return np.asfortranarray(x.astype(dt))
+            return np.asfortranarray(random_matrix(rng, dt, *shape))
         cplx = np.issubdtype(dt, np.complexfloating)
         for ta, tb in ((0, 0), (1, 0), (0, 1), (2 if cplx else 1, 1)):
             m, n, k = 37, 29, 61
