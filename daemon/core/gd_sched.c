@@ -633,14 +633,14 @@ static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
  * scheduler's value: hence the cast). */
 typedef struct {
   size_t jobs, running, delivering;
-  uint64_t delivering_bytes, reserved, next_id;
+  uint64_t delivering_bytes, reserved, extra, next_id;
 } sched_counts;
 
 static sched_counts read_counts(const gd_sched *cs) {
   gd_sched *s = (gd_sched *)cs;
   gd_sched_lock(s);
   sched_counts c = {s->job_count, s->running, s->delivering_jobs, s->delivering_bytes,
-                    s->reserved, s->next_id};
+                    s->reserved, s->extra, s->next_id};
   gd_sched_unlock(s);
   return c;
 }
@@ -650,6 +650,7 @@ size_t gd_sched_running(const gd_sched *s) { return read_counts(s).running; }
 size_t gd_sched_delivering(const gd_sched *s) { return read_counts(s).delivering; }
 uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return read_counts(s).delivering_bytes; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return read_counts(s).reserved; }
+uint64_t gd_sched_reserved_outside_jobs(const gd_sched *s) { return read_counts(s).extra; }
 
 uint64_t gd_sched_admitted(const gd_sched *s) { return read_counts(s).next_id - 1; }
 

@@ -187,6 +187,8 @@ uint64_t gd_sched_delivering_bytes(const gd_sched *s);
 uint64_t gd_sched_admitted(const gd_sched *s);
 /* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
+/* Of them, those held outside jobs (gd_sched_reserve: regions the daemon maps). */
+uint64_t gd_sched_reserved_outside_jobs(const gd_sched *s);
 
 /* Host memory the daemon holds outside jobs (shared-memory regions it maps, whose pages it may
  * fault in) counts against queue.memory_budget too: reserves bytes, or RESOURCE_EXHAUSTED with

@@ -98,7 +98,9 @@ static gd_sched_share share_of(const gd_session *s) {
       .conn_used = gd_conn_calls(c)->reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, gd_conn_peer_key(c)),
-      .peer_holds = peer_held(s),
+      /* only read against bytes held outside jobs: with none (the usual case) the walk over
+       * every connection is skipped, and admission's time under the shared lock with it */
+      .peer_holds = gd_netsched_reserved_outside_jobs(d->sched) > 0 ? peer_held(s) : 0,
       .prefer_devices = gd_conn_resident(c)->devices,
       .port = nl->port};
   if (d->peers.n > 1)
