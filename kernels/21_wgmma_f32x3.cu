@@ -86,6 +86,10 @@ struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<BS_, STAGES_> {
   /* the Y split: each thread takes Y_CHUNKS 16-byte chunks of one row of Y (BS rows of 8) */
   static constexpr int Y_CHUNKS = BS * 8 / 128;
   static constexpr int BUFFERS = BUFFERS_;
+  /* Two-level sum (see the opening comment): the narrow tile, whose short grids are where
+   * cuBLAS runs split-k, folds its k tiles into a middle sum first; the wide tile has no 32
+   * registers a thread to spare for one. */
+  static constexpr bool MID = BS == 64;
   static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring */
   static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
   static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one scratch: big, then small */
@@ -180,13 +184,31 @@ __device__ __forceinline__ void pin_after_wait(uint32_t (&r)[4][4]) {
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
 }
 
-/* One k tile of a consumer (ring slot it; first: the tile's first k tile). See the opening
+/* A k tile's sum (part) into the tile's, rounded to nearest: straight into acc, or (C::MID)
+ * into mid, and mid into acc where a group of k tiles ends (group_end), mid then afresh. */
+template <class C>
+__device__ __forceinline__ void fold(float (&acc)[C::ACC], float (&mid)[C::ACC],
+                                     const float (&part)[C::ACC], bool group_end) {
+#pragma unroll
+  for (int i = 0; i < C::ACC; ++i) {
+    if (!C::MID) {
+      acc[i] += part[i];
+      continue;
+    }
+    mid[i] += part[i];
+    if (group_end) acc[i] += mid[i], mid[i] = 0.0f;
+  }
+}
+
+/* One k tile of a consumer (ring slot it; kt: its index in the tile, whose k tiles are folded
+ * in groups of `group`). See the opening
  * comment for the order of things; with two scratches (C::BUFFERS), Y is split before the wait
  * for the previous k tile's wgmmas, into the scratch they do not read. */
 template <class C, bool X_MN>
-__device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&part)[C::ACC],
-                                        uint32_t (&xb)[4][4], uint32_t (&xs)[4][4], int it,
-                                        bool first, const unsigned char *ring, uint32_t full0,
+__device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&mid)[C::ACC],
+                                        float (&part)[C::ACC], uint32_t (&xb)[4][4],
+                                        uint32_t (&xs)[4][4], int it, int kt, int group,
+                                        const unsigned char *ring, uint32_t full0,
                                         uint32_t empty0, unsigned char *scratch_ptr,
                                         uint32_t scratch, int consumer, int row_lo, int t,
                                         int wg_thread, flags &f) {
@@ -198,9 +220,8 @@ __device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&part)[C::A
     pin_after_wait(part);
     pin_after_wait(xb);
     pin_after_wait(xs);
-    if (!first) /* the previous k tile's sum into the tile's, rounded to nearest */
-#pragma unroll
-      for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
+    if (kt > 0) /* the previous k tile's sum into the tile's, rounded to nearest */
+      fold<C>(acc, mid, part, kt % group == 0);
   };
   if (C::BUFFERS == 1) previous_done();
   const int buffer = C::BUFFERS == 1 ? 0 : it % C::BUFFERS;
@@ -254,6 +275,15 @@ __device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&part)[C::A
   for (int kk = 0; kk < C::BK / 8; ++kk)
     gk__tf32_wgmma<C::BS>::run(part, xb[kk], gk__wgmma_desc(big + kk * 32, 16, 1024));
   gk__wgmma_commit();
+}
+
+/* k tiles per middle sum: about the square root of their number, so that neither sum's chain
+ * of adds is long (bench/f32x3_accuracy.py: on wide-exponent inputs at k = 4096 the mean error
+ * falls by a quarter, to below cuBLAS's split-k SGEMM). */
+__device__ __forceinline__ int mid_group(int k_tiles) {
+  int g = 1;
+  while (g * g < k_tiles) ++g;
+  return g;
 }
 
 /* D (r, s) of problem z as an FFMA chain over the whole k, from global memory: SGEMM's answer
@@ -372,23 +402,23 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   unsigned char *scratch_ptr = ring_ptr + scratch_offset;
   unsigned char *flag_bytes = ring_ptr + C::FLAGS_OFFSET + consumer * (C::BS + 64);
   int it = 0;
+  const int group = mid_group(k_tiles);
   float part[C::ACC]; /* each k tile's sum: its first wgmma overwrites it */
 #pragma unroll
   for (int i = 0; i < C::ACC; ++i) part[i] = 0.0f;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
     gk__tile_origin(tile, tiles_r, tiles_s, C::BR, C::BS, &r0, &s0, &z);
-    float acc[C::ACC];
+    float acc[C::ACC], mid[C::ACC];
 #pragma unroll
-    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f, mid[i] = 0.0f;
     uint32_t xb[4][4], xs[4][4];
     flags f;
     for (int kt = 0; kt < k_tiles; ++kt, ++it)
-      consume<C, X_MN>(acc, part, xb, xs, it, kt == 0, ring_ptr, ring.full0, ring.empty0, scratch_ptr,
-                    scratch, consumer, row_lo, t4, wg_thread, f);
+      consume<C, X_MN>(acc, mid, part, xb, xs, it, kt, group, ring_ptr, ring.full0, ring.empty0,
+                       scratch_ptr, scratch, consumer, row_lo, t4, wg_thread, f);
     gk__wgmma_wait<0>();
     pin_after_wait(part);
-#pragma unroll
-    for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
+    fold<C>(acc, mid, part, true);
     const int d_row0 = r0 + consumer * 64;
     const bool special = f.lo.special() || f.hi.special() || f.y.special();
     if (named_sync_or(2 + consumer, 128, special))

@@ -29,7 +29,7 @@ JOBS=${K21_JOBS:-16}
 kern_build 260 || exit 1
 
 step registry.log "test_gpu_kernels --registry" 20 "$tests" --registry
-step f32x3-tests.log "test_gpu_kernels --f32x3 --kernel wgmma_f32x3" 100 \
+step f32x3-tests.log "test_gpu_kernels --f32x3 --kernel wgmma_f32x3" 150 \
   "$tests" --f32x3 --kernel wgmma_f32x3
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # synccheck: barriers reached by part of a warp or of their thread count, which would hang a

@@ -1175,9 +1175,10 @@ static void error_stats(const float *out, const double *ref, const double *mag, 
  * above). */
 static void run_f32x3_accuracy(test_env *env)
 {
-  /* tiles enough (> 33) that 21 keeps the problem (see run_f32x3_cases): 256 of 128 x 128, then
-   * 64, which 21 runs as 128 of 128 x 64 */
-  static const int64_t shapes[][3] = {{2048, 2048, 1024}, {1024, 1024, 4096}};
+  /* tiles enough (> 33) that 21 keeps the problem (see run_f32x3_cases): 256 of 128 x 128;
+   * 64, which 21 runs as 128 of 128 x 64 with its two-level sum (the short grid where cuBLAS
+   * runs split-k); 1024 of 128 x 128 with a long k (one level: cuBLAS's grid is full too) */
+  static const int64_t shapes[][3] = {{2048, 2048, 1024}, {1024, 1024, 4096}, {4096, 4096, 4096}};
   const gk_kernel *ours = gk_kernel_by_name("wgmma_f32x3"), *simt = gk_kernel_by_name("simt_f32");
   printf("\nf32x3 accuracy: |err| / (|A| |B|), max / mean over the outputs, against float64\n");
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
