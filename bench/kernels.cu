@@ -3,10 +3,12 @@
  *
  *   bench_kernels [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|c64|c64tf|c128]
  *                 [--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]
+ *                 [--shape MxNxK[xBATCH]]
  *
  * For every dtype mode (f32 exact, f32 fast = TF32, f16, bf16, f64; i8 with B n x k and i8nn
  * with B k x n, whose i32 results must equal cuBLAS's exactly) and shape (1024^3, 2048^3,
- * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3):
+ * 4096^3, 8192^3, 1000x1200x800, skinny 8192x8192x64, batch 64 of 256^3; --shape: that one
+ * instead):
  *   1. fresh random inputs (uniform in [-1, 1), drawn on the device from the seed, never zeros);
  *   2. our kernel (the selector's "auto" choice, or --kernel) writes into a NaN-poisoned C, cuBLAS
  *      into another; ||ours - cublas|| / ||cublas|| must be under the dtype's tolerance and no
@@ -386,6 +388,7 @@ struct options {
   bool quick = false, markdown = false, variants = false;
   bool ex_only = false; /* the cuBLAS figure from cublasGemmStridedBatchedEx alone, no cublasLt */
   bool small_batches = false; /* kSmallBatches instead of kShapes */
+  shape one_shape = {NULL, 0, 0, 0, 1, true}; /* --shape: this one instead of kShapes */
   const char *kernel = "auto";
   const char *only_dtype = NULL;
   uint64_t seed = 0;
@@ -797,7 +800,7 @@ void print_splitk_occupancy() {
 int usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [--quick] [--markdown] [--kernel NAME[,NAME...]] [--dtype f32|tf32|f16|bf16|f64|i8|i8nn|e4m3|e5m2|e4m3nn|c64|c64tf|c128] "
-          "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches]\n",
+          "[--seed N] [--reps N] [--variants] [--ex-only] [--small-batches] [--shape MxNxK[xBATCH]]\n",
           argv0);
   return 2;
 }
@@ -817,6 +820,15 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) opt.only_dtype = argv[++i];
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) opt.seed = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) opt.reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc) {
+      shape &sh = opt.one_shape;
+      sh.label = argv[++i];
+      long long m = 0, n = 0, k = 0, batch = 1;
+      if (sscanf(sh.label, "%lldx%lldx%lldx%lld", &m, &n, &k, &batch) < 3 || m < 1 || n < 1 ||
+          k < 1 || batch < 1)
+        return usage(argv[0]);
+      sh.m = m, sh.n = n, sh.k = k, sh.batch = batch;
+    }
     else return usage(argv[0]);
   }
 
@@ -882,10 +894,13 @@ int main(int argc, char **argv) {
           record(bench_one(ctx, md, sh, opt, stream, sums, NULL, lt));
         continue;
       }
-      for (const shape &sh : kShapes) {
+      const bool one = opt.one_shape.label != NULL;
+      for (const shape &sh : one ? std::vector<shape>{opt.one_shape}
+                                 : std::vector<shape>(std::begin(kShapes), std::end(kShapes))) {
         if (opt.quick && !sh.quick) continue;
-        /* complex: 1024^3 and the issue's target shape, 4096^3 */
-        if (gk_dtype_is_complex(md.dtype) && (sh.batch != 1 || (sh.m != 1024 && sh.m != 4096)))
+        /* complex: 1024^3 and the issue's target shape, 4096^3 (or the one --shape) */
+        if (!one && gk_dtype_is_complex(md.dtype) &&
+            (sh.batch != 1 || (sh.m != 1024 && sh.m != 4096)))
           continue;
         /* one row per name of --kernel's list */
         for (const char *name = opt.kernel; name != NULL; name = strchr(name, ',')) {

@@ -79,17 +79,18 @@ extern "C" const gk_kernel gk_kernel_simt_f32_splitk; /* 09: the short grids */
  * 1 KB), then each consumer's BUFFERS scratches (Y big, Y small), 1 KB aligned. BUFFERS 2 (a
  * variant): a consumer splits the next k tile's Y while its wgmmas of this one still read the
  * other scratch. */
-template <int BS_, int STAGES_, int BUFFERS_>
+template <int BS_, int STAGES_, int BUFFERS_, bool MID_ = false>
 struct gk__f32x3_cfg : gk__wgmma_tf32_cfg<BS_, STAGES_> {
   using base = gk__wgmma_tf32_cfg<BS_, STAGES_>;
   using base::STAGES, base::STAGE_BYTES, base::Y_BYTES, base::CONSUMERS, base::BS;
   /* the Y split: each thread takes Y_CHUNKS 16-byte chunks of one row of Y (BS rows of 8) */
   static constexpr int Y_CHUNKS = BS * 8 / 128;
   static constexpr int BUFFERS = BUFFERS_;
-  /* Two-level sum (see the opening comment): the narrow tile, whose short grids are where
-   * cuBLAS runs split-k, folds its k tiles into a middle sum first; the wide tile has no 32
-   * registers a thread to spare for one. */
-  static constexpr bool MID = BS == 64;
+  /* Two-level sum (see the opening comment): k tiles folded into a middle sum first. The
+   * narrow tile's deep problems take it (short grids with a long k, where cuBLAS runs split-k);
+   * the wide tile has no registers to spare for one (64 more a thread spill). */
+  static constexpr bool MID = MID_;
+  static_assert(!MID || BS == 64, "a middle sum fits the narrow tile's registers only");
   static constexpr int FLAGS_OFFSET = STAGES * STAGE_BYTES + 16 * STAGES; /* from the ring */
   static constexpr int SCRATCH_OFFSET = STAGES * STAGE_BYTES + 1024;
   static constexpr int SCRATCH_BYTES = 2 * Y_BYTES; /* one scratch: big, then small */
@@ -112,6 +113,7 @@ namespace {
 
 using cfg = gk__f32x3_cfg<128, 4, 1>;       /* the registered kernel */
 using cfg_narrow = gk__f32x3_cfg<64, 6, 1>; /* its narrow tile, for short grids */
+using cfg_narrow_deep = gk__f32x3_cfg<64, 6, 1, true>; /* and with a long k: two-level sum */
 using cfg_pipe = gk__f32x3_cfg<128, 3, 2>;  /* a variant (bench_kernels --variants) */
 using f32x3_args = gk__f32x3_args;
 
@@ -189,25 +191,27 @@ __device__ __forceinline__ void pin_after_wait(uint32_t (&r)[4][4]) {
 template <class C>
 __device__ __forceinline__ void fold(float (&acc)[C::ACC], float (&mid)[C::ACC],
                                      const float (&part)[C::ACC], bool group_end) {
+  if constexpr (!C::MID) {
 #pragma unroll
-  for (int i = 0; i < C::ACC; ++i) {
-    if (!C::MID) {
-      acc[i] += part[i];
-      continue;
-    }
-    mid[i] += part[i];
-    if (group_end) acc[i] += mid[i], mid[i] = 0.0f;
+    for (int i = 0; i < C::ACC; ++i) acc[i] += part[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < C::ACC; ++i) mid[i] += part[i];
+    if (group_end)
+#pragma unroll
+      for (int i = 0; i < C::ACC; ++i) acc[i] += mid[i], mid[i] = 0.0f;
   }
 }
 
-/* One k tile of a consumer (ring slot it; kt: its index in the tile, whose k tiles are folded
- * in groups of `group`). See the opening
+/* One k tile of a consumer (ring slot it; kt: its index in the tile; folded: the k tiles
+ * folded into mid since it was last added, up to `group`). See the opening
  * comment for the order of things; with two scratches (C::BUFFERS), Y is split before the wait
  * for the previous k tile's wgmmas, into the scratch they do not read. */
 template <class C, bool X_MN>
 __device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&mid)[C::ACC],
                                         float (&part)[C::ACC], uint32_t (&xb)[4][4],
-                                        uint32_t (&xs)[4][4], int it, int kt, int group,
+                                        uint32_t (&xs)[4][4], int it, int kt, int &folded,
+                                        int group,
                                         const unsigned char *ring, uint32_t full0,
                                         uint32_t empty0, unsigned char *scratch_ptr,
                                         uint32_t scratch, int consumer, int row_lo, int t,
@@ -220,8 +224,11 @@ __device__ __forceinline__ void consume(float (&acc)[C::ACC], float (&mid)[C::AC
     pin_after_wait(part);
     pin_after_wait(xb);
     pin_after_wait(xs);
-    if (kt > 0) /* the previous k tile's sum into the tile's, rounded to nearest */
-      fold<C>(acc, mid, part, kt % group == 0);
+    if (kt > 0) { /* the previous k tile's sum into the tile's, rounded to nearest */
+      const bool group_end = C::MID && ++folded == group;
+      if (group_end) folded = 0;
+      fold<C>(acc, mid, part, group_end);
+    }
   };
   if (C::BUFFERS == 1) previous_done();
   const int buffer = C::BUFFERS == 1 ? 0 : it % C::BUFFERS;
@@ -402,7 +409,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   unsigned char *scratch_ptr = ring_ptr + scratch_offset;
   unsigned char *flag_bytes = ring_ptr + C::FLAGS_OFFSET + consumer * (C::BS + 64);
   int it = 0;
-  const int group = mid_group(k_tiles);
+  const int group = C::MID ? mid_group(k_tiles) : 0;
   float part[C::ACC]; /* each k tile's sum: its first wgmma overwrites it */
 #pragma unroll
   for (int i = 0; i < C::ACC; ++i) part[i] = 0.0f;
@@ -413,8 +420,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     for (int i = 0; i < C::ACC; ++i) acc[i] = 0.0f, mid[i] = 0.0f;
     uint32_t xb[4][4], xs[4][4];
     flags f;
+    int folded = 0;
     for (int kt = 0; kt < k_tiles; ++kt, ++it)
-      consume<C, X_MN>(acc, mid, part, xb, xs, it, kt, group, ring_ptr, ring.full0, ring.empty0,
+      consume<C, X_MN>(acc, mid, part, xb, xs, it, kt, folded, group, ring_ptr, ring.full0, ring.empty0,
                        scratch_ptr, scratch, consumer, row_lo, t4, wg_thread, f);
     gk__wgmma_wait<0>();
     pin_after_wait(part);
@@ -485,11 +493,17 @@ cudaError_t launch_with(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t strea
   return run<C, true, false>(p, sms, stream);                                 /* TT */
 }
 
+/* From this k the narrow tile sums in two levels: 64 k tiles and more. Below, one level is as
+ * accurate as cuBLAS's (which splits k on such grids only when k is long) and 1024^3 kept its
+ * speed (the middle sum cost it 10%). */
+constexpr int64_t MID_MIN_K = 2048;
+
 /* 128 x 64 tiles where 128 x 128 would fill at most half of the SMs (1024^3: 64 tiles), as 08
  * and 16 narrow theirs */
 cudaError_t wgmma_f32x3_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
-  return tiles_128(p) * 2 <= gk__sm_count(ctx) ? launch_with<cfg_narrow>(ctx, p, stream)
-                                               : launch_with<cfg>(ctx, p, stream);
+  if (tiles_128(p) * 2 > gk__sm_count(ctx)) return launch_with<cfg>(ctx, p, stream);
+  return p->k >= MID_MIN_K ? launch_with<cfg_narrow_deep>(ctx, p, stream)
+                           : launch_with<cfg_narrow>(ctx, p, stream);
 }
 cudaError_t wgmma_f32x3_pipe_launch(gk_gpu_ctx *ctx, const gk_problem *p, cudaStream_t stream) {
   return launch_with<cfg_pipe>(ctx, p, stream);
