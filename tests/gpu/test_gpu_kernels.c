@@ -1091,16 +1091,22 @@ static void run_f32x3_quick(test_env *env)
                             trans[i] >> 1, ab ? -0.75 : 1.0, ab ? 1.5 : 0.0, true, false};
       run_case(env, &tc);
     }
+  /* k >= 2048 on the narrow tile (36 tiles): its two-level sum, NT with alpha/beta */
+  const test_case deep = {GK_F32, false, 132, 136, 2052, 9, false, true, -0.75, 1.5, true, false};
+  run_case(env, &deep);
 }
 
 /* Shapes 21 takes in NN, NT and TT (every stored row a multiple of 4 floats), ragged against its
  * 128 x 128 x 32 tile: k tails, a thin m, more tiles than SMs (the persistent walk), batches;
- * every kernel that takes them against float64 and cuBLAS, plain and with alpha/beta. Where k
+ * every kernel that takes them against float64 and cuBLAS, plain and with alpha/beta; two on
+ * the narrow tile with a long k (its two-level sum), one of them a batch. Where k
  * is 512 or more, more than 33 tiles, or 21 hands the problem to simt_f32_splitk. */
 static void run_f32x3_cases(test_env *env, bool quick)
 {
   static const int64_t shapes[][4] = {{132, 260, 100, 1}, {264, 136, 72, 40}, {300, 196, 1028, 8},
                                       {516, 388, 36, 2},  {4, 516, 260, 3},   {1000, 1200, 800, 1},
+                                      {1000, 900, 2052, 1}, {520, 260, 2084, 4}, /* narrow, k
+                                      >= 2048: the two-level sum */
                                       {136, 128, 1536, 1}}; /* the last: 21 hands it to 09 */
   if (quick) {
     run_f32x3_quick(env);
