@@ -1244,15 +1244,21 @@ static float *at_b(float *b, const test_case *tc, int64_t l, int64_t j)
 
 /* The specials' reference: each element's sum of op(A) (i, l) op(B) (l, j) in float64, l in
  * order, as IEEE gives it (a loop: BLAS may skip zeros), and the sum of their magnitudes; then
- * alpha and beta C0 as SGEMM applies them, rounded to f32. op(A) and op(B) are unpacked into
- * row-major copies first and the sums run i, l, j (a row of sums at a time), where a loop
- * element by element read B a column at a time: 40% less time for the same sums. */
+ * alpha and beta C0 as SGEMM applies them, rounded to f32. Where the same sum in f32 (an FFMA
+ * chain, SGEMM's) ends infinite or NaN, its class is the reference's: a partial sum that
+ * overflows f32 stays infinite, and an infinity of the other sign later makes it NaN, where
+ * float64's partial sum never overflowed (FLT_MAX / 2 and 3/4 FLT_MAX, then -inf: NaN in
+ * SGEMM, -inf in float64; about one case in 50 failed on it, by its random signs). op(A) and
+ * op(B) are unpacked into row-major copies first and the sums run i, l, j (a row of sums at a
+ * time), where a loop element by element read B a column at a time: 40% less time for the
+ * same sums. */
 static void specials_reference(const test_case *tc, float *a, float *b, const float *c0,
                                double *ref, double *mag)
 {
   const int64_t m = tc->m, n = tc->n, k = tc->k;
   double *a64 = xmalloc((size_t)(m * k) * 8), *b64 = xmalloc((size_t)(k * n) * 8);
   double *sum = xmalloc((size_t)n * 8), *abs_sum = xmalloc((size_t)n * 8);
+  float *chain = xmalloc((size_t)n * 4);
   for (int64_t i = 0; i < m; i++)
     for (int64_t l = 0; l < k; l++)
       a64[i * k + l] = *at_a(a, tc, i, l);
@@ -1261,23 +1267,25 @@ static void specials_reference(const test_case *tc, float *a, float *b, const fl
       b64[l * n + j] = *at_b(b, tc, l, j);
   for (int64_t i = 0; i < m; i++) {
     for (int64_t j = 0; j < n; j++)
-      sum[j] = 0, abs_sum[j] = 0;
+      sum[j] = 0, abs_sum[j] = 0, chain[j] = 0.0f;
     for (int64_t l = 0; l < k; l++) {
       const double av = a64[i * k + l], abs_av = fabs(av);
       const double *b_row = b64 + l * n;
       for (int64_t j = 0; j < n; j++) {
         sum[j] += av * b_row[j];
         abs_sum[j] += abs_av * fabs(b_row[j]);
+        chain[j] = fmaf((float)av, (float)b_row[j], chain[j]);
       }
     }
     for (int64_t j = 0; j < n; j++) {
       const double from = tc->beta != 0.0 ? c0[i * n + j] : 0.0;
       /* the sum in f32 first (it overflows there, before alpha scales it), then f32's result */
-      ref[i * n + j] = (float)(tc->alpha * (float)sum[j] + tc->beta * from);
+      const float in_f32 = isfinite(chain[j]) ? (float)sum[j] : chain[j];
+      ref[i * n + j] = (float)(tc->alpha * in_f32 + tc->beta * from);
       mag[i * n + j] = fabs(tc->alpha) * abs_sum[j] + fabs(tc->beta * from);
     }
   }
-  free(a64), free(b64), free(sum), free(abs_sum);
+  free(a64), free(b64), free(sum), free(abs_sum), free(chain);
 }
 
 /* 0 NaN, 1 +inf, 2 -inf, 3 finite */
