@@ -39,7 +39,8 @@
  * command for the worker and signal it. A job's loop half (job->loop) is the loop's alone, its
  * worker half (job->work) the worker's alone; its fixed fields are read anywhere without a
  * lock; everything else below that more than one of them touches is guarded by the device's
- * mutex `mu`. Nobody holds `mu` across a CUDA call: a pageable copy or a stream query can wait
+ * mutex `mu`. A device likewise: its worker half (dev->work, gd__gpu_dev_work) is its worker's
+ * alone, reached through gd__gpu_worker_of (worker/gd_gpu_work.h). Nobody holds `mu` across a CUDA call: a pageable copy or a stream query can wait
  * for our own host funcs, which take `mu`. Debug builds assert the owning thread where a
  * function is thread-bound (GD__GPU_ON_WORKER / GD__GPU_OFF_WORKER).
  *
@@ -265,28 +266,9 @@ struct gd__gpu_slot {
   uint64_t work_off;      /* its work area there (job.work_bytes > 0) */
 };
 
-struct gd__gpu_dev {
-  gd__gpu_backend *be;
-  int ordinal;
-  gd_device_info info;
-  double speed;                 /* SMs x clock (kHz): its share of a split job's rows */
-  bool pci_known;               /* pci: domain, bus, device of its PCI function (cuda_register) */
-  unsigned pci[3];
-  struct gd__gpu_ipc_map *ipc_maps; /* worker: the IPC handles open on it (gd_gpu_ipc.c) */
-
-  pthread_t thread;
-  bool thread_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  gd__gpu_cmd *q_head, *q_tail; /* worker's command FIFO */
-  bool stopping;
-  bool init_done;               /* the worker finished start-up (init_err says how) */
-  gp_error init_err;
-
-  bool in_service;              /* false after a sticky error: prepare() skips it */
-  bool dead;                    /* its CUDA context is unusable: the worker makes no more calls */
-
-  /* Worker-owned CUDA objects. */
+/* A device's worker half: the CUDA objects and lists only its worker thread touches, from its
+ * start-up to its exit (gd__gpu_worker_of asserts that thread in Debug builds). */
+typedef struct gd__gpu_dev_work {
   gk_gpu_ctx *kctx;
   cudaStream_t s_in, s_compute, s_out;
   cudaMemPool_t mempool;        /* where jobs' device blocks come from (gd_gpu_mem.c) */
@@ -302,6 +284,31 @@ struct gd__gpu_dev {
   uint64_t watchdog_us;         /* when the watchdog last looked at the streams */
   gd__gpu_res *res_cache;       /* device copies of resident operands (gd_gpu_resident.c) */
   uint64_t res_tick;            /* runs that placed operands: the copies' LRU clock */
+  struct gd__gpu_ipc_map *ipc_maps; /* the IPC handles open on it (gd_gpu_ipc_open.c) */
+  uint8_t *slot_host;           /* the small slots' pinned memory, one allocation */
+} gd__gpu_dev_work;
+
+struct gd__gpu_dev {
+  gd__gpu_backend *be;
+  int ordinal;
+  gd_device_info info;
+  double speed;                 /* SMs x clock (kHz): its share of a split job's rows */
+  bool pci_known;               /* pci: domain, bus, device of its PCI function (cuda_register) */
+  unsigned pci[3];
+
+  pthread_t thread;
+  bool thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  gd__gpu_cmd *q_head, *q_tail; /* worker's command FIFO */
+  bool stopping;
+  bool init_done;               /* the worker finished start-up (init_err says how) */
+  gp_error init_err;
+
+  bool in_service;              /* false after a sticky error: prepare() skips it */
+  bool dead;                    /* its CUDA context is unusable: the worker makes no more calls */
+
+  gd__gpu_dev_work work;        /* the worker thread only (gd__gpu_worker_of) */
 
   /* Under mu. */
   gd__gpu_pool pool;
@@ -317,7 +324,6 @@ struct gd__gpu_dev {
   uint32_t nslots;
   size_t slot_bytes;
   gd__gpu_slot *slot_free;      /* free slots */
-  uint8_t *slot_host;           /* the slots' pinned memory, one allocation (worker) */
 
   /* Stats, under mu. */
   uint64_t busy_us, jobs_done, jobs_failed, bytes_h2d, bytes_d2h;

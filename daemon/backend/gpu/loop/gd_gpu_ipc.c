@@ -173,14 +173,7 @@ void gd__gpu_ipc_destroy(gd__gpu_backend *be) {
     free(g);
     g = next;
   }
-  be->ipcs = NULL;
-  for (size_t i = 0; i < be->ndev; i++) {
-    while (be->devs[i].ipc_maps) { /* the process ends: CUDA closes them with its context */
-      struct gd__gpu_ipc_map *m = be->devs[i].ipc_maps;
-      be->devs[i].ipc_maps = m->next;
-      free(m);
-    }
-  }
+  be->ipcs = NULL; /* each worker forgot its open handles as it ended (gd__gpu_ipc_maps_free) */
 }
 
 void gd__gpu_ipc_stats(gd__gpu_backend *be, uint64_t v[GD__GPU_IPC_STATS]) {

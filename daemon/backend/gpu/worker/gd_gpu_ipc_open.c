@@ -60,7 +60,8 @@ static bool size_ok(gd__gpu_ipc *g, uint8_t *p) {
 
 /* Worker: the handle of g open on dev (shared when it is already), or NULL with g->why. */
 static struct gd__gpu_ipc_map *map_take(gd__gpu_dev *dev, gd__gpu_ipc *g) {
-  for (struct gd__gpu_ipc_map *m = dev->ipc_maps; m; m = m->next) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  for (struct gd__gpu_ipc_map *m = worker->ipc_maps; m; m = m->next) {
     if (memcmp(m->handle, g->r->ipc_handle, sizeof m->handle) == 0) {
       m->users++;
       return m;
@@ -89,8 +90,8 @@ static struct gd__gpu_ipc_map *map_take(gd__gpu_dev *dev, gd__gpu_ipc *g) {
   memcpy(m->handle, g->r->ipc_handle, sizeof m->handle);
   m->ptr = p;
   m->users = 1;
-  m->next = dev->ipc_maps;
-  dev->ipc_maps = m;
+  m->next = worker->ipc_maps;
+  worker->ipc_maps = m;
   return m;
 }
 
@@ -99,7 +100,7 @@ static void map_put(gd__gpu_dev *dev, struct gd__gpu_ipc_map *m) {
   assert(m->users > 0);
   if (--m->users > 0)
     return;
-  struct gd__gpu_ipc_map **at = &dev->ipc_maps;
+  struct gd__gpu_ipc_map **at = &gd__gpu_worker_of(dev)->ipc_maps;
   while (*at != m)
     at = &(*at)->next;
   *at = m->next;
@@ -187,4 +188,13 @@ void gd__gpu_ipc_count(gd__gpu_backend *be, uint64_t in, uint64_t out) {
   be->ipc_in_bytes += in;
   be->ipc_out_bytes += out;
   pthread_mutex_unlock(&be->reg_mu);
+}
+
+void gd__gpu_ipc_maps_free(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  while (worker->ipc_maps) {
+    struct gd__gpu_ipc_map *m = worker->ipc_maps;
+    worker->ipc_maps = m->next;
+    free(m);
+  }
 }

@@ -26,8 +26,8 @@
 /* Reads what the pool holds from the driver into dev->mem_reserved (stats, metrics, info). */
 static void refresh_reserved(gd__gpu_dev *dev) {
   uint64_t reserved = 0;
-  if (cudaMemPoolGetAttribute(dev->mempool, cudaMemPoolAttrReservedMemCurrent, &reserved) !=
-      cudaSuccess) {
+  if (cudaMemPoolGetAttribute(gd__gpu_worker_of(dev)->mempool,
+                              cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
@@ -37,22 +37,23 @@ static void refresh_reserved(gd__gpu_dev *dev) {
 }
 
 int gd__gpu_mem_create(gd__gpu_dev *dev, gp_error *err) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   struct cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
   props.handleTypes = cudaMemHandleTypeNone;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = dev->ordinal;
-  cudaError_t e = cudaMemPoolCreate(&dev->mempool, &props);
+  cudaError_t e = cudaMemPoolCreate(&worker->mempool, &props);
   if (e != cudaSuccess) {
-    dev->mempool = NULL;
+    worker->mempool = NULL;
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaMemPoolCreate: %s", dev->ordinal,
                         cudaGetErrorString(e));
   }
   /* Without a threshold the pool would hand memory back at every synchronisation; it is given
    * back when the device is idle instead (gd__gpu_mem_trim). */
   uint64_t keep_all = UINT64_MAX;
-  e = cudaMemPoolSetAttribute(dev->mempool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+  e = cudaMemPoolSetAttribute(worker->mempool, cudaMemPoolAttrReleaseThreshold, &keep_all);
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaMemPoolSetAttribute: %s",
                         dev->ordinal, cudaGetErrorString(e));
@@ -61,20 +62,22 @@ int gd__gpu_mem_create(gd__gpu_dev *dev, gp_error *err) {
 }
 
 void gd__gpu_mem_destroy(gd__gpu_dev *dev) {
-  if (!dev->mempool)
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  if (!worker->mempool)
     return;
   /* Blocks of jobs a dead device never finished: CUDA releases them with the pool. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next)
     if (gd__gpu_work_half(j)->dptr) {
-      (void)cudaFreeAsync(gd__gpu_work_half(j)->dptr, dev->s_in);
+      (void)cudaFreeAsync(gd__gpu_work_half(j)->dptr, worker->s_in);
       gd__gpu_work_half(j)->dptr = NULL;
     }
-  (void)cudaMemPoolDestroy(dev->mempool);
-  dev->mempool = NULL;
+  (void)cudaMemPoolDestroy(worker->mempool);
+  worker->mempool = NULL;
   (void)cudaGetLastError();
 }
 
 void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   GD__GPU_ON_WORKER(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
@@ -83,7 +86,7 @@ void gd__gpu_mem_alloc(gd__gpu_dev *dev, gd__gpu_job *job) {
   if (skip || work->dptr)
     return;
   void *block = NULL;
-  cudaError_t e = cudaMallocFromPoolAsync(&block, job->alloc_len, dev->mempool, dev->s_in);
+  cudaError_t e = cudaMallocFromPoolAsync(&block, job->alloc_len, worker->mempool, worker->s_in);
   if (e == cudaSuccess) {
     work->dptr = block;
     refresh_reserved(dev);
@@ -106,7 +109,7 @@ void gd__gpu_mem_release(gd__gpu_dev *dev, gd__gpu_job *job) {
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   if (!work->dptr)
     return;
-  cudaError_t e = cudaFreeAsync(work->dptr, dev->s_in);
+  cudaError_t e = cudaFreeAsync(work->dptr, gd__gpu_worker_of(dev)->s_in);
   work->dptr = NULL;
   if (e != cudaSuccess)
     (void)cudaGetLastError(); /* a dead device: the pool goes with it */
@@ -120,7 +123,7 @@ uint8_t *gd__gpu_mem_at(const gd__gpu_job *job, uint64_t pool_off) {
 
 bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wait_ms) {
   uint64_t idle_ms = dev->be->cfg.memory_idle_ms;
-  if (idle_ms == 0 || !dev->mempool || dev->dead || dev->trimmed ||
+  if (idle_ms == 0 || !gd__gpu_worker_of_c(dev)->mempool || dev->dead || dev->trimmed ||
       dev->mem_reserved <= dev->be->cfg.memory_keep_bytes)
     return false;
   uint64_t due = dev->last_work_us + idle_ms * 1000u;
@@ -129,14 +132,15 @@ bool gd__gpu_mem_trim_due(const gd__gpu_dev *dev, uint64_t now_us, uint64_t *wai
 }
 
 void gd__gpu_mem_trim(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   uint64_t before = dev->mem_reserved;
   /* A block freed with cudaFreeAsync counts as outstanding until the host has seen its stream
    * reach the free: without this the trim released nothing on a real GPU (the fake runtime
    * frees at once). The device is idle, so the wait is short. */
-  cudaError_t e = cudaStreamSynchronize(dev->s_in);
+  cudaError_t e = cudaStreamSynchronize(worker->s_in);
   if (e != cudaSuccess)
     (void)cudaGetLastError();
-  e = cudaMemPoolTrimTo(dev->mempool, (size_t)dev->be->cfg.memory_keep_bytes);
+  e = cudaMemPoolTrimTo(worker->mempool, (size_t)dev->be->cfg.memory_keep_bytes);
   if (e != cudaSuccess)
     (void)cudaGetLastError();
   refresh_reserved(dev);

@@ -69,16 +69,17 @@ static cudaError_t copy_block_in(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0
 /* Block i's kernel on s_compute, after its copy in. */
 static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3], uint64_t r0,
                                 uint64_t rows, bool first, const char **what) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   *what = "cudaEventRecord";
-  cudaError_t e = cudaEventRecord(work->ev_p_in, dev->s_in);
+  cudaError_t e = cudaEventRecord(work->ev_p_in, worker->s_in);
   if (e == cudaSuccess) {
     *what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, work->ev_p_in, 0);
+    e = cudaStreamWaitEvent(worker->s_compute, work->ev_p_in, 0);
   }
   if (e == cudaSuccess && first) {
     *what = "cudaEventRecord";
-    e = cudaEventRecord(work->ev_c0, dev->s_compute);
+    e = cudaEventRecord(work->ev_c0, worker->s_compute);
   }
   if (e != cudaSuccess)
     return e;
@@ -94,25 +95,26 @@ static cudaError_t launch_block(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr
                       gd__gpu_mem_at(job, job->work_dev) + r0 * work_row);
   p.m = (int64_t)rows;
   *what = "gemm launch";
-  return gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
+  return gd__gpu_launch(dev, worker->kctx, job, &p, worker->s_compute);
 }
 
 /* Block i's rows of C straight into the region on s_out, after its kernel. */
 static cudaError_t copy_block_out(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r0, uint64_t rows,
                                   const char **what, bool *out_queued) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   uint64_t c_row = job->c_bytes / job->hdr.m;
   *what = "cudaEventRecord";
-  cudaError_t e = cudaEventRecord(work->ev_p_c, dev->s_compute);
+  cudaError_t e = cudaEventRecord(work->ev_p_c, worker->s_compute);
   if (e == cudaSuccess) {
     *what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_out, work->ev_p_c, 0);
+    e = cudaStreamWaitEvent(worker->s_out, work->ev_p_c, 0);
   }
   if (e == cudaSuccess) {
     *what = "copy out (shared memory)";
     e = cudaMemcpyAsync(job->mapped_out + r0 * c_row,
                         gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + r0 * c_row),
-                        (size_t)(rows * c_row), cudaMemcpyDeviceToHost, dev->s_out);
+                        (size_t)(rows * c_row), cudaMemcpyDeviceToHost, worker->s_out);
     *out_queued = *out_queued || e == cudaSuccess;
   }
   if (e == cudaSuccess)
@@ -122,6 +124,7 @@ static cudaError_t copy_block_out(gd__gpu_dev *dev, gd__gpu_job *job, uint64_t r
 
 cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3],
                                   const char **what, bool *out_queued) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   assert(work->pieces > 1 && job->mapped_out && !job->hdr.trans_a);
   uint64_t m = job->hdr.m;
@@ -140,10 +143,10 @@ cudaError_t gd__gpu_pieces_launch(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *p
   }
   if (e == cudaSuccess) {
     *what = "cudaEventRecord";
-    e = cudaEventRecord(work->ev_in, dev->s_in); /* the end of every copy in: timings */
+    e = cudaEventRecord(work->ev_in, worker->s_in); /* the end of every copy in: timings */
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(work->ev_c1, dev->s_compute);
+    e = cudaEventRecord(work->ev_c1, worker->s_compute);
   if (e == cudaSuccess)
     gd__gpu_reg_count_pieced(dev->be);
   return e;

@@ -17,7 +17,7 @@ struct gd__gpu_res {
 };
 
 static gd__gpu_res *find(const gd__gpu_dev *dev, const gd_resident_buf *buf) {
-  for (gd__gpu_res *e = dev->res_cache; e; e = e->next)
+  for (gd__gpu_res *e = gd__gpu_worker_of_c(dev)->res_cache; e; e = e->next)
     if (e->buf == buf)
       return e;
   return NULL;
@@ -31,10 +31,11 @@ static void count_h2d(gd__gpu_dev *dev, uint64_t bytes) {
 
 /* Unlinks *link's copy and frees it in stream order; evicted: to make room (counted). */
 static void drop(gd__gpu_dev *dev, gd__gpu_res **link, bool evicted) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_res *entry = *link;
   *link = entry->next;
-  if (!dev->dead && dev->s_compute) /* after every kernel already queued that reads it */
-    (void)cudaFreeAsync(entry->dptr, dev->s_compute);
+  if (!dev->dead && worker->s_compute) /* after every kernel already queued that reads it */
+    (void)cudaFreeAsync(entry->dptr, worker->s_compute);
   gd_resident_buf_mark(entry->buf, (int)(dev - dev->be->devs), false);
   pthread_mutex_lock(&dev->mu);
   dev->res_bytes -= entry->buf->bytes;
@@ -50,18 +51,19 @@ static void drop(gd__gpu_dev *dev, gd__gpu_res **link, bool evicted) {
  * run reads (used < tick), oldest first, when together with the free room they make enough;
  * false (nothing evicted) otherwise. */
 static bool make_room(gd__gpu_dev *dev, uint64_t need, uint64_t limit, uint64_t tick) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   if (need > limit)
     return false;
   uint64_t want = dev->res_bytes > limit - need ? dev->res_bytes - (limit - need) : 0;
   uint64_t could = 0;
-  for (gd__gpu_res *e = dev->res_cache; e; e = e->next)
+  for (gd__gpu_res *e = worker->res_cache; e; e = e->next)
     if (e->used < tick)
       could += e->buf->bytes;
   if (could < want)
     return false;
   while (want > 0) {
     gd__gpu_res **oldest = NULL;
-    for (gd__gpu_res **link = &dev->res_cache; *link; link = &(*link)->next)
+    for (gd__gpu_res **link = &worker->res_cache; *link; link = &(*link)->next)
       if ((*link)->used < tick && (!oldest || (*link)->used < (*oldest)->used))
         oldest = link;
     uint64_t bytes = (*oldest)->buf->bytes;
@@ -76,6 +78,7 @@ static bool make_room(gd__gpu_dev *dev, uint64_t need, uint64_t limit, uint64_t 
  * error. */
 static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick,
                            cudaError_t *e) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   uint64_t limit = dev->be->cfg.resident_bytes;
   *e = cudaSuccess;
   if (!make_room(dev, buf->bytes, limit, tick))
@@ -84,14 +87,15 @@ static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick
   if (!entry)
     return NULL;
   void *p = NULL;
-  if (cudaMallocFromPoolAsync(&p, (size_t)buf->bytes, dev->mempool, dev->s_in) != cudaSuccess) {
+  if (cudaMallocFromPoolAsync(&p, (size_t)buf->bytes, worker->mempool, worker->s_in) !=
+      cudaSuccess) {
     (void)cudaGetLastError(); /* out of memory is not sticky: copy into the job instead */
     free(entry);
     return NULL;
   }
-  *e = cudaMemcpyAsync(p, buf->data, (size_t)buf->bytes, cudaMemcpyHostToDevice, dev->s_in);
+  *e = cudaMemcpyAsync(p, buf->data, (size_t)buf->bytes, cudaMemcpyHostToDevice, worker->s_in);
   if (*e != cudaSuccess) {
-    (void)cudaFreeAsync(p, dev->s_in);
+    (void)cudaFreeAsync(p, worker->s_in);
     free(entry);
     return NULL;
   }
@@ -101,8 +105,8 @@ static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick
   entry->buf = buf;
   entry->dptr = p;
   entry->used = tick;
-  entry->next = dev->res_cache;
-  dev->res_cache = entry;
+  entry->next = worker->res_cache;
+  worker->res_cache = entry;
   pthread_mutex_lock(&dev->mu);
   dev->res_bytes += buf->bytes;
   dev->res_uploads++;
@@ -112,8 +116,9 @@ static gd__gpu_res *upload(gd__gpu_dev *dev, gd_resident_buf *buf, uint64_t tick
 }
 
 cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *ptr[3]) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   GD__GPU_ON_WORKER(dev);
-  uint64_t tick = ++dev->res_tick; /* copies this job reads are used at tick: never evicted */
+  uint64_t tick = ++worker->res_tick; /* copies this job reads are used at tick: never evicted */
   for (int op = 0; op < 3; op++) {
     ptr[op] = gd__gpu_mem_at(job, job->op_dev[op]);
     gd_resident_buf *buf = job->res[op];
@@ -134,7 +139,7 @@ cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *
       continue;
     }
     e = cudaMemcpyAsync(ptr[op], buf->data, (size_t)buf->bytes, cudaMemcpyHostToDevice,
-                        dev->s_in);
+                        worker->s_in);
     if (e != cudaSuccess)
       return e;
     count_h2d(dev, buf->bytes);
@@ -144,7 +149,7 @@ cudaError_t gd__gpu_resident_place(gd__gpu_dev *dev, gd__gpu_job *job, uint8_t *
 
 void gd__gpu_resident_sweep(gd__gpu_dev *dev, bool all) {
   GD__GPU_ON_WORKER(dev);
-  for (gd__gpu_res **link = &dev->res_cache; *link;) {
+  for (gd__gpu_res **link = &gd__gpu_worker_of(dev)->res_cache; *link;) {
     if (!all && !gd_resident_buf_freed((*link)->buf)) {
       link = &(*link)->next;
       continue;

@@ -85,10 +85,11 @@ static void ld_rows(const gp_gemm_hdr *hdr, gp_operand op, size_t *width, size_t
 
 cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_operand op,
                                      uint64_t from, uint64_t len) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   cudaError_t e = cudaSuccess;
   if (!work->direct_in)
-    e = cudaEventRecord(work->ev_d0, dev->s_in); /* the start of its direct copies: timings */
+    e = cudaEventRecord(work->ev_d0, worker->s_in); /* the start of its direct copies: timings */
   work->direct_in = true;
   enum cudaMemcpyKind kind = job->ipc_in[op] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
   uint8_t *dst = gd__gpu_mem_at(job, job->op_dev[op] + from);
@@ -97,10 +98,10 @@ cudaError_t gd__gpu_copy_from_region(gd__gpu_dev *dev, gd__gpu_job *job, gp_oper
     size_t width, pitch, height;
     ld_rows(&job->hdr, op, &width, &pitch, &height);
     return cudaMemcpy2DAsync(dst, width, job->mapped_in[op], pitch, width, height, kind,
-                             dev->s_in);
+                             worker->s_in);
   }
   if (e == cudaSuccess)
-    e = cudaMemcpyAsync(dst, job->mapped_in[op] + from, (size_t)len, kind, dev->s_in);
+    e = cudaMemcpyAsync(dst, job->mapped_in[op] + from, (size_t)len, kind, worker->s_in);
   return e;
 }
 

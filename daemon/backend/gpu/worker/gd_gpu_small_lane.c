@@ -25,11 +25,11 @@ static int slot_events(gd__gpu_dev *dev, gd__gpu_slot *slot, gp_error *err) {
   return 0;
 }
 
-/* Makes the slots over the lane's memory; dev->slot_host and slot_dev are allocated. */
+/* Makes the slots over the lane's memory; dev->work.slot_host and slot_dev are allocated. */
 static int slots_init(gd__gpu_dev *dev, gp_error *err) {
   for (uint32_t i = dev->nslots; i-- > 0;) { /* slot 0 first: jobs in a row take adjacent slots */
     gd__gpu_slot *slot = &dev->slots[i];
-    slot->host = dev->slot_host + (size_t)i * dev->slot_bytes;
+    slot->host = gd__gpu_worker_of(dev)->slot_host + (size_t)i * dev->slot_bytes;
     int rc = slot_events(dev, slot, err);
     if (rc != 0)
       return rc;
@@ -40,6 +40,7 @@ static int slots_init(gd__gpu_dev *dev, gp_error *err) {
 }
 
 int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   const gd_gpu_config *cfg = &dev->be->cfg;
   uint64_t slot_bytes = 0;
   if (cfg->small_job_bytes == 0 || cfg->small_slots == 0 ||
@@ -67,23 +68,23 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
                         "cuda:%d: cannot pin %llu bytes of small slots (gpu.small_slots x "
                         "gpu.small_job_bytes): %s",
                         dev->ordinal, (unsigned long long)total, cudaGetErrorString(e));
-  dev->slot_host = host;
+  worker->slot_host = host;
   e = cudaMalloc(&dptr, (size_t)area);
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE,
                         "cuda:%d: cannot take %llu bytes for small jobs' batches: %s",
                         dev->ordinal, (unsigned long long)area, cudaGetErrorString(e));
-  dev->small_area = dptr;
-  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx_small);
+  worker->small_area = dptr;
+  e = gk_gpu_ctx_create(dev->ordinal, &worker->kctx_small);
   if (e != cudaSuccess) {
-    dev->kctx_small = NULL;
+    worker->kctx_small = NULL;
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: small lane kernel context: %s",
                         dev->ordinal, cudaGetErrorString(e));
   }
-  gk_gpu_ctx_set_pool_keep(dev->kctx_small, dev->be->cfg.kernel_pool_bytes);
-  e = cudaStreamCreateWithFlags(&dev->s_small, cudaStreamNonBlocking);
+  gk_gpu_ctx_set_pool_keep(worker->kctx_small, dev->be->cfg.kernel_pool_bytes);
+  e = cudaStreamCreateWithFlags(&worker->s_small, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
-    dev->s_small = NULL;
+    worker->s_small = NULL;
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaStreamCreate: %s", dev->ordinal,
                         cudaGetErrorString(e));
   }
@@ -92,22 +93,23 @@ int gd__gpu_small_create(gd__gpu_dev *dev, uint64_t *budget, gp_error *err) {
 }
 
 void gd__gpu_small_destroy(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   for (uint32_t i = 0; dev->slots && i < dev->nslots; i++)
     for (int k = 0; k < 4; k++)
       if (dev->slots[i].ev[k])
         (void)cudaEventDestroy(dev->slots[i].ev[k]);
-  if (dev->s_small)
-    (void)cudaStreamDestroy(dev->s_small);
-  if (dev->kctx_small)
-    gk_gpu_ctx_destroy(dev->kctx_small);
-  dev->kctx_small = NULL;
-  if (dev->small_area)
-    (void)cudaFree(dev->small_area);
-  if (dev->slot_host)
-    (void)cudaFreeHost(dev->slot_host);
+  if (worker->s_small)
+    (void)cudaStreamDestroy(worker->s_small);
+  if (worker->kctx_small)
+    gk_gpu_ctx_destroy(worker->kctx_small);
+  worker->kctx_small = NULL;
+  if (worker->small_area)
+    (void)cudaFree(worker->small_area);
+  if (worker->slot_host)
+    (void)cudaFreeHost(worker->slot_host);
   /* The slots themselves (dev->slots) stay until the device's teardown: the jobs in them are
    * on its list of jobs until then. */
-  dev->s_small = NULL;
-  dev->small_area = dev->slot_host = NULL;
+  worker->s_small = NULL;
+  worker->small_area = worker->slot_host = NULL;
   (void)cudaGetLastError();
 }

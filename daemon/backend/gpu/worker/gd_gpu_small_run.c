@@ -4,12 +4,13 @@
  * SMALL_RUN takes its job and, in the manner of a dynamic batcher, every other SMALL_RUN of the
  * same shape (dtype, m, n, k, transposes, precision, alpha, beta) already waiting in the
  * device's command queue, up to gpu.max_batch_jobs. By default nothing is held back to grow a
- * batch; with gpu.max_queue_delay_us a batch not full waits (one at a time, as dev->forming) for
- * more of its shape until that long after its first job's submit, and a small job of another
- * shape sends it on its way. While gpu.small_passes batches are queued on the stream, a new
- * batch waits the same way (as dev->forming) until one of them finishes: under load the jobs
- * that come during a pass form the next one, so a batch's fixed cost (three copies, a launch,
- * four events, ~20 us of stream time) is shared by many jobs instead of paid by each. The
+ * batch; with gpu.max_queue_delay_us a batch not full waits (one at a time, as
+ * dev->work.forming) for more of its shape until that long after its first job's submit, and
+ * a small job of another shape sends it on its way. While gpu.small_passes batches are queued
+ * on the stream, a new batch waits the same way (as dev->work.forming) until one of them
+ * finishes: under load the jobs that come during a pass form the next one, so a batch's fixed
+ * cost (three copies, a launch, four events, ~20 us of stream time) is shared by many jobs
+ * instead of paid by each. The
  * batch's whole pass is queued at once on the lane's stream: its a, b and c (when beta reads
  * it) copied into the batch area as one batched problem (each operand's matrices back to back,
  * as a client's batch would be), one launch, C copied back into each slot, with the leader
@@ -147,6 +148,7 @@ static uint32_t lay_out(gd__gpu_slot *lead) {
 /* Copies one operand of every job between the slots and the area, a run of adjacent slots (of
  * jobs of one size) in one pitched copy. */
 static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bool in) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   size_t pitch = dev->slot_bytes;
   for (gd__gpu_slot *s = lead; s;) {
     /* C's area holds the result; c as sent (a bias row: shorter) lands at its start */
@@ -158,12 +160,12 @@ static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bo
       rows++;
       end = end->batch_next;
     }
-    uint8_t *host = s->host + s->off[op], *area = dev->small_area + s->dev_off[op];
+    uint8_t *host = s->host + s->off[op], *area = worker->small_area + s->dev_off[op];
     cudaError_t e =
         in ? cudaMemcpy2DAsync(area, area_pitch, host, pitch, width, rows,
-                               cudaMemcpyHostToDevice, dev->s_small)
+                               cudaMemcpyHostToDevice, worker->s_small)
            : cudaMemcpy2DAsync(host, pitch, area, area_pitch, width, rows,
-                               cudaMemcpyDeviceToHost, dev->s_small);
+                               cudaMemcpyDeviceToHost, worker->s_small);
     if (e != cudaSuccess)
       return e;
     s = end;
@@ -172,9 +174,10 @@ static cudaError_t copy_operand(gd__gpu_dev *dev, gd__gpu_slot *lead, int op, bo
 }
 
 static cudaError_t copy_in(gd__gpu_dev *dev, gd__gpu_slot *lead) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   if (lead->batch_n == 1)
-    return cudaMemcpyAsync(dev->small_area, lead->host, (size_t)lead->in_len,
-                           cudaMemcpyHostToDevice, dev->s_small);
+    return cudaMemcpyAsync(worker->small_area, lead->host, (size_t)lead->in_len,
+                           cudaMemcpyHostToDevice, worker->s_small);
   cudaError_t e = copy_operand(dev, lead, GP_OPERAND_A, true);
   if (e == cudaSuccess)
     e = copy_operand(dev, lead, GP_OPERAND_B, true);
@@ -184,23 +187,25 @@ static cudaError_t copy_in(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 }
 
 static cudaError_t copy_out(gd__gpu_dev *dev, gd__gpu_slot *lead) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   if (lead->batch_n == 1)
     return cudaMemcpyAsync(lead->host + lead->off[GP_OPERAND_C],
-                           dev->small_area + lead->dev_off[GP_OPERAND_C],
-                           (size_t)lead->job.c_bytes, cudaMemcpyDeviceToHost, dev->s_small);
+                           worker->small_area + lead->dev_off[GP_OPERAND_C],
+                           (size_t)lead->job.c_bytes, cudaMemcpyDeviceToHost, worker->s_small);
   return copy_operand(dev, lead, GP_OPERAND_C, false);
 }
 
 static cudaError_t launch_one(gd__gpu_dev *dev, gd__gpu_slot *s, int64_t batch) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gk_problem p;
-  uint8_t *area = dev->small_area;
+  uint8_t *area = worker->small_area;
   gd__gpu_job_problem(&s->job, &p, area + s->dev_off[GP_OPERAND_A],
                       area + s->dev_off[GP_OPERAND_B], area + s->dev_off[GP_OPERAND_C],
                       area + s->work_off);
   p.batch = batch;
   if (p.bias) /* each job (batch 1 with a bias) brought its own row, at its entry's C */
     p.bias_stride = p.m * p.n;
-  return gd__gpu_launch(dev, dev->kctx_small, &s->job, &p, dev->s_small);
+  return gd__gpu_launch(dev, worker->kctx_small, &s->job, &p, worker->s_small);
 }
 
 /* One launch for the batch; if it fails without a sticky error, one per job, each failure
@@ -231,7 +236,7 @@ static cudaError_t launch(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 /* Queues the pass; the name of the call that failed in *what otherwise. */
 static cudaError_t queue_pass(gd__gpu_dev *dev, gd__gpu_slot *lead, const char **what,
                               bool *queued) {
-  cudaStream_t s = dev->s_small;
+  cudaStream_t s = gd__gpu_worker_of(dev)->s_small;
   *what = "cudaEventRecord";
   cudaError_t e = cudaEventRecord(lead->ev[0], s);
   if (e == cudaSuccess) {
@@ -273,6 +278,7 @@ static void count_batch(gd__gpu_dev *dev, uint32_t n) {
 
 /* Sends the batch led by slot: admission, layout, the pass queued and put in flight. */
 static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_slot *lead = admit_batch(dev, slot);
   if (!lead)
     return;
@@ -283,20 +289,20 @@ static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
   if (e == cudaSuccess) {
     for (gd__gpu_slot *s = lead; s; s = s->batch_next)
       gd__gpu_work_half(&s->job)->started = true;
-    dev->small_inflight++;
+    worker->small_inflight++;
     lead->next_run = NULL;
-    if (dev->small_tail)
-      dev->small_tail->next_run = lead;
+    if (worker->small_tail)
+      worker->small_tail->next_run = lead;
     else
-      dev->small_head = lead;
-    dev->small_tail = lead;
+      worker->small_head = lead;
+    worker->small_tail = lead;
     return;
   }
   for (gd__gpu_slot *s = lead; s; s = s->batch_next)
     gd__gpu_job_cuda_error(dev, &s->job, what, e);
   /* The slots must not be reused while a queued copy may still touch them. */
   if (queued && !gd__gpu_dev_dead(dev))
-    (void)cudaStreamSynchronize(dev->s_small);
+    (void)cudaStreamSynchronize(worker->s_small);
   finish_batch(dev, lead);
 }
 
@@ -305,29 +311,31 @@ static void send_batch(gd__gpu_dev *dev, gd__gpu_slot *slot) {
 /* gpu.small_passes batches are queued on the lane: a new one waits. */
 static bool lane_full(const gd__gpu_dev *dev) {
   uint32_t cap = dev->be->cfg.small_passes;
-  return cap > 0 && dev->small_inflight >= cap;
+  return cap > 0 && gd__gpu_worker_of_c(dev)->small_inflight >= cap;
 }
 
 static void send_forming(gd__gpu_dev *dev) {
-  gd__gpu_slot *lead = dev->forming;
-  dev->forming = dev->forming_tail = NULL;
-  dev->forming_n = 0;
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  gd__gpu_slot *lead = worker->forming;
+  worker->forming = worker->forming_tail = NULL;
+  worker->forming_n = 0;
   send_batch(dev, lead);
 }
 
 uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   GD__GPU_ON_WORKER(dev);
-  if (!dev->forming)
+  if (!worker->forming)
     return 0;
   uint32_t max = dev->be->cfg.max_batch_jobs;
   pthread_mutex_lock(&dev->mu);
-  dev->forming_n +=
-      take_same_shape(dev, dev->forming, &dev->forming_tail, max - dev->forming_n);
+  worker->forming_n +=
+      take_same_shape(dev, worker->forming, &worker->forming_tail, max - worker->forming_n);
   bool stop = dev->stopping || dev->dead;
   pthread_mutex_unlock(&dev->mu);
-  uint64_t due = dev->forming->job.submit_us + dev->be->cfg.max_queue_delay_us;
+  uint64_t due = worker->forming->job.submit_us + dev->be->cfg.max_queue_delay_us;
   uint64_t now = gd_now_us();
-  if (stop || dev->forming_n >= max || (now >= due && !lane_full(dev))) {
+  if (stop || worker->forming_n >= max || (now >= due && !lane_full(dev))) {
     send_forming(dev);
     return 0;
   }
@@ -335,15 +343,16 @@ uint64_t gd__gpu_small_forming(gd__gpu_dev *dev) {
 }
 
 void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   GD__GPU_ON_WORKER(dev);
-  assert(slot->in_use && dev->s_small);
+  assert(slot->in_use && worker->s_small);
   uint32_t max = dev->be->cfg.max_batch_jobs;
-  if (dev->forming) { /* a waiting batch: this job joins it, or sends it on its way */
-    if (dev->forming_n < max && same_shape(&dev->forming->job.hdr, &slot->job.hdr)) {
+  if (worker->forming) { /* a waiting batch: this job joins it, or sends it on its way */
+    if (worker->forming_n < max && same_shape(&worker->forming->job.hdr, &slot->job.hdr)) {
       slot->batch_next = NULL;
-      dev->forming_tail->batch_next = slot;
-      dev->forming_tail = slot;
-      dev->forming_n++;
+      worker->forming_tail->batch_next = slot;
+      worker->forming_tail = slot;
+      worker->forming_n++;
       (void)gd__gpu_small_forming(dev);
       return;
     }
@@ -357,9 +366,9 @@ void gd__gpu_small_run(gd__gpu_dev *dev, gd__gpu_slot *slot) {
     n += take_same_shape(dev, slot, &tail, max - 1);
   pthread_mutex_unlock(&dev->mu);
   if ((dev->be->cfg.max_queue_delay_us > 0 || lane_full(dev)) && n < max) {
-    dev->forming = slot;
-    dev->forming_tail = tail;
-    dev->forming_n = n;
+    worker->forming = slot;
+    worker->forming_tail = tail;
+    worker->forming_n = n;
     (void)gd__gpu_small_forming(dev); /* already due: sent now */
     return;
   }
@@ -420,20 +429,21 @@ static void batch_complete(gd__gpu_dev *dev, gd__gpu_slot *lead) {
 }
 
 void gd__gpu_small_poll(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   GD__GPU_ON_WORKER(dev);
-  while (dev->small_head) {
-    gd__gpu_slot *lead = dev->small_head;
+  while (worker->small_head) {
+    gd__gpu_slot *lead = worker->small_head;
     /* A dead device never finishes its passes: their jobs already failed; let them go. */
     bool dead = gd__gpu_dev_dead(dev);
     cudaError_t e = dead ? cudaSuccess : cudaEventQuery(lead->ev[3]);
     if (e == cudaErrorNotReady)
       return;
-    dev->small_head = lead->next_run;
-    if (!dev->small_head)
-      dev->small_tail = NULL;
+    worker->small_head = lead->next_run;
+    if (!worker->small_head)
+      worker->small_tail = NULL;
     lead->next_run = NULL;
-    assert(dev->small_inflight > 0);
-    dev->small_inflight--;
+    assert(worker->small_inflight > 0);
+    worker->small_inflight--;
     if (dead) {
       finish_batch(dev, lead);
     } else if (e == cudaSuccess) {

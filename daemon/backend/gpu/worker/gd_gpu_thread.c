@@ -25,7 +25,8 @@
 /* While work is in flight: a stream that reports an error (not "not ready") carries a fault
  * that no host func will ever report. */
 static void watchdog(gd__gpu_dev *dev) {
-  cudaStream_t streams[4] = {dev->s_in, dev->s_compute, dev->s_out, dev->s_small};
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  cudaStream_t streams[4] = {worker->s_in, worker->s_compute, worker->s_out, worker->s_small};
   for (int i = 0; i < 4 && streams[i]; i++) {
     cudaError_t e = cudaStreamQuery(streams[i]);
     if (e != cudaSuccess && e != cudaErrorNotReady) {
@@ -36,8 +37,9 @@ static void watchdog(gd__gpu_dev *dev) {
 }
 
 static bool dev_busy_locked(const gd__gpu_dev *dev) {
+  const gd__gpu_dev_work *worker = gd__gpu_worker_of_c(dev);
   return !dev->dead &&
-         (dev->active > 0 || dev->inflight_in > 0 || dev->outq_head || dev->small_head);
+         (dev->active > 0 || dev->inflight_in > 0 || worker->outq_head || worker->small_head);
 }
 
 static void timed_wait_us(gd__gpu_dev *dev, uint64_t us) {
@@ -56,8 +58,9 @@ static void timed_wait(gd__gpu_dev *dev, uint64_t ms) { timed_wait_us(dev, ms * 
  * waits gpu.small_poll_us for a command (0: only yields the CPU), or until the waiting batch is
  * due, then runs the watchdog when it is due. */
 static void small_wait(gd__gpu_dev *dev, uint64_t forming_us) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   uint64_t us = dev->be->cfg.small_poll_us;
-  if (dev->forming && forming_us > 0 && (!dev->small_head || forming_us < us))
+  if (worker->forming && forming_us > 0 && (!worker->small_head || forming_us < us))
     us = forming_us;
   if (us > 0) {
     timed_wait_us(dev, us);
@@ -67,9 +70,9 @@ static void small_wait(gd__gpu_dev *dev, uint64_t forming_us) {
     pthread_mutex_lock(&dev->mu);
   }
   uint64_t now = gd_now_us();
-  if (dev->q_head || dev->stopping || now - dev->watchdog_us < GD__WATCHDOG_MS * 1000u)
+  if (dev->q_head || dev->stopping || now - worker->watchdog_us < GD__WATCHDOG_MS * 1000u)
     return;
-  dev->watchdog_us = now;
+  worker->watchdog_us = now;
   pthread_mutex_unlock(&dev->mu);
   watchdog(dev);
   pthread_mutex_lock(&dev->mu);
@@ -94,13 +97,14 @@ static void idle(gd__gpu_dev *dev) {
 }
 
 static void serve(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   bool synced = false;
   pthread_mutex_lock(&dev->mu);
   for (;;) {
     if (dev->q_head || dev_busy_locked(dev))
       gd__gpu_mem_note_work(dev, gd_now_us());
     uint64_t forming_us = 0;
-    if (dev->small_head || dev->forming) {
+    if (worker->small_head || worker->forming) {
       pthread_mutex_unlock(&dev->mu);
       gd__gpu_small_poll(dev); /* first: a finished pass may let a waiting batch go */
       forming_us = gd__gpu_small_forming(dev);
@@ -122,20 +126,20 @@ static void serve(gd__gpu_dev *dev) {
       continue;
     }
     if (dev->stopping) {
-      if ((synced || dev->dead) && !dev->small_head && !dev->forming)
+      if ((synced || dev->dead) && !worker->small_head && !worker->forming)
         break;
       /* Destroy: let every copy land (its host func queues a completion) and serve those. */
       pthread_mutex_unlock(&dev->mu);
-      (void)cudaStreamSynchronize(dev->s_in);
-      (void)cudaStreamSynchronize(dev->s_compute);
-      (void)cudaStreamSynchronize(dev->s_out);
-      if (dev->s_small)
-        (void)cudaStreamSynchronize(dev->s_small);
+      (void)cudaStreamSynchronize(worker->s_in);
+      (void)cudaStreamSynchronize(worker->s_compute);
+      (void)cudaStreamSynchronize(worker->s_out);
+      if (worker->s_small)
+        (void)cudaStreamSynchronize(worker->s_small);
       pthread_mutex_lock(&dev->mu);
       synced = true;
       continue;
     }
-    if ((dev->small_head || dev->forming) && !dev->dead) {
+    if ((worker->small_head || worker->forming) && !dev->dead) {
       small_wait(dev, forming_us);
     } else if (dev_busy_locked(dev)) {
       timed_wait(dev, GD__WATCHDOG_MS);
@@ -161,18 +165,19 @@ static void tighten_timer_slack(const gd__gpu_dev *dev) {
 }
 
 static int worker_init(gd__gpu_dev *dev, gp_error *err) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_numa_bind(dev->ordinal); /* first: the staging below is allocated on its node */
   tighten_timer_slack(dev);
   cudaError_t e = cudaSetDevice(dev->ordinal);
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: cudaSetDevice: %s", dev->ordinal,
                         cudaGetErrorString(e));
-  e = gk_gpu_ctx_create(dev->ordinal, &dev->kctx);
+  e = gk_gpu_ctx_create(dev->ordinal, &worker->kctx);
   if (e != cudaSuccess)
     return gp_error_set(err, GP_E_UNAVAILABLE, "cuda:%d: kernel context: %s", dev->ordinal,
                         cudaGetErrorString(e));
-  gk_gpu_ctx_set_pool_keep(dev->kctx, dev->be->cfg.kernel_pool_bytes);
-  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  gk_gpu_ctx_set_pool_keep(worker->kctx, dev->be->cfg.kernel_pool_bytes);
+  cudaStream_t *streams[3] = {&worker->s_in, &worker->s_compute, &worker->s_out};
   for (int i = 0; i < 3; i++) {
     e = cudaStreamCreateWithFlags(streams[i], cudaStreamNonBlocking);
     if (e != cudaSuccess)
@@ -209,24 +214,26 @@ static int worker_init(gd__gpu_dev *dev, gp_error *err) {
 }
 
 static void worker_fini(gd__gpu_dev *dev) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   /* After a sticky error these calls fail (and are ignored): the process cannot get that
    * device back, but whatever the driver can still release, it does. */
   for (gd__gpu_job *j = dev->jobs; j; j = j->next) /* jobs a dead device never finished */
     gd__gpu_job_events_free(j);
   gd__gpu_small_destroy(dev);
+  gd__gpu_ipc_maps_free(dev);
   gd__gpu_staging_destroy(dev);
   gd__gpu_resident_sweep(dev, true); /* before the pool its copies came from */
   gd__gpu_mem_destroy(dev);
   gd__gpu_pool_fini(&dev->pool);
-  cudaStream_t *streams[3] = {&dev->s_in, &dev->s_compute, &dev->s_out};
+  cudaStream_t *streams[3] = {&worker->s_in, &worker->s_compute, &worker->s_out};
   for (int i = 0; i < 3; i++) {
     if (*streams[i])
       (void)cudaStreamDestroy(*streams[i]);
     *streams[i] = NULL;
   }
-  if (dev->kctx)
-    gk_gpu_ctx_destroy(dev->kctx);
-  dev->kctx = NULL;
+  if (worker->kctx)
+    gk_gpu_ctx_destroy(worker->kctx);
+  worker->kctx = NULL;
   (void)cudaGetLastError();
 }
 

@@ -22,6 +22,17 @@ static inline const gd__gpu_job_work *gd__gpu_work_half_c(const gd__gpu_job *job
   return &job->work;
 }
 
+/* The worker half of dev: its CUDA objects and lists, only its worker touches (asserted in
+ * Debug builds). */
+static inline gd__gpu_dev_work *gd__gpu_worker_of(gd__gpu_dev *dev) {
+  GD__GPU_ON_WORKER(dev);
+  return &dev->work;
+}
+static inline const gd__gpu_dev_work *gd__gpu_worker_of_c(const gd__gpu_dev *dev) {
+  GD__GPU_ON_WORKER(dev);
+  return &dev->work;
+}
+
 /* ---- gd_gpu_numa.c (worker thread at start) ---- */
 /* Binds the calling thread to the CPUs next to the device (sysfs local_cpulist of its PCI
  * function), so that its pinned staging is allocated on that NUMA node. Best effort: logs why
@@ -29,6 +40,11 @@ static inline const gd__gpu_job_work *gd__gpu_work_half_c(const gd__gpu_job *job
 void gd__gpu_numa_bind(int ordinal);
 /* Parses a sysfs CPU list ("0-15,32-47\n") into set. false on a malformed list. */
 bool gd__gpu_cpulist_parse(const char *text, cpu_set_t *set);
+
+/* ---- gd_gpu_ipc_open.c (worker thread at its exit) ---- */
+/* Forgets the IPC handles still open on dev: the process ends, and CUDA closes them with the
+ * device's context. */
+void gd__gpu_ipc_maps_free(gd__gpu_dev *dev);
 
 /* ---- gd_gpu_staging.c (worker thread at start / destroy) ---- */
 int gd__gpu_staging_create(gd__gpu_dev *dev, gp_error *err);

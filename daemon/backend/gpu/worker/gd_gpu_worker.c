@@ -93,6 +93,7 @@ static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
 /* ---- input -------------------------------------------------------------- */
 
 static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job *job = buf->job;
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
@@ -102,23 +103,23 @@ static void handle_copy_in(gd__gpu_dev *dev, gd__gpu_buf *buf) {
   bool queued = false;
   const char *what = "copy in";
   if (!skip) {
-    e = cudaEventRecord(buf->ev_start, dev->s_in);
+    e = cudaEventRecord(buf->ev_start, worker->s_in);
     if (e == cudaSuccess)
       e = cudaMemcpyAsync(gd__gpu_mem_at(job, buf->dst), buf->host, buf->fill,
-                          cudaMemcpyHostToDevice, dev->s_in);
+                          cudaMemcpyHostToDevice, worker->s_in);
     queued = e == cudaSuccess;
     if (e == cudaSuccess)
-      e = cudaEventRecord(buf->ev_end, dev->s_in);
+      e = cudaEventRecord(buf->ev_end, worker->s_in);
     if (e == cudaSuccess) {
       what = "cudaLaunchHostFunc";
-      e = cudaLaunchHostFunc(dev->s_in, host_func_done, &buf->done);
+      e = cudaLaunchHostFunc(worker->s_in, host_func_done, &buf->done);
     }
     if (e == cudaSuccess)
       return; /* IN_DONE frees the buffer */
     gd__gpu_job_cuda_error(dev, job, what, e);
     /* The buffer must not be refilled while a copy may still read it. */
     if (queued && !gd__gpu_dev_dead(dev))
-      (void)cudaStreamSynchronize(dev->s_in);
+      (void)cudaStreamSynchronize(worker->s_in);
   }
   pthread_mutex_lock(&dev->mu);
   dev->inflight_in--;
@@ -149,7 +150,7 @@ static void handle_spill(gd__gpu_dev *dev, gd__gpu_spill *spill) {
   if (!skip) {
     /* Pageable source: CUDA stages it before returning, so it may be freed right after. */
     cudaError_t e = cudaMemcpyAsync(gd__gpu_mem_at(job, spill->dst), spill->data, spill->len,
-                                    cudaMemcpyHostToDevice, dev->s_in);
+                                    cudaMemcpyHostToDevice, gd__gpu_worker_of(dev)->s_in);
     if (e != cudaSuccess)
       gd__gpu_job_cuda_error(dev, job, "copy in (pageable)", e);
   }
@@ -187,6 +188,7 @@ static void pump_out(gd__gpu_dev *dev);
 
 /* Launches the job; false when it failed (then it is finished by the caller). */
 static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   const char *what = "cudaEventCreate";
   uint8_t *ptr[3];
@@ -208,24 +210,24 @@ static bool run_launch(gd__gpu_dev *dev, gd__gpu_job *job) {
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(work->ev_in, dev->s_in);
+    e = cudaEventRecord(work->ev_in, worker->s_in);
   }
   if (e == cudaSuccess) {
     what = "cudaStreamWaitEvent";
-    e = cudaStreamWaitEvent(dev->s_compute, work->ev_in, 0);
+    e = cudaStreamWaitEvent(worker->s_compute, work->ev_in, 0);
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(work->ev_c0, dev->s_compute);
+    e = cudaEventRecord(work->ev_c0, worker->s_compute);
   if (e == cudaSuccess) {
     gk_problem p;
     gd__gpu_job_problem(job, &p, ptr[GP_OPERAND_A], ptr[GP_OPERAND_B], ptr[GP_OPERAND_C],
                         gd__gpu_mem_at(job, job->work_dev));
     what = "gemm launch";
-    e = gd__gpu_launch(dev, dev->kctx, job, &p, dev->s_compute);
+    e = gd__gpu_launch(dev, worker->kctx, job, &p, worker->s_compute);
   }
   if (e == cudaSuccess) {
     what = "cudaEventRecord";
-    e = cudaEventRecord(work->ev_c1, dev->s_compute);
+    e = cudaEventRecord(work->ev_c1, worker->s_compute);
   }
 launched:
   if (e != cudaSuccess) {
@@ -233,9 +235,9 @@ launched:
      * lets the region go (unregistered and unmapped, maybe by another device's worker): the
      * copy must be over first. */
     if (work->direct_in && !gd__gpu_dev_dead(dev))
-      (void)cudaStreamSynchronize(dev->s_in);
+      (void)cudaStreamSynchronize(worker->s_in);
     if (out_queued && !gd__gpu_dev_dead(dev))
-      (void)cudaStreamSynchronize(dev->s_out);
+      (void)cudaStreamSynchronize(worker->s_out);
     gd__gpu_job_cuda_error(dev, job, what, e);
     return false;
   }
@@ -244,6 +246,7 @@ launched:
 
 
 static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   if (!gd__gpu_run_admit(dev, job, work->dptr != NULL, gd_now_us()) ||
       !gd__gpu_ipc_resolve(dev, job) || !run_launch(dev, job)) {
@@ -253,22 +256,23 @@ static void handle_run(gd__gpu_dev *dev, gd__gpu_job *job) {
   work->started = true;
   work->in_outq = true;
   work->out_next_job = NULL;
-  if (dev->outq_tail)
-    gd__gpu_work_half(dev->outq_tail)->out_next_job = job;
+  if (worker->outq_tail)
+    gd__gpu_work_half(worker->outq_tail)->out_next_job = job;
   else
-    dev->outq_head = job;
-  dev->outq_tail = job;
+    worker->outq_head = job;
+  worker->outq_tail = job;
   pump_out(dev);
 }
 
 /* ---- output ------------------------------------------------------------- */
 
 static void outq_pop(gd__gpu_dev *dev) {
-  gd__gpu_job *job = dev->outq_head;
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  gd__gpu_job *job = worker->outq_head;
   gd__gpu_job_work *work = gd__gpu_work_half(job);
-  dev->outq_head = work->out_next_job;
-  if (!dev->outq_head)
-    dev->outq_tail = NULL;
+  worker->outq_head = work->out_next_job;
+  if (!worker->outq_head)
+    worker->outq_tail = NULL;
   work->in_outq = false;
   work->out_next_job = NULL;
 }
@@ -289,6 +293,7 @@ static gd__gpu_buf *out_buffer(gd__gpu_dev *dev, gd__gpu_job *job) {
 
 /* Queues one chunk of the head job's C; false when no buffer is free or the job is abandoned. */
 static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
   gd__gpu_job_work *work = gd__gpu_work_half(job);
   pthread_mutex_lock(&dev->mu);
   bool abandon = job->failed || !job->owner || dev->dead || dev->stopping;
@@ -318,9 +323,9 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   const char *what = "cudaStreamWaitEvent";
   cudaError_t e = cudaSuccess;
   if (off == 0)
-    e = cudaStreamWaitEvent(dev->s_out, work->ev_c1, 0);
+    e = cudaStreamWaitEvent(worker->s_out, work->ev_c1, 0);
   if (e == cudaSuccess)
-    e = cudaEventRecord(buf->ev_start, dev->s_out);
+    e = cudaEventRecord(buf->ev_start, worker->s_out);
   bool queued = false;
   /* a job run in row blocks copied all but its last block's rows into the region already */
   uint64_t early = buf == &job->direct_out ? work->out_early : 0;
@@ -331,14 +336,14 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
                          gd__gpu_mem_at(job, job->op_dev[GP_OPERAND_C] + off + early), n - early,
                          buf == &job->direct_out && job->ipc_out ? cudaMemcpyDeviceToDevice
                                                                  : cudaMemcpyDeviceToHost,
-                         dev->s_out);
+                         worker->s_out);
     queued = e == cudaSuccess;
   }
   if (e == cudaSuccess)
-    e = cudaEventRecord(buf->ev_end, dev->s_out);
+    e = cudaEventRecord(buf->ev_end, worker->s_out);
   if (e == cudaSuccess) {
     what = "cudaLaunchHostFunc";
-    e = cudaLaunchHostFunc(dev->s_out, host_func_done, &buf->done);
+    e = cudaLaunchHostFunc(worker->s_out, host_func_done, &buf->done);
   }
   if (e == cudaSuccess) {
     work->out_next += n;
@@ -350,7 +355,7 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
   /* The copy may still write the buffer (or, straight into a region, the client's pages, which
    * the failure lets go of): it must be over before either is reused. */
   if (queued && !gd__gpu_dev_dead(dev))
-    (void)cudaStreamSynchronize(dev->s_out);
+    (void)cudaStreamSynchronize(worker->s_out);
   gd__gpu_job_cuda_error(dev, job, what, e);
   pthread_mutex_lock(&dev->mu);
   buf_free_locked(buf);
@@ -359,7 +364,8 @@ static bool issue_chunk(gd__gpu_dev *dev, gd__gpu_job *job) {
 }
 
 static void pump_out(gd__gpu_dev *dev) {
-  while (dev->outq_head && issue_chunk(dev, dev->outq_head)) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  while (worker->outq_head && issue_chunk(dev, worker->outq_head)) {
   }
 }
 
@@ -469,7 +475,7 @@ static void handle_out_free(gd__gpu_dev *dev, gd__gpu_buf *buf) {
 
 void gd__gpu_worker_handle(gd__gpu_dev *dev, gd__gpu_cmd *cmd) {
   GD__GPU_ON_WORKER(dev);
-  if (dev->res_cache)
+  if (gd__gpu_worker_of(dev)->res_cache)
     gd__gpu_resident_sweep(dev, false); /* copies of freed resident operands go */
   switch (cmd->type) {
   case GD__CMD_ALLOC:
