@@ -14,6 +14,14 @@
  * cancelling inputs; on par with it where the exponents spread over 2^-30..2^30 and a few terms
  * dominate each output (k >= 1024; at k = 256 1.6x its mean there: the split's rounding and the
  * tensor cores' truncations of the dominant term are then not averaged away).
+ * Two-level sum: on short grids with a long k cuBLAS runs split-k, whose shorter chains of adds
+ * beat one chain of k / 32 f32 adds on wide-exponent inputs (21 was 1.13x its mean error at
+ * 1024x1024x4096; the split's dropped bits are not the cause: with exact operands the model's
+ * error falls by 5% only). So the narrow tile (those grids) from k = 2048 folds each k tile's
+ * sum into a middle sum, added to the tile's every ~sqrt(k tiles) k tiles: 0.73x cuBLAS's mean
+ * there. The wide tile has no 32 registers a thread to spare (64 more spill); its grids are full
+ * and cuBLAS runs no split there (4096^3 wide: 0.64x its mean). Below k = 2048 one level costs
+ * 1024^3 nothing (the two cost it 10%).
  * The split is integer arithmetic on the bits (add half a TF32 ulp, clear the 13 low bits) and
  * one FP32 subtraction: no conversion unit, and subnormals come out on TF32's grid.
  *
@@ -55,11 +63,11 @@
  * at 1.755 GHz, 2.8x cuBLAS's SGEMM (51).
  *
  * Measured (H200, bench_kernels against cuBLASLt's SGEMM, bench/RESULTS.md "Round 3"):
- * 77-84 TFLOP/s at 2048^3-8192^3, 149-165% of cuBLAS; 1024^3 130%, 1000x1200x800 135%. About
- * 55% of the shared-memory bound above. Accuracy against float64: below cuBLAS's SGEMM on
- * uniform, normal and cancelling inputs (0.2-0.6x its max error), and below our FFMA kernel 02
- * everywhere; on wide-exponent inputs (2^-30..2^30) at k = 4096 1.13x cuBLAS's mean error,
- * where cuBLAS runs split-k: the two TF32 parts hold 22 of f32's 24 bits.
+ * 73-80 TFLOP/s at 2048^3-8192^3, 147-158% of cuBLAS; 1024^3 128-133%, 1000x1200x800
+ * 129-137%, 1024x1024x4096 118% (two levels), 8192x8192x64 143-150%. About 55% of the
+ * shared-memory bound above. Accuracy against float64 (test_gpu_kernels' table, 12 rows):
+ * below cuBLAS's SGEMM on every row, 0.12-0.74x its max error and 0.19-0.81x its mean; wide
+ * exponents (2^-30..2^30) 0.62 / 0.73 at 1024x1024x4096, 0.61 / 0.64 at 4096^3.
  *
  * Contract: f32 with precision exact on compute capability 9.0 exactly, NN, NT and TT, A and B
  * describable by TMA (16-byte aligned, stored rows of a multiple of 4 floats), any m, n, k,
