@@ -6,7 +6,8 @@
 A LOGDIR holds what `scripts/gpu-run.sh` (or scripts/ab-bench.sh) wrote under $OUT:
 summary.txt and env.log (device, commit, date) and the logs of its modes: bench-baseline.log
 (test_gpu_kernels --bench), bench-kernels.log (bench_kernels --markdown), bench-e2e.log
-(bench_e2e), autoshm.md and blas.md (`clients`: plain NumPy arrays, libgemmd_blas, gemmctl
+(bench_e2e), bench-f32.log and f32x3-accuracy.md (scripts/kern21-device.sh: kernel 21's f32
+rows, and its accuracy table as markdown), autoshm.md and blas.md (`clients`: plain NumPy arrays, libgemmd_blas, gemmctl
 bench), bench-kernels-clients.log (`clients`: kernel 21's f32 rows, c64, c128), ab.md (the
 before/after table of scripts/ab-bench.sh). Without LOGDIRs it reads bench/runs/*/ in name
 order: the runs' logs are kept there, so anyone can regenerate the tables. Each table comes
@@ -142,6 +143,10 @@ def main():
         ("f64: kernel 22 against 10 and cuBLAS's DGEMM (`bench_kernels --dtype f64`, `scripts/kern22-device.sh`)",
          "bench-f64.log", last_markdown_table),
         ("Before and after a restructuring (`scripts/ab-bench.sh`)", "ab.md", all_markdown_tables),
+        ("f32 exact, kernel 21 against cuBLAS's SGEMM (`scripts/kern21-device.sh`)",
+         "bench-f32.log", last_markdown_table),
+        ("Kernel 21's accuracy against float64, beside cuBLAS's SGEMM (`test_gpu_kernels --f32x3`)",
+         "f32x3-accuracy.md", all_markdown_tables),
     ]
     for title, log, table_of in sections:
         text, run = newest(args, log)
