@@ -12,8 +12,8 @@
 #   5. bench_kernels --variants --quick, 21 and its two-scratch variant (wgmma_f32x3_pipe)
 #   6. bench_kernels --dtype f32 --quick --kernel simt_f32,simt_f32_splitk (02 / 09 beside it)
 # Logs go to $OUT (build-k21/out when unset): env.log build.log registry.log f32x3-tests.log
-# memcheck.log racecheck.log synccheck.log bench-f32.log bench-f32-variants.log bench-f32-simt.log
-# summary.txt; the summary is printed last. Knobs: K21_JOBS (build jobs, 16),
+# (and its accuracy table as f32x3-accuracy.md) memcheck.log racecheck.log synccheck.log
+# bench-f32.log bench-f32-variants.log bench-f32-simt.log summary.txt; the summary is printed last. Knobs: K21_JOBS (build jobs, 16),
 # GEMMD_TEST_CASE_TIMEOUT (30: test_gpu_kernels names a case still running after that many
 # seconds, a kernel that never returns, and exits 1, inside each step's cap).
 set -uo pipefail
@@ -49,6 +49,16 @@ if [ -n "$bench" ]; then
 else
   note "bench: bench_kernels was not built"
 fi
+
+# The accuracy table as markdown, for scripts/results-tables.py (kept with the run's logs)
+{
+  echo "|err| / (|A| |B|) against float64, max / mean over the outputs, NN, same inputs for the three"
+  echo
+  echo "| inputs | shape | 21 max / mean | cuBLAS SGEMM max / mean | simt_f32 max / mean | 21 / cuBLAS | check |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  grep -E "^\| (uniform|normal|wide|cancel)" "$OUT/f32x3-tests.log" |
+    sed -E 's/\| 21 /| /; s/\| cublas /| /; s/\| simt_f32 /| /; s/\| 21\/cublas /| /; s/ +\|/ |/g; s/\| (PASS|FAIL)(.*)$/| \1\2 |/'
+} >"$OUT/f32x3-accuracy.md"
 
 echo
 echo "================ summary ================"

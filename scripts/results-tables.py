@@ -7,11 +7,13 @@ A LOGDIR holds what `scripts/gpu-run.sh` (or scripts/ab-bench.sh) wrote under $O
 summary.txt and env.log (device, commit, date) and the logs of its modes: bench-baseline.log
 (test_gpu_kernels --bench), bench-kernels.log (bench_kernels --markdown), bench-e2e.log
 (bench_e2e), bench-f32.log and f32x3-accuracy.md (scripts/kern21-device.sh: kernel 21's f32
-rows, and its accuracy table as markdown), autoshm.md and blas.md (`clients`: plain NumPy arrays, libgemmd_blas, gemmctl
-bench), bench-kernels-clients.log (`clients`: kernel 21's f32 rows, c64, c128), ab.md (the
-before/after table of scripts/ab-bench.sh). Without LOGDIRs it reads bench/runs/*/ in name
-order: the runs' logs are kept there, so anyone can regenerate the tables. Each table comes
-from the last LOGDIR that has its log, and names that run. The block between
+rows, and its accuracy table as markdown), autoshm.md and blas.md (`clients`: plain NumPy
+arrays, libgemmd_blas, gemmctl bench), bench-kernels-clients.log (`clients`: kernel 21's f32
+rows, c64, c128), ab.md (the before/after table of scripts/ab-bench.sh). Without LOGDIRs it
+reads bench/runs/*/ in name order: the runs' logs are kept there, so anyone can regenerate the
+tables; a run's folder is named DATE-COMMIT-WHAT, or DATETHHMM-COMMIT-WHAT where one day has
+several sessions, so that name order is time order. Each table comes from the last LOGDIR that
+has its log, and names that run. The block between
 `<!-- latest-run:begin -->` and `<!-- latest-run:end -->` in RESULTS.md is replaced; nothing
 else in the file changes, so the tables at its top always come from real runs rather than
 from hand edits, and the history below them stays as it was written.
