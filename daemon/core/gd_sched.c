@@ -420,7 +420,12 @@ static uint64_t budget_left(const gd_sched *s) {
 
 static gd_admit check_budget(gd_sched *s, uint64_t host, const gd_sched_share *share,
                         gp_error *err) {
-  uint64_t own = share ? share->peer_holds : 0;
+  const uint64_t budget = s->limits.memory_budget;
+  /* the requester's own holdings matter only where the request would not fit beside them all */
+  const bool fits_beside_all = s->extra < budget && host <= budget - s->extra;
+  uint64_t own = s->extra > 0 && !fits_beside_all && share && share->peer_holds
+                     ? share->peer_holds(share->peer_holds_arg)
+                     : 0;
   uint64_t others = s->extra > own ? s->extra - own : 0;
   uint64_t left = budget_left(s);
   if (host > s->limits.memory_budget) {
@@ -633,14 +638,14 @@ static void finish_unlocked(gd_sched *s, gd_job *job, bool ok) {
  * scheduler's value: hence the cast). */
 typedef struct {
   size_t jobs, running, delivering;
-  uint64_t delivering_bytes, reserved, extra, next_id;
+  uint64_t delivering_bytes, reserved, next_id;
 } sched_counts;
 
 static sched_counts read_counts(const gd_sched *cs) {
   gd_sched *s = (gd_sched *)cs;
   gd_sched_lock(s);
   sched_counts c = {s->job_count, s->running, s->delivering_jobs, s->delivering_bytes,
-                    s->reserved, s->extra, s->next_id};
+                    s->reserved, s->next_id};
   gd_sched_unlock(s);
   return c;
 }
@@ -650,7 +655,6 @@ size_t gd_sched_running(const gd_sched *s) { return read_counts(s).running; }
 size_t gd_sched_delivering(const gd_sched *s) { return read_counts(s).delivering; }
 uint64_t gd_sched_delivering_bytes(const gd_sched *s) { return read_counts(s).delivering_bytes; }
 uint64_t gd_sched_reserved_bytes(const gd_sched *s) { return read_counts(s).reserved; }
-uint64_t gd_sched_reserved_outside_jobs(const gd_sched *s) { return read_counts(s).extra; }
 
 uint64_t gd_sched_admitted(const gd_sched *s) { return read_counts(s).next_id - 1; }
 

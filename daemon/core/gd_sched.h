@@ -76,8 +76,11 @@ typedef struct {
   uint64_t peer_used, peer_limit;
   /* Of the budget's bytes held outside jobs (resident operands, regions), the requester's
    * peer's: what it holds itself it may free, so a request held up by them waits; one held up
-   * by other peers' holdings, which no job gives back, is refused (RESOURCE_EXHAUSTED). */
-  uint64_t peer_holds;
+   * by other peers' holdings, which no job gives back, is refused (RESOURCE_EXHAUSTED).
+   * Worked out only where the answer depends on it (the request would not fit beside every
+   * byte held outside jobs), under the scheduler's lock: peer_holds(peer_holds_arg). NULL: 0. */
+  uint64_t (*peer_holds)(const void *arg);
+  const void *peer_holds_arg;
   /* The devices where the requester's resident operands were last used or have copies (bit d:
    * device d; a backend keeps its copies there), 0 for none: the least loaded of them is
    * preferred while it is at most one such job busier than the least-loaded device (else the
@@ -187,8 +190,6 @@ uint64_t gd_sched_delivering_bytes(const gd_sched *s);
 uint64_t gd_sched_admitted(const gd_sched *s);
 /* Bytes counted against queue.memory_budget. */
 uint64_t gd_sched_reserved_bytes(const gd_sched *s);
-/* Of them, those held outside jobs (gd_sched_reserve: regions the daemon maps). */
-uint64_t gd_sched_reserved_outside_jobs(const gd_sched *s);
 
 /* Host memory the daemon holds outside jobs (shared-memory regions it maps, whose pages it may
  * fault in) counts against queue.memory_budget too: reserves bytes, or RESOURCE_EXHAUSTED with

@@ -27,6 +27,17 @@ static uint64_t peer_held(const gd_session *s) {
   return held;
 }
 
+/* gd_sched_share.peer_holds: what s's peer holds outside jobs (called under the shared lock;
+ * takes the peers lock for the sessions' list). */
+static uint64_t peer_holds_of(const void *arg) {
+  const gd_session *s = arg;
+  gd_server *d = gd_session_server(s);
+  gd_peers_lock(&d->peers);
+  uint64_t held = peer_held(s);
+  gd_peers_unlock(&d->peers);
+  return held;
+}
+
 /* 0 when s's peer may hold `more` bytes besides what it holds, else RESOURCE_EXHAUSTED with
  * err (what: the method) and a warning, at most one a second per loop. Like
  * queue.peer_memory_share, only while another peer is connected: alone, a peer takes no room
@@ -98,9 +109,10 @@ static gd_sched_share share_of(const gd_session *s) {
       .conn_used = gd_conn_calls(c)->reserved,
       .conn_limit = (uint64_t)(budget * lim->connection_memory_share),
       .peer_used = gd_peers_reserved(&d->peers, gd_conn_peer_key(c)),
-      /* only read against bytes held outside jobs: with none (the usual case) the walk over
-       * every connection is skipped, and admission's time under the shared lock with it */
-      .peer_holds = gd_netsched_reserved_outside_jobs(d->sched) > 0 ? peer_held(s) : 0,
+      /* the walk over every connection, only where the scheduler needs its sum (it runs
+       * under the shared lock, which serialises the loops' admissions) */
+      .peer_holds = peer_holds_of,
+      .peer_holds_arg = s,
       .prefer_devices = gd_conn_resident(c)->devices,
       .port = nl->port};
   if (d->peers.n > 1)

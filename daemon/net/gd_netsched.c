@@ -143,7 +143,3 @@ size_t gd_netsched_delivering(const gd_sched *s) {
 uint64_t gd_netsched_reserved_bytes(const gd_sched *s) {
   return gd_sched_reserved_bytes(s);
 }
-
-uint64_t gd_netsched_reserved_outside_jobs(const gd_sched *s) {
-  return gd_sched_reserved_outside_jobs(s);
-}

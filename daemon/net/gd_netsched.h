@@ -64,6 +64,5 @@ size_t gd_netsched_jobs(const gd_sched *s);
 size_t gd_netsched_running(const gd_sched *s);
 size_t gd_netsched_delivering(const gd_sched *s);
 uint64_t gd_netsched_reserved_bytes(const gd_sched *s);
-uint64_t gd_netsched_reserved_outside_jobs(const gd_sched *s);
 
 #endif /* GD_NETSCHED_H */
