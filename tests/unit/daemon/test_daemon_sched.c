@@ -229,6 +229,52 @@ START_TEST(reservations_outside_jobs_share_the_budget) {
 }
 END_TEST
 
+/* The requester's own holdings outside jobs (peer_holds): asked for only where the request
+ * would not fit beside every byte held outside jobs; beside other peers' holdings it is
+ * refused, beside its own it waits. */
+static int holds_asked;
+static uint64_t holds_answer;
+static uint64_t holds_of(const void *arg) {
+  ck_assert_ptr_eq(arg, &holds_answer);
+  holds_asked++;
+  return holds_answer;
+}
+
+START_TEST(own_holdings_asked_only_where_they_decide) {
+  start(100, 3000, false);
+  gp_gemm_hdr h = hdr_of(10, 10, 10); /* 1200 bytes */
+  gd_sched_share share = {.peer_holds = holds_of, .peer_holds_arg = &holds_answer};
+  gd_job *job;
+  gp_error err;
+  gp_error_clear(&err);
+  /* nothing held outside jobs: never asked */
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), GD_ADMITTED);
+  gd_sched_abandon(sched, job);
+  ck_assert_int_eq(holds_asked, 0);
+  /* 1000 held: 1200 fits beside all of it, still not asked */
+  ck_assert_int_eq(gd_sched_reserve(sched, 1000, &err), 0);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err), GD_ADMITTED);
+  gd_sched_abandon(sched, job);
+  ck_assert_int_eq(holds_asked, 0);
+  /* 2000 held: 1200 does not fit beside it. Another peer's: refused at once, naming them */
+  ck_assert_int_eq(gd_sched_reserve(sched, 1000, &err), 0);
+  holds_answer = 0;
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
+                   GD_ADMIT_REFUSED);
+  ck_assert_ptr_nonnull(strstr(err.message, "resident operands and shared-memory regions"));
+  ck_assert_int_eq(holds_asked, 1);
+  /* its own: it may free them, so it waits for room */
+  holds_answer = 2000;
+  gp_error_clear(&err);
+  ck_assert_int_eq(gd_sched_admit(sched, &h, false, 1, &share, &waiter, &job, &err),
+                   GD_ADMIT_FULL);
+  ck_assert_int_eq(holds_asked, 2);
+  gd_sched_unreserve(sched, 2000);
+  ck_assert_uint_eq(gd_sched_reserved_bytes(sched), 0);
+  stop();
+}
+END_TEST
+
 START_TEST(backend_host_bytes_and_prepare) {
   start(100, 5000, true);
   gp_gemm_hdr h = hdr_of(10, 10, 10);
@@ -544,6 +590,7 @@ int main(void) {
   tcase_add_test(tc, memory_shares);
   tcase_add_test(tc, memory_budget_from_the_header);
   tcase_add_test(tc, reservations_outside_jobs_share_the_budget);
+  tcase_add_test(tc, own_holdings_asked_only_where_they_decide);
   tcase_add_test(tc, backend_host_bytes_and_prepare);
   tcase_add_test(tc, draining_refuses);
   tcase_add_test(tc, deadline_from_timeout_ms);
