@@ -44,6 +44,26 @@ def expect_error(client, method, params, code, mentions=None, what=""):
     raise AssertionError("%s: answered %r, expected %s" % (what, h._short(result), code))
 
 
+def expect_deadline_behind(client, small, what, tries=3):
+    """small (a gemm with timeout_ms) sent while busy jobs hold the worker: DEADLINE_EXCEEDED.
+    One answered inside its timeout found the worker free after all (the running busy job
+    ended as the next one's payload was still arriving: seen under load, -j2, queue_us 883 for
+    timeout_ms 1): the test's premise did not hold, so it is sent again, behind the busy jobs
+    still to come; an answer later than its timeout fails at once."""
+    for _ in range(tries):
+        try:
+            result = client.call("gemm", [small] + operands(small))
+        except h.RpcError as exc:
+            assert exc.code == "DEADLINE_EXCEEDED", "%s: got %s (%s)" % (what, exc.code,
+                                                                          exc.message)
+            return
+        queue_us = h.dig(result[0], "timings.queue_us", None)
+        assert queue_us is not None and queue_us < small["timeout_ms"] * 1000, \
+            "%s: answered %r, expected DEADLINE_EXCEEDED" % (what, h._short(result))
+        print("  %s: found the worker free (queue_us %d); sent again" % (what, queue_us))
+    raise AssertionError("%s: found the worker free %d times" % (what, tries))
+
+
 def expect_errors(client, method, cases, code):
     """expect_error for each (what, params, mentions); every case runs, then all failures are
     reported together (one wrong answer must not hide the others)."""
@@ -298,9 +318,8 @@ def test_deadline_exceeded(ctx):
                 busy.gemm_result(msgid, hdr, timeout=120)[1] for msgid, _, _ in jobs))
             reader.start()
             small = good_hdr(timeout_ms=timeout_ms)
-            expect_error(client, "gemm", [small] + operands(small), "DEADLINE_EXCEEDED", None,
-                         "timeout_ms %d behind %d %d^3 f64 jobs on one worker" % (
-                             timeout_ms, count, big))
+            expect_deadline_behind(client, small, "timeout_ms %d behind %d %d^3 f64 jobs on one "
+                                   "worker" % (timeout_ms, count, big))
             reader.join(180 * ctx.scale)
             assert len(outs) == len(jobs), "%d of %d busy replies read" % (len(outs), len(jobs))
             _, a, b = jobs[-1]
