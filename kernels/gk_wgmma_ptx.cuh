@@ -125,281 +125,87 @@ __device__ __forceinline__ uint64_t gk__wgmma_desc(uint32_t smem_addr, uint32_t 
          ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
 
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n128k16_f16(float (&d)[64], uint64_t desc_a,
-                                                  uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %68, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, scale_d, 1, 1, %66, %67;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
-}
-
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a,
-                                                  uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %68, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, scale_d, 1, 1, %66, %67;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
-}
-
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n256k16_f16(float (&d)[128], uint64_t desc_a,
-                                                  uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %132, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, scale_d, 1, 1, %130, %131;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
-}
-
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void gk__wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a,
-                                                  uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %132, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, scale_d, 1, 1, %130, %131;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));
-}
-
-/* wgmma m64nNk16 (f32 += f16/bf16 x f16/bf16), both operands from shared memory; TRANS_A /
- * TRANS_B: 0 = K-major, 1 = M/N-major (the transpose bits exist for 16-bit types only). The
- * accumulator is d's N/2 registers per thread (PTX "Register fragment" layout, as mma.sync's
- * m16n8 per 8 columns: d[4j..4j+1] at (row g, cols 8j+2t..), d[4j+2..4j+3] at row g+8). */
-template <typename T, int N, int TRANS_A, int TRANS_B>
-struct gk__wgmma_op;
-#define GK_WGMMA_OP(TYPE, N, SUFFIX)                                                              \
-  template <int TRANS_A, int TRANS_B>                                                             \
-  struct gk__wgmma_op<TYPE, N, TRANS_A, TRANS_B> {                                                \
-    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) {     \
-      gk__wgmma_m64n##N##k16_##SUFFIX<TRANS_A, TRANS_B>(d, da, db);                               \
-    }                                                                                             \
-  };
-GK_WGMMA_OP(__half, 128, f16)
-GK_WGMMA_OP(__nv_bfloat16, 128, bf16)
-GK_WGMMA_OP(__half, 256, f16)
-GK_WGMMA_OP(__nv_bfloat16, 256, bf16)
-#undef GK_WGMMA_OP
-
-/* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
- * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
- * old contents ignored (21 starts each k tile's sum so). */
-__device__ __forceinline__ void gk__wgmma_m64n64k8_tf32_rs(float (&d)[32], const uint32_t (&a)[4],
-                                                    uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void gk__wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4],
-                                                     uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-__device__ __forceinline__ void gk__wgmma_m64n256k8_tf32_rs(float (&d)[128], const uint32_t (&a)[4],
-                                                     uint64_t desc_b, int scale_d = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred scale_d;\n"
-      "setp.ne.b32 scale_d, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "{%128, %129, %130, %131}, %132, scale_d, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
-template <int N>
-struct gk__tf32_wgmma;
-template <>
-struct gk__tf32_wgmma<64> {
-  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n64k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-template <>
-struct gk__tf32_wgmma<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n128k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-template <>
-struct gk__tf32_wgmma<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const uint32_t (&a)[4], uint64_t db,
-                                             int scale_d = 1) {
-    gk__wgmma_m64n256k8_tf32_rs(d, a, db, scale_d);
-  }
-};
-
-/* The accumulator operands of a wgmma m64nNk32 asm statement: "+r"(d[0]) ... for N = 128 (64
- * registers) or 256 (128); GK__K8_ACC_R / _F name the constraint ("+r" s32, "+f" f32). */
-#define GK__K8_ACC_R(x) "+r"(x)
-#define GK__K8_ACC_F(x) "+f"(x)
-#define GK__K8_ACC8(C, d, i)                                                                       \
+/* The accumulator operands of a wgmma asm statement, d's N/2 registers per thread ("+f" f32,
+ * "+r" s32: GK__WGMMA_ACC_F / _R name the constraint), and their names in the instruction's
+ * text (%0 ... %N/2-1); the statement's other operands are numbered after them. */
+#define GK__WGMMA_ACC_R(x) "+r"(x)
+#define GK__WGMMA_ACC_F(x) "+f"(x)
+#define GK__WGMMA_ACC8(C, d, i)                                                                    \
   C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
-#define GK__K8_ACC64(C, d, i)                                                                      \
-  GK__K8_ACC8(C, d, i), GK__K8_ACC8(C, d, i + 8), GK__K8_ACC8(C, d, i + 16),                       \
-      GK__K8_ACC8(C, d, i + 24), GK__K8_ACC8(C, d, i + 32), GK__K8_ACC8(C, d, i + 40),             \
-      GK__K8_ACC8(C, d, i + 48), GK__K8_ACC8(C, d, i + 56)
-#define GK__K8_ACC128(C, d) GK__K8_ACC64(C, d, 0), GK__K8_ACC64(C, d, 64)
-/* ... and their names in the instruction's text; the descriptors follow as %64, %65 (N = 128)
- * or %128, %129 (N = 256), the scale-d flag as %66 or %130. */
-#define GK__K8_REGS64                                                                              \
+#define GK__WGMMA_ACC32(C, d, i)                                                                   \
+  GK__WGMMA_ACC8(C, d, i), GK__WGMMA_ACC8(C, d, i + 8), GK__WGMMA_ACC8(C, d, i + 16),              \
+      GK__WGMMA_ACC8(C, d, i + 24)
+#define GK__WGMMA_ACC64(C, d, i) GK__WGMMA_ACC32(C, d, i), GK__WGMMA_ACC32(C, d, i + 32)
+#define GK__WGMMA_ACC128(C, d) GK__WGMMA_ACC64(C, d, 0), GK__WGMMA_ACC64(C, d, 64)
+#define GK__WGMMA_REGS32                                                                           \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                         \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "               \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define GK__WGMMA_REGS64                                                                           \
+  GK__WGMMA_REGS32 ", "                                                                            \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "               \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define GK__K8_REGS128                                                                             \
-  GK__K8_REGS64 ", "                                                                               \
+#define GK__WGMMA_REGS128                                                                          \
+  GK__WGMMA_REGS64 ", "                                                                            \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "               \
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "               \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "   \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+
+/* wgmma m64nNk16 (f32 += f16/bf16 x f16/bf16), both operands from shared memory; TRANS_A /
+ * TRANS_B: 0 = K-major, 1 = M/N-major (the transpose bits exist for 16-bit types only). The
+ * accumulator is d's N/2 registers per thread (PTX "Register fragment" layout, as mma.sync's
+ * m16n8 per 8 columns: d[4j..4j+1] at (row g, cols 8j+2t..), d[4j+2..4j+3] at row g+8).
+ * After the accumulators: the two descriptors, the two transpose immediates, the scale-d flag
+ * (DESCS, TRANS, FLAG: their names). */
+template <typename T, int N, int TRANS_A, int TRANS_B>
+struct gk__wgmma_op;
+#define GK_WGMMA_OP(TYPE, N, TYPES, REGS, ACC, DESCS, TRANS, FLAG)                                \
+  template <int TRANS_A, int TRANS_B>                                                             \
+  struct gk__wgmma_op<TYPE, N, TRANS_A, TRANS_B> {                                                \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t desc_a,                \
+                                               uint64_t desc_b) {                                 \
+      asm volatile("{\n.reg .pred scale_d;\nsetp.ne.b32 scale_d, " FLAG ", 0;\n"                 \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPES " {" REGS "}, " DESCS \
+                   ", scale_d, 1, 1, " TRANS ";\n}\n"                                             \
+                   : ACC                                                                          \
+                   : "l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B), "r"(1));               \
+    }                                                                                             \
+  };
+GK_WGMMA_OP(__half, 128, "f16.f16", GK__WGMMA_REGS64, GK__WGMMA_ACC64(GK__WGMMA_ACC_F, d, 0),
+            "%64, %65", "%66, %67", "%68")
+GK_WGMMA_OP(__nv_bfloat16, 128, "bf16.bf16", GK__WGMMA_REGS64,
+            GK__WGMMA_ACC64(GK__WGMMA_ACC_F, d, 0), "%64, %65", "%66, %67", "%68")
+GK_WGMMA_OP(__half, 256, "f16.f16", GK__WGMMA_REGS128, GK__WGMMA_ACC128(GK__WGMMA_ACC_F, d),
+            "%128, %129", "%130, %131", "%132")
+GK_WGMMA_OP(__nv_bfloat16, 256, "bf16.bf16", GK__WGMMA_REGS128,
+            GK__WGMMA_ACC128(GK__WGMMA_ACC_F, d), "%128, %129", "%130, %131", "%132")
+#undef GK_WGMMA_OP
+
+/* wgmma m64nNk8 f32 += tf32 x tf32: A (64 x 8) from four registers per thread, B (N x 8) from a
+ * K-major shared-memory descriptor. tf32 takes no transpose immediates. scale_d 0: d = A B, its
+ * old contents ignored (21 starts each k tile's sum so). After the accumulators: A's registers,
+ * the descriptor, the scale-d flag (A, DESC, FLAG: their names). */
+template <int N>
+struct gk__tf32_wgmma;
+#define GK_TF32_WGMMA(N, REGS, ACC, A, DESC, FLAG)                                                \
+  template <>                                                                                     \
+  struct gk__tf32_wgmma<N> {                                                                      \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], const uint32_t (&a)[4],         \
+                                               uint64_t desc_b, int scale_d = 1) {                \
+      asm volatile("{\n.reg .pred scale_d;\nsetp.ne.b32 scale_d, " FLAG ", 0;\n"                 \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32 {" REGS "}, {" A     \
+                   "}, " DESC ", scale_d, 1, 1;\n}\n"                                             \
+                   : ACC                                                                          \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));      \
+    }                                                                                             \
+  };
+GK_TF32_WGMMA(64, GK__WGMMA_REGS32, GK__WGMMA_ACC32(GK__WGMMA_ACC_F, d, 0),
+              "%32, %33, %34, %35", "%36", "%37")
+GK_TF32_WGMMA(128, GK__WGMMA_REGS64, GK__WGMMA_ACC64(GK__WGMMA_ACC_F, d, 0),
+              "%64, %65, %66, %67", "%68", "%69")
+GK_TF32_WGMMA(256, GK__WGMMA_REGS128, GK__WGMMA_ACC128(GK__WGMMA_ACC_F, d),
+              "%128, %129, %130, %131", "%132", "%133")
+#undef GK_TF32_WGMMA
 
 /* wgmma m64nNk32 s32 += s8 x s8 (N = 128 or 256), both operands K-major from shared-memory
  * descriptors (the integer form takes no scale or transpose immediates). */
@@ -407,13 +213,13 @@ template <int N>
 __device__ __forceinline__ void gk__wgmma_m64nNk32_s8(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
   if constexpr (N == 128)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {" GK__K8_REGS64 "}, %64, %65, p;\n}\n"
-                 : GK__K8_ACC64(GK__K8_ACC_R, d, 0)
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {" GK__WGMMA_REGS64 "}, %64, %65, p;\n}\n"
+                 : GK__WGMMA_ACC64(GK__WGMMA_ACC_R, d, 0)
                  : "l"(desc_a), "l"(desc_b), "r"(1));
   else
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {" GK__K8_REGS128 "}, %128, %129, p;\n}\n"
-                 : GK__K8_ACC128(GK__K8_ACC_R, d)
+                 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {" GK__WGMMA_REGS128 "}, %128, %129, p;\n}\n"
+                 : GK__WGMMA_ACC128(GK__WGMMA_ACC_R, d)
                  : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
@@ -427,13 +233,13 @@ __device__ __forceinline__ void gk__wgmma_m64nNk32_s8(int32_t (&d)[N / 2], uint6
 template <int N, bool E5M2>
 __device__ __forceinline__ void gk__wgmma_m64nNk32_fp8(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
   if constexpr (N == 128 && E5M2)
-    GK__FP8_WGMMA("m64n128k32", "e5m2.e5m2", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
+    GK__FP8_WGMMA("m64n128k32", "e5m2.e5m2", GK__WGMMA_REGS64, "%64, %65", "%66", GK__WGMMA_ACC64(GK__WGMMA_ACC_F, d, 0));
   else if constexpr (N == 128)
-    GK__FP8_WGMMA("m64n128k32", "e4m3.e4m3", GK__K8_REGS64, "%64, %65", "%66", GK__K8_ACC64(GK__K8_ACC_F, d, 0));
+    GK__FP8_WGMMA("m64n128k32", "e4m3.e4m3", GK__WGMMA_REGS64, "%64, %65", "%66", GK__WGMMA_ACC64(GK__WGMMA_ACC_F, d, 0));
   else if constexpr (E5M2)
-    GK__FP8_WGMMA("m64n256k32", "e5m2.e5m2", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
+    GK__FP8_WGMMA("m64n256k32", "e5m2.e5m2", GK__WGMMA_REGS128, "%128, %129", "%130", GK__WGMMA_ACC128(GK__WGMMA_ACC_F, d));
   else
-    GK__FP8_WGMMA("m64n256k32", "e4m3.e4m3", GK__K8_REGS128, "%128, %129", "%130", GK__K8_ACC128(GK__K8_ACC_F, d));
+    GK__FP8_WGMMA("m64n256k32", "e4m3.e4m3", GK__WGMMA_REGS128, "%128, %129", "%130", GK__WGMMA_ACC128(GK__WGMMA_ACC_F, d));
 }
 #undef GK__FP8_WGMMA
 #endif /* GK_WGMMA_DEVICE */
