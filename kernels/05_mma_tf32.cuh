@@ -72,11 +72,7 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   const int k_tiles = (args.k + BK - 1) / BK;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    gk__cp_async_commit();
-  }
+  gk__pipeline_fill<STAGES>(k_tiles, load_stage);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     gk__cp_async_wait<STAGES - 2>(); /* tile kt has landed (this thread's copies) */
@@ -125,16 +121,7 @@ __global__ void __launch_bounds__(C::NT) gk__tf32_gemm(gk__tf32_args args) {
     }
   }
   gk__cp_async_wait<0>(); /* no copy may outlive the block (the last groups are empty) */
-
-  /* Accumulator (i, j): c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of the 16x8 tile. */
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      gk__store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
-      gk__store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
-    }
+  gk__store_m16n8(args, c, m0 + wm, n0 + wn, g, t, acc);
 }
 
 /* Host side: the launcher for one configuration C. */

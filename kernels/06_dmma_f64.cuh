@@ -129,11 +129,7 @@ __global__ void __launch_bounds__(C::NT, C::MIN_BLOCKS) gk__dmma_gemm(gk__dmma_a
   /* Pipeline as in 04_mma_f16.cuh: STAGES tiles in flight, two fragment sets. */
   constexpr int KSTEPS = BK / MMA_K;
   const int k_tiles = (args.k + BK - 1) / BK;
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    gk__cp_async_commit();
-  }
+  gk__pipeline_fill<STAGES>(k_tiles, load_stage);
   gk__cp_async_wait<STAGES - 2>();
   __syncthreads();
   if (STAGES - 1 < k_tiles) load_stage(STAGES - 1, STAGES - 1);

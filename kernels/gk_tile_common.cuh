@@ -269,6 +269,21 @@ __device__ __forceinline__ void gk__load_stage(T *sa, T *sb, const T *a, const T
                                                   n_left, tid);
 }
 
+/* ---- the cp.async pipeline over k tiles (04, 05, 06) ---------------------------------------- */
+
+/* The pipeline's start: k tiles 0 .. STAGES - 2 set on their way, one commit group each (empty
+ * past the last tile, so that the wait counts stay in step). Each kernel's loop then waits for
+ * one tile and starts the one STAGES - 1 ahead (04 and 05 before multiplying it, 06 after its
+ * last step). */
+template <int STAGES, class Load>
+__device__ __forceinline__ void gk__pipeline_fill(int k_tiles, Load &load_stage) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    gk__cp_async_commit();
+  }
+}
+
 /* ---- the epilogue: two neighbouring outputs after alpha/beta ------------------------------- */
 
 /* Paired loads/stores of C elements, computing in S (float for float/half/bf16, double for
@@ -315,6 +330,22 @@ __device__ __forceinline__ void gk__store_pair(const Args &args, T *c, int row, 
     if (!args.beta_zero) v1 = gk__fma(args.beta, (S)dst[1], v1);
     dst[1] = T(v1);
   }
+}
+
+/* A warp's MI x NI accumulators of m16n8 mma.sync (04, 05) into C: accumulator (i, j) holds
+ * c0,c1 at (g, 2t..2t+1) and c2,c3 at (g+8, 2t..2t+1) of its 16x8 tile (g = lane / 4,
+ * t = lane % 4); the warp's tile starts at C's (row0, col0). */
+template <int MI, int NI, typename T, class Args>
+__device__ __forceinline__ void gk__store_m16n8(const Args &args, T *c, int row0, int col0, int g,
+                                                int t, const float (&acc)[MI][NI][4]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
+      gk__store_pair(args, c, row, col, acc[i][j][0], acc[i][j][1]);
+      gk__store_pair(args, c, row + 8, col, acc[i][j][2], acc[i][j][3]);
+    }
 }
 
 /*
