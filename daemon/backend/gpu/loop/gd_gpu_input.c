@@ -31,6 +31,13 @@ static void claim(gd__gpu_job *job, gd__gpu_buf *buf, gp_operand op, uint64_t of
   gd__gpu_loop_half(job)->cur = buf;
 }
 
+void gd__gpu_input_elsewhere(gd__gpu_job *job, gp_operand operand) {
+  gd__gpu_job_loop *half = gd__gpu_loop_half(job);
+  if (half->cur)
+    gd__gpu_flush(job); /* the other operand's bytes go on their way */
+  half->received += job->bytes[operand];
+}
+
 /* The job's current buffer goes to the worker (or back to the free set when empty). */
 void gd__gpu_flush(gd__gpu_job *job) {
   gd__gpu_job_loop *half = gd__gpu_loop_half(job);

@@ -137,15 +137,11 @@ bool gd__gpu_op_input_device(gd_backend *b, gd_job *job, gp_operand operand, gd_
   gd__gpu_ipc *g = usable(gj, r);
   if (!g || operand > GP_OPERAND_C)
     return false;
-  gd__gpu_dev *dev = gj->dev;
-  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
-  pthread_mutex_lock(&dev->mu);
-  if (loop->cur)
-    gd__gpu_flush(gj); /* the other operand's bytes go on their way */
+  pthread_mutex_lock(&gj->dev->mu);
+  gd__gpu_input_elsewhere(gj, operand);
   gj->ipc_in[operand] = g;
   gj->ipc_in_off[operand] = offset;
-  loop->received += gj->bytes[operand];
-  pthread_mutex_unlock(&dev->mu);
+  pthread_mutex_unlock(&gj->dev->mu);
   return true;
 }
 

@@ -20,6 +20,9 @@ static inline gd__gpu_job_loop *gd__gpu_loop_half(gd__gpu_job *job) {
 /* Under mu: the job's current input buffer goes to the worker (or back to the free set when
  * empty or the job failed). */
 void gd__gpu_flush(gd__gpu_job *job);
+/* Under mu: operand reaches the device without input() (from a region, in place): the bytes
+ * already staged of another operand go on their way, and this one's count as received. */
+void gd__gpu_input_elsewhere(gd__gpu_job *job, gp_operand operand);
 /* Payload bytes the job receives: a and b, and c when sent. */
 uint64_t gd__gpu_job_input_total(const gd__gpu_job *job);
 /* The ops input_window and input (gd_backend.h); they take mu themselves. */

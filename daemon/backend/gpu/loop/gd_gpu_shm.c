@@ -126,14 +126,10 @@ bool gd__gpu_op_input_mapped(gd_backend *b, gd_job *job, gp_operand operand, gd_
   if (!gj || gj->slot || operand > GP_OPERAND_C ||
       (gj->hdr.ld[operand] == 0 && !registered((gd__gpu_backend *)b, r)))
     return false;
-  gd__gpu_dev *dev = gj->dev;
-  gd__gpu_job_loop *loop = gd__gpu_loop_half(gj);
-  pthread_mutex_lock(&dev->mu);
-  if (loop->cur)
-    gd__gpu_flush(gj); /* the other operand's bytes go on their way */
+  pthread_mutex_lock(&gj->dev->mu);
+  gd__gpu_input_elsewhere(gj, operand);
   gj->mapped_in[operand] = ptr; /* copied at RUN, before the kernel */
-  loop->received += gj->bytes[operand];
-  pthread_mutex_unlock(&dev->mu);
+  pthread_mutex_unlock(&gj->dev->mu);
   return true;
 }
 
