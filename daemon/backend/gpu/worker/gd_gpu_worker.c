@@ -57,12 +57,41 @@ static void buf_free_locked(gd__gpu_buf *buf) {
     gd__gpu_job_unref(job);
 }
 
-/* The worker is done with a job: no device work of it remains queued or running. A split's
- * child then tells its parent (gd_gpu_split.c), with no device mu held. */
+/* A job that ends failed or abandoned (its client gone) after its RUN began may still have its
+ * kernel, or a block's copy out, queued on the compute and output streams, reading and writing
+ * its device block: the block's free, queued on the copy-in stream, must come after them, or the
+ * pool hands the block to the next job's copy in while that kernel still writes C there. So the
+ * copy-in stream waits for what those two streams hold now (the job's own events, no longer
+ * needed for timing, mark it). A job that ends normally needs none of this: its last chunk of C
+ * was copied after its kernel. */
+static void free_after_device_work(gd__gpu_dev *dev, gd__gpu_job *job) {
+  gd__gpu_dev_work *worker = gd__gpu_worker_of(dev);
+  gd__gpu_job_work *work = gd__gpu_work_half(job);
+  const cudaStream_t busy[2] = {worker->s_compute, worker->s_out};
+  const cudaEvent_t marks[2] = {work->ev_c1, work->ev_o1};
+  for (int i = 0; i < 2; i++) {
+    if (gd__gpu_dev_dead(dev))
+      return; /* the context is unusable: the pool goes with it */
+    if (cudaEventRecord(marks[i], busy[i]) != cudaSuccess ||
+        cudaStreamWaitEvent(worker->s_in, marks[i], 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      (void)cudaStreamSynchronize(busy[i]); /* the same order, the slow way */
+    }
+  }
+}
+
+/* The worker is done with a job: no device work of it remains queued or running, or (failed or
+ * abandoned) the free of its block waits for it in stream order. A split's child then tells its
+ * parent (gd_gpu_split.c), with no device mu held. */
 static void job_finish(gd__gpu_dev *dev, gd__gpu_job *job) {
   gd__gpu_job_work *work = gd__gpu_work_half(job);
-  gd__gpu_job_events_free(job);
+  pthread_mutex_lock(&dev->mu);
+  const bool cut_short = job->failed || !job->owner;
+  pthread_mutex_unlock(&dev->mu);
+  if (work->events_made && work->dptr && cut_short)
+    free_after_device_work(dev, job);
   gd__gpu_mem_release(dev, job);
+  gd__gpu_job_events_free(job);
   gd__gpu_split *tell = NULL;
   gp_error why;
   gp_error_clear(&why);
